@@ -1,0 +1,251 @@
+// Package bus carries NOVA's CloudEvents over NATS JetStream: publishing with
+// de-duplication ids and trace context, durable pull consumers with ack after
+// success, Nak with backoff, and dead letters for what cannot be handled.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/protobuf/proto"
+)
+
+const instrumentation = "github.com/novaflow/nova/pkg/bus"
+
+// Bus is a connection to NATS JetStream that speaks CloudEvents.
+type Bus struct {
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	log       *slog.Logger
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	source    string
+	metrics   metrics
+	streamCfg StreamOptions
+}
+
+// StreamOptions are the durability settings of the streams NOVA declares.
+type StreamOptions struct {
+	// Replicas of every stream (1 for the embedded server, 3 in production).
+	Replicas int
+	// EventsMaxAge bounds how long execution events are kept.
+	EventsMaxAge time.Duration
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered for de-duplication.
+	DuplicateWindow time.Duration
+}
+
+type options struct {
+	name    string
+	log     *slog.Logger
+	tp      trace.TracerProvider
+	mp      metric.MeterProvider
+	natsOpt []nats.Option
+	streams StreamOptions
+}
+
+// Option configures Connect.
+type Option func(*options)
+
+// WithName names the connection and is the CloudEvents source of what it publishes.
+func WithName(name string) Option { return func(o *options) { o.name = name } }
+
+// WithLogger sets the logger used for handler outcomes.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithTracerProvider sets where spans go.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
+
+// WithMeterProvider sets where metrics go.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.mp = mp } }
+
+// WithNATSOptions passes options (credentials, TLS, ...) to nats.Connect.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.natsOpt = append(o.natsOpt, opts...) }
+}
+
+// WithStreamOptions sets replicas and retention of the declared streams.
+func WithStreamOptions(s StreamOptions) Option { return func(o *options) { o.streams = s } }
+
+// Connect dials NATS and opens JetStream.
+func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
+	o := options{
+		name: "nova",
+		log:  slog.Default(),
+		tp:   tracenoop.NewTracerProvider(),
+		mp:   metricnoop.NewMeterProvider(),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.streams.Replicas <= 0 {
+		o.streams.Replicas = 1
+	}
+	if o.streams.EventsMaxAge <= 0 {
+		o.streams.EventsMaxAge = 7 * 24 * time.Hour
+	}
+	if o.streams.DuplicateWindow <= 0 {
+		o.streams.DuplicateWindow = 10 * time.Minute
+	}
+	natsOpts := append([]nats.Option{
+		nats.Name(o.name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+	}, o.natsOpt...)
+	nc, err := nats.Connect(url, natsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	m, err := newMetrics(o.mp.Meter(instrumentation))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Bus{
+		nc:        nc,
+		js:        js,
+		log:       o.log,
+		tracer:    o.tp.Tracer(instrumentation),
+		prop:      propagation.TraceContext{},
+		source:    "nova/" + o.name,
+		metrics:   m,
+		streamCfg: o.streams,
+	}, nil
+}
+
+// Conn is the underlying NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream is the underlying JetStream context (for KV and Object Store).
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Source is the CloudEvents source of events this bus publishes.
+func (b *Bus) Source() string { return b.source }
+
+// Close drains the connection: pending publishes are flushed and
+// subscriptions finish what they received.
+func (b *Bus) Close() {
+	if err := b.nc.Drain(); err != nil {
+		b.nc.Close()
+		return
+	}
+	for b.nc.IsDraining() {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// EnsureStreams declares NOVA's streams; it is safe to call from every
+// service at start-up.
+func (b *Bus) EnsureStreams(ctx context.Context) error {
+	streams := []jetstream.StreamConfig{
+		{
+			Name:        StreamCommands,
+			Description: "NOVA agent commands, one work-queue subject per agent",
+			Subjects:    []string{"nova.cmd.>"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.streamCfg.Replicas,
+			Duplicates:  b.streamCfg.DuplicateWindow,
+		},
+		{
+			Name:        StreamEvents,
+			Description: "NOVA execution results and facts",
+			Subjects:    []string{"nova.evt.>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.streamCfg.Replicas,
+			MaxAge:      b.streamCfg.EventsMaxAge,
+			Duplicates:  b.streamCfg.DuplicateWindow,
+		},
+		{
+			Name:        StreamDeadLetters,
+			Description: "NOVA events that could not be handled",
+			Subjects:    []string{"nova.dlq.>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.streamCfg.Replicas,
+			MaxAge:      30 * 24 * time.Hour,
+			Duplicates:  b.streamCfg.DuplicateWindow,
+		},
+	}
+	for _, cfg := range streams {
+		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("declare stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// Publish sends ev to subject and waits for JetStream's acknowledgement. The
+// event id is the Nats-Msg-Id, so publishing the same event twice within the
+// duplicate window stores it once. The caller's trace context travels in the
+// traceparent header and the CloudEvents distributed-tracing extension.
+func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error {
+	ctx, span := b.tracer.Start(ctx, "publish "+ev.Type(),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", subject),
+			attribute.String("messaging.message.id", ev.ID()),
+			attribute.String("cloudevents.event_type", ev.Type()),
+		))
+	defer span.End()
+
+	carrier := propagation.MapCarrier{}
+	b.prop.Inject(ctx, carrier)
+	if tp := carrier.Get("traceparent"); tp != "" {
+		ev.SetExtension(TraceParentExtension, tp)
+	}
+	msg, err := toNATS(ctx, subject, ev)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return err
+	}
+	for k, v := range carrier {
+		msg.Header.Set(k, v)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, ev.ID())
+	ack, err := b.js.PublishMsg(ctx, msg)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("publish %s to %s: %w", ev.Type(), subject, err)
+	}
+	if ack.Duplicate {
+		span.SetAttributes(attribute.Bool("messaging.duplicate", true))
+	}
+	return nil
+}
+
+// PublishProto builds an event from msg (see NewEvent) and publishes it.
+func (b *Bus) PublishProto(ctx context.Context, subject, id, typ string, msg proto.Message, extensions map[string]string) error {
+	ev, err := NewEvent(id, typ, b.source, msg)
+	if err != nil {
+		return err
+	}
+	for k, v := range extensions {
+		ev.SetExtension(k, v)
+	}
+	return b.Publish(ctx, subject, ev)
+}
+
+// ErrClosed is returned by Consume when the bus connection is closed.
+var ErrClosed = errors.New("bus closed")

@@ -1,0 +1,423 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/bus"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server keeps process-wide helpers alive after Shutdown.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*diskIO).loop"),
+	)
+}
+
+// startServer runs an embedded JetStream server for one test.
+func startServer(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     true,
+		NoSigs:    true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+func connect(t *testing.T, url string, opts ...bus.Option) *bus.Bus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := bus.Connect(ctx, url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func sample(id string) *novav1.ExecuteCode {
+	return &novav1.ExecuteCode{ExecutionId: "exec-1", NodeId: "n1", StepId: id, Code: "context['x'] = 1"}
+}
+
+// consume runs Consume in the background until the test ends.
+func consume(t *testing.T, b *bus.Bus, c bus.Consumer, h bus.Handler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Consume(ctx, c, h) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consume returned %v", err)
+		}
+	})
+}
+
+func commandConsumer(durable string) bus.Consumer {
+	return bus.Consumer{
+		Stream:     bus.StreamCommands,
+		Durable:    durable,
+		Filters:    []string{bus.CommandSubject(durable)},
+		MaxDeliver: 3,
+		Backoff:    []time.Duration{10 * time.Millisecond},
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// deadLetters collects what lands on a consumer's dead-letter subject.
+func deadLetters(t *testing.T, b *bus.Bus, consumer string) func() []*novav1.DeadLetter {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*novav1.DeadLetter
+	sub, err := b.Conn().Subscribe(bus.DeadLetterSubject(consumer), func(m *nats.Msg) {
+		dl := &novav1.DeadLetter{}
+		ev, err := bus.DecodeNATS(m.Header, m.Data)
+		if err == nil {
+			err = bus.Decode(*ev, dl)
+		}
+		if err != nil {
+			t.Errorf("dead letter undecodable: %v", err)
+			return
+		}
+		mu.Lock()
+		got = append(got, dl)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []*novav1.DeadLetter {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*novav1.DeadLetter(nil), got...)
+	}
+}
+
+func TestRoundTripBinaryMode(t *testing.T) {
+	url := startServer(t)
+	b := connect(t, url, bus.WithName("producer"))
+	ctx := context.Background()
+
+	// Read the raw message as any NATS client would see it.
+	raw := make(chan *nats.Msg, 1)
+	sub, err := b.Conn().Subscribe(bus.CommandSubject("sandbox"), func(m *nats.Msg) { raw <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	if err := b.PublishProto(ctx, bus.CommandSubject("sandbox"), "evt-1", bus.TypeSandboxExecute, sample("s1"),
+		map[string]string{"executionid": "exec-1"}); err != nil {
+		t.Fatal(err)
+	}
+	m := <-raw
+	for h, want := range map[string]string{
+		"ce-specversion": "1.0",
+		"ce-id":          "evt-1",
+		"ce-type":        bus.TypeSandboxExecute,
+		"ce-source":      "nova/producer",
+		"ce-dataschema":  "proto:nova.v1.ExecuteCode",
+		"ce-executionid": "exec-1",
+		"content-type":   "application/json",
+		"Nats-Msg-Id":    "evt-1",
+	} {
+		if got := m.Header.Get(h); got != want {
+			t.Errorf("header %s = %q, want %q", h, got, want)
+		}
+	}
+
+	got := make(chan *novav1.ExecuteCode, 1)
+	consume(t, b, commandConsumer("sandbox"), func(ctx context.Context, ev event.Event) error {
+		var msg novav1.ExecuteCode
+		if err := bus.Decode(ev, &msg); err != nil {
+			return err
+		}
+		got <- &msg
+		return nil
+	})
+	select {
+	case msg := <-got:
+		if !proto.Equal(msg, sample("s1")) {
+			t.Errorf("decoded %v, want %v", msg, sample("s1"))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("event not consumed")
+	}
+}
+
+func TestDuplicatePublishIsStoredOnce(t *testing.T) {
+	b := connect(t, startServer(t))
+	ctx := context.Background()
+	for range 3 {
+		if err := b.PublishProto(ctx, bus.EventSubject("exec-1", bus.KindSandboxResult), "same-id",
+			bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec-1"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("stream holds %d messages, want 1", info.State.Msgs)
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	tests := []struct {
+		name        string
+		handler     func(calls int32) error
+		wantCalls   int32
+		wantDLQ     bool
+		wantReason  string
+		wantPending bool
+	}{
+		{name: "success acks once", handler: func(int32) error { return nil }, wantCalls: 1},
+		{name: "transient errors are retried with backoff", handler: func(n int32) error {
+			if n < 3 {
+				return errors.New("store unavailable")
+			}
+			return nil
+		}, wantCalls: 3},
+		{name: "permanent error is dead-lettered at once", handler: func(int32) error {
+			return bus.Permanent(errors.New("definition invalid"))
+		}, wantCalls: 1, wantDLQ: true, wantReason: "definition invalid"},
+		{name: "max deliver dead-letters", handler: func(int32) error {
+			return errors.New("always down")
+		}, wantCalls: 3, wantDLQ: true, wantReason: "always down"},
+		{name: "panic is contained and dead-lettered", handler: func(int32) error {
+			panic("boom")
+		}, wantCalls: 1, wantDLQ: true, wantReason: "handler panic: boom"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := connect(t, startServer(t))
+			agent := fmt.Sprintf("agent%d", i)
+			dlq := deadLetters(t, b, agent)
+			var calls atomic.Int32
+			consume(t, b, commandConsumer(agent), func(ctx context.Context, ev event.Event) error {
+				return tt.handler(calls.Add(1))
+			})
+			if err := b.PublishProto(context.Background(), bus.CommandSubject(agent), "e1", bus.TypeSandboxExecute, sample("s"), nil); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "handler calls", func() bool { return calls.Load() >= tt.wantCalls })
+			if tt.wantDLQ {
+				waitFor(t, "dead letter", func() bool { return len(dlq()) == 1 })
+				dl := dlq()[0]
+				if dl.Consumer != agent || dl.Headers["ce-id"] != "e1" || len(dl.Data) == 0 {
+					t.Errorf("dead letter %+v lacks consumer, original id or data", dl)
+				}
+				if got := dl.Reason; len(got) < len(tt.wantReason) || got[:len(tt.wantReason)] != tt.wantReason {
+					t.Errorf("reason %q, want prefix %q", got, tt.wantReason)
+				}
+			}
+			// Nothing is redelivered after the outcome: the work queue is empty.
+			waitFor(t, "work queue empty", func() bool {
+				s, err := b.JetStream().Stream(context.Background(), bus.StreamCommands)
+				if err != nil {
+					return false
+				}
+				info, err := s.Info(context.Background())
+				return err == nil && info.State.Msgs == 0
+			})
+			time.Sleep(50 * time.Millisecond)
+			if got := calls.Load(); got != tt.wantCalls {
+				t.Errorf("handler called %d times, want %d", got, tt.wantCalls)
+			}
+		})
+	}
+}
+
+func TestMalformedEventIsDeadLettered(t *testing.T) {
+	b := connect(t, startServer(t))
+	dlq := deadLetters(t, b, "sandbox")
+	var calls atomic.Int32
+	var decodeErr atomic.Value
+	consume(t, b, commandConsumer("sandbox"), func(ctx context.Context, ev event.Event) error {
+		calls.Add(1)
+		var msg novav1.ExecuteCode
+		err := bus.Decode(ev, &msg)
+		decodeErr.Store(fmt.Sprint(err))
+		return err
+	})
+	ctx := context.Background()
+	// No CloudEvents headers at all.
+	if _, err := b.JetStream().Publish(ctx, bus.CommandSubject("sandbox"), []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	// A valid envelope whose data is not the message it claims to be.
+	m := nats.NewMsg(bus.CommandSubject("sandbox"))
+	for k, v := range map[string]string{"ce-specversion": "1.0", "ce-id": "bad-data", "ce-type": bus.TypeSandboxExecute,
+		"ce-source": "test", "content-type": "application/json"} {
+		m.Header.Set(k, v)
+	}
+	m.Data = []byte(`{"executionId": 12`)
+	if _, err := b.JetStream().PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two dead letters", func() bool { return len(dlq()) == 2 })
+	if calls.Load() != 1 {
+		t.Errorf("handler saw %d events, want only the well-enveloped one", calls.Load())
+	}
+	for _, dl := range dlq() {
+		if dl.Deliveries != 1 {
+			t.Errorf("malformed event delivered %d times before dead-lettering, want 1", dl.Deliveries)
+		}
+	}
+	if s, _ := decodeErr.Load().(string); s == "" || s == "<nil>" {
+		t.Errorf("Decode accepted malformed data")
+	}
+}
+
+func TestWorkQueueSharedByReplicas(t *testing.T) {
+	url := startServer(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	perReplica := [2]atomic.Int32{}
+	for r := range 2 {
+		b := connect(t, url)
+		c := commandConsumer("sandbox")
+		c.Workers = 2
+		consume(t, b, c, func(ctx context.Context, ev event.Event) error {
+			mu.Lock()
+			seen[ev.ID()]++
+			mu.Unlock()
+			perReplica[r].Add(1)
+			time.Sleep(2 * time.Millisecond)
+			return nil
+		})
+	}
+	pub := connect(t, url)
+	const n = 200
+	for i := range n {
+		if err := pub.PublishProto(context.Background(), bus.CommandSubject("sandbox"), fmt.Sprintf("e%d", i),
+			bus.TypeSandboxExecute, sample("s"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "all handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n })
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("event %s handled %d times", id, c)
+		}
+	}
+	if perReplica[0].Load() == 0 || perReplica[1].Load() == 0 {
+		t.Errorf("work not shared: %d / %d", perReplica[0].Load(), perReplica[1].Load())
+	}
+}
+
+func TestTraceContextCrossesTheBus(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	b := connect(t, startServer(t), bus.WithTracerProvider(tp))
+
+	handled := make(chan struct{})
+	consume(t, b, commandConsumer("sandbox"), func(ctx context.Context, ev event.Event) error {
+		if ev.Extensions()[bus.TraceParentExtension] == nil {
+			t.Error("event lacks the distributed-tracing extension")
+		}
+		close(handled)
+		return nil
+	})
+	ctx, root := tp.Tracer("test").Start(context.Background(), "producer")
+	if err := b.PublishProto(ctx, bus.CommandSubject("sandbox"), "t1", bus.TypeSandboxExecute, sample("s"), nil); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	<-handled
+	var spans tracetest.SpanStubs
+	waitFor(t, "consumer span", func() bool {
+		spans = exp.GetSpans()
+		return len(spans) == 3
+	})
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range spans {
+		byName[s.Name] = s
+	}
+	pub, ok1 := byName["publish "+bus.TypeSandboxExecute]
+	con, ok2 := byName["sandbox handle "+bus.TypeSandboxExecute]
+	if !ok1 || !ok2 {
+		t.Fatalf("spans %v", byName)
+	}
+	if pub.Parent.SpanID() != root.SpanContext().SpanID() || con.Parent.SpanID() != pub.SpanContext.SpanID() {
+		t.Errorf("want producer -> publish -> handle, got parents %s, %s", pub.Parent.SpanID(), con.Parent.SpanID())
+	}
+	if con.SpanContext.TraceID() != root.SpanContext().TraceID() {
+		t.Error("consumer span is in another trace")
+	}
+}
+
+func TestLongHandlerIsKeptAlive(t *testing.T) {
+	b := connect(t, startServer(t))
+	var calls atomic.Int32
+	c := commandConsumer("sandbox")
+	c.AckWait = 300 * time.Millisecond
+	done := make(chan struct{})
+	consume(t, b, c, func(ctx context.Context, ev event.Event) error {
+		if calls.Add(1) == 1 {
+			time.Sleep(time.Second) // over three AckWaits
+			close(done)
+		}
+		return nil
+	})
+	if err := b.PublishProto(context.Background(), bus.CommandSubject("sandbox"), "slow", bus.TypeSandboxExecute, sample("s"), nil); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	time.Sleep(400 * time.Millisecond)
+	if calls.Load() != 1 {
+		t.Errorf("slow event redelivered: %d calls", calls.Load())
+	}
+}
+

@@ -1,0 +1,88 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+type metrics struct {
+	handled      metric.Int64Counter
+	duration     metric.Float64Histogram
+	redelivered  metric.Int64Counter
+	deadLettered metric.Int64Counter
+}
+
+func newMetrics(m metric.Meter) (metrics, error) {
+	var ms metrics
+	var err error
+	if ms.handled, err = m.Int64Counter("nova.events.handled",
+		metric.WithDescription("Events handled, by consumer, type and outcome")); err != nil {
+		return ms, err
+	}
+	if ms.duration, err = m.Float64Histogram("nova.handler.duration",
+		metric.WithUnit("s"), metric.WithDescription("Handler latency")); err != nil {
+		return ms, err
+	}
+	if ms.redelivered, err = m.Int64Counter("nova.events.redelivered",
+		metric.WithDescription("Deliveries after the first")); err != nil {
+		return ms, err
+	}
+	if ms.deadLettered, err = m.Int64Counter("nova.events.dead_lettered",
+		metric.WithDescription("Events terminated and sent to the dead-letter stream")); err != nil {
+		return ms, err
+	}
+	return ms, nil
+}
+
+func consumerAttr(c string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("consumer", c))
+}
+
+// instrument wraps h with the bus's own middleware: recover (a panic is a
+// permanent failure of that event, never of the process), a consumer span
+// that continues the producer's trace, a log line per failure, and metrics.
+func (b *Bus) instrument(consumer string, h Handler) Handler {
+	return func(ctx context.Context, ev event.Event) (err error) {
+		start := time.Now()
+		ctx, span := b.tracer.Start(ctx, consumer+" handle "+ev.Type(),
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.consumer.group.name", consumer),
+				attribute.String("messaging.message.id", ev.ID()),
+				attribute.String("cloudevents.event_type", ev.Type()),
+			))
+		defer func() {
+			if r := recover(); r != nil {
+				err = Permanent(fmt.Errorf("handler panic: %v\n%s", r, debug.Stack()))
+			}
+			outcome := "ack"
+			if err != nil {
+				outcome = "retry"
+				if IsPermanent(err) {
+					outcome = "dead_letter"
+				}
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+				b.log.WarnContext(ctx, "handler failed",
+					"consumer", consumer, "event_type", ev.Type(), "event_id", ev.ID(), "outcome", outcome, "err", err)
+			}
+			span.End()
+			attrs := metric.WithAttributes(
+				attribute.String("consumer", consumer),
+				attribute.String("event_type", ev.Type()),
+				attribute.String("outcome", outcome))
+			b.metrics.handled.Add(ctx, 1, attrs)
+			b.metrics.duration.Record(ctx, time.Since(start).Seconds(), attrs)
+		}()
+		return h(ctx, ev)
+	}
+}

@@ -1,0 +1,74 @@
+package bus
+
+import "strings"
+
+// Streams declared by EnsureStreams.
+const (
+	// StreamCommands holds work for the agents: one subject per agent,
+	// work-queue retention, one durable consumer per agent shared by all its replicas.
+	StreamCommands = "NOVA_CMD"
+	// StreamEvents holds results and facts of executions: nova.evt.<execution>.<kind>.
+	StreamEvents = "NOVA_EVT"
+	// StreamDeadLetters holds events that could not be handled: nova.dlq.<consumer>.
+	StreamDeadLetters = "NOVA_DLQ"
+)
+
+// Event types (CloudEvents "type"), reverse-DNS and versioned.
+const (
+	TypeWorkflowStart     = "io.nova.workflow.start.v1"
+	TypeWorkflowRegister  = "io.nova.workflow.register.v1"
+	TypeWorkflowStarted   = "io.nova.workflow.started.v1"
+	TypeWorkflowCompleted = "io.nova.workflow.completed.v1"
+	TypeSandboxExecute    = "io.nova.sandbox.execute.v1"
+	TypeSandboxExecuted   = "io.nova.sandbox.executed.v1"
+	TypeNodeCompleted     = "io.nova.node.completed.v1"
+	TypeStepCompleted     = "io.nova.node.step.completed.v1"
+	TypeDeadLetter        = "io.nova.deadletter.v1"
+)
+
+// Agent names: each owns the command subject nova.cmd.<agent>.
+const (
+	AgentGraphEngine = "graph-engine"
+	AgentSandbox     = "sandbox"
+)
+
+// Event kinds: the tail of nova.evt.<execution>.<kind>.
+const (
+	KindWorkflowStarted   = "workflow.started"
+	KindWorkflowCompleted = "workflow.completed"
+	KindNodeCompleted     = "node.completed"
+	KindStepCompleted     = "step.completed"
+	KindSandboxResult     = "result.sandbox"
+)
+
+// CommandSubject is the work-queue subject of an agent.
+func CommandSubject(agent string) string { return "nova.cmd." + agent }
+
+// EventSubject is the subject of a fact about one execution.
+func EventSubject(executionID, kind string) string {
+	return "nova.evt." + subjectToken(executionID) + "." + kind
+}
+
+// EventFilter matches one kind of event for every execution, e.g. for the
+// engine's durable consumer of results.
+func EventFilter(kind string) string { return "nova.evt.*." + kind }
+
+// ExecutionFilter matches every event of one execution (for SSE and waiting clients).
+func ExecutionFilter(executionID string) string {
+	return "nova.evt." + subjectToken(executionID) + ".>"
+}
+
+// DeadLetterSubject is where a consumer's undeliverable events go.
+func DeadLetterSubject(consumer string) string { return "nova.dlq." + subjectToken(consumer) }
+
+// subjectToken keeps an id a single subject token: NATS separates tokens with
+// dots and reserves * and >, and ids come from producers.
+func subjectToken(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', '*', '>', ' ', '\t', '\r', '\n':
+			return '_'
+		}
+		return r
+	}, s)
+}
