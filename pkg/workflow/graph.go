@@ -1,0 +1,176 @@
+package workflow
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// DefaultMaxVisits bounds how often one node may run in an execution when the
+// node does not say, so a loop that never exits fails instead of running forever.
+const DefaultMaxVisits = 10
+
+// Graph answers the engine's questions about a definition. Build it from a
+// definition that passed Validate; it does not re-check the graph.
+type Graph struct {
+	def   *novav1.WorkflowDefinition
+	nodes map[string]*novav1.Node
+	out   map[string][]*novav1.Edge
+	start *novav1.Node
+}
+
+// NewGraph indexes def. If def has duplicate node ids the first one wins.
+func NewGraph(def *novav1.WorkflowDefinition) *Graph {
+	g := &Graph{def: def, nodes: map[string]*novav1.Node{}, out: map[string][]*novav1.Edge{}}
+	for _, n := range def.GetNodes() {
+		if _, dup := g.nodes[n.GetId()]; dup {
+			continue
+		}
+		g.nodes[n.GetId()] = n
+		if g.start == nil && n.GetType() == novav1.NodeType_NODE_TYPE_START {
+			g.start = n
+		}
+	}
+	for _, e := range def.GetEdges() {
+		g.out[e.GetFrom()] = append(g.out[e.GetFrom()], e)
+	}
+	return g
+}
+
+// Definition returns the definition the graph was built from.
+func (g *Graph) Definition() *novav1.WorkflowDefinition { return g.def }
+
+// Node returns the node with the given id, or nil.
+func (g *Graph) Node(id string) *novav1.Node { return g.nodes[id] }
+
+// Start returns the start node, or nil if the definition has none.
+func (g *Graph) Start() *novav1.Node { return g.start }
+
+// Outgoing returns the edges leaving id, in definition order.
+func (g *Graph) Outgoing(id string) []*novav1.Edge { return slices.Clone(g.out[id]) }
+
+// Next returns the node that follows a start or action node.
+func (g *Graph) Next(id string) (string, error) {
+	n := g.nodes[id]
+	if n == nil {
+		return "", fmt.Errorf("next after %q: %w", id, ErrUnknownNode)
+	}
+	switch n.GetType() {
+	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION:
+	default:
+		return "", fmt.Errorf("next after %q: it is a %s node; only start and action nodes have a single next node", id, TypeName(n.GetType()))
+	}
+	out := g.out[id]
+	if len(out) != 1 || out[0].GetCondition() != "" {
+		return "", fmt.Errorf("next after %q: want exactly one unconditional outgoing edge, have %d edges", id, len(out))
+	}
+	return out[0].GetTo(), nil
+}
+
+// Decide returns the node a decision node leads to for the given
+// branch_decision value (see DecisionString). When no edge's condition equals
+// decision the error is a *NoMatchingEdgeError listing the allowed values.
+func (g *Graph) Decide(id string, decision string) (string, error) {
+	n := g.nodes[id]
+	if n == nil {
+		return "", fmt.Errorf("decide at %q: %w", id, ErrUnknownNode)
+	}
+	if n.GetType() != novav1.NodeType_NODE_TYPE_DECISION {
+		return "", fmt.Errorf("decide at %q: it is a %s node, not a decision node", id, TypeName(n.GetType()))
+	}
+	var allowed []string
+	for _, e := range g.out[id] {
+		if e.GetCondition() == decision {
+			return e.GetTo(), nil
+		}
+		allowed = append(allowed, e.GetCondition())
+	}
+	slices.Sort(allowed)
+	return "", &NoMatchingEdgeError{NodeID: id, Value: decision, Allowed: slices.Compact(allowed)}
+}
+
+// DecisionString turns a branch_decision value from the context into the
+// string compared with edge conditions: strings as they are, booleans as
+// "true"/"false", numbers in their shortest form (1500.0 becomes "1500").
+// It reports false for nil and for values that are none of these.
+func DecisionString(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case bool:
+		return strconv.FormatBool(v), true
+	case int:
+		return strconv.FormatInt(int64(v), 10), true
+	case int8:
+		return strconv.FormatInt(int64(v), 10), true
+	case int16:
+		return strconv.FormatInt(int64(v), 10), true
+	case int32:
+		return strconv.FormatInt(int64(v), 10), true
+	case int64:
+		return strconv.FormatInt(v, 10), true
+	case uint:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint8:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint16:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint32:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint64:
+		return strconv.FormatUint(v, 10), true
+	case float32:
+		return formatFloat(float64(v))
+	case float64:
+		return formatFloat(v)
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return strconv.FormatInt(i, 10), true
+		}
+		f, err := v.Float64()
+		if err != nil {
+			return "", false
+		}
+		return formatFloat(f)
+	case *structpb.Value:
+		// Contexts travel as protobuf Structs between services.
+		if v == nil {
+			return "", false
+		}
+		return DecisionString(v.AsInterface())
+	default:
+		return "", false
+	}
+}
+
+func formatFloat(f float64) (string, bool) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "", false
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64), true
+}
+
+// MaxVisits returns how often node may run in one execution.
+func MaxVisits(node *novav1.Node) int {
+	if m := node.GetMaxVisits(); m > 0 {
+		return int(m)
+	}
+	return DefaultMaxVisits
+}
+
+// NodeTimeout returns the time node may run: its own timeout, else the
+// workflow's, else fallback.
+func NodeTimeout(def *novav1.WorkflowDefinition, node *novav1.Node, fallback time.Duration) time.Duration {
+	for _, s := range []float64{node.GetTimeoutSeconds(), def.GetTimeoutSeconds()} {
+		if s > 0 {
+			return time.Duration(s * float64(time.Second))
+		}
+	}
+	return fallback
+}

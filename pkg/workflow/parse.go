@@ -1,0 +1,385 @@
+// Package workflow is NOVA's workflow model: it parses the YAML or JSON a user
+// writes into a novav1.WorkflowDefinition, validates it, and answers the graph
+// questions the engine asks while running it.
+package workflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Field names accepted in a definition. "description" is documentation only and
+// is dropped; "executor" exists for definitions written for the original NOVA.
+var (
+	workflowFields = []string{"name", "description", "model", "timeout", "network", "nodes", "edges"}
+	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network"}
+	edgeFields     = []string{"from", "to", "condition"}
+)
+
+// Load reads, parses and validates the definition in the file at path.
+func Load(path string, opts ValidateOptions) (*novav1.WorkflowDefinition, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load workflow %q: %w", path, err)
+	}
+	def, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("load workflow %q: %w", path, err)
+	}
+	if err := Validate(def, opts); err != nil {
+		return nil, fmt.Errorf("load workflow %q: %w", path, err)
+	}
+	return def, nil
+}
+
+// Parse decodes a YAML or JSON definition. It checks the shape of the document
+// (known fields, value types, node types) and reports every such problem in a
+// *ValidationError; input that is not YAML or JSON wraps ErrMalformed. Parse
+// does not check the graph: call Validate for that.
+func Parse(data []byte) (*novav1.WorkflowDefinition, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("%w: document is empty", ErrMalformed)
+	}
+	// The strict conversion rejects duplicate keys, which would otherwise let a
+	// later "code:" silently replace an earlier one.
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber() // keeps "1500" distinct from "1500.5" and avoids float rounding of ints
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: top level must be a mapping with name, nodes and edges, got %s", ErrMalformed, kindOf(doc))
+	}
+
+	p := &parser{}
+	def := p.workflow(top)
+	if len(p.problems) > 0 {
+		return nil, &ValidationError{Workflow: def.GetName(), Problems: p.problems}
+	}
+	return def, nil
+}
+
+// parser collects problems instead of stopping at the first one.
+type parser struct {
+	problems []Problem
+}
+
+// where locates a problem; nodeID wins over path when known because users
+// recognise their node ids faster than list indexes.
+type where struct {
+	nodeID string
+	path   string
+}
+
+func (w where) problem(field, msg string) Problem {
+	if w.nodeID != "" {
+		return Problem{NodeID: w.nodeID, Field: field, Message: msg}
+	}
+	if w.path != "" {
+		field = w.path + "." + field
+	}
+	return Problem{Field: field, Message: msg}
+}
+
+func (p *parser) addf(w where, field, format string, args ...any) {
+	p.problems = append(p.problems, w.problem(field, fmt.Sprintf(format, args...)))
+}
+
+func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
+	def := &novav1.WorkflowDefinition{}
+	w := where{}
+	p.unknownFields(w, m, workflowFields)
+	def.Name = p.str(w, m, "name")
+	def.Model = p.str(w, m, "model")
+	def.TimeoutSeconds = p.seconds(w, m, "timeout")
+	def.Network = p.boolean(w, m, "network")
+	for i, raw := range p.list(w, m, "nodes") {
+		if n := p.node(i, raw); n != nil {
+			def.Nodes = append(def.Nodes, n)
+		}
+	}
+	for i, raw := range p.list(w, m, "edges") {
+		if e := p.edge(i, raw); e != nil {
+			def.Edges = append(def.Edges, e)
+		}
+	}
+	return def
+}
+
+func (p *parser) node(i int, raw any) *novav1.Node {
+	w := where{path: fmt.Sprintf("nodes[%d]", i)}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		p.problems = append(p.problems, Problem{Field: w.path, Message: "must be a mapping with id and type, got " + kindOf(raw)})
+		return nil
+	}
+	n := &novav1.Node{}
+	n.Id = p.str(w, m, "id")
+	if n.Id != "" {
+		w.nodeID = n.Id
+	}
+	p.unknownFields(w, m, nodeFields)
+	if v, ok := m["type"]; ok {
+		s, isStr := v.(string)
+		switch t := ParseNodeType(s); {
+		case !isStr:
+			p.addf(w, "type", "must be a string (start, action, decision or end), got %s", kindOf(v))
+		case t == novav1.NodeType_NODE_TYPE_UNSPECIFIED:
+			p.addf(w, "type", "unknown node type %q; use start, action, decision or end", s)
+		default:
+			n.Type = t
+		}
+	}
+	n.Code = p.str(w, m, "code")
+	n.Prompt = p.str(w, m, "prompt")
+	n.Model = p.str(w, m, "model")
+	n.TimeoutSeconds = p.seconds(w, m, "timeout")
+	n.MaxVisits = p.whole(w, m, "max_visits")
+	n.Language = strings.ToLower(strings.TrimSpace(p.str(w, m, "language")))
+	n.Network = p.boolean(w, m, "network")
+
+	switch exec := strings.ToLower(strings.TrimSpace(p.str(w, m, "executor"))); exec {
+	case "", "e2b":
+	case "cached":
+		// The original NOVA kept the natural-language task of a cached (AI)
+		// node in its code field.
+		if n.Prompt == "" {
+			n.Prompt, n.Code = n.Code, ""
+		}
+	default:
+		p.addf(w, "executor", "unknown executor %q; use e2b (code run as written) or cached (code holds a prompt for AI generation)", exec)
+	}
+	return n
+}
+
+func (p *parser) edge(i int, raw any) *novav1.Edge {
+	w := where{path: fmt.Sprintf("edges[%d]", i)}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		p.problems = append(p.problems, Problem{Field: w.path, Message: "must be a mapping with from and to, got " + kindOf(raw)})
+		return nil
+	}
+	p.unknownFields(w, m, edgeFields)
+	e := &novav1.Edge{From: p.str(w, m, "from"), To: p.str(w, m, "to")}
+	if v, ok := m["condition"]; ok && v != nil {
+		// YAML turns `condition: true` into a boolean and `condition: 2` into a
+		// number; decisions are compared as strings, so store the string.
+		s, ok := DecisionString(v)
+		if !ok {
+			p.addf(w, "condition", "must be a string, boolean or number, got %s", kindOf(v))
+		}
+		e.Condition = s
+	}
+	return e
+}
+
+func (p *parser) unknownFields(w where, m map[string]any, known []string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // map order is random; problems should not be
+	for _, k := range keys {
+		if slices.Contains(known, k) {
+			continue
+		}
+		msg := "unknown field"
+		if s := suggest(k, known); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+		msg += " (known fields: " + strings.Join(known, ", ") + ")"
+		p.problems = append(p.problems, w.problem(k, msg))
+	}
+}
+
+func (p *parser) str(w where, m map[string]any, key string) string {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return ""
+	}
+	s, ok := v.(string)
+	if !ok {
+		p.addf(w, key, "must be a string, got %s", kindOf(v))
+	}
+	return s
+}
+
+func (p *parser) boolean(w where, m map[string]any, key string) bool {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return false
+	}
+	b, ok := v.(bool)
+	if !ok {
+		p.addf(w, key, "must be true or false, got %s", kindOf(v))
+	}
+	return b
+}
+
+func (p *parser) list(w where, m map[string]any, key string) []any {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return nil
+	}
+	l, ok := v.([]any)
+	if !ok {
+		p.addf(w, key, "must be a list, got %s", kindOf(v))
+	}
+	return l
+}
+
+// seconds accepts a number of seconds or a Go duration string ("90s", "2m"),
+// since both are natural to write. Negative values are kept for Validate to report.
+func (p *parser) seconds(w where, m map[string]any, key string) float64 {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return 0
+	}
+	switch v := v.(type) {
+	case json.Number:
+		f, err := v.Float64()
+		if err != nil {
+			p.addf(w, key, "invalid number %q: %v", v.String(), err)
+		}
+		return f
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			return f
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			p.addf(w, key, "must be a number of seconds or a duration such as \"30s\", got %q", v)
+		}
+		return d.Seconds()
+	default:
+		p.addf(w, key, "must be a number of seconds, got %s", kindOf(v))
+		return 0
+	}
+}
+
+func (p *parser) whole(w where, m map[string]any, key string) int32 {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return 0
+	}
+	n, isNum := v.(json.Number)
+	if !isNum {
+		p.addf(w, key, "must be a whole number, got %s", kindOf(v))
+		return 0
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 32)
+	if err != nil {
+		// A whole number can still arrive in float form, e.g. 1e3.
+		f, ferr := n.Float64()
+		if ferr != nil || f != math.Trunc(f) || f > math.MaxInt32 || f < math.MinInt32 {
+			p.addf(w, key, "must be a whole number, got %s", n.String())
+			return 0
+		}
+		return int32(f)
+	}
+	return int32(i)
+}
+
+// ParseNodeType maps a type name to a NodeType. It accepts NOVA's spelling
+// (start, action, decision, end) and the original NOVA class names
+// (StartNode, ActionNode, ...), in any case. Unknown names give NODE_TYPE_UNSPECIFIED.
+func ParseNodeType(s string) novav1.NodeType {
+	s = strings.ToLower(strings.TrimSpace(s))
+	s = strings.TrimSuffix(s, "node")
+	s = strings.TrimRight(s, "_- ")
+	switch s {
+	case "start":
+		return novav1.NodeType_NODE_TYPE_START
+	case "action":
+		return novav1.NodeType_NODE_TYPE_ACTION
+	case "decision":
+		return novav1.NodeType_NODE_TYPE_DECISION
+	case "end":
+		return novav1.NodeType_NODE_TYPE_END
+	default:
+		return novav1.NodeType_NODE_TYPE_UNSPECIFIED
+	}
+}
+
+// TypeName is the short name of a node type as users write it ("decision").
+func TypeName(t novav1.NodeType) string {
+	switch t {
+	case novav1.NodeType_NODE_TYPE_START:
+		return "start"
+	case novav1.NodeType_NODE_TYPE_ACTION:
+		return "action"
+	case novav1.NodeType_NODE_TYPE_DECISION:
+		return "decision"
+	case novav1.NodeType_NODE_TYPE_END:
+		return "end"
+	default:
+		return "unspecified"
+	}
+}
+
+func kindOf(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("string %q", v)
+	case bool:
+		return fmt.Sprintf("boolean %t", v)
+	case json.Number:
+		return "number " + v.String()
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// suggest returns the known name closest to a misspelt one, if it is close
+// enough to be a plausible typo.
+func suggest(s string, known []string) string {
+	best, bestDist := "", 3
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(s), k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
