@@ -420,4 +420,3 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 		t.Errorf("slow event redelivered: %d calls", calls.Load())
 	}
 }
-

@@ -1,0 +1,136 @@
+// Package devstack starts NOVA's embedded infrastructure in-process: a NATS server with
+// JetStream on a file store, and FerretDB on SQLite speaking the MongoDB wire protocol.
+// It backs `nova dev`, the offline demo and integration tests, so that none of them need
+// Docker or a mock; production points the same clients at real NATS and MongoDB.
+//
+// It is its own module so that service images never link FerretDB or nats-server.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ErrNoDataDir is returned when Options.DataDir is empty: the stack keeps state on
+// disk so that a restart (of `nova dev`, or in a crash test) finds its data again.
+var ErrNoDataDir = errors.New("devstack: data dir is required")
+
+// startTimeout bounds readiness waits when the caller's ctx has no deadline, so a broken
+// environment fails start-up instead of hanging it.
+const startTimeout = 30 * time.Second
+
+// Options configures the embedded stack.
+type Options struct {
+	// DataDir holds all state: the NATS file store in DataDir/nats and the SQLite
+	// files in DataDir/ferretdb. Required.
+	DataDir string
+	// NATSPort is the client port on 127.0.0.1; 0 or -1 picks a free port.
+	NATSPort int
+	// MongoPort is the MongoDB wire port on 127.0.0.1; 0 picks a free port.
+	MongoPort int
+	// Logger receives NATS and FerretDB logs at warn level and above only; both are
+	// chatty at info level. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Stack is a running NATS and FerretDB pair.
+type Stack struct {
+	NATSURL  string
+	MongoURI string
+
+	NATS  *NATS
+	Mongo *Mongo
+}
+
+// Start starts NATS and then FerretDB and returns once both accept connections.
+// On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	n, err := StartNATS(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+
+	m, err := StartMongo(ctx, opts)
+	if err != nil {
+		n.Shutdown()
+		return nil, err
+	}
+
+	return &Stack{
+		NATSURL:  n.URL(),
+		MongoURI: m.URI(),
+		NATS:     n,
+		Mongo:    m,
+	}, nil
+}
+
+// Close stops FerretDB and NATS and waits for both.
+func (s *Stack) Close() error {
+	// Neither depends on the other; NATS is stopped even if FerretDB fails to.
+	err := s.Mongo.Close()
+	s.NATS.Shutdown()
+	if err != nil {
+		return fmt.Errorf("close devstack: %w", err)
+	}
+	return nil
+}
+
+// subDir returns DataDir/name as an absolute path, creating it.
+func (o Options) subDir(name string) (string, error) {
+	if o.DataDir == "" {
+		return "", ErrNoDataDir
+	}
+	dir, err := filepath.Abs(filepath.Join(o.DataDir, name))
+	if err != nil {
+		return "", fmt.Errorf("resolve data dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("create data dir %q: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// quietLogger returns a logger that passes records at warn level and above to the
+// caller's logger, or discards everything when there is none.
+func (o Options) quietLogger(component string) *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(minLevelHandler{min: slog.LevelWarn, next: o.Logger.Handler()}).
+		With(slog.String("component", component))
+}
+
+// minLevelHandler drops records below min regardless of what the wrapped handler accepts.
+type minLevelHandler struct {
+	min  slog.Level
+	next slog.Handler
+}
+
+func (h minLevelHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.next.Enabled(ctx, l)
+}
+
+func (h minLevelHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.next.Handle(ctx, r)
+}
+
+func (h minLevelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevelHandler{min: h.min, next: h.next.WithAttrs(attrs)}
+}
+
+func (h minLevelHandler) WithGroup(name string) slog.Handler {
+	return minLevelHandler{min: h.min, next: h.next.WithGroup(name)}
+}
+
+// readyDeadline returns ctx bounded by startTimeout unless it already has a deadline.
+func readyDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, startTimeout)
+}

@@ -1,0 +1,98 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Mongo is an in-process FerretDB on SQLite: the MongoDB wire protocol backed by files
+// in opts.DataDir/ferretdb.
+type Mongo struct {
+	uri   string
+	close func() error
+}
+
+// StartMongo starts FerretDB with its SQLite handler and returns once it answers a
+// MongoDB ping.
+func StartMongo(ctx context.Context, opts Options) (*Mongo, error) {
+	dir, err := opts.subDir("ferretdb")
+	if err != nil {
+		return nil, fmt.Errorf("start ferretdb: %w", err)
+	}
+
+	port := max(opts.MongoPort, 0) // FerretDB binds in New, so port 0 resolves there.
+
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener: ferretdb.ListenerConfig{
+			TCP: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		},
+		Logger:  opts.quietLogger("ferretdb"),
+		Handler: "sqlite",
+		// FerretDB requires a directory URI ending in "/"; building it as a URL escapes
+		// characters such as spaces or '#' in the path.
+		SQLiteURL: (&url.URL{Scheme: "file", Path: dir + "/", OmitHost: true}).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start ferretdb: %w", err)
+	}
+
+	// Run must not inherit ctx: ctx bounds start-up only, Close ends the run.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() {
+		done <- f.Run(runCtx)
+	}()
+	m := &Mongo{
+		uri: f.MongoDBURI(),
+		close: sync.OnceValue(func() error {
+			cancel()
+			return <-done
+		}),
+	}
+
+	if err := pingMongo(ctx, m.uri); err != nil {
+		_ = m.Close()
+		return nil, fmt.Errorf("start ferretdb: %w", err)
+	}
+	return m, nil
+}
+
+// pingMongo proves the server speaks the wire protocol, the way every client will use it.
+func pingMongo(ctx context.Context, uri string) error {
+	ctx, cancel := readyDeadline(ctx)
+	defer cancel()
+
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(5 * time.Second))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
+
+	if err := client.Ping(ctx, nil); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// URI is the connection string, mongodb://127.0.0.1:PORT/.
+func (m *Mongo) URI() string { return m.uri }
+
+// Close stops FerretDB and waits until its listener, connections and SQLite handles are
+// closed. Clients still connected are given up to three seconds (FerretDB's own grace
+// period) before their connections are cut, so disconnect them first for a fast close.
+// Calling it again returns the first result.
+func (m *Mongo) Close() error {
+	if err := m.close(); err != nil {
+		return fmt.Errorf("stop ferretdb: %w", err)
+	}
+	return nil
+}
