@@ -1,0 +1,406 @@
+// Package engine is the graph engine: it owns workflow and node state and is
+// the only orchestrator. It reacts to start commands and to agents' results,
+// keeps every execution's state in JetStream KV (compare-and-set, so any
+// replica can take any event), and publishes the next command.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// KV buckets owned by the engine.
+const (
+	BucketExecutions = "nova_executions"
+	BucketWorkflows  = "nova_workflows"
+)
+
+// Durable consumers of the engine.
+const (
+	ConsumerCommands    = "graph-engine"
+	ConsumerResults     = "graph-engine-results"
+	ConsumerDeadLetters = "graph-engine-dead-letters"
+)
+
+// ExtensionExecutionID is the CloudEvents extension naming the execution an
+// event belongs to; producers set it on start commands so that even a start
+// event whose data cannot be read ends in a completion event.
+const ExtensionExecutionID = "executionid"
+
+// Config tunes the engine.
+type Config struct {
+	// DefaultNodeTimeout applies when neither node nor workflow sets one.
+	DefaultNodeTimeout time.Duration
+	// Workers is how many events each consumer handles at once.
+	Workers int
+	// AllowPrompt accepts AI (prompt) nodes; off until the AI pipeline runs.
+	AllowPrompt bool
+	// Replicas of the KV buckets (3 in production).
+	Replicas int
+	// SandboxAttempts bounds re-runs of a node whose sandbox failed (not its code).
+	SandboxAttempts int
+}
+
+// Deps are what the engine needs, built by the caller.
+type Deps struct {
+	Bus            *bus.Bus
+	Values         *valueref.Store
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	Config         Config
+}
+
+// Engine runs workflows.
+type Engine struct {
+	bus    *bus.Bus
+	execs  jetstream.KeyValue
+	defs   jetstream.KeyValue
+	values *valueref.Store
+	log    *slog.Logger
+	cfg    Config
+	now    func() time.Time
+}
+
+// Run builds the engine and serves until ctx ends.
+func Run(ctx context.Context, deps Deps) error {
+	e, err := New(ctx, deps)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx)
+}
+
+// New declares the streams, buckets and durable consumers the engine needs.
+func New(ctx context.Context, deps Deps) (*Engine, error) {
+	cfg := deps.Config
+	if cfg.DefaultNodeTimeout <= 0 {
+		cfg.DefaultNodeTimeout = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.SandboxAttempts <= 0 {
+		cfg.SandboxAttempts = 3
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if err := deps.Bus.EnsureStreams(ctx); err != nil {
+		return nil, err
+	}
+	js := deps.Bus.JetStream()
+	execs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketExecutions,
+		Description: "NOVA execution state, one key per execution",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", BucketExecutions, err)
+	}
+	defs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketWorkflows,
+		Description: "NOVA registered workflow definitions, by name",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", BucketWorkflows, err)
+	}
+	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now}
+	for _, c := range e.consumers() {
+		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *Engine) consumers() []bus.Consumer {
+	return []bus.Consumer{
+		{Stream: bus.StreamCommands, Durable: ConsumerCommands, Filters: []string{bus.CommandSubject(bus.AgentGraphEngine)}, Workers: e.cfg.Workers},
+		{Stream: bus.StreamEvents, Durable: ConsumerResults, Filters: []string{bus.EventFilter("result.>")}, Workers: e.cfg.Workers},
+		{Stream: bus.StreamDeadLetters, Durable: ConsumerDeadLetters, Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox)}, Workers: 1},
+	}
+}
+
+// Run consumes commands, results and dead letters until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	handlers := []bus.Handler{e.handleCommand, e.handleResult, e.handleDeadLetter}
+	for i, c := range e.consumers() {
+		h := handlers[i]
+		g.Go(func() error { return e.bus.Consume(ctx, c, h) })
+	}
+	return g.Wait()
+}
+
+func (e *Engine) handleCommand(ctx context.Context, ev event.Event) error {
+	switch ev.Type() {
+	case bus.TypeWorkflowStart:
+		return e.start(ctx, ev)
+	case bus.TypeWorkflowRegister:
+		return e.register(ctx, ev)
+	default:
+		return bus.Permanent(fmt.Errorf("graph engine does not handle event type %q", ev.Type()))
+	}
+}
+
+var validKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
+
+func (e *Engine) register(ctx context.Context, ev event.Event) error {
+	var cmd novav1.RegisterWorkflow
+	if err := bus.Decode(ev, &cmd); err != nil {
+		return err
+	}
+	if cmd.Definition == nil {
+		return bus.Permanent(errors.New("register: no definition"))
+	}
+	if err := workflow.Validate(cmd.Definition, workflow.ValidateOptions{AllowPrompt: e.cfg.AllowPrompt}); err != nil {
+		return bus.Permanent(fmt.Errorf("register: %w", err))
+	}
+	if !validKey.MatchString(cmd.Definition.Name) {
+		return bus.Permanent(fmt.Errorf("register: workflow name %q must be letters, digits, '-', '_' or '='", cmd.Definition.Name))
+	}
+	data, err := proto.Marshal(cmd.Definition)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	if _, err := e.defs.Put(ctx, cmd.Definition.Name, data); err != nil {
+		return fmt.Errorf("store workflow %q: %w", cmd.Definition.Name, err)
+	}
+	e.log.InfoContext(ctx, "workflow registered", "workflow", cmd.Definition.Name)
+	return nil
+}
+
+func (e *Engine) start(ctx context.Context, ev event.Event) error {
+	var cmd novav1.StartWorkflow
+	if err := bus.Decode(ev, &cmd); err != nil {
+		// Tell whoever waits for this execution before dead-lettering.
+		if id, _ := ev.Extensions()[ExtensionExecutionID].(string); validKey.MatchString(id) {
+			st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning}
+			t := e.newTransition(st)
+			t.fail(fmt.Sprintf("start event %s could not be read: %v", ev.ID(), err))
+			if perr := e.publish(ctx, t.out); perr != nil {
+				return perr
+			}
+		}
+		return err
+	}
+	id := cmd.ExecutionId
+	if id == "" {
+		id = ev.ID()
+	}
+	if !validKey.MatchString(id) {
+		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("execution.id", id))
+	if _, err := e.execs.Get(ctx, id); err == nil {
+		return nil // already started: a redelivered or repeated start
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("read execution %s: %w", id, err)
+	}
+
+	st := &novav1.ExecutionState{
+		ExecutionId: id,
+		Status:      statusRunning,
+		Context:     cmd.Context,
+		StartedAt:   tsNow(e.now()),
+		Nodes:       map[string]*novav1.NodeState{},
+	}
+	if st.Context == nil {
+		st.Context = emptyStruct()
+	}
+	t := e.newTransition(st)
+	def, err := e.definition(ctx, &cmd)
+	if err != nil {
+		if !errors.Is(err, errInvalidDefinition) {
+			return err
+		}
+		t.fail(err.Error())
+		return e.publish(ctx, t.out) // a failed execution, not a broken event
+	}
+	st.Definition = def
+	if err := e.shrink(ctx, st.Context); err != nil {
+		return err
+	}
+	t.started()
+	t.enter(workflow.NewGraph(def).Start().Id)
+	if err := e.publish(ctx, t.out); err != nil {
+		return err
+	}
+	data, err := proto.Marshal(st)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	if _, err := e.execs.Create(ctx, id, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("store execution %s: %w", id, err)
+	}
+	return nil
+}
+
+var errInvalidDefinition = errors.New("invalid workflow")
+
+func (e *Engine) definition(ctx context.Context, cmd *novav1.StartWorkflow) (*novav1.WorkflowDefinition, error) {
+	def := cmd.Definition
+	if def == nil {
+		if cmd.WorkflowName == "" {
+			return nil, fmt.Errorf("%w: the start event has neither a definition nor a workflow_name", errInvalidDefinition)
+		}
+		if !validKey.MatchString(cmd.WorkflowName) {
+			return nil, fmt.Errorf("%w: workflow name %q is not registered", errInvalidDefinition, cmd.WorkflowName)
+		}
+		entry, err := e.defs.Get(ctx, cmd.WorkflowName)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: workflow %q is not registered", errInvalidDefinition, cmd.WorkflowName)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read workflow %q: %w", cmd.WorkflowName, err)
+		}
+		def = &novav1.WorkflowDefinition{}
+		if err := proto.Unmarshal(entry.Value(), def); err != nil {
+			return nil, fmt.Errorf("%w: stored workflow %q is unreadable: %v", errInvalidDefinition, cmd.WorkflowName, err)
+		}
+	}
+	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: e.cfg.AllowPrompt}); err != nil {
+		return nil, fmt.Errorf("%w: %v", errInvalidDefinition, err)
+	}
+	return def, nil
+}
+
+func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
+	switch ev.Type() {
+	case bus.TypeSandboxExecuted:
+		var r novav1.CodeExecuted
+		if err := bus.Decode(ev, &r); err != nil {
+			return err
+		}
+		return e.update(ctx, r.ExecutionId, func(t *transition) { t.codeExecuted(&r) })
+	default:
+		return bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", ev.Type()))
+	}
+}
+
+// handleDeadLetter fails the node whose command an agent could not handle,
+// so that no execution waits forever for a result that will not come.
+func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
+	var dl novav1.DeadLetter
+	if err := bus.Decode(ev, &dl); err != nil {
+		return err
+	}
+	var cmd novav1.ExecuteCode
+	if err := bus.Decode(event.Event{DataEncoded: dl.Data}, &cmd); err != nil || cmd.ExecutionId == "" {
+		e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+		return nil
+	}
+	r := &novav1.CodeExecuted{
+		ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit, Attempt: cmd.Attempt,
+		Status:    "error",
+		ErrorKind: errorKindDeadLetter,
+		Error:     fmt.Sprintf("the sandbox could not handle the command after %d deliveries: %s", dl.Deliveries, dl.Reason),
+	}
+	return e.update(ctx, cmd.ExecutionId, func(t *transition) { t.codeExecuted(r) })
+}
+
+// update applies fn to the execution's current state and stores the result
+// with compare-and-set. Outgoing events are published before the state is
+// stored, with ids derived from the state, so a crash in between is repaired
+// by the redelivery: it computes the same events (deduplicated by JetStream)
+// and stores the state.
+func (e *Engine) update(ctx context.Context, id string, fn func(*transition)) error {
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("execution.id", id))
+	if !validKey.MatchString(id) {
+		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
+	}
+	for range 10 {
+		entry, err := e.execs.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return bus.Permanent(fmt.Errorf("result for unknown execution %s", id))
+		}
+		if err != nil {
+			return fmt.Errorf("read execution %s: %w", id, err)
+		}
+		st := &novav1.ExecutionState{}
+		if err := proto.Unmarshal(entry.Value(), st); err != nil {
+			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
+		}
+		t := e.newTransition(st)
+		fn(t)
+		if !t.changed {
+			return nil
+		}
+		if err := e.shrink(ctx, st.Context); err != nil {
+			return err
+		}
+		if err := e.publish(ctx, t.out); err != nil {
+			return err
+		}
+		data, err := proto.Marshal(st)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		_, err = e.execs.Update(ctx, id, data, entry.Revision())
+		if err == nil {
+			return nil
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+			return fmt.Errorf("store execution %s: %w", id, err)
+		}
+		// Another replica moved this execution on; look again.
+	}
+	return fmt.Errorf("execution %s: too many concurrent updates", id)
+}
+
+func (e *Engine) publish(ctx context.Context, out []outEvent) error {
+	for _, o := range out {
+		if err := e.bus.PublishProto(ctx, o.subject, o.id, o.typ, o.msg, map[string]string{ExtensionExecutionID: o.execution}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shrink keeps large values of the context in the object store. Only values
+// whose encoding is near the threshold are looked at, so small contexts cost
+// nothing here.
+func (e *Engine) shrink(ctx context.Context, s *structpb.Struct) error {
+	if e.values == nil || s == nil {
+		return nil
+	}
+	for k, v := range s.Fields {
+		if proto.Size(v) <= e.values.Threshold()/2 {
+			continue
+		}
+		m := map[string]any{k: v.AsInterface()}
+		if err := e.values.Shrink(ctx, m); err != nil {
+			return err
+		}
+		nv, err := structpb.NewValue(m[k])
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("context value %q: %w", k, err))
+		}
+		s.Fields[k] = nv
+	}
+	return nil
+}

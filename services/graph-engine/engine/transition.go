@@ -1,0 +1,356 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+const (
+	statusRunning   = "running"
+	statusSucceeded = "succeeded"
+	statusFailed    = "failed"
+
+	// Chain-of-work statuses, as in the original NOVA tables.
+	nodeSuccess = "success"
+	nodeFailed  = "failed"
+
+	branchDecision = "branch_decision"
+
+	errorKindSandboxFault = "sandbox_fault"
+	errorKindDeadLetter   = "dead_letter"
+)
+
+// outEvent is an event a transition decided to publish.
+type outEvent struct {
+	subject, id, typ, execution string
+	msg                         proto.Message
+}
+
+// transition applies one event to an execution's state and collects the
+// events that follow from it. It does no I/O, so the same state and input
+// always give the same events with the same ids.
+type transition struct {
+	e       *Engine
+	st      *novav1.ExecutionState
+	graph   *workflow.Graph
+	now     time.Time
+	out     []outEvent
+	changed bool
+}
+
+func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
+	t := &transition{e: e, st: st, now: e.now()}
+	if st.Definition != nil {
+		t.graph = workflow.NewGraph(st.Definition)
+	}
+	if st.Nodes == nil {
+		st.Nodes = map[string]*novav1.NodeState{}
+	}
+	return t
+}
+
+func (t *transition) emit(kind, id, typ string, msg proto.Message) {
+	t.out = append(t.out, outEvent{
+		subject:   bus.EventSubject(t.st.ExecutionId, kind),
+		id:        id,
+		typ:       typ,
+		execution: t.st.ExecutionId,
+		msg:       msg,
+	})
+	t.changed = true
+}
+
+func (t *transition) started() {
+	t.emit(bus.KindWorkflowStarted, t.st.ExecutionId+"/started", bus.TypeWorkflowStarted, &novav1.WorkflowStarted{
+		ExecutionId:  t.st.ExecutionId,
+		WorkflowName: t.st.Definition.GetName(),
+		Definition:   t.st.Definition,
+		Context:      cloneStruct(t.st.Context),
+		StartedAt:    t.st.StartedAt,
+	})
+}
+
+// enter visits node id and then every node that needs no agent (start, end),
+// until it dispatches a command or the execution ends.
+func (t *transition) enter(id string) {
+	for t.st.Status == statusRunning {
+		node := t.graph.Node(id)
+		ns := t.nodeState(id)
+		ns.Visits++
+		if limit := workflow.MaxVisits(node); int(ns.Visits) > limit {
+			ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", id, limit)
+			t.fail(ns.Error)
+			return
+		}
+		t.st.Sequence++
+		t.st.Path = append(t.st.Path, id)
+		switch node.Type {
+		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END:
+			t.st.NodeStartedAt = tsNow(t.now)
+			t.st.NodeInput = cloneStruct(t.st.Context)
+			ns.Status = statusSucceeded
+			t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
+			if node.Type == novav1.NodeType_NODE_TYPE_END {
+				t.complete()
+				return
+			}
+			next, err := t.graph.Next(id)
+			if err != nil {
+				t.fail(err.Error())
+				return
+			}
+			id = next
+		default:
+			if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
+				// A decision is made by this node's code only, never by a
+				// branch_decision left over from an earlier node.
+				delete(t.st.Context.Fields, branchDecision)
+			}
+			t.st.NodeStartedAt = tsNow(t.now)
+			t.st.NodeInput = cloneStruct(t.st.Context)
+			ns.Attempts = 1
+			t.dispatch(node, ns)
+			return
+		}
+	}
+}
+
+func (t *transition) nodeState(id string) *novav1.NodeState {
+	ns := t.st.Nodes[id]
+	if ns == nil {
+		ns = &novav1.NodeState{}
+		t.st.Nodes[id] = ns
+	}
+	return ns
+}
+
+func stepID(execution, node string, visit, attempt int32) string {
+	return fmt.Sprintf("%s/%s/%d/%d", execution, node, visit, attempt)
+}
+
+func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
+	step := stepID(t.st.ExecutionId, node.Id, ns.Visits, ns.Attempts)
+	t.st.CurrentNode = node.Id
+	t.st.PendingStepId = step
+	language := node.Language
+	if language == "" {
+		language = "python"
+	}
+	t.out = append(t.out, outEvent{
+		subject:   bus.CommandSubject(bus.AgentSandbox),
+		id:        step + "/cmd",
+		typ:       bus.TypeSandboxExecute,
+		execution: t.st.ExecutionId,
+		msg: &novav1.ExecuteCode{
+			ExecutionId:    t.st.ExecutionId,
+			NodeId:         node.Id,
+			StepId:         step,
+			Visit:          ns.Visits,
+			Attempt:        ns.Attempts,
+			Language:       language,
+			Code:           node.Code,
+			Context:        cloneStruct(t.st.Context),
+			TimeoutSeconds: workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout).Seconds(),
+			Network:        node.Network || t.st.Definition.Network,
+			Stage:          "TASK",
+		},
+	})
+	t.changed = true
+}
+
+// codeExecuted applies the sandbox's result for the pending step.
+func (t *transition) codeExecuted(r *novav1.CodeExecuted) {
+	if t.st.Status != statusRunning || r.StepId != t.st.PendingStepId {
+		return // stale: an older attempt, a redelivery, or an ended execution
+	}
+	node := t.graph.Node(t.st.CurrentNode)
+	ns := t.nodeState(node.Id)
+	t.stepCompleted(node, r)
+
+	if r.Status != nodeSuccess {
+		if r.ErrorKind == errorKindSandboxFault && int(ns.Attempts) < t.e.cfg.SandboxAttempts {
+			ns.Attempts++
+			t.dispatch(node, ns)
+			return
+		}
+		msg := r.Error
+		if msg == "" {
+			msg = "the code failed without a message"
+		}
+		t.nodeFailed(node, ns, msg, r)
+		return
+	}
+
+	for k, v := range r.GetContextUpdates().GetFields() {
+		t.st.Context.Fields[k] = v
+	}
+	for _, k := range r.DeletedKeys {
+		delete(t.st.Context.Fields, k)
+	}
+
+	var decision, next string
+	var err error
+	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
+		v, ok := workflow.DecisionString(t.st.Context.Fields[branchDecision].AsInterface())
+		if !ok {
+			v = ""
+		}
+		decision = v
+		next, err = t.graph.Decide(node.Id, v)
+	} else {
+		next, err = t.graph.Next(node.Id)
+	}
+	if err != nil {
+		t.nodeFailed(node, ns, err.Error(), r)
+		return
+	}
+	ns.Status = statusSucceeded
+	ns.Error = ""
+	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, next, r)
+	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.enter(next)
+}
+
+func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {
+	ns.Status, ns.Error = statusFailed, msg
+	t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
+	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
+}
+
+func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMsg, decision, pathTaken string, r *novav1.CodeExecuted) {
+	nc := &novav1.NodeCompleted{
+		ExecutionId:     t.st.ExecutionId,
+		NodeId:          node.Id,
+		NodeType:        workflow.TypeName(node.Type),
+		Visit:           visit,
+		Status:          status,
+		CodeExecuted:    node.Code,
+		InputContext:    t.st.NodeInput,
+		OutputResult:    cloneStruct(t.st.Context),
+		ErrorMessage:    errMsg,
+		DecisionResult:  decision,
+		PathTaken:       pathTaken,
+		Sequence:        t.st.Sequence,
+		StartedAt:       t.st.NodeStartedAt,
+		CompletedAt:     tsNow(t.now),
+		ExecutionTimeMs: float64(t.now.Sub(t.st.NodeStartedAt.AsTime()).Microseconds()) / 1000,
+	}
+	if node.Code == "" {
+		nc.CodeExecuted = node.Prompt
+	}
+	if r != nil {
+		nc.Stdout, nc.Stderr, nc.Traceback = r.Stdout, r.Stderr, r.Traceback
+	}
+	t.emit(bus.KindNodeCompleted, fmt.Sprintf("%s/%s/%d/completed", t.st.ExecutionId, node.Id, visit), bus.TypeNodeCompleted, nc)
+}
+
+// stepCompleted records the sandbox run as a chain-of-work step.
+func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
+	output := map[string]any{
+		"status":       r.Status,
+		"updated_keys": slices.Sorted(maps.Keys(r.GetContextUpdates().GetFields())),
+		"deleted_keys": stringsToAny(r.DeletedKeys),
+	}
+	if r.ErrorKind != "" {
+		output["error_kind"] = r.ErrorKind
+	}
+	if r.Traceback != "" {
+		output["traceback"] = r.Traceback
+	}
+	if r.Stdout != "" {
+		output["stdout"] = r.Stdout
+	}
+	if r.Stderr != "" {
+		output["stderr"] = r.Stderr
+	}
+	out, _ := newStruct(output)
+	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": slices.Sorted(maps.Keys(t.st.NodeInput.GetFields()))})
+	t.emit(bus.KindStepCompleted, r.StepId+"/step", bus.TypeStepCompleted, &novav1.StepCompleted{
+		ExecutionId:     t.st.ExecutionId,
+		NodeId:          node.Id,
+		Visit:           r.Visit,
+		StepNumber:      r.Attempt,
+		StepName:        "code_execution",
+		AgentName:       "sandbox",
+		AttemptNumber:   r.Attempt,
+		InputData:       in,
+		OutputData:      out,
+		GeneratedCode:   node.Code,
+		SandboxId:       r.SandboxId,
+		Status:          map[bool]string{true: nodeSuccess, false: nodeFailed}[r.Status == nodeSuccess],
+		ErrorMessage:    r.Error,
+		ExecutionTimeMs: r.DurationMs,
+		Timestamp:       tsNow(t.now),
+		StepId:          r.StepId,
+	})
+}
+
+func (t *transition) fail(msg string) {
+	t.st.Status = statusFailed
+	t.st.Error = msg
+	t.completed()
+}
+
+func (t *transition) complete() {
+	t.st.Status = statusSucceeded
+	t.completed()
+}
+
+func (t *transition) completed() {
+	t.st.CompletedAt = tsNow(t.now)
+	wc := &novav1.WorkflowCompleted{
+		ExecutionId:  t.st.ExecutionId,
+		WorkflowName: t.st.Definition.GetName(),
+		Status:       t.st.Status,
+		Context:      cloneStruct(t.st.Context),
+		Path:         t.st.Path,
+		Error:        t.st.Error,
+		StartedAt:    t.st.StartedAt,
+		CompletedAt:  t.st.CompletedAt,
+	}
+	for _, id := range slices.Sorted(maps.Keys(t.st.Nodes)) {
+		ns := t.st.Nodes[id]
+		wc.Nodes = append(wc.Nodes, &novav1.NodeSummary{Id: id, Status: ns.Status, Attempts: ns.Attempts, Error: ns.Error, Visits: ns.Visits})
+	}
+	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, wc)
+}
+
+func languageOf(n *novav1.Node) string {
+	if n.Language == "" {
+		return "python"
+	}
+	return strings.ToLower(n.Language)
+}
+
+func stringsToAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func cloneStruct(s *structpb.Struct) *structpb.Struct {
+	if s == nil {
+		return emptyStruct()
+	}
+	return proto.Clone(s).(*structpb.Struct)
+}
+
+func emptyStruct() *structpb.Struct { return &structpb.Struct{Fields: map[string]*structpb.Value{}} }
+
+func newStruct(m map[string]any) (*structpb.Struct, error) { return structpb.NewStruct(m) }
+
+func tsNow(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }

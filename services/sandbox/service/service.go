@@ -1,0 +1,150 @@
+// Package service connects the sandbox runner to the bus: it takes
+// ExecuteCode commands from nova.cmd.sandbox, runs them and publishes the
+// CodeExecuted result for the graph engine.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/valueref"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/sandbox/runner"
+)
+
+// Consumer is the sandbox's durable consumer, shared by all replicas.
+const Consumer = "sandbox"
+
+// Deps are what the sandbox service needs.
+type Deps struct {
+	Bus    *bus.Bus
+	Runner *runner.Runner
+	Values *valueref.Store
+	Logger *slog.Logger
+	// Workers is how many programs this replica runs at once.
+	Workers int
+}
+
+// Run serves commands until ctx ends; programs already running finish.
+func Run(ctx context.Context, d Deps) error {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if err := d.Bus.EnsureStreams(ctx); err != nil {
+		return err
+	}
+	s := &server{Deps: d}
+	return d.Bus.Consume(ctx, ConsumerSpec(d.Workers), s.handle)
+}
+
+// ConsumerSpec describes the sandbox's work-queue consumer.
+func ConsumerSpec(workers int) bus.Consumer {
+	return bus.Consumer{
+		Stream:  bus.StreamCommands,
+		Durable: Consumer,
+		Filters: []string{bus.CommandSubject(bus.AgentSandbox)},
+		Workers: max(workers, 1),
+		// Long programs are kept alive by heartbeats; a replica that dies
+		// mid-run gives its command back after this long.
+		AckWait:    15 * time.Second,
+		MaxDeliver: 3,
+	}
+}
+
+type server struct{ Deps }
+
+func (s *server) handle(ctx context.Context, ev event.Event) error {
+	var cmd novav1.ExecuteCode
+	if err := bus.Decode(ev, &cmd); err != nil {
+		return err
+	}
+	trace.SpanFromContext(ctx).SetAttributes(
+		attribute.String("execution.id", cmd.ExecutionId),
+		attribute.String("node.id", cmd.NodeId),
+		attribute.Int("attempt", int(cmd.Attempt)))
+	if cmd.ExecutionId == "" || cmd.StepId == "" {
+		return bus.Permanent(errors.New("execute command without execution_id or step_id"))
+	}
+	res, err := s.execute(ctx, &cmd)
+	if err != nil {
+		return err // a fault of this replica: redelivered, elsewhere if possible
+	}
+	return s.Bus.PublishProto(ctx, bus.EventSubject(cmd.ExecutionId, bus.KindSandboxResult),
+		cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
+}
+
+func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.CodeExecuted, error) {
+	out := &novav1.CodeExecuted{
+		ExecutionId: cmd.ExecutionId,
+		NodeId:      cmd.NodeId,
+		StepId:      cmd.StepId,
+		Visit:       cmd.Visit,
+		Attempt:     cmd.Attempt,
+	}
+	input := cmd.GetContext().AsMap()
+	if s.Values != nil {
+		if err := s.Values.Expand(ctx, input); err != nil {
+			if errors.Is(err, valueref.ErrBadRef) {
+				out.Status, out.ErrorKind, out.Error = "error", "code_error", err.Error()
+				return out, nil
+			}
+			return nil, fmt.Errorf("resolve context references: %w", err)
+		}
+	}
+	res, err := s.Runner.Run(ctx, runner.Request{
+		Code:     cmd.Code,
+		Context:  input,
+		Timeout:  time.Duration(cmd.TimeoutSeconds * float64(time.Second)),
+		Network:  cmd.Network,
+		Language: cmd.Language,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", cmd.StepId, err)
+	}
+	out.Status = res.Status
+	out.Error = res.Error
+	out.ErrorKind = res.ErrorKind
+	out.Traceback = truncate(res.Traceback, maxTraceback)
+	out.Stdout, out.Stderr = res.Stdout, res.Stderr
+	out.StdoutDroppedBytes, out.StderrDroppedBytes = res.StdoutDropped, res.StderrDropped
+	out.DurationMs = float64(res.Duration.Microseconds()) / 1000
+	out.SandboxId = res.SandboxID
+	out.DeletedKeys = res.Deleted
+	if res.Status != "success" {
+		return out, nil
+	}
+	updates := res.Updates
+	if s.Values != nil {
+		if err := s.Values.Shrink(ctx, updates); err != nil {
+			return nil, fmt.Errorf("store large results: %w", err)
+		}
+	}
+	st, err := structpb.NewStruct(updates)
+	if err != nil {
+		out.Status, out.ErrorKind = "error", "code_error"
+		out.Error = fmt.Sprintf("context updates cannot be carried: %v", err)
+		return out, nil
+	}
+	out.ContextUpdates = st
+	return out, nil
+}
+
+// maxTraceback keeps a runaway traceback (deep recursion) from making the
+// result event larger than the bus accepts.
+const maxTraceback = 32 << 10
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n/2] + "\n... [truncated] ...\n" + s[len(s)-n/2:]
+}
