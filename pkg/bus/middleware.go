@@ -62,7 +62,8 @@ func (b *Bus) instrument(consumer string, h Handler) Handler {
 			))
 		defer func() {
 			if r := recover(); r != nil {
-				err = Permanent(fmt.Errorf("handler panic: %v\n%s", r, debug.Stack()))
+				b.log.ErrorContext(ctx, "handler panic", "consumer", consumer, "event_id", ev.ID(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = Permanent(fmt.Errorf("handler panic: %v", r))
 			}
 			outcome := "ack"
 			if err != nil {

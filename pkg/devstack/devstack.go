@@ -33,8 +33,8 @@ type Options struct {
 	NATSPort int
 	// MongoPort is the MongoDB wire port on 127.0.0.1; 0 picks a free port.
 	MongoPort int
-	// Logger receives NATS and FerretDB logs at warn level and above only; both are
-	// chatty at info level. Nil discards them.
+	// Logger receives NATS warnings and errors and FerretDB errors only; both are
+	// chatty below that. Nil discards them.
 	Logger *slog.Logger
 }
 
@@ -95,13 +95,13 @@ func (o Options) subDir(name string) (string, error) {
 	return dir, nil
 }
 
-// quietLogger returns a logger that passes records at warn level and above to the
+// quietLogger returns a logger that passes records at min level and above to the
 // caller's logger, or discards everything when there is none.
-func (o Options) quietLogger(component string) *slog.Logger {
+func (o Options) quietLogger(component string, min slog.Level) *slog.Logger {
 	if o.Logger == nil {
 		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(minLevelHandler{min: slog.LevelWarn, next: o.Logger.Handler()}).
+	return slog.New(minLevelHandler{min: min, next: o.Logger.Handler()}).
 		With(slog.String("component", component))
 }
 

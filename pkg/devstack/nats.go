@@ -48,7 +48,7 @@ func StartNATS(ctx context.Context, opts Options) (*NATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start nats: %w", err)
 	}
-	srv.SetLoggerV2(natsLogger{l: opts.quietLogger("nats")}, false, false, false)
+	srv.SetLoggerV2(natsLogger{l: opts.quietLogger("nats", slog.LevelWarn)}, false, false, false)
 
 	srv.Start()
 

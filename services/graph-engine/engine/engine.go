@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -140,7 +141,8 @@ func (e *Engine) consumers() []bus.Consumer {
 	return []bus.Consumer{
 		{Stream: bus.StreamCommands, Durable: ConsumerCommands, Filters: []string{bus.CommandSubject(bus.AgentGraphEngine)}, Workers: e.cfg.Workers},
 		{Stream: bus.StreamEvents, Durable: ConsumerResults, Filters: []string{bus.EventFilter("result.>")}, Workers: e.cfg.Workers},
-		{Stream: bus.StreamDeadLetters, Durable: ConsumerDeadLetters, Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox)}, Workers: 1},
+		{Stream: bus.StreamDeadLetters, Durable: ConsumerDeadLetters, Workers: 1,
+			Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox), bus.DeadLetterSubject(ConsumerResults)}},
 	}
 }
 
@@ -241,11 +243,12 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		return e.publish(ctx, t.out) // a failed execution, not a broken event
 	}
 	st.Definition = def
+	t.graph = workflow.NewGraph(def)
 	if err := e.shrink(ctx, st.Context); err != nil {
 		return err
 	}
 	t.started()
-	t.enter(workflow.NewGraph(def).Start().Id)
+	t.enter(t.graph.Start().Id)
 	if err := e.publish(ctx, t.out); err != nil {
 		return err
 	}
@@ -301,25 +304,44 @@ func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
 	}
 }
 
-// handleDeadLetter fails the node whose command an agent could not handle,
-// so that no execution waits forever for a result that will not come.
+// handleDeadLetter ends what a dead letter would otherwise leave waiting
+// forever: a command the sandbox could not handle fails its node; a result
+// the engine itself could not apply fails its execution.
 func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 	var dl novav1.DeadLetter
 	if err := bus.Decode(ev, &dl); err != nil {
 		return err
 	}
+	var r novav1.CodeExecuted
 	var cmd novav1.ExecuteCode
-	if err := bus.Decode(event.Event{DataEncoded: dl.Data}, &cmd); err != nil || cmd.ExecutionId == "" {
-		e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
-		return nil
+	switch dl.Consumer {
+	case ConsumerResults:
+		if err := decodeData(dl.Data, &r); err != nil || r.ExecutionId == "" {
+			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+			return nil
+		}
+		return e.update(ctx, r.ExecutionId, func(t *transition) {
+			if t.st.Status == statusRunning {
+				t.fail(fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason))
+			}
+		})
+	default:
+		if err := decodeData(dl.Data, &cmd); err != nil || cmd.ExecutionId == "" {
+			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+			return nil
+		}
+		res := &novav1.CodeExecuted{
+			ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit, Attempt: cmd.Attempt,
+			Status:    "error",
+			ErrorKind: errorKindDeadLetter,
+			Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
+		}
+		return e.update(ctx, cmd.ExecutionId, func(t *transition) { t.codeExecuted(res) })
 	}
-	r := &novav1.CodeExecuted{
-		ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit, Attempt: cmd.Attempt,
-		Status:    "error",
-		ErrorKind: errorKindDeadLetter,
-		Error:     fmt.Sprintf("the sandbox could not handle the command after %d deliveries: %s", dl.Deliveries, dl.Reason),
-	}
-	return e.update(ctx, cmd.ExecutionId, func(t *transition) { t.codeExecuted(r) })
+}
+
+func decodeData(data []byte, msg proto.Message) error {
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
 }
 
 // update applies fn to the execution's current state and stores the result

@@ -57,6 +57,13 @@ func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
 	if st.Nodes == nil {
 		st.Nodes = map[string]*novav1.NodeState{}
 	}
+	if st.Context == nil {
+		st.Context = emptyStruct()
+	}
+	if st.Context.Fields == nil {
+		// An empty map does not survive a protobuf round trip.
+		st.Context.Fields = map[string]*structpb.Value{}
+	}
 	return t
 }
 

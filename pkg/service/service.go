@@ -1,0 +1,186 @@
+// Package service is the start-up and shutdown shared by every NOVA service
+// binary: typed config from the environment, telemetry, the bus connection,
+// health endpoints, and a run function that ends on SIGINT/SIGTERM.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/config"
+	"github.com/novaflow/nova/pkg/health"
+	"github.com/novaflow/nova/pkg/telemetry"
+)
+
+// Common is the configuration every service shares. Embed it in a service's
+// config struct.
+type Common struct {
+	NATSURL        string `env:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	NATSCreds      string `env:"NATS_CREDS"`
+	NATSNKeySeed   string `env:"NATS_NKEY_SEED_FILE"`
+	NATSUser       string `env:"NATS_USER"`
+	NATSPassword   string `env:"NATS_PASSWORD" secret:"true"`
+	NATSCAFile     string `env:"NATS_TLS_CA"`
+	NATSCertFile   string `env:"NATS_TLS_CERT"`
+	NATSKeyFile    string `env:"NATS_TLS_KEY"`
+	StreamReplicas int    `env:"NOVA_STREAM_REPLICAS" default:"1"`
+	HealthAddr     string `env:"HEALTH_ADDR" default:":8080"`
+	OTLPEndpoint   string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
+	LogLevel       string `env:"LOG_LEVEL" default:"info"`
+	LogFormat      string `env:"LOG_FORMAT" default:"json"`
+}
+
+// NATSOptions turns the credentials in the config into connection options.
+func (c *Common) NATSOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	if c.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	if c.NATSNKeySeed != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NATSNKeySeed)
+		if err != nil {
+			return nil, fmt.Errorf("NATS_NKEY_SEED_FILE: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if c.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(c.NATSUser, c.NATSPassword))
+	}
+	if c.NATSCAFile != "" {
+		opts = append(opts, nats.RootCAs(c.NATSCAFile))
+	}
+	if c.NATSCertFile != "" {
+		opts = append(opts, nats.ClientCert(c.NATSCertFile, c.NATSKeyFile))
+	}
+	return opts, nil
+}
+
+func (c *Common) common() *Common { return c }
+
+// Config is a service config struct that embeds Common.
+type Config interface{ common() *Common }
+
+// Env is what a service's run function gets.
+type Env struct {
+	Bus       *bus.Bus
+	Telemetry *telemetry.Telemetry
+	Logger    *slog.Logger
+
+	mu     sync.Mutex
+	checks []health.Check
+}
+
+// AddReadiness adds a condition to /readyz (the bus connection is one already).
+func (e *Env) AddReadiness(name string, fn func(context.Context) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.checks = append(e.checks, health.Check{Name: name, Func: fn})
+}
+
+// Main loads cfg, sets everything up, calls run, and returns the process exit
+// code. setup runs before the health server starts so it can add readiness
+// checks; run blocks until ctx ends.
+func Main(name string, cfg Config, run func(ctx context.Context, env *Env) error) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, name, cfg, run); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// Run is Main without the process concerns, for tests.
+func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Context, env *Env) error) error {
+	if err := config.Load(cfg, nil); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	c := cfg.common()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("LOG_LEVEL %q: %w", c.LogLevel, err)
+	}
+	tel, err := telemetry.Setup(ctx, name,
+		telemetry.WithOTLPEndpoint(c.OTLPEndpoint),
+		telemetry.WithLog(os.Stderr, level, !strings.EqualFold(c.LogFormat, "text")))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+	log := tel.Logger
+	log.Info("starting", config.Attrs(cfg)...)
+
+	natsOpts, err := c.NATSOptions()
+	if err != nil {
+		return err
+	}
+	b, err := bus.Connect(ctx, c.NATSURL,
+		bus.WithName(name),
+		bus.WithLogger(log),
+		bus.WithTracerProvider(tel.TracerProvider),
+		bus.WithMeterProvider(tel.MeterProvider),
+		bus.WithNATSOptions(natsOpts...),
+		bus.WithStreamOptions(bus.StreamOptions{Replicas: c.StreamReplicas}))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	env := &Env{Bus: b, Telemetry: tel, Logger: log}
+	env.AddReadiness("nats", func(context.Context) error {
+		if !b.Conn().IsConnected() {
+			return errors.New("not connected")
+		}
+		return nil
+	})
+	// run adds its own checks before it blocks; the health server reads
+	// them per request.
+	hs, err := health.Listen(c.HealthAddr, tel.Registry, health.Check{Name: "service", Func: func(ctx context.Context) error {
+		env.mu.Lock()
+		checks := slices.Clone(env.checks)
+		env.mu.Unlock()
+		for _, ch := range checks {
+			if err := ch.Func(ctx); err != nil {
+				return fmt.Errorf("%s: %w", ch.Name, err)
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	log.Info("serving health and metrics", "addr", hs.Addr())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return hs.Run(gctx) })
+	g.Go(func() error {
+		err := run(gctx, env)
+		if err == nil && gctx.Err() == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		return err
+	})
+	err = g.Wait()
+	log.Info("stopped", "err", err)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,36 @@
+// Command audit persists NOVA's chain of work to MongoDB.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/novaflow/nova/pkg/service"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/audit/store"
+)
+
+type config struct {
+	service.Common
+	MongoURI string `env:"MONGODB_URI" required:"true"`
+	Database string `env:"MONGODB_DATABASE" default:"nova"`
+	Workers  int    `env:"NOVA_WORKERS" default:"8"`
+}
+
+func main() {
+	var cfg config
+	os.Exit(service.Main("audit", &cfg, func(ctx context.Context, env *service.Env) error {
+		st, err := store.Open(ctx, cfg.MongoURI, cfg.Database)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = st.Close(cctx)
+		}()
+		env.AddReadiness("mongodb", st.Ping)
+		return auditservice.Run(ctx, auditservice.Deps{Bus: env.Bus, Store: st, Logger: env.Logger, Workers: cfg.Workers})
+	}))
+}

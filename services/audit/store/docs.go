@@ -1,0 +1,202 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// ExecutionDoc is an executions document: one workflow run. Fields of the outcome are
+// empty while the execution is running.
+type ExecutionDoc struct {
+	ExecutionID    string           `bson:"execution_id" json:"execution_id"`
+	WorkflowName   string           `bson:"workflow_name" json:"workflow_name"`
+	Status         string           `bson:"status" json:"status"`
+	InitialContext map[string]any   `bson:"initial_context" json:"initial_context"`
+	Definition     map[string]any   `bson:"definition" json:"definition,omitempty"`
+	FinalContext   map[string]any   `bson:"final_context" json:"final_context,omitempty"`
+	Path           []string         `bson:"path" json:"path,omitempty"`
+	Nodes          []NodeSummaryDoc `bson:"nodes" json:"nodes,omitempty"`
+	Error          string           `bson:"error" json:"error,omitempty"`
+	StartedAt      *time.Time       `bson:"started_at" json:"started_at,omitempty"`
+	CompletedAt    *time.Time       `bson:"completed_at" json:"completed_at,omitempty"`
+	DurationMs     int64            `bson:"duration_ms" json:"duration_ms,omitempty"`
+}
+
+// NodeSummaryDoc is one node's outcome in ExecutionDoc.Nodes.
+type NodeSummaryDoc struct {
+	ID       string `bson:"id" json:"id"`
+	Status   string `bson:"status" json:"status"`
+	Attempts int    `bson:"attempts" json:"attempts"`
+	Error    string `bson:"error" json:"error,omitempty"`
+	Visits   int    `bson:"visits" json:"visits"`
+}
+
+// NodeDoc is a chain_of_work document: one visit of one node. Field names follow the
+// original NOVA tables.
+type NodeDoc struct {
+	ID             string         `bson:"_id" json:"id"`
+	ExecutionID    string         `bson:"execution_id" json:"execution_id"`
+	NodeID         string         `bson:"node_id" json:"node_id"`
+	NodeType       string         `bson:"node_type" json:"node_type"`
+	Visit          int            `bson:"visit" json:"visit"`
+	Sequence       int            `bson:"sequence" json:"sequence"`
+	CodeExecuted   string         `bson:"code_executed" json:"code_executed,omitempty"`
+	InputContext   map[string]any `bson:"input_context" json:"input_context"`
+	OutputResult   map[string]any `bson:"output_result" json:"output_result"`
+	ExecutionTime  float64        `bson:"execution_time" json:"execution_time"` // milliseconds
+	Status         string         `bson:"status" json:"status"`
+	ErrorMessage   string         `bson:"error_message" json:"error_message,omitempty"`
+	DecisionResult string         `bson:"decision_result" json:"decision_result,omitempty"`
+	PathTaken      string         `bson:"path_taken" json:"path_taken,omitempty"`
+	AIMetadata     map[string]any `bson:"ai_metadata" json:"ai_metadata,omitempty"`
+	Stdout         string         `bson:"stdout" json:"stdout,omitempty"`
+	Stderr         string         `bson:"stderr" json:"stderr,omitempty"`
+	Traceback      string         `bson:"traceback" json:"traceback,omitempty"`
+	StartedAt      *time.Time     `bson:"started_at" json:"started_at,omitempty"`
+	CompletedAt    *time.Time     `bson:"completed_at" json:"completed_at,omitempty"`
+	Timestamp      *time.Time     `bson:"timestamp" json:"timestamp,omitempty"`
+
+	// Steps are the agent steps of this visit, by step number; filled by Chain, not stored.
+	Steps []StepDoc `bson:"-" json:"steps,omitempty"`
+}
+
+// StepDoc is a chain_of_work_steps document: one agent step inside a node visit.
+type StepDoc struct {
+	ID              string         `bson:"_id" json:"id"`
+	ExecutionID     string         `bson:"execution_id" json:"execution_id"`
+	NodeID          string         `bson:"node_id" json:"node_id"`
+	Visit           int            `bson:"visit" json:"visit"`
+	ChainOfWorkID   string         `bson:"chain_of_work_id" json:"chain_of_work_id"`
+	StepNumber      int            `bson:"step_number" json:"step_number"`
+	StepName        string         `bson:"step_name" json:"step_name"`
+	AgentName       string         `bson:"agent_name" json:"agent_name"`
+	AttemptNumber   int            `bson:"attempt_number" json:"attempt_number"`
+	InputData       map[string]any `bson:"input_data" json:"input_data"`
+	OutputData      map[string]any `bson:"output_data" json:"output_data"`
+	GeneratedCode   string         `bson:"generated_code" json:"generated_code,omitempty"`
+	SandboxID       string         `bson:"sandbox_id" json:"sandbox_id,omitempty"`
+	ModelUsed       string         `bson:"model_used" json:"model_used,omitempty"`
+	TokensInput     int64          `bson:"tokens_input" json:"tokens_input"`
+	TokensOutput    int64          `bson:"tokens_output" json:"tokens_output"`
+	CostUSD         float64        `bson:"cost_usd" json:"cost_usd"`
+	ToolCalls       []any          `bson:"tool_calls" json:"tool_calls,omitempty"`
+	Status          string         `bson:"status" json:"status"`
+	ErrorMessage    string         `bson:"error_message" json:"error_message,omitempty"`
+	ExecutionTimeMs float64        `bson:"execution_time_ms" json:"execution_time_ms"`
+	Timestamp       *time.Time     `bson:"timestamp" json:"timestamp,omitempty"`
+}
+
+// Execution returns the execution document, or an error wrapping ErrNotFound.
+func (s *Store) Execution(ctx context.Context, id string) (*ExecutionDoc, error) {
+	var doc ExecutionDoc
+	err := s.executions.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("execution %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("execution %q: %w", id, err)
+	}
+	return &doc, nil
+}
+
+// Chain returns the node visits of an execution in the order they ran, each with its
+// steps. A node visit whose steps are recorded but which has not completed yet is
+// appended at the end with status "running", so a chain read mid-run shows the work in
+// progress. An unknown execution has an empty chain.
+func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error) {
+	filter := bson.D{{Key: "execution_id", Value: executionID}}
+
+	var nodes []NodeDoc
+	cur, err := s.chain.Find(ctx, filter, options.Find().SetSort(bson.D{
+		{Key: "sequence", Value: 1}, {Key: "started_at", Value: 1}, {Key: "_id", Value: 1},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("chain of %q: %w", executionID, err)
+	}
+	if err := cur.All(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("chain of %q: %w", executionID, err)
+	}
+
+	var steps []StepDoc
+	cur, err = s.steps.Find(ctx, filter, options.Find().SetSort(bson.D{
+		{Key: "node_id", Value: 1}, {Key: "visit", Value: 1},
+		{Key: "step_number", Value: 1}, {Key: "timestamp", Value: 1},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("steps of %q: %w", executionID, err)
+	}
+	if err := cur.All(ctx, &steps); err != nil {
+		return nil, fmt.Errorf("steps of %q: %w", executionID, err)
+	}
+
+	byNode := make(map[string]int, len(nodes))
+	for i := range nodes {
+		byNode[nodes[i].ID] = i
+	}
+	for _, st := range steps {
+		i, ok := byNode[st.ChainOfWorkID]
+		if !ok {
+			nodes = append(nodes, NodeDoc{
+				ID:          st.ChainOfWorkID,
+				ExecutionID: st.ExecutionID,
+				NodeID:      st.NodeID,
+				Visit:       st.Visit,
+				Status:      StatusRunning,
+			})
+			i = len(nodes) - 1
+			byNode[st.ChainOfWorkID] = i
+		}
+		nodes[i].Steps = append(nodes[i].Steps, st)
+	}
+	if nodes == nil {
+		nodes = []NodeDoc{}
+	}
+	return nodes, nil
+}
+
+// Counts returns how many documents each collection holds for an execution, keyed by
+// collection name.
+func (s *Store) Counts(ctx context.Context, executionID string) (map[string]int64, error) {
+	counts := make(map[string]int64, 3)
+	for _, q := range []struct {
+		coll   *mongo.Collection
+		filter bson.D
+	}{
+		{s.executions, bson.D{{Key: "_id", Value: executionID}}},
+		{s.chain, bson.D{{Key: "execution_id", Value: executionID}}},
+		{s.steps, bson.D{{Key: "execution_id", Value: executionID}}},
+	} {
+		n, err := q.coll.CountDocuments(ctx, q.filter)
+		if err != nil {
+			return nil, fmt.Errorf("count %s of %q: %w", q.coll.Name(), executionID, err)
+		}
+		counts[q.coll.Name()] = n
+	}
+	return counts, nil
+}
+
+// protoToMap stores a message as a document with the field names of its .proto file,
+// the same JSON a user sees from the API.
+func protoToMap(m proto.Message) (map[string]any, error) {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return nil, nil
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,349 @@
+// Package store keeps the chain of work in MongoDB: one document per execution, one per
+// node visit and one per agent step. Every write is an upsert under an id derived from
+// the event, so JetStream redelivery and replays never create duplicates, and events
+// arriving out of order still converge on the same documents.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/novaflow/nova/pkg/redact"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// DefaultDatabase is used when Open is given an empty database name.
+const DefaultDatabase = "nova"
+
+// Collection names, shared with anything that reads the chain of work directly.
+const (
+	ExecutionsCollection = "executions"
+	ChainCollection      = "chain_of_work"
+	StepsCollection      = "chain_of_work_steps"
+)
+
+// StatusRunning is the status of an execution that has started and not yet completed.
+const StatusRunning = "running"
+
+var (
+	// ErrNotFound is returned by reads when the execution does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidEvent is returned by writes for an event that can never be stored (no
+	// execution id, no node id); the consumer should not retry it.
+	ErrInvalidEvent = errors.New("invalid event")
+)
+
+// Store reads and writes the chain of work.
+type Store struct {
+	client     *mongo.Client
+	executions *mongo.Collection
+	chain      *mongo.Collection
+	steps      *mongo.Collection
+}
+
+// Open connects to the MongoDB at uri, checks it answers, and uses database (DefaultDatabase
+// when empty). It does not create indexes; call EnsureIndexes at start-up.
+func Open(ctx context.Context, uri, database string) (*Store, error) {
+	if database == "" {
+		database = DefaultDatabase
+	}
+	client, err := mongo.Connect(options.Client().
+		ApplyURI(uri).
+		// Contexts and snapshots are read back as plain maps so the CLI can print them
+		// as JSON; the driver's default (bson.D) would print as key/value pairs.
+		SetBSONOptions(&options.BSONOptions{DefaultDocumentMap: true}))
+	if err != nil {
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	if err := client.Ping(ctx, nil); err != nil {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("open audit store: ping: %w", err)
+	}
+	db := client.Database(database)
+	return &Store{
+		client:     client,
+		executions: db.Collection(ExecutionsCollection),
+		chain:      db.Collection(ChainCollection),
+		steps:      db.Collection(StepsCollection),
+	}, nil
+}
+
+// Close disconnects, waiting for in-flight operations until ctx ends.
+func (s *Store) Close(ctx context.Context) error {
+	if err := s.client.Disconnect(ctx); err != nil {
+		return fmt.Errorf("close audit store: %w", err)
+	}
+	return nil
+}
+
+// Ping checks that the database answers, for readiness probes.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx, nil); err != nil {
+		return fmt.Errorf("ping audit store: %w", err)
+	}
+	return nil
+}
+
+// EnsureIndexes creates the indexes the CLI's queries use. It is idempotent: existing
+// indexes with the same keys and names are left alone, so it runs at every start-up.
+//
+// Each index is created with its own createIndexes command: FerretDB v1.24 panics (and
+// drops the connection) on a createIndexes command listing more than one index that
+// already exists. It accepts all these indexes on SQLite, descending keys included.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	indexes := []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		{s.chain, index("execution_sequence", bson.D{{Key: "execution_id", Value: 1}, {Key: "sequence", Value: 1}})},
+		{s.steps, index("execution_node_visit_step", bson.D{
+			{Key: "execution_id", Value: 1}, {Key: "node_id", Value: 1},
+			{Key: "visit", Value: 1}, {Key: "step_number", Value: 1},
+		})},
+		{s.executions, index("started_at", bson.D{{Key: "started_at", Value: -1}})},
+		{s.executions, index("workflow_started_at", bson.D{{Key: "workflow_name", Value: 1}, {Key: "started_at", Value: -1}})},
+	}
+	for _, ix := range indexes {
+		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
+			return fmt.Errorf("create index on %s: %w", ix.coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+func index(name string, keys bson.D) mongo.IndexModel {
+	return mongo.IndexModel{Keys: keys, Options: options.Index().SetName(name)}
+}
+
+// RecordWorkflowStarted creates or completes the execution document with what is known
+// at the start. The status is only set when the document is created, so a started event
+// redelivered after the completed one cannot turn a finished execution back to running.
+func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowStarted) error {
+	id := ev.GetExecutionId()
+	if id == "" {
+		return fmt.Errorf("record workflow started: %w: no execution id", ErrInvalidEvent)
+	}
+	def, err := protoToMap(ev.GetDefinition())
+	if err != nil {
+		return fmt.Errorf("record workflow started %s: definition: %w", id, err)
+	}
+	set := bson.D{
+		{Key: "execution_id", Value: id},
+		{Key: "initial_context", Value: structToMap(ev.GetContext())},
+		{Key: "definition", Value: def},
+	}
+	if name := ev.GetWorkflowName(); name != "" {
+		set = append(set, bson.E{Key: "workflow_name", Value: name})
+	}
+	if t := timeOf(ev.GetStartedAt()); t != nil {
+		set = append(set, bson.E{Key: "started_at", Value: t})
+	}
+	update := bson.D{
+		{Key: "$set", Value: set},
+		{Key: "$setOnInsert", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+	}
+	if err := s.upsert(ctx, s.executions, id, update); err != nil {
+		return fmt.Errorf("record workflow started %s: %w", id, err)
+	}
+	return nil
+}
+
+// RecordWorkflowCompleted sets the outcome on the execution document, creating it if the
+// started event has not been recorded yet.
+func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.WorkflowCompleted) error {
+	id := ev.GetExecutionId()
+	if id == "" {
+		return fmt.Errorf("record workflow completed: %w: no execution id", ErrInvalidEvent)
+	}
+	nodes := make([]NodeSummaryDoc, 0, len(ev.GetNodes()))
+	for _, n := range ev.GetNodes() {
+		nodes = append(nodes, NodeSummaryDoc{
+			ID:       n.GetId(),
+			Status:   n.GetStatus(),
+			Attempts: int(n.GetAttempts()),
+			Error:    n.GetError(),
+			Visits:   int(n.GetVisits()),
+		})
+	}
+	path := ev.GetPath()
+	if path == nil {
+		path = []string{}
+	}
+	started, completed := timeOf(ev.GetStartedAt()), timeOf(ev.GetCompletedAt())
+	set := bson.D{
+		{Key: "execution_id", Value: id},
+		{Key: "status", Value: ev.GetStatus()},
+		{Key: "final_context", Value: structToMap(ev.GetContext())},
+		{Key: "path", Value: path},
+		{Key: "nodes", Value: nodes},
+		{Key: "error", Value: ev.GetError()},
+		{Key: "completed_at", Value: completed},
+	}
+	if name := ev.GetWorkflowName(); name != "" {
+		set = append(set, bson.E{Key: "workflow_name", Value: name})
+	}
+	if started != nil {
+		// Same instant as the started event's; set here too so an execution whose
+		// started event is late still sorts by start time.
+		set = append(set, bson.E{Key: "started_at", Value: started})
+		if completed != nil {
+			set = append(set, bson.E{Key: "duration_ms", Value: completed.Sub(*started).Milliseconds()})
+		}
+	}
+	if err := s.upsert(ctx, s.executions, id, bson.D{{Key: "$set", Value: set}}); err != nil {
+		return fmt.Errorf("record workflow completed %s: %w", id, err)
+	}
+	return nil
+}
+
+// RecordNode stores one node visit; a redelivery replaces the document with itself.
+func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error {
+	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
+		return fmt.Errorf("record node: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
+	}
+	id := NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit())
+	started, completed := timeOf(ev.GetStartedAt()), timeOf(ev.GetCompletedAt())
+	doc := NodeDoc{
+		ID:             id,
+		ExecutionID:    ev.GetExecutionId(),
+		NodeID:         ev.GetNodeId(),
+		NodeType:       ev.GetNodeType(),
+		Visit:          int(ev.GetVisit()),
+		Sequence:       int(ev.GetSequence()),
+		CodeExecuted:   ev.GetCodeExecuted(),
+		InputContext:   structToMap(ev.GetInputContext()),
+		OutputResult:   structToMap(ev.GetOutputResult()),
+		ExecutionTime:  ev.GetExecutionTimeMs(),
+		Status:         ev.GetStatus(),
+		ErrorMessage:   ev.GetErrorMessage(),
+		DecisionResult: ev.GetDecisionResult(),
+		PathTaken:      ev.GetPathTaken(),
+		AIMetadata:     structToMap(ev.GetAiMetadata()),
+		Stdout:         ev.GetStdout(),
+		Stderr:         ev.GetStderr(),
+		Traceback:      ev.GetTraceback(),
+		StartedAt:      started,
+		CompletedAt:    completed,
+		Timestamp:      firstTime(completed, started),
+	}
+	if err := s.replace(ctx, s.chain, id, doc); err != nil {
+		return fmt.Errorf("record node %s: %w", id, err)
+	}
+	return nil
+}
+
+// RecordStep stores one agent step; a redelivery replaces the document with itself.
+func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error {
+	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
+		return fmt.Errorf("record step: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
+	}
+	id := StepDocID(ev.GetExecutionId(), ev.GetStepId(), ev.GetNodeId(), ev.GetVisit(), ev.GetStepNumber())
+	var toolCalls []any
+	if tc := ev.GetToolCalls(); tc != nil {
+		toolCalls, _ = redact.Value(tc.AsSlice()).([]any)
+	}
+	doc := StepDoc{
+		ID:              id,
+		ExecutionID:     ev.GetExecutionId(),
+		NodeID:          ev.GetNodeId(),
+		Visit:           int(ev.GetVisit()),
+		ChainOfWorkID:   NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit()),
+		StepNumber:      int(ev.GetStepNumber()),
+		StepName:        ev.GetStepName(),
+		AgentName:       ev.GetAgentName(),
+		AttemptNumber:   int(ev.GetAttemptNumber()),
+		InputData:       structToMap(ev.GetInputData()),
+		OutputData:      structToMap(ev.GetOutputData()),
+		GeneratedCode:   ev.GetGeneratedCode(),
+		SandboxID:       ev.GetSandboxId(),
+		ModelUsed:       ev.GetModelUsed(),
+		TokensInput:     ev.GetTokensInput(),
+		TokensOutput:    ev.GetTokensOutput(),
+		CostUSD:         ev.GetCostUsd(),
+		ToolCalls:       toolCalls,
+		Status:          ev.GetStatus(),
+		ErrorMessage:    ev.GetErrorMessage(),
+		ExecutionTimeMs: ev.GetExecutionTimeMs(),
+		Timestamp:       timeOf(ev.GetTimestamp()),
+	}
+	if err := s.replace(ctx, s.steps, id, doc); err != nil {
+		return fmt.Errorf("record step %s: %w", id, err)
+	}
+	return nil
+}
+
+// NodeDocID is the chain_of_work id of one node visit.
+func NodeDocID(executionID, nodeID string, visit int32) string {
+	return executionID + "/" + nodeID + "/" + strconv.Itoa(int(visit))
+}
+
+// StepDocID is the chain_of_work_steps id of one step: the step id the pipeline assigned
+// when there is one (it already names exactly one step), else its position.
+func StepDocID(executionID, stepID, nodeID string, visit, stepNumber int32) string {
+	if stepID != "" {
+		return executionID + "/" + stepID
+	}
+	return NodeDocID(executionID, nodeID, visit) + "/" + strconv.Itoa(int(stepNumber))
+}
+
+// upsert applies update to the document with id, creating it if needed.
+func (s *Store) upsert(ctx context.Context, coll *mongo.Collection, id string, update bson.D) error {
+	return retryDuplicate(func() error {
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(true))
+		return err
+	})
+}
+
+// replace writes doc as the document with id, creating it if needed.
+func (s *Store) replace(ctx context.Context, coll *mongo.Collection, id string, doc any) error {
+	return retryDuplicate(func() error {
+		_, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc, options.Replace().SetUpsert(true))
+		return err
+	})
+}
+
+// retryDuplicate runs an upsert again once if it lost an insert race: two replicas
+// handling the same event (or the started and completed events) can both find no
+// document and both insert; the loser's retry then takes the update path.
+func retryDuplicate(write func() error) error {
+	err := write()
+	if mongo.IsDuplicateKeyError(err) {
+		err = write()
+	}
+	return err
+}
+
+// structToMap converts a protobuf Struct to a redacted map for BSON; nil stays nil and is
+// stored as null.
+func structToMap(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return redact.Map(s.AsMap())
+}
+
+func timeOf(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}
+
+func firstTime(ts ...*time.Time) *time.Time {
+	for _, t := range ts {
+		if t != nil {
+			return t
+		}
+	}
+	return nil
+}

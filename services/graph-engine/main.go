@@ -1,0 +1,40 @@
+// Command graph-engine runs NOVA's graph engine against an external NATS.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/novaflow/nova/pkg/service"
+	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+)
+
+type config struct {
+	service.Common
+	NodeTimeout    time.Duration `env:"NOVA_NODE_TIMEOUT" default:"30s"`
+	Workers        int           `env:"NOVA_WORKERS" default:"8"`
+	ValueThreshold int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
+}
+
+func main() {
+	var cfg config
+	os.Exit(service.Main("graph-engine", &cfg, func(ctx context.Context, env *service.Env) error {
+		values, err := valueref.Open(ctx, env.Bus.JetStream(), cfg.ValueThreshold, cfg.StreamReplicas)
+		if err != nil {
+			return err
+		}
+		return engine.Run(ctx, engine.Deps{
+			Bus:            env.Bus,
+			Values:         values,
+			Logger:         env.Logger,
+			TracerProvider: env.Telemetry.TracerProvider,
+			Config: engine.Config{
+				DefaultNodeTimeout: cfg.NodeTimeout,
+				Workers:            cfg.Workers,
+				Replicas:           cfg.StreamReplicas,
+			},
+		})
+	}))
+}

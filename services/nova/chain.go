@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/services/audit/store"
+)
+
+func devstackMongo(ctx context.Context, dataDir string) (*devstack.Mongo, error) {
+	return devstack.StartMongo(ctx, devstack.Options{DataDir: dataDir})
+}
+
+// chainView is what `nova chain --json` prints.
+type chainView struct {
+	Execution *store.ExecutionDoc `json:"execution"`
+	Nodes     []store.NodeDoc     `json:"nodes"`
+}
+
+func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID string, asJSON bool) error {
+	exec, err := st.Execution(ctx, executionID)
+	if err != nil {
+		return fmt.Errorf("execution %s: %w", executionID, err)
+	}
+	nodes, err := st.Chain(ctx, executionID)
+	if err != nil {
+		return fmt.Errorf("chain of work of %s: %w", executionID, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(chainView{Execution: exec, Nodes: nodes})
+	}
+	fmt.Fprintf(w, "\nchain of work of %s (workflow %q, %s", exec.ExecutionID, exec.WorkflowName, exec.Status)
+	if exec.DurationMs > 0 {
+		fmt.Fprintf(w, ", %d ms", exec.DurationMs)
+	}
+	fmt.Fprintln(w, ")")
+	for _, n := range nodes {
+		fmt.Fprintf(w, "\n#%d %s [%s] visit %d: %s, %.1f ms\n", n.Sequence, n.NodeID, n.NodeType, n.Visit, n.Status, n.ExecutionTime)
+		if n.NodeType == "decision" && n.PathTaken != "" {
+			fmt.Fprintf(w, "   decision %q -> %s\n", n.DecisionResult, n.PathTaken)
+		} else if n.PathTaken != "" {
+			fmt.Fprintf(w, "   next %s\n", n.PathTaken)
+		}
+		if n.ErrorMessage != "" {
+			fmt.Fprintf(w, "   error: %s\n", n.ErrorMessage)
+		}
+		if changed := changedKeys(n.InputContext, n.OutputResult); len(changed) > 0 {
+			fmt.Fprintf(w, "   context changed: %s\n", strings.Join(changed, ", "))
+		}
+		if n.CodeExecuted != "" {
+			fmt.Fprintf(w, "   code:\n%s", indent(n.CodeExecuted, "     | "))
+		}
+		if n.Stdout != "" {
+			fmt.Fprintf(w, "   stdout:\n%s", indent(n.Stdout, "     | "))
+		}
+		if n.Stderr != "" {
+			fmt.Fprintf(w, "   stderr:\n%s", indent(n.Stderr, "     | "))
+		}
+		if n.Traceback != "" {
+			fmt.Fprintf(w, "   traceback:\n%s", indent(n.Traceback, "     | "))
+		}
+		for _, s := range n.Steps {
+			fmt.Fprintf(w, "   step %d %s/%s attempt %d: %s, %.1f ms", s.StepNumber, s.AgentName, s.StepName, s.AttemptNumber, s.Status, s.ExecutionTimeMs)
+			if s.SandboxID != "" {
+				fmt.Fprintf(w, ", sandbox %s", s.SandboxID)
+			}
+			if s.ModelUsed != "" {
+				fmt.Fprintf(w, ", model %s, %d+%d tokens, $%.6f", s.ModelUsed, s.TokensInput, s.TokensOutput, s.CostUSD)
+			}
+			fmt.Fprintln(w)
+			if s.ErrorMessage != "" {
+				fmt.Fprintf(w, "     error: %s\n", s.ErrorMessage)
+			}
+		}
+	}
+	return nil
+}
+
+// changedKeys lists the keys a node added, changed or removed.
+func changedKeys(before, after map[string]any) []string {
+	var keys []string
+	for k, v := range after {
+		if old, ok := before[k]; !ok || !jsonEqual(old, v) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			keys = append(keys, k+" (removed)")
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func jsonEqual(a, b any) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return prefix + strings.Join(lines, "\n"+prefix) + "\n"
+}

@@ -1,0 +1,181 @@
+// Package client is a producer of workflows: it starts them with the
+// documented CloudEvent and waits for their completion event, exactly as any
+// other producer would.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/valueref"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Client starts workflows and waits for them.
+type Client struct {
+	bus    *bus.Bus
+	values *valueref.Store
+}
+
+// New returns a client. values, when set, carries large initial context
+// values by reference (events are limited to the server's max payload).
+func New(b *bus.Bus, values *valueref.Store) *Client { return &Client{bus: b, values: values} }
+
+// ErrDeadLettered is returned when the engine could not read the start event.
+var ErrDeadLettered = errors.New("start event dead-lettered")
+
+// Execution is a started workflow.
+type Execution struct {
+	ID      string
+	EventID string
+
+	done <-chan *novav1.WorkflowCompleted
+	dead <-chan *novav1.DeadLetter
+	stop func()
+}
+
+// Start publishes a StartWorkflow event (type io.nova.workflow.start.v1 on
+// nova.cmd.graph-engine). def may be nil when name is a registered workflow.
+// It subscribes to the completion before publishing, so no outcome is missed.
+func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name string, initial map[string]any) (*Execution, error) {
+	if initial == nil {
+		initial = map[string]any{}
+	}
+	if c.values != nil {
+		if err := c.values.Shrink(ctx, initial); err != nil {
+			return nil, err
+		}
+	}
+	st, err := structpb.NewStruct(initial)
+	if err != nil {
+		return nil, fmt.Errorf("initial context: %w", err)
+	}
+	id := uuid.NewString()
+	exec, err := c.watch(ctx, id, "start-"+id)
+	if err != nil {
+		return nil, err
+	}
+	err = c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), exec.EventID, bus.TypeWorkflowStart,
+		&novav1.StartWorkflow{ExecutionId: id, Definition: def, WorkflowName: name, Context: st},
+		map[string]string{"executionid": id})
+	if err != nil {
+		exec.stop()
+		return nil, err
+	}
+	return exec, nil
+}
+
+// Register stores a definition under its name for later starts by name.
+func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) error {
+	return c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "register-"+uuid.NewString(),
+		bus.TypeWorkflowRegister, &novav1.RegisterWorkflow{Definition: def}, nil)
+}
+
+func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, error) {
+	js := c.bus.JetStream()
+	done := make(chan *novav1.WorkflowCompleted, 1)
+	dead := make(chan *novav1.DeadLetter, 1)
+	completion, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch completion of %s: %w", id, err)
+	}
+	cc, err := completion.Consume(func(m jetstream.Msg) {
+		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+		var wc novav1.WorkflowCompleted
+		if err == nil && bus.Decode(*ev, &wc) == nil {
+			select {
+			case done <- &wc:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	dlq, err := js.OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		cc.Stop()
+		return nil, err
+	}
+	dc, err := dlq.Consume(func(m jetstream.Msg) {
+		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+		var dl novav1.DeadLetter
+		if err == nil && bus.Decode(*ev, &dl) == nil && dl.Headers["ce-id"] == eventID {
+			select {
+			case dead <- &dl:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		cc.Stop()
+		return nil, err
+	}
+	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { cc.Stop(); dc.Stop() }}, nil
+}
+
+// Wait blocks until the execution completes (or its start event is
+// dead-lettered, or ctx ends).
+func (e *Execution) Wait(ctx context.Context) (*novav1.WorkflowCompleted, error) {
+	defer e.stop()
+	select {
+	case wc := <-e.done:
+		return wc, nil
+	case dl := <-e.dead:
+		// The engine publishes a failed completion for an unreadable start
+		// that names its execution; prefer it when it is there.
+		select {
+		case wc := <-e.done:
+			return wc, nil
+		case <-time.After(500 * time.Millisecond):
+		}
+		return nil, fmt.Errorf("%w: %s", ErrDeadLettered, dl.Reason)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for execution %s: %w", e.ID, ctx.Err())
+	}
+}
+
+// Run starts a workflow and waits for it.
+func (c *Client) Run(ctx context.Context, def *novav1.WorkflowDefinition, initial map[string]any) (*novav1.WorkflowCompleted, error) {
+	exec, err := c.Start(ctx, def, "", initial)
+	if err != nil {
+		return nil, err
+	}
+	return exec.Wait(ctx)
+}
+
+// WaitConsumerIdle waits until a durable consumer has nothing pending and
+// nothing unacknowledged: for the audit consumer, the chain of work of every
+// finished execution is then in the store.
+func (c *Client) WaitConsumerIdle(ctx context.Context, stream, durable string) error {
+	cons, err := c.bus.JetStream().Consumer(ctx, stream, durable)
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", durable, err)
+	}
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", durable, err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to catch up: %w", durable, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

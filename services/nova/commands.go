@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/nova/client"
+	"github.com/novaflow/nova/services/nova/stack"
+)
+
+// setFlags collects repeated --set key=value.
+type setFlags []string
+
+func (s *setFlags) String() string     { return strings.Join(*s, ",") }
+func (s *setFlags) Set(v string) error { *s = append(*s, v); return nil }
+
+// parseFlags parses flags that may come before or after the positional
+// arguments (nova run FILE --json and nova run --json FILE both work).
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+func stackOptions(dataDir string, log *slog.Logger) stack.Options {
+	return stack.Options{
+		DataDir:      dataDir,
+		NATSURL:      os.Getenv("NATS_URL"),
+		MongoURI:     os.Getenv("MONGODB_URI"),
+		OTLPEndpoint: os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
+		Logger:       log,
+	}
+}
+
+func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
+	natsPort := fs.Int("nats-port", 4222, "port of the embedded NATS server")
+	mongoPort := fs.Int("mongo-port", 27017, "port of the embedded MongoDB-compatible store")
+	if _, err := parseFlags(fs, args); err != nil {
+		return exitInvalid
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	opts := stackOptions(*dataDir, log)
+	opts.NATSPort, opts.MongoPort = *natsPort, *mongoPort
+	s, err := stack.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dev: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "NOVA dev server running (graph-engine, sandbox, audit)\n")
+	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
+	fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
+		bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
+	<-ctx.Done()
+	if err := s.Close(); err != nil {
+		fmt.Fprintf(stderr, "nova dev: stop: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// runResult is what `nova run --json` prints.
+type runResult struct {
+	ExecutionID string          `json:"execution_id"`
+	Status      string          `json:"status"`
+	Context     map[string]any  `json:"context"`
+	Path        []string        `json:"path"`
+	Nodes       []runNodeResult `json:"nodes"`
+	Error       string          `json:"error"`
+}
+
+type runNodeResult struct {
+	ID       string `json:"id"`
+	Status   string `json:"status"`
+	Attempts int32  `json:"attempts"`
+	Error    string `json:"error"`
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sets setFlags
+	fs.Var(&sets, "set", "initial context value key=value (JSON when valid JSON, else a string); repeatable")
+	contextFile := fs.String("context-file", "", "JSON object with the initial context")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	withChain := fs.Bool("chain", false, "also print the chain of work from the audit store")
+	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting after this long")
+	verbose := fs.Bool("v", false, "show the services' logs")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return exitInvalid
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "nova run: want exactly one workflow FILE")
+		return exitInvalid
+	}
+	def, err := workflow.Load(pos[0], workflow.ValidateOptions{})
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitInvalid
+	}
+	initial, err := initialContext(*contextFile, sets)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitInvalid
+	}
+
+	logOut := io.Discard
+	if *verbose {
+		logOut = stderr
+	}
+	s, err := stack.Start(ctx, stackOptions(*dataDir, slog.New(slog.NewTextHandler(logOut, nil))))
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitFailed
+	}
+	defer s.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	b, err := s.Connect(ctx, "nova-cli")
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitFailed
+	}
+	defer b.Close()
+	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitFailed
+	}
+	c := client.New(b, values)
+	wc, err := c.Run(ctx, def, initial)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitFailed
+	}
+	res := toRunResult(wc)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else {
+		printRun(stdout, def, res)
+	}
+	if *withChain {
+		if err := c.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitFailed
+		}
+		if err := printChain(ctx, stdout, s.Store, res.ExecutionID, *asJSON); err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitFailed
+		}
+	}
+	if res.Status != "succeeded" {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// initialContext merges --context-file and then every --set.
+func initialContext(file string, sets []string) (map[string]any, error) {
+	ctx := map[string]any{}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("context file: %w", err)
+		}
+		if err := json.Unmarshal(data, &ctx); err != nil {
+			return nil, fmt.Errorf("context file %s is not a JSON object: %w", file, err)
+		}
+	}
+	for _, kv := range sets {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--set %q: want key=value", kv)
+		}
+		var parsed any
+		if err := json.Unmarshal([]byte(v), &parsed); err != nil {
+			parsed = v
+		}
+		ctx[k] = parsed
+	}
+	return ctx, nil
+}
+
+func toRunResult(wc *novav1.WorkflowCompleted) runResult {
+	res := runResult{
+		ExecutionID: wc.ExecutionId,
+		Status:      wc.Status,
+		Context:     wc.GetContext().AsMap(),
+		Path:        wc.Path,
+		Error:       wc.Error,
+		Nodes:       []runNodeResult{},
+	}
+	if res.Path == nil {
+		res.Path = []string{}
+	}
+	for _, n := range wc.Nodes {
+		res.Nodes = append(res.Nodes, runNodeResult{ID: n.Id, Status: n.Status, Attempts: n.Attempts, Error: n.Error})
+	}
+	return res
+}
+
+func printRun(w io.Writer, def *novav1.WorkflowDefinition, res runResult) {
+	fmt.Fprintf(w, "workflow   %s\nexecution  %s\nstatus     %s\n", def.Name, res.ExecutionID, res.Status)
+	if res.Error != "" {
+		fmt.Fprintf(w, "error      %s\n", res.Error)
+	}
+	fmt.Fprintf(w, "path       %s\n", strings.Join(res.Path, " -> "))
+	ctxJSON, _ := json.MarshalIndent(res.Context, "           ", "  ")
+	fmt.Fprintf(w, "context    %s\n", ctxJSON)
+}
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return exitInvalid
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "nova validate: want exactly one workflow FILE")
+		return exitInvalid
+	}
+	def, err := workflow.Load(pos[0], workflow.ValidateOptions{})
+	if err != nil {
+		fmt.Fprintf(stderr, "nova validate: %v\n", err)
+		return exitInvalid
+	}
+	fmt.Fprintf(stdout, "%s: workflow %q is valid (%d nodes, %d edges)\n", pos[0], def.Name, len(def.Nodes), len(def.Edges))
+	return exitOK
+}
+
+func cmdChain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("chain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", "./.nova", "data directory of the embedded store")
+	mongoURI := fs.String("mongo", os.Getenv("MONGODB_URI"), "MongoDB URI of the audit store (instead of --data-dir)")
+	database := fs.String("database", "nova", "database of the chain of work")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return exitInvalid
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "nova chain: want exactly one EXECUTION_ID")
+		return exitInvalid
+	}
+	uri := *mongoURI
+	if uri == "" {
+		m, err := devstackMongo(ctx, *dataDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "nova chain: %v\n", err)
+			return exitFailed
+		}
+		defer m.Close()
+		uri = m.URI()
+	}
+	st, err := store.Open(ctx, uri, *database)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova chain: %v\n", err)
+		return exitFailed
+	}
+	defer st.Close(context.WithoutCancel(ctx))
+	if err := printChain(ctx, stdout, st, pos[0], *asJSON); err != nil {
+		fmt.Fprintf(stderr, "nova chain: %v\n", err)
+		if errors.Is(err, store.ErrNotFound) {
+			return exitInvalid
+		}
+		return exitFailed
+	}
+	return exitOK
+}

@@ -1,0 +1,61 @@
+// Command nova is NOVA's command line: an all-in-one dev server, a runner
+// for one workflow, a validator and a chain-of-work reader.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `nova: run workflow graphs whose nodes are code or natural-language tasks
+
+Usage:
+  nova dev      [--data-dir DIR] [--nats-port N] [--mongo-port N]
+  nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--data-dir DIR]
+  nova validate FILE
+  nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
+
+Environment: NATS_URL and MONGODB_URI use external servers instead of the
+embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
+`
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitInvalid = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitInvalid
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "dev":
+		return cmdDev(ctx, rest, stdout, stderr)
+	case "run":
+		return cmdRun(ctx, rest, stdout, stderr)
+	case "validate":
+		return cmdValidate(rest, stdout, stderr)
+	case "chain":
+		return cmdChain(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "nova: unknown command %q\n\n%s", cmd, usage)
+		return exitInvalid
+	}
+}

@@ -1,0 +1,284 @@
+// Package stack assembles every NOVA service in one process, the shape of
+// `nova dev` and `nova run`: each service is a named module with its own
+// bus connection and telemetry, started and stopped on its own, against the
+// embedded NATS and FerretDB or external ones.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/telemetry"
+	"github.com/novaflow/nova/pkg/valueref"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/sandbox/runner"
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
+)
+
+// Module names.
+const (
+	GraphEngine = "graph-engine"
+	Sandbox     = "sandbox"
+	Audit       = "audit"
+)
+
+// Modules is every module, in start order.
+var Modules = []string{Audit, Sandbox, GraphEngine}
+
+// Options configures a stack.
+type Options struct {
+	// DataDir holds the embedded servers' data; used when NATSURL or MongoURI is empty.
+	DataDir string
+	// NATSURL and MongoURI point at external servers instead of embedded ones.
+	NATSURL  string
+	MongoURI string
+	// NATSPort and MongoPort fix the embedded servers' ports (0 = any free port).
+	NATSPort, MongoPort int
+	// Database is the MongoDB database of the chain of work.
+	Database string
+	// Logger receives every module's logs; nil discards them.
+	Logger *slog.Logger
+	// SpanExporter, when set, receives every module's spans (tests).
+	SpanExporter sdktrace.SpanExporter
+	// OTLPEndpoint exports spans over OTLP/HTTP.
+	OTLPEndpoint string
+	// SandboxWorkers is how many programs run at once (default 2).
+	SandboxWorkers int
+	// NodeTimeout is the default node timeout (default 30s).
+	NodeTimeout time.Duration
+	// ValueThreshold is the size over which context values go by reference.
+	ValueThreshold int
+	// Modules to start (default all).
+	Modules []string
+}
+
+// Stack is a running set of modules.
+type Stack struct {
+	opts     Options
+	infra    *devstack.Stack
+	natsURL  string
+	mongoURI string
+	registry *prometheus.Registry
+	Store    *store.Store
+
+	mu      sync.Mutex
+	running map[string]*module
+}
+
+type module struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start brings up the infrastructure (embedded unless URLs are given) and the modules.
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Database == "" {
+		opts.Database = "nova"
+	}
+	if opts.SandboxWorkers <= 0 {
+		opts.SandboxWorkers = 2
+	}
+	if len(opts.Modules) == 0 {
+		opts.Modules = Modules
+	}
+	s := &Stack{opts: opts, natsURL: opts.NATSURL, mongoURI: opts.MongoURI, running: map[string]*module{},
+		registry: prometheus.NewRegistry()}
+	if s.natsURL == "" || s.mongoURI == "" {
+		infra, err := devstack.Start(ctx, devstack.Options{
+			DataDir: opts.DataDir, NATSPort: opts.NATSPort, MongoPort: opts.MongoPort, Logger: opts.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.infra = infra
+		if s.natsURL == "" {
+			s.natsURL = infra.NATSURL
+		}
+		if s.mongoURI == "" {
+			s.mongoURI = infra.MongoURI
+		}
+	}
+	st, err := store.Open(ctx, s.mongoURI, opts.Database)
+	if err != nil {
+		s.closeInfra()
+		return nil, err
+	}
+	s.Store = st
+	for _, name := range opts.Modules {
+		if err := s.StartModule(ctx, name); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// NATSURL is the URL of the NATS server the modules use.
+func (s *Stack) NATSURL() string { return s.natsURL }
+
+// MongoURI is the URI of the audit store.
+func (s *Stack) MongoURI() string { return s.mongoURI }
+
+// Infra is the embedded infrastructure, nil when external servers are used.
+func (s *Stack) Infra() *devstack.Stack { return s.infra }
+
+// StartModule starts one module; it returns once the module's consumers are
+// declared, so events published afterwards are kept for it.
+func (s *Stack) StartModule(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.running[name]; ok {
+		return fmt.Errorf("module %s already running", name)
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	run, err := s.build(mctx, name)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	m := &module{cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- run(mctx) }()
+	s.running[name] = m
+	return nil
+}
+
+// StopModule stops one module and waits for it: its consumers stop pulling
+// and finish what they hold.
+func (s *Stack) StopModule(name string) error {
+	s.mu.Lock()
+	m, ok := s.running[name]
+	delete(s.running, name)
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("module %s not running", name)
+	}
+	m.cancel()
+	return <-m.done
+}
+
+// Close stops every module and the embedded infrastructure.
+func (s *Stack) Close() error {
+	var errs []error
+	for i := len(Modules) - 1; i >= 0; i-- {
+		s.mu.Lock()
+		_, ok := s.running[Modules[i]]
+		s.mu.Unlock()
+		if ok {
+			errs = append(errs, s.StopModule(Modules[i]))
+		}
+	}
+	if s.Store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, s.Store.Close(ctx))
+		cancel()
+	}
+	errs = append(errs, s.closeInfra())
+	return errors.Join(errs...)
+}
+
+func (s *Stack) closeInfra() error {
+	if s.infra == nil {
+		return nil
+	}
+	return s.infra.Close()
+}
+
+// Connect opens a bus connection to the stack's NATS (for clients).
+func (s *Stack) Connect(ctx context.Context, name string, opts ...bus.Option) (*bus.Bus, error) {
+	return bus.Connect(ctx, s.natsURL, append([]bus.Option{bus.WithName(name), bus.WithLogger(s.opts.Logger)}, opts...)...)
+}
+
+// build wires one module: its telemetry (named after the service, so
+// traces show which service did what), its bus connection and its Run.
+func (s *Stack) build(ctx context.Context, name string) (func(context.Context) error, error) {
+	topts := []telemetry.Option{telemetry.WithOTLPEndpoint(s.opts.OTLPEndpoint), telemetry.WithRegistry(s.registry)}
+	if s.opts.SpanExporter != nil {
+		topts = append(topts, telemetry.WithSpanExporter(s.opts.SpanExporter))
+	}
+	tel, err := telemetry.Setup(ctx, name, topts...)
+	if err != nil {
+		return nil, err
+	}
+	log := s.opts.Logger.With("service", name)
+	b, err := bus.Connect(ctx, s.natsURL, bus.WithName(name), bus.WithLogger(log),
+		bus.WithTracerProvider(tel.TracerProvider), bus.WithMeterProvider(tel.MeterProvider))
+	if err != nil {
+		return nil, err
+	}
+	cleanup := func() {
+		b.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}
+	var run func(context.Context) error
+	switch name {
+	case GraphEngine:
+		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, 1)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider,
+			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout}})
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		run = e.Run
+	case Sandbox:
+		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Logger: log})
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, 1)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		if err := b.EnsureStreams(ctx); err != nil {
+			cleanup()
+			return nil, err
+		}
+		if _, err := b.DeclareConsumer(ctx, sandboxservice.ConsumerSpec(s.opts.SandboxWorkers)); err != nil {
+			cleanup()
+			return nil, err
+		}
+		deps := sandboxservice.Deps{Bus: b, Runner: r, Values: values, Logger: log, Workers: s.opts.SandboxWorkers}
+		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
+	case Audit:
+		if err := b.EnsureStreams(ctx); err != nil {
+			cleanup()
+			return nil, err
+		}
+		if _, err := b.DeclareConsumer(ctx, auditservice.ConsumerSpec(0)); err != nil {
+			cleanup()
+			return nil, err
+		}
+		deps := auditservice.Deps{Bus: b, Store: s.Store, Logger: log}
+		run = func(ctx context.Context) error { return auditservice.Run(ctx, deps) }
+	default:
+		cleanup()
+		return nil, fmt.Errorf("unknown module %q", name)
+	}
+	return func(ctx context.Context) error {
+		defer cleanup()
+		return run(ctx)
+	}, nil
+}

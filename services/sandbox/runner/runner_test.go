@@ -1,0 +1,659 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newTestRunner builds a Runner over a private work dir and checks, when the test
+// ends, that every per-execution directory was removed.
+func newTestRunner(t testing.TB, cfg Config) *Runner {
+	t.Helper()
+	if _, err := exec.LookPath("/usr/bin/bwrap"); err != nil {
+		t.Skip("bubblewrap is not installed (/usr/bin/bwrap); install the bubblewrap package to run sandbox tests")
+	}
+	dir, err := os.MkdirTemp("", "nova-runner-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Searchable by the unprivileged sandbox user bwrap runs as under root.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		left, _ := os.ReadDir(dir)
+		for _, e := range left {
+			t.Errorf("per-execution dir left behind: %s", e.Name())
+		}
+		_ = os.RemoveAll(dir)
+	})
+	cfg.WorkDir = dir
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return r
+}
+
+func run(t *testing.T, r *Runner, req Request) Result {
+	t.Helper()
+	res, err := r.Run(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Run: %v (stderr: %s)", err, res.Stderr)
+	}
+	return res
+}
+
+// sameJSON compares values the way a consumer of the JSON would see them.
+func sameJSON(t *testing.T, got any, want string) bool {
+	t.Helper()
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatalf("marshal %v: %v", got, err)
+	}
+	var g, w any
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("bad want %s: %v", want, err)
+	}
+	return reflect.DeepEqual(g, w)
+}
+
+func wantSuccess(t *testing.T, res Result, updates string, deleted ...string) {
+	t.Helper()
+	if res.Status != StatusSuccess {
+		t.Fatalf("status %q (%s: %s)\n%s\nstderr: %s", res.Status, res.ErrorKind, res.Error, res.Traceback, res.Stderr)
+	}
+	if !sameJSON(t, res.Updates, updates) {
+		t.Errorf("updates = %v, want %s", res.Updates, updates)
+	}
+	if len(res.Deleted) != len(deleted) || (len(deleted) > 0 && !reflect.DeepEqual(res.Deleted, deleted)) {
+		t.Errorf("deleted = %q, want %q", res.Deleted, deleted)
+	}
+}
+
+func wantError(t *testing.T, res Result, kind, message string) {
+	t.Helper()
+	if res.Status != StatusError || res.ErrorKind != kind {
+		t.Fatalf("got %s/%q (%s), want error/%q\nstderr: %s", res.Status, res.ErrorKind, res.Error, kind, res.Stderr)
+	}
+	if !strings.Contains(res.Error, message) {
+		t.Errorf("error = %q, want it to contain %q", res.Error, message)
+	}
+	if res.Updates != nil || res.Deleted != nil {
+		t.Errorf("a failed run reported updates %v / deletions %v", res.Updates, res.Deleted)
+	}
+}
+
+func TestRun(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	big := strings.Repeat("0123456789abcdef", 5<<20/16)
+
+	tests := []struct {
+		name  string
+		req   Request
+		check func(t *testing.T, res Result)
+	}{
+		{
+			name:  "simple update",
+			req:   Request{Code: "context['x'] = 1"},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"x": 1}`) },
+		},
+		{
+			name:  "reads the context and computes",
+			req:   Request{Code: "context['discount'] = context['total'] * 0.1", Context: map[string]any{"total": 1500}},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"discount": 150}`) },
+		},
+		{
+			name: "unchanged keys are not updates, a bool is not an int",
+			req: Request{
+				Code:    "context['flag'] = True\ncontext['same'] = {'a': [1, 2]}",
+				Context: map[string]any{"flag": 1, "same": map[string]any{"a": []any{1, 2}}, "other": "kept"},
+			},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"flag": true}`) },
+		},
+		{
+			name:  "deletion",
+			req:   Request{Code: "del context['a']\ncontext.pop('b')", Context: map[string]any{"a": 1, "b": 2, "c": 3}},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{}`, "a", "b") },
+		},
+		{
+			name: "original protocol line, the last one wins over the diff",
+			req: Request{
+				Code: `import json
+context['x'] = 1
+context['y'] = 1
+print(json.dumps({"status": "success", "context_updates": {"y": 0}}))
+print(json.dumps({"status": "success", "context_updates": {"y": 2, "z": [1, 2]}, "message": "ok"}))
+print("done")
+print({"status": 200})`,
+			},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"x": 1, "y": 2, "z": [1, 2]}`) },
+		},
+		{
+			name: "protocol line puts back a deleted key",
+			req: Request{
+				Code:    `del context['a']` + "\n" + `print('{"context_updates": {"a": 5}}')`,
+				Context: map[string]any{"a": 1},
+			},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"a": 5}`) },
+		},
+		{
+			name: "protocol status error",
+			req:  Request{Code: `print(json.dumps({"status": "error", "message": "no rows to process"}))`},
+			check: func(t *testing.T, res Result) {
+				wantError(t, res, KindCodeError, "no rows to process")
+			},
+		},
+		{
+			name: "raised exception",
+			req: Request{Code: `def check(amount):
+    if amount <= 0:
+        raise ValueError("amount must be positive")
+check(context["amount"])`, Context: map[string]any{"amount": -5}},
+			check: func(t *testing.T, res Result) {
+				wantError(t, res, KindCodeError, "ValueError: amount must be positive")
+				for _, want := range []string{`File "<node>", line 3, in check`, `File "<node>", line 4`, `raise ValueError("amount must be positive")`} {
+					if !strings.Contains(res.Traceback, want) {
+						t.Errorf("traceback lacks %q:\n%s", want, res.Traceback)
+					}
+				}
+				if strings.Contains(res.Traceback, "runner.py") {
+					t.Errorf("traceback shows the runner's frames:\n%s", res.Traceback)
+				}
+			},
+		},
+		{
+			name: "syntax error",
+			req:  Request{Code: "x = 1\nif x\n    pass"},
+			check: func(t *testing.T, res Result) {
+				wantError(t, res, KindCodeError, "SyntaxError")
+				if !strings.Contains(res.Traceback, `File "<node>", line 2`) {
+					t.Errorf("traceback lacks the line:\n%s", res.Traceback)
+				}
+			},
+		},
+		{
+			name:  "sys.exit with a non-zero code",
+			req:   Request{Code: "import sys\nsys.exit(2)"},
+			check: func(t *testing.T, res Result) { wantError(t, res, KindCodeError, "SystemExit: 2") },
+		},
+		{
+			name:  "sys.exit(0) keeps the updates",
+			req:   Request{Code: "import sys\ncontext['x'] = 1\nsys.exit(0)"},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"x": 1}`) },
+		},
+		{
+			name: "non-serializable values are named",
+			req:  Request{Code: "import datetime as dt\ncontext['ok'] = 1\ncontext['when'] = dt.datetime(2024, 1, 1)\ncontext['tags'] = {'a'}"},
+			check: func(t *testing.T, res Result) {
+				wantError(t, res, KindCodeError, `context values are not JSON-serializable: "when" (datetime), "tags" (set)`)
+			},
+		},
+		{
+			name: "NaN is not JSON",
+			req:  Request{Code: "context['ratio'] = float('nan')\ncontext['nested'] = {'v': [float('inf')]}"},
+			check: func(t *testing.T, res Result) {
+				wantError(t, res, KindCodeError, `"ratio" (NaN or Infinity), "nested" (NaN or Infinity)`)
+			},
+		},
+		{
+			name:  "a DataFrame and bytes are not JSON",
+			req:   Request{Code: "import pandas as pd\ncontext['df'] = pd.DataFrame({'a': [1]})\ncontext['raw'] = b'x'"},
+			check: func(t *testing.T, res Result) { wantError(t, res, KindCodeError, `"df" (DataFrame), "raw" (bytes)`) },
+		},
+		{
+			name:  "rebinding context to something else",
+			req:   Request{Code: "context = [1]"},
+			check: func(t *testing.T, res Result) { wantError(t, res, KindCodeError, "context must be a dict") },
+		},
+		{
+			name:  "memory limit",
+			req:   Request{Code: "x = bytearray(2 << 30)"},
+			check: func(t *testing.T, res Result) { wantError(t, res, KindLimit, "MemoryError") },
+		},
+		{
+			name:  "other languages are unavailable",
+			req:   Request{Code: "context.x = 1", Language: "javascript"},
+			check: func(t *testing.T, res Result) { wantError(t, res, KindRuntimeUnavailable, `"javascript"`) },
+		},
+		{
+			name: "stdout and stderr are captured apart",
+			req:  Request{Code: "import sys\nprint('to out')\nprint('to err', file=sys.stderr)\nimport subprocess\nsubprocess.run(['echo', 'from child'])"},
+			check: func(t *testing.T, res Result) {
+				wantSuccess(t, res, `{}`)
+				if res.Stdout != "to out\nfrom child\n" || res.Stderr != "to err\n" {
+					t.Errorf("stdout %q, stderr %q", res.Stdout, res.Stderr)
+				}
+			},
+		},
+		{
+			name: "a 5 MiB value round trips",
+			req:  Request{Code: "context['copy'] = context['big'][::-1][::-1] + '!'", Context: map[string]any{"big": big}},
+			check: func(t *testing.T, res Result) {
+				if res.Status != StatusSuccess {
+					t.Fatalf("%s: %s", res.ErrorKind, res.Error)
+				}
+				if got, _ := res.Updates["copy"].(string); got != big+"!" {
+					t.Errorf("copy has %d bytes, want %d", len(got), len(big)+1)
+				}
+				if _, ok := res.Updates["big"]; ok {
+					t.Error("the unchanged big value was reported as an update")
+				}
+			},
+		},
+		{
+			name: "printing 5 MiB is capped",
+			req:  Request{Code: "print('x' * (5 << 20))\ncontext['after'] = True"},
+			check: func(t *testing.T, res Result) {
+				wantSuccess(t, res, `{"after": true}`)
+				if int64(len(res.Stdout)) != 1<<20 || res.StdoutDropped != 5<<20+1-1<<20 {
+					t.Errorf("stdout kept %d bytes, dropped %d", len(res.Stdout), res.StdoutDropped)
+				}
+			},
+		},
+		{
+			name:  "the scientific stack imports",
+			req:   Request{Code: "import fitz, pandas, requests, PIL\ncontext['rows'] = len(pandas.DataFrame({'a': [1, 2, 3]}))\ncontext['pdf'] = fitz.open().is_pdf"},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"rows": 3, "pdf": true}`) },
+		},
+		{
+			name:  "the prelude provides json",
+			req:   Request{Code: "context['s'] = json.dumps([1, 2])"},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"s": "[1, 2]"}`) },
+		},
+		{
+			name:  "the working directory is the private /tmp",
+			req:   Request{Code: "import os\ncontext['cwd'] = os.getcwd()\nopen('f.txt', 'w').write('x')"},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"cwd": "/tmp"}`) },
+		},
+		{
+			name:  "the system is read-only",
+			req:   Request{Code: "try:\n    open('/usr/evil', 'w')\n    context['wrote'] = True\nexcept OSError as e:\n    context['wrote'] = False"},
+			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"wrote": false}`) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := run(t, r, tt.req)
+			if res.SandboxID == "" {
+				t.Error("no sandbox id")
+			}
+			tt.check(t, res)
+		})
+	}
+}
+
+func TestRunLimits(t *testing.T) {
+	r := newTestRunner(t, Config{MemoryBytes: 256 << 20, FileSizeBytes: 1 << 20, MaxResultBytes: 1 << 20, MaxOutputBytes: 10})
+	tests := []struct {
+		name, code, kind, message string
+	}{
+		{name: "memory", code: "x = 'y' * (512 << 20)", kind: KindLimit, message: "MemoryError"},
+		{name: "file size", code: "open('/tmp/f', 'wb').write(b'0' * (2 << 20))", kind: KindLimit, message: "File too large"},
+		{name: "result size", code: "context['big'] = 'z' * (2 << 20)", kind: KindLimit, message: "result limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wantError(t, run(t, r, Request{Code: tt.code}), tt.kind, tt.message)
+		})
+	}
+	t.Run("within the limits", func(t *testing.T) {
+		res := run(t, r, Request{Code: "x = 'y' * (64 << 20)\nopen('/tmp/f', 'wb').write(b'0' * 1000)\nprint('0123456789abc')\ncontext['n'] = len(x)"})
+		wantSuccess(t, res, `{"n": 67108864}`)
+		if res.Stdout != "0123456789" || res.StdoutDropped != 4 {
+			t.Errorf("stdout %q, dropped %d", res.Stdout, res.StdoutDropped)
+		}
+	})
+}
+
+// countSleeps counts host processes whose command line is exactly `sleep arg`.
+func countSleeps(t *testing.T, arg string) int {
+	t.Helper()
+	want := []byte("sleep\x00" + arg + "\x00")
+	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, want) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRunTimeoutKillsEverything(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	tests := []struct {
+		name     string
+		sleepArg string
+		code     string
+		timeout  bool
+	}{
+		{
+			name: "busy loop",
+			code: "print('started', flush=True)\nwhile True: pass",
+		},
+		{
+			name:     "child process then busy loop",
+			sleepArg: "30",
+			code:     "import subprocess\np = subprocess.Popen(['sleep', '30'])\nprint('started', p.poll() is None)\nwhile True: pass",
+		},
+		{
+			name:     "child in its own session and a forked grandchild",
+			sleepArg: "30.5",
+			code: `import os, subprocess, time
+subprocess.Popen(['sleep', '30.5'], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    os.execvp('sleep', ['sleep', '30.5'])
+print('started', True)
+time.sleep(60)`,
+		},
+		{
+			name:     "background child detached from the output, left by a finished program",
+			sleepArg: "30.125",
+			code: `import subprocess
+p = subprocess.Popen(['sleep', '30.125'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+print('started', p.poll() is None)`,
+		},
+		{
+			name:     "many detached children of a finished program",
+			sleepArg: "30.0625",
+			code: `import subprocess
+ps = [subprocess.Popen(['sleep', '30.0625'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(100)]
+print('started', all(p.poll() is None for p in ps))`,
+		},
+		{
+			name:     "background child left by a finished program",
+			sleepArg: "30.25",
+			code:     "import subprocess\np = subprocess.Popen(['sleep', '30.25'])\nprint('started', p.poll() is None)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.sleepArg != "" && countSleeps(t, tt.sleepArg) > 0 {
+				t.Fatalf("a `sleep %s` runs already; cannot tell", tt.sleepArg)
+			}
+			res := run(t, r, Request{Code: tt.code, Timeout: time.Second})
+			if !strings.HasPrefix(res.Stdout, "started") || strings.Contains(res.Stdout, "False") {
+				t.Fatalf("the program did not start as expected: stdout %q, stderr %q", res.Stdout, res.Stderr)
+			}
+			if tt.sleepArg != "" {
+				if n := countSleeps(t, tt.sleepArg); n > 0 {
+					t.Errorf("%d `sleep %s` processes survived the run", n, tt.sleepArg)
+				}
+			}
+			if !strings.Contains(tt.name, "loop") && !strings.Contains(tt.name, "session") {
+				wantSuccess(t, res, `{}`)
+				return
+			}
+			wantError(t, res, KindTimeout, "timeout after 1s")
+			if res.Duration > 4*time.Second {
+				t.Errorf("a 1s timeout took %s", res.Duration)
+			}
+		})
+	}
+}
+
+// The service may be pid 1 of its container, the reaper of every orphan: a run
+// must not leave zombies behind there either.
+func TestRunLeavesNoZombieForTheReaper(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Skipf("cannot become a child subreaper: %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	for i := range 10 {
+		wantSuccess(t, run(t, r, Request{Code: "import subprocess\nsubprocess.Popen(['true'])"}), `{}`)
+		if z := zombieChildren(t); len(z) > 0 {
+			t.Fatalf("run %d left zombie children %v", i, z)
+		}
+	}
+}
+
+func zombieChildren(t *testing.T) []string {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zombies []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// Fields after the command name: state ppid ...
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid()) {
+			zombies = append(zombies, string(b))
+		}
+	}
+	return zombies
+}
+
+func TestRunCancelled(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res, err := r.Run(ctx, Request{Code: "import subprocess\nsubprocess.Popen(['sleep', '30.75'])\nwhile True: pass", Timeout: time.Minute})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the caller's deadline", err)
+	}
+	if res.Status != StatusError {
+		t.Errorf("status %q", res.Status)
+	}
+	if n := countSleeps(t, "30.75"); n > 0 {
+		t.Errorf("%d child processes survived the cancelled run", n)
+	}
+}
+
+func TestRunNetwork(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	code := `import socket
+try:
+    socket.create_connection(("127.0.0.1", context["port"]), timeout=3).close()
+    context["connected"] = True
+except OSError as e:
+    context["connected"] = False`
+	for _, tt := range []struct {
+		network bool
+		want    string
+	}{
+		{network: false, want: `{"connected": false}`},
+		{network: true, want: `{"connected": true}`}, // shows the check can see a connection
+	} {
+		t.Run("network="+map[bool]string{false: "off", true: "on"}[tt.network], func(t *testing.T) {
+			res := run(t, r, Request{Code: code, Context: map[string]any{"port": port}, Network: tt.network})
+			wantSuccess(t, res, tt.want)
+		})
+	}
+}
+
+func TestRunIsolation(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-test-secret")
+	r := newTestRunner(t, Config{})
+	res := run(t, r, Request{Code: `import os
+context["env"] = dict(os.environ)
+context["environs"] = {}
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            context["environs"][pid] = open(f"/proc/{pid}/environ").read()
+        except OSError as e:
+            context["environs"][pid] = repr(e)
+context["uid"] = os.getuid()
+`})
+	if res.Status != StatusSuccess {
+		t.Fatalf("%s: %s\n%s", res.ErrorKind, res.Error, res.Traceback)
+	}
+	env, _ := res.Updates["env"].(map[string]any)
+	if len(env) == 0 {
+		t.Fatalf("no environment reported: %v", res.Updates)
+	}
+	allowed := map[string]bool{}
+	for _, kv := range sandboxEnv() {
+		k, _, _ := strings.Cut(kv, "=")
+		allowed[k] = true
+	}
+	for k := range env {
+		// bwrap sets PWD for --chdir; Python adds LC_CTYPE under C.UTF-8.
+		if !allowed[k] && k != "PWD" && k != "LC_CTYPE" {
+			t.Errorf("the code sees %s", k)
+		}
+	}
+	environs, _ := res.Updates["environs"].(map[string]any)
+	if _, ok := environs["1"]; !ok {
+		t.Fatalf("pid 1 not visible: %v", environs)
+	}
+	if len(environs) > 3 {
+		t.Errorf("the code sees %d processes, host processes leak into its pid namespace", len(environs))
+	}
+	all, _ := json.Marshal(res.Updates)
+	if bytes.Contains(all, []byte("sk-test-secret")) {
+		t.Errorf("the service's secret reached the code: %s", all)
+	}
+	if os.Geteuid() == 0 && !sameJSON(t, res.Updates["uid"], `65534`) {
+		t.Errorf("sandbox uid = %v, want the unprivileged 65534", res.Updates["uid"])
+	}
+}
+
+func TestRunTmpIsPrivate(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	first := run(t, r, Request{Code: "open('/tmp/secret.txt', 'w').write('s3cret')\ncontext['wrote'] = True"})
+	wantSuccess(t, first, `{"wrote": true}`)
+	second := run(t, r, Request{Code: "import os\ncontext['seen'] = os.path.exists('/tmp/secret.txt')"})
+	wantSuccess(t, second, `{"seen": false}`)
+}
+
+func TestRunConcurrent(t *testing.T) {
+	r := newTestRunner(t, Config{})
+	const n = 8
+	results := make([]Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			results[i], errs[i] = r.Run(context.Background(), Request{
+				Code:    "import time\nopen('/tmp/mine', 'w').write(str(context['n']))\ntime.sleep(0.3)\ncontext['back'] = int(open('/tmp/mine').read())",
+				Context: map[string]any{"n": i},
+			})
+		})
+	}
+	wg.Wait()
+	ids := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("run %d: %v", i, errs[i])
+		}
+		wantSuccess(t, results[i], `{"back": `+strconv.Itoa(i)+`}`)
+		ids[results[i].SandboxID] = true
+	}
+	if len(ids) != n {
+		t.Errorf("%d distinct sandbox ids for %d runs", len(ids), n)
+	}
+}
+
+func TestNew(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{name: "missing bwrap", cfg: Config{Bwrap: "/nonexistent/bwrap"}, want: "bubblewrap"},
+		{name: "python outside /usr", cfg: Config{Python: "/root/.pyenv/shims/python3"}, want: "under /usr"},
+		{name: "missing python", cfg: Config{Python: "/usr/bin/python-nonexistent"}, want: "python not usable"},
+		{name: "missing work dir", cfg: Config{WorkDir: "/nonexistent/work"}, want: "work dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestProtocolScanner(t *testing.T) {
+	tests := []struct {
+		name   string
+		writes []string
+		want   string // JSON of the context updates, "" for no protocol message
+		status string
+	}{
+		{name: "none", writes: []string{"hello\n", "{not json}\n"}},
+		{name: "split across writes", writes: []string{`  {"status": "succ`, `ess", "context_updates": {"a": 1}}`, "\nbye\n"}, want: `{"a":1}`, status: "success"},
+		{name: "last line without newline", writes: []string{"x\n" + `{"context_updates": {"b": 12345678901234567890}}`}, want: `{"b":12345678901234567890}`},
+		{name: "last of several wins", writes: []string{`{"status": "success", "context_updates": {"a": 1}}` + "\n" + `{"status": "error", "message": "m"}` + "\n"}, want: `null`, status: "error"},
+		{name: "unrelated status is not ours", writes: []string{`{"status": 200, "body": "x"}` + "\n" + `{"status": "ok"}` + "\n"}},
+		{name: "updates must be an object", writes: []string{`{"status": "success", "context_updates": [1]}` + "\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &capture{max: 4, lines: &protocolScanner{maxLine: 1 << 20}}
+			for _, w := range tt.writes {
+				if n, err := c.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+			c.lines.endLine()
+			m := c.lines.last
+			if tt.want == "" {
+				if m != nil {
+					t.Fatalf("found a protocol message %+v", m)
+				}
+				return
+			}
+			if m == nil {
+				t.Fatal("no protocol message found")
+			}
+			got, _ := json.Marshal(m.ContextUpdates)
+			if string(got) != tt.want || m.Status != tt.status {
+				t.Errorf("got %s/%q, want %s/%q", got, m.Status, tt.want, tt.status)
+			}
+		})
+	}
+}
+
+func BenchmarkRun(b *testing.B) {
+	r := newTestRunner(b, Config{})
+	ctx := context.Background()
+	req := Request{Code: "context['x'] = 1", Context: map[string]any{"a": "b"}}
+	for b.Loop() {
+		res, err := r.Run(ctx, req)
+		if err != nil || res.Status != StatusSuccess {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}
