@@ -1,0 +1,78 @@
+package telemetry_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/novaflow/nova/pkg/telemetry"
+)
+
+func TestLogsCarryTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(context.Background(), "graph-engine",
+		telemetry.WithSpanExporter(exp), telemetry.WithLog(&buf, slog.LevelInfo, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+
+	ctx, span := tel.TracerProvider.Tracer("test").Start(context.Background(), "work")
+	tel.Logger.InfoContext(ctx, "node dispatched", "node", "extract")
+	span.End()
+
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("log line %q: %v", buf.String(), err)
+	}
+	if rec["trace_id"] != span.SpanContext().TraceID().String() || rec["service"] != "graph-engine" || rec["msg"] != "node dispatched" {
+		t.Errorf("log record %v lacks trace id, service or static message", rec)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("exported %d spans, want 1", len(spans))
+	}
+	var service string
+	for _, kv := range spans[0].Resource.Attributes() {
+		if kv.Key == "service.name" {
+			service = kv.Value.AsString()
+		}
+	}
+	if service != "graph-engine" {
+		t.Errorf("span resource service.name = %q", service)
+	}
+}
+
+func TestMetricsAreServedAsPrometheusText(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), "sandbox", telemetry.WithLog(&bytes.Buffer{}, slog.LevelInfo, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	c, err := tel.MeterProvider.Meter("test").Int64Counter("nova.sandbox.executions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 3)
+	srv := httptest.NewServer(promhttp.HandlerFor(tel.Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	if !strings.Contains(body.String(), "nova_sandbox_executions_total") || !strings.Contains(body.String(), "go_goroutines") {
+		t.Errorf("metrics page lacks the counter or runtime metrics:\n%.2000s", body.String())
+	}
+}
