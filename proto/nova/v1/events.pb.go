@@ -424,7 +424,10 @@ type ExecuteCode struct {
 	TimeoutSeconds float64          `protobuf:"fixed64,9,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	Network        bool             `protobuf:"varint,10,opt,name=network,proto3" json:"network,omitempty"`
 	// TASK or ANALYSIS.
-	Stage         string `protobuf:"bytes,11,opt,name=stage,proto3" json:"stage,omitempty"`
+	Stage string `protobuf:"bytes,11,opt,name=stage,proto3" json:"stage,omitempty"`
+	// The execution's sequence number when the command was issued; results
+	// echo it so the engine can tell a late result from an early one.
+	Sequence      int32 `protobuf:"varint,12,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +539,13 @@ func (x *ExecuteCode) GetStage() string {
 	return ""
 }
 
+func (x *ExecuteCode) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // CodeExecuted is the sandbox's answer.
 // Type io.nova.sandbox.executed.v1 on nova.evt.<execution_id>.result.sandbox.
 type CodeExecuted struct {
@@ -561,8 +571,10 @@ type CodeExecuted struct {
 	SandboxId          string  `protobuf:"bytes,15,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	StdoutDroppedBytes int64   `protobuf:"varint,16,opt,name=stdout_dropped_bytes,json=stdoutDroppedBytes,proto3" json:"stdout_dropped_bytes,omitempty"`
 	StderrDroppedBytes int64   `protobuf:"varint,17,opt,name=stderr_dropped_bytes,json=stderrDroppedBytes,proto3" json:"stderr_dropped_bytes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Echo of ExecuteCode.sequence.
+	Sequence      int32 `protobuf:"varint,18,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CodeExecuted) Reset() {
@@ -710,6 +722,13 @@ func (x *CodeExecuted) GetStdoutDroppedBytes() int64 {
 func (x *CodeExecuted) GetStderrDroppedBytes() int64 {
 	if x != nil {
 		return x.StderrDroppedBytes
+	}
+	return 0
+}
+
+func (x *CodeExecuted) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
 	}
 	return 0
 }
@@ -1246,7 +1265,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xce\x02\n" +
+	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xea\x02\n" +
 	"\vExecuteCode\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1259,7 +1278,8 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\t \x01(\x01R\x0etimeoutSeconds\x12\x18\n" +
 	"\anetwork\x18\n" +
 	" \x01(\bR\anetwork\x12\x14\n" +
-	"\x05stage\x18\v \x01(\tR\x05stage\"\xb7\x04\n" +
+	"\x05stage\x18\v \x01(\tR\x05stage\x12\x1a\n" +
+	"\bsequence\x18\f \x01(\x05R\bsequence\"\xd3\x04\n" +
 	"\fCodeExecuted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1281,7 +1301,8 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x0f \x01(\tR\tsandboxId\x120\n" +
 	"\x14stdout_dropped_bytes\x18\x10 \x01(\x03R\x12stdoutDroppedBytes\x120\n" +
-	"\x14stderr_dropped_bytes\x18\x11 \x01(\x03R\x12stderrDroppedBytes\"\xee\x05\n" +
+	"\x14stderr_dropped_bytes\x18\x11 \x01(\x03R\x12stderrDroppedBytes\x12\x1a\n" +
+	"\bsequence\x18\x12 \x01(\x05R\bsequence\"\xee\x05\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +

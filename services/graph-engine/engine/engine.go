@@ -298,7 +298,7 @@ func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
 		if err := bus.Decode(ev, &r); err != nil {
 			return err
 		}
-		return e.update(ctx, r.ExecutionId, func(t *transition) { t.codeExecuted(&r) })
+		return e.update(ctx, r.ExecutionId, func(t *transition) error { return t.codeExecuted(&r) })
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", ev.Type()))
 	}
@@ -320,10 +320,11 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
 			return nil
 		}
-		return e.update(ctx, r.ExecutionId, func(t *transition) {
+		return e.update(ctx, r.ExecutionId, func(t *transition) error {
 			if t.st.Status == statusRunning {
 				t.fail(fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason))
 			}
+			return nil
 		})
 	default:
 		if err := decodeData(dl.Data, &cmd); err != nil || cmd.ExecutionId == "" {
@@ -336,7 +337,7 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			ErrorKind: errorKindDeadLetter,
 			Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
 		}
-		return e.update(ctx, cmd.ExecutionId, func(t *transition) { t.codeExecuted(res) })
+		return e.update(ctx, cmd.ExecutionId, func(t *transition) error { return t.codeExecuted(res) })
 	}
 }
 
@@ -349,7 +350,7 @@ func decodeData(data []byte, msg proto.Message) error {
 // stored, with ids derived from the state, so a crash in between is repaired
 // by the redelivery: it computes the same events (deduplicated by JetStream)
 // and stores the state.
-func (e *Engine) update(ctx context.Context, id string, fn func(*transition)) error {
+func (e *Engine) update(ctx context.Context, id string, fn func(*transition) error) error {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("execution.id", id))
 	if !validKey.MatchString(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
@@ -357,7 +358,10 @@ func (e *Engine) update(ctx context.Context, id string, fn func(*transition)) er
 	for range 10 {
 		entry, err := e.execs.Get(ctx, id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return bus.Permanent(fmt.Errorf("result for unknown execution %s", id))
+			// The start that dispatched this may not be stored yet (it
+			// publishes first); redelivery retries, and after MaxDeliver the
+			// event is dead-lettered.
+			return fmt.Errorf("result for unknown execution %s", id)
 		}
 		if err != nil {
 			return fmt.Errorf("read execution %s: %w", id, err)
@@ -367,7 +371,9 @@ func (e *Engine) update(ctx context.Context, id string, fn func(*transition)) er
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		t := e.newTransition(st)
-		fn(t)
+		if err := fn(t); err != nil {
+			return err
+		}
 		if !t.changed {
 			return nil
 		}

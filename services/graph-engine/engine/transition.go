@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -171,15 +172,27 @@ func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 			TimeoutSeconds: workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout).Seconds(),
 			Network:        node.Network || t.st.Definition.Network,
 			Stage:          "TASK",
+			Sequence:       t.st.Sequence,
 		},
 	})
 	t.changed = true
 }
 
+// errEarlyResult means a result arrived before the state that dispatched its
+// command was stored (commands are published first); it is redelivered.
+var errEarlyResult = errors.New("result arrived before its dispatch was stored")
+
 // codeExecuted applies the sandbox's result for the pending step.
-func (t *transition) codeExecuted(r *novav1.CodeExecuted) {
-	if t.st.Status != statusRunning || r.StepId != t.st.PendingStepId {
-		return // stale: an older attempt, a redelivery, or an ended execution
+func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
+	if t.st.Status != statusRunning {
+		return nil // the execution ended: a redelivery or a late result
+	}
+	if r.StepId != t.st.PendingStepId {
+		if r.Sequence > t.st.Sequence || (r.Sequence == t.st.Sequence && r.NodeId == t.st.CurrentNode &&
+			r.Attempt > t.nodeState(r.NodeId).Attempts) {
+			return errEarlyResult
+		}
+		return nil // stale: an older attempt or a redelivery
 	}
 	node := t.graph.Node(t.st.CurrentNode)
 	ns := t.nodeState(node.Id)
@@ -189,14 +202,14 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) {
 		if r.ErrorKind == errorKindSandboxFault && int(ns.Attempts) < t.e.cfg.SandboxAttempts {
 			ns.Attempts++
 			t.dispatch(node, ns)
-			return
+			return nil
 		}
 		msg := r.Error
 		if msg == "" {
 			msg = "the code failed without a message"
 		}
 		t.nodeFailed(node, ns, msg, r)
-		return
+		return nil
 	}
 
 	for k, v := range r.GetContextUpdates().GetFields() {
@@ -220,13 +233,14 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) {
 	}
 	if err != nil {
 		t.nodeFailed(node, ns, err.Error(), r)
-		return
+		return nil
 	}
 	ns.Status = statusSucceeded
 	ns.Error = ""
 	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, next, r)
 	t.st.CurrentNode, t.st.PendingStepId = "", ""
 	t.enter(next)
+	return nil
 }
 
 func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {

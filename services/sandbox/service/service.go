@@ -89,6 +89,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		StepId:      cmd.StepId,
 		Visit:       cmd.Visit,
 		Attempt:     cmd.Attempt,
+		Sequence:    cmd.Sequence,
 	}
 	input := cmd.GetContext().AsMap()
 	if s.Values != nil {

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+const loopYAML = `
+name: loop
+nodes:
+  - {id: start, type: start}
+  - {id: work, type: action, code: "context['n'] = context.get('n', 0) + 1"}
+  - {id: again, type: decision, code: "context['branch_decision'] = context['n'] < 3"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: work}
+  - {from: work, to: again}
+  - {from: again, to: work, condition: "true"}
+  - {from: again, to: end, condition: "false"}
+`
+
+func newTestEngine() *Engine {
+	return &Engine{cfg: Config{DefaultNodeTimeout: 30 * time.Second, SandboxAttempts: 3}, now: time.Now}
+}
+
+// begin starts an execution of def in memory and returns its state and the
+// command the start dispatched.
+func begin(t *testing.T, e *Engine, yaml string, ctx map[string]any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
+	t.Helper()
+	def, err := workflow.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := structpb.NewStruct(ctx)
+	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c, StartedAt: tsNow(time.Now())}
+	tr := e.newTransition(st)
+	tr.started()
+	tr.enter(tr.graph.Start().Id)
+	return st, lastCommand(t, tr)
+}
+
+func lastCommand(t *testing.T, tr *transition) *novav1.ExecuteCode {
+	t.Helper()
+	for i := len(tr.out) - 1; i >= 0; i-- {
+		if cmd, ok := tr.out[i].msg.(*novav1.ExecuteCode); ok {
+			return cmd
+		}
+	}
+	return nil
+}
+
+func resultFor(cmd *novav1.ExecuteCode, updates map[string]any) *novav1.CodeExecuted {
+	u, _ := structpb.NewStruct(updates)
+	return &novav1.CodeExecuted{ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit,
+		Attempt: cmd.Attempt, Sequence: cmd.Sequence, Status: nodeSuccess, ContextUpdates: u}
+}
+
+func TestLoopVisitsAndStaleResults(t *testing.T) {
+	e := newTestEngine()
+	st, cmd := begin(t, e, loopYAML, nil)
+	first := cmd
+	n := 0.0
+	for st.Status == statusRunning {
+		if cmd.NodeId == "work" {
+			n++
+		}
+		updates := map[string]any{"n": n}
+		if cmd.NodeId == "again" {
+			if _, stale := cmd.Context.Fields[branchDecision]; stale {
+				t.Fatal("decision node received a branch_decision set before it")
+			}
+			updates = map[string]any{branchDecision: n < 3}
+		}
+		tr := e.newTransition(st)
+		if err := tr.codeExecuted(resultFor(cmd, updates)); err != nil {
+			t.Fatal(err)
+		}
+		cmd = lastCommand(t, tr)
+	}
+	if st.Status != statusSucceeded || st.Nodes["work"].Visits != 3 || st.Nodes["again"].Visits != 3 {
+		t.Fatalf("status %s, visits %+v", st.Status, st.Nodes)
+	}
+	if got := strings.Join(st.Path, ","); got != "start,work,again,work,again,work,again,end" {
+		t.Errorf("path %s", got)
+	}
+	// A redelivered old result changes nothing.
+	tr := e.newTransition(st)
+	if err := tr.codeExecuted(resultFor(first, map[string]any{"n": 99.0})); err != nil || tr.changed {
+		t.Errorf("stale result applied: err %v, changed %v", err, tr.changed)
+	}
+}
+
+func TestEarlyResultIsRetriedNotDropped(t *testing.T) {
+	e := newTestEngine()
+	st, cmd := begin(t, e, loopYAML, nil)
+	// The result of the command the next transition will dispatch, arriving
+	// before that transition's state is stored.
+	early := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "again", StepId: stepID("x1", "again", 1, 1),
+		Visit: 1, Attempt: 1, Sequence: cmd.Sequence + 1, Status: nodeSuccess}
+	if err := e.newTransition(st).codeExecuted(early); !errors.Is(err, errEarlyResult) {
+		t.Errorf("early result: %v, want errEarlyResult", err)
+	}
+}
+
+func TestMaxVisitsEndsALoop(t *testing.T) {
+	e := newTestEngine()
+	st, cmd := begin(t, e, strings.Replace(loopYAML, "type: action,", "type: action, max_visits: 2,", 1), nil)
+	for st.Status == statusRunning {
+		updates := map[string]any{}
+		if cmd.NodeId == "again" {
+			updates[branchDecision] = true
+		}
+		tr := e.newTransition(st)
+		if err := tr.codeExecuted(resultFor(cmd, updates)); err != nil {
+			t.Fatal(err)
+		}
+		cmd = lastCommand(t, tr)
+	}
+	if st.Status != statusFailed || !strings.Contains(st.Error, `node "work" exceeded its maximum of 2 visits`) {
+		t.Errorf("status %s, error %q", st.Status, st.Error)
+	}
+}
+
+func TestSandboxFaultIsRetriedThenFails(t *testing.T) {
+	e := newTestEngine()
+	st, cmd := begin(t, e, loopYAML, nil)
+	for attempt := int32(1); attempt <= 3; attempt++ {
+		if cmd.Attempt != attempt {
+			t.Fatalf("attempt %d dispatched, want %d", cmd.Attempt, attempt)
+		}
+		r := resultFor(cmd, nil)
+		r.Status, r.ErrorKind, r.Error = "error", errorKindSandboxFault, "bwrap failed"
+		tr := e.newTransition(st)
+		if err := tr.codeExecuted(r); err != nil {
+			t.Fatal(err)
+		}
+		cmd = lastCommand(t, tr)
+	}
+	if st.Status != statusFailed || st.Nodes["work"].Attempts != 3 || !strings.Contains(st.Error, "bwrap failed") {
+		t.Errorf("status %s, node %+v, error %q", st.Status, st.Nodes["work"], st.Error)
+	}
+}
+
+func TestEventIDsAreDeterministic(t *testing.T) {
+	e := newTestEngine()
+	_, a := begin(t, e, loopYAML, map[string]any{"k": "v"})
+	_, b := begin(t, e, loopYAML, map[string]any{"k": "v"})
+	if a.StepId != b.StepId || a.StepId != "x1/work/1/1" {
+		t.Errorf("step ids %q and %q", a.StepId, b.StepId)
+	}
+}
