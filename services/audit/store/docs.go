@@ -105,7 +105,18 @@ func (s *Store) Execution(ctx context.Context, id string) (*ExecutionDoc, error)
 	if err != nil {
 		return nil, fmt.Errorf("execution %q: %w", id, err)
 	}
+	doc.InitialContext = unescapeMap(doc.InitialContext)
+	doc.FinalContext = unescapeMap(doc.FinalContext)
 	return &doc, nil
+}
+
+// unescapeMap restores the keys structToMap escaped.
+func unescapeMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out, _ := unescapeKeys(m).(map[string]any)
+	return out
 }
 
 // Chain returns the node visits of an execution in the order they ran, each with its
@@ -141,8 +152,14 @@ func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error
 	byNode := make(map[string]int, len(nodes))
 	for i := range nodes {
 		byNode[nodes[i].ID] = i
+		n := &nodes[i]
+		n.InputContext, n.OutputResult, n.AIMetadata = unescapeMap(n.InputContext), unescapeMap(n.OutputResult), unescapeMap(n.AIMetadata)
 	}
 	for _, st := range steps {
+		st.InputData, st.OutputData = unescapeMap(st.InputData), unescapeMap(st.OutputData)
+		if st.ToolCalls != nil {
+			st.ToolCalls, _ = unescapeKeys(st.ToolCalls).([]any)
+		}
 		i, ok := byNode[st.ChainOfWorkID]
 		if !ok {
 			nodes = append(nodes, NodeDoc{

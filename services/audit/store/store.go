@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -249,7 +250,7 @@ func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error 
 	id := StepDocID(ev.GetExecutionId(), ev.GetStepId(), ev.GetNodeId(), ev.GetVisit(), ev.GetStepNumber())
 	var toolCalls []any
 	if tc := ev.GetToolCalls(); tc != nil {
-		toolCalls, _ = redact.Value(tc.AsSlice()).([]any)
+		toolCalls, _ = escapeKeys(redact.Value(tc.AsSlice())).([]any)
 	}
 	doc := StepDoc{
 		ID:              id,
@@ -322,13 +323,52 @@ func retryDuplicate(write func() error) error {
 	return err
 }
 
-// structToMap converts a protobuf Struct to a redacted map for BSON; nil stays nil and is
-// stored as null.
+// structToMap converts a protobuf Struct to a redacted map for BSON, with its keys
+// escaped (see escapeKeys); nil stays nil and is stored as null.
 func structToMap(s *structpb.Struct) map[string]any {
 	if s == nil {
 		return nil
 	}
-	return redact.Map(s.AsMap())
+	m, _ := escapeKeys(redact.Map(s.AsMap())).(map[string]any)
+	return m
+}
+
+// Keys of contexts and agent data are the user's. MongoDB-compatible stores reject
+// field names that start with '$' or contain '.' (FerretDB rejects both), and a value
+// reference is {"$ref": ...}; such keys are stored with the full-width look-alikes of
+// '$' and '.' and restored when read.
+var (
+	keyEscaper   = strings.NewReplacer("$", "\uFF04", ".", "\uFF0E")
+	keyUnescaper = strings.NewReplacer("\uFF04", "$", "\uFF0E", ".")
+)
+
+func escapeKeys(v any) any { return mapKeys(v, keyEscaper) }
+
+func unescapeKeys(v any) any { return mapKeys(v, keyUnescaper) }
+
+// mapKeys returns v with the keys of every map in it, at any depth, rewritten.
+func mapKeys(v any, r *strings.Replacer) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[r.Replace(k)] = mapKeys(e, r)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = mapKeys(e, r)
+		}
+		return out
+	case bson.A:
+		out := make(bson.A, len(t))
+		for i, e := range t {
+			out[i] = mapKeys(e, r)
+		}
+		return out
+	}
+	return v
 }
 
 func timeOf(ts *timestamppb.Timestamp) *time.Time {

@@ -95,12 +95,13 @@ func (t *transition) enter(id string) {
 	for t.st.Status == statusRunning {
 		node := t.graph.Node(id)
 		ns := t.nodeState(id)
-		ns.Visits++
-		if limit := workflow.MaxVisits(node); int(ns.Visits) > limit {
+		// Checked before counting, so that visits says how often the node ran.
+		if limit := workflow.MaxVisits(node); int(ns.Visits) >= limit {
 			ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", id, limit)
 			t.fail(ns.Error)
 			return
 		}
+		ns.Visits++
 		t.st.Sequence++
 		t.st.Path = append(t.st.Path, id)
 		switch node.Type {
@@ -281,7 +282,7 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 	output := map[string]any{
 		"status":       r.Status,
-		"updated_keys": slices.Sorted(maps.Keys(r.GetContextUpdates().GetFields())),
+		"updated_keys": stringsToAny(slices.Sorted(maps.Keys(r.GetContextUpdates().GetFields()))),
 		"deleted_keys": stringsToAny(r.DeletedKeys),
 	}
 	if r.ErrorKind != "" {
@@ -297,7 +298,7 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 		output["stderr"] = r.Stderr
 	}
 	out, _ := newStruct(output)
-	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": slices.Sorted(maps.Keys(t.st.NodeInput.GetFields()))})
+	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(slices.Sorted(maps.Keys(t.st.NodeInput.GetFields())))})
 	t.emit(bus.KindStepCompleted, r.StepId+"/step", bus.TypeStepCompleted, &novav1.StepCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,

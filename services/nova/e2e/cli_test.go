@@ -1,0 +1,332 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// buildNova builds the nova binary once per test run, so the CLI is tested as
+// a user runs it: its output and its exit code.
+func buildNova(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nova")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// nova runs the binary without the environment that points at external servers.
+func nova(t *testing.T, bin string, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "NATS_URL" && k != "MONGODB_URI" && k != "OTEL_EXPORTER_OTLP_ENDPOINT" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("nova %v: %v", args, err)
+	}
+	return cliResult{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func TestCLI(t *testing.T) {
+	bin := buildNova(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	invalid := []struct {
+		name, file string
+		want       []string
+	}{
+		{
+			name: "edge to an unknown node",
+			file: write("unknown-edge.yaml", `
+name: bad
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "x = 1"}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: a, to: nowhere}
+`),
+			want: []string{`edges[1].to`, `unknown node "nowhere"`},
+		},
+		{
+			name: "no start node",
+			file: write("no-start.yaml", `
+name: bad
+nodes:
+  - {id: a, type: action, code: "x = 1"}
+  - {id: done, type: end}
+edges:
+  - {from: a, to: done}
+`),
+			want: []string{"no start node"},
+		},
+		{
+			name: "unreachable node",
+			file: write("unreachable.yaml", `
+name: bad
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "x = 1"}
+  - {id: orphan, type: action, code: "x = 2"}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: a, to: done}
+  - {from: orphan, to: done}
+`),
+			want: []string{`node "orphan": unreachable`},
+		},
+		{
+			name: "decision node without edges",
+			file: write("decision-no-edges.yaml", `
+name: bad
+nodes:
+  - {id: start, type: start}
+  - {id: route, type: decision, code: "context['branch_decision'] = 'x'"}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: route}
+`),
+			want: []string{`node "route": decision node has no outgoing edges`},
+		},
+		{
+			name: "duplicate node ids",
+			file: write("duplicate.yaml", `
+name: bad
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "x = 1"}
+  - {id: a, type: action, code: "x = 2"}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: a, to: done}
+`),
+			want: []string{`node "a", field "id": duplicate node id`},
+		},
+		{
+			name: "malformed YAML",
+			file: write("malformed.yaml", "name: bad\nnodes: [\n  {id: start, type: start\n"),
+			want: []string{"malformed workflow definition", "malformed.yaml"},
+		},
+		{
+			name: "missing file",
+			file: filepath.Join(dir, "does-not-exist.yaml"),
+			want: []string{"does-not-exist.yaml", "no such file or directory"},
+		},
+	}
+	for _, tc := range invalid {
+		for _, cmd := range []string{"validate", "run"} {
+			t.Run(cmd+" "+tc.name, func(t *testing.T) {
+				dataDir := filepath.Join(t.TempDir(), "data")
+				args := []string{cmd, tc.file}
+				if cmd == "run" {
+					args = append(args, "--data-dir", dataDir)
+				}
+				r := nova(t, bin, args...)
+				if r.code != 2 {
+					t.Errorf("exit code %d, want 2; stderr:\n%s", r.code, r.stderr)
+				}
+				mustContain(t, "stderr", r.stderr, append([]string{"nova " + cmd + ": "}, tc.want...)...)
+				if r.stdout != "" {
+					t.Errorf("stdout = %q, want nothing", r.stdout)
+				}
+				if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("data dir exists (%v): nothing may start for an invalid workflow", err)
+				}
+			})
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "--set without =", args: []string{"run", invoiceExample, "--set", "amount"}, want: `--set "amount": want key=value`},
+		{name: "--set without key", args: []string{"run", invoiceExample, "--set", "=5"}, want: `--set "=5": want key=value`},
+		{name: "context file not an object", args: []string{"run", invoiceExample, "--context-file", write("ctx.json", "[1, 2]")},
+			want: "is not a JSON object"},
+		{name: "no file", args: []string{"run"}, want: "want exactly one workflow FILE"},
+		{name: "two files", args: []string{"validate", invoiceExample, invoiceExample}, want: "want exactly one workflow FILE"},
+		{name: "unknown flag", args: []string{"run", invoiceExample, "--no-such-flag"}, want: "flag provided but not defined: -no-such-flag"},
+		{name: "unknown command", args: []string{"frobnicate"}, want: `unknown command "frobnicate"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if args[0] == "run" {
+				args = append(args, "--data-dir", filepath.Join(t.TempDir(), "data"))
+			}
+			r := nova(t, bin, args...)
+			if r.code != 2 {
+				t.Errorf("exit code %d, want 2; stderr:\n%s", r.code, r.stderr)
+			}
+			mustContain(t, "stderr", r.stderr, tc.want)
+		})
+	}
+
+	t.Run("validate a valid workflow", func(t *testing.T) {
+		r := nova(t, bin, "validate", invoiceExample)
+		if r.code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
+		}
+		mustContain(t, "stdout", r.stdout, `workflow "invoice-routing" is valid (7 nodes, 7 edges)`)
+	})
+
+	t.Run("run --json prints the result and keeps the chain", func(t *testing.T) {
+		dataDir := t.TempDir()
+		r := nova(t, bin, "run", invoiceExample, "--json", "--set", "amount=1500", "--data-dir", dataDir)
+		if r.code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
+		}
+		res := decodeRunJSON(t, r.stdout)
+		if res.Status != "succeeded" || res.ExecutionID == "" || res.Error != "" || res.Context["approval_route"] != "manager" {
+			t.Errorf("result = %+v, want succeeded through manager approval", res)
+		}
+		if want := []string{"start", "extract", "validate", "check_amount", "manager_approval", "done"}; !slices.Equal(res.Path, want) {
+			t.Errorf("path = %v, want %v", res.Path, want)
+		}
+		if len(res.Nodes) != 6 {
+			t.Errorf("nodes = %+v, want the 6 visited nodes", res.Nodes)
+		}
+		for _, n := range res.Nodes {
+			if n.Status != "succeeded" || n.Error != "" {
+				t.Errorf("node %+v, want succeeded", n)
+			}
+		}
+
+		// The chain of work outlives the run: another process reads it.
+		r = nova(t, bin, "chain", res.ExecutionID, "--data-dir", dataDir, "--json")
+		if r.code != 0 {
+			t.Fatalf("nova chain: exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
+		}
+		var chain struct {
+			Execution struct {
+				ExecutionID string `json:"execution_id"`
+				Status      string `json:"status"`
+			} `json:"execution"`
+			Nodes []struct {
+				NodeID string `json:"node_id"`
+				Status string `json:"status"`
+				Steps  []any  `json:"steps"`
+			} `json:"nodes"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &chain); err != nil {
+			t.Fatalf("nova chain --json: %v\n%s", err, r.stdout)
+		}
+		var ids []string
+		for _, n := range chain.Nodes {
+			ids = append(ids, n.NodeID)
+		}
+		if chain.Execution.ExecutionID != res.ExecutionID || chain.Execution.Status != "succeeded" || !slices.Equal(ids, res.Path) {
+			t.Errorf("nova chain: execution %q %q, nodes %v; want %s succeeded with nodes %v",
+				chain.Execution.ExecutionID, chain.Execution.Status, ids, res.ExecutionID, res.Path)
+		}
+		if r := nova(t, bin, "chain", "no-such-execution", "--data-dir", dataDir); r.code != 2 || !strings.Contains(r.stderr, "not found") {
+			t.Errorf("nova chain of an unknown execution: exit %d, stderr %q; want 2 and not found", r.code, r.stderr)
+		}
+	})
+
+	t.Run("run of a failing workflow exits 1", func(t *testing.T) {
+		r := nova(t, bin, "run", invoiceExample, "--json", "--set", "amount=-5", "--data-dir", t.TempDir())
+		if r.code != 1 {
+			t.Fatalf("exit code %d, want 1; stderr:\n%s", r.code, r.stderr)
+		}
+		res := decodeRunJSON(t, r.stdout)
+		if res.Status != "failed" {
+			t.Errorf("status %q, want failed", res.Status)
+		}
+		mustContain(t, "error", res.Error, `node "validate" failed`, "ValueError: invalid invoice: amount must be positive, got -5")
+		i := slices.IndexFunc(res.Nodes, func(n runNode) bool { return n.ID == "validate" })
+		if i < 0 || res.Nodes[i].Status != "failed" || res.Nodes[i].Attempts != 1 || !strings.Contains(res.Nodes[i].Error, "amount must be positive") {
+			t.Errorf("nodes = %+v, want validate failed after 1 attempt with its error", res.Nodes)
+		}
+	})
+
+	t.Run("run prints the path and the chain of work", func(t *testing.T) {
+		r := nova(t, bin, "run", invoiceExample, "--chain", "--set", "amount=500", "--data-dir", t.TempDir())
+		if r.code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
+		}
+		mustContain(t, "stdout", r.stdout,
+			"status     succeeded",
+			"path       start -> extract -> validate -> check_amount -> auto_approve -> done",
+			`#4 check_amount [decision] visit 1: success`,
+			`decision "low" -> auto_approve`,
+			"step 1 sandbox/code_execution attempt 1: success")
+	})
+}
+
+type runNode struct {
+	ID       string `json:"id"`
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
+	Error    string `json:"error"`
+}
+
+type runJSON struct {
+	ExecutionID string         `json:"execution_id"`
+	Status      string         `json:"status"`
+	Context     map[string]any `json:"context"`
+	Path        []string       `json:"path"`
+	Nodes       []runNode      `json:"nodes"`
+	Error       string         `json:"error"`
+}
+
+// decodeRunJSON decodes `nova run --json`, checking it has exactly the
+// documented fields.
+func decodeRunJSON(t *testing.T, out string) runJSON {
+	t.Helper()
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
+	}
+	keys := slices.Sorted(maps.Keys(raw))
+	if want := []string{"context", "error", "execution_id", "nodes", "path", "status"}; !slices.Equal(keys, want) {
+		t.Errorf("JSON fields = %v, want %v", keys, want)
+	}
+	var nodes []map[string]json.RawMessage
+	_ = json.Unmarshal(raw["nodes"], &nodes)
+	for _, n := range nodes {
+		if keys := slices.Sorted(maps.Keys(n)); !slices.Equal(keys, []string{"attempts", "error", "id", "status"}) {
+			t.Errorf("node JSON fields = %v, want attempts, error, id, status", keys)
+		}
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	var res runJSON
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out)
+	}
+	return res
+}
