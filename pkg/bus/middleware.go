@@ -28,7 +28,10 @@ func newMetrics(m metric.Meter) (metrics, error) {
 		return ms, err
 	}
 	if ms.duration, err = m.Float64Histogram("nova.handler.duration",
-		metric.WithUnit("s"), metric.WithDescription("Handler latency")); err != nil {
+		metric.WithUnit("s"), metric.WithDescription("Handler latency"),
+		// Handlers take from a fraction of a millisecond (the engine) to a
+		// program's whole run (the sandbox).
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)); err != nil {
 		return ms, err
 	}
 	if ms.redelivered, err = m.Int64Counter("nova.events.redelivered",

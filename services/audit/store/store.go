@@ -304,12 +304,17 @@ func (s *Store) upsert(ctx context.Context, coll *mongo.Collection, id string, u
 	})
 }
 
-// replace writes doc as the document with id, creating it if needed.
+// replace writes doc as the document with id. The first delivery inserts;
+// only a redelivery (the id exists) replaces. Inserting first matters on the
+// embedded FerretDB/SQLite store, whose upserts scan the collection and slow
+// down as history grows, while inserts stay constant.
 func (s *Store) replace(ctx context.Context, coll *mongo.Collection, id string, doc any) error {
-	return retryDuplicate(func() error {
-		_, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc, options.Replace().SetUpsert(true))
+	_, err := coll.InsertOne(ctx, doc)
+	if !mongo.IsDuplicateKeyError(err) {
 		return err
-	})
+	}
+	_, err = coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc, options.Replace().SetUpsert(true))
+	return err
 }
 
 // retryDuplicate runs an upsert again once if it lost an insert race: two replicas

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/workflow"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/nova/client"
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
+)
+
+// procsServices are the service binaries the test builds and starts, with
+// the durable consumers each declares when it starts.
+var procsServices = []struct {
+	name      string
+	consumers []string
+}{
+	{"graph-engine", []string{engine.ConsumerCommands, engine.ConsumerResults, engine.ConsumerDeadLetters}},
+	{"sandbox", []string{sandboxservice.Consumer}},
+	{"audit", []string{auditservice.Consumer}},
+}
+
+// TestProcsServicesAsSeparateProcesses runs the graph engine, the sandbox and
+// the audit service the way they are deployed: each its own OS process built
+// from its main, configured by the environment only, talking to a NATS and a
+// MongoDB-compatible store outside them.
+func TestProcsServicesAsSeparateProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service binaries and starts them as processes")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+
+	bin := procsBuild(t, ctx)
+
+	dataDir := t.TempDir()
+	nats, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nats.Shutdown)
+	mongo, err := devstack.StartMongo(ctx, devstack.Options{DataDir: dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := mongo.Close(); err != nil {
+			t.Errorf("close FerretDB: %v", err)
+		}
+	})
+
+	procs := make(map[string]*procsProcess, len(procsServices))
+	for _, svc := range procsServices {
+		procs[svc.name] = procsStart(t, filepath.Join(bin, svc.name), svc.name, map[string]string{
+			"NATS_URL":    nats.URL(),
+			"MONGODB_URI": mongo.URI(),
+			"HEALTH_ADDR": procsFreeAddr(t),
+			"LOG_FORMAT":  "json",
+			"LOG_LEVEL":   "info",
+		})
+	}
+	for _, svc := range procsServices {
+		p := procs[svc.name]
+		p.waitReady(t, ctx)
+		if code, body := p.get(t, ctx, "/healthz"); code != http.StatusOK {
+			t.Errorf("%s /healthz: %d %s", svc.name, code, body)
+		}
+	}
+
+	b, err := bus.Connect(ctx, nats.URL(), bus.WithName("procs-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// Ready means each service has declared its durable consumers, so what
+	// the client publishes now is kept for them.
+	for _, svc := range procsServices {
+		for _, c := range svc.consumers {
+			procsWaitConsumer(t, ctx, b.JetStream(), c)
+		}
+	}
+
+	def, err := workflow.Load(filepath.Join("..", "..", "examples", "invoice-routing.yaml"), workflow.ValidateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(b, nil)
+	runs := []struct {
+		name    string
+		initial map[string]any
+		path    []string
+		route   string
+	}{
+		{"sample invoice goes to a manager", nil,
+			[]string{"start", "extract", "validate", "check_amount", "manager_approval", "done"}, "manager"},
+		{"small amount is approved automatically", map[string]any{"amount": 200},
+			[]string{"start", "extract", "validate", "check_amount", "auto_approve", "done"}, "automatic"},
+	}
+	executions := map[string]string{}
+	for _, run := range runs {
+		wc, err := c.Run(ctx, def, run.initial)
+		if err != nil {
+			t.Fatalf("%s: %v", run.name, err)
+		}
+		if wc.Status != "succeeded" || !slices.Equal(wc.Path, run.path) {
+			t.Fatalf("%s: status %s, path %v, error %q; want succeeded along %v", run.name, wc.Status, wc.Path, wc.Error, run.path)
+		}
+		if got := wc.Context.AsMap()["approval_route"]; got != run.route {
+			t.Errorf("%s: approval_route %v, want %s", run.name, got, run.route)
+		}
+		executions[run.name] = wc.ExecutionId
+	}
+
+	t.Run("audit store has the chain of work", func(t *testing.T) {
+		if err := c.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.Open(ctx, mongo.URI(), "nova")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = st.Close(context.WithoutCancel(ctx)) }()
+		for _, run := range runs {
+			id := executions[run.name]
+			exec, err := st.Execution(ctx, id)
+			if err != nil {
+				t.Fatalf("%s: %v", run.name, err)
+			}
+			if exec.Status != "succeeded" || !slices.Equal(exec.Path, run.path) || exec.WorkflowName != "invoice-routing" {
+				t.Errorf("%s: execution document status %s, path %v, workflow %q", run.name, exec.Status, exec.Path, exec.WorkflowName)
+			}
+			chain, err := st.Chain(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nodes []string
+			for _, n := range chain {
+				nodes = append(nodes, n.NodeID)
+				if n.Status != "success" {
+					t.Errorf("%s: node %s status %q", run.name, n.NodeID, n.Status)
+				}
+				if n.NodeType == "start" || n.NodeType == "end" {
+					continue
+				}
+				if len(n.Steps) != 1 || n.Steps[0].AgentName != "sandbox" || n.Steps[0].SandboxID == "" || n.CodeExecuted == "" {
+					t.Errorf("%s: node %s: %d steps %+v, want one sandbox step with its sandbox id", run.name, n.NodeID, len(n.Steps), n.Steps)
+				}
+			}
+			if !slices.Equal(nodes, run.path) {
+				t.Errorf("%s: chain of work visits %v, want %v", run.name, nodes, run.path)
+			}
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		for _, svc := range procsServices {
+			code, body := procs[svc.name].get(t, ctx, "/metrics")
+			if code != http.StatusOK {
+				t.Errorf("%s /metrics: %d", svc.name, code)
+				continue
+			}
+			if !strings.Contains(body, "# TYPE go_goroutines gauge") {
+				t.Errorf("%s /metrics has no go_goroutines gauge", svc.name)
+			}
+			// Every service handled events of these runs on its own consumer.
+			handled := fmt.Sprintf(`consumer="%s"`, svc.consumers[0])
+			if !slices.ContainsFunc(strings.Split(body, "\n"), func(l string) bool {
+				return strings.HasPrefix(l, "nova_events_handled_total{") && strings.Contains(l, handled) && strings.Contains(l, `outcome="ack"`)
+			}) {
+				t.Errorf("%s /metrics has no nova_events_handled_total for %s:\n%s", svc.name, handled, procsGrep(body, "nova_events_handled"))
+			}
+		}
+	})
+
+	t.Run("logs are JSON", func(t *testing.T) {
+		for _, svc := range procsServices {
+			if !procs[svc.name].loggedJSON("starting") {
+				t.Errorf("%s: no JSON log record \"starting\" on stderr", svc.name)
+			}
+		}
+	})
+
+	t.Run("SIGTERM stops each service cleanly", func(t *testing.T) {
+		for _, svc := range procsServices {
+			if err := procs[svc.name].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatalf("%s: SIGTERM: %v", svc.name, err)
+			}
+		}
+		for _, svc := range procsServices {
+			p := procs[svc.name]
+			select {
+			case <-p.done:
+				if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+					t.Errorf("%s exited with %d after SIGTERM, want 0", svc.name, code)
+				}
+				if !p.loggedJSON("stopped") {
+					t.Errorf("%s: no \"stopped\" log record", svc.name)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("%s still running 10s after SIGTERM", svc.name)
+			}
+		}
+	})
+}
+
+// procsBuild builds the three service binaries into a temporary directory.
+func procsBuild(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	bin := t.TempDir()
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		goTool = "go"
+	}
+	args := []string{"build", "-o", bin + string(filepath.Separator)}
+	for _, svc := range procsServices {
+		args = append(args, "../"+svc.name)
+	}
+	out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin
+}
+
+// procsProcess is one running service.
+type procsProcess struct {
+	name   string
+	addr   string
+	cmd    *exec.Cmd
+	stderr *procsBuffer
+	done   chan struct{} // closed once the process has been waited for
+}
+
+func procsStart(t *testing.T, path, name string, env map[string]string) *procsProcess {
+	t.Helper()
+	p := &procsProcess{name: name, addr: env["HEALTH_ADDR"], stderr: &procsBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(path)
+	p.cmd.Env = procsEnv(env)
+	p.cmd.Stdout = p.stderr
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// procsEnv is the test's environment without any NOVA configuration it may
+// carry, plus the service's own.
+func procsEnv(own map[string]string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := own[k]; ok || strings.HasPrefix(k, "NOVA_") || strings.HasPrefix(k, "NATS_") ||
+			strings.HasPrefix(k, "MONGODB_") || strings.HasPrefix(k, "OTEL_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for k, v := range own {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// waitReady polls /readyz until it answers 200; a process that exits first
+// fails the test.
+func (p *procsProcess) waitReady(t *testing.T, ctx context.Context) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before it was ready (%v)", p.name, p.cmd.ProcessState)
+		default:
+		}
+		if code, body, err := p.fetch(ctx, "/readyz"); err == nil && code == http.StatusOK {
+			return
+		} else {
+			last = fmt.Sprintf("%d %s %v", code, body, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready after 30s: %s", p.name, last)
+}
+
+func (p *procsProcess) get(t *testing.T, ctx context.Context, path string) (int, string) {
+	t.Helper()
+	code, body, err := p.fetch(ctx, path)
+	if err != nil {
+		t.Fatalf("%s %s: %v", p.name, path, err)
+	}
+	return code, body
+}
+
+func (p *procsProcess) fetch(ctx context.Context, path string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// loggedJSON reports whether stderr holds a JSON log record with message msg.
+func (p *procsProcess) loggedJSON(msg string) bool {
+	sc := bufio.NewScanner(strings.NewReader(p.stderr.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			Msg     string `json:"msg"`
+			Service string `json:"service"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == msg && rec.Service == p.name {
+			return true
+		}
+	}
+	return false
+}
+
+func procsWaitConsumer(t *testing.T, ctx context.Context, js jetstream.JetStream, durable string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		var last error
+		for _, stream := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
+			_, err := js.Consumer(ctx, stream, durable)
+			if err == nil {
+				return
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("durable consumer %s not declared: %v", durable, errors.Join(last, ctx.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func procsFreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func procsGrep(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// procsBuffer collects a process's output while the test reads it.
+type procsBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *procsBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *procsBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
