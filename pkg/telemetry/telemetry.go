@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -53,8 +54,10 @@ func WithSpanExporter(e sdktrace.SpanExporter) Option {
 	return func(o *options) { o.exporters = append(o.exporters, e) }
 }
 
-// WithOTLPEndpoint exports spans over OTLP/HTTP to endpoint (a URL such as
-// http://collector:4318). Empty means traces are not exported.
+// WithOTLPEndpoint exports spans over OTLP/HTTP to endpoint, read as
+// OTEL_EXPORTER_OTLP_ENDPOINT is specified: a base URL such as
+// http://collector:4318 to which /v1/traces is appended (a URL that already
+// ends in /v1/traces is used as it is). Empty means traces are not exported.
 func WithOTLPEndpoint(endpoint string) Option { return func(o *options) { o.otlp = endpoint } }
 
 // WithLog sets where logs go, their level and whether they are JSON.
@@ -83,7 +86,7 @@ func Setup(ctx context.Context, service string, opts ...Option) (*Telemetry, err
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(e))
 	}
 	if o.otlp != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(o.otlp))
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(TracesURL(o.otlp)))
 		if err != nil {
 			return nil, fmt.Errorf("OTLP exporter for %s: %w", o.otlp, err)
 		}
@@ -109,6 +112,15 @@ func Setup(ctx context.Context, service string, opts ...Option) (*Telemetry, err
 
 	t.Logger = NewLogger(o.logOut, o.logLevel, o.logJSON).With("service", service)
 	return t, nil
+}
+
+// TracesURL is where spans are posted for an OTLP/HTTP base endpoint.
+func TracesURL(endpoint string) string {
+	endpoint = strings.TrimRight(endpoint, "/")
+	if strings.HasSuffix(endpoint, "/v1/traces") {
+		return endpoint
+	}
+	return endpoint + "/v1/traces"
 }
 
 // Shutdown flushes and stops the providers.

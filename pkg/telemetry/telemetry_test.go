@@ -76,3 +76,31 @@ func TestMetricsAreServedAsPrometheusText(t *testing.T) {
 		t.Errorf("metrics page lacks the counter or runtime metrics:\n%.2000s", body.String())
 	}
 }
+
+func TestSpansReachAnOTLPEndpoint(t *testing.T) {
+	type post struct{ path, contentType string }
+	got := make(chan post, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- post{r.URL.Path, r.Header.Get("Content-Type")}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	tel, err := telemetry.Setup(context.Background(), "audit",
+		telemetry.WithOTLPEndpoint(srv.URL), telemetry.WithLog(&bytes.Buffer{}, slog.LevelInfo, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tel.TracerProvider.Tracer("test").Start(context.Background(), "audit record")
+	span.End()
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p.path != "/v1/traces" || p.contentType != "application/x-protobuf" {
+			t.Errorf("posted to %s as %s", p.path, p.contentType)
+		}
+	default:
+		t.Fatal("no spans were posted")
+	}
+}

@@ -291,6 +291,9 @@ func NodeDocID(executionID, nodeID string, visit int32) string {
 // when there is one (it already names exactly one step), else its position.
 func StepDocID(executionID, stepID, nodeID string, visit, stepNumber int32) string {
 	if stepID != "" {
+		if strings.HasPrefix(stepID, executionID+"/") {
+			return stepID // the engine's step ids already start with the execution
+		}
 		return executionID + "/" + stepID
 	}
 	return NodeDocID(executionID, nodeID, visit) + "/" + strconv.Itoa(int(stepNumber))

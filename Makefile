@@ -1,0 +1,148 @@
+# NOVA: build, demo, test and the checks CI runs. `make help` lists the targets.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# Go is at /usr/local/go on the machines this repository targets.
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+BIN := bin
+DEMO_DIR ?= .nova/demo
+# Every module of go.work, as absolute directories.
+MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
+# Binaries: the nova CLI and one per service.
+SERVICES := graph-engine sandbox audit
+# -bench flags of `make bench`, e.g. BENCH_FLAGS='-benchtime 200x -count 5'.
+BENCH_FLAGS ?=
+IMAGE_PREFIX ?= nova
+IMAGE_TAG ?= dev
+
+# Pinned proto toolchain: protoc from Debian 12's protobuf-compiler, and
+# protoc-gen-go from the `tool` directive of proto/go.mod.
+PROTOC_VERSION := libprotoc 3.21.12
+PROTOS = $(wildcard proto/nova/v1/*.proto)
+
+# System packages: bubblewrap and python3 with its libraries for the sandbox,
+# protobuf-compiler for `make proto` and `make check`.
+DEB_PACKAGES := bubblewrap python3 python3-fitz python3-pandas python3-requests \
+	python3-pil python3-bs4 python3-lxml python3-openpyxl python3-pypdf protobuf-compiler
+
+.PHONY: help
+help:
+	@echo 'make demo    run the invoice-routing example on the embedded NATS and store (installs system packages when missing)'
+	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
+	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit (static, CGO_ENABLED=0)'
+	@echo 'make check   generated proto code up to date, gofmt, go vet'
+	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
+	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
+	@echo 'make images  docker build of every service (needs a Docker engine)'
+	@echo 'make deps    install missing Debian packages: $(DEB_PACKAGES)'
+	@echo 'make clean   remove bin/, .nova/ and .tilt/'
+
+.PHONY: build
+build:
+	@mkdir -p $(BIN)
+	cd services/nova && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/nova .
+	@for s in $(SERVICES); do \
+		echo "cd services/$$s && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/$$s ."; \
+		(cd services/$$s && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/$$s .); \
+	done
+
+.PHONY: demo
+demo: deps build
+	@case "$(DEMO_DIR)" in ""|/|.|..) echo "refusing to wipe DEMO_DIR='$(DEMO_DIR)'" >&2; exit 1;; esac
+	rm -rf -- "$(DEMO_DIR)"
+	@echo
+	@echo '=== invoice-routing with the built-in sample invoice (3 x 500 EUR): the manager_approval branch'
+	@echo
+	$(BIN)/nova run examples/invoice-routing.yaml --chain --data-dir "$(DEMO_DIR)"
+	@echo
+	@echo '=== the same workflow with --set amount=500: the auto_approve branch'
+	@echo
+	$(BIN)/nova run examples/invoice-routing.yaml --set amount=500 --chain --data-dir "$(DEMO_DIR)"
+
+.PHONY: test
+test: deps check test-go
+
+# go test in every module, without the checks.
+.PHONY: test-go
+test-go:
+	@failed=""; \
+	for m in $(MODULES); do \
+		echo "=== go test -count=1 ./... in $${m#$(CURDIR)/}"; \
+		(cd "$$m" && $(GO) test -count=1 ./...) || failed="$$failed $${m#$(CURDIR)/}"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed" >&2; exit 1; fi; \
+	echo "all modules passed"
+
+.PHONY: check
+check: check-proto check-fmt vet
+
+.PHONY: check-proto
+check-proto: protoc-version
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	cd proto && protoc -I . --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
+		--go_out="$$tmp" --go_opt=paths=source_relative nova/v1/*.proto; \
+	if ! diff -r -x '*.proto' "$$tmp/nova/v1" nova/v1 >/dev/null; then \
+		diff -r -x '*.proto' "$$tmp/nova/v1" nova/v1 | head -40 >&2 || true; \
+		echo "proto/nova/v1: generated code differs from the .proto files; run 'make proto' and commit the result" >&2; \
+		exit 1; \
+	fi; \
+	echo "proto: generated code is up to date"
+
+.PHONY: check-fmt
+check-fmt:
+	@unformatted=$$(find . -path ./.git -prune -o -path ./.nova -prune -o -name '*.go' ! -name '*.pb.go' -print0 | xargs -0 -r gofmt -l); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:" >&2; echo "$$unformatted" >&2; exit 1; fi; \
+	echo "gofmt: clean"
+
+.PHONY: vet
+vet:
+	@for m in $(MODULES); do \
+		echo "go vet ./... in $${m#$(CURDIR)/}"; \
+		(cd "$$m" && $(GO) vet ./...); \
+	done
+
+.PHONY: proto
+proto: protoc-version
+	cd proto && protoc -I . --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
+		--go_out=. --go_opt=paths=source_relative nova/v1/*.proto
+
+.PHONY: protoc-version
+protoc-version:
+	@command -v protoc >/dev/null || { echo "protoc not found: run 'make deps' (Debian package protobuf-compiler, $(PROTOC_VERSION))" >&2; exit 1; }
+	@v="$$(protoc --version)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
+		echo "protoc is '$$v' but NOVA's generated code is pinned to '$(PROTOC_VERSION)' (Debian 12 protobuf-compiler); install that version" >&2; \
+		exit 1; fi
+
+.PHONY: bench
+bench:
+	cd services/nova && $(GO) test -run '^$$' -bench . -benchmem $(BENCH_FLAGS) ./...
+	cd services/sandbox/runner && $(GO) test -run '^$$' -bench . -benchmem $(BENCH_FLAGS) ./...
+
+.PHONY: images
+images:
+	@docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine; none is reachable on this machine" >&2; exit 1; }
+	@for s in nova $(SERVICES); do \
+		echo "docker build -f services/$$s/Dockerfile -t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) ."; \
+		docker build -f services/$$s/Dockerfile -t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) .; \
+	done
+
+.PHONY: deps
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "system packages: all present"; exit 0; fi; \
+	command -v apt-get >/dev/null || { echo "missing system packages:$$missing (install them with your package manager)" >&2; exit 1; }; \
+	sudo=""; if [ "$$(id -u)" != 0 ]; then sudo=sudo; fi; \
+	echo "installing system packages:$$missing"; \
+	$$sudo apt-get update; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+
+.PHONY: clean
+clean:
+	rm -rf $(BIN) .nova .tilt

@@ -1,0 +1,175 @@
+// Command producer starts a NOVA workflow from outside NOVA and waits for its
+// result, speaking only the documented contract: a CloudEvent in binary mode
+// over NATS headers on nova.cmd.graph-engine, and the completion event on
+// nova.evt.<execution_id>.workflow.completed.
+//
+//	go run . -nats nats://127.0.0.1:4222
+//
+// It needs a running NOVA (for example `nova dev`).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+const (
+	startSubject  = "nova.cmd.graph-engine"
+	startType     = "io.nova.workflow.start.v1"
+	completedType = "io.nova.workflow.completed.v1"
+	eventsStream  = "NOVA_EVT"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "producer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	url := flag.String("nats", envOr("NATS_URL", nats.DefaultURL), "NATS server URL")
+	name := flag.String("workflow", "", "start this registered workflow instead of the inline example")
+	who := flag.String("name", "Ada", "initial context value of \"name\"")
+	timeout := flag.Duration("timeout", time.Minute, "how long to wait for the result")
+	flag.Parse()
+
+	nc, err := nats.Connect(*url, nats.Name("example-producer"))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", *url, err)
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+
+	// The StartWorkflow message: an inline definition (or the name of a
+	// registered one) and the initial context.
+	initial, err := structpb.NewStruct(map[string]any{"name": *who})
+	if err != nil {
+		return err
+	}
+	executionID := uuid.NewString()
+	start := &novav1.StartWorkflow{ExecutionId: executionID, WorkflowName: *name, Context: initial}
+	if *name == "" {
+		start.Definition = greeting()
+	}
+	data, err := protojson.Marshal(start)
+	if err != nil {
+		return err
+	}
+
+	// Watch for the completion before publishing the start. The events stream
+	// keeps the completion, so an ordered consumer from the beginning of the
+	// stream cannot miss it.
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	completion, err := js.OrderedConsumer(ctx, eventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"nova.evt." + executionID + ".workflow.completed"},
+	})
+	if err != nil {
+		return fmt.Errorf("watch completion: %w", err)
+	}
+
+	// The CloudEvent. Every context attribute travels as a ce-* header
+	// (binary content mode), the data as the message body.
+	ev := event.New() // specversion 1.0
+	ev.SetID(uuid.NewString())
+	ev.SetSource("example/producer")
+	ev.SetType(startType)
+	ev.SetTime(time.Now().UTC())
+	ev.SetDataSchema("proto:nova.v1.StartWorkflow")
+	// The executionid extension lets the engine report even a start event
+	// whose data it cannot read as a failed execution.
+	ev.SetExtension("executionid", executionID)
+	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
+		return err
+	}
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	msg := nats.NewMsg(startSubject)
+	msg.Header.Set("ce-specversion", ev.SpecVersion())
+	msg.Header.Set("ce-id", ev.ID())
+	msg.Header.Set("ce-source", ev.Source())
+	msg.Header.Set("ce-type", ev.Type())
+	msg.Header.Set("ce-time", ev.Time().Format(time.RFC3339Nano))
+	msg.Header.Set("ce-dataschema", ev.DataSchema())
+	msg.Header.Set("ce-executionid", executionID)
+	msg.Header.Set("content-type", ev.DataContentType())
+	msg.Data = ev.Data()
+	// Nats-Msg-Id = event id: publishing the same event again (a retry after
+	// a lost acknowledgement) starts the workflow once.
+	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID())); err != nil {
+		return fmt.Errorf("publish start: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "started execution %s\n", executionID)
+
+	m, err := completion.Next(jetstream.FetchContext(ctx))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("no completion of %s within %s", executionID, *timeout)
+		}
+		return fmt.Errorf("wait for completion: %w", err)
+	}
+	if t := m.Headers().Get("ce-type"); t != completedType {
+		return fmt.Errorf("unexpected event type %q", t)
+	}
+	var done novav1.WorkflowCompleted
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(m.Data(), &done); err != nil {
+		return fmt.Errorf("decode completion: %w", err)
+	}
+
+	out, _ := json.MarshalIndent(map[string]any{
+		"execution_id": done.ExecutionId,
+		"status":       done.Status,
+		"path":         done.Path,
+		"context":      done.GetContext().AsMap(),
+		"error":        done.Error,
+	}, "", "  ")
+	fmt.Println(string(out))
+	if done.Status != "succeeded" {
+		return fmt.Errorf("execution %s %s: %s", done.ExecutionId, done.Status, done.Error)
+	}
+	return nil
+}
+
+// greeting is a three-node workflow: start -> greet (Python) -> end.
+func greeting() *novav1.WorkflowDefinition {
+	return &novav1.WorkflowDefinition{
+		Name: "greeting",
+		Nodes: []*novav1.Node{
+			{Id: "start", Type: novav1.NodeType_NODE_TYPE_START},
+			{Id: "greet", Type: novav1.NodeType_NODE_TYPE_ACTION,
+				Code: `context["greeting"] = "Hello, " + context.get("name", "world") + "!"`},
+			{Id: "end", Type: novav1.NodeType_NODE_TYPE_END},
+		},
+		Edges: []*novav1.Edge{{From: "start", To: "greet"}, {From: "greet", To: "end"}},
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
