@@ -4,6 +4,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -72,16 +74,46 @@ func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name
 	return exec, nil
 }
 
-// Register stores a definition under its name for later starts by name.
+// Register stores a definition under its name for later starts by name. It
+// returns once the engine has stored it (so a start that follows finds it),
+// or with the engine's reason when the definition was refused.
 func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) error {
-	return c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "register-"+uuid.NewString(),
-		bus.TypeWorkflowRegister, &novav1.RegisterWorkflow{Definition: def}, nil)
+	eventID := "register-" + uuid.NewString()
+	dead, stop, err := c.deadLetters(ctx, eventID)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID,
+		bus.TypeWorkflowRegister, &novav1.RegisterWorkflow{Definition: def}, nil); err != nil {
+		return err
+	}
+	want, err := proto.Marshal(def)
+	if err != nil {
+		return err
+	}
+	for {
+		if kv, err := c.bus.JetStream().KeyValue(ctx, workflowsBucket); err == nil {
+			if entry, err := kv.Get(ctx, def.GetName()); err == nil && bytes.Equal(entry.Value(), want) {
+				return nil
+			}
+		}
+		select {
+		case dl := <-dead:
+			return fmt.Errorf("workflow %q refused: %s", def.GetName(), dl.Reason)
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for workflow %q to be registered: %w", def.GetName(), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
+
+// workflowsBucket is the engine's KV bucket of registered definitions.
+const workflowsBucket = "nova_workflows"
 
 func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, error) {
 	js := c.bus.JetStream()
 	done := make(chan *novav1.WorkflowCompleted, 1)
-	dead := make(chan *novav1.DeadLetter, 1)
 	completion, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
 	})
@@ -101,13 +133,23 @@ func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, err
 	if err != nil {
 		return nil, err
 	}
-	dlq, err := js.OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+	dead, stopDead, err := c.deadLetters(ctx, eventID)
+	if err != nil {
+		cc.Stop()
+		return nil, err
+	}
+	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { cc.Stop(); stopDead() }}, nil
+}
+
+// deadLetters reports the engine's dead letter of the event eventID.
+func (c *Client) deadLetters(ctx context.Context, eventID string) (<-chan *novav1.DeadLetter, func(), error) {
+	dead := make(chan *novav1.DeadLetter, 1)
+	dlq, err := c.bus.JetStream().OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	})
 	if err != nil {
-		cc.Stop()
-		return nil, err
+		return nil, nil, fmt.Errorf("watch dead letters: %w", err)
 	}
 	dc, err := dlq.Consume(func(m jetstream.Msg) {
 		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
@@ -120,10 +162,9 @@ func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, err
 		}
 	})
 	if err != nil {
-		cc.Stop()
-		return nil, err
+		return nil, nil, fmt.Errorf("watch dead letters: %w", err)
 	}
-	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { cc.Stop(); dc.Stop() }}, nil
+	return dead, dc.Stop, nil
 }
 
 // Wait blocks until the execution completes (or its start event is

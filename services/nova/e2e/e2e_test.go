@@ -10,11 +10,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 var invoiceExample = filepath.Join("..", "..", "..", "examples", "invoice-routing.yaml")
@@ -513,16 +513,8 @@ func TestRegisteredWorkflows(t *testing.T) {
 		if err := e.client.Register(e.ctx, def); err != nil {
 			t.Fatalf("register: %v", err)
 		}
-		// Registration is asynchronous: the engine stores the definition
-		// when it handles the event.
-		kv, err := e.bus.JetStream().KeyValue(e.ctx, engine.BucketWorkflows)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.eventually(10*time.Second, "the engine stored the definition", func() bool {
-			_, err := kv.Get(e.ctx, def.Name)
-			return err == nil
-		})
+		// Register returns once the engine stored the definition: a start
+		// right after it must find it.
 		exec, err := e.client.Start(e.ctx, nil, def.Name, map[string]any{"amount": 200})
 		if err != nil {
 			t.Fatal(err)
@@ -540,6 +532,14 @@ func TestRegisteredWorkflows(t *testing.T) {
 		}
 		nodes := e.chain(wc.ExecutionId)
 		checkChain(t, def, wc, nodes)
+	})
+
+	t.Run("an invalid definition is refused with the reason", func(t *testing.T) {
+		bad := proto.Clone(def).(*novav1.WorkflowDefinition)
+		bad.Name = "broken"
+		bad.Edges = bad.Edges[1:]
+		err := e.client.Register(e.ctx, bad)
+		mustContain(t, "register error", fmt.Sprint(err), `workflow "broken" refused`)
 	})
 
 	for _, name := range []string{"no-such-workflow", "not a valid key!"} {
