@@ -24,13 +24,30 @@ const (
 	TypeNodeCompleted     = "io.nova.node.completed.v1"
 	TypeStepCompleted     = "io.nova.node.step.completed.v1"
 	TypeDeadLetter        = "io.nova.deadletter.v1"
+
+	TypeInputAnalyze    = "io.nova.agent.input.analyze.v1"
+	TypeInputAnalyzed   = "io.nova.agent.input.analyzed.v1"
+	TypeCodeGenerate    = "io.nova.agent.code.generate.v1"
+	TypeCodeGenerated   = "io.nova.agent.code.generated.v1"
+	TypeCodeValidate    = "io.nova.agent.code.validate.v1"
+	TypeCodeValidated   = "io.nova.agent.code.validated.v1"
+	TypeOutputValidate  = "io.nova.agent.output.validate.v1"
+	TypeOutputValidated = "io.nova.agent.output.validated.v1"
 )
 
 // Agent names: each owns the command subject nova.cmd.<agent>.
 const (
-	AgentGraphEngine = "graph-engine"
-	AgentSandbox     = "sandbox"
+	AgentGraphEngine     = "graph-engine"
+	AgentSandbox         = "sandbox"
+	AgentInputAnalyzer   = "input-analyzer"
+	AgentCodeGenerator   = "code-generator"
+	AgentCodeValidator   = "code-validator"
+	AgentOutputValidator = "output-validator"
 )
+
+// ResultKind is the event kind of an agent's results:
+// nova.evt.<execution>.result.<agent>.
+func ResultKind(agent string) string { return "result." + agent }
 
 // Event kinds: the tail of nova.evt.<execution>.<kind>.
 const (

@@ -1,0 +1,91 @@
+// Package agent is the shape shared by NOVA's AI-pipeline agents: take one
+// command from the agent's work queue, do the step, publish the result for
+// the graph engine under an id derived from the step, so redelivery never
+// duplicates it. Each agent step is a span named "<agent> <verb>" carrying
+// execution.id, node.id and attempt.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/bus"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Spec names an agent and its events.
+type Spec struct {
+	// Name is the agent ("code-generator"); its queue is nova.cmd.<Name>.
+	Name string
+	// Verb names its step in spans ("generate").
+	Verb        string
+	CommandType string
+	ResultType  string
+	Workers     int
+	// AckWait bounds a step without heartbeats; model calls can be slow.
+	AckWait time.Duration
+}
+
+// Consumer is the agent's durable work-queue consumer, shared by replicas.
+func (s Spec) Consumer() bus.Consumer {
+	return bus.Consumer{
+		Stream:     bus.StreamCommands,
+		Durable:    s.Name,
+		Filters:    []string{bus.CommandSubject(s.Name)},
+		Workers:    max(s.Workers, 1),
+		AckWait:    max(s.AckWait, 30*time.Second),
+		MaxDeliver: 3,
+	}
+}
+
+// Command is what every agent command carries.
+type Command interface {
+	proto.Message
+	GetRef() *novav1.StepRef
+}
+
+// Serve handles commands until ctx ends. newCmd returns an empty command;
+// handle returns the result message (which must echo the command's ref). A
+// handler error is retried; wrap it with bus.Permanent when retrying cannot
+// help.
+func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, spec Spec,
+	newCmd func() C, handle func(context.Context, C) (proto.Message, error)) error {
+	if err := b.EnsureStreams(ctx); err != nil {
+		return err
+	}
+	tracer := tp.Tracer("github.com/novaflow/nova/pkg/agent")
+	return b.Consume(ctx, spec.Consumer(), func(ctx context.Context, ev event.Event) error {
+		if ev.Type() != spec.CommandType {
+			return bus.Permanent(fmt.Errorf("%s does not handle event type %q", spec.Name, ev.Type()))
+		}
+		cmd := newCmd()
+		if err := bus.Decode(ev, cmd); err != nil {
+			return err
+		}
+		ref := cmd.GetRef()
+		if ref.GetExecutionId() == "" || ref.GetStepId() == "" {
+			return bus.Permanent(errors.New("command without execution_id or step_id"))
+		}
+		ctx, span := tracer.Start(ctx, spec.Name+" "+spec.Verb, trace.WithAttributes(
+			attribute.String("execution.id", ref.ExecutionId),
+			attribute.String("node.id", ref.NodeId),
+			attribute.Int("attempt", int(ref.Attempt)),
+			attribute.Int("step.number", int(ref.StepNumber)),
+		))
+		defer span.End()
+		res, err := handle(ctx, cmd)
+		if err != nil {
+			span.RecordError(err)
+			return err
+		}
+		return b.PublishProto(ctx, bus.EventSubject(ref.ExecutionId, bus.ResultKind(spec.Name)),
+			ref.StepId+"/result", spec.ResultType, res, map[string]string{"executionid": ref.ExecutionId})
+	})
+}
