@@ -427,7 +427,9 @@ type ExecuteCode struct {
 	Stage string `protobuf:"bytes,11,opt,name=stage,proto3" json:"stage,omitempty"`
 	// The execution's sequence number when the command was issued; results
 	// echo it so the engine can tell a late result from an early one.
-	Sequence      int32 `protobuf:"varint,12,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int32 `protobuf:"varint,12,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// With network: the hosts ("host" or "host:port") the code may reach.
+	AllowHosts    []string `protobuf:"bytes,13,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,6 +548,13 @@ func (x *ExecuteCode) GetSequence() int32 {
 	return 0
 }
 
+func (x *ExecuteCode) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
 // CodeExecuted is the sandbox's answer.
 // Type io.nova.sandbox.executed.v1 on nova.evt.<execution_id>.result.sandbox.
 type CodeExecuted struct {
@@ -572,7 +581,18 @@ type CodeExecuted struct {
 	StdoutDroppedBytes int64   `protobuf:"varint,16,opt,name=stdout_dropped_bytes,json=stdoutDroppedBytes,proto3" json:"stdout_dropped_bytes,omitempty"`
 	StderrDroppedBytes int64   `protobuf:"varint,17,opt,name=stderr_dropped_bytes,json=stderrDroppedBytes,proto3" json:"stderr_dropped_bytes,omitempty"`
 	// Echo of ExecuteCode.sequence.
-	Sequence      int32 `protobuf:"varint,18,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int32 `protobuf:"varint,18,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Shape of the output (seed 004 "Output Schema Detection"): type,
+	// isStructured, itemCount, fields.
+	OutputAnalysis *structpb.Struct `protobuf:"bytes,19,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
+	// JavaScript: the value the code returned, the array form of it, and what
+	// it logged through console.
+	Result *structpb.Value     `protobuf:"bytes,20,opt,name=result,proto3" json:"result,omitempty"`
+	Items  *structpb.ListValue `protobuf:"bytes,21,opt,name=items,proto3" json:"items,omitempty"`
+	Logs   []string            `protobuf:"bytes,22,rep,name=logs,proto3" json:"logs,omitempty"`
+	// Which limit ended the run, when error_kind is "limit" or "timeout"
+	// (wall_time, cpu_time, memory, processes, file_size, output).
+	Limit         string `protobuf:"bytes,23,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -733,6 +753,41 @@ func (x *CodeExecuted) GetSequence() int32 {
 	return 0
 }
 
+func (x *CodeExecuted) GetOutputAnalysis() *structpb.Struct {
+	if x != nil {
+		return x.OutputAnalysis
+	}
+	return nil
+}
+
+func (x *CodeExecuted) GetResult() *structpb.Value {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CodeExecuted) GetItems() *structpb.ListValue {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *CodeExecuted) GetLogs() []string {
+	if x != nil {
+		return x.Logs
+	}
+	return nil
+}
+
+func (x *CodeExecuted) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
 // NodeCompleted records one visit of a node (a chain_of_work document).
 // Type io.nova.node.completed.v1 on nova.evt.<execution_id>.node.completed.
 type NodeCompleted struct {
@@ -757,6 +812,7 @@ type NodeCompleted struct {
 	Stdout          string                 `protobuf:"bytes,17,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr          string                 `protobuf:"bytes,18,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	Traceback       string                 `protobuf:"bytes,19,opt,name=traceback,proto3" json:"traceback,omitempty"`
+	OutputAnalysis  *structpb.Struct       `protobuf:"bytes,20,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -922,6 +978,13 @@ func (x *NodeCompleted) GetTraceback() string {
 		return x.Traceback
 	}
 	return ""
+}
+
+func (x *NodeCompleted) GetOutputAnalysis() *structpb.Struct {
+	if x != nil {
+		return x.OutputAnalysis
+	}
+	return nil
 }
 
 // StepCompleted records one agent step inside a node visit (a chain_of_work_steps document).
@@ -1265,7 +1328,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xea\x02\n" +
+	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\x8b\x03\n" +
 	"\vExecuteCode\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1279,7 +1342,9 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\anetwork\x18\n" +
 	" \x01(\bR\anetwork\x12\x14\n" +
 	"\x05stage\x18\v \x01(\tR\x05stage\x12\x1a\n" +
-	"\bsequence\x18\f \x01(\x05R\bsequence\"\xd3\x04\n" +
+	"\bsequence\x18\f \x01(\x05R\bsequence\x12\x1f\n" +
+	"\vallow_hosts\x18\r \x03(\tR\n" +
+	"allowHosts\"\xa1\x06\n" +
 	"\fCodeExecuted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1302,7 +1367,12 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"sandbox_id\x18\x0f \x01(\tR\tsandboxId\x120\n" +
 	"\x14stdout_dropped_bytes\x18\x10 \x01(\x03R\x12stdoutDroppedBytes\x120\n" +
 	"\x14stderr_dropped_bytes\x18\x11 \x01(\x03R\x12stderrDroppedBytes\x12\x1a\n" +
-	"\bsequence\x18\x12 \x01(\x05R\bsequence\"\xee\x05\n" +
+	"\bsequence\x18\x12 \x01(\x05R\bsequence\x12@\n" +
+	"\x0foutput_analysis\x18\x13 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\x12.\n" +
+	"\x06result\x18\x14 \x01(\v2\x16.google.protobuf.ValueR\x06result\x120\n" +
+	"\x05items\x18\x15 \x01(\v2\x1a.google.protobuf.ListValueR\x05items\x12\x12\n" +
+	"\x04logs\x18\x16 \x03(\tR\x04logs\x12\x14\n" +
+	"\x05limit\x18\x17 \x01(\tR\x05limit\"\xb0\x06\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -1326,7 +1396,8 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\fcompleted_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x16\n" +
 	"\x06stdout\x18\x11 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x12 \x01(\tR\x06stderr\x12\x1c\n" +
-	"\ttraceback\x18\x13 \x01(\tR\ttraceback\"\x96\x06\n" +
+	"\ttraceback\x18\x13 \x01(\tR\ttraceback\x12@\n" +
+	"\x0foutput_analysis\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\"\x96\x06\n" +
 	"\rStepCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -1400,7 +1471,8 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*WorkflowDefinition)(nil),    // 11: nova.v1.WorkflowDefinition
 	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
 	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*structpb.ListValue)(nil),    // 14: google.protobuf.ListValue
+	(*structpb.Value)(nil),        // 14: google.protobuf.Value
+	(*structpb.ListValue)(nil),    // 15: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
 	11, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
@@ -1415,22 +1487,26 @@ var file_nova_v1_events_proto_depIdxs = []int32{
 	13, // 9: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
 	12, // 10: nova.v1.ExecuteCode.context:type_name -> google.protobuf.Struct
 	12, // 11: nova.v1.CodeExecuted.context_updates:type_name -> google.protobuf.Struct
-	12, // 12: nova.v1.NodeCompleted.input_context:type_name -> google.protobuf.Struct
-	12, // 13: nova.v1.NodeCompleted.output_result:type_name -> google.protobuf.Struct
-	12, // 14: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	13, // 15: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	13, // 16: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	12, // 17: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	12, // 18: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	14, // 19: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	13, // 20: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	10, // 21: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	13, // 22: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	12, // 12: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	14, // 13: nova.v1.CodeExecuted.result:type_name -> google.protobuf.Value
+	15, // 14: nova.v1.CodeExecuted.items:type_name -> google.protobuf.ListValue
+	12, // 15: nova.v1.NodeCompleted.input_context:type_name -> google.protobuf.Struct
+	12, // 16: nova.v1.NodeCompleted.output_result:type_name -> google.protobuf.Struct
+	12, // 17: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	13, // 18: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	13, // 19: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	12, // 20: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	12, // 21: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	12, // 22: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	15, // 23: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	13, // 24: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	10, // 25: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	13, // 26: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }

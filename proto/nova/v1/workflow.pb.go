@@ -88,7 +88,9 @@ type WorkflowDefinition struct {
 	Nodes          []*Node `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Edges          []*Edge `protobuf:"bytes,5,rep,name=edges,proto3" json:"edges,omitempty"`
 	// Whether nodes may use the network by default.
-	Network       bool `protobuf:"varint,6,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,6,opt,name=network,proto3" json:"network,omitempty"`
+	// Hosts every networked node may reach ("host" or "host:port").
+	AllowHosts    []string `protobuf:"bytes,7,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -165,6 +167,13 @@ func (x *WorkflowDefinition) GetNetwork() bool {
 	return false
 }
 
+func (x *WorkflowDefinition) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -178,8 +187,10 @@ type Node struct {
 	// Maximum number of visits in one execution (0 = default of 10).
 	MaxVisits int32 `protobuf:"varint,7,opt,name=max_visits,json=maxVisits,proto3" json:"max_visits,omitempty"`
 	// python (default) or javascript.
-	Language      string `protobuf:"bytes,8,opt,name=language,proto3" json:"language,omitempty"`
-	Network       bool   `protobuf:"varint,9,opt,name=network,proto3" json:"network,omitempty"`
+	Language string `protobuf:"bytes,8,opt,name=language,proto3" json:"language,omitempty"`
+	Network  bool   `protobuf:"varint,9,opt,name=network,proto3" json:"network,omitempty"`
+	// With network: hosts this node may reach, added to the workflow's.
+	AllowHosts    []string `protobuf:"bytes,10,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +288,13 @@ func (x *Node) GetNetwork() bool {
 	return false
 }
 
+func (x *Node) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -342,14 +360,16 @@ var File_nova_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xcb\x01\n" +
+	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xec\x01\n" +
 	"\x12WorkflowDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12'\n" +
 	"\x0ftimeout_seconds\x18\x03 \x01(\x01R\x0etimeoutSeconds\x12#\n" +
 	"\x05nodes\x18\x04 \x03(\v2\r.nova.v1.NodeR\x05nodes\x12#\n" +
 	"\x05edges\x18\x05 \x03(\v2\r.nova.v1.EdgeR\x05edges\x12\x18\n" +
-	"\anetwork\x18\x06 \x01(\bR\anetwork\"\xfd\x01\n" +
+	"\anetwork\x18\x06 \x01(\bR\anetwork\x12\x1f\n" +
+	"\vallow_hosts\x18\a \x03(\tR\n" +
+	"allowHosts\"\x9e\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -360,7 +380,10 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"max_visits\x18\a \x01(\x05R\tmaxVisits\x12\x1a\n" +
 	"\blanguage\x18\b \x01(\tR\blanguage\x12\x18\n" +
-	"\anetwork\x18\t \x01(\bR\anetwork\"H\n" +
+	"\anetwork\x18\t \x01(\bR\anetwork\x12\x1f\n" +
+	"\vallow_hosts\x18\n" +
+	" \x03(\tR\n" +
+	"allowHosts\"H\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +
