@@ -44,6 +44,11 @@ type ExecutionState struct {
 	CompletedAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	NodeStartedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=node_started_at,json=nodeStartedAt,proto3" json:"node_started_at,omitempty"`
 	NodeInput     *structpb.Struct       `protobuf:"bytes,14,opt,name=node_input,json=nodeInput,proto3" json:"node_input,omitempty"`
+	// Counts every command issued; each command carries it so that a result
+	// that arrives before its dispatch was stored is told from a stale one.
+	Dispatch int32 `protobuf:"varint,15,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
+	// The AI pipeline of the current node, when it has a prompt.
+	Ai            *AIRun `protobuf:"bytes,16,opt,name=ai,proto3" json:"ai,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -176,6 +181,284 @@ func (x *ExecutionState) GetNodeInput() *structpb.Struct {
 	return nil
 }
 
+func (x *ExecutionState) GetDispatch() int32 {
+	if x != nil {
+		return x.Dispatch
+	}
+	return 0
+}
+
+func (x *ExecutionState) GetAi() *AIRun {
+	if x != nil {
+		return x.Ai
+	}
+	return nil
+}
+
+// AIRun is the pipeline state of one visit of an AI (prompt) node.
+type AIRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// input_analysis, analysis_generate, analysis_validate, analysis_execute,
+	// generate, validate, execute, output_validate.
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Generation attempt, 1..max (0 before the first).
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Agent steps issued so far in this visit.
+	StepNumber int32 `protobuf:"varint,3,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	// Node model, else workflow model, else empty (each agent's default).
+	Model         string           `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	History       []*AttemptRecord `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	DataInsights  *structpb.Struct `protobuf:"bytes,6,opt,name=data_insights,json=dataInsights,proto3" json:"data_insights,omitempty"`
+	Code          string           `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`
+	Stage         string           `protobuf:"bytes,8,opt,name=stage,proto3" json:"stage,omitempty"`
+	InputAnalysis *InputAnalyzed   `protobuf:"bytes,9,opt,name=input_analysis,json=inputAnalysis,proto3" json:"input_analysis,omitempty"`
+	AnalysisCode  string           `protobuf:"bytes,10,opt,name=analysis_code,json=analysisCode,proto3" json:"analysis_code,omitempty"`
+	AnalysisError string           `protobuf:"bytes,11,opt,name=analysis_error,json=analysisError,proto3" json:"analysis_error,omitempty"`
+	Steps         []*AIStep        `protobuf:"bytes,12,rep,name=steps,proto3" json:"steps,omitempty"`
+	// The task run waiting for output validation.
+	Execution     *CodeExecuted `protobuf:"bytes,13,opt,name=execution,proto3" json:"execution,omitempty"`
+	StagesUsed    int32         `protobuf:"varint,14,opt,name=stages_used,json=stagesUsed,proto3" json:"stages_used,omitempty"`
+	ToolCalls     []*ToolCall   `protobuf:"bytes,15,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AIRun) Reset() {
+	*x = AIRun{}
+	mi := &file_nova_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AIRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AIRun) ProtoMessage() {}
+
+func (x *AIRun) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
+func (*AIRun) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AIRun) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *AIRun) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AIRun) GetStepNumber() int32 {
+	if x != nil {
+		return x.StepNumber
+	}
+	return 0
+}
+
+func (x *AIRun) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *AIRun) GetHistory() []*AttemptRecord {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *AIRun) GetDataInsights() *structpb.Struct {
+	if x != nil {
+		return x.DataInsights
+	}
+	return nil
+}
+
+func (x *AIRun) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AIRun) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *AIRun) GetInputAnalysis() *InputAnalyzed {
+	if x != nil {
+		return x.InputAnalysis
+	}
+	return nil
+}
+
+func (x *AIRun) GetAnalysisCode() string {
+	if x != nil {
+		return x.AnalysisCode
+	}
+	return ""
+}
+
+func (x *AIRun) GetAnalysisError() string {
+	if x != nil {
+		return x.AnalysisError
+	}
+	return ""
+}
+
+func (x *AIRun) GetSteps() []*AIStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *AIRun) GetExecution() *CodeExecuted {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
+func (x *AIRun) GetStagesUsed() int32 {
+	if x != nil {
+		return x.StagesUsed
+	}
+	return 0
+}
+
+func (x *AIRun) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+// AIStep is what the engine keeps of one agent step for ai_metadata.
+type AIStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	StepName      string                 `protobuf:"bytes,2,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`
+	Attempt       int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	DurationMs    float64                `protobuf:"fixed64,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	ModelCalls    []*ModelCall           `protobuf:"bytes,7,rep,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	StepNumber    int32                  `protobuf:"varint,8,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AIStep) Reset() {
+	*x = AIStep{}
+	mi := &file_nova_v1_state_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AIStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AIStep) ProtoMessage() {}
+
+func (x *AIStep) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
+func (*AIStep) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AIStep) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AIStep) GetStepName() string {
+	if x != nil {
+		return x.StepName
+	}
+	return ""
+}
+
+func (x *AIStep) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AIStep) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *AIStep) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AIStep) GetDurationMs() float64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *AIStep) GetModelCalls() []*ModelCall {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return nil
+}
+
+func (x *AIStep) GetStepNumber() int32 {
+	if x != nil {
+		return x.StepNumber
+	}
+	return 0
+}
+
 type NodeState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Visits        int32                  `protobuf:"varint,1,opt,name=visits,proto3" json:"visits,omitempty"`
@@ -188,7 +471,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[1]
+	mi := &file_nova_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +483,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[1]
+	mi := &file_nova_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +496,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -248,7 +531,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\"\xca\x05\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x86\x06\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -268,11 +551,45 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\fcompleted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12B\n" +
 	"\x0fnode_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnodeStartedAt\x126\n" +
 	"\n" +
-	"node_input\x18\x0e \x01(\v2\x17.google.protobuf.StructR\tnodeInput\x1aL\n" +
+	"node_input\x18\x0e \x01(\v2\x17.google.protobuf.StructR\tnodeInput\x12\x1a\n" +
+	"\bdispatch\x18\x0f \x01(\x05R\bdispatch\x12\x1e\n" +
+	"\x02ai\x18\x10 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01\"m\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01\"\xc2\x04\n" +
+	"\x05AIRun\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
+	"\vstep_number\x18\x03 \x01(\x05R\n" +
+	"stepNumber\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x120\n" +
+	"\ahistory\x18\x05 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistory\x12<\n" +
+	"\rdata_insights\x18\x06 \x01(\v2\x17.google.protobuf.StructR\fdataInsights\x12\x12\n" +
+	"\x04code\x18\a \x01(\tR\x04code\x12\x14\n" +
+	"\x05stage\x18\b \x01(\tR\x05stage\x12=\n" +
+	"\x0einput_analysis\x18\t \x01(\v2\x16.nova.v1.InputAnalyzedR\rinputAnalysis\x12#\n" +
+	"\ranalysis_code\x18\n" +
+	" \x01(\tR\fanalysisCode\x12%\n" +
+	"\x0eanalysis_error\x18\v \x01(\tR\ranalysisError\x12%\n" +
+	"\x05steps\x18\f \x03(\v2\x0f.nova.v1.AIStepR\x05steps\x123\n" +
+	"\texecution\x18\r \x01(\v2\x15.nova.v1.CodeExecutedR\texecution\x12\x1f\n" +
+	"\vstages_used\x18\x0e \x01(\x05R\n" +
+	"stagesUsed\x120\n" +
+	"\n" +
+	"tool_calls\x18\x0f \x03(\v2\x11.nova.v1.ToolCallR\ttoolCalls\"\xfa\x01\n" +
+	"\x06AIStep\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1b\n" +
+	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\x01R\n" +
+	"durationMs\x123\n" +
+	"\vmodel_calls\x18\a \x03(\v2\x12.nova.v1.ModelCallR\n" +
+	"modelCalls\x12\x1f\n" +
+	"\vstep_number\x18\b \x01(\x05R\n" +
+	"stepNumber\"m\n" +
 	"\tNodeState\x12\x16\n" +
 	"\x06visits\x18\x01 \x01(\x05R\x06visits\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x16\n" +
@@ -291,29 +608,44 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 	return file_nova_v1_state_proto_rawDescData
 }
 
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_nova_v1_state_proto_goTypes = []any{
 	(*ExecutionState)(nil),        // 0: nova.v1.ExecutionState
-	(*NodeState)(nil),             // 1: nova.v1.NodeState
-	nil,                           // 2: nova.v1.ExecutionState.NodesEntry
-	(*WorkflowDefinition)(nil),    // 3: nova.v1.WorkflowDefinition
-	(*structpb.Struct)(nil),       // 4: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*AIRun)(nil),                 // 1: nova.v1.AIRun
+	(*AIStep)(nil),                // 2: nova.v1.AIStep
+	(*NodeState)(nil),             // 3: nova.v1.NodeState
+	nil,                           // 4: nova.v1.ExecutionState.NodesEntry
+	(*WorkflowDefinition)(nil),    // 5: nova.v1.WorkflowDefinition
+	(*structpb.Struct)(nil),       // 6: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*AttemptRecord)(nil),         // 8: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 9: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 10: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 11: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 12: nova.v1.ModelCall
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	3, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	4, // 1: nova.v1.ExecutionState.context:type_name -> google.protobuf.Struct
-	2, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	5, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	5, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	5, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	4, // 6: nova.v1.ExecutionState.node_input:type_name -> google.protobuf.Struct
-	1, // 7: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	5,  // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	6,  // 1: nova.v1.ExecutionState.context:type_name -> google.protobuf.Struct
+	4,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	7,  // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	7,  // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	6,  // 6: nova.v1.ExecutionState.node_input:type_name -> google.protobuf.Struct
+	1,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	8,  // 8: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	6,  // 9: nova.v1.AIRun.data_insights:type_name -> google.protobuf.Struct
+	9,  // 10: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	2,  // 11: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	10, // 12: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	11, // 13: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	12, // 14: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	3,  // 15: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -322,13 +654,15 @@ func file_nova_v1_state_proto_init() {
 		return
 	}
 	file_nova_v1_workflow_proto_init()
+	file_nova_v1_agents_proto_init()
+	file_nova_v1_events_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -58,6 +58,10 @@ type Config struct {
 	Replicas int
 	// SandboxAttempts bounds re-runs of a node whose sandbox failed (not its code).
 	SandboxAttempts int
+	// MaxAttempts bounds code generation attempts of an AI node (default 3).
+	MaxAttempts int
+	// AnalysisTimeout bounds a run of analysis code (default 15s).
+	AnalysisTimeout time.Duration
 }
 
 // Deps are what the engine needs, built by the caller.
@@ -101,6 +105,12 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if cfg.SandboxAttempts <= 0 {
 		cfg.SandboxAttempts = 3
 	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	if cfg.AnalysisTimeout <= 0 {
+		cfg.AnalysisTimeout = 15 * time.Second
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
@@ -142,7 +152,9 @@ func (e *Engine) consumers() []bus.Consumer {
 		{Stream: bus.StreamCommands, Durable: ConsumerCommands, Filters: []string{bus.CommandSubject(bus.AgentGraphEngine)}, Workers: e.cfg.Workers},
 		{Stream: bus.StreamEvents, Durable: ConsumerResults, Filters: []string{bus.EventFilter("result.>")}, Workers: e.cfg.Workers},
 		{Stream: bus.StreamDeadLetters, Durable: ConsumerDeadLetters, Workers: 1,
-			Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox), bus.DeadLetterSubject(ConsumerResults)}},
+			Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox), bus.DeadLetterSubject(ConsumerResults),
+				bus.DeadLetterSubject(bus.AgentInputAnalyzer), bus.DeadLetterSubject(bus.AgentCodeGenerator),
+				bus.DeadLetterSubject(bus.AgentCodeValidator), bus.DeadLetterSubject(bus.AgentOutputValidator)}},
 	}
 }
 
@@ -299,6 +311,30 @@ func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
 			return err
 		}
 		return e.update(ctx, r.ExecutionId, func(t *transition) error { return t.codeExecuted(&r) })
+	case bus.TypeInputAnalyzed:
+		var r novav1.InputAnalyzed
+		if err := bus.Decode(ev, &r); err != nil {
+			return err
+		}
+		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.inputAnalyzed(&r) })
+	case bus.TypeCodeGenerated:
+		var r novav1.CodeGenerated
+		if err := bus.Decode(ev, &r); err != nil {
+			return err
+		}
+		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.codeGenerated(&r) })
+	case bus.TypeCodeValidated:
+		var r novav1.CodeValidated
+		if err := bus.Decode(ev, &r); err != nil {
+			return err
+		}
+		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.codeValidated(&r) })
+	case bus.TypeOutputValidated:
+		var r novav1.OutputValidated
+		if err := bus.Decode(ev, &r); err != nil {
+			return err
+		}
+		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.outputValidated(&r) })
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", ev.Type()))
 	}
@@ -324,6 +360,35 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			if t.st.Status == statusRunning {
 				t.fail(fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason))
 			}
+			return nil
+		})
+	case bus.AgentInputAnalyzer, bus.AgentCodeGenerator, bus.AgentCodeValidator, bus.AgentOutputValidator:
+		var agentCmd interface {
+			proto.Message
+			GetRef() *novav1.StepRef
+		}
+		switch dl.Headers["ce-type"] {
+		case bus.TypeInputAnalyze:
+			agentCmd = &novav1.AnalyzeInput{}
+		case bus.TypeCodeGenerate:
+			agentCmd = &novav1.GenerateCode{}
+		case bus.TypeCodeValidate:
+			agentCmd = &novav1.ValidateCode{}
+		case bus.TypeOutputValidate:
+			agentCmd = &novav1.ValidateOutput{}
+		}
+		if agentCmd == nil || decodeData(dl.Data, agentCmd) != nil || agentCmd.GetRef().GetExecutionId() == "" {
+			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+			return nil
+		}
+		ref := agentCmd.GetRef()
+		return e.update(ctx, ref.ExecutionId, func(t *transition) error {
+			if err := t.checkAI(ref); err != nil {
+				return err
+			}
+			node := t.graph.Node(ref.NodeId)
+			t.nodeFailed(node, t.nodeState(node.Id), fmt.Sprintf("the %s could not handle the command after %d deliveries: %s",
+				dl.Consumer, dl.Deliveries, dl.Reason), nil)
 			return nil
 		})
 	default:
@@ -371,7 +436,9 @@ func (e *Engine) update(ctx context.Context, id string, fn func(*transition) err
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		t := e.newTransition(st)
-		if err := fn(t); err != nil {
+		if err := fn(t); errors.Is(err, errStale) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		if !t.changed {

@@ -128,6 +128,10 @@ func (t *transition) enter(id string) {
 			}
 			t.st.NodeStartedAt = tsNow(t.now)
 			t.st.NodeInput = cloneStruct(t.st.Context)
+			if node.Prompt != "" {
+				t.startAI(node)
+				return
+			}
 			ns.Attempts = 1
 			t.dispatch(node, ns)
 			return
@@ -148,52 +152,84 @@ func stepID(execution, node string, visit, attempt int32) string {
 	return fmt.Sprintf("%s/%s/%d/%d", execution, node, visit, attempt)
 }
 
+// dispatch runs a code node's code in the sandbox.
 func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 	step := stepID(t.st.ExecutionId, node.Id, ns.Visits, ns.Attempts)
-	t.st.CurrentNode = node.Id
-	t.st.PendingStepId = step
-	language := node.Language
-	if language == "" {
-		language = "python"
+	t.execute(node, step, ns.Visits, ns.Attempts, node.Code, "TASK", t.st.Context)
+}
+
+// execute issues an ExecuteCode command for the pending step.
+func (t *transition) execute(node *novav1.Node, step string, visit, attempt int32, code, stage string, context *structpb.Struct) {
+	timeout := workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout)
+	if stage == stageAnalysis {
+		timeout = min(timeout, t.e.cfg.AnalysisTimeout)
 	}
-	t.out = append(t.out, outEvent{
-		subject:   bus.CommandSubject(bus.AgentSandbox),
-		id:        step + "/cmd",
-		typ:       bus.TypeSandboxExecute,
-		execution: t.st.ExecutionId,
-		msg: &novav1.ExecuteCode{
+	t.command(node, step, bus.AgentSandbox, bus.TypeSandboxExecute, func(seq int32) proto.Message {
+		return &novav1.ExecuteCode{
 			ExecutionId:    t.st.ExecutionId,
 			NodeId:         node.Id,
 			StepId:         step,
-			Visit:          ns.Visits,
-			Attempt:        ns.Attempts,
-			Language:       language,
-			Code:           node.Code,
-			Context:        cloneStruct(t.st.Context),
-			TimeoutSeconds: workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout).Seconds(),
+			Visit:          visit,
+			Attempt:        attempt,
+			Language:       languageOf(node),
+			Code:           code,
+			Context:        cloneStruct(context),
+			TimeoutSeconds: timeout.Seconds(),
 			Network:        node.Network || t.st.Definition.Network,
-			Stage:          "TASK",
-			Sequence:       t.st.Sequence,
-		},
+			AllowHosts:     append(slices.Clone(t.st.Definition.AllowHosts), node.AllowHosts...),
+			Stage:          stage,
+			Sequence:       seq,
+		}
+	})
+}
+
+// command makes step the pending step and issues msg to agent. Every
+// command gets the next dispatch number.
+func (t *transition) command(node *novav1.Node, step, agent, typ string, msg func(seq int32) proto.Message) {
+	t.st.Dispatch++
+	t.st.CurrentNode = node.Id
+	t.st.PendingStepId = step
+	t.out = append(t.out, outEvent{
+		subject:   bus.CommandSubject(agent),
+		id:        step + "/cmd",
+		typ:       typ,
+		execution: t.st.ExecutionId,
+		msg:       msg(t.st.Dispatch),
 	})
 	t.changed = true
+}
+
+// checkPending tells whether a result is for the pending step: nil when it
+// is, errStale when it is older, errEarlyResult when its command's dispatch
+// has not been stored yet.
+func (t *transition) checkPending(stepID string, seq int32) error {
+	if t.st.Status != statusRunning {
+		return errStale // the execution ended: a redelivery or a late result
+	}
+	if stepID == t.st.PendingStepId {
+		return nil
+	}
+	if seq > t.st.Dispatch {
+		return errEarlyResult
+	}
+	return errStale
 }
 
 // errEarlyResult means a result arrived before the state that dispatched its
 // command was stored (commands are published first); it is redelivered.
 var errEarlyResult = errors.New("result arrived before its dispatch was stored")
 
+// errStale marks a result for a step that is no longer pending; it is
+// acknowledged and ignored.
+var errStale = errors.New("stale result")
+
 // codeExecuted applies the sandbox's result for the pending step.
 func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
-	if t.st.Status != statusRunning {
-		return nil // the execution ended: a redelivery or a late result
+	if err := t.checkPending(r.StepId, r.Sequence); err != nil {
+		return err
 	}
-	if r.StepId != t.st.PendingStepId {
-		if r.Sequence > t.st.Sequence || (r.Sequence == t.st.Sequence && r.NodeId == t.st.CurrentNode &&
-			r.Attempt > t.nodeState(r.NodeId).Attempts) {
-			return errEarlyResult
-		}
-		return nil // stale: an older attempt or a redelivery
+	if t.st.Ai != nil {
+		return t.aiExecuted(r)
 	}
 	node := t.graph.Node(t.st.CurrentNode)
 	ns := t.nodeState(node.Id)
@@ -213,13 +249,24 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 		return nil
 	}
 
+	t.merge(r)
+	t.route(node, ns, r)
+	return nil
+}
+
+// merge applies a run's updates to the context: merged, never replaced.
+func (t *transition) merge(r *novav1.CodeExecuted) {
 	for k, v := range r.GetContextUpdates().GetFields() {
 		t.st.Context.Fields[k] = v
 	}
 	for _, k := range r.DeletedKeys {
 		delete(t.st.Context.Fields, k)
 	}
+}
 
+// route completes a node whose run succeeded and moves to the next node; a
+// decision node's branch_decision must match an outgoing edge.
+func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) {
 	var decision, next string
 	var err error
 	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
@@ -234,20 +281,19 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 	}
 	if err != nil {
 		t.nodeFailed(node, ns, err.Error(), r)
-		return nil
+		return
 	}
 	ns.Status = statusSucceeded
 	ns.Error = ""
 	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, next, r)
-	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
 	t.enter(next)
-	return nil
 }
 
 func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {
 	ns.Status, ns.Error = statusFailed, msg
 	t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
-	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
 	t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 }
 
@@ -274,6 +320,13 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 	}
 	if r != nil {
 		nc.Stdout, nc.Stderr, nc.Traceback = r.Stdout, r.Stderr, r.Traceback
+		nc.OutputAnalysis = r.OutputAnalysis
+	}
+	if t.st.Ai != nil {
+		nc.AiMetadata = t.aiMetadata(node, status, errMsg)
+		if t.st.Ai.Code != "" {
+			nc.CodeExecuted = t.st.Ai.Code
+		}
 	}
 	t.emit(bus.KindNodeCompleted, fmt.Sprintf("%s/%s/%d/completed", t.st.ExecutionId, node.Id, visit), bus.TypeNodeCompleted, nc)
 }

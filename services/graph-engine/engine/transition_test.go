@@ -27,7 +27,7 @@ edges:
 `
 
 func newTestEngine() *Engine {
-	return &Engine{cfg: Config{DefaultNodeTimeout: 30 * time.Second, SandboxAttempts: 3}, now: time.Now}
+	return &Engine{cfg: Config{DefaultNodeTimeout: 30 * time.Second, SandboxAttempts: 3, MaxAttempts: 3, AnalysisTimeout: 15 * time.Second}, now: time.Now}
 }
 
 // begin starts an execution of def in memory and returns its state and the
@@ -38,7 +38,7 @@ func begin(t *testing.T, e *Engine, yaml string, ctx map[string]any) (*novav1.Ex
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
+	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true}); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := structpb.NewStruct(ctx)
@@ -95,7 +95,7 @@ func TestLoopVisitsAndStaleResults(t *testing.T) {
 	}
 	// A redelivered old result changes nothing.
 	tr := e.newTransition(st)
-	if err := tr.codeExecuted(resultFor(first, map[string]any{"n": 99.0})); err != nil || tr.changed {
+	if err := tr.codeExecuted(resultFor(first, map[string]any{"n": 99.0})); !errors.Is(err, errStale) || tr.changed {
 		t.Errorf("stale result applied: err %v, changed %v", err, tr.changed)
 	}
 }

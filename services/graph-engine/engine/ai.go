@@ -1,0 +1,526 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/bus"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// The AI pipeline of a prompt node, driven by the agents' results:
+//
+//	input analysis -> [analysis code: generate, validate, execute] ->
+//	task code: generate -> validate -> execute -> validate output
+//
+// A failure in generation, validation, execution or output validation goes
+// back to generation with the history of every failed attempt, at most
+// MaxAttempts times. Input and data analysis run once per visit; a failed
+// analysis leaves the task without insights rather than failing the node.
+
+const (
+	phaseInputAnalysis    = "input_analysis"
+	phaseAnalysisGenerate = "analysis_generate"
+	phaseAnalysisValidate = "analysis_validate"
+	phaseAnalysisExecute  = "analysis_execute"
+	phaseGenerate         = "generate"
+	phaseValidate         = "validate"
+	phaseExecute          = "execute"
+	phaseOutputValidate   = "output_validate"
+
+	stageAnalysis = "ANALYSIS"
+	stageTask     = "TASK"
+
+	// analysisKey is where analysis code puts its findings.
+	analysisKey = "_data_analysis"
+
+	statusFailedAfterRetries = "failed_after_retries"
+)
+
+// stepNames name each phase's step in the chain of work, with its agent.
+var stepNames = map[string][2]string{
+	phaseInputAnalysis:    {"input_analysis", bus.AgentInputAnalyzer},
+	phaseAnalysisGenerate: {"analysis_generation", bus.AgentCodeGenerator},
+	phaseAnalysisValidate: {"analysis_validation", bus.AgentCodeValidator},
+	phaseAnalysisExecute:  {"analysis_execution", bus.AgentSandbox},
+	phaseGenerate:         {"code_generation", bus.AgentCodeGenerator},
+	phaseValidate:         {"code_validation", bus.AgentCodeValidator},
+	phaseExecute:          {"code_execution", bus.AgentSandbox},
+	phaseOutputValidate:   {"output_validation", bus.AgentOutputValidator},
+}
+
+func (t *transition) startAI(node *novav1.Node) {
+	model := node.Model
+	if model == "" {
+		model = t.st.Definition.Model
+	}
+	t.st.Ai = &novav1.AIRun{Model: model}
+	t.nodeState(node.Id).Attempts = 0
+	t.aiNext(node, phaseInputAnalysis)
+}
+
+// aiRef starts the next step of phase and returns its reference.
+func (t *transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
+	ai := t.st.Ai
+	ai.Phase = phase
+	ai.StepNumber++
+	ns := t.nodeState(node.Id)
+	return &novav1.StepRef{
+		ExecutionId: t.st.ExecutionId,
+		NodeId:      node.Id,
+		StepId:      fmt.Sprintf("%s/%s/%d/s%d", t.st.ExecutionId, node.Id, ns.Visits, ai.StepNumber),
+		Visit:       ns.Visits,
+		Attempt:     ai.Attempt,
+		Sequence:    t.st.Dispatch + 1,
+		StepNumber:  ai.StepNumber,
+	}
+}
+
+func (t *transition) taskSpec(node *novav1.Node) *novav1.TaskSpec {
+	spec := &novav1.TaskSpec{Task: node.Prompt, NodeType: nodeTypeName(node), Model: t.st.Ai.Model, Language: languageOf(node)}
+	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
+		for _, e := range t.graph.Outgoing(node.Id) {
+			spec.DecisionValues = append(spec.DecisionValues, e.Condition)
+		}
+		slices.Sort(spec.DecisionValues)
+	}
+	return spec
+}
+
+// aiNext issues the command of phase.
+func (t *transition) aiNext(node *novav1.Node, phase string) {
+	ai := t.st.Ai
+	ref := t.aiRef(node, phase)
+	spec := t.taskSpec(node)
+	input := t.st.NodeInput
+	switch phase {
+	case phaseInputAnalysis:
+		t.command(node, ref.StepId, bus.AgentInputAnalyzer, bus.TypeInputAnalyze, func(int32) proto.Message {
+			return &novav1.AnalyzeInput{Ref: ref, Spec: spec, Context: cloneStruct(input)}
+		})
+	case phaseAnalysisGenerate, phaseGenerate:
+		stage := stageTask
+		if phase == phaseAnalysisGenerate {
+			stage = stageAnalysis
+		}
+		t.command(node, ref.StepId, bus.AgentCodeGenerator, bus.TypeCodeGenerate, func(int32) proto.Message {
+			return &novav1.GenerateCode{Ref: ref, Spec: spec, Context: cloneStruct(input), Stage: stage,
+				DataInsights: ai.DataInsights, History: ai.History}
+		})
+	case phaseAnalysisValidate, phaseValidate:
+		code, stage := ai.Code, stageTask
+		if phase == phaseAnalysisValidate {
+			code, stage = ai.AnalysisCode, stageAnalysis
+		}
+		t.command(node, ref.StepId, bus.AgentCodeValidator, bus.TypeCodeValidate, func(int32) proto.Message {
+			return &novav1.ValidateCode{Ref: ref, Spec: spec, Code: code, Stage: stage,
+				ContextKeys: slices.Sorted(maps.Keys(input.GetFields()))}
+		})
+	case phaseAnalysisExecute:
+		t.execute(node, ref.StepId, ref.Visit, ref.StepNumber, ai.AnalysisCode, stageAnalysis, input)
+	case phaseExecute:
+		t.execute(node, ref.StepId, ref.Visit, ref.StepNumber, ai.Code, stageTask, input)
+	case phaseOutputValidate:
+		r := ai.Execution
+		t.command(node, ref.StepId, bus.AgentOutputValidator, bus.TypeOutputValidate, func(int32) proto.Message {
+			return &novav1.ValidateOutput{Ref: ref, Spec: spec, ContextBefore: cloneStruct(input),
+				Updates: r.GetContextUpdates(), DeletedKeys: r.DeletedKeys, Code: ai.Code, Stdout: shorten(r.Stdout, 4000)}
+		})
+	}
+}
+
+// generate starts the next generation attempt, or fails the node when the
+// attempts are used up.
+func (t *transition) generate(node *novav1.Node) {
+	ai := t.st.Ai
+	if int(ai.Attempt) >= t.e.cfg.MaxAttempts {
+		last := ai.History[len(ai.History)-1]
+		msg := fmt.Sprintf("failed after %d attempts; last error (%s): %s", ai.Attempt, last.Phase, last.Error)
+		t.nodeFailed(node, t.nodeState(node.Id), msg, ai.Execution)
+		return
+	}
+	ai.Attempt++
+	ai.Code, ai.Execution = "", nil
+	t.nodeState(node.Id).Attempts = ai.Attempt
+	t.aiNext(node, phaseGenerate)
+}
+
+// attemptFailed records why the current attempt failed and tries again.
+func (t *transition) attemptFailed(node *novav1.Node, phase, msg string) {
+	ai := t.st.Ai
+	ai.History = append(ai.History, &novav1.AttemptRecord{Attempt: ai.Attempt, Code: ai.Code, Phase: phase, Error: msg})
+	t.generate(node)
+}
+
+// skipAnalysis goes on to the task without insights, noting why.
+func (t *transition) skipAnalysis(node *novav1.Node, why string) {
+	t.st.Ai.AnalysisError = why
+	t.generate(node)
+}
+
+// aiStep records an agent step: in the AI run (for ai_metadata) and as a
+// chain-of-work step document.
+func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *novav1.AgentOutcome, code string,
+	input, output map[string]any, tools []*novav1.ToolCall) {
+	ai := t.st.Ai
+	names := stepNames[ai.Phase]
+	status := outcome.GetStatus()
+	if status == "" {
+		status = nodeSuccess
+	}
+	ai.Steps = append(ai.Steps, &novav1.AIStep{
+		Agent: names[1], StepName: names[0], Attempt: ref.Attempt, Status: status, Error: outcome.GetError(),
+		DurationMs: outcome.GetDurationMs(), ModelCalls: outcome.GetModelCalls(), StepNumber: ref.StepNumber,
+	})
+	step := &novav1.StepCompleted{
+		ExecutionId:     t.st.ExecutionId,
+		NodeId:          node.Id,
+		Visit:           ref.Visit,
+		StepNumber:      ref.StepNumber,
+		StepName:        names[0],
+		AgentName:       names[1],
+		AttemptNumber:   ref.Attempt,
+		GeneratedCode:   code,
+		Status:          status,
+		ErrorMessage:    outcome.GetError(),
+		ExecutionTimeMs: outcome.GetDurationMs(),
+		Timestamp:       tsNow(t.now),
+		StepId:          ref.StepId,
+	}
+	calls := outcome.GetModelCalls()
+	for _, c := range calls {
+		step.ModelUsed = c.Model
+		step.TokensInput += c.PromptTokens
+		step.TokensOutput += c.CompletionTokens
+		step.CostUsd += c.CostUsd
+	}
+	if len(calls) > 0 {
+		output = maps.Clone(output)
+		if output == nil {
+			output = map[string]any{}
+		}
+		output["model_calls"] = float64(len(calls))
+		output["cached_tokens"] = float64(sumCalls(calls, func(c *novav1.ModelCall) int64 { return c.CachedTokens }))
+		output["scripted"] = calls[0].Scripted
+	}
+	step.InputData, _ = structpb.NewStruct(input)
+	step.OutputData, _ = structpb.NewStruct(output)
+	if len(tools) > 0 {
+		list := &structpb.ListValue{}
+		for _, tc := range tools {
+			v, _ := structpb.NewValue(map[string]any{"name": tc.Name, "arguments": tc.Arguments, "result": tc.Result})
+			list.Values = append(list.Values, v)
+		}
+		step.ToolCalls = list
+	}
+	t.emit(bus.KindStepCompleted, ref.StepId+"/step", bus.TypeStepCompleted, step)
+}
+
+func (t *transition) aiNode(ref *novav1.StepRef) *novav1.Node { return t.graph.Node(ref.GetNodeId()) }
+
+func (t *transition) inputAnalyzed(r *novav1.InputAnalyzed) error {
+	if err := t.checkAI(r.Ref); err != nil {
+		return err
+	}
+	node, ai := t.aiNode(r.Ref), t.st.Ai
+	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
+		map[string]any{"needs_analysis": r.NeedsAnalysis, "reasoning": r.Reasoning, "complexity": r.Complexity,
+			"decided_without_model": r.DecidedWithoutModel}, nil)
+	if r.GetOutcome().GetStatus() == "error" {
+		t.nodeFailed(node, t.nodeState(node.Id), "input analysis failed: "+r.Outcome.Error, nil)
+		return nil
+	}
+	ai.InputAnalysis = r
+	if r.NeedsAnalysis {
+		ai.StagesUsed = 2
+		t.aiNext(node, phaseAnalysisGenerate)
+		return nil
+	}
+	ai.StagesUsed = 1
+	t.generate(node)
+	return nil
+}
+
+func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
+	if err := t.checkAI(r.Ref); err != nil {
+		return err
+	}
+	node, ai := t.aiNode(r.Ref), t.st.Ai
+	phase := ai.Phase
+	ai.ToolCalls = append(ai.ToolCalls, r.ToolCalls...)
+	t.aiStep(node, r.Ref, r.Outcome, r.Code, map[string]any{"stage": stageOf(phase), "history_attempts": float64(len(ai.History))},
+		map[string]any{"stage": r.Stage, "prompt_bytes": float64(r.PromptBytes), "code_bytes": float64(len(r.Code))}, r.ToolCalls)
+	failed := r.GetOutcome().GetStatus() == "error" || strings.TrimSpace(r.Code) == ""
+	reason := r.GetOutcome().GetError()
+	if reason == "" {
+		reason = "the model returned no code"
+	}
+	if phase == phaseAnalysisGenerate {
+		if failed {
+			t.skipAnalysis(node, "analysis code generation failed: "+reason)
+			return nil
+		}
+		ai.AnalysisCode = r.Code
+		t.aiNext(node, phaseAnalysisValidate)
+		return nil
+	}
+	ai.Code, ai.Stage = r.Code, r.Stage
+	if failed {
+		t.attemptFailed(node, "generation", reason)
+		return nil
+	}
+	t.aiNext(node, phaseValidate)
+	return nil
+}
+
+func (t *transition) codeValidated(r *novav1.CodeValidated) error {
+	if err := t.checkAI(r.Ref); err != nil {
+		return err
+	}
+	node, ai := t.aiNode(r.Ref), t.st.Ai
+	phase := ai.Phase
+	var findings []any
+	var msgs []string
+	for _, f := range r.Findings {
+		findings = append(findings, map[string]any{"rule": f.Rule, "message": f.Message, "line": float64(f.Line)})
+		msgs = append(msgs, fmt.Sprintf("line %d: %s [%s]", f.Line, f.Message, f.Rule))
+	}
+	code := ai.Code
+	if phase == phaseAnalysisValidate {
+		code = ai.AnalysisCode
+	}
+	t.aiStep(node, r.Ref, r.Outcome, code, map[string]any{"stage": stageOf(phase)},
+		map[string]any{"valid": r.Valid, "findings": findings}, nil)
+	valid := r.Valid && r.GetOutcome().GetStatus() != "error"
+	reason := strings.Join(msgs, "\n")
+	if r.GetOutcome().GetStatus() == "error" {
+		reason = "the code validator failed: " + r.Outcome.Error
+	}
+	switch {
+	case phase == phaseAnalysisValidate && valid:
+		t.aiNext(node, phaseAnalysisExecute)
+	case phase == phaseAnalysisValidate:
+		t.skipAnalysis(node, "analysis code did not pass validation: "+reason)
+	case valid:
+		t.aiNext(node, phaseExecute)
+	default:
+		t.attemptFailed(node, "validation", "static checks failed:\n"+reason)
+	}
+	return nil
+}
+
+// aiExecuted takes the sandbox's result of analysis or task code.
+func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
+	node, ai := t.graph.Node(r.NodeId), t.st.Ai
+	ref := &novav1.StepRef{ExecutionId: r.ExecutionId, NodeId: r.NodeId, StepId: r.StepId, Visit: r.Visit,
+		Attempt: ai.Attempt, StepNumber: ai.StepNumber}
+	outcome := &novav1.AgentOutcome{Status: r.Status, Error: r.Error, DurationMs: r.DurationMs}
+	output := map[string]any{
+		"status":       r.Status,
+		"updated_keys": stringsToAny(slices.Sorted(maps.Keys(r.GetContextUpdates().GetFields()))),
+		"sandbox_id":   r.SandboxId,
+	}
+	for k, v := range map[string]string{"error_kind": r.ErrorKind, "traceback": r.Traceback, "stdout": r.Stdout, "stderr": r.Stderr, "limit": r.Limit} {
+		if v != "" {
+			output[k] = v
+		}
+	}
+	code := ai.Code
+	if ai.Phase == phaseAnalysisExecute {
+		code = ai.AnalysisCode
+	}
+	t.aiStep(node, ref, outcome, code, map[string]any{"stage": stageOf(ai.Phase)}, output, nil)
+	failure := r.Error
+	if r.Traceback != "" {
+		failure += "\n" + tail(r.Traceback, 3000)
+	}
+	if ai.Phase == phaseAnalysisExecute {
+		if r.Status != nodeSuccess {
+			t.skipAnalysis(node, "analysis code failed: "+failure)
+			return nil
+		}
+		insights := r.GetContextUpdates().GetFields()[analysisKey].GetStructValue()
+		if insights == nil {
+			insights = r.GetContextUpdates()
+		}
+		ai.DataInsights = insights
+		t.generate(node)
+		return nil
+	}
+	if r.Status != nodeSuccess {
+		if r.ErrorKind == errorKindDeadLetter {
+			t.nodeFailed(node, t.nodeState(node.Id), r.Error, r)
+			return nil
+		}
+		t.attemptFailed(node, "execution", failure)
+		return nil
+	}
+	ai.Execution = r
+	t.aiNext(node, phaseOutputValidate)
+	return nil
+}
+
+func (t *transition) outputValidated(r *novav1.OutputValidated) error {
+	if err := t.checkAI(r.Ref); err != nil {
+		return err
+	}
+	node, ai := t.aiNode(r.Ref), t.st.Ai
+	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
+		map[string]any{"valid": r.Valid, "reason": r.Reason, "failed_checks": stringsToAny(r.FailedChecks),
+			"model_consulted": r.ModelConsulted}, nil)
+	if r.GetOutcome().GetStatus() == "error" {
+		t.attemptFailed(node, "output_validation", "the output validator failed: "+r.Outcome.Error)
+		return nil
+	}
+	if !r.Valid {
+		t.attemptFailed(node, "output_validation", r.Reason)
+		return nil
+	}
+	exec := ai.Execution
+	t.merge(exec)
+	t.route(node, t.nodeState(node.Id), exec)
+	return nil
+}
+
+// checkAI is checkPending for agent results, which must also find an AI run.
+func (t *transition) checkAI(ref *novav1.StepRef) error {
+	if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
+		return err
+	}
+	if t.st.Ai == nil {
+		return errStale
+	}
+	return nil
+}
+
+// aiMetadata is the node's ai_metadata, named as in the original NOVA.
+func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *structpb.Struct {
+	ai := t.st.Ai
+	timings := map[string]any{}
+	var prompt, completion, cached int64
+	var cost float64
+	var calls int
+	scripted := false
+	model := ai.Model
+	for _, s := range ai.Steps {
+		key := s.StepName + "_ms"
+		timings[key] = asFloat(timings[key]) + s.DurationMs
+		for _, c := range s.ModelCalls {
+			prompt += c.PromptTokens
+			completion += c.CompletionTokens
+			cached += c.CachedTokens
+			cost += c.CostUsd
+			calls++
+			scripted = scripted || c.Scripted
+			if s.Agent == bus.AgentCodeGenerator {
+				model = c.Model
+			}
+		}
+	}
+	timings["total_ms"] = float64(t.now.Sub(t.st.NodeStartedAt.AsTime()).Microseconds()) / 1000
+	steps := []any{}
+	for _, s := range ai.Steps {
+		steps = append(steps, map[string]any{"step_number": float64(s.StepNumber), "agent": s.Agent, "step_name": s.StepName,
+			"attempt": float64(s.Attempt), "status": s.Status, "duration_ms": s.DurationMs, "model_calls": float64(len(s.ModelCalls))})
+	}
+	tools := []any{}
+	for _, tc := range ai.ToolCalls {
+		tools = append(tools, map[string]any{"name": tc.Name, "arguments": tc.Arguments, "result": tc.Result})
+	}
+	m := map[string]any{
+		"model":          model,
+		"prompt_task":    node.Prompt,
+		"generated_code": ai.Code,
+		"attempts":       float64(ai.Attempt),
+		"stages_used":    float64(ai.StagesUsed),
+		"tool_calls":     tools,
+		"tokens": map[string]any{"prompt": float64(prompt), "completion": float64(completion), "cached": float64(cached),
+			"total": float64(prompt + completion)},
+		"cost_usd":    cost,
+		"model_calls": float64(calls),
+		"timings":     timings,
+		"steps":       steps,
+		"cache_hit":   false,
+		"scripted":    scripted,
+		"status":      status,
+	}
+	if ia := ai.InputAnalysis; ia != nil {
+		m["input_analysis"] = map[string]any{"needs_analysis": ia.NeedsAnalysis, "reasoning": ia.Reasoning,
+			"complexity": ia.Complexity, "decided_without_model": ia.DecidedWithoutModel}
+	}
+	if ai.StagesUsed == 2 {
+		analysis := map[string]any{"code": ai.AnalysisCode, "timings": map[string]any{
+			"generation_ms": timings["analysis_generation_ms"], "validation_ms": timings["analysis_validation_ms"],
+			"execution_ms": timings["analysis_execution_ms"]}}
+		if ai.DataInsights != nil {
+			analysis["result"] = ai.DataInsights.AsMap()
+		}
+		if ai.AnalysisError != "" {
+			analysis["error"] = ai.AnalysisError
+		}
+		m["analysis_metadata"] = analysis
+	}
+	if status != nodeSuccess {
+		m["status"] = statusFailedAfterRetries
+		all := []any{}
+		for _, h := range ai.History {
+			all = append(all, map[string]any{"attempt": float64(h.Attempt), "code": h.Code, "phase": h.Phase, "error": h.Error})
+		}
+		m["all_attempts"] = all
+		m["final_error"] = errMsg
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		// Never lose the metadata over one odd value: keep it as JSON text.
+		b, _ := protojson.Marshal(ai)
+		st, _ = structpb.NewStruct(map[string]any{"raw": string(b), "encode_error": err.Error()})
+	}
+	return st
+}
+
+func stageOf(phase string) string {
+	if strings.HasPrefix(phase, "analysis") {
+		return stageAnalysis
+	}
+	return stageTask
+}
+
+func nodeTypeName(n *novav1.Node) string {
+	if n.Type == novav1.NodeType_NODE_TYPE_DECISION {
+		return "decision"
+	}
+	return "action"
+}
+
+func sumCalls(calls []*novav1.ModelCall, f func(*novav1.ModelCall) int64) int64 {
+	var n int64
+	for _, c := range calls {
+		n += f(c)
+	}
+	return n
+}
+
+func asFloat(v any) float64 {
+	f, _ := v.(float64)
+	return f
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "\n... [shortened]"
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "... " + s[len(s)-n:]
+}

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+const aiYAML = `
+name: ai
+model: gpt-4o-mini
+nodes:
+  - {id: start, type: start}
+  - {id: discount, type: action, prompt: "Calculate discount (10% if total > 1000)"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: discount}
+  - {from: discount, to: end}
+`
+
+// pipeline plays the agents: answer returns the result message for each
+// command the engine issues.
+func pipeline(t *testing.T, e *Engine, st *novav1.ExecutionState, first proto.Message, answer func(cmd proto.Message) proto.Message) []string {
+	t.Helper()
+	var seen []string
+	cmd := first
+	for st.Status == statusRunning {
+		if cmd == nil {
+			t.Fatal("no command issued while running")
+		}
+		res := answer(cmd)
+		tr := e.newTransition(st)
+		var err error
+		switch r := res.(type) {
+		case *novav1.InputAnalyzed:
+			seen = append(seen, "analyze")
+			err = tr.inputAnalyzed(r)
+		case *novav1.CodeGenerated:
+			seen = append(seen, "generate:"+cmd.(*novav1.GenerateCode).Stage)
+			err = tr.codeGenerated(r)
+		case *novav1.CodeValidated:
+			seen = append(seen, "validate")
+			err = tr.codeValidated(r)
+		case *novav1.CodeExecuted:
+			seen = append(seen, "execute:"+cmd.(*novav1.ExecuteCode).Stage)
+			err = tr.codeExecuted(r)
+		case *novav1.OutputValidated:
+			seen = append(seen, "output")
+			err = tr.outputValidated(r)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = nil
+		for i := len(tr.out) - 1; i >= 0; i-- {
+			if strings.HasPrefix(tr.out[i].subject, "nova.cmd.") {
+				cmd = tr.out[i].msg
+				break
+			}
+		}
+	}
+	return seen
+}
+
+func startAIExecution(t *testing.T, e *Engine, ctx map[string]any) (*novav1.ExecutionState, proto.Message) {
+	t.Helper()
+	def, err := workflow.Parse([]byte(aiYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := structpb.NewStruct(ctx)
+	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c, StartedAt: tsNow(time.Now())}
+	tr := e.newTransition(st)
+	tr.enter(tr.graph.Start().Id)
+	last := tr.out[len(tr.out)-1].msg
+	if _, ok := last.(*novav1.AnalyzeInput); !ok {
+		t.Fatalf("AI node started with %T, want input analysis", last)
+	}
+	return st, last
+}
+
+func call(tokens int64) *novav1.AgentOutcome {
+	return &novav1.AgentOutcome{Status: "success", DurationMs: 5,
+		ModelCalls: []*novav1.ModelCall{{Model: "gpt-4o", PromptTokens: tokens, CompletionTokens: 10, CostUsd: 0.001, Scripted: true}}}
+}
+
+func TestAINodeHappyPath(t *testing.T) {
+	e := newTestEngine()
+	st, first := startAIExecution(t, e, map[string]any{"total": 1500.0})
+	var genCalls int
+	seen := pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
+		switch c := cmd.(type) {
+		case *novav1.AnalyzeInput:
+			if c.Spec.Model != "gpt-4o-mini" || c.Spec.Task == "" {
+				t.Errorf("analyze spec %+v", c.Spec)
+			}
+			return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true}
+		case *novav1.GenerateCode:
+			genCalls++
+			return &novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "# STAGE: TASK\ncontext['discount'] = 150", Stage: "TASK"}
+		case *novav1.ValidateCode:
+			return &novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true}
+		case *novav1.ExecuteCode:
+			u, _ := structpb.NewStruct(map[string]any{"discount": 150.0, "final_total": 1350.0})
+			return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence, Status: "success", ContextUpdates: u}
+		case *novav1.ValidateOutput:
+			return &novav1.OutputValidated{Ref: c.Ref, Outcome: call(50), Valid: true, ModelConsulted: true}
+		}
+		t.Fatalf("unexpected command %T", cmd)
+		return nil
+	})
+	if st.Status != statusSucceeded || genCalls != 1 {
+		t.Fatalf("status %s (%s), generations %d, steps %v", st.Status, st.Error, genCalls, seen)
+	}
+	if got := strings.Join(seen, ","); got != "analyze,generate:TASK,validate,execute:TASK,output" {
+		t.Errorf("steps %s", got)
+	}
+	if st.Context.Fields["final_total"].GetNumberValue() != 1350 {
+		t.Errorf("context %v", st.Context)
+	}
+}
+
+func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
+	e := newTestEngine()
+	st, first := startAIExecution(t, e, map[string]any{"pdf": strings.Repeat("JVBERi0", 10)})
+	var histories []int
+	seen := pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
+		switch c := cmd.(type) {
+		case *novav1.AnalyzeInput:
+			return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: call(30), NeedsAnalysis: true}
+		case *novav1.GenerateCode:
+			if c.Stage == stageAnalysis {
+				return &novav1.CodeGenerated{Ref: c.Ref, Outcome: call(80), Code: "context['_data_analysis'] = {'pages': 1}", Stage: "ANALYSIS"}
+			}
+			if c.DataInsights.GetFields()["pages"].GetNumberValue() != 1 {
+				t.Errorf("task generation without insights: %v", c.DataInsights)
+			}
+			histories = append(histories, len(c.History))
+			return &novav1.CodeGenerated{Ref: c.Ref, Outcome: call(200), Code: "code v" + string(rune('0'+c.Ref.Attempt)), Stage: "TASK"}
+		case *novav1.ValidateCode:
+			valid := !(c.Stage == stageTask && c.Ref.Attempt == 1)
+			return &novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: valid,
+				Findings: map[bool][]*novav1.Finding{false: {{Rule: "undefined-name", Message: "name 'totl' is not defined", Line: 1}}}[valid]}
+		case *novav1.ExecuteCode:
+			if c.Stage == stageAnalysis {
+				u, _ := structpb.NewStruct(map[string]any{"_data_analysis": map[string]any{"pages": 1.0}})
+				return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence, Status: "success", ContextUpdates: u}
+			}
+			return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
+				Status: "error", ErrorKind: "code_error", Error: "KeyError: 'totals'", Traceback: "Traceback ...\nKeyError: 'totals'"}
+		}
+		t.Fatalf("unexpected command %T", cmd)
+		return nil
+	})
+	if st.Status != statusFailed {
+		t.Fatalf("status %s", st.Status)
+	}
+	if got := strings.Join(seen, ","); !strings.HasPrefix(got, "analyze,generate:ANALYSIS,validate,execute:ANALYSIS,generate:TASK,validate,generate:TASK") {
+		t.Errorf("steps %s", got)
+	}
+	if len(histories) != 3 || histories[0] != 0 || histories[1] != 1 || histories[2] != 2 {
+		t.Errorf("history lengths per attempt %v, want [0 1 2]", histories)
+	}
+	if !strings.Contains(st.Error, "failed after 3 attempts") || !strings.Contains(st.Error, "KeyError") {
+		t.Errorf("error %q", st.Error)
+	}
+	if st.Nodes["discount"].Attempts != 3 || strings.Count(strings.Join(seen, ","), "analyze") != 1 {
+		t.Errorf("attempts %d, steps %v", st.Nodes["discount"].Attempts, seen)
+	}
+}
