@@ -16,6 +16,11 @@ type config struct {
 	NodeTimeout    time.Duration `env:"NOVA_NODE_TIMEOUT" default:"30s"`
 	Workers        int           `env:"NOVA_WORKERS" default:"8"`
 	ValueThreshold int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
+	// AllowPrompt accepts AI (prompt) nodes; turn it off where the AI
+	// agents are not deployed, so such workflows fail at validation.
+	AllowPrompt     bool          `env:"NOVA_ALLOW_PROMPT" default:"true"`
+	MaxAttempts     int           `env:"NOVA_MAX_ATTEMPTS" default:"3"`
+	AnalysisTimeout time.Duration `env:"NOVA_ANALYSIS_TIMEOUT" default:"15s"`
 }
 
 func main() {
@@ -34,6 +39,9 @@ func main() {
 				DefaultNodeTimeout: cfg.NodeTimeout,
 				Workers:            cfg.Workers,
 				Replicas:           cfg.StreamReplicas,
+				AllowPrompt:        cfg.AllowPrompt,
+				MaxAttempts:        cfg.MaxAttempts,
+				AnalysisTimeout:    cfg.AnalysisTimeout,
 			},
 		})
 	}))
