@@ -270,6 +270,15 @@ func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
 		t.aiNext(node, phaseAnalysisValidate)
 		return nil
 	}
+	if !failed && r.Stage == stageAnalysis && ai.AnalysisCode == "" && ai.DataInsights == nil {
+		// The stage marker is honoured: the generator chose to look at the
+		// data first. That is the analysis stage, not a task attempt.
+		ai.Attempt--
+		t.nodeState(node.Id).Attempts = ai.Attempt
+		ai.AnalysisCode, ai.StagesUsed = r.Code, 2
+		t.aiNext(node, phaseAnalysisValidate)
+		return nil
+	}
 	ai.Code, ai.Stage = r.Code, r.Stage
 	if failed {
 		t.attemptFailed(node, "generation", reason)
