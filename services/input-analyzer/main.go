@@ -1,0 +1,54 @@
+// Command input-analyzer runs NOVA's input analyzer: for each AI node it
+// decides whether the data must be analysed before the task code is written.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/llm"
+	"github.com/novaflow/nova/pkg/service"
+	"github.com/novaflow/nova/services/input-analyzer/analyzer"
+)
+
+type config struct {
+	service.Common
+	OpenAIAPIKey     string `env:"OPENAI_API_KEY" secret:"true"`
+	OpenAIBaseURL    string `env:"OPENAI_BASE_URL"`
+	OpenAIAPIVersion string `env:"OPENAI_API_VERSION"`
+	Prices           string `env:"NOVA_LLM_PRICES"`
+	Model            string `env:"NOVA_INPUT_ANALYZER_MODEL" default:"gpt-4o-mini"`
+	Workers          int    `env:"NOVA_WORKERS" default:"4"`
+}
+
+func main() {
+	var cfg config
+	os.Exit(service.Main("input-analyzer", &cfg, func(ctx context.Context, env *service.Env) error {
+		prices, err := llm.ParsePrices(cfg.Prices, llm.DefaultPrices())
+		if err != nil {
+			return fmt.Errorf("NOVA_LLM_PRICES: %w", err)
+		}
+		client, err := llm.New(llm.Config{
+			APIKey:          cfg.OpenAIAPIKey,
+			BaseURL:         cfg.OpenAIBaseURL,
+			AzureAPIVersion: cfg.OpenAIAPIVersion,
+			Agent:           bus.AgentInputAnalyzer,
+			Prices:          prices,
+			Logger:          env.Logger,
+			MeterProvider:   env.Telemetry.MeterProvider,
+		})
+		if err != nil {
+			return err
+		}
+		return analyzer.Run(ctx, analyzer.Deps{
+			Bus:            env.Bus,
+			LLM:            client,
+			Logger:         env.Logger,
+			TracerProvider: env.Telemetry.TracerProvider,
+			DefaultModel:   cfg.Model,
+			Workers:        cfg.Workers,
+		})
+	}))
+}

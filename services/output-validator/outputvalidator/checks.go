@@ -1,0 +1,236 @@
+package outputvalidator
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/novaflow/nova/pkg/redact"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Ids of the deterministic checks, in the order they run (failed_checks).
+const (
+	CheckNoUpdates       = "no_updates"
+	CheckNotSerializable = "not_serializable"
+	CheckErrorText       = "error_text"
+	CheckNoneResult      = "none_result"
+	CheckDecisionValue   = "decision_value"
+)
+
+const (
+	branchDecision = "branch_decision"
+	// maxFindingsPerCheck bounds the values one reason names.
+	maxFindingsPerCheck = 5
+	// maxErrorTextScanDepth bounds how deep nested results are scanned.
+	maxErrorTextScanDepth = 4
+)
+
+// finding is a failed deterministic check with a reason the code generator
+// can act on.
+type finding struct {
+	check  string
+	reason string
+}
+
+var (
+	// errorTextRe matches text that is clearly an error message: it starts
+	// with "Error:", "Exception:", "Traceback", or a Python exception name
+	// followed by a colon ("ValueError: ...", "KeyError: 'total'"). Text that
+	// merely mentions errors ("Error rate is 2%") does not match.
+	errorTextRe = regexp.MustCompile(`^(?i:error|exception|traceback)\s*:|^(?i:traceback)\s*\(|^[A-Z][A-Za-z]*(Error|Exception)\s*:`)
+	// objectReprRe matches str() of a Python object, which carries none of
+	// its data: "<email.message.Message object at 0x7f...>".
+	objectReprRe = regexp.MustCompile(`^<[\w.]+ object at 0x[0-9a-fA-F]+>$`)
+)
+
+// deterministic runs every check and returns the failed ones in order.
+func deterministic(spec *novav1.TaskSpec, raw *structpb.Struct, deleted []string) []finding {
+	var out []finding
+	updates := raw.AsMap()
+	keys := sortedKeys(updates)
+
+	if len(updates) == 0 && len(deleted) == 0 {
+		out = append(out, finding{CheckNoUpdates,
+			"the task code produced no context updates and deleted no keys: store the results in context (for example context['result'] = value) so the workflow can use them"})
+	}
+
+	var unserializable []string
+	for _, k := range keys {
+		if why := notJSON(raw.GetFields()[k]); why != "" {
+			if redact.IsSecretKey(k) {
+				why = "is not plain JSON data" // never quote a secret's value
+			}
+			unserializable = append(unserializable, fmt.Sprintf("context[%q] %s", k, why))
+		}
+	}
+	if len(unserializable) > 0 {
+		out = append(out, finding{CheckNotSerializable, "values are not JSON data: " + joinLimited(unserializable) +
+			"; store plain strings, numbers, booleans, lists and dicts (extract the fields you need from objects)"})
+	}
+
+	var errorTexts []string
+	for _, k := range keys {
+		if skipErrorScan(k) {
+			continue
+		}
+		errorTexts = append(errorTexts, findErrorText(fmt.Sprintf("context[%q]", k), updates[k], 0)...)
+	}
+	if len(errorTexts) > 0 {
+		out = append(out, finding{CheckErrorText, "error text was stored as a result: " + joinLimited(errorTexts) +
+			"; fix the cause of the error instead of storing its message as the value"})
+	}
+
+	var nones []string
+	for _, k := range keys {
+		if updates[k] == nil && k != branchDecision {
+			nones = append(nones, fmt.Sprintf("context[%q]", k))
+		}
+	}
+	if len(nones) > 0 {
+		out = append(out, finding{CheckNoneResult, joinLimited(nones) +
+			" set to None: a missing result passed off as a value; compute the value (check why it came out None, e.g. a regex or lookup that found nothing), or use `del context[key]` if removing the key is what the task asks"})
+	}
+
+	if spec.GetNodeType() == "decision" {
+		if f, ok := checkDecision(spec.GetDecisionValues(), updates); !ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func checkDecision(allowed []string, updates map[string]any) (finding, bool) {
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = strconv.Quote(a)
+	}
+	list := strings.Join(quoted, ", ")
+	v, present := updates[branchDecision]
+	if !present || v == nil {
+		reason := "a decision node's code must set context['branch_decision']"
+		if len(allowed) > 0 {
+			reason += " to one of: " + list
+		}
+		return finding{CheckDecisionValue, reason}, false
+	}
+	s, ok := workflow.DecisionString(v)
+	if !ok {
+		return finding{CheckDecisionValue, fmt.Sprintf("context['branch_decision'] is a %s; it must be one of: %s", jsonType(v), list)}, false
+	}
+	if len(allowed) > 0 && !slices.Contains(allowed, s) {
+		return finding{CheckDecisionValue, fmt.Sprintf("context['branch_decision'] is %q, which matches no outgoing edge; it must be exactly one of: %s", s, list)}, false
+	}
+	return finding{}, true
+}
+
+// notJSON says why v is not plain JSON data, or "". It reads the Struct
+// itself: AsMap turns NaN and infinities into strings.
+func notJSON(v *structpb.Value) string {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
+			return "is NaN or infinity, which JSON cannot hold"
+		}
+	case *structpb.Value_StringValue:
+		if objectReprRe.MatchString(strings.TrimSpace(k.StringValue)) {
+			return fmt.Sprintf("is the text %q: str() of a Python object, not its data", shorten(k.StringValue, 80))
+		}
+	case *structpb.Value_StructValue:
+		fields := k.StructValue.GetFields()
+		for _, name := range slices.Sorted(maps.Keys(fields)) {
+			if why := notJSON(fields[name]); why != "" {
+				return fmt.Sprintf("[%q] %s", name, why)
+			}
+		}
+	case *structpb.Value_ListValue:
+		for i, e := range k.ListValue.GetValues() {
+			if why := notJSON(e); why != "" {
+				return fmt.Sprintf("[%d] %s", i, why)
+			}
+		}
+	}
+	return ""
+}
+
+func findErrorText(path string, v any, depth int) []string {
+	if depth > maxErrorTextScanDepth {
+		return nil
+	}
+	switch t := v.(type) {
+	case string:
+		s := strings.TrimSpace(t)
+		if errorTextRe.MatchString(s) || strings.Contains(s, "Traceback (most recent call last)") {
+			return []string{fmt.Sprintf("%s = %q", path, shorten(firstLine(s), 120))}
+		}
+	case map[string]any:
+		var out []string
+		for _, k := range sortedKeys(t) {
+			if skipErrorScan(k) {
+				continue
+			}
+			out = append(out, findErrorText(fmt.Sprintf("%s[%q]", path, k), t[k], depth+1)...)
+		}
+		return out
+	case []any:
+		var out []string
+		for i, e := range t {
+			out = append(out, findErrorText(fmt.Sprintf("%s[%d]", path, i), e, depth+1)...)
+		}
+		return out
+	}
+	return nil
+}
+
+// skipErrorScan exempts secrets (their values are never quoted) and keys
+// named for an error, which report one on purpose: whether the task
+// succeeded anyway is the model's judgement.
+func skipErrorScan(key string) bool {
+	return redact.IsSecretKey(key) || strings.Contains(strings.ToLower(key), "error")
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "dict"
+	case []any:
+		return "list"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func joinLimited(items []string) string {
+	if len(items) <= maxFindingsPerCheck {
+		return strings.Join(items, "; ")
+	}
+	return strings.Join(items[:maxFindingsPerCheck], "; ") + fmt.Sprintf("; and %d more", len(items)-maxFindingsPerCheck)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
