@@ -54,6 +54,9 @@ func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID s
 		if changed := changedKeys(n.InputContext, n.OutputResult); len(changed) > 0 {
 			fmt.Fprintf(w, "   context changed: %s\n", strings.Join(changed, ", "))
 		}
+		if ai := n.AIMetadata; ai != nil {
+			printAI(w, ai)
+		}
 		if n.CodeExecuted != "" {
 			fmt.Fprintf(w, "   code:\n%s", indent(n.CodeExecuted, "     | "))
 		}
@@ -73,6 +76,14 @@ func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID s
 			}
 			if s.ModelUsed != "" {
 				fmt.Fprintf(w, ", model %s, %d+%d tokens, $%.6f", s.ModelUsed, s.TokensInput, s.TokensOutput, s.CostUSD)
+				if scripted, _ := s.OutputData["scripted"].(bool); scripted {
+					fmt.Fprint(w, " [SCRIPTED model]")
+				}
+			}
+			for _, tc := range s.ToolCalls {
+				if m, ok := tc.(map[string]any); ok {
+					fmt.Fprintf(w, "\n     tool %v(%v)", m["name"], m["arguments"])
+				}
 			}
 			fmt.Fprintln(w)
 			if s.ErrorMessage != "" {
@@ -109,4 +120,34 @@ func jsonEqual(a, b any) bool {
 func indent(s, prefix string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return prefix + strings.Join(lines, "\n"+prefix) + "\n"
+}
+
+// printAI shows a node's ai_metadata: what the pipeline did and what it cost.
+func printAI(w io.Writer, ai map[string]any) {
+	scripted := ""
+	if b, _ := ai["scripted"].(bool); b {
+		scripted = " [SCRIPTED model: offline rules, not a real model]"
+	}
+	fmt.Fprintf(w, "   AI: task %q\n", ai["prompt_task"])
+	fmt.Fprintf(w, "   AI: model %v%s, attempts %v, stages used %v, model calls %v, status %v\n",
+		ai["model"], scripted, ai["attempts"], ai["stages_used"], ai["model_calls"], ai["status"])
+	if t, ok := ai["tokens"].(map[string]any); ok {
+		fmt.Fprintf(w, "   AI: tokens prompt %v, completion %v, cached %v; estimated cost $%.6f\n",
+			t["prompt"], t["completion"], t["cached"], ai["cost_usd"])
+	}
+	if ia, ok := ai["input_analysis"].(map[string]any); ok {
+		fmt.Fprintf(w, "   AI: input analysis: needs_analysis %v (%v)\n", ia["needs_analysis"], ia["reasoning"])
+	}
+	if all, ok := ai["all_attempts"].([]any); ok {
+		for _, a := range all {
+			if m, ok := a.(map[string]any); ok {
+				fmt.Fprintf(w, "   AI: attempt %v failed in %v: %v\n", m["attempt"], m["phase"], firstLine(fmt.Sprint(m["error"])))
+			}
+		}
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/llm"
+	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -45,13 +47,60 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func stackOptions(dataDir string, log *slog.Logger) stack.Options {
-	return stack.Options{
+// defaultRules is the scripted model's rules file used when no model API is
+// configured and --llm-rules is not given.
+const defaultRules = "examples/scripted-llm.yaml"
+
+func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, error) {
+	opts := stack.Options{
 		DataDir:      dataDir,
 		NATSURL:      os.Getenv("NATS_URL"),
 		MongoURI:     os.Getenv("MONGODB_URI"),
 		OTLPEndpoint: os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
 		Logger:       log,
+		LLM: stack.LLMOptions{
+			APIKey:               os.Getenv("OPENAI_API_KEY"),
+			BaseURL:              os.Getenv("OPENAI_BASE_URL"),
+			APIVersion:           os.Getenv("OPENAI_API_VERSION"),
+			InputAnalyzerModel:   os.Getenv("NOVA_INPUT_ANALYZER_MODEL"),
+			CodeGeneratorModel:   os.Getenv("NOVA_CODE_GENERATOR_MODEL"),
+			OutputValidatorModel: os.Getenv("NOVA_OUTPUT_VALIDATOR_MODEL"),
+		},
+	}
+	prices, err := llm.ParsePrices(os.Getenv("NOVA_LLM_PRICES"), llm.DefaultPrices())
+	if err != nil {
+		return opts, fmt.Errorf("NOVA_LLM_PRICES: %w", err)
+	}
+	opts.LLM.Prices = prices
+	if opts.LLM.APIKey != "" || opts.LLM.BaseURL != "" {
+		return opts, nil
+	}
+	if rulesFile == "" {
+		if _, err := os.Stat(defaultRules); err != nil {
+			return opts, nil // AI nodes will fail with a clear error; code nodes run
+		}
+		rulesFile = defaultRules
+	}
+	rules, err := scripted.LoadRules(rulesFile)
+	if err != nil {
+		return opts, fmt.Errorf("scripted model rules: %w", err)
+	}
+	opts.LLM.ScriptedRules = &rules
+	return opts, nil
+}
+
+// modelNote says which model answers the AI nodes, so that scripted output
+// is never taken for a real model's.
+func modelNote(opts stack.Options) string {
+	switch {
+	case opts.LLM.BaseURL != "":
+		return "model API " + opts.LLM.BaseURL
+	case opts.LLM.APIKey != "":
+		return "model API: OpenAI"
+	case opts.LLM.ScriptedRules != nil:
+		return "model: SCRIPTED (offline rules, not a real model; set OPENAI_API_KEY or OPENAI_BASE_URL for a real one)"
+	default:
+		return "model: none configured (AI nodes fail; set OPENAI_API_KEY or OPENAI_BASE_URL, or --llm-rules)"
 	}
 }
 
@@ -61,18 +110,24 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
 	natsPort := fs.Int("nats-port", 4222, "port of the embedded NATS server")
 	mongoPort := fs.Int("mongo-port", 27017, "port of the embedded MongoDB-compatible store")
+	rules := fs.String("llm-rules", "", "scripted model rules when no OPENAI_API_KEY/OPENAI_BASE_URL (default "+defaultRules+" when present)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return exitInvalid
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := stackOptions(*dataDir, log)
+	opts, err := stackOptions(*dataDir, *rules, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dev: %v\n", err)
+		return exitInvalid
+	}
 	opts.NATSPort, opts.MongoPort = *natsPort, *mongoPort
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "NOVA dev server running (graph-engine, sandbox, audit)\n")
+	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(stack.Modules, ", "))
+	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))
 	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
 	fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
 		bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
@@ -112,6 +167,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting after this long")
 	verbose := fs.Bool("v", false, "show the services' logs")
+	rules := fs.String("llm-rules", "", "scripted model rules when no OPENAI_API_KEY/OPENAI_BASE_URL (default "+defaultRules+" when present)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return exitInvalid
@@ -120,7 +176,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nova run: want exactly one workflow FILE")
 		return exitInvalid
 	}
-	def, err := workflow.Load(pos[0], workflow.ValidateOptions{})
+	def, err := workflow.Load(pos[0], workflow.ValidateOptions{AllowPrompt: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitInvalid
@@ -135,7 +191,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *verbose {
 		logOut = stderr
 	}
-	s, err := stack.Start(ctx, stackOptions(*dataDir, slog.New(slog.NewTextHandler(logOut, nil))))
+	opts, err := stackOptions(*dataDir, *rules, slog.New(slog.NewTextHandler(logOut, nil)))
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitInvalid
+	}
+	if hasPrompt(def) {
+		fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
+	}
+	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitFailed
@@ -183,6 +247,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+func hasPrompt(def *novav1.WorkflowDefinition) bool {
+	for _, n := range def.Nodes {
+		if n.Prompt != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // initialContext merges --context-file and then every --set.
@@ -250,7 +323,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nova validate: want exactly one workflow FILE")
 		return exitInvalid
 	}
-	def, err := workflow.Load(pos[0], workflow.ValidateOptions{})
+	def, err := workflow.Load(pos[0], workflow.ValidateOptions{AllowPrompt: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "nova validate: %v\n", err)
 		return exitInvalid

@@ -51,6 +51,7 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/sashabaranov/go-openai v1.43.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.2.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
@@ -107,4 +108,18 @@ replace (
 	github.com/novaflow/nova/services/audit => ../audit
 	github.com/novaflow/nova/services/graph-engine => ../graph-engine
 	github.com/novaflow/nova/services/sandbox => ../sandbox
+)
+
+require (
+	github.com/novaflow/nova/services/code-generator v0.0.0
+	github.com/novaflow/nova/services/code-validator v0.0.0
+	github.com/novaflow/nova/services/input-analyzer v0.0.0
+	github.com/novaflow/nova/services/output-validator v0.0.0
+)
+
+replace (
+	github.com/novaflow/nova/services/code-generator => ../code-generator
+	github.com/novaflow/nova/services/code-validator => ../code-validator
+	github.com/novaflow/nova/services/input-analyzer => ../input-analyzer
+	github.com/novaflow/nova/services/output-validator => ../output-validator
 )

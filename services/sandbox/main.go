@@ -44,6 +44,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		return sandboxservice.Run(ctx, sandboxservice.Deps{Bus: env.Bus, Runner: r, Values: values, Logger: env.Logger, Workers: cfg.Workers})
+		return sandboxservice.Run(ctx, sandboxservice.Deps{Bus: env.Bus, Runner: r, Values: values, Logger: env.Logger, Workers: cfg.Workers,
+			Python: cfg.Python, Replicas: cfg.StreamReplicas})
 	}))
 }

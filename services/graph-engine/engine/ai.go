@@ -178,6 +178,14 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 		Agent: names[1], StepName: names[0], Attempt: ref.Attempt, Status: status, Error: outcome.GetError(),
 		DurationMs: outcome.GetDurationMs(), ModelCalls: outcome.GetModelCalls(), StepNumber: ref.StepNumber,
 	})
+	errMsg := outcome.GetError()
+	if status == nodeSuccess && errMsg != "" {
+		// A successful agent may leave a note (a check it skipped); it is
+		// not an error.
+		output = maps.Clone(output)
+		output["note"] = errMsg
+		errMsg = ""
+	}
 	step := &novav1.StepCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
@@ -188,10 +196,13 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 		AttemptNumber:   ref.Attempt,
 		GeneratedCode:   code,
 		Status:          status,
-		ErrorMessage:    outcome.GetError(),
+		ErrorMessage:    errMsg,
 		ExecutionTimeMs: outcome.GetDurationMs(),
 		Timestamp:       tsNow(t.now),
 		StepId:          ref.StepId,
+	}
+	if id, ok := output["sandbox_id"].(string); ok {
+		step.SandboxId = id
 	}
 	calls := outcome.GetModelCalls()
 	for _, c := range calls {

@@ -10,32 +10,61 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/llm"
+	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/telemetry"
 	"github.com/novaflow/nova/pkg/valueref"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/code-generator/generator"
+	"github.com/novaflow/nova/services/code-validator/validator"
 	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/input-analyzer/analyzer"
+	"github.com/novaflow/nova/services/output-validator/outputvalidator"
 	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
 // Module names.
 const (
-	GraphEngine = "graph-engine"
-	Sandbox     = "sandbox"
-	Audit       = "audit"
+	GraphEngine     = "graph-engine"
+	Sandbox         = "sandbox"
+	Audit           = "audit"
+	InputAnalyzer   = "input-analyzer"
+	CodeGenerator   = "code-generator"
+	CodeValidator   = "code-validator"
+	OutputValidator = "output-validator"
 )
 
 // Modules is every module, in start order.
-var Modules = []string{Audit, Sandbox, GraphEngine}
+var Modules = []string{Audit, Sandbox, InputAnalyzer, CodeGenerator, CodeValidator, OutputValidator, GraphEngine}
+
+func (o LLMOptions) configured() bool {
+	return o.APIKey != "" || o.BaseURL != "" || o.ScriptedRules != nil
+}
+
+// LLMOptions says which model API the AI agents call.
+type LLMOptions struct {
+	// APIKey and BaseURL of an OpenAI-compatible API (OPENAI_API_KEY,
+	// OPENAI_BASE_URL); APIVersion selects Azure OpenAI.
+	APIKey, BaseURL, APIVersion string
+	Prices                      llm.PriceTable
+	// ScriptedRules answer instead when neither APIKey nor BaseURL is set:
+	// the stack starts NOVA's scripted OpenAI-compatible server with them.
+	ScriptedRules *scripted.Rules
+	// Models per agent; empty means each agent's default.
+	InputAnalyzerModel, CodeGeneratorModel, OutputValidatorModel string
+}
 
 // Options configures a stack.
 type Options struct {
@@ -62,6 +91,10 @@ type Options struct {
 	ValueThreshold int
 	// Modules to start (default all).
 	Modules []string
+	// LLM configures the AI agents.
+	LLM LLMOptions
+	// MaxAttempts bounds code generation attempts of an AI node (default 3).
+	MaxAttempts int
 }
 
 // Stack is a running set of modules.
@@ -72,6 +105,10 @@ type Stack struct {
 	mongoURI string
 	registry *prometheus.Registry
 	Store    *store.Store
+
+	// scripted is the offline model server, when the stack runs one.
+	scripted     *scripted.Server
+	stopScripted func() error
 
 	mu      sync.Mutex
 	running map[string]*module
@@ -95,6 +132,13 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if len(opts.Modules) == 0 {
 		opts.Modules = Modules
+		if !opts.LLM.configured() {
+			// Without a model the AI agents cannot work: leave them out, and
+			// the engine refuses prompt nodes with a clear error.
+			opts.Modules = slices.DeleteFunc(slices.Clone(Modules), func(m string) bool {
+				return m == InputAnalyzer || m == CodeGenerator || m == OutputValidator
+			})
+		}
 	}
 	s := &Stack{opts: opts, natsURL: opts.NATSURL, mongoURI: opts.MongoURI, running: map[string]*module{},
 		registry: prometheus.NewRegistry()}
@@ -119,6 +163,18 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		return nil, err
 	}
 	s.Store = st
+	if opts.LLM.APIKey == "" && opts.LLM.BaseURL == "" && opts.LLM.ScriptedRules != nil {
+		srv, err := scripted.New(*opts.LLM.ScriptedRules, scripted.WithLogger(opts.Logger))
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("scripted model server: %w", err)
+		}
+		if _, s.stopScripted, err = srv.Start(ctx, ""); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("scripted model server: %w", err)
+		}
+		s.scripted = srv
+	}
 	for _, name := range opts.Modules {
 		if err := s.StartModule(ctx, name); err != nil {
 			s.Close()
@@ -127,6 +183,10 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	return s, nil
 }
+
+// Scripted is the offline model server the stack runs (nil when a real API
+// is configured).
+func (s *Stack) Scripted() *scripted.Server { return s.scripted }
 
 // NATSURL is the URL of the NATS server the modules use.
 func (s *Stack) NATSURL() string { return s.natsURL }
@@ -187,6 +247,9 @@ func (s *Stack) Close() error {
 		errs = append(errs, s.Store.Close(ctx))
 		cancel()
 	}
+	if s.stopScripted != nil {
+		errs = append(errs, s.stopScripted())
+	}
 	errs = append(errs, s.closeInfra())
 	return errors.Join(errs...)
 }
@@ -201,6 +264,20 @@ func (s *Stack) closeInfra() error {
 // Connect opens a bus connection to the stack's NATS (for clients).
 func (s *Stack) Connect(ctx context.Context, name string, opts ...bus.Option) (*bus.Bus, error) {
 	return bus.Connect(ctx, s.natsURL, append([]bus.Option{bus.WithName(name), bus.WithLogger(s.opts.Logger)}, opts...)...)
+}
+
+// llmClient builds an agent's model client: the configured API, or the
+// stack's scripted server.
+func (s *Stack) llmClient(agentName string, tel *telemetry.Telemetry) (*llm.Client, error) {
+	cfg := llm.Config{APIKey: s.opts.LLM.APIKey, BaseURL: s.opts.LLM.BaseURL, AzureAPIVersion: s.opts.LLM.APIVersion,
+		Agent: agentName, Prices: s.opts.LLM.Prices, Logger: s.opts.Logger.With("service", agentName), MeterProvider: tel.MeterProvider}
+	if cfg.APIKey == "" && cfg.BaseURL == "" {
+		if s.scripted == nil {
+			return nil, fmt.Errorf("%s needs a model: set OPENAI_API_KEY or OPENAI_BASE_URL, or give scripted rules", agentName)
+		}
+		cfg.BaseURL, cfg.APIKey = s.scripted.BaseURL(), "scripted"
+	}
+	return llm.New(cfg)
 }
 
 // build wires one module: its telemetry (named after the service, so
@@ -235,7 +312,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			return nil, err
 		}
 		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider,
-			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout}})
+			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts}})
 		if err != nil {
 			cleanup()
 			return nil, err
@@ -273,6 +350,33 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		}
 		deps := auditservice.Deps{Bus: b, Store: s.Store, Logger: log}
 		run = func(ctx context.Context) error { return auditservice.Run(ctx, deps) }
+	case CodeValidator:
+		if _, err := b.DeclareConsumer(ctx, agent.Spec{Name: name}.Consumer()); err != nil {
+			cleanup()
+			return nil, err
+		}
+		deps := validator.Deps{Bus: b, Logger: log, TracerProvider: tel.TracerProvider}
+		run = func(ctx context.Context) error { return validator.Run(ctx, deps) }
+	case InputAnalyzer, CodeGenerator, OutputValidator:
+		client, err := s.llmClient(name, tel)
+		if err == nil {
+			_, err = b.DeclareConsumer(ctx, agent.Spec{Name: name}.Consumer())
+		}
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		switch name {
+		case InputAnalyzer:
+			deps := analyzer.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.InputAnalyzerModel}
+			run = func(ctx context.Context) error { return analyzer.Run(ctx, deps) }
+		case CodeGenerator:
+			deps := generator.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.CodeGeneratorModel}
+			run = func(ctx context.Context) error { return generator.Run(ctx, deps) }
+		case OutputValidator:
+			deps := outputvalidator.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.OutputValidatorModel}
+			run = func(ctx context.Context) error { return outputvalidator.Run(ctx, deps) }
+		}
 	default:
 		cleanup()
 		return nil, fmt.Errorf("unknown module %q", name)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/sandbox/runner"
@@ -32,6 +34,11 @@ type Deps struct {
 	Logger *slog.Logger
 	// Workers is how many programs this replica runs at once.
 	Workers int
+	// Python is the runtime's interpreter, described at start-up for the
+	// code validator and search_documentation (default /usr/bin/python3).
+	Python string
+	// Replicas of the runtime description's bucket when it is created.
+	Replicas int
 }
 
 // Run serves commands until ctx ends; programs already running finish.
@@ -43,7 +50,34 @@ func Run(ctx context.Context, d Deps) error {
 		return err
 	}
 	s := &server{Deps: d}
+	// Describing the runtime takes a second or two; programs are served meanwhile.
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { publishRuntime(pctx, d) })
+	defer func() { cancel(); wg.Wait() }()
 	return d.Bus.Consume(ctx, ConsumerSpec(d.Workers), s.handle)
+}
+
+// publishRuntime publishes the modules and library documentation of the
+// runtime. Without it the code validator skips its installed-module check and
+// search_documentation has nothing to answer from, but programs still run, so
+// a failure is logged, not fatal.
+func publishRuntime(ctx context.Context, d Deps) {
+	python := d.Python
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	info, err := runtimeinfo.Generate(ctx, python)
+	if err == nil {
+		err = runtimeinfo.Publish(ctx, d.Bus.JetStream(), info, runtimeinfo.WithReplicas(d.Replicas))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			d.Logger.Error("runtime description not published", "python", python, "err", err)
+		}
+		return
+	}
+	d.Logger.Info("runtime description published", "python", info.Python, "modules", len(info.Modules), "libraries", len(info.Libraries))
 }
 
 // ConsumerSpec describes the sandbox's work-queue consumer.
