@@ -13,7 +13,7 @@ DEMO_DIR ?= .nova/demo
 # Every module of go.work, as absolute directories.
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # Binaries: the nova CLI and one per service.
-SERVICES := graph-engine sandbox audit
+SERVICES := graph-engine sandbox audit input-analyzer code-generator code-validator output-validator
 # -bench flags of `make bench`, e.g. BENCH_FLAGS='-benchtime 200x -count 5'.
 BENCH_FLAGS ?=
 IMAGE_PREFIX ?= nova
@@ -38,6 +38,9 @@ help:
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
+	@echo 'make helm    build Helm $$(HELM_VERSION) from the Go module proxy into $(BIN)/tools/'
+	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
+	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (same value sets)'
 	@echo 'make deps    install missing Debian packages: $(DEB_PACKAGES)'
 	@echo 'make clean   remove bin/, .nova/ and .tilt/'
 
@@ -128,6 +131,38 @@ images:
 	@for s in nova $(SERVICES); do \
 		echo "docker build -f services/$$s/Dockerfile -t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) ."; \
 		docker build -f services/$$s/Dockerfile -t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) .; \
+	done
+
+# Helm is built from the Go module proxy (no prebuilt binary), at the version
+# deploy/test requires: its chart test renders and lints with the same Helm.
+HELM_VERSION = $(shell cd deploy/test && GOWORK=off $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
+HELM = $(CURDIR)/$(BIN)/tools/helm-$(HELM_VERSION)/helm
+CHART := helm/nova
+# Value sets that lint and render must accept.
+HELM_VALUE_SETS := default: keda-off:--set=keda.enabled=false external-nats:--set=nats.enabled=false
+
+.PHONY: helm
+helm:
+	@test -x "$(HELM)" || { echo "building helm $(HELM_VERSION) from the Go module proxy"; \
+		GOWORK=off GOBIN="$(dir $(HELM))" $(GO) install -trimpath \
+			-ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" \
+			helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); }
+	@"$(HELM)" version --short
+
+.PHONY: helm-lint
+helm-lint: helm
+	@for set in $(HELM_VALUE_SETS); do \
+		echo "helm lint --strict $(CHART) $${set#*:}"; \
+		"$(HELM)" lint --strict $(CHART) $${set#*:} | grep -v '^$$'; \
+	done
+
+.PHONY: helm-template
+helm-template: helm
+	@mkdir -p $(BIN)/helm-template
+	@for set in $(HELM_VALUE_SETS); do \
+		out=$(BIN)/helm-template/$${set%%:*}.yaml; \
+		"$(HELM)" template nova $(CHART) --namespace nova $${set#*:} > "$$out"; \
+		echo "$$out: $$(grep -c '^kind:' "$$out") objects ($$(grep '^kind:' "$$out" | sort | uniq -c | awk '{printf "%s %s, ", $$1, $$3}' | sed 's/, $$//'))"; \
 	done
 
 .PHONY: deps
