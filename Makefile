@@ -31,14 +31,15 @@ DEB_PACKAGES := bubblewrap python3 python3-fitz python3-pandas python3-requests 
 
 .PHONY: help
 help:
-	@echo 'make demo    run the invoice-routing example on the embedded NATS and store (installs system packages when missing)'
+	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store (installs system packages when missing)'
 	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
 	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit (static, CGO_ENABLED=0)'
 	@echo 'make check   generated proto code up to date, gofmt, go vet'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
+	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS=-n 200)'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
-	@echo 'make helm    build Helm $$(HELM_VERSION) from the Go module proxy into $(BIN)/tools/'
+	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
 	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (same value sets)'
 	@echo 'make deps    install missing Debian packages: $(DEB_PACKAGES)'
@@ -65,6 +66,11 @@ demo: deps build
 	@echo '=== the same workflow with --set amount=500: the auto_approve branch'
 	@echo
 	$(BIN)/nova run examples/invoice-routing.yaml --set amount=500 --chain --data-dir "$(DEMO_DIR)"
+	@echo
+	@echo '=== ai-orders: AI nodes whose code is written from their prompt, checked, run and verified (total 1500: the review branch).'
+	@echo '    The model is the scripted one (examples/scripted-llm.yaml) unless OPENAI_API_KEY or OPENAI_BASE_URL is set.'
+	@echo
+	$(BIN)/nova run examples/ai-orders.yaml --set total=1500 --chain --data-dir "$(DEMO_DIR)"
 
 .PHONY: test
 test: deps check test-go
@@ -124,6 +130,13 @@ protoc-version:
 bench:
 	cd services/nova && $(GO) test -run '^$$' -bench . -benchmem $(BENCH_FLAGS) ./...
 	cd services/sandbox/runner && $(GO) test -run '^$$' -bench . -benchmem $(BENCH_FLAGS) ./...
+
+# What the engine sees of one execution, next to a plain interpreter subprocess
+# measured in the same run (see services/sandbox/cmd/bench-sandbox).
+BENCH_SANDBOX_FLAGS ?=
+.PHONY: bench-sandbox
+bench-sandbox:
+	cd services/sandbox && $(GO) run ./cmd/bench-sandbox $(BENCH_SANDBOX_FLAGS)
 
 .PHONY: images
 images:

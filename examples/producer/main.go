@@ -50,9 +50,19 @@ func run(ctx context.Context) error {
 	name := flag.String("workflow", "", "start this registered workflow instead of the inline example")
 	who := flag.String("name", "Ada", "initial context value of \"name\"")
 	timeout := flag.Duration("timeout", time.Minute, "how long to wait for the result")
+	user := flag.String("user", os.Getenv("NATS_USER"), "NATS user (deploy/nats: nova)")
+	password := flag.String("password", os.Getenv("NATS_PASSWORD"), "NATS password")
+	inbox := flag.String("inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "reply inbox prefix; with deploy/nats users: _INBOX.<user>")
 	flag.Parse()
 
-	nc, err := nats.Connect(*url, nats.Name("example-producer"))
+	opts := []nats.Option{nats.Name("example-producer")}
+	if *user != "" {
+		opts = append(opts, nats.UserInfo(*user, *password))
+	}
+	if *inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(*inbox))
+	}
+	nc, err := nats.Connect(*url, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", *url, err)
 	}

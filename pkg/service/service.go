@@ -28,19 +28,22 @@ import (
 // Common is the configuration every service shares. Embed it in a service's
 // config struct.
 type Common struct {
-	NATSURL        string `env:"NATS_URL" default:"nats://127.0.0.1:4222"`
-	NATSCreds      string `env:"NATS_CREDS"`
-	NATSNKeySeed   string `env:"NATS_NKEY_SEED_FILE"`
-	NATSUser       string `env:"NATS_USER"`
-	NATSPassword   string `env:"NATS_PASSWORD" secret:"true"`
-	NATSCAFile     string `env:"NATS_TLS_CA"`
-	NATSCertFile   string `env:"NATS_TLS_CERT"`
-	NATSKeyFile    string `env:"NATS_TLS_KEY"`
-	StreamReplicas int    `env:"NOVA_STREAM_REPLICAS" default:"1"`
-	HealthAddr     string `env:"HEALTH_ADDR" default:":8080"`
-	OTLPEndpoint   string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
-	LogLevel       string `env:"LOG_LEVEL" default:"info"`
-	LogFormat      string `env:"LOG_FORMAT" default:"json"`
+	NATSURL      string `env:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	NATSCreds    string `env:"NATS_CREDS"`
+	NATSNKeySeed string `env:"NATS_NKEY_SEED_FILE"`
+	NATSUser     string `env:"NATS_USER"`
+	NATSPassword string `env:"NATS_PASSWORD" secret:"true"`
+	NATSCAFile   string `env:"NATS_TLS_CA"`
+	NATSCertFile string `env:"NATS_TLS_CERT"`
+	NATSKeyFile  string `env:"NATS_TLS_KEY"`
+	// NATSInboxPrefix is where replies come back; with per-service users each
+	// may read only its own inbox (_INBOX.<user>).
+	NATSInboxPrefix string `env:"NATS_INBOX_PREFIX"`
+	StreamReplicas  int    `env:"NOVA_STREAM_REPLICAS" default:"1"`
+	HealthAddr      string `env:"HEALTH_ADDR" default:":8080"`
+	OTLPEndpoint    string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
+	LogLevel        string `env:"LOG_LEVEL" default:"info"`
+	LogFormat       string `env:"LOG_FORMAT" default:"json"`
 }
 
 // NATSOptions turns the credentials in the config into connection options.
@@ -64,6 +67,9 @@ func (c *Common) NATSOptions() ([]nats.Option, error) {
 	}
 	if c.NATSCertFile != "" {
 		opts = append(opts, nats.ClientCert(c.NATSCertFile, c.NATSKeyFile))
+	}
+	if c.NATSInboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.NATSInboxPrefix))
 	}
 	return opts, nil
 }

@@ -337,7 +337,8 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			cleanup()
 			return nil, err
 		}
-		deps := sandboxservice.Deps{Bus: b, Runner: r, Values: values, Logger: log, Workers: s.opts.SandboxWorkers}
+		deps := sandboxservice.Deps{Bus: b, Runner: r, Values: values, Logger: log, Workers: s.opts.SandboxWorkers,
+			MeterProvider: tel.MeterProvider}
 		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
 	case Audit:
 		if err := b.EnsureStreams(ctx); err != nil {

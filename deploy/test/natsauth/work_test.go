@@ -1,0 +1,551 @@
+package natsauth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/agent"
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/nova/client"
+	"github.com/novaflow/nova/services/sandbox/runner"
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
+)
+
+// largeValue is over the 256 KiB threshold, so it travels through the
+// object store: the producer stores it, the sandbox resolves it and stores
+// the large value the code returns.
+const largeValue = 300 << 10
+
+const blobWorkflow = `
+name: blob-length
+nodes:
+  - id: start
+    type: start
+  - id: measure
+    type: action
+    code: |
+      context["blob_len"] = len(context["blob"])
+      context["echo"] = context["blob"] + "!"
+  - id: size
+    type: decision
+    code: |
+      context["branch_decision"] = "large" if context["blob_len"] > 262144 else "small"
+  - id: done
+    type: end
+edges:
+  - {from: start, to: measure}
+  - {from: measure, to: size}
+  - {from: size, to: done, condition: large}
+  - {from: size, to: done, condition: small}
+`
+
+// TestWorkflowRunsWithEveryServiceAsItsOwnUser runs the real graph engine,
+// sandbox and audit service, each connected as its own user of
+// deploy/nats, and a producer as user "nova": a workflow is registered,
+// started by name with a large value, runs, completes and lands in the
+// chain of work, and no connection is refused anything on the way.
+func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
+	if !bwrapAvailable() {
+		t.Skip("bubblewrap is not installed (make deps): the sandbox cannot run code")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s := startServer(t)
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("services' logs:\n%s", logs.String())
+		}
+	})
+
+	mongo, err := devstack.StartMongo(ctx, devstack.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start FerretDB: %v", err)
+	}
+	t.Cleanup(func() { _ = mongo.Close() })
+	st, err := store.Open(ctx, mongo.URI(), "nova")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+
+	conns := map[string]*violations{}
+	connect := func(user string) *bus.Bus {
+		b, v := s.connectBus(t, ctx, user, bus.WithLogger(log.With("service", user)))
+		conns[user] = v
+		return b
+	}
+
+	// Each service starts as its main does, declaring what it needs first
+	// so that the producer's events are kept for it.
+	svcCtx, stopServices := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(svcCtx)
+	t.Cleanup(func() {
+		stopServices()
+		if err := g.Wait(); err != nil {
+			t.Errorf("a service failed: %v", err)
+		}
+	})
+
+	engineBus := connect(userGraphEngine)
+	engineValues, err := valueref.Open(ctx, engineBus.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatalf("graph-engine opens the object store: %v", err)
+	}
+	e, err := engine.New(ctx, engine.Deps{Bus: engineBus, Values: engineValues, Logger: log.With("service", userGraphEngine)})
+	if err != nil {
+		t.Fatalf("graph-engine declares its streams, buckets and consumers: %v", err)
+	}
+	g.Go(func() error { return e.Run(gctx) })
+
+	sandboxBus := connect(userSandbox)
+	r, err := runner.New(runner.Config{Logger: log})
+	if err != nil {
+		t.Fatalf("sandbox runner: %v", err)
+	}
+	sandboxValues, err := valueref.Open(ctx, sandboxBus.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatalf("sandbox opens the object store: %v", err)
+	}
+	if err := sandboxBus.EnsureStreams(ctx); err != nil {
+		t.Fatalf("sandbox declares the streams: %v", err)
+	}
+	if _, err := sandboxBus.DeclareConsumer(ctx, sandboxservice.ConsumerSpec(2)); err != nil {
+		t.Fatalf("sandbox declares its consumer: %v", err)
+	}
+	sandboxMetrics := sdkmetric.NewManualReader()
+	g.Go(func() error {
+		return sandboxservice.Run(gctx, sandboxservice.Deps{Bus: sandboxBus, Runner: r, Values: sandboxValues,
+			Logger: log.With("service", userSandbox), Workers: 2,
+			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(sandboxMetrics))})
+	})
+
+	auditBus := connect(userAudit)
+	if err := auditBus.EnsureStreams(ctx); err != nil {
+		t.Fatalf("audit declares the streams: %v", err)
+	}
+	if _, err := auditBus.DeclareConsumer(ctx, auditservice.ConsumerSpec(0)); err != nil {
+		t.Fatalf("audit declares its consumer: %v", err)
+	}
+	g.Go(func() error {
+		return auditservice.Run(gctx, auditservice.Deps{Bus: auditBus, Store: st, Logger: log.With("service", userAudit)})
+	})
+
+	producer := connect(userProducer)
+	values, err := valueref.Open(ctx, producer.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatalf("producer opens the object store: %v", err)
+	}
+	c := client.New(producer, values)
+	def, err := workflow.Parse([]byte(blobWorkflow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Register(ctx, def); err != nil {
+		t.Fatalf("register as producer: %v", err)
+	}
+	exec, err := c.Start(ctx, nil, def.GetName(), map[string]any{"blob": strings.Repeat("x", largeValue)})
+	if err != nil {
+		t.Fatalf("start as producer: %v", err)
+	}
+	done, err := exec.Wait(ctx)
+	if err != nil {
+		t.Fatalf("wait as producer: %v", err)
+	}
+	if done.GetStatus() != "succeeded" {
+		t.Fatalf("workflow %s: %s", done.GetStatus(), done.GetError())
+	}
+	final := done.GetContext().AsMap()
+	if got := final["blob_len"]; got != float64(largeValue) {
+		t.Errorf("blob_len = %v, want %d (the sandbox did not see the stored value)", got, largeValue)
+	}
+	if _, isRef := valueref.AsRef(final["echo"]); !isRef {
+		t.Errorf("echo is not a reference: the sandbox did not store its large result")
+	}
+
+	if err := c.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := st.Execution(ctx, exec.ID)
+	if err != nil {
+		t.Fatalf("chain of work of %s: %v", exec.ID, err)
+	}
+	if doc.Status != "succeeded" || strings.Join(doc.Path, ",") != "start,measure,size,done" {
+		t.Errorf("chain of work: status %q path %v", doc.Status, doc.Path)
+	}
+
+	// The sandbox publishes its runtime's description; the code validator
+	// and the code generator read it as themselves.
+	for _, reader := range []string{userCodeValidator, userCodeGenerator} {
+		b := connect(reader)
+		info, err := waitRuntimeInfo(ctx, b)
+		if err != nil {
+			t.Errorf("%s reads the runtime description: %v", reader, err)
+		} else if len(info.Modules) == 0 {
+			t.Errorf("%s: the runtime description lists no modules", reader)
+		}
+	}
+
+	// Operators see both programs as successful Python runs.
+	if n := counterValue(t, sandboxMetrics, "nova.sandbox.executions", "outcome", "success", "language", "python"); n != 2 {
+		t.Errorf("nova.sandbox.executions{outcome=success,language=python} = %d, want 2", n)
+	}
+
+	for user, v := range conns {
+		if got := v.list(); len(got) > 0 {
+			t.Errorf("%s was refused while doing its work: %v", user, got)
+		}
+	}
+}
+
+// TestAgentsWorkAsTheirOwnUsers runs every agent through pkg/agent (the
+// shape each agent service serves with) as its own user: the graph engine
+// sends it commands, KEDA's lag for its consumer counts them, the agent
+// answers, and the engine's results consumer receives the answers.
+func TestAgentsWorkAsTheirOwnUsers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := startServer(t)
+	const perAgent = 3
+
+	engineBus, engineViolations := s.connectBus(t, ctx, userGraphEngine)
+	if err := engineBus.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	results := bus.Consumer{Stream: bus.StreamEvents, Durable: engine.ConsumerResults, Filters: []string{bus.EventFilter("result.>")}}
+	if _, err := engineBus.DeclareConsumer(ctx, results); err != nil {
+		t.Fatalf("graph-engine declares its results consumer: %v", err)
+	}
+
+	agentViolations := map[string]*violations{}
+	for _, a := range agents {
+		b, v := s.connectBus(t, ctx, a)
+		agentViolations[a] = v
+		spec := agentSpec(a)
+		if err := b.EnsureStreams(ctx); err != nil {
+			t.Fatalf("%s declares the streams: %v", a, err)
+		}
+		if _, err := b.DeclareConsumer(ctx, spec.Consumer()); err != nil {
+			t.Fatalf("%s declares its consumer: %v", a, err)
+		}
+		for i := range perAgent {
+			ref := &novav1.StepRef{ExecutionId: "exec-" + a, NodeId: "task", StepId: fmt.Sprintf("exec-%s/task/1/%d", a, i), Visit: 1, Attempt: 1}
+			if err := engineBus.PublishProto(ctx, bus.CommandSubject(a), ref.StepId, spec.CommandType, command(a, ref),
+				map[string]string{"executionid": ref.ExecutionId}); err != nil {
+				t.Fatalf("graph-engine sends %s a command: %v", a, err)
+			}
+		}
+		if lag := waitLag(t, s, bus.StreamCommands, a, perAgent); lag != perAgent {
+			t.Errorf("KEDA lag of %s = %d, want %d", a, lag, perAgent)
+		}
+	}
+
+	serveCtx, stopAgents := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(serveCtx)
+	for _, a := range agents {
+		b, v := s.connectBus(t, ctx, a)
+		agentViolations[a+" (serving)"] = v
+		g.Go(func() error { return serveAgent(gctx, b, a) })
+	}
+
+	var mu sync.Mutex
+	got := map[string]int{}
+	consumeCtx, stopConsuming := context.WithCancel(ctx)
+	err := engineBus.Consume(consumeCtx, results, func(_ context.Context, ev event.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range agents {
+			if ev.Type() == agentSpec(a).ResultType {
+				got[a]++
+			}
+		}
+		total := 0
+		for _, n := range got {
+			total += n
+		}
+		if total == perAgent*len(agents) {
+			stopConsuming()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("graph-engine reads results: %v", err)
+	}
+	stopAgents()
+	if err := g.Wait(); err != nil {
+		t.Errorf("an agent failed: %v", err)
+	}
+	for _, a := range agents {
+		if got[a] != perAgent {
+			t.Errorf("%s: %d results, want %d", a, got[a], perAgent)
+		}
+		if lag := waitLag(t, s, bus.StreamCommands, a, 0); lag != 0 {
+			t.Errorf("KEDA lag of %s after the work = %d, want 0", a, lag)
+		}
+	}
+	if v := engineViolations.list(); len(v) > 0 {
+		t.Errorf("graph-engine was refused: %v", v)
+	}
+	for a, v := range agentViolations {
+		if got := v.list(); len(got) > 0 {
+			t.Errorf("%s was refused: %v", a, got)
+		}
+	}
+}
+
+func agentSpec(name string) agent.Spec {
+	switch name {
+	case userInputAnalyzer:
+		return agent.Spec{Name: name, Verb: "analyze", CommandType: bus.TypeInputAnalyze, ResultType: bus.TypeInputAnalyzed}
+	case userCodeGenerator:
+		return agent.Spec{Name: name, Verb: "generate", CommandType: bus.TypeCodeGenerate, ResultType: bus.TypeCodeGenerated}
+	case userCodeValidator:
+		return agent.Spec{Name: name, Verb: "validate", CommandType: bus.TypeCodeValidate, ResultType: bus.TypeCodeValidated}
+	default:
+		return agent.Spec{Name: name, Verb: "validate", CommandType: bus.TypeOutputValidate, ResultType: bus.TypeOutputValidated}
+	}
+}
+
+func command(name string, ref *novav1.StepRef) proto.Message {
+	switch name {
+	case userInputAnalyzer:
+		return &novav1.AnalyzeInput{Ref: ref}
+	case userCodeGenerator:
+		return &novav1.GenerateCode{Ref: ref, Stage: "TASK"}
+	case userCodeValidator:
+		return &novav1.ValidateCode{Ref: ref, Code: "pass"}
+	default:
+		return &novav1.ValidateOutput{Ref: ref}
+	}
+}
+
+// serveAgent answers every command with a successful result.
+func serveAgent(ctx context.Context, b *bus.Bus, name string) error {
+	tp := tracenoop.NewTracerProvider()
+	ok := &novav1.AgentOutcome{Status: "success"}
+	spec := agentSpec(name)
+	switch name {
+	case userInputAnalyzer:
+		return agent.Serve(ctx, b, tp, spec, func() *novav1.AnalyzeInput { return &novav1.AnalyzeInput{} },
+			func(_ context.Context, c *novav1.AnalyzeInput) (proto.Message, error) {
+				return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: ok}, nil
+			})
+	case userCodeGenerator:
+		return agent.Serve(ctx, b, tp, spec, func() *novav1.GenerateCode { return &novav1.GenerateCode{} },
+			func(_ context.Context, c *novav1.GenerateCode) (proto.Message, error) {
+				return &novav1.CodeGenerated{Ref: c.Ref, Outcome: ok, Code: "pass"}, nil
+			})
+	case userCodeValidator:
+		return agent.Serve(ctx, b, tp, spec, func() *novav1.ValidateCode { return &novav1.ValidateCode{} },
+			func(_ context.Context, c *novav1.ValidateCode) (proto.Message, error) {
+				return &novav1.CodeValidated{Ref: c.Ref, Outcome: ok, Valid: true}, nil
+			})
+	default:
+		return agent.Serve(ctx, b, tp, spec, func() *novav1.ValidateOutput { return &novav1.ValidateOutput{} },
+			func(_ context.Context, c *novav1.ValidateOutput) (proto.Message, error) {
+				return &novav1.OutputValidated{Ref: c.Ref, Outcome: ok, Valid: true}, nil
+			})
+	}
+}
+
+// jsz mirrors the part of the monitoring endpoint's /jsz answer that KEDA's
+// nats-jetstream scaler reads.
+type jsz struct {
+	Accounts []struct {
+		Name    string `json:"name"`
+		Streams []struct {
+			Name      string `json:"name"`
+			Consumers []struct {
+				Name          string `json:"name"`
+				NumPending    int    `json:"num_pending"`
+				NumAckPending int    `json:"num_ack_pending"`
+			} `json:"consumer_detail"`
+		} `json:"stream_detail"`
+	} `json:"account_details"`
+}
+
+// consumerLag is what KEDA's nats-jetstream trigger computes for account
+// NOVA, stream and consumer: pending plus unacknowledged messages, read from
+// /jsz?acc=NOVA&consumers=true&config=true.
+func consumerLag(t *testing.T, s *natsServer, stream, consumer string) int {
+	t.Helper()
+	resp, err := http.Get(s.monitorURL() + "/jsz?acc=NOVA&consumers=true&config=true")
+	if err != nil {
+		t.Fatalf("monitoring endpoint: %v", err)
+	}
+	defer resp.Body.Close()
+	var body jsz
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decode /jsz: %v", err)
+	}
+	for _, acc := range body.Accounts {
+		if acc.Name != "NOVA" {
+			continue
+		}
+		for _, st := range acc.Streams {
+			if st.Name != stream {
+				continue
+			}
+			for _, c := range st.Consumers {
+				if c.Name == consumer {
+					return c.NumPending + c.NumAckPending
+				}
+			}
+		}
+	}
+	t.Fatalf("/jsz has no consumer %s of stream %s in account NOVA", consumer, stream)
+	return 0
+}
+
+// waitLag polls the lag until it is want (the server updates consumer state
+// asynchronously, and KEDA polls too) or two seconds pass; it returns the last lag.
+func waitLag(t *testing.T, s *natsServer, stream, consumer string, want int) int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		lag := consumerLag(t, s, stream, consumer)
+		if lag == want || time.Now().After(deadline) {
+			return lag
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitRuntimeInfo reads the runtime description once the sandbox has
+// published it (it describes its interpreter in the background at start-up).
+func waitRuntimeInfo(ctx context.Context, b *bus.Bus) (*runtimeinfo.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		info, err := runtimeinfo.Load(ctx, b.JetStream())
+		if !errors.Is(err, runtimeinfo.ErrNotPublished) {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// counterValue is the sum of an Int64 counter's points whose attributes
+// include the given key/value pairs.
+func counterValue(t *testing.T, r *sdkmetric.ManualReader, name string, kv ...string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != name || !ok {
+				continue
+			}
+		points:
+			for _, p := range sum.DataPoints {
+				for i := 0; i+1 < len(kv); i += 2 {
+					if v, ok := p.Attributes.Value(attribute.Key(kv[i])); !ok || v.AsString() != kv[i+1] {
+						continue points
+					}
+				}
+				total += p.Value
+			}
+		}
+	}
+	return total
+}
+
+// logBuffer collects the services' logs for a failing test.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLargeValuesAsTheirOwnUsers moves a value of several megabytes through
+// the object store the way NOVA does: a producer stores it, the sandbox and
+// the engine read it (enough chunks for JetStream flow control to engage).
+func TestLargeValuesAsTheirOwnUsers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := startServer(t)
+	big := strings.Repeat("0123456789abcdef", 1<<19) // 8 MiB
+
+	open := func(user string) (*valueref.Store, *violations) {
+		b, v := s.connectBus(t, ctx, user)
+		st, err := valueref.Open(ctx, b.JetStream(), 0, 1)
+		if err != nil {
+			t.Fatalf("%s opens the object store: %v", user, err)
+		}
+		return st, v
+	}
+	producer, pv := open(userProducer)
+	m := map[string]any{"big": big}
+	if err := producer.Shrink(ctx, m); err != nil {
+		t.Fatalf("producer stores the value: %v", err)
+	}
+	ref := m["big"]
+	for _, user := range []string{userSandbox, userGraphEngine} {
+		st, v := open(user)
+		got := map[string]any{"big": ref}
+		if err := st.Expand(ctx, got); err != nil {
+			t.Fatalf("%s reads the value: %v", user, err)
+		}
+		if got["big"] != big {
+			t.Errorf("%s read a different value", user)
+		}
+		if errs := v.list(); len(errs) > 0 {
+			t.Errorf("%s was refused: %v", user, errs)
+		}
+	}
+	if errs := pv.list(); len(errs) > 0 {
+		t.Errorf("producer was refused: %v", errs)
+	}
+	// Agents never see the bytes: they cannot open the store.
+	b, v := s.connectBus(t, ctx, userCodeGenerator)
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if _, err := valueref.Open(short, b.JetStream(), 0, 1); err == nil {
+		t.Error("code-generator opened the object store")
+	}
+	wantViolation(t, v, "$JS.API.STREAM.UPDATE.OBJ_nova_values")
+}
