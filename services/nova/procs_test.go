@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +23,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
@@ -42,6 +46,10 @@ var procsServices = []struct {
 	{"graph-engine", []string{engine.ConsumerCommands, engine.ConsumerResults, engine.ConsumerDeadLetters}},
 	{"sandbox", []string{sandboxservice.Consumer}},
 	{"audit", []string{auditservice.Consumer}},
+	{"input-analyzer", []string{bus.AgentInputAnalyzer}},
+	{"code-generator", []string{bus.AgentCodeGenerator}},
+	{"code-validator", []string{bus.AgentCodeValidator}},
+	{"output-validator", []string{bus.AgentOutputValidator}},
 }
 
 // TestProcsServicesAsSeparateProcesses runs the graph engine, the sandbox and
@@ -73,14 +81,34 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 		}
 	})
 
+	// The AI agents talk to the scripted model over HTTP, like to any
+	// OpenAI-compatible API; every service exports its spans over OTLP/HTTP.
+	rules, err := scripted.LoadRules(filepath.Join("..", "..", "examples", "scripted-llm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := scripted.New(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stop, err := model.Start(ctx, ""); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Cleanup(func() { _ = stop() })
+	}
+	otlp := newOTLPReceiver(t)
+
 	procs := make(map[string]*procsProcess, len(procsServices))
 	for _, svc := range procsServices {
 		procs[svc.name] = procsStart(t, filepath.Join(bin, svc.name), svc.name, map[string]string{
-			"NATS_URL":    nats.URL(),
-			"MONGODB_URI": mongo.URI(),
-			"HEALTH_ADDR": procsFreeAddr(t),
-			"LOG_FORMAT":  "json",
-			"LOG_LEVEL":   "info",
+			"NATS_URL":                    nats.URL(),
+			"MONGODB_URI":                 mongo.URI(),
+			"HEALTH_ADDR":                 procsFreeAddr(t),
+			"LOG_FORMAT":                  "json",
+			"LOG_LEVEL":                   "info",
+			"OPENAI_BASE_URL":             model.BaseURL(),
+			"OPENAI_API_KEY":              "sk-procs-test",
+			"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.URL,
 		})
 	}
 	for _, svc := range procsServices {
@@ -133,6 +161,18 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 			t.Errorf("%s: approval_route %v, want %s", run.name, got, run.route)
 		}
 		executions[run.name] = wc.ExecutionId
+	}
+
+	aiDef, err := workflow.Load(filepath.Join("..", "..", "examples", "ai-orders.yaml"), workflow.ValidateOptions{AllowPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aiRun, err := c.Run(ctx, aiDef, map[string]any{"total": 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"start", "discount", "route", "review", "done"}; aiRun.Status != "succeeded" || !slices.Equal(aiRun.Path, want) {
+		t.Fatalf("AI workflow: status %s, path %v, error %q; want succeeded along %v", aiRun.Status, aiRun.Path, aiRun.Error, want)
 	}
 
 	t.Run("audit store has the chain of work", func(t *testing.T) {
@@ -225,9 +265,141 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 			}
 		}
 	})
+
+	// The services flushed their spans on shutdown.
+	t.Run("one trace per workflow reaches the OTLP endpoint", func(t *testing.T) {
+		spans := otlp.spans()
+		ids := map[string]bool{aiRun.ExecutionId: true}
+		for _, id := range executions {
+			ids[id] = true
+		}
+		for id := range ids {
+			traces := map[string]bool{}
+			for _, sp := range spans {
+				if sp.attrs["execution.id"] == id {
+					traces[sp.traceID] = true
+				}
+			}
+			if len(traces) != 1 {
+				t.Errorf("execution %s: spans in %d traces, want 1", id, len(traces))
+			}
+		}
+		// The AI workflow's trace shows every agent step, named after the
+		// service that did it, with the execution, node and attempt.
+		var trace string
+		for _, sp := range spans {
+			if sp.attrs["execution.id"] == aiRun.ExecutionId {
+				trace = sp.traceID
+			}
+		}
+		steps := map[string]int{}
+		for _, sp := range spans {
+			if sp.traceID != trace {
+				continue
+			}
+			if !strings.HasPrefix(sp.name, sp.service) && !strings.HasPrefix(sp.name, "publish ") {
+				t.Errorf("span %q comes from service %q", sp.name, sp.service)
+			}
+			steps[sp.name]++
+			if strings.Contains(sp.name, " handle ") || strings.HasPrefix(sp.name, "publish ") {
+				continue
+			}
+			for _, attr := range []string{"execution.id", "node.id"} {
+				if sp.attrs[attr] == "" && sp.name != "graph-engine start" {
+					t.Errorf("span %q (%s) lacks %s: %v", sp.name, sp.service, attr, sp.attrs)
+				}
+			}
+		}
+		for name, want := range map[string]int{
+			"input-analyzer analyze":    2, // one per AI node
+			"code-generator generate":   2,
+			"code-validator validate":   2,
+			"sandbox execute":           3, // two AI nodes and the review node
+			"output-validator validate": 2,
+			"graph-engine start":        1,
+		} {
+			if steps[name] != want {
+				t.Errorf("trace has %d %q spans, want %d (spans: %v)", steps[name], name, want, steps)
+			}
+		}
+		for _, sp := range spans {
+			if sp.traceID == trace && sp.name == "code-generator generate" && sp.attrs["attempt"] != "1" {
+				t.Errorf("code-generator span attempt = %q, want 1", sp.attrs["attempt"])
+			}
+		}
+	})
 }
 
-// procsBuild builds the three service binaries into a temporary directory.
+// otlpSpan is what the test keeps of an exported span.
+type otlpSpan struct {
+	traceID, name, service string
+	attrs                  map[string]string
+}
+
+// otlpReceiver is an OTLP/HTTP trace endpoint, as a collector or Jaeger
+// serves it.
+type otlpReceiver struct {
+	URL string
+	mu  sync.Mutex
+	got []otlpSpan
+}
+
+func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	r := &otlpReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "want protobuf on /v1/traces", http.StatusBadRequest)
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		var export coltracepb.ExportTraceServiceRequest
+		if err == nil {
+			err = proto.Unmarshal(body, &export)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, rs := range export.ResourceSpans {
+			service := ""
+			for _, kv := range rs.GetResource().GetAttributes() {
+				if kv.Key == "service.name" {
+					service = kv.GetValue().GetStringValue()
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, sp := range ss.Spans {
+					attrs := map[string]string{}
+					for _, kv := range sp.Attributes {
+						v := kv.GetValue()
+						if v.GetStringValue() != "" {
+							attrs[kv.Key] = v.GetStringValue()
+						} else {
+							attrs[kv.Key] = fmt.Sprint(v.GetIntValue())
+						}
+					}
+					r.got = append(r.got, otlpSpan{traceID: fmt.Sprintf("%x", sp.TraceId), name: sp.Name, service: service, attrs: attrs})
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
+	return r
+}
+
+func (r *otlpReceiver) spans() []otlpSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// procsBuild builds the service binaries into a temporary directory.
 func procsBuild(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	bin := t.TempDir()

@@ -3,8 +3,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/novaflow/nova/pkg/service"
@@ -15,36 +17,87 @@ import (
 
 type config struct {
 	service.Common
-	Workers        int           `env:"NOVA_SANDBOX_WORKERS" default:"2"`
-	Timeout        time.Duration `env:"NOVA_SANDBOX_TIMEOUT" default:"30s"`
-	MemoryBytes    int64         `env:"NOVA_SANDBOX_MEMORY_BYTES" default:"1073741824"`
-	MaxOutputBytes int64         `env:"NOVA_SANDBOX_MAX_OUTPUT_BYTES" default:"65536"`
-	Python         string        `env:"NOVA_SANDBOX_PYTHON" default:"/usr/bin/python3"`
-	Bwrap          string        `env:"NOVA_SANDBOX_BWRAP" default:"/usr/bin/bwrap"`
-	WorkDir        string        `env:"NOVA_SANDBOX_WORKDIR"`
-	ValueThreshold int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
+	Workers int `env:"NOVA_SANDBOX_WORKERS" default:"2"`
+	// Backend "process" runs programs with NO ISOLATION (machines without user
+	// namespaces only); it is logged at WARN on every start.
+	Backend string `env:"NOVA_SANDBOX_BACKEND" default:"bwrap"`
+	// Warm keeps zygotes (pre-imported interpreters) that fork every program;
+	// false starts a new bubblewrap and interpreter for each one.
+	Warm bool `env:"NOVA_SANDBOX_WARM" default:"true"`
+	// Zygotes is the size of the warm pool; 0 means one per worker.
+	Zygotes int `env:"NOVA_SANDBOX_ZYGOTES" default:"0"`
+	// Preload lists the modules zygotes import (comma-separated); empty: the
+	// runner's default list (pandas, numpy, fitz, PIL, requests, bs4, lxml, ...).
+	Preload         string        `env:"NOVA_SANDBOX_PRELOAD"`
+	Timeout         time.Duration `env:"NOVA_SANDBOX_TIMEOUT" default:"30s"`
+	AnalysisTimeout time.Duration `env:"NOVA_SANDBOX_ANALYSIS_TIMEOUT" default:"15s"`
+	// CPUTime is RLIMIT_CPU; 0 means the run's wall time.
+	CPUTime          time.Duration `env:"NOVA_SANDBOX_CPU_TIME" default:"0s"`
+	MemoryBytes      int64         `env:"NOVA_SANDBOX_MEMORY_BYTES" default:"1073741824"`
+	FileSizeBytes    int64         `env:"NOVA_SANDBOX_FILE_SIZE_BYTES" default:"268435456"`
+	DiskBytes        int64         `env:"NOVA_SANDBOX_DISK_BYTES" default:"268435456"`
+	MaxProcesses     int64         `env:"NOVA_SANDBOX_MAX_PROCESSES" default:"256"`
+	MaxOutputBytes   int64         `env:"NOVA_SANDBOX_MAX_OUTPUT_BYTES" default:"65536"`
+	OutputLimitBytes int64         `env:"NOVA_SANDBOX_OUTPUT_LIMIT_BYTES" default:"67108864"`
+	// EgressAllow: allow_hosts patterns every networked node may reach
+	// (comma-separated), besides its own.
+	EgressAllow      string        `env:"NOVA_SANDBOX_EGRESS_ALLOW"`
+	BreakerThreshold int           `env:"NOVA_SANDBOX_BREAKER_THRESHOLD" default:"5"`
+	BreakerCoolDown  time.Duration `env:"NOVA_SANDBOX_BREAKER_COOLDOWN" default:"30s"`
+	Python           string        `env:"NOVA_SANDBOX_PYTHON" default:"/usr/bin/python3"`
+	Bwrap            string        `env:"NOVA_SANDBOX_BWRAP" default:"/usr/bin/bwrap"`
+	WorkDir          string        `env:"NOVA_SANDBOX_WORKDIR"`
+	ValueThreshold   int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
 }
 
 func main() {
 	var cfg config
 	os.Exit(service.Main("sandbox", &cfg, func(ctx context.Context, env *service.Env) error {
+		zygotes := 0
+		if cfg.Warm {
+			zygotes = cmp.Or(cfg.Zygotes, cfg.Workers, 1)
+		}
 		r, err := runner.New(runner.Config{
-			Bwrap:          cfg.Bwrap,
-			Python:         cfg.Python,
-			DefaultTimeout: cfg.Timeout,
-			MemoryBytes:    cfg.MemoryBytes,
-			MaxOutputBytes: cfg.MaxOutputBytes,
-			WorkDir:        cfg.WorkDir,
-			Logger:         env.Logger,
+			Backend:          cfg.Backend,
+			Bwrap:            cfg.Bwrap,
+			Python:           cfg.Python,
+			Zygotes:          zygotes,
+			Preload:          list(cfg.Preload),
+			DefaultTimeout:   cfg.Timeout,
+			AnalysisTimeout:  cfg.AnalysisTimeout,
+			CPUTime:          cfg.CPUTime,
+			MemoryBytes:      cfg.MemoryBytes,
+			FileSizeBytes:    cfg.FileSizeBytes,
+			DiskBytes:        cfg.DiskBytes,
+			MaxProcesses:     cfg.MaxProcesses,
+			MaxOutputBytes:   cfg.MaxOutputBytes,
+			OutputLimitBytes: cfg.OutputLimitBytes,
+			EgressAllow:      list(cfg.EgressAllow),
+			BreakerThreshold: cfg.BreakerThreshold,
+			BreakerCoolDown:  cfg.BreakerCoolDown,
+			WorkDir:          cfg.WorkDir,
+			Logger:           env.Logger,
 		})
 		if err != nil {
 			return err
 		}
+		defer r.Close()
 		values, err := valueref.Open(ctx, env.Bus.JetStream(), cfg.ValueThreshold, cfg.StreamReplicas)
 		if err != nil {
 			return err
 		}
 		return sandboxservice.Run(ctx, sandboxservice.Deps{Bus: env.Bus, Runner: r, Values: values, Logger: env.Logger, Workers: cfg.Workers,
-			Python: cfg.Python, Replicas: cfg.StreamReplicas})
+			Python: cfg.Python, Replicas: cfg.StreamReplicas, MeterProvider: env.Telemetry.MeterProvider, TracerProvider: env.Telemetry.TracerProvider})
 	}))
+}
+
+// list splits a comma-separated setting.
+func list(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -82,6 +83,7 @@ type Engine struct {
 	log    *slog.Logger
 	cfg    Config
 	now    func() time.Time
+	tracer trace.Tracer
 }
 
 // Run builds the engine and serves until ctx ends.
@@ -138,7 +140,12 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", BucketWorkflows, err)
 	}
-	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now}
+	tp := deps.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine")}
 	for _, c := range e.consumers() {
 		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
 			return nil, err
@@ -228,7 +235,8 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	if !validKey.MatchString(id) {
 		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("execution.id", id))
+	ctx, span := e.tracer.Start(ctx, "graph-engine start", trace.WithAttributes(attribute.String("execution.id", id)))
+	defer span.End()
 	if _, err := e.execs.Get(ctx, id); err == nil {
 		return nil // already started: a redelivered or repeated start
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -416,7 +424,8 @@ func decodeData(data []byte, msg proto.Message) error {
 // by the redelivery: it computes the same events (deduplicated by JetStream)
 // and stores the state.
 func (e *Engine) update(ctx context.Context, id string, fn func(*transition) error) error {
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("execution.id", id))
+	ctx, span := e.tracer.Start(ctx, "graph-engine advance", trace.WithAttributes(attribute.String("execution.id", id)))
+	defer span.End()
 	if !validKey.MatchString(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
@@ -436,6 +445,10 @@ func (e *Engine) update(ctx context.Context, id string, fn func(*transition) err
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		t := e.newTransition(st)
+		span.SetAttributes(attribute.String("node.id", st.CurrentNode))
+		if st.Ai != nil {
+			span.SetAttributes(attribute.Int("attempt", int(st.Ai.Attempt)), attribute.String("phase", st.Ai.Phase))
+		}
 		if err := fn(t); errors.Is(err, errStale) {
 			return nil
 		} else if err != nil {

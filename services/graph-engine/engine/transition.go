@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -228,6 +229,7 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 	if err := t.checkPending(r.StepId, r.Sequence); err != nil {
 		return err
 	}
+	t.scrubSecrets(r)
 	if t.st.Ai != nil {
 		return t.aiExecuted(r)
 	}
@@ -252,6 +254,25 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 	t.merge(r)
 	t.route(node, ns, r)
 	return nil
+}
+
+// scrubSecrets hides the values of the node input's secret keys in what the
+// code raised, printed or logged: a traceback may quote a password, and this
+// text goes on to the chain of work, the traces and the model's next prompt.
+func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
+	if r.Error == "" && r.Traceback == "" && r.Stdout == "" && r.Stderr == "" && len(r.Logs) == 0 {
+		return
+	}
+	secrets := redact.SecretValues(t.st.NodeInput.AsMap())
+	if len(secrets) == 0 {
+		return
+	}
+	for _, s := range []*string{&r.Error, &r.Traceback, &r.Stdout, &r.Stderr} {
+		*s = redact.Scrub(*s, secrets)
+	}
+	for i, l := range r.Logs {
+		r.Logs[i] = redact.Scrub(l, secrets)
+	}
 }
 
 // merge applies a run's updates to the context: merged, never replaced.

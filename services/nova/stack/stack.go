@@ -338,7 +338,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			return nil, err
 		}
 		deps := sandboxservice.Deps{Bus: b, Runner: r, Values: values, Logger: log, Workers: s.opts.SandboxWorkers,
-			MeterProvider: tel.MeterProvider}
+			MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider}
 		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
 	case Audit:
 		if err := b.EnsureStreams(ctx); err != nil {
