@@ -29,6 +29,9 @@ PROTOS = $(wildcard proto/nova/v1/*.proto)
 DEB_PACKAGES := bubblewrap python3 python3-fitz python3-pandas python3-requests \
 	python3-pil python3-bs4 python3-lxml python3-openpyxl python3-pypdf protobuf-compiler
 
+# The JavaScript runtime's packages (axios, cheerio), installed by `make deps`.
+JS_RUNTIME := services/sandbox/jsrunner/runtime
+
 .PHONY: help
 help:
 	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store (installs system packages when missing)'
@@ -37,7 +40,7 @@ help:
 	@echo 'make check   generated proto code up to date, gofmt, go vet'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
-	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS=-n 200)'
+	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS='-n 200')'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
@@ -184,12 +187,24 @@ deps:
 	for p in $(DEB_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
-	if [ -z "$$missing" ]; then echo "system packages: all present"; exit 0; fi; \
+	if [ -z "$$missing" ]; then echo "system packages: all present"; else \
 	command -v apt-get >/dev/null || { echo "missing system packages:$$missing (install them with your package manager)" >&2; exit 1; }; \
 	sudo=""; if [ "$$(id -u)" != 0 ]; then sudo=sudo; fi; \
 	echo "installing system packages:$$missing"; \
 	$$sudo apt-get update; \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
+	@# Node.js for JavaScript nodes: any packaging of node and npm will do
+	@# (Debian's nodejs and npm, or NodeSource's nodejs that carries npm).
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+		sudo=""; if [ "$$(id -u)" != 0 ]; then sudo=sudo; fi; \
+		$$sudo apt-get update; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm; \
+	fi
+	@# axios and cheerio for JavaScript nodes, pinned by the lock file.
+	@if [ ! -d $(JS_RUNTIME)/node_modules ]; then \
+		echo "npm ci --prefix $(JS_RUNTIME)"; \
+		npm ci --prefix $(JS_RUNTIME) --omit=dev --ignore-scripts --no-audit --no-fund; \
+	fi
 
 .PHONY: clean
 clean:

@@ -1,0 +1,485 @@
+package jsrunner
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/novaflow/nova/services/sandbox/egress"
+	"github.com/novaflow/nova/services/sandbox/runner"
+)
+
+//go:embed runner.js
+var runnerScript []byte
+
+// Result is what one run produced: the fields shared with the Python runner and
+// those of the execute-server contract.
+type Result struct {
+	runner.Result
+	// Value is the value the code gave (see the package documentation), decoded
+	// with json.Number for numbers; nil when there was none.
+	Value any
+	// HasValue tells a returned null from no value at all.
+	HasValue bool
+	// Items is Value when it is an array, else Value wrapped in an array; nil
+	// when the code gave no value.
+	Items []any
+	// Logs holds one entry per console call, at most Config.MaxOutputBytes in
+	// total; LogsDropped counts the bytes beyond.
+	Logs        []string
+	LogsDropped int64
+	// Stack is the JavaScript stack of the error, without the runner's frames.
+	// Traceback holds the same text, for code that handles both runtimes.
+	Stack string
+	// Exited is set when the code called process.exit; ExitCode is its code.
+	Exited   bool
+	ExitCode int
+}
+
+// Config configures a Runner. Zero values take the documented defaults.
+type Config struct {
+	Bwrap string // default /usr/bin/bwrap
+	// Node and Prlimit must live under /usr, the tree mounted inside.
+	Node    string // default /usr/bin/node
+	Prlimit string // default /usr/bin/prlimit (util-linux)
+	// NodeModules is a node_modules directory on the host holding axios and
+	// cheerio (see runtime/README.md), mounted read-only at /nova/node_modules.
+	// Empty: the code can require only Node's own modules.
+	NodeModules string
+	// DefaultTimeout applies to requests without a timeout; default 30s, and
+	// AnalysisTimeout to those of stage ANALYSIS; default 15s.
+	DefaultTimeout  time.Duration
+	AnalysisTimeout time.Duration
+	// CPUTime is the CPU time allowed (RLIMIT_CPU); default twice the run's wall
+	// time, <0 none.
+	CPUTime time.Duration
+	// MaxOutputBytes caps stdout, stderr and the console logs, each; default 1 MiB.
+	MaxOutputBytes int64
+	// MemoryBytes limits writable memory (RLIMIT_DATA); the JavaScript heap gets
+	// three quarters of it. Default 1 GiB, <0 none.
+	MemoryBytes int64
+	// FileSizeBytes is the largest file the code may write; default 256 MiB, <0 none.
+	FileSizeBytes int64
+	// DiskBytes is the size of the code's /tmp (a tmpfs, in memory); default 256 MiB.
+	DiskBytes int64
+	// MaxProcesses limits processes and threads (node itself uses about ten);
+	// default 256, <0 none. Not applied when the sandbox runs as host root.
+	MaxProcesses int64
+	// MaxResultBytes caps the encoded report (updates and value); default 256 MiB.
+	MaxResultBytes int64
+	// Egress serves the runs that ask for the network (share it with the Python
+	// runner's); default a Proxy of its own.
+	Egress *egress.Proxy
+	// EgressAllow are allow_hosts patterns every networked run may reach besides
+	// its request's.
+	EgressAllow []string
+	// WorkDir is the parent of the per-execution directories; default
+	// os.TempDir(). It must be searchable by the sandbox user.
+	WorkDir string
+	// SandboxUID and SandboxGID: when the service runs as root, bubblewrap runs
+	// as this user. 0 means 65534 (nobody); -1 (either) keeps root.
+	SandboxUID, SandboxGID int
+	Logger                 *slog.Logger // default slog.Default()
+}
+
+// Runner runs JavaScript in bubblewrap sandboxes. It is safe for concurrent use.
+type Runner struct {
+	cfg    Config
+	mounts []string
+	cred   *syscall.Credential // nil: bwrap runs as the service's own user
+	nproc  int64
+	// systemCAs is the system's CA bundle, given to node in runs with network.
+	systemCAs string
+}
+
+const (
+	nobody    = 65534
+	waitDelay = 5 * time.Second
+	// Inside the sandbox.
+	runnerPath      = "/nova/runner.js"
+	nodeModulesPath = "/nova/node_modules"
+	// Debian's bundle, under /etc/ssl/certs, which the sandbox mounts.
+	systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// New checks that bubblewrap, node and prlimit exist and prepares a Runner.
+func New(cfg Config) (*Runner, error) {
+	cfg = withDefaults(cfg)
+	bwrap, err := exec.LookPath(cfg.Bwrap)
+	if err != nil {
+		return nil, fmt.Errorf("bubblewrap not usable at %q (install the bubblewrap package): %w", cfg.Bwrap, err)
+	}
+	cfg.Bwrap = bwrap
+	for _, p := range []*string{&cfg.Node, &cfg.Prlimit} {
+		clean := filepath.Clean(*p)
+		if !strings.HasPrefix(clean, "/usr/") {
+			return nil, fmt.Errorf("%q: must be an absolute path under /usr, the only tree mounted in the sandbox", *p)
+		}
+		if _, err := exec.LookPath(clean); err != nil {
+			return nil, fmt.Errorf("%q not usable (node comes from the nodejs package, prlimit from util-linux): %w", clean, err)
+		}
+		*p = clean
+	}
+	if _, err := egress.NewPolicy(cfg.EgressAllow); err != nil {
+		return nil, fmt.Errorf("egress allow list: %w", err)
+	}
+	if fi, err := os.Stat(cfg.WorkDir); err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("work dir %q is not a directory", cfg.WorkDir)
+	}
+
+	r := &Runner{cfg: cfg, nproc: cfg.MaxProcesses}
+	if os.Geteuid() == 0 && cfg.SandboxUID >= 0 && cfg.SandboxGID >= 0 {
+		r.cred = &syscall.Credential{Uid: uint32(cfg.SandboxUID), Gid: uint32(cfg.SandboxGID)}
+		if err := checkSearchable(cfg.WorkDir, r.cred); err != nil {
+			return nil, err
+		}
+	}
+	if r.cred == nil && os.Geteuid() == 0 {
+		// RLIMIT_NPROC would count every root process of the host.
+		r.nproc = -1
+	}
+	if cfg.NodeModules != "" {
+		abs, err := filepath.Abs(cfg.NodeModules)
+		if err != nil {
+			return nil, fmt.Errorf("node modules: %w", err)
+		}
+		for _, m := range []string{"axios", "cheerio"} {
+			if _, err := os.Stat(filepath.Join(abs, m, "package.json")); err != nil {
+				return nil, fmt.Errorf("node modules %q lack %s (npm ci --prefix services/sandbox/jsrunner/runtime --omit=dev --ignore-scripts): %w", abs, m, err)
+			}
+		}
+		if r.cred != nil {
+			if err := checkSearchable(abs, r.cred); err != nil {
+				return nil, err
+			}
+		}
+		r.cfg.NodeModules = abs
+	} else {
+		cfg.Logger.Warn("javascript sandbox without node modules: axios and cheerio cannot be required")
+	}
+	r.mounts, err = systemMounts()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(systemCABundle); err == nil {
+		r.systemCAs = systemCABundle
+	}
+	return r, nil
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Bwrap == "" {
+		cfg.Bwrap = "/usr/bin/bwrap"
+	}
+	if cfg.Node == "" {
+		cfg.Node = "/usr/bin/node"
+	}
+	if cfg.Prlimit == "" {
+		cfg.Prlimit = "/usr/bin/prlimit"
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 30 * time.Second
+	}
+	if cfg.AnalysisTimeout <= 0 {
+		cfg.AnalysisTimeout = 15 * time.Second
+	}
+	if cfg.DiskBytes <= 0 {
+		cfg.DiskBytes = 256 << 20
+	}
+	if cfg.MaxOutputBytes <= 0 {
+		cfg.MaxOutputBytes = 1 << 20
+	}
+	if cfg.MemoryBytes == 0 {
+		cfg.MemoryBytes = 1 << 30
+	}
+	if cfg.FileSizeBytes == 0 {
+		cfg.FileSizeBytes = 256 << 20
+	}
+	if cfg.MaxProcesses == 0 {
+		cfg.MaxProcesses = 256
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = 256 << 20
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = os.TempDir()
+	}
+	if cfg.SandboxUID == 0 {
+		cfg.SandboxUID = nobody
+	}
+	if cfg.SandboxGID == 0 {
+		cfg.SandboxGID = nobody
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Egress == nil {
+		cfg.Egress = &egress.Proxy{Logger: cfg.Logger}
+	}
+	return cfg
+}
+
+// Run runs one program and waits for it. The error is non-nil only when the
+// sandbox could not do its job (bwrap failed, ctx was cancelled); what the code
+// did wrong is reported in the Result.
+func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
+	start := time.Now()
+	var (
+		res Result
+		err error
+	)
+	res.SandboxID = newSandboxID()
+	finish := func(err error) (Result, error) {
+		res.Duration = time.Since(start)
+		return res, err
+	}
+
+	switch strings.ToLower(req.Language) {
+	case "", "javascript", "js", "node":
+	default:
+		res.Status, res.ErrorKind = runner.StatusError, runner.KindRuntimeUnavailable
+		res.Error = fmt.Sprintf("language %q is not available in the javascript sandbox", req.Language)
+		return finish(nil)
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = r.cfg.DefaultTimeout
+		if strings.EqualFold(req.Stage, runner.StageAnalysis) {
+			timeout = r.cfg.AnalysisTimeout
+		}
+	}
+	var policy egress.Policy
+	if req.Network {
+		if policy, err = egress.NewPolicy(append(slices.Clone(r.cfg.EgressAllow), req.AllowHosts...)); err != nil {
+			res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindCodeError, err.Error()
+			return finish(nil)
+		}
+	}
+
+	dir, err := r.prepare(res.SandboxID, req)
+	if err != nil {
+		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, "prepare sandbox: "+err.Error()
+		return finish(fmt.Errorf("prepare sandbox %s: %w", res.SandboxID, err))
+	}
+	defer func() {
+		if err := removeTree(dir); err != nil {
+			r.cfg.Logger.Warn("sandbox dir not removed", "sandbox_id", res.SandboxID, "dir", dir, "err", err)
+		}
+	}()
+
+	if req.Network {
+		stop, err := r.serveEgress(ctx, filepath.Join(dir, "net"), policy)
+		if err != nil {
+			res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, "egress: "+err.Error()
+			return finish(fmt.Errorf("sandbox %s: egress: %w", res.SandboxID, err))
+		}
+		defer stop()
+	}
+
+	out, err := r.execute(ctx, timeout, dir, req.Network)
+	if err != nil {
+		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, err.Error()
+		return finish(fmt.Errorf("sandbox %s: %w", res.SandboxID, err))
+	}
+	res.Stdout, res.StdoutDropped = out.stdout.String(), out.stdout.dropped
+	res.Stderr, res.StderrDropped = out.stderr.String(), out.stderr.dropped
+	res.Logs, res.LogsDropped = out.logs.entries, out.logs.dropped
+
+	// The runner writes "S" before the code's part begins, then its report
+	// ending in a newline: a report without one was cut short.
+	started := len(out.result) > 0 && out.result[0] == 'S'
+	payload := out.result
+	if started {
+		payload = payload[1:]
+	}
+	complete := len(payload) > 0 && payload[len(payload)-1] == '\n'
+
+	switch {
+	case out.resultTooBig:
+		res.Status, res.ErrorKind, res.Limit = runner.StatusError, runner.KindLimit, runner.LimitOutput
+		res.Error = fmt.Sprintf("the result exceeds the limit of %d bytes", r.cfg.MaxResultBytes)
+		return finish(nil)
+	case complete:
+		// A complete report wins even when a deadline fired just after it.
+		return finish(r.interpret(&res, payload))
+	case ctx.Err() != nil:
+		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, "run cancelled"
+		return finish(fmt.Errorf("sandbox %s: run cancelled: %w", res.SandboxID, context.Cause(ctx)))
+	case out.timedOut:
+		res.Status, res.ErrorKind, res.Limit = runner.StatusError, runner.KindTimeout, runner.LimitWallTime
+		res.Error = "timeout after " + timeout.String()
+		return finish(nil)
+	case !started:
+		res.Status, res.ErrorKind = runner.StatusError, runner.KindSandboxFault
+		res.Error = "sandbox did not start"
+		return finish(fmt.Errorf("sandbox %s did not start (%s): %s", res.SandboxID, exitText(out.exitCode), tail(res.Stderr, 2000)))
+	default:
+		r.classifyCrash(&res, out.exitCode)
+		return finish(nil)
+	}
+}
+
+// classifyCrash explains a run that ended without a report: a V8 heap abort, a
+// limit's signal, or the code killing its own process.
+func (r *Runner) classifyCrash(res *Result, exitCode int) {
+	res.Status, res.ErrorKind = runner.StatusError, runner.KindCodeError
+	sig := syscall.Signal(exitCode - 128)
+	switch {
+	case strings.Contains(res.Stderr, "JavaScript heap out of memory") || strings.Contains(res.Stderr, "Fatal JavaScript out of memory"):
+		res.ErrorKind, res.Limit = runner.KindLimit, runner.LimitMemory
+		res.Error = fmt.Sprintf("JavaScript heap out of memory (memory limit %d MiB)", r.cfg.MemoryBytes>>20)
+	case sig == syscall.SIGXCPU:
+		res.ErrorKind, res.Limit = runner.KindLimit, runner.LimitCPUTime
+		res.Error = "CPU time limit exceeded"
+	case sig == syscall.SIGXFSZ:
+		res.ErrorKind, res.Limit = runner.KindLimit, runner.LimitFileSize
+		res.Error = fmt.Sprintf("file size limit of %d bytes exceeded", r.cfg.FileSizeBytes)
+	case sig == syscall.SIGKILL:
+		res.ErrorKind = runner.KindLimit
+		res.Error = "the program was killed (" + exitText(exitCode) + "); a resource limit was probably exceeded"
+	default:
+		res.Error = "the program ended without a result (" + exitText(exitCode) + ")"
+	}
+}
+
+// report is runner.js's report on fd 3.
+type report struct {
+	Status      string         `json:"status"`
+	ErrorKind   string         `json:"error_kind"`
+	Limit       string         `json:"limit"`
+	Error       string         `json:"error"`
+	Stack       string         `json:"stack"`
+	Updates     map[string]any `json:"updates"`
+	Deleted     []string       `json:"deleted"`
+	HasValue    bool           `json:"has_value"`
+	Value       any            `json:"value"`
+	Exited      bool           `json:"exited"`
+	ExitCode    int            `json:"exit_code"`
+	LogsDropped int64          `json:"logs_dropped"`
+}
+
+func (r *Runner) interpret(res *Result, payload []byte) error {
+	var rep report
+	if err := decodeJSON(payload, &rep); err != nil {
+		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, "unreadable runner report"
+		return fmt.Errorf("sandbox %s: decode runner report: %w", res.SandboxID, err)
+	}
+	// The runner drops console output beyond the cap before it reaches the pipe.
+	res.LogsDropped += rep.LogsDropped
+	res.Exited, res.ExitCode = rep.Exited, rep.ExitCode
+	if rep.Status != runner.StatusSuccess {
+		res.Status, res.ErrorKind, res.Error, res.Limit = runner.StatusError, rep.ErrorKind, rep.Error, rep.Limit
+		res.Stack, res.Traceback = rep.Stack, rep.Stack
+		if res.ErrorKind == "" {
+			res.ErrorKind = runner.KindCodeError
+		}
+		if rep.ErrorKind == runner.KindSandboxFault {
+			return fmt.Errorf("sandbox %s: %s", res.SandboxID, rep.Error)
+		}
+		return nil
+	}
+	res.Status, res.Updates, res.Deleted = runner.StatusSuccess, rep.Updates, rep.Deleted
+	if res.Updates == nil {
+		res.Updates = map[string]any{}
+	}
+	if rep.HasValue {
+		res.HasValue, res.Value = true, rep.Value
+		if items, ok := rep.Value.([]any); ok {
+			res.Items = items
+		} else {
+			res.Items = []any{rep.Value}
+		}
+	}
+	return nil
+}
+
+// prepare writes the runner, the code and the context into a fresh directory
+// whose in/ is mounted read-only at /nova, and net/ (the egress socket's) at
+// /nova-net when the run has network.
+func (r *Runner) prepare(id string, req runner.Request) (dir string, err error) {
+	dir, err = os.MkdirTemp(r.cfg.WorkDir, "nova-js-"+id+"-")
+	if err != nil {
+		return "", fmt.Errorf("create dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = removeTree(dir)
+			dir = ""
+		}
+	}()
+	in := filepath.Join(dir, "in")
+	dirs := []string{dir, in}
+	if req.Network {
+		dirs = append(dirs, filepath.Join(dir, "net"))
+	}
+	if r.cfg.NodeModules != "" {
+		dirs = append(dirs, filepath.Join(in, "node_modules")) // the mount point
+	}
+	for _, d := range dirs[1:] {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", fmt.Errorf("create dir: %w", err)
+		}
+	}
+	code, mjs := filepath.Join(in, "code.js"), filepath.Join(in, "code.mjs")
+	files := []string{filepath.Join(in, "runner.js"), code, filepath.Join(in, "context.json")}
+	if err := os.WriteFile(files[0], runnerScript, 0o600); err != nil {
+		return "", fmt.Errorf("write runner: %w", err)
+	}
+	if err := os.WriteFile(code, []byte(req.Code), 0o600); err != nil {
+		return "", fmt.Errorf("write code: %w", err)
+	}
+	// The same file under the name Node loads as an ES module.
+	if err := os.Link(code, mjs); err != nil {
+		return "", fmt.Errorf("link code: %w", err)
+	}
+	if err := writeContext(files[2], req.Context); err != nil {
+		return "", err
+	}
+	if r.cred != nil {
+		for _, p := range append(dirs, files...) {
+			if err := os.Lchown(p, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
+				return "", fmt.Errorf("hand dir to sandbox user: %w", err)
+			}
+		}
+	}
+	return dir, nil
+}
+
+func writeContext(path string, values map[string]any) error {
+	if values == nil {
+		values = map[string]any{}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write context: %w", err)
+	}
+	enc := json.NewEncoder(f)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(values); err != nil {
+		f.Close()
+		return fmt.Errorf("encode context: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write context: %w", err)
+	}
+	return nil
+}
+
+func newSandboxID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails
+	return hex.EncodeToString(b)
+}
