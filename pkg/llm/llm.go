@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -191,6 +192,11 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 		creq := openai.ChatCompletionRequest{Model: req.Model, Messages: msgs, Tools: tools}
 		if req.Temperature != nil && !IsReasoningModel(req.Model) {
 			creq.Temperature = *req.Temperature
+			if creq.Temperature == 0 {
+				// go-openai omits a zero temperature (omitempty) and the API
+				// then uses its default, 1: send the smallest positive one.
+				creq.Temperature = math.SmallestNonzeroFloat32
+			}
 		}
 		if req.MaxTokens > 0 {
 			if IsReasoningModel(req.Model) {

@@ -4,6 +4,7 @@
 package redact
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -41,9 +42,9 @@ func Map(m map[string]any) map[string]any {
 // the shapes decoded JSON and structpb.AsMap produce (map[string]any, []any) plus
 // map[string]string and []map[string]any; other values are returned as they are.
 //
-// One exception keeps LLM usage readable: a number under a key that names token
-// counts ("tokens_input", "max_tokens", "total_tokens") is not a secret, while a
-// string under the same key still is.
+// One exception keeps LLM usage readable: a number, or an object of numbers only,
+// under a key that names token counts ("tokens_input", "max_tokens", "tokens") is
+// not a secret, while a string or any other value under the same key still is.
 func Value(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
@@ -98,15 +99,76 @@ func redactMap(m map[string]any) map[string]any {
 	return out
 }
 
-// isTokenCount reports whether v is a number under a key like "prompt_tokens".
+// isTokenCount reports whether v is a number under a key like "prompt_tokens",
+// or an object of numbers only under such a key ("tokens": {"prompt": 120,
+// "completion": 30}, an AI node's usage).
 func isTokenCount(k string, v any) bool {
 	if !strings.Contains(strings.ToLower(k), "tokens") {
 		return false
 	}
+	if m, ok := v.(map[string]any); ok {
+		for _, e := range m {
+			if !isNumber(e) {
+				return false
+			}
+		}
+		return len(m) > 0
+	}
+	return isNumber(v)
+}
+
+func isNumber(v any) bool {
 	switch v.(type) {
 	case int, int32, int64, uint, uint32, uint64, float32, float64:
 		return true
 	default:
 		return false
 	}
+}
+
+// minSecretChars is the shortest secret value SecretValues returns: replacing
+// shorter ones would garble unrelated text.
+const minSecretChars = 4
+
+// SecretValues returns the strings stored under secret keys (IsSecretKey) at any
+// depth of v, longest first (so that a secret containing another is replaced
+// whole), without duplicates and without values shorter than 4 characters. Text
+// derived from data, such as an error message or a traceback, can quote them;
+// Scrub hides them there.
+func SecretValues(v any) []string {
+	var out []string
+	var walk func(v any, secret bool)
+	walk = func(v any, secret bool) {
+		switch t := v.(type) {
+		case string:
+			if secret && len(t) >= minSecretChars {
+				out = append(out, t)
+			}
+		case map[string]any:
+			for k, e := range t {
+				walk(e, secret || IsSecretKey(k))
+			}
+		case []any:
+			for _, e := range t {
+				walk(e, secret)
+			}
+		}
+	}
+	walk(v, false)
+	slices.SortFunc(out, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	return slices.Compact(out)
+}
+
+// Scrub replaces every occurrence of the secrets (see SecretValues) in s by
+// Placeholder.
+func Scrub(s string, secrets []string) string {
+	for _, v := range secrets {
+		s = strings.ReplaceAll(s, v, Placeholder)
+	}
+	return s
 }

@@ -79,6 +79,19 @@ func TestValue(t *testing.T) {
 			map[string]any{"tokens_input": 120.0, "max_tokens": int64(4096), "tokens": "abc", "token": 1234.0},
 			map[string]any{"tokens_input": 120.0, "max_tokens": int64(4096), "tokens": redact.Placeholder, "token": redact.Placeholder},
 		},
+		{
+			"usage objects of numbers stay, anything else under tokens goes",
+			map[string]any{
+				"tokens":      map[string]any{"prompt": 120.0, "completion": 30.0},
+				"auth_tokens": map[string]any{"github": "ghp_x", "count": 2.0},
+				"tokens_seen": map[string]any{},
+			},
+			map[string]any{
+				"tokens":      map[string]any{"prompt": 120.0, "completion": 30.0},
+				"auth_tokens": redact.Placeholder,
+				"tokens_seen": redact.Placeholder,
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,5 +122,24 @@ func TestMapDoesNotModifyInput(t *testing.T) {
 func TestMapNil(t *testing.T) {
 	if got := redact.Map(nil); got != nil {
 		t.Errorf("Map(nil) = %#v, want nil", got)
+	}
+}
+
+func TestSecretValuesAndScrub(t *testing.T) {
+	ctx := map[string]any{
+		"email_password": "hunter2-abc",
+		"user":           "ann",
+		"smtp":           map[string]any{"host": "mail", "api_key": map[string]any{"primary": "hunter2-abc-longer"}},
+		"tokens":         []any{map[string]any{"secret": "abc"}}, // too short to scrub
+		"list":           []any{map[string]any{"auth_token": "hunter2-abc"}},
+	}
+	got := redact.SecretValues(ctx)
+	want := []string{"hunter2-abc-longer", "hunter2-abc"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("SecretValues() = %q, want %q", got, want)
+	}
+	msg := "login refused for ann with hunter2-abc-longer (and hunter2-abc)"
+	if got, want := redact.Scrub(msg, got), "login refused for ann with [REDACTED] (and [REDACTED])"; got != want {
+		t.Errorf("Scrub() = %q, want %q", got, want)
 	}
 }

@@ -370,7 +370,9 @@ func mapKeys(v any, r *strings.Replacer) any {
 		}
 		return out
 	case bson.A:
-		out := make(bson.A, len(t))
+		// Read back as a plain slice, as decoded JSON would be, so readers
+		// (nova chain) need not know the driver's types.
+		out := make([]any, len(t))
 		for i, e := range t {
 			out[i] = mapKeys(e, r)
 		}

@@ -47,10 +47,15 @@ func newRuntimeDocs(js jetstream.JetStream, info *runtimeinfo.Info, log *slog.Lo
 
 // get returns the index, loading it when it is missing and the last
 // attempt is old enough; nil when there is none.
-func (d *runtimeDocs) get(ctx context.Context) *runtimeinfo.Info {
+func (d *runtimeDocs) get(ctx context.Context) *runtimeinfo.Info { return d.load(ctx, false) }
+
+// load is get; force looks for a missing index however recently it was
+// looked for: the model asked for documentation, and answering "unavailable"
+// when the sandbox published it a moment ago would cost it a guess.
+func (d *runtimeDocs) load(ctx context.Context, force bool) *runtimeinfo.Info {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.info != nil || d.js == nil || time.Since(d.lastLoad) < reloadInterval {
+	if d.info != nil || d.js == nil || (!force && time.Since(d.lastLoad) < reloadInterval) {
 		return d.info
 	}
 	d.lastLoad = time.Now()
@@ -112,7 +117,7 @@ func (d *runtimeDocs) search(ctx context.Context, arguments string) (string, err
 	if args.Library == "" || args.Query == "" {
 		return "", errors.New("both \"library\" and \"query\" are required")
 	}
-	info := d.get(ctx)
+	info := d.load(ctx, true)
 	if info == nil {
 		return docsUnavailable, nil
 	}

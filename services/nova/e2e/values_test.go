@@ -148,7 +148,7 @@ edges:
 	}
 	nodes := e.chain(wc.ExecutionId)
 	checkChain(t, def, wc, nodes)
-	// Arrays come back from the store as bson.A; compare through JSON.
+	// Compare through JSON, as a reader of the chain of work sees it.
 	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	if got := nodeDoc(t, nodes, "keys", 1).OutputResult; asJSON(got) != asJSON(want) {
 		t.Errorf("keys output_result = %s, want %s", asJSON(got), asJSON(want))
