@@ -21,8 +21,8 @@ import (
 // Field names accepted in a definition. "description" is documentation only and
 // is dropped; "executor" exists for definitions written for the original NOVA.
 var (
-	workflowFields = []string{"name", "description", "model", "timeout", "network", "nodes", "edges"}
-	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network"}
+	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "nodes", "edges"}
+	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts"}
 	edgeFields     = []string{"from", "to", "condition"}
 )
 
@@ -109,6 +109,7 @@ func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
 	def.Model = p.str(w, m, "model")
 	def.TimeoutSeconds = p.seconds(w, m, "timeout")
 	def.Network = p.boolean(w, m, "network")
+	def.AllowHosts = p.hosts(w, m, "allow_hosts")
 	for i, raw := range p.list(w, m, "nodes") {
 		if n := p.node(i, raw); n != nil {
 			def.Nodes = append(def.Nodes, n)
@@ -153,6 +154,7 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.MaxVisits = p.whole(w, m, "max_visits")
 	n.Language = strings.ToLower(strings.TrimSpace(p.str(w, m, "language")))
 	n.Network = p.boolean(w, m, "network")
+	n.AllowHosts = p.hosts(w, m, "allow_hosts")
 
 	switch exec := strings.ToLower(strings.TrimSpace(p.str(w, m, "executor"))); exec {
 	case "", "e2b":
@@ -242,6 +244,26 @@ func (p *parser) list(w where, m map[string]any, key string) []any {
 		p.addf(w, key, "must be a list, got %s", kindOf(v))
 	}
 	return l
+}
+
+// hosts reads a list of allow_hosts entries (see HostPattern), kept in their
+// canonical form.
+func (p *parser) hosts(w where, m map[string]any, key string) []string {
+	var out []string
+	for i, v := range p.list(w, m, key) {
+		s, ok := v.(string)
+		if !ok {
+			p.addf(w, fmt.Sprintf("%s[%d]", key, i), "must be a string such as \"api.example.com\" or \"api.example.com:8443\", got %s", kindOf(v))
+			continue
+		}
+		hp, err := ParseHostPattern(s)
+		if err != nil {
+			p.addf(w, fmt.Sprintf("%s[%d]", key, i), "%v", err)
+			continue
+		}
+		out = append(out, hp.String())
+	}
+	return out
 }
 
 // seconds accepts a number of seconds or a Go duration string ("90s", "2m"),

@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +113,26 @@ func TestParseFields(t *testing.T) {
 	}
 	if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
 		t.Errorf("Validate: %v", err)
+	}
+}
+
+func TestParseAllowHosts(t *testing.T) {
+	def := mustParse(t, `
+name: fetcher
+network: true
+allow_hosts: [api.example.com, "*.cdn.example.com"]
+nodes:
+  - id: fetch
+    type: action
+    code: pass
+    network: true
+    allow_hosts: ["API.Example.org.:8443", "10.0.0.5:9000", "[::1]:*"]
+`)
+	if got, want := def.GetAllowHosts(), []string{"api.example.com", "*.cdn.example.com"}; !slices.Equal(got, want) {
+		t.Errorf("workflow allow_hosts = %q, want %q", got, want)
+	}
+	if got, want := def.GetNodes()[0].GetAllowHosts(), []string{"api.example.org:8443", "10.0.0.5:9000", "[::1]:*"}; !slices.Equal(got, want) {
+		t.Errorf("node allow_hosts = %q, want %q (canonical forms)", got, want)
 	}
 }
 
@@ -297,6 +318,24 @@ func TestParseErrors(t *testing.T) {
 			src:         "name: w\nnetwork: sometimes\n",
 			wantText:    []string{"true or false"},
 			wantProblem: &workflow.Problem{Field: "network"},
+		},
+		{
+			name:        "allow_hosts not a list",
+			src:         "name: w\nallow_hosts: example.com\n",
+			wantText:    []string{"allow_hosts: must be a list"},
+			wantProblem: &workflow.Problem{Field: "allow_hosts"},
+		},
+		{
+			name:        "allow_hosts entry is a URL",
+			src:         "name: w\nnodes:\n  - id: a\n    network: true\n    allow_hosts: [\"https://api.example.com/v1\"]\n",
+			wantText:    []string{`"https://api.example.com/v1"`, "no scheme"},
+			wantProblem: &workflow.Problem{NodeID: "a", Field: "allow_hosts[0]"},
+		},
+		{
+			name:        "allow_hosts entry with a bad port",
+			src:         "name: w\nallow_hosts: [\"example.com:99999\", 7]\n",
+			wantText:    []string{"allow_hosts[0]", "1-65535", "allow_hosts[1]", "must be a string"},
+			wantProblem: &workflow.Problem{Field: "allow_hosts[1]"},
 		},
 		{
 			name:        "unknown executor",

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // capture keeps the first max bytes of a stream and counts the rest. It never
@@ -13,11 +16,18 @@ type capture struct {
 	buf     bytes.Buffer
 	dropped int64
 	lines   *protocolScanner // optional
+	// stop is called once when more than stopAt bytes were written (stopAt > 0).
+	stopAt int64
+	stop   func()
 }
 
 func (c *capture) Write(p []byte) (int, error) {
 	if c.lines != nil {
 		c.lines.scan(p)
+	}
+	if c.stopAt > 0 && int64(c.buf.Len())+c.dropped+int64(len(p)) > c.stopAt && c.stop != nil {
+		c.stop()
+		c.stop = nil
 	}
 	keep := int64(len(p))
 	if room := c.max - int64(c.buf.Len()); keep > room {
@@ -139,4 +149,40 @@ func decodeJSON(data []byte, v any) error {
 		return errTrailingData
 	}
 	return nil
+}
+
+// copyTo feeds a capture until r ends.
+func copyTo(c *capture, r io.Reader) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = c.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// drainTo feeds a capture until f ends or its read deadline passes; then it
+// takes, without waiting, whatever the pipe still holds.
+func drainTo(c *capture, f *os.File) {
+	copyTo(c, f)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		var n int
+		_ = rc.Read(func(fd uintptr) bool {
+			n, _ = unix.Read(int(fd), buf)
+			return true // never wait
+		})
+		if n <= 0 {
+			return
+		}
+		_, _ = c.Write(buf[:n])
+	}
 }

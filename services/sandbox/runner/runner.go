@@ -1,11 +1,26 @@
 // Package runner runs one program in isolation with bubblewrap: its own user, pid,
-// mount, ipc, uts, cgroup and (unless asked otherwise) network namespaces, a
-// read-only view of the system, a private /tmp and resource limits.
+// mount, ipc, uts, cgroup and network namespaces, a read-only view of the
+// system, a private size-capped /tmp and resource limits.
 //
-// The node's code and its context never meet as text: the context is written to a
-// JSON file that a fixed Python runner (runner.py) loads, the code is compiled from
-// its own file, and the runner reports the result on a separate pipe, so nothing the
-// code prints can corrupt the protocol.
+// The node's code and its context never meet as text: the context is JSON that a
+// fixed Python runner (runner.py) loads, the code is compiled on its own, and the
+// runner reports the result on a separate descriptor, so nothing the code prints
+// can corrupt the protocol.
+//
+// Three backends run the same runner.py:
+//   - warm (Config.Zygotes > 0): a pool of zygotes, long-lived Python processes
+//     in bubblewrap with the heavy modules imported, that fork every execution
+//     into fresh namespaces (see warm.go and runner.py). No bwrap or interpreter
+//     start and no import on the path of an execution.
+//   - cold: one bubblewrap and interpreter per execution; also the fallback of
+//     warm when no zygote is ready.
+//   - process (Config.Backend = BackendProcess): a plain subprocess without any
+//     isolation, for machines without user namespaces; never the default.
+//
+// Network: a sandbox never shares the host's network. When a node asks for it,
+// the program gets an HTTP proxy on its own loopback that leads to the
+// service's egress proxy (package egress), which allows only the node's
+// allow_hosts.
 package runner
 
 import (
@@ -13,9 +28,10 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,18 +40,33 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/novaflow/nova/services/sandbox/egress"
 )
 
 //go:embed runner.py
 var runnerScript []byte
 
-// Error kinds of a Result.
+// Error kinds of a Result: what the engine should do about it.
 const (
-	KindCodeError          = "code_error"
-	KindTimeout            = "timeout"
-	KindLimit              = "limit"
-	KindSandboxFault       = "sandbox_fault"
-	KindRuntimeUnavailable = "runtime_unavailable"
+	KindCodeError          = "code_error"          // retry with the error as feedback
+	KindTimeout            = "timeout"             // retry
+	KindLimit              = "limit"               // a resource limit ended the run
+	KindSandboxFault       = "sandbox_fault"       // retry elsewhere
+	KindRuntimeUnavailable = "runtime_unavailable" // fail fast
+)
+
+// Limits a Result names when one ended the run.
+const (
+	LimitWallTime  = "wall_time"
+	LimitCPUTime   = "cpu_time"
+	LimitMemory    = "memory"
+	LimitProcesses = "processes"
+	LimitFileSize  = "file_size"
+	LimitDisk      = "disk"
+	LimitOutput    = "output"
 )
 
 // Result statuses.
@@ -44,16 +75,33 @@ const (
 	StatusError   = "error"
 )
 
+// Stages of a Request; they choose the default wall time.
+const (
+	StageTask     = "TASK"
+	StageAnalysis = "ANALYSIS"
+)
+
+// Backends.
+const (
+	BackendBwrap   = "bwrap"
+	BackendProcess = "process"
+)
+
 // Request is one program to run.
 type Request struct {
 	Code string
 	// Context holds plain JSON values, already resolved (no object-store references).
 	Context map[string]any
-	// Timeout is the wall time allowed; 0 means Config.DefaultTimeout.
+	// Timeout is the wall time allowed; 0 means the stage's default.
 	Timeout time.Duration
-	// Network shares the host's network; without it the program has only its own
-	// loopback.
+	// Stage is StageTask (default) or StageAnalysis.
+	Stage string
+	// Network gives the program an HTTP(S) proxy through which it can reach
+	// AllowHosts (and Config.EgressAllow); without it the program has only its
+	// own loopback.
 	Network bool
+	// AllowHosts are allow_hosts patterns (see workflow.HostPattern).
+	AllowHosts []string
 	// Language is "python" (the default); anything else gives a
 	// runtime_unavailable result.
 	Language string
@@ -71,6 +119,9 @@ type Result struct {
 	// Error is a human message such as "ValueError: amount must be positive".
 	Error     string
 	ErrorKind string // "" or one of the Kind constants
+	// Limit names the limit that ended the run (one of the Limit constants)
+	// when ErrorKind is KindLimit or KindTimeout.
+	Limit string
 	// Traceback is the Python traceback when the code raised; its line numbers
 	// refer to the file "<node>".
 	Traceback string
@@ -81,27 +132,62 @@ type Result struct {
 	Duration                     time.Duration
 	// SandboxID identifies this execution in the chain of work.
 	SandboxID string
+	// Warm tells that a zygote ran the program.
+	Warm bool
 }
 
 // Config configures a Runner. Zero values take the documented defaults.
 type Config struct {
-	Bwrap  string // default /usr/bin/bwrap
-	Python string // default /usr/bin/python3; must live under /usr, the tree mounted inside
-	// DefaultTimeout applies to requests without a timeout; default 30s.
+	// Backend is BackendBwrap (default) or BackendProcess, which runs programs
+	// WITHOUT ANY ISOLATION and is only for machines without user namespaces.
+	Backend string
+	Bwrap   string // default /usr/bin/bwrap
+	Python  string // default /usr/bin/python3; must live under /usr, the tree mounted inside
+	// Zygotes is the number of warm zygotes; 0 runs every program cold (a new
+	// bubblewrap and interpreter each time).
+	Zygotes int
+	// Preload lists the modules the zygotes import; default runner.py's
+	// DEFAULT_PRELOAD (pandas, numpy, fitz, PIL, requests, bs4, lxml, openpyxl,
+	// pypdf and common standard modules).
+	Preload []string
+	// DefaultTimeout is the wall time of a task without its own; default 30s.
 	DefaultTimeout time.Duration
+	// AnalysisTimeout is the wall time of an analysis without its own; default 15s.
+	AnalysisTimeout time.Duration
+	// CPUTime is the CPU time of the program's main process (RLIMIT_CPU);
+	// default the wall time, <0 none.
+	CPUTime time.Duration
 	// MaxOutputBytes caps stdout and stderr, each; default 1 MiB.
 	MaxOutputBytes int64
-	// MemoryBytes is the address-space limit (RLIMIT_AS); default 1 GiB, <0 none.
+	// OutputLimitBytes is how much a program may print on one stream before it
+	// is stopped (limit "output"); default 64 MiB, <0 none.
+	OutputLimitBytes int64
+	// MemoryBytes is the address space the program may allocate (RLIMIT_AS):
+	// beyond the pre-imported modules in warm mode, in all in cold mode;
+	// default 1 GiB, <0 none.
 	MemoryBytes int64
 	// FileSizeBytes is the largest file the program may write (RLIMIT_FSIZE);
 	// default 256 MiB, <0 none.
 	FileSizeBytes int64
-	// MaxProcesses limits processes and threads (RLIMIT_NPROC); default 256, <0
-	// none. Not applied when the sandbox runs as host root, where the count would
-	// include every root process of the host.
+	// DiskBytes is the size of the program's /tmp (a tmpfs, in memory);
+	// default 256 MiB.
+	DiskBytes int64
+	// MaxProcesses limits processes and threads (RLIMIT_NPROC, counted per
+	// execution in its own user namespace); default 256, <0 none. Not applied
+	// by the process backend run as root, where it would count every root
+	// process of the host.
 	MaxProcesses int64
 	// MaxResultBytes caps the encoded updates the runner may report; default 256 MiB.
 	MaxResultBytes int64
+	// EgressAllow are allow_hosts patterns every networked program may reach
+	// besides its request's.
+	EgressAllow []string
+	// BreakerThreshold is the number of consecutive sandbox faults after which
+	// Run answers runtime_unavailable without trying, for BreakerCoolDown; then
+	// one run is let through to probe. Defaults 5 and 30s; a threshold <0
+	// disables the breaker.
+	BreakerThreshold int
+	BreakerCoolDown  time.Duration
 	// WorkDir is the parent of the per-execution directories; default
 	// os.TempDir(). When the sandbox runs as another user it must be searchable
 	// by that user.
@@ -116,13 +202,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Runner runs programs in bubblewrap sandboxes. It is safe for concurrent use.
+// Runner runs programs in sandboxes. It is safe for concurrent use. Close it
+// when it runs warm.
 type Runner struct {
-	cfg    Config
-	mounts []string // bwrap arguments for the system part of the file system
-	env    []string
-	cred   *syscall.Credential // nil: bwrap runs as the service's own user
-	nproc  int64
+	cfg     Config
+	mounts  []string // bwrap arguments for the system part of the file system
+	env     []string
+	cred    *syscall.Credential // nil: bwrap runs as the service's own user
+	nproc   int64
+	proxy   *egress.Proxy
+	breaker *breaker
+	pool    *pool // nil when cold
+	// jobs tracks the egress brokers of running programs.
+	jobs sync.WaitGroup
 }
 
 // sandboxEnv is the only environment the sandbox sees. The BLAS/OpenMP/malloc
@@ -143,19 +235,27 @@ func sandboxEnv() []string {
 
 const (
 	nobody       = 65534
-	infoFD       = 4 // bwrap --info-fd; fd 3 is the result pipe
 	waitDelay    = 5 * time.Second
 	runnerInside = "/nova/runner.py"
 )
 
-// New checks that bubblewrap and python exist and prepares a Runner.
+// New checks that bubblewrap and python exist and prepares a Runner; with
+// Zygotes > 0 it starts the warm pool in the background (runs are cold until a
+// zygote is ready).
 func New(cfg Config) (*Runner, error) {
 	cfg = withDefaults(cfg)
-	bwrap, err := exec.LookPath(cfg.Bwrap)
-	if err != nil {
-		return nil, fmt.Errorf("bubblewrap not usable at %q (install the bubblewrap package): %w", cfg.Bwrap, err)
+	switch cfg.Backend {
+	case BackendBwrap, BackendProcess:
+	default:
+		return nil, fmt.Errorf("sandbox backend %q: use %q or %q", cfg.Backend, BackendBwrap, BackendProcess)
 	}
-	cfg.Bwrap = bwrap
+	if cfg.Backend == BackendBwrap {
+		bwrap, err := exec.LookPath(cfg.Bwrap)
+		if err != nil {
+			return nil, fmt.Errorf("bubblewrap not usable at %q (install the bubblewrap package): %w", cfg.Bwrap, err)
+		}
+		cfg.Bwrap = bwrap
+	}
 	python := filepath.Clean(cfg.Python)
 	if !strings.HasPrefix(python, "/usr/") {
 		return nil, fmt.Errorf("python %q: must be an absolute path under /usr, the only tree mounted in the sandbox", cfg.Python)
@@ -169,25 +269,45 @@ func New(cfg Config) (*Runner, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("work dir %q is not a directory", cfg.WorkDir)
 	}
+	if _, err := egress.NewPolicy(cfg.EgressAllow); err != nil {
+		return nil, fmt.Errorf("egress allow list: %w", err)
+	}
 
-	r := &Runner{cfg: cfg, env: sandboxEnv(), nproc: cfg.MaxProcesses}
+	r := &Runner{
+		cfg:     cfg,
+		env:     sandboxEnv(),
+		nproc:   cfg.MaxProcesses,
+		proxy:   &egress.Proxy{Logger: cfg.Logger},
+		breaker: newBreaker(cfg.BreakerThreshold, cfg.BreakerCoolDown),
+	}
 	if os.Geteuid() == 0 && cfg.SandboxUID >= 0 && cfg.SandboxGID >= 0 {
 		r.cred = &syscall.Credential{Uid: uint32(cfg.SandboxUID), Gid: uint32(cfg.SandboxGID)}
 		if err := checkSearchable(cfg.WorkDir, r.cred); err != nil {
 			return nil, err
 		}
 	}
-	if r.cred == nil && os.Geteuid() == 0 {
-		r.nproc = -1
+	if cfg.Backend == BackendProcess {
+		cfg.Logger.Warn("sandbox backend is 'process': programs run with NO ISOLATION from this host (no namespaces, no network restriction, no private files); use only where user namespaces are unavailable and the code is trusted")
+		if os.Geteuid() == 0 {
+			r.nproc = -1
+		}
+		return r, nil
 	}
+	var err error
 	r.mounts, err = systemMounts()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Zygotes > 0 {
+		r.pool = newPool(r, cfg.Zygotes)
 	}
 	return r, nil
 }
 
 func withDefaults(cfg Config) Config {
+	if cfg.Backend == "" {
+		cfg.Backend = BackendBwrap
+	}
 	if cfg.Bwrap == "" {
 		cfg.Bwrap = "/usr/bin/bwrap"
 	}
@@ -197,8 +317,14 @@ func withDefaults(cfg Config) Config {
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = 30 * time.Second
 	}
+	if cfg.AnalysisTimeout <= 0 {
+		cfg.AnalysisTimeout = 15 * time.Second
+	}
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = 1 << 20
+	}
+	if cfg.OutputLimitBytes == 0 {
+		cfg.OutputLimitBytes = 64 << 20
 	}
 	if cfg.MemoryBytes == 0 {
 		cfg.MemoryBytes = 1 << 30
@@ -206,11 +332,20 @@ func withDefaults(cfg Config) Config {
 	if cfg.FileSizeBytes == 0 {
 		cfg.FileSizeBytes = 256 << 20
 	}
+	if cfg.DiskBytes <= 0 {
+		cfg.DiskBytes = 256 << 20
+	}
 	if cfg.MaxProcesses == 0 {
 		cfg.MaxProcesses = 256
 	}
 	if cfg.MaxResultBytes <= 0 {
 		cfg.MaxResultBytes = 256 << 20
+	}
+	if cfg.BreakerThreshold == 0 {
+		cfg.BreakerThreshold = 5
+	}
+	if cfg.BreakerCoolDown <= 0 {
+		cfg.BreakerCoolDown = 30 * time.Second
 	}
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = os.TempDir()
@@ -227,9 +362,103 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
+// Close stops the warm pool and waits for its zygotes to end. Runs still in
+// progress on a zygote end with a sandbox fault.
+func (r *Runner) Close() error {
+	if r.pool != nil {
+		r.pool.close()
+	}
+	r.jobs.Wait()
+	return nil
+}
+
+// WarmReady reports how many zygotes are ready to take programs.
+func (r *Runner) WarmReady() int {
+	if r.pool == nil {
+		return 0
+	}
+	return r.pool.readyCount()
+}
+
+// limits are what one execution may use, resolved from the request and the config.
+type limits struct {
+	timeout   time.Duration
+	cpu       time.Duration // 0: none
+	memory    int64         // 0: none
+	fileSize  int64
+	processes int64
+	disk      int64
+}
+
+func (r *Runner) limitsFor(req Request) limits {
+	l := limits{
+		timeout:   req.Timeout,
+		memory:    max(r.cfg.MemoryBytes, 0),
+		fileSize:  max(r.cfg.FileSizeBytes, 0),
+		processes: max(r.nproc, 0),
+		disk:      r.cfg.DiskBytes,
+	}
+	if l.timeout <= 0 {
+		l.timeout = r.cfg.DefaultTimeout
+		if strings.EqualFold(req.Stage, StageAnalysis) {
+			l.timeout = r.cfg.AnalysisTimeout
+		}
+	}
+	switch {
+	case r.cfg.CPUTime > 0:
+		l.cpu = r.cfg.CPUTime
+	case r.cfg.CPUTime == 0:
+		l.cpu = l.timeout
+	}
+	return l
+}
+
+// config is the part of runner.py's configuration common to all modes.
+func (l limits) config(id string, network bool) map[string]any {
+	return map[string]any{
+		"id":      id,
+		"timeout": l.timeout.Seconds(),
+		"cpu":     math.Ceil(l.cpu.Seconds()),
+		"memory":  l.memory,
+		"fsize":   l.fileSize,
+		"nproc":   l.processes,
+		"disk":    l.disk,
+		"network": network,
+	}
+}
+
+// job is one execution in flight, whatever the backend.
+type job struct {
+	id      string
+	req     Request
+	limits  limits
+	broker  *os.File // the sandbox's end of the egress broker; nil without network
+	stdout  *capture
+	stderr  *capture
+	result  *boundedBuffer
+	killReq chan string // a reason to end the program early ("output"); buffered
+}
+
+func (j *job) requestKill(reason string) {
+	select {
+	case j.killReq <- reason:
+	default:
+	}
+}
+
+// outcome is what a backend reports once no process of the job is left.
+type outcome struct {
+	limit    string // a limit the backend enforced: LimitWallTime, LimitOutput or ""
+	exitCode int    // of the runner's process, -1 if unknown or killed by a signal
+	signal   syscall.Signal
+	cpu      time.Duration // CPU time of the runner's process, when cpuKnown
+	cpuKnown bool
+	warm     bool
+}
+
 // Run runs one program and waits for it. The error is non-nil only when the
-// sandbox could not do its job (bwrap failed, ctx was cancelled); what the code
-// did wrong is reported in the Result.
+// sandbox could not do its job (it failed to start or broke down, ctx was
+// cancelled); what the code did wrong is reported in the Result.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	start := time.Now()
 	res := Result{SandboxID: newSandboxID()}
@@ -243,85 +472,159 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		res.Error = fmt.Sprintf("language %q is not available in this sandbox (only python)", req.Language)
 		return finish(nil)
 	}
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = r.cfg.DefaultTimeout
+	probe, why := r.breaker.allow()
+	if why != "" {
+		res.Status, res.ErrorKind = StatusError, KindRuntimeUnavailable
+		res.Error = why
+		return finish(nil)
 	}
-
-	dir, err := r.prepare(res.SandboxID, req)
-	if err != nil {
-		return finish(fmt.Errorf("prepare sandbox %s: %w", res.SandboxID, err))
-	}
-	defer func() {
-		if err := removeTree(dir); err != nil {
-			r.cfg.Logger.Warn("sandbox dir not removed", "sandbox_id", res.SandboxID, "dir", dir, "err", err)
+	err := r.run(ctx, req, &res)
+	switch {
+	case ctx.Err() != nil:
+		r.breaker.done(probe) // neither a fault nor a success
+	case res.ErrorKind == KindSandboxFault && err != nil, res.ErrorKind == KindRuntimeUnavailable:
+		why := res.Error
+		if err != nil {
+			why = tail(err.Error(), 300)
 		}
-	}()
-
-	out, err := r.execute(ctx, timeout, dir, req.Network)
-	if err != nil {
-		return finish(fmt.Errorf("sandbox %s: %w", res.SandboxID, err))
+		if r.breaker.fault(probe, why) {
+			r.cfg.Logger.Error("sandbox circuit breaker open: runs answer runtime_unavailable until it probes again",
+				"consecutive_faults", r.cfg.BreakerThreshold, "cool_down", r.cfg.BreakerCoolDown, "last_error", res.Error)
+		}
+	default:
+		r.breaker.success(probe)
 	}
-	res.Stdout, res.StdoutDropped = out.stdout.buf.String(), out.stdout.dropped
-	res.Stderr, res.StderrDropped = out.stderr.buf.String(), out.stderr.dropped
+	return finish(err)
+}
+
+func (r *Runner) run(ctx context.Context, req Request, res *Result) error {
+	j := &job{
+		id:      res.SandboxID,
+		req:     req,
+		limits:  r.limitsFor(req),
+		stdout:  &capture{max: r.cfg.MaxOutputBytes, lines: &protocolScanner{maxLine: int(r.cfg.MaxResultBytes)}},
+		stderr:  &capture{max: r.cfg.MaxOutputBytes},
+		result:  &boundedBuffer{max: r.cfg.MaxResultBytes},
+		killReq: make(chan string, 1),
+	}
+	if r.cfg.OutputLimitBytes > 0 {
+		for _, c := range []*capture{j.stdout, j.stderr} {
+			c.stopAt, c.stop = r.cfg.OutputLimitBytes, func() { j.requestKill(LimitOutput) }
+		}
+	}
+	if req.Network {
+		policy, err := egress.NewPolicy(append(append([]string(nil), r.cfg.EgressAllow...), req.AllowHosts...))
+		if err != nil {
+			res.Status, res.ErrorKind, res.Error = StatusError, KindCodeError, err.Error()
+			return nil
+		}
+		stop, err := r.startBroker(ctx, j, policy)
+		if err != nil {
+			res.Status, res.ErrorKind, res.Error = StatusError, KindSandboxFault, "egress broker: "+err.Error()
+			return fmt.Errorf("sandbox %s: egress broker: %w", j.id, err)
+		}
+		defer stop()
+	}
+
+	var out outcome
+	var err error
+	switch {
+	case r.cfg.Backend == BackendProcess:
+		out, err = r.runProcess(ctx, j)
+	case r.pool != nil:
+		out, err = r.pool.run(ctx, j)
+	default:
+		out, err = r.runCold(ctx, j)
+	}
+	res.Warm = out.warm
+	res.Stdout, res.StdoutDropped = j.stdout.buf.String(), j.stdout.dropped
+	res.Stderr, res.StderrDropped = j.stderr.buf.String(), j.stderr.dropped
+	if err != nil {
+		res.Status, res.ErrorKind, res.Error = StatusError, KindSandboxFault, "sandbox failure: "+err.Error()
+		if ctx.Err() != nil {
+			res.Error = "run cancelled"
+		}
+		return fmt.Errorf("sandbox %s: %w", j.id, err)
+	}
 
 	// The runner writes "S" before the code runs, then its report ending in a
 	// newline: a report without one was cut short.
-	started := len(out.result) > 0 && out.result[0] == 'S'
-	payload := out.result
+	payload := j.result.buf
+	started := len(payload) > 0 && payload[0] == 'S'
 	if started {
 		payload = payload[1:]
 	}
 	complete := len(payload) > 0 && payload[len(payload)-1] == '\n'
 
 	switch {
-	case out.resultTooBig:
-		res.Status, res.ErrorKind = StatusError, KindLimit
+	case j.result.overflow:
+		res.Status, res.ErrorKind, res.Limit = StatusError, KindLimit, LimitOutput
 		res.Error = fmt.Sprintf("the updated context exceeds the result limit of %d bytes", r.cfg.MaxResultBytes)
-		return finish(nil)
+		return nil
 	case complete:
 		// A complete report wins even when a deadline fired just after it.
-		return finish(r.interpret(&res, payload, out.protocol))
+		return r.interpret(res, payload, j.stdout.lines.last, started, j.limits)
 	case ctx.Err() != nil:
 		res.Status, res.ErrorKind, res.Error = StatusError, KindSandboxFault, "run cancelled"
-		return finish(fmt.Errorf("sandbox %s: run cancelled: %w", res.SandboxID, context.Cause(ctx)))
-	case out.timedOut:
-		res.Status, res.ErrorKind = StatusError, KindTimeout
-		res.Error = "timeout after " + timeout.String()
-		return finish(nil)
-	case !started && len(payload) == 0:
+		return fmt.Errorf("sandbox %s: run cancelled: %w", res.SandboxID, context.Cause(ctx))
+	case out.limit == LimitWallTime:
+		res.Status, res.ErrorKind, res.Limit = StatusError, KindTimeout, LimitWallTime
+		res.Error = "timeout after " + j.limits.timeout.String()
+		return nil
+	case out.limit == LimitOutput:
+		res.Status, res.ErrorKind, res.Limit = StatusError, KindLimit, LimitOutput
+		res.Error = fmt.Sprintf("the program printed more than the output limit of %d bytes on one stream and was stopped", r.cfg.OutputLimitBytes)
+		return nil
+	case !started:
 		res.Status, res.ErrorKind = StatusError, KindSandboxFault
 		res.Error = "sandbox did not start"
-		return finish(fmt.Errorf("sandbox %s did not start (%s): %s", res.SandboxID, exitText(out.exitCode), tail(res.Stderr, 2000)))
+		if _, statErr := os.Stat(r.cfg.Python); statErr != nil {
+			res.ErrorKind = KindRuntimeUnavailable
+			res.Error = fmt.Sprintf("python is not available at %s: %v", r.cfg.Python, statErr)
+		}
+		return fmt.Errorf("sandbox %s did not start (%s): %s", res.SandboxID, exitText(out), tail(res.Stderr, 2000))
 	default:
 		// The program ended without letting the runner report: os._exit, a signal.
 		res.Status, res.ErrorKind = StatusError, KindCodeError
-		res.Error = "the program ended without a result (" + exitText(out.exitCode) + ")"
-		if sig := out.exitCode - 128; sig == int(syscall.SIGKILL) || sig == int(syscall.SIGXCPU) || sig == int(syscall.SIGXFSZ) {
-			res.ErrorKind = KindLimit
-			res.Error += "; a resource limit was probably exceeded"
+		res.Error = "the program ended without a result (" + exitText(out) + ")"
+		switch {
+		case out.signal == syscall.SIGXCPU,
+			out.signal == syscall.SIGKILL && out.cpuKnown && j.limits.cpu > 0 && out.cpu >= j.limits.cpu:
+			res.ErrorKind, res.Limit = KindLimit, LimitCPUTime
+			res.Error = fmt.Sprintf("the program used more than its CPU time limit of %s and was killed", j.limits.cpu)
+		case out.signal == syscall.SIGXFSZ:
+			res.ErrorKind, res.Limit = KindLimit, LimitFileSize
+			res.Error = fmt.Sprintf("the program wrote a file beyond the file size limit of %d bytes and was killed", j.limits.fileSize)
 		}
-		return finish(nil)
+		return nil
 	}
 }
 
 // interpret turns the runner's report and a protocol line into the Result.
-func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessage) error {
+func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessage, started bool, l limits) error {
 	var rep struct {
 		Status    string         `json:"status"`
 		ErrorKind string         `json:"error_kind"`
+		Limit     string         `json:"limit"`
 		Error     string         `json:"error"`
 		Traceback string         `json:"traceback"`
 		Updates   map[string]any `json:"updates"`
 		Deleted   []string       `json:"deleted"`
 	}
 	if err := decodeJSON(payload, &rep); err != nil {
+		if started {
+			// The code ran and could write anything to the result channel.
+			res.Status, res.ErrorKind = StatusError, KindCodeError
+			res.Error = "the program corrupted the runner's report: " + err.Error()
+			return nil
+		}
 		res.Status, res.ErrorKind, res.Error = StatusError, KindSandboxFault, "unreadable runner report"
 		return fmt.Errorf("sandbox %s: decode runner report: %w", res.SandboxID, err)
 	}
 	if rep.Status != StatusSuccess {
 		res.Status, res.ErrorKind, res.Error, res.Traceback = StatusError, rep.ErrorKind, rep.Error, rep.Traceback
-		if rep.ErrorKind == KindSandboxFault {
+		res.Limit = rep.Limit
+		if rep.ErrorKind == KindSandboxFault && !started {
 			return fmt.Errorf("sandbox %s: %s", res.SandboxID, rep.Error)
 		}
 		return nil
@@ -352,214 +655,35 @@ func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessag
 	return nil
 }
 
-// execution is what one bwrap process left behind.
-type execution struct {
-	stdout, stderr *capture
-	protocol       *protocolMessage
-	result         []byte
-	resultTooBig   bool
-	timedOut       bool
-	exitCode       int
-}
-
-func (r *Runner) execute(ctx context.Context, timeout time.Duration, dir string, network bool) (execution, error) {
-	out := execution{
-		stdout: &capture{max: r.cfg.MaxOutputBytes, lines: &protocolScanner{maxLine: int(r.cfg.MaxResultBytes)}},
-		stderr: &capture{max: r.cfg.MaxOutputBytes},
-	}
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	resultR, resultW, err := os.Pipe()
+// startBroker creates the egress broker of a networked job: the sandbox's end
+// goes in j.broker, the service's end is served until stop is called.
+func (r *Runner) startBroker(ctx context.Context, j *job, policy egress.Policy) (stop func(), err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return out, fmt.Errorf("result pipe: %w", err)
+		return nil, err
 	}
-	defer resultR.Close()
-	infoR, infoW, err := os.Pipe()
+	j.broker = os.NewFile(uintptr(fds[1]), "egress-broker")
+	f := os.NewFile(uintptr(fds[0]), "egress-broker")
+	c, err := net.FileConn(f)
+	f.Close()
 	if err != nil {
-		resultW.Close()
-		return out, fmt.Errorf("info pipe: %w", err)
+		j.broker.Close()
+		return nil, err
 	}
-	defer infoR.Close()
-
-	pid1 := newSandboxInit()
-	defer pid1.close()
-	cmd := exec.CommandContext(runCtx, r.cfg.Bwrap, r.args(dir, network)...)
-	cmd.Dir = "/"
-	cmd.Env = r.env // also what /proc/1/environ shows inside
-	cmd.Stdout, cmd.Stderr = out.stdout, out.stderr
-	cmd.ExtraFiles = []*os.File{resultW, infoW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
-		Credential: r.cred,
-	}
-	cmd.Cancel = func() error {
-		if pid1.kill() {
-			return nil
-		}
-		// bwrap has not set up the namespaces yet; --die-with-parent takes the rest.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = waitDelay
-
-	err = cmd.Start()
-	resultW.Close()
-	infoW.Close()
-	if err != nil {
-		return out, fmt.Errorf("start bwrap: %w", err)
-	}
-
-	var wg sync.WaitGroup
-	result := &boundedBuffer{max: r.cfg.MaxResultBytes}
-	wg.Go(func() { result.readFrom(resultR) })
-	wg.Go(func() { pid1.readInfo(infoR) })
-
-	waitErr := cmd.Wait()
-	deadline := time.Now().Add(waitDelay)
-	// Everything that held the pipes is dead by now; the timer is a safety net.
+	conn := c.(*net.UnixConn)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.jobs.Add(1)
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Until(deadline)):
-		resultR.Close()
-		infoR.Close()
-		<-done
-	}
-	// No process of the sandbox may outlive Run, including those that let go of
-	// its output.
-	if err := pid1.waitExit(deadline); err != nil {
-		pid1.kill()
-		if err := pid1.waitExit(time.Now().Add(waitDelay)); err != nil {
-			return out, fmt.Errorf("wait for the sandbox to end: %w", err)
-		}
-	}
-	out.stdout.lines.endLine()
-	out.protocol = out.stdout.lines.last
-	out.result, out.resultTooBig = result.buf, result.overflow
-	out.timedOut = errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-	out.exitCode = cmd.ProcessState.ExitCode()
-	// An exit status is the program's business, a cancelled run or pipes held
-	// past WaitDelay are judged by the caller; anything else is a fault.
-	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) && runCtx.Err() == nil {
-		return out, fmt.Errorf("wait for bwrap: %w", waitErr)
-	}
-	return out, nil
-}
-
-func (r *Runner) args(dir string, network bool) []string {
-	args := []string{
-		"--unshare-all",
-		"--die-with-parent",
-		"--new-session",
-		"--cap-drop", "ALL",
-		"--hostname", "nova-sandbox",
-		"--info-fd", strconv.Itoa(infoFD),
-	}
-	if network {
-		args = append(args, "--share-net",
-			"--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
-			"--ro-bind-try", "/etc/hosts", "/etc/hosts",
-			"--ro-bind-try", "/etc/nsswitch.conf", "/etc/nsswitch.conf",
-			"--ro-bind-try", "/etc/gai.conf", "/etc/gai.conf",
-		)
-	}
-	args = append(args, r.mounts...)
-	args = append(args,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--ro-bind", filepath.Join(dir, "in"), "/nova",
-		"--bind", filepath.Join(dir, "tmp"), "/tmp",
-		"--chdir", "/tmp",
-		"--clearenv",
-	)
-	for _, kv := range r.env {
-		k, v, _ := strings.Cut(kv, "=")
-		args = append(args, "--setenv", k, v)
-	}
-	return append(args, "--",
-		r.cfg.Python, runnerInside,
-		strconv.FormatInt(max(r.cfg.MemoryBytes, 0), 10),
-		strconv.FormatInt(max(r.cfg.FileSizeBytes, 0), 10),
-		strconv.FormatInt(max(r.nproc, 0), 10),
-	)
-}
-
-// systemMounts mounts /usr and what lives beside it read-only. On merged-/usr
-// systems /bin, /lib... are symlinks and are recreated as such.
-func systemMounts() ([]string, error) {
-	args := []string{"--ro-bind", "/usr", "/usr"}
-	for _, p := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("inspect %s: %w", p, err)
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("read link %s: %w", p, err)
-			}
-			args = append(args, "--symlink", target, p)
-		case fi.IsDir():
-			args = append(args, "--ro-bind", p, p)
-		}
-	}
-	// Only the public parts of /etc: not /etc/ssl/private, not passwd or shadow.
-	for _, p := range []string{
-		"/etc/alternatives",
-		"/etc/ssl/certs",
-		"/etc/ssl/openssl.cnf",
-		"/etc/ca-certificates",
-		"/etc/localtime",
-		"/etc/ld.so.cache",
-		"/etc/mime.types",
-	} {
-		args = append(args, "--ro-bind-try", p, p)
-	}
-	return args, nil
-}
-
-// prepare writes the runner, the code and the context into a fresh directory:
-// in/ is mounted read-only at /nova, tmp/ read-write at /tmp.
-func (r *Runner) prepare(id string, req Request) (dir string, err error) {
-	dir, err = os.MkdirTemp(r.cfg.WorkDir, "nova-sandbox-"+id+"-")
-	if err != nil {
-		return "", fmt.Errorf("create dir: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = removeTree(dir)
-			dir = ""
-		}
+	go func() {
+		defer r.jobs.Done()
+		defer close(done)
+		r.proxy.ServeBroker(ctx, conn, policy)
 	}()
-	in, tmp := filepath.Join(dir, "in"), filepath.Join(dir, "tmp")
-	for _, d := range []string{in, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return "", fmt.Errorf("create dir: %w", err)
-		}
-	}
-	files := []string{filepath.Join(in, "runner.py"), filepath.Join(in, "code.py"), filepath.Join(in, "context.json")}
-	if err := os.WriteFile(files[0], runnerScript, 0o600); err != nil {
-		return "", fmt.Errorf("write runner: %w", err)
-	}
-	if err := os.WriteFile(files[1], []byte(req.Code), 0o600); err != nil {
-		return "", fmt.Errorf("write code: %w", err)
-	}
-	if err := writeContext(files[2], req.Context); err != nil {
-		return "", err
-	}
-	if r.cred != nil {
-		for _, p := range append([]string{dir, in, tmp}, files...) {
-			if err := os.Lchown(p, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
-				return "", fmt.Errorf("hand dir to sandbox user: %w", err)
-			}
-		}
-	}
-	return dir, nil
+	return func() {
+		j.broker.Close()
+		cancel()
+		<-done
+	}, nil
 }
 
 func newSandboxID() string {
@@ -568,14 +692,14 @@ func newSandboxID() string {
 	return hex.EncodeToString(b)
 }
 
-func exitText(code int) string {
+func exitText(out outcome) string {
 	switch {
-	case code > 128 && code < 128+65:
-		return "killed by " + unixSignalName(syscall.Signal(code-128))
-	case code < 0:
+	case out.signal != 0:
+		return "killed by " + unixSignalName(out.signal)
+	case out.exitCode < 0:
 		return "killed"
 	default:
-		return "exit status " + strconv.Itoa(code)
+		return "exit status " + strconv.Itoa(out.exitCode)
 	}
 }
 

@@ -1,9 +1,19 @@
-"""NOVA sandbox runner: runs one node's code inside bubblewrap.
+"""NOVA sandbox runner: runs node code inside bubblewrap.
 
-Started by the Go runner as `python3 runner.py MEMORY FSIZE NPROC`, with the node's
-code in /nova/code.py and its context in /nova/context.json. The result goes to fd 3
-as b"S" (written once the user's code is about to run) followed by one JSON document
-and a newline, so nothing the code prints on stdout or stderr can corrupt it.
+Started by the Go runner in one of two modes:
+
+  runner.py run CONFIG     one program, then exit (cold start, and the process
+                           backend). The code is in CONFIG["code"], the context in
+                           CONFIG["context"]; the result goes to fd 3 and, with
+                           network, fd 5 is the egress broker.
+  runner.py zygote CONFIG  a warm template (fork server). It imports the heavy
+                           modules once, never runs user code, and hands every
+                           job received on fd 3 to a pre-forked pair of
+                           processes in fresh namespaces (see "Warm start").
+
+Whatever the mode, the result is written as b"S" (once the user's code is about
+to run) followed by one JSON document and a newline, on a descriptor that only
+the runner holds, so nothing the code prints can corrupt it.
 """
 
 import builtins
@@ -15,22 +25,26 @@ import math
 import os
 import re
 import resource
+import signal
+import socket
 import sys
+import threading
 import traceback
 
-CODE_PATH = "/nova/code.py"
-CONTEXT_PATH = "/nova/context.json"
 FILENAME = "<node>"
+PROXY_PORT = 3128
+# The only uid that exists inside a job's own user namespace.
+JOB_UID = 65534
 
 
-def main():
-    # A private, non-inheritable copy of the result channel: processes the code
-    # starts cannot write to it.
-    result_fd = os.dup(3)
-    os.close(3)
-    close_stray_fds(keep=result_fd)
+# ---------------------------------------------------------------------------
+# Running one program (both modes)
+
+
+def report_and_exit(result_fd, job):
+    """Runs job() and writes its report; never returns."""
     try:
-        result = run(result_fd)
+        result = job()
     except BaseException as e:  # a fault of the runner itself, not of the code
         result = {
             "status": "error",
@@ -43,7 +57,8 @@ def main():
         payload = result if isinstance(result, bytes) else json.dumps(result).encode()
     except MemoryError:
         payload = json.dumps(
-            {"status": "error", "error_kind": "limit", "error": "MemoryError: result too large for the memory limit"}
+            {"status": "error", "error_kind": "limit", "limit": "memory",
+             "error": "MemoryError: result too large for the memory limit"}
         ).encode()
     write_all(result_fd, payload)
     write_all(result_fd, b"\n")
@@ -51,30 +66,37 @@ def main():
     os._exit(0)
 
 
-def run(result_fd):
-    memory, fsize, nproc = (int(a) for a in sys.argv[1:4])
-    set_limit(resource.RLIMIT_AS, memory)
-    set_limit(resource.RLIMIT_FSIZE, fsize)
-    set_limit(resource.RLIMIT_NPROC, nproc)
-    set_limit(resource.RLIMIT_CORE, 0)
+def set_limits(limits, base_address_space=0):
+    """RLIMIT_AS is the code's own allowance on top of base_address_space, what
+    the process already maps (the pre-imported modules of a warm start)."""
+    memory = limits.get("memory", 0)
+    if memory > 0:
+        set_limit(resource.RLIMIT_AS, memory + base_address_space)
+    set_limit(resource.RLIMIT_FSIZE, limits.get("fsize", 0))
+    set_limit(resource.RLIMIT_NPROC, limits.get("nproc", 0))
+    cpu = int(math.ceil(limits.get("cpu", 0)))
+    if cpu > 0:
+        # SIGXCPU at the soft limit; SIGKILL a little later if the code ignores it.
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
+
+def execute(source, raw_context, limits, result_fd):
+    """Runs the code against the context; returns the report (dict or bytes)."""
+    pid = os.getpid()
     sys.argv = [FILENAME]
-    sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
+    sys.path[:] = [p for p in sys.path if p not in ("", "/nova", os.path.dirname(os.path.abspath(__file__)))]
     sys.dont_write_bytecode = True
-    # Line buffering: what the code printed before a timeout kill is not lost in a buffer.
+    # Line buffering: what the code printed before a kill is not lost in a buffer.
     sys.stdout.reconfigure(line_buffering=True)
 
-    with open(CODE_PATH, encoding="utf-8", errors="replace") as f:
-        source = f.read()
     write_all(result_fd, b"S")
     try:
-        with open(CONTEXT_PATH, "rb") as f:
-            raw = f.read()
-        context = json.loads(raw)
-        before = json.loads(raw)  # an independent copy to diff against
-        del raw
+        context = json.loads(raw_context)
+        before = json.loads(raw_context)  # an independent copy to diff against
+        del raw_context
     except MemoryError:
-        return code_error("limit", "MemoryError: the context does not fit in the memory limit", "")
+        return code_error("limit", "MemoryError: the context does not fit in the memory limit", "", "memory")
 
     # The code sees its source in tracebacks (line numbers refer to "<node>").
     linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
@@ -91,22 +113,64 @@ def run(result_fd):
     try:
         exec(compile(source, FILENAME, "exec"), env)
     except SystemExit as e:
+        leave_if_forked(pid)
         if e.code not in (None, 0):
             return code_error("code_error", "SystemExit: %s" % (e.code,), format_tb(e))
-    except MemoryError as e:
-        return code_error("limit", describe(e) + " (memory limit %d MiB)" % (memory >> 20), format_tb(e))
-    except OSError as e:
-        kind = "limit" if e.errno == errno.EFBIG else "code_error"
-        return code_error(kind, describe(e), format_tb(e))
     except BaseException as e:
-        return code_error("code_error", describe(e), format_tb(e))
+        leave_if_forked(pid)
+        return classify(e, limits)
     finally:
+        leave_if_forked(pid)
         flush_all()
 
     after = env["context"]
     if not isinstance(after, dict):
         return code_error("code_error", "context must be a dict, got %s" % type(after).__name__, "")
     return diff(before, after)
+
+
+def leave_if_forked(pid):
+    """A process the code forked (os.fork) that runs off the end of the code
+    must not report: only the runner's own process does."""
+    if os.getpid() != pid:
+        flush_all()
+        os._exit(0)
+
+
+def classify(e, limits):
+    tb = format_tb(e)
+    message = describe(e)
+    if isinstance(e, MemoryError):
+        memory = limits.get("memory", 0)
+        if memory > 0:
+            message += " (memory limit %d MiB)" % (memory >> 20)
+        return code_error("limit", message, tb, "memory")
+    if isinstance(e, OSError) and e.errno == errno.EFBIG:
+        return code_error("limit", message + " (file size limit %d bytes)" % limits.get("fsize", 0), tb, "file_size")
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return code_error("limit", message + " (disk limit of /tmp: %d bytes)" % limits.get("disk", 0), tb, "disk")
+    if out_of_processes(e, limits):
+        return code_error("limit", message + " (process limit %d)" % limits.get("nproc", 0), tb, "processes")
+    return code_error("code_error", message, tb)
+
+
+def out_of_processes(e, limits):
+    """fork, exec of a child or a new thread failed for want of a process slot."""
+    nproc = limits.get("nproc", 0)
+    if nproc <= 0:
+        return False
+    if isinstance(e, OSError) and e.errno == errno.EAGAIN:
+        pass
+    elif isinstance(e, RuntimeError) and "can't start new thread" in str(e):
+        pass
+    else:
+        return False
+    try:
+        alive = sum(1 for p in os.listdir("/proc") if p.isdigit())
+    except OSError:
+        return True
+    # Threads count as processes too; an EAGAIN with many processes alive is the limit.
+    return alive >= nproc // 2
 
 
 def diff(before, after):
@@ -161,8 +225,11 @@ def encode(value):
         return None, "nested too deeply"
 
 
-def code_error(kind, message, tb):
-    return {"status": "error", "error_kind": kind, "error": message, "traceback": tb}
+def code_error(kind, message, tb, limit=""):
+    out = {"status": "error", "error_kind": kind, "error": message, "traceback": tb}
+    if limit:
+        out["limit"] = limit
+    return out
 
 
 def describe(e):
@@ -191,7 +258,7 @@ def set_limit(which, value):
 def close_stray_fds(keep):
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
-        if fd > 2 and fd != keep:
+        if fd > 2 and fd not in keep:
             try:
                 os.close(fd)
             except OSError:
@@ -210,6 +277,555 @@ def write_all(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def read_fd(fd):
+    """Reads a memfd (or file) from its start and closes it."""
+    with os.fdopen(fd, "rb") as f:
+        f.seek(0)
+        return f.read()
+
+
+def proxy_env():
+    url = "http://127.0.0.1:%d" % PROXY_PORT
+    return {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+
+
+# ---------------------------------------------------------------------------
+# Egress: the program's only way out is an HTTP proxy on its own loopback,
+# forwarded to the service's egress proxy through connections that the
+# service hands over the broker socket (one per request, SCM_RIGHTS).
+
+
+class Forwarder:
+    def __init__(self, broker_fd):
+        self.broker = socket.socket(fileno=broker_fd)
+        self.lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", PROXY_PORT))
+        self.listener.listen(64)
+
+    def start(self):
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                with self.lock:
+                    self.broker.send(b"c")
+                    _, fds, _, _ = socket.recv_fds(self.broker, 16, 1)
+            except OSError:
+                fds = []
+            if not fds:
+                conn.close()
+                continue
+            upstream = socket.socket(fileno=fds[0])
+            pair = [conn, upstream]
+            threading.Thread(target=pump, args=(conn, upstream, pair), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, conn, pair), daemon=True).start()
+
+
+def pump(src, dst, pair):
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    pair.pop()
+    if not pair:  # the second direction is done too
+        src.close()
+        dst.close()
+
+
+# ---------------------------------------------------------------------------
+# Cold start: one program in its own bubblewrap
+
+
+def run_main(config):
+    # Private, non-inheritable copies of the channels: processes the code starts
+    # cannot write to them.
+    result_fd = os.dup(3)
+    os.close(3)
+    keep = {result_fd}
+    broker_fd = -1
+    if config.get("network"):
+        broker_fd = os.dup(5)
+        keep.add(broker_fd)
+    close_stray_fds(keep)
+
+    def job():
+        set_limits(config)
+        if broker_fd >= 0:
+            Forwarder(broker_fd).start()
+            os.environ.update(proxy_env())
+        with open(config["code"], encoding="utf-8", errors="replace") as f:
+            source = f.read()
+        with open(config["context"], "rb") as f:
+            raw = f.read()
+        return execute(source, raw, config, result_fd)
+
+    report_and_exit(result_fd, job)
+
+
+# ---------------------------------------------------------------------------
+# Warm start: the zygote
+#
+# bubblewrap starts the zygote as root of its own user namespace with
+# CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP and CAP_SETFCAP there (nothing on
+# the host), a read-only root and /dev, and no network. It imports the heavy
+# modules and keeps spare jobs ready. A spare is a process J, pid 1 of a new
+# pid namespace, with new mount, network, ipc and uts namespaces, a fresh /proc,
+# /dev/shm, /dev/pts and /tmp (a tmpfs of the disk limit's size) and its own
+# loopback; and J's child U, in a nested user namespace of its own (its own
+# process count for RLIMIT_NPROC, its own keyrings) with every capability
+# dropped, which has already run the runner's path once (rehearse) so that
+# the pages it needs are copied before a job arrives.
+#
+# A job goes from the service to the zygote to J to U. U sets the rlimits and
+# runs the code; J is the job's reaper and watchdog: it enforces the wall time
+# and kills on the service's request. When U ends, J kills every process left
+# in the namespace, waits until none is left and reports. When the service
+# already has U's complete report, it tells J ("done"), which kills everything
+# and answers at once: every process of the job then has SIGKILL pending and
+# never runs again, and nobody waits for the kernel to free their memory.
+# Everything the code changes - files, processes, module state, environment -
+# lives in U's copy of the zygote's memory or in J's namespaces, and dies with
+# them; the zygote itself never runs user code.
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 28, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE, each locked; KEEP_CAPS locked off.
+SECUREBITS_LOCKED_DOWN = 0xEF
+SIOCSIFFLAGS = 0x8914
+IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
+
+# Imported by the zygote so that jobs find them loaded. A module missing from
+# the system is skipped.
+DEFAULT_PRELOAD = [
+    "json", "csv", "collections", "decimal", "statistics", "hashlib", "base64", "io", "zipfile",
+    "numpy", "pandas", "fitz", "PIL.Image", "requests", "bs4", "lxml.etree", "lxml.html",
+    "openpyxl", "pypdf",
+]
+
+libc = None
+
+
+def load_libc():
+    global libc
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    libc.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+
+
+def check(rc, what):
+    if rc != 0:
+        import ctypes
+
+        e = ctypes.get_errno()
+        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None
+    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount " + target)
+
+
+def prctl(option, arg2=0):
+    check(libc.prctl(option, arg2, 0, 0, 0), "prctl %d" % option)
+
+
+def drop_capabilities():
+    """Drops every capability of the calling thread for good: bounding set,
+    ambient set, securebits, then the effective, permitted and inheritable sets."""
+    import ctypes
+
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d from the bounding set" % cap)
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.capset(header, data), "capset")
+
+
+def drop_effective_capabilities():
+    """For the job's reaper: no capability left in any set, bounding set kept
+    (it runs no code of the user)."""
+    import ctypes
+
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.capset(header, data), "capset")
+
+
+def loopback_up():
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
+
+
+def preload(names):
+    import importlib
+
+    loaded, failed = [], {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except Exception as e:  # a missing optional library is not fatal
+            failed[name] = describe(e)
+    return loaded, failed
+
+
+def zygote_main(config):
+    load_libc()
+    ctl = socket.socket(fileno=3)
+    close_stray_fds({ctl.fileno()})
+    loaded, failed = preload(config.get("preload") or DEFAULT_PRELOAD)
+    import gc
+
+    gc.collect()
+    # Objects of the template are never collected again: a job's collector does
+    # not write to (and so copy) every page of the zygote.
+    gc.freeze()
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, reap_children)
+    ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed}).encode())
+
+    spares = []
+    while True:
+        # Spares are made ahead, so that a job finds its namespaces ready.
+        while len(spares) < config.get("spares", 2):
+            spares.append(new_spare(ctl, own_pidns, config))
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 16)
+        if not msg:
+            os._exit(0)  # the service closed the channel: bubblewrap takes everything down
+        # A spare that died (it should not) is passed over; a fresh one gets
+        # the last chance.
+        for attempt in range(len(spares) + 1):
+            spare = spares.pop(0) if spares else new_spare(ctl, own_pidns, config)
+            try:
+                socket.send_fds(spare, [msg], fds)
+                break
+            except OSError:
+                pass
+            finally:
+                spare.close()
+        else:
+            fail_job(fds, "the zygote could not start the job")
+        for fd in fds:
+            os.close(fd)
+
+
+def reap_children(signum, frame):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def fail_job(fds, message):
+    if fds:
+        try:
+            with socket.socket(fileno=os.dup(fds[0])) as s:
+                s.send(json.dumps({"fault": message}).encode())
+        except OSError:
+            pass
+
+
+def new_spare(ctl, own_pidns, config):
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    check(libc.unshare(CLONE_NEWPID), "unshare pid namespace")
+    try:
+        pid = os.fork()
+    except BaseException:
+        pid = -1
+        raise
+    finally:
+        if pid != 0:
+            # The zygote's later children must not land in this namespace.
+            check(libc.setns(own_pidns, CLONE_NEWPID), "return to the zygote's pid namespace")
+    if pid == 0:
+        code = 0
+        try:
+            # Nothing of the zygote's: its control socket, the other spares'.
+            close_stray_fds({child_end.fileno()})
+            job_init(child_end, config)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        flush_all()
+        os._exit(code)
+    child_end.close()
+    return parent_end
+
+
+def job_init(zsock, config):
+    """J: pid 1 of the job's namespaces; runs no user code."""
+    # As pid 1 it gets no signal it does not handle from inside the namespace;
+    # ignoring the rest too keeps the job's code from interrupting it.
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL if sig == signal.SIGCHLD else signal.SIG_IGN)
+            except (OSError, ValueError):
+                pass
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for p in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"):
+        if os.path.exists(p):
+            mount(p, p, None, MS_BIND | MS_REC)
+            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % config.get("shm", 64 << 20))
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    # Owned by J's uid 0, which is the job's uid in U's user namespace; resized
+    # when a job asks for another size.
+    disk = max(config.get("disk", 0), 4096)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700" % disk)
+    socket.sethostname("nova-sandbox")
+    loopback_up()
+
+    usock_parent, usock_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    user = os.fork()
+    if user == 0:
+        code = 0
+        try:
+            usock_parent.close()
+            zsock.close()
+            job_user(usock_child)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        flush_all()
+        os._exit(code)
+    usock_child.close()
+    # Not dumpable: the job's processes cannot read J's memory or /proc files.
+    prctl(PR_SET_DUMPABLE, 0)
+
+    msg, fds, _, _ = socket.recv_fds(zsock, 1 << 16, 16)
+    zsock.close()
+    if not msg:
+        os._exit(0)
+    job = json.loads(msg)
+    ctl, stdout, stderr, result, code_fd, context_fd = fds[:6]
+    broker = fds[6] if len(fds) > 6 else -1
+    if max(job.get("disk", 0), 4096) != disk:
+        mount(None, "/tmp", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % max(job.get("disk", 0), 4096))
+    drop_effective_capabilities()
+    if broker >= 0 and job.get("network"):
+        Forwarder(broker).start()
+    socket.send_fds(usock_parent, [msg], [stdout, stderr, result, code_fd, context_fd])
+    usock_parent.close()
+    for fd in (stdout, stderr, result, code_fd, context_fd):
+        os.close(fd)
+    supervise(socket.socket(fileno=ctl), user, job)
+
+
+def supervise(ctl, user, job):
+    """J's watchdog loop: ends the job on U's exit, the wall time or the
+    service's request, then kills and reaps everything and reports."""
+    import select
+    import time
+
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    deadline = time.monotonic() + job.get("timeout", 30)
+    limit, status, rusage = "", None, None
+    while True:
+        # Reap U and the orphans the namespace hands to its init.
+        while status is None:
+            try:
+                pid, st, ru = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid == user:
+                status, rusage = st, ru
+        if status is not None:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            limit = "wall_time"
+            break
+        readable, _, _ = select.select([ctl, wake_r], [], [], left)
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 512)
+            except BlockingIOError:
+                pass
+        if ctl in readable:
+            msg = ctl.recv(4096)
+            if not msg:
+                limit = "cancelled"
+                break
+            try:
+                limit = json.loads(msg).get("kill") or "killed"
+            except ValueError:
+                limit = "killed"
+            break
+
+    if limit == "done":
+        # The service has the complete report: everything left is killed, and
+        # the service need not wait for the processes' memory to be torn down,
+        # since none of them can run again.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            ctl.send(b'{"done": true}')
+        except OSError:
+            pass
+        ctl.close()
+        limit = ""
+
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # U was the last one
+    while True:
+        try:
+            pid, st, ru = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == user:
+            status, rusage = st, ru
+    out = {"limit": limit}
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            out["signal"] = os.WTERMSIG(status)
+        else:
+            out["exit"] = os.WEXITSTATUS(status)
+    if rusage is not None:
+        out["cpu"] = rusage.ru_utime + rusage.ru_stime
+        out["maxrss_kb"] = rusage.ru_maxrss
+    if ctl.fileno() >= 0:
+        try:
+            ctl.send(json.dumps(out).encode())
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def job_user(usock):
+    """U: becomes the job's unprivileged process, waits for the job, runs it."""
+    close_stray_fds({usock.fileno()})
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+    # Its own user namespace: the job's own process count (RLIMIT_NPROC) and
+    # keyrings, and no capability over anything of J or the zygote.
+    check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write("%d 0 1" % JOB_UID)
+    with open("/proc/self/gid_map", "w") as f:
+        f.write("%d 0 1" % JOB_UID)
+    drop_capabilities()
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    # What Python itself sets up at start.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    rehearse()
+
+    msg, fds, _, _ = socket.recv_fds(usock, 1 << 16, 16)
+    usock.close()
+    if not msg:
+        os._exit(0)
+    job = json.loads(msg)
+    stdout, stderr, result, code_fd, context_fd = fds
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    for fd in (null, stdout, stderr):
+        os.close(fd)
+    os.set_inheritable(result, False)
+    os.chdir("/tmp")
+    os.environ["PWD"] = "/tmp"
+    if job.get("network"):
+        os.environ.update(proxy_env())
+
+    def run():
+        source = read_fd(code_fd).decode("utf-8", errors="replace")
+        raw = read_fd(context_fd)
+        set_limits(job, base_address_space=address_space())
+        return execute(source, raw, job, result)
+
+    report_and_exit(result, run)
+
+
+def rehearse():
+    """Runs the runner's own path once on a fixed program, while the spare
+    waits: the pages it touches (reference counts of the interpreter's objects)
+    are copied from the zygote now rather than on the job's time."""
+    fd = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        execute("context['y'] = [len(context['x']), 'z']\n", b'{"x": [1, 2.5, "a", null, true, {"k": "v"}]}', {}, fd)
+        json.dumps({"status": "success"})
+        address_space()
+    finally:
+        os.close(fd)
+
+
+def address_space():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main():
+    mode, config = sys.argv[1], json.loads(sys.argv[2])
+    if mode == "zygote":
+        zygote_main(config)
+    else:
+        run_main(config)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@ package runner
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,8 @@ func TestMain(m *testing.M) {
 }
 
 // newTestRunner builds a Runner over a private work dir and checks, when the test
-// ends, that every per-execution directory was removed.
+// ends, that every per-execution directory was removed. A warm runner
+// (cfg.Zygotes > 0) is returned once its zygotes are ready and closed at the end.
 func newTestRunner(t testing.TB, cfg Config) *Runner {
 	t.Helper()
 	if _, err := exec.LookPath("/usr/bin/bwrap"); err != nil {
@@ -47,11 +49,45 @@ func newTestRunner(t testing.TB, cfg Config) *Runner {
 		_ = os.RemoveAll(dir)
 	})
 	cfg.WorkDir = dir
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() { r.Close() })
+	waitWarm(t, r, cfg.Zygotes)
 	return r
+}
+
+func waitWarm(t testing.TB, r *Runner, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for r.WarmReady() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d zygotes ready after 30s", r.WarmReady(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// modes are the ways every behaviour is tested: a bubblewrap per run, and
+// forked from a warm zygote.
+var modes = []struct {
+	name    string
+	zygotes int
+}{{"cold", 0}, {"warm", 1}}
+
+// forEachMode runs f against a cold and a warm runner built from cfg.
+func forEachMode(t *testing.T, cfg Config, f func(t *testing.T, r *Runner)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := cfg
+			c.Zygotes = m.zygotes
+			f(t, newTestRunner(t, c))
+		})
+	}
 }
 
 func run(t *testing.T, r *Runner, req Request) Result {
@@ -59,6 +95,9 @@ func run(t *testing.T, r *Runner, req Request) Result {
 	res, err := r.Run(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Run: %v (stderr: %s)", err, res.Stderr)
+	}
+	if want := r.pool != nil; res.Warm != want && res.ErrorKind != KindRuntimeUnavailable {
+		t.Fatalf("run warm = %v, want %v", res.Warm, want)
 	}
 	return res
 }
@@ -107,7 +146,10 @@ func wantError(t *testing.T, res Result, kind, message string) {
 }
 
 func TestRun(t *testing.T) {
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRun)
+}
+
+func testRun(t *testing.T, r *Runner) {
 	big := strings.Repeat("0123456789abcdef", 5<<20/16)
 
 	tests := []struct {
@@ -274,9 +316,17 @@ check(context["amount"])`, Context: map[string]any{"amount": -5}},
 			},
 		},
 		{
-			name:  "the scientific stack imports",
-			req:   Request{Code: "import fitz, pandas, requests, PIL\ncontext['rows'] = len(pandas.DataFrame({'a': [1, 2, 3]}))\ncontext['pdf'] = fitz.open().is_pdf"},
-			check: func(t *testing.T, res Result) { wantSuccess(t, res, `{"rows": 3, "pdf": true}`) },
+			name: "the libraries of the issue import",
+			req: Request{Code: `import fitz, pandas, requests, PIL.Image, bs4, lxml.etree, openpyxl, pypdf
+context['rows'] = len(pandas.DataFrame({'a': [1, 2, 3]}))
+context['pdf'] = fitz.open().is_pdf
+context['soup'] = bs4.BeautifulSoup('<p>hi</p>', 'lxml').p.text
+context['xlsx'] = openpyxl.Workbook().active.title
+context['pypdf'] = pypdf.PdfWriter().__class__.__name__
+context['img'] = PIL.Image.new('RGB', (2, 3)).size[1]`},
+			check: func(t *testing.T, res Result) {
+				wantSuccess(t, res, `{"rows": 3, "pdf": true, "soup": "hi", "xlsx": "Sheet", "pypdf": "PdfWriter", "img": 3}`)
+			},
 		},
 		{
 			name:  "the prelude provides json",
@@ -306,17 +356,36 @@ check(context["amount"])`, Context: map[string]any{"amount": -5}},
 }
 
 func TestRunLimits(t *testing.T) {
-	r := newTestRunner(t, Config{MemoryBytes: 256 << 20, FileSizeBytes: 1 << 20, MaxResultBytes: 1 << 20, MaxOutputBytes: 10})
+	cfg := Config{MemoryBytes: 256 << 20, FileSizeBytes: 1 << 20, DiskBytes: 4 << 20, MaxResultBytes: 1 << 20, MaxOutputBytes: 10,
+		OutputLimitBytes: 1 << 20, MaxProcesses: 32, CPUTime: time.Second}
+	forEachMode(t, cfg, testRunLimits)
+}
+
+func testRunLimits(t *testing.T, r *Runner) {
 	tests := []struct {
-		name, code, kind, message string
+		name, code, kind, limit, message string
+		timeout                          time.Duration
 	}{
-		{name: "memory", code: "x = 'y' * (512 << 20)", kind: KindLimit, message: "MemoryError"},
-		{name: "file size", code: "open('/tmp/f', 'wb').write(b'0' * (2 << 20))", kind: KindLimit, message: "File too large"},
-		{name: "result size", code: "context['big'] = 'z' * (2 << 20)", kind: KindLimit, message: "result limit"},
+		{name: "memory", code: "x = 'y' * (512 << 20)", kind: KindLimit, limit: LimitMemory, message: "MemoryError"},
+		{name: "file size", code: "open('/tmp/f', 'wb').write(b'0' * (2 << 20))", kind: KindLimit, limit: LimitFileSize, message: "File too large"},
+		{name: "disk", code: "for i in range(8):\n    open(f'/tmp/f{i}', 'wb').write(b'0' * (900 << 10))", kind: KindLimit, limit: LimitDisk, message: "No space left"},
+		{name: "result size", code: "context['big'] = 'z' * (2 << 20)", kind: KindLimit, limit: LimitOutput, message: "result limit"},
+		{name: "output", code: "while True:\n    print('x' * 4096)", kind: KindLimit, limit: LimitOutput, message: "output limit"},
+		// A wall time well past the CPU time, for loaded machines.
+		{name: "cpu time", code: "while True:\n    pass", kind: KindLimit, limit: LimitCPUTime, message: "CPU time", timeout: 20 * time.Second},
+		{name: "processes", code: "import subprocess\nps = [subprocess.Popen(['sleep', '5']) for _ in range(64)]", kind: KindLimit, limit: LimitProcesses, message: "process limit"},
+		{name: "wall time", code: "import time\ntime.sleep(10)", kind: KindTimeout, limit: LimitWallTime, message: "timeout after 1.5s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wantError(t, run(t, r, Request{Code: tt.code}), tt.kind, tt.message)
+			res := run(t, r, Request{Code: "print('partial', flush=True)\n" + tt.code, Timeout: cmp.Or(tt.timeout, 1500*time.Millisecond)})
+			wantError(t, res, tt.kind, tt.message)
+			if res.Limit != tt.limit {
+				t.Errorf("limit %q, want %q", res.Limit, tt.limit)
+			}
+			if !strings.HasPrefix(res.Stdout, "partial") {
+				t.Errorf("partial output lost: %q", res.Stdout)
+			}
 		})
 	}
 	t.Run("within the limits", func(t *testing.T) {
@@ -328,25 +397,55 @@ func TestRunLimits(t *testing.T) {
 	})
 }
 
-// countSleeps counts host processes whose command line is exactly `sleep arg`.
+// countSleeps counts host processes whose command line is exactly `sleep arg`
+// and that are not being killed: a process with SIGKILL pending never runs
+// again (warm runs return once everything of theirs has it, without waiting
+// for the kernel to free their memory).
 func countSleeps(t *testing.T, arg string) int {
 	t.Helper()
 	want := []byte("sleep\x00" + arg + "\x00")
-	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	paths, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, p := range paths {
-		if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, want) {
+		if b, err := os.ReadFile(p + "/cmdline"); err == nil && bytes.Equal(b, want) && !dying(p) {
 			n++
 		}
 	}
 	return n
 }
 
+// dying reports whether the process at /proc/<pid> has SIGKILL pending or
+// has exited.
+func dying(proc string) bool {
+	b, err := os.ReadFile(proc + "/status")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(v, 16, 64); err == nil && mask&(1<<(unix.SIGKILL-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func TestRunTimeoutKillsEverything(t *testing.T) {
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRunTimeoutKillsEverything)
+}
+
+func testRunTimeoutKillsEverything(t *testing.T, r *Runner) {
 	tests := []struct {
 		name     string
 		sleepArg string
@@ -422,7 +521,10 @@ print('started', all(p.poll() is None for p in ps))`,
 // The service may be pid 1 of its container, the reaper of every orphan: a run
 // must not leave zombies behind there either.
 func TestRunLeavesNoZombieForTheReaper(t *testing.T) {
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRunLeavesNoZombieForTheReaper)
+}
+
+func testRunLeavesNoZombieForTheReaper(t *testing.T, r *Runner) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		t.Skipf("cannot become a child subreaper: %v", err)
 	}
@@ -457,7 +559,10 @@ func zombieChildren(t *testing.T) []string {
 }
 
 func TestRunCancelled(t *testing.T) {
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRunCancelled)
+}
+
+func testRunCancelled(t *testing.T, r *Runner) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	res, err := r.Run(ctx, Request{Code: "import subprocess\nsubprocess.Popen(['sleep', '30.75'])\nwhile True: pass", Timeout: time.Minute})
@@ -472,37 +577,12 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
-func TestRunNetwork(t *testing.T) {
-	r := newTestRunner(t, Config{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	code := `import socket
-try:
-    socket.create_connection(("127.0.0.1", context["port"]), timeout=3).close()
-    context["connected"] = True
-except OSError as e:
-    context["connected"] = False`
-	for _, tt := range []struct {
-		network bool
-		want    string
-	}{
-		{network: false, want: `{"connected": false}`},
-		{network: true, want: `{"connected": true}`}, // shows the check can see a connection
-	} {
-		t.Run("network="+map[bool]string{false: "off", true: "on"}[tt.network], func(t *testing.T) {
-			res := run(t, r, Request{Code: code, Context: map[string]any{"port": port}, Network: tt.network})
-			wantSuccess(t, res, tt.want)
-		})
-	}
-}
-
 func TestRunIsolation(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-test-secret")
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRunIsolation)
+}
+
+func testRunIsolation(t *testing.T, r *Runner) {
 	res := run(t, r, Request{Code: `import os
 context["env"] = dict(os.environ)
 context["environs"] = {}
@@ -549,7 +629,10 @@ context["uid"] = os.getuid()
 }
 
 func TestRunTmpIsPrivate(t *testing.T) {
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRunTmpIsPrivate)
+}
+
+func testRunTmpIsPrivate(t *testing.T, r *Runner) {
 	first := run(t, r, Request{Code: "open('/tmp/secret.txt', 'w').write('s3cret')\ncontext['wrote'] = True"})
 	wantSuccess(t, first, `{"wrote": true}`)
 	second := run(t, r, Request{Code: "import os\ncontext['seen'] = os.path.exists('/tmp/secret.txt')"})
@@ -557,7 +640,10 @@ func TestRunTmpIsPrivate(t *testing.T) {
 }
 
 func TestRunConcurrent(t *testing.T) {
-	r := newTestRunner(t, Config{})
+	forEachMode(t, Config{}, testRunConcurrent)
+}
+
+func testRunConcurrent(t *testing.T, r *Runner) {
 	const n = 8
 	results := make([]Result, n)
 	errs := make([]error, n)
@@ -647,13 +733,45 @@ func TestProtocolScanner(t *testing.T) {
 }
 
 func BenchmarkRun(b *testing.B) {
-	r := newTestRunner(b, Config{})
-	ctx := context.Background()
-	req := Request{Code: "context['x'] = 1", Context: map[string]any{"a": "b"}}
-	for b.Loop() {
-		res, err := r.Run(ctx, req)
-		if err != nil || res.Status != StatusSuccess {
-			b.Fatalf("%v %+v", err, res)
-		}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			r := newTestRunner(b, Config{Zygotes: m.zygotes})
+			ctx := context.Background()
+			req := Request{Code: "context['x'] = 1", Context: map[string]any{"a": "b"}}
+			for b.Loop() {
+				res, err := r.Run(ctx, req)
+				if err != nil || res.Status != StatusSuccess {
+					b.Fatalf("%v %+v", err, res)
+				}
+			}
+		})
+	}
+}
+
+func TestLimitsFor(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Config
+		req       Request
+		wall, cpu time.Duration
+	}{
+		{name: "task default", req: Request{}, wall: 30 * time.Second, cpu: 30 * time.Second},
+		{name: "task stage", req: Request{Stage: "TASK"}, wall: 30 * time.Second, cpu: 30 * time.Second},
+		{name: "analysis stage", req: Request{Stage: "ANALYSIS"}, wall: 15 * time.Second, cpu: 15 * time.Second},
+		{name: "the request's own timeout", req: Request{Stage: "ANALYSIS", Timeout: 3 * time.Second}, wall: 3 * time.Second, cpu: 3 * time.Second},
+		{name: "configured", cfg: Config{DefaultTimeout: time.Minute, AnalysisTimeout: 20 * time.Second, CPUTime: 5 * time.Second}, req: Request{Stage: "analysis"}, wall: 20 * time.Second, cpu: 5 * time.Second},
+		{name: "no cpu limit", cfg: Config{CPUTime: -1}, req: Request{}, wall: 30 * time.Second, cpu: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Runner{cfg: withDefaults(tt.cfg)}
+			l := r.limitsFor(tt.req)
+			if l.timeout != tt.wall || l.cpu != tt.cpu {
+				t.Errorf("wall %s cpu %s, want %s %s", l.timeout, l.cpu, tt.wall, tt.cpu)
+			}
+			if l.disk != 256<<20 || l.memory != 1<<30 || l.fileSize != 256<<20 {
+				t.Errorf("defaults: %+v", l)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,11 +19,8 @@ import (
 
 var errTrailingData = errors.New("trailing data after JSON value")
 
-// writeContext streams the context to path as JSON; a nil context is {}.
+// writeContext writes the context to a new file at path as JSON.
 func writeContext(path string, values map[string]any) (err error) {
-	if values == nil {
-		values = map[string]any{}
-	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("write context: %w", err)
@@ -32,13 +30,21 @@ func writeContext(path string, values map[string]any) (err error) {
 			err = fmt.Errorf("write context: %w", cerr)
 		}
 	}()
-	w := bufio.NewWriterSize(f, 256<<10)
-	enc := json.NewEncoder(w)
+	return encodeContext(f, values)
+}
+
+// encodeContext streams the context to w as JSON; a nil context is {}.
+func encodeContext(w io.Writer, values map[string]any) error {
+	if values == nil {
+		values = map[string]any{}
+	}
+	bw := bufio.NewWriterSize(w, 256<<10)
+	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(values); err != nil {
 		return fmt.Errorf("encode context: %w", err)
 	}
-	if err := w.Flush(); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write context: %w", err)
 	}
 	return nil
@@ -49,12 +55,19 @@ type boundedBuffer struct {
 	max      int64
 	buf      []byte
 	overflow bool
+	// complete, when set, is called once the stream has carried a newline: the
+	// runner's report is complete (a JSON report has no other newline).
+	complete func()
 }
 
 func (b *boundedBuffer) readFrom(r io.Reader) {
 	chunk := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(chunk)
+		if n > 0 && b.complete != nil && bytes.IndexByte(chunk[:n], '\n') >= 0 {
+			b.complete()
+			b.complete = nil
+		}
 		if n > 0 {
 			if int64(len(b.buf)+n) > b.max {
 				b.overflow, b.buf = true, nil

@@ -13,7 +13,9 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -39,6 +41,12 @@ type Deps struct {
 	Python string
 	// Replicas of the runtime description's bucket when it is created.
 	Replicas int
+	// MeterProvider receives nova.sandbox.executions and
+	// nova.sandbox.execution.duration; nil discards them.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a "sandbox execute" span per program; nil
+	// records none.
+	TracerProvider trace.TracerProvider
 }
 
 // Run serves commands until ctx ends; programs already running finish.
@@ -49,7 +57,15 @@ func Run(ctx context.Context, d Deps) error {
 	if err := d.Bus.EnsureStreams(ctx); err != nil {
 		return err
 	}
-	s := &server{Deps: d}
+	m, err := newExecutionMetrics(d.MeterProvider)
+	if err != nil {
+		return err
+	}
+	tp := d.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	s := &server{Deps: d, metrics: m, tracer: tp.Tracer("github.com/novaflow/nova/services/sandbox/service")}
 	// Describing the runtime takes a second or two; programs are served meanwhile.
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -94,7 +110,11 @@ func ConsumerSpec(workers int) bus.Consumer {
 	}
 }
 
-type server struct{ Deps }
+type server struct {
+	Deps
+	metrics executionMetrics
+	tracer  trace.Tracer
+}
 
 func (s *server) handle(ctx context.Context, ev event.Event) error {
 	var cmd novav1.ExecuteCode
@@ -108,7 +128,18 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	if cmd.ExecutionId == "" || cmd.StepId == "" {
 		return bus.Permanent(errors.New("execute command without execution_id or step_id"))
 	}
+	ctx, span := s.tracer.Start(ctx, "sandbox execute", trace.WithAttributes(
+		attribute.String("execution.id", cmd.ExecutionId),
+		attribute.String("node.id", cmd.NodeId),
+		attribute.Int("attempt", int(cmd.Attempt)),
+		attribute.String("language", cmd.Language),
+		attribute.String("stage", cmd.Stage)))
+	start := time.Now()
 	res, err := s.execute(ctx, &cmd)
+	outcome := outcomeOf(res, err)
+	s.metrics.record(ctx, cmd.Language, outcome, time.Since(start))
+	span.SetAttributes(attribute.String("outcome", outcome))
+	span.End()
 	if err != nil {
 		return err // a fault of this replica: redelivered, elsewhere if possible
 	}
@@ -136,11 +167,13 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		}
 	}
 	res, err := s.Runner.Run(ctx, runner.Request{
-		Code:     cmd.Code,
-		Context:  input,
-		Timeout:  time.Duration(cmd.TimeoutSeconds * float64(time.Second)),
-		Network:  cmd.Network,
-		Language: cmd.Language,
+		Code:       cmd.Code,
+		Context:    input,
+		Timeout:    time.Duration(cmd.TimeoutSeconds * float64(time.Second)),
+		Stage:      cmd.Stage,
+		Network:    cmd.Network,
+		AllowHosts: cmd.AllowHosts,
+		Language:   cmd.Language,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", cmd.StepId, err)
@@ -148,6 +181,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 	out.Status = res.Status
 	out.Error = res.Error
 	out.ErrorKind = res.ErrorKind
+	out.Limit = res.Limit
 	out.Traceback = truncate(res.Traceback, maxTraceback)
 	out.Stdout, out.Stderr = res.Stdout, res.Stderr
 	out.StdoutDroppedBytes, out.StderrDroppedBytes = res.StdoutDropped, res.StderrDropped

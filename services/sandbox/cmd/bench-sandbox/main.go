@@ -1,0 +1,226 @@
+// Command bench-sandbox measures what the engine sees of the sandbox: the wall
+// time of one Run (context in, result out) and the executions per second with
+// concurrent callers, next to a baseline measured in the same run - a plain
+// python3 -c (or node -e) subprocess without any isolation.
+//
+//	go run ./cmd/bench-sandbox [-n 100] [-callers 2] [-zygotes 2]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/novaflow/nova/services/sandbox/jsrunner"
+	"github.com/novaflow/nova/services/sandbox/runner"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-sandbox:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	n, callers, zygotes int
+	python, node        string
+}
+
+// sample is what one case measured.
+type sample struct {
+	p50, p99 time.Duration
+	perSec   float64
+}
+
+func run() error {
+	var o options
+	flag.IntVar(&o.n, "n", 100, "executions per measurement")
+	flag.IntVar(&o.callers, "callers", 2, "concurrent callers for the executions-per-second measurement")
+	flag.IntVar(&o.zygotes, "zygotes", 2, "warm zygotes")
+	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python interpreter (sandbox and baseline)")
+	flag.StringVar(&o.node, "node", "/usr/bin/node", "node (JavaScript sandbox and baseline)")
+	flag.Parse()
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	r, err := runner.New(runner.Config{Python: o.python, Zygotes: o.zygotes, MaxOutputBytes: 64 << 10, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	deadline := time.Now().Add(time.Minute)
+	for r.WarmReady() < o.zygotes {
+		if time.Now().After(deadline) {
+			return errors.New("the warm zygotes did not become ready within a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	type row struct {
+		name        string
+		sandbox     func() error
+		baseline    []string // argv
+		unavailable string
+	}
+	pyRun := func(code string) func() error {
+		return func() error {
+			res, err := r.Run(ctx, runner.Request{Code: code, Context: map[string]any{"input": "value"}})
+			if err == nil && (res.Status != runner.StatusSuccess || !res.Warm) {
+				err = fmt.Errorf("run: %s %s (warm %v)", res.ErrorKind, res.Error, res.Warm)
+			}
+			return err
+		}
+	}
+	rows := []row{
+		{
+			name:     "(a) python context['x'] = 1",
+			sandbox:  pyRun("context['x'] = 1"),
+			baseline: []string{o.python, "-c", "context = {'input': 'value'}\ncontext['x'] = 1"},
+		},
+		{
+			name:     "(b) python import pandas, fitz",
+			sandbox:  pyRun("import pandas, fitz\ncontext['rows'] = len(pandas.DataFrame({'a': [1, 2]}))\ncontext['pdf'] = fitz.open().is_pdf"),
+			baseline: []string{o.python, "-c", "import pandas, fitz\nrows = len(pandas.DataFrame({'a': [1, 2]}))\npdf = fitz.open().is_pdf"},
+		},
+	}
+	js, jsErr := javaScript(ctx, o, quiet)
+	if jsErr != nil {
+		rows = append(rows, row{name: "(c) javascript context.x = 1", unavailable: jsErr.Error()})
+	} else {
+		rows = append(rows, row{name: "(c) javascript context.x = 1", sandbox: js,
+			baseline: []string{o.node, "-e", "const context = {input: 'value'}; context.x = 1"}})
+	}
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tbaseline p50\tbaseline p99\tbaseline exec/s\tp50 ratio\texec/s ratio\t\n", o.callers)
+	for _, rw := range rows {
+		if rw.unavailable != "" {
+			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
+			fmt.Fprintf(os.Stderr, "%s: %s\n", rw.name, rw.unavailable)
+			continue
+		}
+		s, err := measure(o, rw.sandbox)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rw.name, err)
+		}
+		b, err := measure(o, func() error { return exec.Command(rw.baseline[0], rw.baseline[1:]...).Run() })
+		if err != nil {
+			return fmt.Errorf("%s baseline: %w", rw.name, err)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%.0f\t%.2fx\t%.2fx\t\n", rw.name,
+			ms(s.p50), ms(s.p99), s.perSec, ms(b.p50), ms(b.p99), b.perSec,
+			float64(s.p50)/float64(b.p50), s.perSec/b.perSec)
+	}
+	tw.Flush()
+	fmt.Printf("load average (1, 5, 15 min) at the end: %s; other work on the machine slows sandbox and baseline alike.\n", loadAverage())
+	fmt.Println("p50/p99: one caller, Run's wall time including the context in and the result out; ratios are sandbox/baseline (p50: lower is better, exec/s: higher is better).")
+	fmt.Println("baseline: a plain interpreter subprocess (python3 -c / node -e) with no isolation, measured in this run.")
+	return nil
+}
+
+// javaScript returns the JavaScript case. The JavaScript runner is the package
+// jsrunner; when it cannot run here (node or its libraries missing) the case
+// is reported n/a with the reason.
+func javaScript(ctx context.Context, o options, logger *slog.Logger) (func() error, error) {
+	if _, err := exec.LookPath(o.node); err != nil {
+		return nil, fmt.Errorf("node not found: %w", err)
+	}
+	r, err := jsrunner.New(jsrunner.Config{Node: o.node, MaxOutputBytes: 64 << 10, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	run := func() error {
+		res, err := r.Run(ctx, runner.Request{Language: "javascript", Code: "context.x = 1", Context: map[string]any{"input": "value"}})
+		if err == nil && res.Status != runner.StatusSuccess {
+			err = fmt.Errorf("run: %s %s", res.ErrorKind, res.Error)
+		}
+		return err
+	}
+	if err := run(); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// measure runs f n times in a row for the latencies, then n times from
+// o.callers goroutines for the throughput, after a short warm-up.
+func measure(o options, f func() error) (sample, error) {
+	for range min(10, o.n) {
+		if err := f(); err != nil {
+			return sample{}, err
+		}
+	}
+	durations := make([]time.Duration, 0, o.n)
+	for range o.n {
+		start := time.Now()
+		if err := f(); err != nil {
+			return sample{}, err
+		}
+		durations = append(durations, time.Since(start))
+	}
+	slices.Sort(durations)
+	s := sample{
+		p50: durations[len(durations)/2],
+		p99: durations[min(len(durations)-1, len(durations)*99/100)],
+	}
+
+	var left atomic.Int64
+	left.Store(int64(o.n))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	start := time.Now()
+	for range o.callers {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := f(); err != nil {
+					mu.Lock()
+					firstErr = cmp(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return sample{}, firstErr
+	}
+	s.perSec = float64(o.n) / time.Since(start).Seconds()
+	return s, nil
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,608 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Warm starts. A zygote is runner.py started in bubblewrap in "zygote" mode:
+// root of its own user namespace with CAP_SYS_ADMIN, CAP_NET_ADMIN,
+// CAP_SETPCAP and CAP_SETFCAP there (to make each job's namespaces; nothing on
+// the host), no network, read-only root and /dev. It imports the heavy modules
+// once and never runs user code. For each execution the service sends it, over
+// its control socket, a header and the job's descriptors (SCM_RIGHTS): a
+// control socket of the job, stdout, stderr, the result pipe, the code and the
+// context (memfds) and, with network, the egress broker. The zygote hands them
+// to a spare it forked in advance, in fresh pid, mount, network, ipc and uts
+// namespaces and a nested user namespace, which runs the code and reports on
+// the job's control socket once none of its processes is left (runner.py
+// explains the process layout).
+
+const (
+	zygoteReadyTimeout = 60 * time.Second
+	// watchdogGrace is how long past the job's wall time the service waits for
+	// the job's own watchdog before it gives the zygote up.
+	watchdogGrace = 5 * time.Second
+)
+
+// errHandOver means the job never reached a zygote: nothing of it ran.
+var errHandOver = errors.New("job not handed over to the zygote")
+
+type pool struct {
+	r      *Runner
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	ready []*zygote
+	next  int
+}
+
+func newPool(r *Runner, n int) *pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pool{r: r, ctx: ctx, cancel: cancel}
+	for slot := range n {
+		p.wg.Go(func() { p.keep(slot) })
+	}
+	return p
+}
+
+// keep runs one zygote slot: starts a zygote, and a new one whenever it dies,
+// backing off while they keep failing.
+func (p *pool) keep(slot int) {
+	log := p.r.cfg.Logger.With("zygote", slot)
+	const minBackoff = 100 * time.Millisecond
+	backoff := minBackoff
+	wait := func() bool {
+		select {
+		case <-p.ctx.Done():
+			return false
+		case <-time.After(backoff):
+			backoff = min(backoff*2, 30*time.Second)
+			return true
+		}
+	}
+	for p.ctx.Err() == nil {
+		started := time.Now()
+		z, err := p.r.startZygote(p.ctx, slot)
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return
+			}
+			log.Warn("sandbox zygote did not start; runs go cold meanwhile", "err", err, "retry_in", backoff)
+			if !wait() {
+				return
+			}
+			continue
+		}
+		log.Debug("sandbox zygote ready", "startup", time.Since(started))
+		p.add(z)
+		select {
+		case <-z.dead:
+			p.remove(z)
+			log.Warn("sandbox zygote ended; starting a new one", "reason", z.deathReason())
+		case <-p.ctx.Done():
+			p.remove(z)
+		}
+		z.stop()
+		if time.Since(started) > time.Minute {
+			backoff = minBackoff
+		} else if p.ctx.Err() == nil && !wait() {
+			return
+		}
+	}
+}
+
+func (p *pool) add(z *zygote) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = append(p.ready, z)
+}
+
+func (p *pool) remove(z *zygote) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.ready {
+		if x == z {
+			p.ready = append(p.ready[:i], p.ready[i+1:]...)
+			return
+		}
+	}
+}
+
+func (p *pool) readyCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
+// pick returns the ready zygote with the fewest jobs, rotating among equals.
+func (p *pool) pick() *zygote {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *zygote
+	n := len(p.ready)
+	for i := range n {
+		z := p.ready[(p.next+i)%n]
+		select {
+		case <-z.dead: // not yet removed by its keeper
+			continue
+		default:
+		}
+		if best == nil || z.inflight.Load() < best.inflight.Load() {
+			best = z
+		}
+	}
+	p.next++
+	return best
+}
+
+func (p *pool) close() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// run runs the job on a zygote, or cold when none is ready.
+func (p *pool) run(ctx context.Context, j *job) (outcome, error) {
+	for range 2 {
+		z := p.pick()
+		if z == nil {
+			break
+		}
+		out, err := z.run(ctx, j)
+		if errors.Is(err, errHandOver) {
+			p.r.cfg.Logger.Warn("sandbox zygote refused a job; trying elsewhere", "zygote", z.slot, "sandbox_id", j.id, "err", err)
+			continue
+		}
+		out.warm = true
+		return out, err
+	}
+	return p.r.runCold(ctx, j)
+}
+
+type zygote struct {
+	slot   int
+	logger *slog.Logger
+	cmd    *exec.Cmd
+	ctl    *net.UnixConn
+	init   *sandboxInit
+	wg     sync.WaitGroup // the goroutines watching the zygote
+
+	sendMu   sync.Mutex
+	inflight atomic.Int32
+
+	dead     chan struct{}
+	deadOnce sync.Once
+	reason   string // why it died, set before dead is closed
+	waited   chan struct{}
+}
+
+func (z *zygote) markDead(reason string) {
+	z.deadOnce.Do(func() {
+		z.reason = reason
+		close(z.dead)
+	})
+}
+
+func (z *zygote) deathReason() string {
+	<-z.dead
+	return z.reason
+}
+
+// kill ends the zygote's whole sandbox at once, jobs included.
+func (z *zygote) kill() {
+	if !z.init.kill() {
+		_ = syscall.Kill(-z.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// stop asks the zygote to end (it ends when its control socket closes), kills
+// it if it does not, and waits until nothing of it is left.
+func (z *zygote) stop() {
+	z.markDead("stopped")
+	z.ctl.Close()
+	select {
+	case <-z.waited:
+	case <-time.After(2 * time.Second):
+		z.kill()
+		<-z.waited
+	}
+	if err := z.init.waitExit(time.Now().Add(waitDelay)); err != nil {
+		z.kill()
+		_ = z.init.waitExit(time.Now().Add(waitDelay))
+	}
+	z.wg.Wait()
+	z.init.close()
+}
+
+func (r *Runner) zygoteArgs(config string) []string {
+	args := []string{
+		"--unshare-all",
+		"--die-with-parent",
+		"--new-session",
+		// Root of its own user namespace, with what it takes to give each job
+		// namespaces of its own; nothing on the host. Jobs drop everything.
+		"--uid", "0", "--gid", "0",
+		"--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_NET_ADMIN",
+		"--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_SETFCAP",
+		"--hostname", "nova-sandbox",
+		"--info-fd", "4",
+	}
+	args = append(args, r.mounts...)
+	args = append(args,
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--dir", "/tmp",
+		"--ro-bind-data", "5", runnerInside,
+		// Shared by every job of the zygote: nothing there may be writable.
+		"--remount-ro", "/",
+		"--remount-ro", "/dev",
+		"--chdir", "/",
+		"--clearenv",
+	)
+	for _, kv := range r.env {
+		k, v, _ := strings.Cut(kv, "=")
+		args = append(args, "--setenv", k, v)
+	}
+	return append(args, "--", r.cfg.Python, runnerInside, "zygote", config)
+}
+
+// startZygote starts a zygote and waits until it is ready.
+func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
+	config, err := json.Marshal(map[string]any{
+		"preload": r.cfg.Preload,
+		"shm":     min(r.cfg.DiskBytes, 64<<20),
+		"disk":    r.cfg.DiskBytes,
+		"spares":  2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote-control"), os.NewFile(uintptr(fds[1]), "zygote-control")
+	defer theirs.Close()
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ctl := c.(*net.UnixConn)
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("info pipe: %w", err)
+	}
+	defer infoW.Close()
+	script, err := memfd("runner.py", runnerScript)
+	if err != nil {
+		ctl.Close()
+		infoR.Close()
+		return nil, err
+	}
+	defer script.Close()
+
+	z := &zygote{
+		slot:   slot,
+		logger: r.cfg.Logger.With("zygote", slot),
+		ctl:    ctl,
+		init:   newSandboxInit(),
+		dead:   make(chan struct{}),
+		waited: make(chan struct{}),
+	}
+	stderr := &lineLogger{logger: z.logger, msg: "sandbox zygote output"}
+	z.cmd = exec.Command(r.cfg.Bwrap, r.zygoteArgs(string(config))...)
+	z.cmd.Dir = "/"
+	z.cmd.Env = r.env
+	z.cmd.Stdout, z.cmd.Stderr = stderr, stderr
+	z.cmd.ExtraFiles = []*os.File{theirs, infoW, script}
+	z.cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: r.cred,
+	}
+	if err := z.cmd.Start(); err != nil {
+		ctl.Close()
+		infoR.Close()
+		return nil, fmt.Errorf("start bwrap: %w", err)
+	}
+	theirs.Close()
+	infoW.Close()
+	script.Close()
+	z.wg.Go(func() {
+		defer infoR.Close()
+		z.init.readInfo(infoR)
+	})
+	z.wg.Go(func() {
+		err := z.cmd.Wait()
+		z.markDead(fmt.Sprintf("exited (%v)", err))
+		close(z.waited)
+	})
+
+	// The first message says the modules are loaded.
+	_ = ctl.SetReadDeadline(time.Now().Add(zygoteReadyTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = ctl.SetReadDeadline(time.Now()) })
+	buf := make([]byte, 64<<10)
+	n, err := ctl.Read(buf)
+	stop()
+	var ready struct {
+		Ready  bool              `json:"ready"`
+		Loaded []string          `json:"loaded"`
+		Failed map[string]string `json:"failed"`
+	}
+	if err == nil {
+		err = json.Unmarshal(buf[:n], &ready)
+	}
+	if err == nil && !ready.Ready {
+		err = errors.New("no ready message")
+	}
+	if err != nil {
+		z.stop()
+		return nil, fmt.Errorf("zygote not ready: %w (output: %s)", err, stderr.tail())
+	}
+	_ = ctl.SetReadDeadline(time.Time{})
+	z.logger.Debug("sandbox zygote ready", "modules", ready.Loaded)
+	for name, why := range ready.Failed {
+		z.logger.Warn("module not importable in the sandbox", "module", name, "err", why)
+	}
+	z.wg.Go(func() {
+		// The zygote sends nothing more: a read ends when it does.
+		_, err := ctl.Read(make([]byte, 1))
+		z.markDead(fmt.Sprintf("control channel closed (%v)", err))
+	})
+	return z, nil
+}
+
+// run hands the job to the zygote and waits until its report says that none of
+// its processes is left.
+func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
+	z.inflight.Add(1)
+	defer z.inflight.Add(-1)
+	out := outcome{exitCode: -1}
+
+	var readers, theirs []*os.File
+	defer func() {
+		for _, f := range append(readers, theirs...) {
+			f.Close()
+		}
+	}()
+	ctlFDs, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return out, fmt.Errorf("job control socket: %w", err)
+	}
+	ctlOurs := os.NewFile(uintptr(ctlFDs[0]), "job-control")
+	theirs = append(theirs, os.NewFile(uintptr(ctlFDs[1]), "job-control"))
+	c, err := net.FileConn(ctlOurs)
+	ctlOurs.Close()
+	if err != nil {
+		return out, fmt.Errorf("job control socket: %w", err)
+	}
+	jobCtl := c.(*net.UnixConn)
+	defer jobCtl.Close()
+	for range 3 { // stdout, stderr, result
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return out, fmt.Errorf("pipe: %w", err)
+		}
+		readers, theirs = append(readers, pr), append(theirs, pw)
+	}
+	code, err := memfd("code", []byte(j.req.Code))
+	if err != nil {
+		return out, err
+	}
+	theirs = append(theirs, code)
+	contextFile, err := memfd("context", nil)
+	if err != nil {
+		return out, err
+	}
+	theirs = append(theirs, contextFile)
+	if err := encodeContext(contextFile, j.req.Context); err != nil {
+		return out, err
+	}
+	fds := make([]int, 0, 7)
+	for _, f := range theirs {
+		fds = append(fds, int(f.Fd()))
+	}
+	if j.broker != nil {
+		fds = append(fds, int(j.broker.Fd()))
+	}
+	header, err := json.Marshal(j.limits.config(j.id, j.broker != nil))
+	if err != nil {
+		return out, err
+	}
+
+	z.sendMu.Lock()
+	_, _, err = z.ctl.WriteMsgUnix(header, unix.UnixRights(fds...), nil)
+	z.sendMu.Unlock()
+	if err != nil {
+		z.markDead("job hand-over failed: " + err.Error())
+		z.kill()
+		return out, fmt.Errorf("%w: %v", errHandOver, err)
+	}
+	for _, f := range theirs {
+		f.Close()
+	}
+	theirs = nil
+
+	complete := make(chan struct{})
+	j.result.complete = func() { close(complete) }
+	defer func() { j.result.complete = nil }() // a cold retry must not call it
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { drainTo(j.stdout, readers[0]) })
+	wg.Go(func() { drainTo(j.stderr, readers[1]) })
+	wg.Go(func() { j.result.readFrom(readers[2]) })
+	reports := make(chan []byte, 1)
+	wg.Go(func() {
+		buf := make([]byte, 4096)
+		n, err := jobCtl.Read(buf)
+		if err != nil {
+			n = 0
+		}
+		reports <- buf[:n]
+	})
+
+	watchdog := time.NewTimer(j.limits.timeout + watchdogGrace)
+	defer watchdog.Stop()
+	done := ctx.Done()
+	var report []byte
+wait:
+	for {
+		select {
+		case report = <-reports:
+			break wait
+		case <-done:
+			done = nil
+			_ = jobCtl.CloseWrite() // the job's watchdog kills everything, then reports
+		case reason := <-j.killReq:
+			msg, _ := json.Marshal(map[string]string{"kill": reason})
+			_, _ = jobCtl.Write(msg)
+		case <-complete:
+			complete = nil
+			_, _ = jobCtl.Write([]byte(`{"kill":"done"}`))
+		case <-watchdog.C:
+			z.logger.Error("sandbox job watchdog did not end the job in time; killing the zygote", "sandbox_id", j.id)
+			z.markDead("job watchdog unresponsive")
+			z.kill()
+		}
+	}
+	var rep struct {
+		Fault  string   `json:"fault"`
+		Done   bool     `json:"done"`
+		Limit  string   `json:"limit"`
+		Exit   *int     `json:"exit"`
+		Signal int      `json:"signal"`
+		CPU    *float64 `json:"cpu"`
+	}
+	repErr := json.Unmarshal(report, &rep)
+	if rep.Done {
+		// Every process of the job has SIGKILL pending and will not run again;
+		// take what the pipes hold and do not wait for the processes to be torn down.
+		for _, f := range readers[:2] {
+			_ = f.SetReadDeadline(time.Now())
+		}
+	}
+	// Otherwise the report comes once no process of the job is left, so the
+	// pipes are at their end; the timer is a safety net.
+	pipes := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(pipes)
+	}()
+	select {
+	case <-pipes:
+	case <-time.After(waitDelay):
+		for _, f := range readers {
+			f.Close()
+		}
+		<-pipes
+	}
+	j.stdout.lines.endLine()
+
+	if len(report) == 0 {
+		if len(j.result.buf) == 0 && j.stdout.buf.Len() == 0 && j.stderr.buf.Len() == 0 {
+			// The zygote died before the program started: it can run elsewhere.
+			return out, fmt.Errorf("%w: the zygote ended before the program started", errHandOver)
+		}
+		return out, errors.New("the job ended without a report from its supervisor (the zygote died or was killed)")
+	}
+	if repErr != nil {
+		return out, fmt.Errorf("unreadable report of the job's supervisor: %w", repErr)
+	}
+	if rep.Fault != "" {
+		return out, fmt.Errorf("%w: %s", errHandOver, rep.Fault)
+	}
+	switch rep.Limit {
+	case LimitWallTime, LimitOutput:
+		out.limit = rep.Limit
+	}
+	if rep.Exit != nil {
+		out.exitCode = *rep.Exit
+	}
+	out.signal = syscall.Signal(rep.Signal)
+	if rep.CPU != nil {
+		out.cpu, out.cpuKnown = time.Duration(*rep.CPU*float64(time.Second)), true
+	}
+	return out, nil
+}
+
+// memfd returns an anonymous in-memory file holding data.
+func memfd(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("nova-"+name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if len(data) > 0 {
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("memfd %s: %w", name, err)
+		}
+		// Readers such as bwrap's --ro-bind-data start at the current offset.
+		if _, err := f.Seek(0, 0); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("memfd %s: %w", name, err)
+		}
+	}
+	return f, nil
+}
+
+// lineLogger logs what a zygote prints (its own tracebacks: a job's output
+// goes to the job), line by line, and keeps the last lines for errors.
+type lineLogger struct {
+	logger *slog.Logger
+	msg    string
+	mu     sync.Mutex
+	line   []byte
+	last   []string
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(l.line) < 4096 {
+				l.line = append(l.line, p[:min(len(p), 4096-len(l.line))]...)
+			}
+			break
+		}
+		if len(l.line) < 4096 {
+			l.line = append(l.line, p[:min(i, 4096-len(l.line))]...)
+		}
+		line := string(l.line)
+		l.line = l.line[:0]
+		p = p[i+1:]
+		l.logger.Warn(l.msg, "line", line)
+		l.last = append(l.last, line)
+		if len(l.last) > 20 {
+			l.last = l.last[1:]
+		}
+	}
+	return n, nil
+}
+
+func (l *lineLogger) tail() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(append(l.last, string(l.line)), "\n")
+}
