@@ -40,7 +40,7 @@ help:
 	@echo 'make check   generated proto code up to date, gofmt, go vet'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
-	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS='-n 200')'
+	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
