@@ -121,6 +121,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	opts.NATSPort, opts.MongoPort = *natsPort, *mongoPort
+	opts.WarmSandbox = true
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)

@@ -5,12 +5,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/services/sandbox/jsrunner"
 	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
@@ -48,6 +50,11 @@ type config struct {
 	Bwrap            string        `env:"NOVA_SANDBOX_BWRAP" default:"/usr/bin/bwrap"`
 	WorkDir          string        `env:"NOVA_SANDBOX_WORKDIR"`
 	ValueThreshold   int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
+	// NodeModules holds axios and cheerio for JavaScript nodes (make deps
+	// installs them at services/sandbox/jsrunner/runtime/node_modules).
+	NodeModules string `env:"NOVA_SANDBOX_NODE_MODULES"`
+	Node        string `env:"NOVA_SANDBOX_NODE" default:"/usr/bin/node"`
+	JavaScript  bool   `env:"NOVA_SANDBOX_JAVASCRIPT" default:"true"`
 }
 
 func main() {
@@ -82,11 +89,32 @@ func main() {
 			return err
 		}
 		defer r.Close()
+		var js *jsrunner.Runner
+		if cfg.JavaScript {
+			js, err = jsrunner.New(jsrunner.Config{
+				Bwrap:           cfg.Bwrap,
+				Node:            cfg.Node,
+				NodeModules:     cfg.NodeModules,
+				DefaultTimeout:  cfg.Timeout,
+				AnalysisTimeout: cfg.AnalysisTimeout,
+				MemoryBytes:     cfg.MemoryBytes,
+				FileSizeBytes:   cfg.FileSizeBytes,
+				DiskBytes:       cfg.DiskBytes,
+				MaxProcesses:    cfg.MaxProcesses,
+				MaxOutputBytes:  cfg.MaxOutputBytes,
+				EgressAllow:     list(cfg.EgressAllow),
+				WorkDir:         cfg.WorkDir,
+				Logger:          env.Logger,
+			})
+			if err != nil {
+				return fmt.Errorf("JavaScript runtime (NOVA_SANDBOX_JAVASCRIPT=false turns it off): %w", err)
+			}
+		}
 		values, err := valueref.Open(ctx, env.Bus.JetStream(), cfg.ValueThreshold, cfg.StreamReplicas)
 		if err != nil {
 			return err
 		}
-		return sandboxservice.Run(ctx, sandboxservice.Deps{Bus: env.Bus, Runner: r, Values: values, Logger: env.Logger, Workers: cfg.Workers,
+		return sandboxservice.Run(ctx, sandboxservice.Deps{Bus: env.Bus, Runner: r, JS: js, Values: values, Logger: env.Logger, Workers: cfg.Workers,
 			Python: cfg.Python, Replicas: cfg.StreamReplicas, MeterProvider: env.Telemetry.MeterProvider, TracerProvider: env.Telemetry.TracerProvider})
 	}))
 }

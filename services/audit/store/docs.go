@@ -58,6 +58,9 @@ type NodeDoc struct {
 	DecisionResult string         `bson:"decision_result" json:"decision_result,omitempty"`
 	PathTaken      string         `bson:"path_taken" json:"path_taken,omitempty"`
 	AIMetadata     map[string]any `bson:"ai_metadata" json:"ai_metadata,omitempty"`
+	// OutputAnalysis is the shape of the node's output (type, isStructured,
+	// itemCount, fields), for field feedback and refinement.
+	OutputAnalysis map[string]any `bson:"output_analysis" json:"output_analysis,omitempty"`
 	Stdout         string         `bson:"stdout" json:"stdout,omitempty"`
 	Stderr         string         `bson:"stderr" json:"stderr,omitempty"`
 	Traceback      string         `bson:"traceback" json:"traceback,omitempty"`

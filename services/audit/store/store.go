@@ -229,6 +229,7 @@ func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error 
 		DecisionResult: ev.GetDecisionResult(),
 		PathTaken:      ev.GetPathTaken(),
 		AIMetadata:     structToMap(ev.GetAiMetadata()),
+		OutputAnalysis: structToMap(ev.GetOutputAnalysis()),
 		Stdout:         ev.GetStdout(),
 		Stderr:         ev.GetStderr(),
 		Traceback:      ev.GetTraceback(),

@@ -5,11 +5,14 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -31,6 +34,7 @@ import (
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 	"github.com/novaflow/nova/services/output-validator/outputvalidator"
+	"github.com/novaflow/nova/services/sandbox/jsrunner"
 	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
@@ -85,6 +89,13 @@ type Options struct {
 	OTLPEndpoint string
 	// SandboxWorkers is how many programs run at once (default 2).
 	SandboxWorkers int
+	// WarmSandbox keeps a warm Python interpreter per sandbox worker (a
+	// long-running nova dev wants it; a one-shot run or a test does not).
+	WarmSandbox bool
+	// NodeModules holds axios and cheerio for JavaScript nodes; empty looks
+	// for services/sandbox/jsrunner/runtime/node_modules from the working
+	// directory upwards.
+	NodeModules string
 	// NodeTimeout is the default node timeout (default 30s).
 	NodeTimeout time.Duration
 	// ValueThreshold is the size over which context values go by reference.
@@ -319,11 +330,23 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		}
 		run = e.Run
 	case Sandbox:
-		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Logger: log})
+		zygotes := 0
+		if s.opts.WarmSandbox {
+			zygotes = s.opts.SandboxWorkers
+		}
+		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes, Logger: log})
 		if err != nil {
 			cleanup()
 			return nil, err
 		}
+		js, err := jsrunner.New(jsrunner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10,
+			NodeModules: cmp.Or(s.opts.NodeModules, findNodeModules()), Logger: log})
+		if err != nil {
+			log.Warn("no JavaScript runtime: JavaScript nodes will fail", "err", err)
+			js = nil
+		}
+		closeRunner := cleanup
+		cleanup = func() { _ = r.Close(); closeRunner() }
 		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, 1)
 		if err != nil {
 			cleanup()
@@ -337,7 +360,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			cleanup()
 			return nil, err
 		}
-		deps := sandboxservice.Deps{Bus: b, Runner: r, Values: values, Logger: log, Workers: s.opts.SandboxWorkers,
+		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: s.opts.SandboxWorkers,
 			MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider}
 		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
 	case Audit:
@@ -386,4 +409,21 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		defer cleanup()
 		return run(ctx)
 	}, nil
+}
+
+// findNodeModules looks for the JavaScript runtime's packages (installed by
+// make deps) from the working directory upwards.
+func findNodeModules() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for range 6 {
+		p := filepath.Join(dir, "services", "sandbox", "jsrunner", "runtime", "node_modules")
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+		dir = filepath.Dir(dir)
+	}
+	return ""
 }

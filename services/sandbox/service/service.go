@@ -5,9 +5,11 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/sandbox/jsrunner"
+	"github.com/novaflow/nova/services/sandbox/outputschema"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
 
@@ -32,6 +36,8 @@ const Consumer = "sandbox"
 type Deps struct {
 	Bus    *bus.Bus
 	Runner *runner.Runner
+	// JS runs JavaScript nodes; nil answers them runtime_unavailable.
+	JS     *jsrunner.Runner
 	Values *valueref.Store
 	Logger *slog.Logger
 	// Workers is how many programs this replica runs at once.
@@ -166,7 +172,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 			return nil, fmt.Errorf("resolve context references: %w", err)
 		}
 	}
-	res, err := s.Runner.Run(ctx, runner.Request{
+	req := runner.Request{
 		Code:       cmd.Code,
 		Context:    input,
 		Timeout:    time.Duration(cmd.TimeoutSeconds * float64(time.Second)),
@@ -174,7 +180,23 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		Network:    cmd.Network,
 		AllowHosts: cmd.AllowHosts,
 		Language:   cmd.Language,
-	})
+	}
+	var res runner.Result
+	var js *jsrunner.Result
+	var err error
+	switch strings.ToLower(cmd.Language) {
+	case "javascript", "js", "node":
+		if s.JS == nil {
+			out.Status, out.ErrorKind = "error", runner.KindRuntimeUnavailable
+			out.Error = "this sandbox has no JavaScript runtime"
+			return out, nil
+		}
+		var r jsrunner.Result
+		r, err = s.JS.Run(ctx, req)
+		res, js = r.Result, &r
+	default:
+		res, err = s.Runner.Run(ctx, req)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", cmd.StepId, err)
 	}
@@ -188,10 +210,20 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 	out.DurationMs = float64(res.Duration.Microseconds()) / 1000
 	out.SandboxId = res.SandboxID
 	out.DeletedKeys = res.Deleted
+	if js != nil {
+		s.addJavaScript(out, js)
+	}
 	if res.Status != "success" {
 		return out, nil
 	}
 	updates := res.Updates
+	analysis := outputschema.ForUpdates(updates)
+	if js != nil && js.HasValue {
+		analysis = outputschema.ForValue(js.Value)
+	}
+	if a, err := analysis.ToStruct(); err == nil {
+		out.OutputAnalysis = a
+	}
 	if s.Values != nil {
 		if err := s.Values.Shrink(ctx, updates); err != nil {
 			return nil, fmt.Errorf("store large results: %w", err)
@@ -205,6 +237,33 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 	}
 	out.ContextUpdates = st
 	return out, nil
+}
+
+// maxValueBytes bounds the JavaScript value carried in the result event;
+// the value also reaches the context through the updates, by reference when
+// large.
+const maxValueBytes = 256 << 10
+
+// addJavaScript carries what only JavaScript runs have: the value the code
+// gave, its items, and its console logs (which are its stdout too, for the
+// chain of work).
+func (s *server) addJavaScript(out *novav1.CodeExecuted, js *jsrunner.Result) {
+	out.Logs = js.Logs
+	if len(js.Logs) > 0 {
+		out.Stdout = strings.Join(js.Logs, "\n") + "\n" + out.Stdout
+	}
+	if !js.HasValue {
+		return
+	}
+	if b, err := json.Marshal(js.Value); err != nil || len(b) > maxValueBytes {
+		return
+	}
+	if v, err := structpb.NewValue(js.Value); err == nil {
+		out.Result = v
+	}
+	if items, err := structpb.NewList(js.Items); err == nil {
+		out.Items = items
+	}
 }
 
 // maxTraceback keeps a runaway traceback (deep recursion) from making the
