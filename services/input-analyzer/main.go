@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -15,30 +14,15 @@ import (
 
 type config struct {
 	service.Common
-	OpenAIAPIKey     string `env:"OPENAI_API_KEY" secret:"true"`
-	OpenAIBaseURL    string `env:"OPENAI_BASE_URL"`
-	OpenAIAPIVersion string `env:"OPENAI_API_VERSION"`
-	Prices           string `env:"NOVA_LLM_PRICES"`
-	Model            string `env:"NOVA_INPUT_ANALYZER_MODEL" default:"gpt-4o-mini"`
-	Workers          int    `env:"NOVA_WORKERS" default:"4"`
+	llm.Settings
+	Model   string `env:"NOVA_INPUT_ANALYZER_MODEL" default:"gpt-4o-mini"`
+	Workers int    `env:"NOVA_WORKERS" default:"4"`
 }
 
 func main() {
 	var cfg config
 	os.Exit(service.Main("input-analyzer", &cfg, func(ctx context.Context, env *service.Env) error {
-		prices, err := llm.ParsePrices(cfg.Prices, llm.DefaultPrices())
-		if err != nil {
-			return fmt.Errorf("NOVA_LLM_PRICES: %w", err)
-		}
-		client, err := llm.New(llm.Config{
-			APIKey:          cfg.OpenAIAPIKey,
-			BaseURL:         cfg.OpenAIBaseURL,
-			AzureAPIVersion: cfg.OpenAIAPIVersion,
-			Agent:           bus.AgentInputAnalyzer,
-			Prices:          prices,
-			Logger:          env.Logger,
-			MeterProvider:   env.Telemetry.MeterProvider,
-		})
+		client, err := cfg.Settings.Client(bus.AgentInputAnalyzer, env.Logger, env.Telemetry.MeterProvider)
 		if err != nil {
 			return err
 		}
