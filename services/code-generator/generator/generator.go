@@ -24,6 +24,7 @@ import (
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/llm"
+	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -150,12 +151,11 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 		libraries: g.docs.libraries(ctx),
 		docs:      true,
 	}
-	secrets := secretValues(in.context)
-	secrets = append(secrets, secretValues(in.insights)...)
+	secrets := redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
 	system, user := buildPrompt(in)
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: scrub(system, secrets)},
-		{Role: openai.ChatMessageRoleUser, Content: scrub(user, secrets)},
+		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(system, secrets)},
+		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(user, secrets)},
 	}
 	stage := requestedStage(cmd)
 

@@ -3,11 +3,9 @@ package generator
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/novaflow/nova/pkg/contextsummary"
-	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -225,64 +223,6 @@ func requestedStage(cmd *novav1.GenerateCode) string {
 // analysis ran and on the first attempt: analysis is never repeated.
 func offersAnalysis(in promptInput) bool {
 	return len(in.insights) == 0 && len(in.cmd.GetHistory()) == 0 && in.cmd.GetSpec().GetNodeType() != "decision"
-}
-
-// secretValues collects the string values of secret-looking keys at any
-// depth, so they can be scrubbed from anything sent to the model (an error
-// message or a traceback may quote them).
-func secretValues(v any) []string {
-	var out []string
-	var walk func(any)
-	walk = func(v any) {
-		switch t := v.(type) {
-		case map[string]any:
-			for k, e := range t {
-				if redact.IsSecretKey(k) {
-					collectStrings(e, &out)
-					continue
-				}
-				walk(e)
-			}
-		case []any:
-			for _, e := range t {
-				walk(e)
-			}
-		}
-	}
-	walk(v)
-	// Longest first, so a secret containing another is replaced whole.
-	slices.SortFunc(out, func(a, b string) int {
-		if len(a) != len(b) {
-			return len(b) - len(a)
-		}
-		return strings.Compare(a, b)
-	})
-	return slices.Compact(out)
-}
-
-func collectStrings(v any, out *[]string) {
-	switch t := v.(type) {
-	case string:
-		// Very short values would scrub ordinary words.
-		if len(t) >= 4 {
-			*out = append(*out, t)
-		}
-	case map[string]any:
-		for _, e := range t {
-			collectStrings(e, out)
-		}
-	case []any:
-		for _, e := range t {
-			collectStrings(e, out)
-		}
-	}
-}
-
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
-		s = strings.ReplaceAll(s, v, redact.Placeholder)
-	}
-	return s
 }
 
 // encodedRun is a run of base64 long enough to be data rather than words.

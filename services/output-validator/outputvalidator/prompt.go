@@ -3,7 +3,6 @@ package outputvalidator
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -26,9 +25,6 @@ const (
 	maxStdoutChars = 1500
 	// updatesSampleChars shows short results whole: they are what is judged.
 	updatesSampleChars = 200
-	// minSecretChars: shorter secret values are not scrubbed from code and
-	// stdout, where replacing them would garble unrelated text.
-	minSecretChars = 4
 )
 
 // base64Run finds encoded data printed to stdout or pasted into code.
@@ -82,35 +78,14 @@ func userPrompt(cmd *novav1.ValidateOutput) string {
 // secret keys found in the contexts (code may print them) and long runs of
 // base64 (code may print data).
 func scrubber(contexts ...map[string]any) func(string) string {
-	var secrets []string
-	for _, c := range contexts {
-		collectSecrets(c, false, &secrets)
+	all := make([]any, len(contexts))
+	for i, c := range contexts {
+		all[i] = c
 	}
-	// Longest first, so a secret containing another is replaced whole.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	secrets := redact.SecretValues(all)
 	return func(s string) string {
-		for _, sec := range secrets {
-			s = strings.ReplaceAll(s, sec, redact.Placeholder)
-		}
-		return base64Run.ReplaceAllStringFunc(s, func(run string) string {
+		return base64Run.ReplaceAllStringFunc(redact.Scrub(s, secrets), func(run string) string {
 			return fmt.Sprintf("[base64 data, %d chars]", len(run))
 		})
-	}
-}
-
-func collectSecrets(v any, secret bool, out *[]string) {
-	switch t := v.(type) {
-	case string:
-		if secret && len(t) >= minSecretChars {
-			*out = append(*out, t)
-		}
-	case map[string]any:
-		for k, e := range t {
-			collectSecrets(e, secret || redact.IsSecretKey(k), out)
-		}
-	case []any:
-		for _, e := range t {
-			collectSecrets(e, secret, out)
-		}
 	}
 }
