@@ -74,8 +74,12 @@ def set_limits(limits, base_address_space=0):
         set_limit(resource.RLIMIT_AS, memory + base_address_space)
     set_limit(resource.RLIMIT_FSIZE, limits.get("fsize", 0))
     set_limit(resource.RLIMIT_NPROC, limits.get("nproc", 0))
-    cpu = int(math.ceil(limits.get("cpu", 0)))
-    if cpu > 0:
+    allowance = limits.get("cpu", 0)
+    if allowance > 0:
+        # RLIMIT_CPU counts the process's whole life; a warm job already used
+        # some getting ready, so the code's allowance starts from there.
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = int(math.ceil(usage.ru_utime + usage.ru_stime + allowance))
         # SIGXCPU at the soft limit; SIGKILL a little later if the code ignores it.
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -492,11 +496,15 @@ def loopback_up():
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
 
 
-def preload(names):
+def preload(names, hung_up):
+    """Imports the modules; None when hung_up() tells, between two of them,
+    that nobody waits for them any more."""
     import importlib
 
     loaded, failed = [], {}
     for name in names:
+        if hung_up():
+            return None
         try:
             importlib.import_module(name)
             loaded.append(name)
@@ -505,11 +513,26 @@ def preload(names):
     return loaded, failed
 
 
+def peer_closed(sock):
+    """Whether the other end of sock has been closed."""
+    import select
+
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+
+
 def zygote_main(config):
     load_libc()
     ctl = socket.socket(fileno=3)
     close_stray_fds({ctl.fileno()})
-    loaded, failed = preload(config.get("preload") or DEFAULT_PRELOAD)
+    # The service closes the channel when it stops, possibly while the imports
+    # run (they take seconds): then the zygote leaves quietly, at the next
+    # module or when it would say it is ready.
+    preloaded = preload(config.get("preload") or DEFAULT_PRELOAD, lambda: peer_closed(ctl))
+    if preloaded is None:
+        os._exit(0)
+    loaded, failed = preloaded
     import gc
 
     gc.collect()
@@ -518,7 +541,10 @@ def zygote_main(config):
     gc.freeze()
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, reap_children)
-    ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed}).encode())
+    try:
+        ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed}).encode())
+    except ConnectionError:  # EPIPE, ECONNRESET: the service closed the channel
+        os._exit(0)
 
     spares = []
     while True:
@@ -741,6 +767,9 @@ def supervise(ctl, user, job):
             ctl.send(json.dumps(out).encode())
         except OSError:
             pass
+    # A message of the service that came after the last read ("done" once it
+    # has the result) stays unread: the kernel then signals ECONNRESET on the
+    # service's end ahead of the report, which the service reads past.
     os._exit(0)
 
 

@@ -30,6 +30,15 @@ func TestMain(m *testing.M) {
 // (cfg.Zygotes > 0) is returned once its zygotes are ready and closed at the end.
 func newTestRunner(t testing.TB, cfg Config) *Runner {
 	t.Helper()
+	r := startTestRunner(t, cfg)
+	waitWarm(t, r, cfg.Zygotes)
+	return r
+}
+
+// startTestRunner is newTestRunner without waiting for the zygotes: they are
+// still starting when it returns.
+func startTestRunner(t testing.TB, cfg Config) *Runner {
+	t.Helper()
 	if _, err := exec.LookPath("/usr/bin/bwrap"); err != nil {
 		t.Skip("bubblewrap is not installed (/usr/bin/bwrap); install the bubblewrap package to run sandbox tests")
 	}
@@ -57,7 +66,6 @@ func newTestRunner(t testing.TB, cfg Config) *Runner {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { r.Close() })
-	waitWarm(t, r, cfg.Zygotes)
 	return r
 }
 

@@ -450,14 +450,7 @@ func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
 	wg.Go(func() { drainTo(j.stderr, readers[1]) })
 	wg.Go(func() { j.result.readFrom(readers[2]) })
 	reports := make(chan []byte, 1)
-	wg.Go(func() {
-		buf := make([]byte, 4096)
-		n, err := jobCtl.Read(buf)
-		if err != nil {
-			n = 0
-		}
-		reports <- buf[:n]
-	})
+	wg.Go(func() { reports <- readReport(jobCtl) })
 
 	watchdog := time.NewTimer(j.limits.timeout + watchdogGrace)
 	defer watchdog.Stop()
@@ -541,6 +534,30 @@ wait:
 		out.cpu, out.cpuKnown = time.Duration(*rep.CPU*float64(time.Second)), true
 	}
 	return out, nil
+}
+
+// readReport reads the report of the job's supervisor (J) from the job's
+// control socket; nil when the socket closed without one.
+//
+// J sends its report and exits at once, and a message of ours ("done", a kill)
+// may reach it after it stopped reading. A SEQPACKET socket closed with
+// unread messages flags ECONNRESET on its peer, and the kernel reports that
+// error on the next read even when the report is queued before it: the read
+// after returns the report (or the end of the stream). Taking that error for
+// the end would turn a finished run into a sandbox fault.
+func readReport(c *net.UnixConn) []byte {
+	buf := make([]byte, 4096)
+	for range 3 { // the error is reported once, then cleared
+		n, err := c.Read(buf)
+		switch {
+		case errors.Is(err, syscall.ECONNRESET):
+			continue
+		case err != nil:
+			return nil
+		}
+		return buf[:n]
+	}
+	return nil
 }
 
 // memfd returns an anonymous in-memory file holding data.
