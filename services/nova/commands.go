@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
+	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -127,7 +130,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(stack.Modules, ", "))
+	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
 	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))
 	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
 	fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
@@ -169,6 +172,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting after this long")
 	verbose := fs.Bool("v", false, "show the services' logs")
 	rules := fs.String("llm-rules", "", "scripted model rules when no OPENAI_API_KEY/OPENAI_BASE_URL (default "+defaultRules+" when present)")
+	remote := fs.Bool("remote", false, "only start the workflow and wait for it: the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return exitInvalid
@@ -188,31 +192,43 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 
-	logOut := io.Discard
-	if *verbose {
-		logOut = stderr
-	}
-	opts, err := stackOptions(*dataDir, *rules, slog.New(slog.NewTextHandler(logOut, nil)))
-	if err != nil {
-		fmt.Fprintf(stderr, "nova run: %v\n", err)
-		return exitInvalid
-	}
-	if hasPrompt(def) {
-		fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
-	}
-	s, err := stack.Start(ctx, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "nova run: %v\n", err)
-		return exitFailed
-	}
-	defer s.Close()
-
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	b, err := s.Connect(ctx, "nova-cli")
-	if err != nil {
-		fmt.Fprintf(stderr, "nova run: %v\n", err)
-		return exitFailed
+	var b *bus.Bus
+	var st *store.Store
+	if *remote {
+		b, st, err = connectRemote(ctx, *withChain)
+		if err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitInvalid
+		}
+		if st != nil {
+			defer st.Close(context.WithoutCancel(ctx))
+		}
+	} else {
+		logOut := io.Discard
+		if *verbose {
+			logOut = stderr
+		}
+		opts, err := stackOptions(*dataDir, *rules, slog.New(slog.NewTextHandler(logOut, nil)))
+		if err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitInvalid
+		}
+		if hasPrompt(def) {
+			fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
+		}
+		s, err := stack.Start(ctx, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitFailed
+		}
+		defer s.Close()
+		if b, err = s.Connect(ctx, "nova-cli"); err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitFailed
+		}
+		st = s.Store
 	}
 	defer b.Close()
 	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
@@ -239,7 +255,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nova run: %v\n", err)
 			return exitFailed
 		}
-		if err := printChain(ctx, stdout, s.Store, res.ExecutionID, *asJSON); err != nil {
+		if err := printChain(ctx, stdout, st, res.ExecutionID, *asJSON); err != nil {
 			fmt.Fprintf(stderr, "nova run: %v\n", err)
 			return exitFailed
 		}
@@ -257,6 +273,41 @@ func hasPrompt(def *novav1.WorkflowDefinition) bool {
 		}
 	}
 	return false
+}
+
+// connectRemote connects to a running deployment as a producer, with the
+// NATS credentials of the environment (NATS_USER, NATS_CREDS, ...), and to
+// its audit store when the chain is wanted.
+func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *store.Store, error) {
+	if os.Getenv("NATS_URL") == "" {
+		return nil, nil, errors.New("--remote needs NATS_URL")
+	}
+	var common service.Common
+	if err := config.Load(&common, nil); err != nil {
+		return nil, nil, err
+	}
+	natsOpts, err := common.NATSOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := bus.Connect(ctx, common.NATSURL, bus.WithName("nova-cli"), bus.WithNATSOptions(natsOpts...))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !withChain {
+		return b, nil, nil
+	}
+	uri := os.Getenv("MONGODB_URI")
+	if uri == "" {
+		b.Close()
+		return nil, nil, errors.New("--remote --chain needs MONGODB_URI")
+	}
+	st, err := store.Open(ctx, uri, cmp.Or(os.Getenv("MONGODB_DATABASE"), "nova"))
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return b, st, nil
 }
 
 // initialContext merges --context-file and then every --set.

@@ -199,6 +199,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 // is configured).
 func (s *Stack) Scripted() *scripted.Server { return s.scripted }
 
+// Modules lists the modules this stack runs.
+func (s *Stack) Modules() []string { return slices.Clone(s.opts.Modules) }
+
 // NATSURL is the URL of the NATS server the modules use.
 func (s *Stack) NATSURL() string { return s.natsURL }
 
