@@ -5,9 +5,9 @@
 //
 // # Isolation
 //
-// The same as the Python runner's, built here independently: new user, pid,
-// mount, ipc, uts, cgroup and network namespaces, capabilities dropped, a
-// cleared environment, /usr and the public parts of /etc read-only, a private
+// The same as the Python runner's, from package isolation: new user, pid, mount,
+// ipc, uts, cgroup and network namespaces, capabilities dropped, a cleared
+// environment, /usr and the public parts of /etc read-only, a private
 // /tmp per execution (a tmpfs of Config.DiskBytes), the sandbox started as uid
 // 65534 when the service is root, and on timeout the sandbox's pid 1 killed
 // through a pidfd, which ends every process of the run. Limits are set with

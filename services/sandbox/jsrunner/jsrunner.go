@@ -2,10 +2,7 @@ package jsrunner
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/services/sandbox/egress"
+	"github.com/novaflow/nova/services/sandbox/isolation"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
 
@@ -104,7 +102,6 @@ type Runner struct {
 }
 
 const (
-	nobody    = 65534
 	waitDelay = 5 * time.Second
 	// Inside the sandbox.
 	runnerPath      = "/nova/runner.js"
@@ -134,19 +131,12 @@ func New(cfg Config) (*Runner, error) {
 	if _, err := egress.NewPolicy(cfg.EgressAllow); err != nil {
 		return nil, fmt.Errorf("egress allow list: %w", err)
 	}
-	if fi, err := os.Stat(cfg.WorkDir); err != nil {
-		return nil, fmt.Errorf("work dir: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("work dir %q is not a directory", cfg.WorkDir)
+	cred := isolation.Credential(cfg.SandboxUID, cfg.SandboxGID)
+	if err := isolation.CheckWorkDir(cfg.WorkDir, cred); err != nil {
+		return nil, err
 	}
 
-	r := &Runner{cfg: cfg, nproc: cfg.MaxProcesses}
-	if os.Geteuid() == 0 && cfg.SandboxUID >= 0 && cfg.SandboxGID >= 0 {
-		r.cred = &syscall.Credential{Uid: uint32(cfg.SandboxUID), Gid: uint32(cfg.SandboxGID)}
-		if err := checkSearchable(cfg.WorkDir, r.cred); err != nil {
-			return nil, err
-		}
-	}
+	r := &Runner{cfg: cfg, cred: cred, nproc: cfg.MaxProcesses}
 	if r.cred == nil && os.Geteuid() == 0 {
 		// RLIMIT_NPROC would count every root process of the host.
 		r.nproc = -1
@@ -162,15 +152,15 @@ func New(cfg Config) (*Runner, error) {
 			}
 		}
 		if r.cred != nil {
-			if err := checkSearchable(abs, r.cred); err != nil {
-				return nil, err
+			if err := isolation.CheckSearchable(abs, r.cred); err != nil {
+				return nil, fmt.Errorf("node modules: %w", err)
 			}
 		}
 		r.cfg.NodeModules = abs
 	} else {
 		cfg.Logger.Warn("javascript sandbox without node modules: axios and cheerio cannot be required")
 	}
-	r.mounts, err = systemMounts()
+	r.mounts, err = isolation.SystemMounts()
 	if err != nil {
 		return nil, err
 	}
@@ -218,10 +208,10 @@ func withDefaults(cfg Config) Config {
 		cfg.WorkDir = os.TempDir()
 	}
 	if cfg.SandboxUID == 0 {
-		cfg.SandboxUID = nobody
+		cfg.SandboxUID = isolation.Nobody
 	}
 	if cfg.SandboxGID == 0 {
-		cfg.SandboxGID = nobody
+		cfg.SandboxGID = isolation.Nobody
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -241,7 +231,7 @@ func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
 		res Result
 		err error
 	)
-	res.SandboxID = newSandboxID()
+	res.SandboxID = runner.NewSandboxID()
 	finish := func(err error) (Result, error) {
 		res.Duration = time.Since(start)
 		return res, err
@@ -275,7 +265,7 @@ func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
 		return finish(fmt.Errorf("prepare sandbox %s: %w", res.SandboxID, err))
 	}
 	defer func() {
-		if err := removeTree(dir); err != nil {
+		if err := isolation.RemoveTree(dir); err != nil {
 			r.cfg.Logger.Warn("sandbox dir not removed", "sandbox_id", res.SandboxID, "dir", dir, "err", err)
 		}
 	}()
@@ -373,7 +363,7 @@ type report struct {
 
 func (r *Runner) interpret(res *Result, payload []byte) error {
 	var rep report
-	if err := decodeJSON(payload, &rep); err != nil {
+	if err := runner.DecodeJSON(payload, &rep); err != nil {
 		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, "unreadable runner report"
 		return fmt.Errorf("sandbox %s: decode runner report: %w", res.SandboxID, err)
 	}
@@ -416,7 +406,7 @@ func (r *Runner) prepare(id string, req runner.Request) (dir string, err error) 
 	}
 	defer func() {
 		if err != nil {
-			_ = removeTree(dir)
+			_ = isolation.RemoveTree(dir)
 			dir = ""
 		}
 	}()
@@ -445,41 +435,11 @@ func (r *Runner) prepare(id string, req runner.Request) (dir string, err error) 
 	if err := os.Link(code, mjs); err != nil {
 		return "", fmt.Errorf("link code: %w", err)
 	}
-	if err := writeContext(files[2], req.Context); err != nil {
+	if err := runner.WriteContext(files[2], req.Context); err != nil {
 		return "", err
 	}
-	if r.cred != nil {
-		for _, p := range append(dirs, files...) {
-			if err := os.Lchown(p, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
-				return "", fmt.Errorf("hand dir to sandbox user: %w", err)
-			}
-		}
+	if err := isolation.Chown(r.cred, append(dirs, files...)...); err != nil {
+		return "", fmt.Errorf("hand dir to sandbox user: %w", err)
 	}
 	return dir, nil
-}
-
-func writeContext(path string, values map[string]any) error {
-	if values == nil {
-		values = map[string]any{}
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("write context: %w", err)
-	}
-	enc := json.NewEncoder(f)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(values); err != nil {
-		f.Close()
-		return fmt.Errorf("encode context: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write context: %w", err)
-	}
-	return nil
-}
-
-func newSandboxID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // never fails
-	return hex.EncodeToString(b)
 }

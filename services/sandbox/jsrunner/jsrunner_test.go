@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/novaflow/nova/services/sandbox/isolation/isolationtest"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
 
@@ -46,22 +47,7 @@ func newTestRunner(t testing.TB, cfg Config) *Runner {
 	if _, err := os.Stat(filepath.Join(modules, "cheerio")); err != nil {
 		t.Fatalf("node modules are not installed; run from the repository root: %s", installHint)
 	}
-	dir, err := os.MkdirTemp("", "nova-jsrunner-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Searchable by the unprivileged sandbox user bwrap runs as under root.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		left, _ := os.ReadDir(dir)
-		for _, e := range left {
-			t.Errorf("per-execution dir left behind: %s", e.Name())
-		}
-		_ = os.RemoveAll(dir)
-	})
-	cfg.WorkDir = dir
+	cfg.WorkDir = isolationtest.WorkDir(t)
 	if cfg.NodeModules == "" {
 		cfg.NodeModules = modules
 	}

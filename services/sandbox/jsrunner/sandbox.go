@@ -8,21 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/novaflow/nova/services/sandbox/egress"
+	"github.com/novaflow/nova/services/sandbox/isolation"
 )
 
 // Descriptors of the sandboxed process: 3 result, 4 console logs, 5 bwrap's
@@ -67,9 +65,8 @@ func (r *Runner) execute(ctx context.Context, timeout time.Duration, dir string,
 	}
 	resultR, logR, infoR := pipes[0][0], pipes[1][0], pipes[2][0]
 
-	pid1 := &sandboxPID1{}
-	pid1.fd.Store(-1)
-	defer pid1.close()
+	pid1 := isolation.NewPID1()
+	defer pid1.Close()
 	cmd := exec.CommandContext(runCtx, r.cfg.Bwrap, r.args(dir, network, timeout)...)
 	cmd.Dir = "/"
 	cmd.Env = sandboxEnv() // also what /proc/1/environ shows inside
@@ -77,7 +74,7 @@ func (r *Runner) execute(ctx context.Context, timeout time.Duration, dir string,
 	cmd.ExtraFiles = []*os.File{pipes[0][1], pipes[1][1], pipes[2][1]}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: r.cred}
 	cmd.Cancel = func() error {
-		if pid1.kill() {
+		if pid1.Kill() {
 			return nil
 		}
 		// bwrap has not created the namespaces yet; --die-with-parent takes the rest.
@@ -97,28 +94,16 @@ func (r *Runner) execute(ctx context.Context, timeout time.Duration, dir string,
 	result := &boundedBuffer{max: r.cfg.MaxResultBytes}
 	wg.Go(func() { result.readFrom(resultR) })
 	wg.Go(func() { out.logs.readFrom(logR) })
-	wg.Go(func() { pid1.readInfo(infoR) })
+	wg.Go(func() { pid1.ReadInfo(infoR) })
 
 	waitErr := cmd.Wait()
 	deadline := time.Now().Add(waitDelay)
-	// Every process that held the pipes is normally gone with bwrap; the timer is
-	// a safety net against one that escaped the namespace's end.
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Until(deadline)):
-		resultR.Close()
-		logR.Close()
-		infoR.Close()
-		<-done
-	}
+	// Every process that held the pipes is normally gone with bwrap; the
+	// deadline is a safety net against one that escaped the namespace's end.
+	isolation.AwaitReaders(&wg, deadline, resultR, logR, infoR)
 	// No process of the sandbox may outlive Run.
-	if err := pid1.waitExit(deadline); err != nil {
-		pid1.kill()
-		if err := pid1.waitExit(time.Now().Add(waitDelay)); err != nil {
-			return out, fmt.Errorf("wait for the sandbox to end: %w", err)
-		}
+	if err := pid1.End(deadline, waitDelay); err != nil {
+		return out, fmt.Errorf("wait for the sandbox to end: %w", err)
 	}
 	out.result, out.resultTooBig = result.buf, result.overflow
 	out.timedOut = errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -142,39 +127,26 @@ func sandboxEnv() []string {
 }
 
 func (r *Runner) args(dir string, network bool, timeout time.Duration) []string {
-	args := []string{
-		"--unshare-all",
-		"--die-with-parent",
-		"--new-session",
-		"--cap-drop", "ALL",
-		"--hostname", "nova-sandbox",
-		"--info-fd", strconv.Itoa(infoFD),
-	}
-	args = append(args, r.mounts...)
-	args = append(args,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--ro-bind", filepath.Join(dir, "in"), "/nova",
-	)
+	var binds []string
 	if r.cfg.NodeModules != "" {
-		args = append(args, "--ro-bind", r.cfg.NodeModules, nodeModulesPath)
+		binds = append(binds, "--ro-bind", r.cfg.NodeModules, nodeModulesPath)
 	}
 	if network {
-		args = append(args, "--ro-bind", filepath.Join(dir, "net"), "/nova-net")
+		binds = append(binds, "--ro-bind", filepath.Join(dir, "net"), "/nova-net")
 	}
-	args = append(args,
-		"--size", strconv.FormatInt(r.cfg.DiskBytes, 10), "--tmpfs", "/tmp",
-		"--chdir", "/tmp",
-		"--clearenv",
-	)
-	for _, kv := range sandboxEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		args = append(args, "--setenv", k, v)
-	}
+	env := sandboxEnv()
 	if network && r.systemCAs != "" {
 		// Node trusts its own CA bundle; the system's adds local authorities.
-		args = append(args, "--setenv", "NODE_EXTRA_CA_CERTS", r.systemCAs)
+		env = append(env, "NODE_EXTRA_CA_CERTS="+r.systemCAs)
 	}
+	args := isolation.Sandbox{
+		InfoFD:    infoFD,
+		System:    r.mounts,
+		In:        filepath.Join(dir, "in"),
+		Binds:     binds,
+		DiskBytes: r.cfg.DiskBytes,
+		Env:       env,
+	}.Args()
 
 	args = append(args, "--", r.cfg.Prlimit, "--core=0")
 	if r.cfg.MemoryBytes > 0 {
@@ -214,11 +186,9 @@ func (r *Runner) serveEgress(ctx context.Context, dir string, policy egress.Poli
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	if r.cred != nil {
-		if err := os.Lchown(path, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("hand socket to sandbox user: %w", err)
-		}
+	if err := isolation.Chown(r.cred, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("hand socket to sandbox user: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -236,33 +206,6 @@ func (r *Runner) serveEgress(ctx context.Context, dir string, policy egress.Poli
 		cancel()
 		wg.Wait()
 	}, nil
-}
-
-// systemMounts mounts /usr and what lives beside it read-only. On merged-/usr
-// systems /bin, /lib... are symlinks and are recreated as such.
-func systemMounts() ([]string, error) {
-	args := []string{"--ro-bind", "/usr", "/usr"}
-	for _, p := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			return nil, fmt.Errorf("inspect %s: %w", p, err)
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("read link %s: %w", p, err)
-			}
-			args = append(args, "--symlink", target, p)
-		case fi.IsDir():
-			args = append(args, "--ro-bind", p, p)
-		}
-	}
-	// Only the public parts of /etc: no passwd, shadow or private keys.
-	for _, p := range []string{"/etc/alternatives", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/localtime", "/etc/ld.so.cache"} {
-		args = append(args, "--ro-bind-try", p, p)
-	}
-	return args, nil
 }
 
 // capture keeps the first max bytes of a stream and counts the rest; it never
@@ -349,122 +292,6 @@ func (b *boundedBuffer) readFrom(r io.Reader) {
 			return
 		}
 	}
-}
-
-// sandboxPID1 is the sandbox's pid 1 seen from the host, held as a pidfd so that
-// neither a kill nor a wait can hit a recycled pid. Killing it makes the kernel
-// kill every process of the pid namespace; it counts as exited once they are all
-// gone.
-type sandboxPID1 struct {
-	fd atomic.Int64 // -1 until bwrap reported the pid
-}
-
-// readInfo takes the pid from bwrap's --info-fd.
-func (s *sandboxPID1) readInfo(r io.Reader) {
-	var info struct {
-		ChildPID int `json:"child-pid"`
-	}
-	if err := json.NewDecoder(r).Decode(&info); err == nil && info.ChildPID > 0 {
-		if fd, err := unix.PidfdOpen(info.ChildPID, 0); err == nil {
-			s.fd.Store(int64(fd))
-		}
-	}
-	_, _ = io.Copy(io.Discard, r)
-}
-
-// kill reports false when the pid is not known yet.
-func (s *sandboxPID1) kill() bool {
-	fd := s.fd.Load()
-	return fd >= 0 && unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) == nil
-}
-
-// waitExit waits until the pid namespace is empty, at most until deadline.
-func (s *sandboxPID1) waitExit(deadline time.Time) error {
-	fd := s.fd.Load()
-	if fd < 0 {
-		return nil
-	}
-	for {
-		ms := int(time.Until(deadline).Milliseconds())
-		if ms <= 0 {
-			return errors.New("sandbox processes still alive")
-		}
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
-		switch {
-		case errors.Is(err, unix.EINTR):
-		case err != nil:
-			return fmt.Errorf("poll pidfd: %w", err)
-		case n > 0:
-			return nil
-		}
-	}
-}
-
-// close reaps pid 1 if it became our child (when the service is the reaper of
-// orphans, as pid 1 of a container); otherwise waitid fails, which is fine.
-func (s *sandboxPID1) close() {
-	if fd := s.fd.Swap(-1); fd >= 0 {
-		_ = unix.Waitid(unix.P_PIDFD, int(fd), nil, unix.WEXITED|unix.WNOHANG, nil)
-		_ = unix.Close(int(fd))
-	}
-}
-
-// removeTree removes dir even when the code left directories without write or
-// search permission in it.
-func removeTree(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if d != nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	return nil
-}
-
-// checkSearchable fails when the sandbox user could not reach dir: bwrap runs as
-// that user and must find what it mounts.
-func checkSearchable(dir string, cred *syscall.Credential) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return fmt.Errorf("path %q: %w", dir, err)
-	}
-	for p := abs; ; p = filepath.Dir(p) {
-		var st syscall.Stat_t
-		if err := syscall.Stat(p, &st); err != nil {
-			return fmt.Errorf("stat %s: %w", p, err)
-		}
-		perm := st.Mode & 0o777
-		ok := perm&0o001 != 0 ||
-			(st.Uid == cred.Uid && perm&0o100 != 0) ||
-			(st.Gid == cred.Gid && perm&0o010 != 0)
-		if !ok {
-			return fmt.Errorf("%q: %s (mode %o) is not searchable by sandbox user %d; allow it (chmod o+x) or choose another directory", dir, p, perm, cred.Uid)
-		}
-		if p == "/" {
-			return nil
-		}
-	}
-}
-
-var errTrailingData = errors.New("trailing data after JSON value")
-
-// decodeJSON keeps numbers as json.Number so that integers beyond 2^53 survive.
-func decodeJSON(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errTrailingData
-	}
-	return nil
 }
 
 func exitText(code int) string {

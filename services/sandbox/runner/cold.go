@@ -8,11 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/novaflow/nova/services/sandbox/isolation"
 )
 
 // bwrap's --info-fd. runner.py's result is fd 3 and its egress broker fd 5.
@@ -25,11 +25,7 @@ func (r *Runner) runCold(ctx context.Context, j *job) (outcome, error) {
 	if err != nil {
 		return outcome{}, fmt.Errorf("prepare sandbox: %w", err)
 	}
-	defer func() {
-		if err := removeTree(dir); err != nil {
-			r.cfg.Logger.Warn("sandbox dir not removed", "sandbox_id", j.id, "dir", dir, "err", err)
-		}
-	}()
+	defer r.removeDir(j.id, dir)
 	config := j.limits.config(j.id, j.broker != nil)
 	config["code"], config["context"] = "/nova/code.py", "/nova/context.json"
 	text, err := json.Marshal(config)
@@ -70,8 +66,8 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 		extra = append(extra, j.broker)
 	}
 
-	pid1 := newSandboxInit()
-	defer pid1.close()
+	pid1 := isolation.NewPID1()
+	defer pid1.Close()
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
 	cmd.Env = r.env // also what /proc/1/environ shows inside
@@ -91,7 +87,7 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 		return out, fmt.Errorf("start %s: %w", filepath.Base(path), err)
 	}
 	killAll := func() {
-		if pid1.kill() {
+		if pid1.Kill() {
 			return
 		}
 		// bwrap has not set up the namespaces yet (--die-with-parent takes the
@@ -104,7 +100,7 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 	wg.Go(func() { copyTo(j.stderr, readers[1]) })
 	wg.Go(func() { j.result.readFrom(readers[2]) })
 	if sandboxed {
-		wg.Go(func() { pid1.readInfo(readers[3]) })
+		wg.Go(func() { pid1.ReadInfo(readers[3]) })
 	}
 	exited := make(chan struct{})
 	var limit string
@@ -130,26 +126,14 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(waitDelay)
-	// Everything that held the pipes is dead by now; the timer is a safety net.
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Until(deadline)):
-		for _, f := range readers {
-			f.Close()
-		}
-		<-done
-	}
+	// Everything that held the pipes is dead by now; the deadline is a safety net.
+	isolation.AwaitReaders(&wg, deadline, readers...)
 	close(exited)
 	watcher.Wait()
 	// No process of the sandbox may outlive Run, including those that let go of
 	// its output.
-	if err := pid1.waitExit(deadline); err != nil {
-		pid1.kill()
-		if err := pid1.waitExit(time.Now().Add(waitDelay)); err != nil {
-			return out, fmt.Errorf("wait for the sandbox to end: %w", err)
-		}
+	if err := pid1.End(deadline, waitDelay); err != nil {
+		return out, fmt.Errorf("wait for the sandbox to end: %w", err)
 	}
 	j.stdout.lines.endLine()
 	out.limit = limit
@@ -171,64 +155,14 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 }
 
 func (r *Runner) coldArgs(dir string, l limits, config string) []string {
-	args := []string{
-		"--unshare-all",
-		"--die-with-parent",
-		"--new-session",
-		"--cap-drop", "ALL",
-		"--hostname", "nova-sandbox",
-		"--info-fd", strconv.Itoa(infoFD),
-	}
-	args = append(args, r.mounts...)
-	args = append(args,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--ro-bind", filepath.Join(dir, "in"), "/nova",
-		"--size", strconv.FormatInt(l.disk, 10), "--tmpfs", "/tmp",
-		"--chdir", "/tmp",
-		"--clearenv",
-	)
-	for _, kv := range r.env {
-		k, v, _ := strings.Cut(kv, "=")
-		args = append(args, "--setenv", k, v)
-	}
+	args := isolation.Sandbox{
+		InfoFD:    infoFD,
+		System:    r.mounts,
+		In:        filepath.Join(dir, "in"),
+		DiskBytes: l.disk,
+		Env:       r.env,
+	}.Args()
 	return append(args, "--", r.cfg.Python, runnerInside, "run", config)
-}
-
-// systemMounts mounts /usr and what lives beside it read-only. On merged-/usr
-// systems /bin, /lib... are symlinks and are recreated as such.
-func systemMounts() ([]string, error) {
-	args := []string{"--ro-bind", "/usr", "/usr"}
-	for _, p := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("inspect %s: %w", p, err)
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("read link %s: %w", p, err)
-			}
-			args = append(args, "--symlink", target, p)
-		case fi.IsDir():
-			args = append(args, "--ro-bind", p, p)
-		}
-	}
-	// Only the public parts of /etc: not /etc/ssl/private, not passwd or shadow.
-	for _, p := range []string{
-		"/etc/alternatives",
-		"/etc/ssl/certs",
-		"/etc/ssl/openssl.cnf",
-		"/etc/ca-certificates",
-		"/etc/localtime",
-		"/etc/ld.so.cache",
-		"/etc/mime.types",
-	} {
-		args = append(args, "--ro-bind-try", p, p)
-	}
-	return args, nil
 }
 
 // prepare writes the runner, the code and the context into a fresh directory
@@ -240,7 +174,7 @@ func (r *Runner) prepare(j *job) (dir string, err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = removeTree(dir)
+			_ = isolation.RemoveTree(dir)
 			dir = ""
 		}
 	}()
@@ -255,15 +189,19 @@ func (r *Runner) prepare(j *job) (dir string, err error) {
 	if err := os.WriteFile(files[1], []byte(j.req.Code), 0o600); err != nil {
 		return "", fmt.Errorf("write code: %w", err)
 	}
-	if err := writeContext(files[2], j.req.Context); err != nil {
+	if err := WriteContext(files[2], j.req.Context); err != nil {
 		return "", err
 	}
-	if r.cred != nil {
-		for _, p := range append([]string{dir, in}, files...) {
-			if err := os.Lchown(p, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
-				return "", fmt.Errorf("hand dir to sandbox user: %w", err)
-			}
-		}
+	if err := isolation.Chown(r.cred, append([]string{dir, in}, files...)...); err != nil {
+		return "", fmt.Errorf("hand dir to sandbox user: %w", err)
 	}
 	return dir, nil
+}
+
+// removeDir removes a per-execution directory; one left behind is litter, not
+// a fault of the run.
+func (r *Runner) removeDir(id, dir string) {
+	if err := isolation.RemoveTree(dir); err != nil {
+		r.cfg.Logger.Warn("sandbox dir not removed", "sandbox_id", id, "dir", dir, "err", err)
+	}
 }

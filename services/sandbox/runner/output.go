@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 
@@ -121,7 +122,7 @@ func parseProtocolLine(line []byte) (*protocolMessage, bool) {
 	}
 	rawUpdates, hasUpdates := fields["context_updates"]
 	if hasUpdates {
-		if err := decodeJSON(rawUpdates, &m.ContextUpdates); err != nil {
+		if err := DecodeJSON(rawUpdates, &m.ContextUpdates); err != nil {
 			return nil, false
 		}
 	}
@@ -138,8 +139,11 @@ func parseProtocolLine(line []byte) (*protocolMessage, bool) {
 	return m, true
 }
 
-// decodeJSON keeps numbers as json.Number so that integers beyond 2^53 survive.
-func decodeJSON(data []byte, v any) error {
+var errTrailingData = errors.New("trailing data after JSON value")
+
+// DecodeJSON decodes one JSON value, a runner's report say, keeping numbers as
+// json.Number so that integers beyond 2^53 survive (see Result.Updates).
+func DecodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {

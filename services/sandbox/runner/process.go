@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/novaflow/nova/services/sandbox/isolation"
 )
 
 // runProcess runs the program as a plain python3 subprocess of the service:
@@ -17,19 +19,13 @@ func (r *Runner) runProcess(ctx context.Context, j *job) (outcome, error) {
 	if err != nil {
 		return outcome{}, fmt.Errorf("prepare process: %w", err)
 	}
-	defer func() {
-		if err := removeTree(dir); err != nil {
-			r.cfg.Logger.Warn("sandbox dir not removed", "sandbox_id", j.id, "dir", dir, "err", err)
-		}
-	}()
+	defer r.removeDir(j.id, dir)
 	tmp := filepath.Join(dir, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return outcome{}, fmt.Errorf("prepare process: %w", err)
 	}
-	if r.cred != nil {
-		if err := os.Lchown(tmp, int(r.cred.Uid), int(r.cred.Gid)); err != nil {
-			return outcome{}, fmt.Errorf("prepare process: %w", err)
-		}
+	if err := isolation.Chown(r.cred, tmp); err != nil {
+		return outcome{}, fmt.Errorf("prepare process: %w", err)
 	}
 	in := filepath.Join(dir, "in")
 	config := j.limits.config(j.id, j.broker != nil)

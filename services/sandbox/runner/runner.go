@@ -44,6 +44,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/novaflow/nova/services/sandbox/egress"
+	"github.com/novaflow/nova/services/sandbox/isolation"
 )
 
 //go:embed runner.py
@@ -234,7 +235,6 @@ func sandboxEnv() []string {
 }
 
 const (
-	nobody       = 65534
 	waitDelay    = 5 * time.Second
 	runnerInside = "/nova/runner.py"
 )
@@ -264,10 +264,9 @@ func New(cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("python not usable at %q: %w", python, err)
 	}
 	cfg.Python = python
-	if fi, err := os.Stat(cfg.WorkDir); err != nil {
-		return nil, fmt.Errorf("work dir: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("work dir %q is not a directory", cfg.WorkDir)
+	cred := isolation.Credential(cfg.SandboxUID, cfg.SandboxGID)
+	if err := isolation.CheckWorkDir(cfg.WorkDir, cred); err != nil {
+		return nil, err
 	}
 	if _, err := egress.NewPolicy(cfg.EgressAllow); err != nil {
 		return nil, fmt.Errorf("egress allow list: %w", err)
@@ -276,15 +275,10 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{
 		cfg:     cfg,
 		env:     sandboxEnv(),
+		cred:    cred,
 		nproc:   cfg.MaxProcesses,
 		proxy:   &egress.Proxy{Logger: cfg.Logger},
 		breaker: newBreaker(cfg.BreakerThreshold, cfg.BreakerCoolDown),
-	}
-	if os.Geteuid() == 0 && cfg.SandboxUID >= 0 && cfg.SandboxGID >= 0 {
-		r.cred = &syscall.Credential{Uid: uint32(cfg.SandboxUID), Gid: uint32(cfg.SandboxGID)}
-		if err := checkSearchable(cfg.WorkDir, r.cred); err != nil {
-			return nil, err
-		}
 	}
 	if cfg.Backend == BackendProcess {
 		cfg.Logger.Warn("sandbox backend is 'process': programs run with NO ISOLATION from this host (no namespaces, no network restriction, no private files); use only where user namespaces are unavailable and the code is trusted")
@@ -294,7 +288,8 @@ func New(cfg Config) (*Runner, error) {
 		return r, nil
 	}
 	var err error
-	r.mounts, err = systemMounts()
+	// Python's mimetypes module reads /etc/mime.types.
+	r.mounts, err = isolation.SystemMounts("/etc/mime.types")
 	if err != nil {
 		return nil, err
 	}
@@ -351,10 +346,10 @@ func withDefaults(cfg Config) Config {
 		cfg.WorkDir = os.TempDir()
 	}
 	if cfg.SandboxUID == 0 {
-		cfg.SandboxUID = nobody
+		cfg.SandboxUID = isolation.Nobody
 	}
 	if cfg.SandboxGID == 0 {
-		cfg.SandboxGID = nobody
+		cfg.SandboxGID = isolation.Nobody
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -461,7 +456,7 @@ type outcome struct {
 // cancelled); what the code did wrong is reported in the Result.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	start := time.Now()
-	res := Result{SandboxID: newSandboxID()}
+	res := Result{SandboxID: NewSandboxID()}
 	finish := func(err error) (Result, error) {
 		res.Duration = time.Since(start)
 		return res, err
@@ -611,7 +606,7 @@ func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessag
 		Updates   map[string]any `json:"updates"`
 		Deleted   []string       `json:"deleted"`
 	}
-	if err := decodeJSON(payload, &rep); err != nil {
+	if err := DecodeJSON(payload, &rep); err != nil {
 		if started {
 			// The code ran and could write anything to the result channel.
 			res.Status, res.ErrorKind = StatusError, KindCodeError
@@ -686,7 +681,8 @@ func (r *Runner) startBroker(ctx context.Context, j *job, policy egress.Policy) 
 	}, nil
 }
 
-func newSandboxID() string {
+// NewSandboxID returns a fresh Result.SandboxID.
+func NewSandboxID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // never fails
 	return hex.EncodeToString(b)

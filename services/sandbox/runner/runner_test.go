@@ -19,6 +19,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/novaflow/nova/services/sandbox/isolation/isolationtest"
 )
 
 func TestMain(m *testing.M) {
@@ -42,22 +44,7 @@ func startTestRunner(t testing.TB, cfg Config) *Runner {
 	if _, err := exec.LookPath("/usr/bin/bwrap"); err != nil {
 		t.Skip("bubblewrap is not installed (/usr/bin/bwrap); install the bubblewrap package to run sandbox tests")
 	}
-	dir, err := os.MkdirTemp("", "nova-runner-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Searchable by the unprivileged sandbox user bwrap runs as under root.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		left, _ := os.ReadDir(dir)
-		for _, e := range left {
-			t.Errorf("per-execution dir left behind: %s", e.Name())
-		}
-		_ = os.RemoveAll(dir)
-	})
-	cfg.WorkDir = dir
+	cfg.WorkDir = isolationtest.WorkDir(t)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/novaflow/nova/services/sandbox/isolation"
 )
 
 // Warm starts. A zygote is runner.py started in bubblewrap in "zygote" mode:
@@ -180,7 +182,7 @@ type zygote struct {
 	logger *slog.Logger
 	cmd    *exec.Cmd
 	ctl    *net.UnixConn
-	init   *sandboxInit
+	init   *isolation.PID1
 	wg     sync.WaitGroup // the goroutines watching the zygote
 
 	sendMu   sync.Mutex
@@ -206,7 +208,7 @@ func (z *zygote) deathReason() string {
 
 // kill ends the zygote's whole sandbox at once, jobs included.
 func (z *zygote) kill() {
-	if !z.init.kill() {
+	if !z.init.Kill() {
 		_ = syscall.Kill(-z.cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
@@ -222,12 +224,12 @@ func (z *zygote) stop() {
 		z.kill()
 		<-z.waited
 	}
-	if err := z.init.waitExit(time.Now().Add(waitDelay)); err != nil {
+	if err := z.init.WaitExit(time.Now().Add(waitDelay)); err != nil {
 		z.kill()
-		_ = z.init.waitExit(time.Now().Add(waitDelay))
+		_ = z.init.WaitExit(time.Now().Add(waitDelay))
 	}
 	z.wg.Wait()
-	z.init.close()
+	z.init.Close()
 }
 
 func (r *Runner) zygoteArgs(config string) []string {
@@ -253,12 +255,8 @@ func (r *Runner) zygoteArgs(config string) []string {
 		"--remount-ro", "/",
 		"--remount-ro", "/dev",
 		"--chdir", "/",
-		"--clearenv",
 	)
-	for _, kv := range r.env {
-		k, v, _ := strings.Cut(kv, "=")
-		args = append(args, "--setenv", k, v)
-	}
+	args = append(args, isolation.EnvArgs(r.env)...)
 	return append(args, "--", r.cfg.Python, runnerInside, "zygote", config)
 }
 
@@ -303,7 +301,7 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 		slot:   slot,
 		logger: r.cfg.Logger.With("zygote", slot),
 		ctl:    ctl,
-		init:   newSandboxInit(),
+		init:   isolation.NewPID1(),
 		dead:   make(chan struct{}),
 		waited: make(chan struct{}),
 	}
@@ -328,7 +326,7 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 	script.Close()
 	z.wg.Go(func() {
 		defer infoR.Close()
-		z.init.readInfo(infoR)
+		z.init.ReadInfo(infoR)
 	})
 	z.wg.Go(func() {
 		err := z.cmd.Wait()
