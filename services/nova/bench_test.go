@@ -59,7 +59,7 @@ type benchEnv struct {
 // benchStartStack starts the whole in-process stack (embedded NATS and
 // FerretDB, graph engine, sandbox, audit) and a client, and runs one workflow
 // so that start-up costs stay out of the timed loop.
-func benchStartStack(b *testing.B) *benchEnv {
+func benchStartStack(b *testing.B, warm bool) *benchEnv {
 	b.Helper()
 	ctx := b.Context()
 	def, err := workflow.Parse([]byte(benchWorkflow))
@@ -69,7 +69,7 @@ func benchStartStack(b *testing.B) *benchEnv {
 	if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	s, err := stack.Start(ctx, stack.Options{DataDir: b.TempDir()})
+	s, err := stack.Start(ctx, stack.Options{DataDir: b.TempDir(), WarmSandbox: warm})
 	if err != nil {
 		b.Fatalf("start stack: %v", err)
 	}
@@ -89,6 +89,14 @@ func benchStartStack(b *testing.B) *benchEnv {
 	}
 	env := &benchEnv{stack: s, client: client.New(conn, values), def: def}
 	env.run(b)
+	if warm {
+		// The zygotes import pandas, fitz and the rest in the background;
+		// runs are cold until they are ready.
+		time.Sleep(4 * time.Second)
+		for range 5 {
+			env.run(b)
+		}
+	}
 	return env
 }
 
@@ -291,14 +299,24 @@ func benchReport(b *testing.B, label string, elapsed, cpu time.Duration, workflo
 // through the real in-process stack and reports workflows per second and the
 // median per-node overhead outside the code's own run time.
 func BenchmarkWorkflow3Nodes(b *testing.B) {
-	env := benchStartStack(b)
+	benchSequential(b, false, "sequential")
+}
+
+// BenchmarkWorkflow3NodesWarm is the same with the sandbox's warm
+// interpreters (as nova dev and a deployment run it).
+func BenchmarkWorkflow3NodesWarm(b *testing.B) {
+	benchSequential(b, true, "sequential, warm sandbox")
+}
+
+func benchSequential(b *testing.B, warm bool, label string) {
+	env := benchStartStack(b, warm)
 	var ids []string
 	cpu, start := benchCPU(b), time.Now()
 	for b.Loop() {
 		ids = append(ids, env.run(b))
 	}
 	elapsed, cpu := time.Since(start), benchCPU(b)-cpu
-	benchReport(b, "sequential", elapsed, cpu, len(ids), env.chainTimes(b, ids), benchMeasureBaselines(b, benchBaselineRuns))
+	benchReport(b, label, elapsed, cpu, len(ids), env.chainTimes(b, ids), benchMeasureBaselines(b, benchBaselineRuns))
 }
 
 // BenchmarkWorkflow3NodesParallel keeps a fixed number of workflows running
@@ -308,7 +326,7 @@ func BenchmarkWorkflow3Nodes(b *testing.B) {
 func BenchmarkWorkflow3NodesParallel(b *testing.B) {
 	for _, concurrent := range []int{2, 8} {
 		b.Run(fmt.Sprintf("workflows=%d", concurrent), func(b *testing.B) {
-			env := benchStartStack(b)
+			env := benchStartStack(b, false)
 			slots := make(chan struct{}, concurrent)
 			var (
 				wg     sync.WaitGroup
