@@ -374,7 +374,8 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 		return nil
 	}
 	if r.Status != nodeSuccess {
-		if r.ErrorKind == errorKindDeadLetter {
+		if r.ErrorKind == errorKindDeadLetter || r.ErrorKind == errorKindRuntimeUnavailable {
+			// Another attempt cannot help when the runtime is missing.
 			t.nodeFailed(node, t.nodeState(node.Id), r.Error, r)
 			return nil
 		}

@@ -174,3 +174,28 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 		t.Errorf("attempts %d, steps %v", st.Nodes["discount"].Attempts, seen)
 	}
 }
+
+func TestAINodeFailsFastWhenTheRuntimeIsUnavailable(t *testing.T) {
+	e := newTestEngine()
+	st, first := startAIExecution(t, e, map[string]any{"total": 1500.0})
+	var generations int
+	pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
+		switch c := cmd.(type) {
+		case *novav1.AnalyzeInput:
+			return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}}
+		case *novav1.GenerateCode:
+			generations++
+			return &novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "context['x'] = 1", Stage: "TASK"}
+		case *novav1.ValidateCode:
+			return &novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true}
+		case *novav1.ExecuteCode:
+			return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
+				Status: "error", ErrorKind: errorKindRuntimeUnavailable, Error: "this sandbox has no JavaScript runtime"}
+		}
+		t.Fatalf("unexpected command %T", cmd)
+		return nil
+	})
+	if st.Status != statusFailed || generations != 1 || !strings.Contains(st.Error, "no JavaScript runtime") {
+		t.Errorf("status %s after %d generations: %q", st.Status, generations, st.Error)
+	}
+}

@@ -31,6 +31,8 @@ const (
 
 	errorKindSandboxFault = "sandbox_fault"
 	errorKindDeadLetter   = "dead_letter"
+	// errorKindRuntimeUnavailable: the sandbox cannot run the language at all.
+	errorKindRuntimeUnavailable = "runtime_unavailable"
 )
 
 // outEvent is an event a transition decided to publish.
