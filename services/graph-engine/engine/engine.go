@@ -318,31 +318,31 @@ func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
 		if err := bus.Decode(ev, &r); err != nil {
 			return err
 		}
-		return e.update(ctx, r.ExecutionId, func(t *transition) error { return t.codeExecuted(&r) })
+		return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error { return t.codeExecuted(&r) })
 	case bus.TypeInputAnalyzed:
 		var r novav1.InputAnalyzed
 		if err := bus.Decode(ev, &r); err != nil {
 			return err
 		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.inputAnalyzed(&r) })
+		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.inputAnalyzed(&r) })
 	case bus.TypeCodeGenerated:
 		var r novav1.CodeGenerated
 		if err := bus.Decode(ev, &r); err != nil {
 			return err
 		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.codeGenerated(&r) })
+		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.codeGenerated(&r) })
 	case bus.TypeCodeValidated:
 		var r novav1.CodeValidated
 		if err := bus.Decode(ev, &r); err != nil {
 			return err
 		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.codeValidated(&r) })
+		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.codeValidated(&r) })
 	case bus.TypeOutputValidated:
 		var r novav1.OutputValidated
 		if err := bus.Decode(ev, &r); err != nil {
 			return err
 		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), func(t *transition) error { return t.outputValidated(&r) })
+		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.outputValidated(&r) })
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", ev.Type()))
 	}
@@ -364,7 +364,7 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
 			return nil
 		}
-		return e.update(ctx, r.ExecutionId, func(t *transition) error {
+		return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error {
 			if t.st.Status == statusRunning {
 				t.fail(fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason))
 			}
@@ -390,7 +390,7 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			return nil
 		}
 		ref := agentCmd.GetRef()
-		return e.update(ctx, ref.ExecutionId, func(t *transition) error {
+		return e.update(ctx, ref.ExecutionId, ref.NodeId, func(t *transition) error {
 			if err := t.checkAI(ref); err != nil {
 				return err
 			}
@@ -410,7 +410,7 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			ErrorKind: errorKindDeadLetter,
 			Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
 		}
-		return e.update(ctx, cmd.ExecutionId, func(t *transition) error { return t.codeExecuted(res) })
+		return e.update(ctx, cmd.ExecutionId, cmd.NodeId, func(t *transition) error { return t.codeExecuted(res) })
 	}
 }
 
@@ -423,8 +423,9 @@ func decodeData(data []byte, msg proto.Message) error {
 // stored, with ids derived from the state, so a crash in between is repaired
 // by the redelivery: it computes the same events (deduplicated by JetStream)
 // and stores the state.
-func (e *Engine) update(ctx context.Context, id string, fn func(*transition) error) error {
-	ctx, span := e.tracer.Start(ctx, "graph-engine advance", trace.WithAttributes(attribute.String("execution.id", id)))
+func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transition) error) error {
+	ctx, span := e.tracer.Start(ctx, "graph-engine advance", trace.WithAttributes(
+		attribute.String("execution.id", id), attribute.String("node.id", nodeID)))
 	defer span.End()
 	if !validKey.MatchString(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
@@ -445,7 +446,6 @@ func (e *Engine) update(ctx context.Context, id string, fn func(*transition) err
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		t := e.newTransition(st)
-		span.SetAttributes(attribute.String("node.id", st.CurrentNode))
 		if st.Ai != nil {
 			span.SetAttributes(attribute.Int("attempt", int(st.Ai.Attempt)), attribute.String("phase", st.Ai.Phase))
 		}
