@@ -14,6 +14,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -51,7 +52,7 @@ type Command interface {
 	GetRef() *novav1.StepRef
 }
 
-// Serve handles commands until ctx ends. newCmd returns an empty command;
+// Serve handles commands until ctx ends (tp may be nil: no spans). newCmd returns an empty command;
 // handle returns the result message (which must echo the command's ref). A
 // handler error is retried; wrap it with bus.Permanent when retrying cannot
 // help.
@@ -59,6 +60,9 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 	newCmd func() C, handle func(context.Context, C) (proto.Message, error)) error {
 	if err := b.EnsureStreams(ctx); err != nil {
 		return err
+	}
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
 	}
 	tracer := tp.Tracer("github.com/novaflow/nova/pkg/agent")
 	return b.Consume(ctx, spec.Consumer(), func(ctx context.Context, ev event.Event) error {

@@ -21,7 +21,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/agent"
@@ -70,10 +69,6 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Bus == nil {
 		return errors.New("code validator: bus is required")
 	}
-	tp := d.TracerProvider
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	v := New(d)
 	if info, err := v.d.Runtime.Get(ctx); err != nil {
 		v.log.Warn("sandbox runtime description not available yet; imports are checked against it once it is",
@@ -88,7 +83,7 @@ func Run(ctx context.Context, d Deps) error {
 		ResultType:  bus.TypeCodeValidated,
 		Workers:     d.Workers,
 	}
-	return agent.Serve(ctx, d.Bus, tp, spec,
+	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.ValidateCode { return &novav1.ValidateCode{} },
 		func(ctx context.Context, cmd *novav1.ValidateCode) (proto.Message, error) {
 			return v.Validate(ctx, cmd)

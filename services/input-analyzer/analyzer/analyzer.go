@@ -17,7 +17,6 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/agent"
@@ -78,10 +77,6 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Bus == nil || d.LLM == nil {
 		return errors.New("input analyzer: bus and model client are required")
 	}
-	tp := d.TracerProvider
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	a := New(d)
 	spec := agent.Spec{
 		Name:        bus.AgentInputAnalyzer,
@@ -90,7 +85,7 @@ func Run(ctx context.Context, d Deps) error {
 		ResultType:  bus.TypeInputAnalyzed,
 		Workers:     d.Workers,
 	}
-	return agent.Serve(ctx, d.Bus, tp, spec,
+	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.AnalyzeInput { return &novav1.AnalyzeInput{} },
 		func(ctx context.Context, cmd *novav1.AnalyzeInput) (proto.Message, error) {
 			return a.Analyze(ctx, cmd)

@@ -23,7 +23,6 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/agent"
@@ -70,10 +69,6 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Bus == nil || d.LLM == nil {
 		return errors.New("output validator: bus and model client are required")
 	}
-	tp := d.TracerProvider
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	v := New(d)
 	spec := agent.Spec{
 		Name:        bus.AgentOutputValidator,
@@ -82,7 +77,7 @@ func Run(ctx context.Context, d Deps) error {
 		ResultType:  bus.TypeOutputValidated,
 		Workers:     d.Workers,
 	}
-	return agent.Serve(ctx, d.Bus, tp, spec,
+	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.ValidateOutput { return &novav1.ValidateOutput{} },
 		func(ctx context.Context, cmd *novav1.ValidateOutput) (proto.Message, error) {
 			return v.Validate(ctx, cmd)
