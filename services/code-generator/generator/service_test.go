@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/code-generator/generator"
@@ -21,19 +21,7 @@ import (
 func TestServiceOverTheBus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nats, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nats.Shutdown)
-	b, err := bus.Connect(ctx, nats.URL(), bus.WithName("code-generator-test"), bus.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := devstacktest.Bus(ctx, t, "code-generator-test")
 	// What the sandbox does at start-up.
 	if err := runtimeinfo.Publish(ctx, b.JetStream(), sandboxRuntime(t)); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/code-validator/validator"
@@ -35,19 +35,7 @@ func TestServiceThroughTheBus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
-	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Shutdown()
-	b, err := bus.Connect(ctx, n.URL(), bus.WithName("code-validator-test"), bus.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := devstacktest.Bus(ctx, t, "code-validator-test")
 	results, err := b.Conn().SubscribeSync(bus.EventSubject("exec-1", bus.ResultKind(bus.AgentCodeValidator)))
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/output-validator/outputvalidator"
 )
@@ -22,19 +22,7 @@ func TestServiceThroughTheBus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
-	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Shutdown()
-	b, err := bus.Connect(ctx, n.URL(), bus.WithName("output-validator-test"), bus.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := devstacktest.Bus(ctx, t, "output-validator-test")
 	srv, client := modelServer(t, content(`{"valid": true, "reason": "discount and final_total are correct"}`))
 	results, err := b.Conn().SubscribeSync(bus.EventSubject("exec-1", bus.ResultKind(bus.AgentOutputValidator)))
 	if err != nil {

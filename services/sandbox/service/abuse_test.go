@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/sandbox/runner"
@@ -61,19 +61,7 @@ func startService(t *testing.T, cfg runner.Config) *harness {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.DiscardHandler)
-	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Shutdown)
-	b, err := bus.Connect(ctx, n.URL(), bus.WithName("sandbox-abuse-test"), bus.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := devstacktest.Bus(ctx, t, "sandbox-abuse-test")
 	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
 	if err != nil {
 		t.Fatal(err)
