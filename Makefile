@@ -24,10 +24,28 @@ IMAGE_TAG ?= dev
 PROTOC_VERSION := libprotoc 3.21.12
 PROTOS = $(wildcard proto/nova/v1/*.proto)
 
-# System packages: bubblewrap and python3 with its libraries for the sandbox,
-# protobuf-compiler for `make proto` and `make check`.
+# Every Debian package the build, the checks and the tests use, in one list:
+#   bubblewrap, python3 and its libraries   the sandbox's Python runtime
+#   nodejs, npm                             JavaScript nodes (npm is skipped when
+#                                           an npm command exists: NodeSource's
+#                                           nodejs carries its own and conflicts
+#                                           with Debian's npm package)
+#   protobuf-compiler, libprotobuf-dev      protoc and its well-known .proto
+#                                           files (google/protobuf/*.proto) for
+#                                           `make proto` and the drift check
+#   util-linux                              prlimit for the JavaScript sandbox
+# `make deps` installs what is missing, then `make deps-check` proves each tool
+# and file is usable and names any that is not.
 DEB_PACKAGES := bubblewrap python3 python3-fitz python3-pandas python3-requests \
-	python3-pil python3-bs4 python3-lxml python3-openpyxl python3-pypdf protobuf-compiler
+	python3-pil python3-bs4 python3-lxml python3-openpyxl python3-pypdf \
+	nodejs npm protobuf-compiler libprotobuf-dev util-linux
+# Packages that count as present when their command is (package:command).
+DEB_SATISFIED_BY := npm:npm
+# What the sandbox's python3 must import (module:Debian package).
+PYTHON := /usr/bin/python3
+PYTHON_MODULES := fitz:python3-fitz pandas:python3-pandas requests:python3-requests \
+	PIL:python3-pil bs4:python3-bs4 lxml:python3-lxml openpyxl:python3-openpyxl \
+	pypdf:python3-pypdf
 
 # The JavaScript runtime's packages (axios, cheerio), installed by `make deps`.
 JS_RUNTIME := services/sandbox/jsrunner/runtime
@@ -45,7 +63,8 @@ help:
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
 	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (same value sets)'
-	@echo 'make deps    install missing Debian packages: $(DEB_PACKAGES)'
+	@echo 'make deps    install missing Debian packages ($(DEB_PACKAGES)) and the JavaScript modules, then make deps-check'
+	@echo 'make deps-check  check that every tool and file the build, the checks and the tests use is present and works'
 	@echo 'make clean   remove bin/, .nova/ and .tilt/'
 
 .PHONY: build
@@ -194,7 +213,11 @@ helm-template: helm
 deps:
 	@missing=""; \
 	for p in $(DEB_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' && continue; \
+		for sat in $(DEB_SATISFIED_BY); do \
+			if [ "$${sat%%:*}" = "$$p" ] && command -v "$${sat#*:}" >/dev/null; then continue 2; fi; \
+		done; \
+		missing="$$missing $$p"; \
 	done; \
 	if [ -z "$$missing" ]; then echo "system packages: all present"; else \
 	command -v apt-get >/dev/null || { echo "missing system packages:$$missing (install them with your package manager)" >&2; exit 1; }; \
@@ -202,18 +225,50 @@ deps:
 	echo "installing system packages:$$missing"; \
 	$$sudo apt-get update; \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
-	@# Node.js for JavaScript nodes: any packaging of node and npm will do
-	@# (Debian's nodejs and npm, or NodeSource's nodejs that carries npm).
-	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
-		sudo=""; if [ "$$(id -u)" != 0 ]; then sudo=sudo; fi; \
-		$$sudo apt-get update; \
-		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm; \
-	fi
-	@# axios and cheerio for JavaScript nodes, pinned by the lock file.
-	@if [ ! -d $(JS_RUNTIME)/node_modules ]; then \
+	@# axios and cheerio for JavaScript nodes, pinned by the lock file; installed
+	@# again when the lock file changed since the last install.
+	@if [ ! -f $(JS_RUNTIME)/node_modules/.package-lock.json ] || \
+		[ $(JS_RUNTIME)/package-lock.json -nt $(JS_RUNTIME)/node_modules/.package-lock.json ]; then \
 		echo "npm ci --prefix $(JS_RUNTIME)"; \
 		npm ci --prefix $(JS_RUNTIME) --omit=dev --ignore-scripts --no-audit --no-fund; \
 	fi
+	@$(MAKE) --no-print-directory deps-check
+
+# Proves that every tool and file the build, the checks and the tests use is
+# there and works, and names each one that is not (with the package or step
+# that provides it). Installs nothing.
+.PHONY: deps-check
+deps-check:
+	@bad=0; \
+	ok()   { printf '  ok       %-14s %s\n' "$$1" "$$2"; }; \
+	fail() { printf '  MISSING  %-14s %s\n' "$$1" "$$2" >&2; bad=1; }; \
+	echo "checking what the build, the checks and the tests use:"; \
+	if command -v $(GO) >/dev/null; then ok go "$$($(GO) env GOVERSION)"; else fail go "Go 1.26 at /usr/local/go/bin or on PATH"; fi; \
+	if ! command -v protoc >/dev/null; then fail protoc "Debian package protobuf-compiler"; \
+	elif [ "$$(protoc --version)" != "$(PROTOC_VERSION)" ]; then fail protoc "is '$$(protoc --version)', the generated code is pinned to '$(PROTOC_VERSION)' (Debian 12 protobuf-compiler)"; \
+	elif ! err=$$(cd proto && protoc -I . --descriptor_set_out=/dev/null nova/v1/*.proto 2>&1); then \
+		fail protoc-includes "protoc cannot compile proto/nova/v1 ($$(echo "$$err" | head -1)); the well-known types are in Debian package libprotobuf-dev"; \
+	else ok protoc "$$(protoc --version), well-known types found"; fi; \
+	if gen=$$(cd proto && $(GO) tool -n protoc-gen-go 2>&1); then ok protoc-gen-go "$$gen"; else fail protoc-gen-go "go tool protoc-gen-go (proto/go.mod) failed: $$gen"; fi; \
+	if [ ! -x /usr/bin/bwrap ]; then fail bwrap "/usr/bin/bwrap: Debian package bubblewrap"; \
+	elif ! err=$$(/usr/bin/bwrap --unshare-all --die-with-parent --ro-bind / / /bin/true 2>&1); then \
+		fail bwrap "/usr/bin/bwrap cannot create namespaces: $$err (the sandbox needs unprivileged user namespaces, or root)"; \
+	else ok bwrap "$$(/usr/bin/bwrap --version), namespaces work"; fi; \
+	if [ ! -x $(PYTHON) ]; then fail python3 "$(PYTHON): Debian package python3"; else \
+		for mp in $(PYTHON_MODULES); do \
+			if $(PYTHON) -c "import $${mp%%:*}" 2>/dev/null; then ok "$${mp%%:*}" "$(PYTHON) imports it"; \
+			else fail "$${mp%%:*}" "$(PYTHON) cannot import it: Debian package $${mp#*:}"; fi; \
+		done; \
+	fi; \
+	if [ ! -x /usr/bin/node ]; then fail node "/usr/bin/node: Debian package nodejs"; else ok node "$$(/usr/bin/node --version)"; fi; \
+	if command -v npm >/dev/null; then ok npm "$$(npm --version 2>/dev/null)"; else fail npm "Debian package npm"; fi; \
+	for m in axios cheerio undici; do \
+		if [ -x /usr/bin/node ] && (cd $(JS_RUNTIME) && /usr/bin/node -e "require.resolve('$$m')" 2>/dev/null); then ok "$$m" "$(JS_RUNTIME)/node_modules"; \
+		else fail "$$m" "not in $(JS_RUNTIME)/node_modules: npm ci --prefix $(JS_RUNTIME)"; fi; \
+	done; \
+	if [ -x /usr/bin/prlimit ]; then ok prlimit /usr/bin/prlimit; else fail prlimit "/usr/bin/prlimit: Debian package util-linux"; fi; \
+	if [ "$$bad" != 0 ]; then echo "make deps-check: something the build or the tests need is missing (above); 'make deps' installs it" >&2; exit 1; fi; \
+	echo "everything the build, the checks and the tests use is present"
 
 .PHONY: clean
 clean:
