@@ -23,7 +23,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -72,18 +71,23 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	// The StartWorkflow message: an inline definition (or the name of a
-	// registered one) and the initial context.
-	initial, err := structpb.NewStruct(map[string]any{"name": *who})
-	if err != nil {
+	// The StartWorkflow message (proto/nova/v1/events.proto) in its JSON
+	// form: an inline definition (or the name of a registered one) and the
+	// initial context, which is plain JSON whose numbers reach every node
+	// exactly as written here.
+	executionID := uuid.NewString()
+	start := startWorkflow{ExecutionID: executionID, WorkflowName: *name}
+	if *name == "" {
+		def, err := protojson.Marshal(greeting())
+		if err != nil {
+			return err
+		}
+		start.Definition = def
+	}
+	if start.Context, err = json.Marshal(map[string]any{"name": *who}); err != nil {
 		return err
 	}
-	executionID := uuid.NewString()
-	start := &novav1.StartWorkflow{ExecutionId: executionID, WorkflowName: *name, Context: initial}
-	if *name == "" {
-		start.Definition = greeting()
-	}
-	data, err := protojson.Marshal(start)
+	data, err := json.Marshal(start)
 	if err != nil {
 		return err
 	}
@@ -144,26 +148,45 @@ func run(ctx context.Context) error {
 	if t := m.Headers().Get("ce-type"); t != completedType {
 		return fmt.Errorf("unexpected event type %q", t)
 	}
-	var done novav1.WorkflowCompleted
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(m.Data(), &done); err != nil {
+	var done workflowCompleted
+	if err := json.Unmarshal(m.Data(), &done); err != nil {
 		return fmt.Errorf("decode completion: %w", err)
 	}
 
 	out, _ := json.MarshalIndent(map[string]any{
-		"execution_id": done.ExecutionId,
+		"execution_id": done.ExecutionID,
 		"status":       done.Status,
 		"path":         done.Path,
-		"context":      done.GetContext().AsMap(),
+		"context":      done.Context,
 		"error":        done.Error,
 	}, "", "  ")
 	fmt.Println(string(out))
 	if done.Status != "succeeded" {
-		return fmt.Errorf("execution %s %s: %s", done.ExecutionId, done.Status, done.Error)
+		return fmt.Errorf("execution %s %s: %s", done.ExecutionID, done.Status, done.Error)
 	}
 	return nil
 }
 
 // greeting is a three-node workflow: start -> greet (Python) -> end.
+// startWorkflow is the JSON of nova.v1.StartWorkflow (field names in
+// lowerCamelCase, as protojson writes them). The context is any JSON object.
+type startWorkflow struct {
+	ExecutionID  string          `json:"executionId"`
+	WorkflowName string          `json:"workflowName,omitempty"`
+	Definition   json.RawMessage `json:"definition,omitempty"`
+	Context      json.RawMessage `json:"context"`
+}
+
+// workflowCompleted is the part of nova.v1.WorkflowCompleted this producer
+// prints. json.RawMessage keeps the context's numbers as they were written.
+type workflowCompleted struct {
+	ExecutionID string          `json:"executionId"`
+	Status      string          `json:"status"`
+	Context     json.RawMessage `json:"context"`
+	Path        []string        `json:"path"`
+	Error       string          `json:"error"`
+}
+
 func greeting() *novav1.WorkflowDefinition {
 	return &novav1.WorkflowDefinition{
 		Name: "greeting",

@@ -14,8 +14,9 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/eventjson"
 )
 
 // CloudEvents binary content mode over NATS headers: every context attribute
@@ -44,11 +45,12 @@ var ceSpecs = spec.WithPrefixMatchExact(
 // or whose data does not decode into the expected message.
 var ErrMalformedEvent = errors.New("malformed event")
 
-// NewEvent builds a CloudEvent whose data is the protojson of msg and whose
+// NewEvent builds a CloudEvent whose data is the JSON of msg (protojson, with
+// exact JSON values: see pkg/eventjson) and whose
 // dataschema names the message type. id should be deterministic for the fact
 // it describes, so that a redelivered publish is deduplicated.
 func NewEvent(id, typ, source string, msg proto.Message) (event.Event, error) {
-	data, err := protojson.Marshal(msg)
+	data, err := eventjson.Marshal(msg)
 	if err != nil {
 		return event.Event{}, fmt.Errorf("encode %s: %w", typ, err)
 	}
@@ -78,7 +80,7 @@ func Decode(ev event.Event, msg proto.Message) error {
 	if s := ev.DataSchema(); s != "" && s != SchemaOf(msg) {
 		return fmt.Errorf("%w: event %s carries %s, want %s", ErrMalformedEvent, ev.ID(), s, SchemaOf(msg))
 	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(ev.Data(), msg); err != nil {
+	if err := eventjson.Unmarshal(ev.Data(), msg); err != nil {
 		return fmt.Errorf("%w: event %s (%s): %v", ErrMalformedEvent, ev.ID(), ev.Type(), err)
 	}
 	return nil

@@ -60,7 +60,15 @@ type Ref struct {
 	SHA256 string
 }
 
-// AsRef reports whether v is a reference map.
+// refJSON is the JSON form of a reference.
+type refJSON struct {
+	Ref    string `json:"$ref"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// AsRef reports whether v (a decoded JSON value, numbers as float64 or
+// json.Number) is a reference.
 func AsRef(v any) (Ref, bool) {
 	m, ok := v.(map[string]any)
 	if !ok || len(m) != 3 {
@@ -68,40 +76,56 @@ func AsRef(v any) (Ref, bool) {
 	}
 	name, ok1 := m["$ref"].(string)
 	sum, ok2 := m["sha256"].(string)
-	size, ok3 := m["size"].(float64)
+	var size int64
+	var ok3 bool
+	switch n := m["size"].(type) {
+	case float64:
+		size, ok3 = int64(n), true
+	case json.Number:
+		i, err := n.Int64()
+		size, ok3 = i, err == nil
+	}
 	if !ok1 || !ok2 || !ok3 || !strings.HasPrefix(name, Bucket+"/") {
 		return Ref{}, false
 	}
-	return Ref{Name: strings.TrimPrefix(name, Bucket+"/"), Size: int64(size), SHA256: sum}, true
+	return Ref{Name: strings.TrimPrefix(name, Bucket+"/"), Size: size, SHA256: sum}, true
 }
 
-func (r Ref) value() map[string]any {
-	return map[string]any{"$ref": Bucket + "/" + r.Name, "size": float64(r.Size), "sha256": r.SHA256}
+// RawRef reports whether raw is the JSON of a reference.
+func RawRef(raw json.RawMessage) (Ref, bool) {
+	// A reference is a small object with "$ref" first-level key; anything
+	// else is rejected before decoding.
+	if len(raw) == 0 || raw[0] != '{' || len(raw) > 512 || !bytes.Contains(raw, []byte(`"$ref"`)) {
+		return Ref{}, false
+	}
+	var r refJSON
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if d.Decode(&r) != nil || !strings.HasPrefix(r.Ref, Bucket+"/") || r.SHA256 == "" {
+		return Ref{}, false
+	}
+	return Ref{Name: strings.TrimPrefix(r.Ref, Bucket+"/"), Size: r.Size, SHA256: r.SHA256}, true
 }
 
-// Shrink replaces, in place, every top-level value of m whose JSON is over
-// the threshold by a reference, storing the value first. Storing is
-// idempotent: the same content is stored once.
-func (s *Store) Shrink(ctx context.Context, m map[string]any) error {
-	for k, v := range m {
-		if _, isRef := AsRef(v); isRef {
+// JSON is the reference as it travels in a context.
+func (r Ref) JSON() json.RawMessage {
+	b, _ := json.Marshal(refJSON{Ref: Bucket + "/" + r.Name, Size: r.Size, SHA256: r.SHA256})
+	return b
+}
+
+// Shrink replaces, in place, every member of the object whose JSON is over
+// the threshold by a reference, storing the value first (its exact text).
+// Storing is idempotent: the same content is stored once.
+func (s *Store) Shrink(ctx context.Context, o map[string]json.RawMessage) error {
+	for k, raw := range o {
+		if len(raw) <= s.threshold {
 			continue
 		}
-		if str, ok := v.(string); ok && len(str) <= s.threshold/2 {
-			continue // cannot be over the threshold once encoded
-		}
-		data, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode context value %q: %w", k, err)
-		}
-		if len(data) <= s.threshold {
-			continue
-		}
-		ref, err := s.put(ctx, data)
+		ref, err := s.put(ctx, raw)
 		if err != nil {
 			return fmt.Errorf("store context value %q: %w", k, err)
 		}
-		m[k] = ref.value()
+		o[k] = ref.JSON()
 	}
 	return nil
 }
@@ -118,11 +142,11 @@ func (s *Store) put(ctx context.Context, data []byte) (Ref, error) {
 	return ref, nil
 }
 
-// Expand replaces, in place, every top-level reference in m by its value,
-// checking size and digest.
-func (s *Store) Expand(ctx context.Context, m map[string]any) error {
-	for k, v := range m {
-		ref, ok := AsRef(v)
+// Expand replaces, in place, every member of the object that is a reference
+// by the value's text, checking size and digest.
+func (s *Store) Expand(ctx context.Context, o map[string]json.RawMessage) error {
+	for k, raw := range o {
+		ref, ok := RawRef(raw)
 		if !ok {
 			continue
 		}
@@ -130,13 +154,14 @@ func (s *Store) Expand(ctx context.Context, m map[string]any) error {
 		if err != nil {
 			return fmt.Errorf("context value %q: %w", k, err)
 		}
-		m[k] = val
+		o[k] = val
 	}
 	return nil
 }
 
-// Get reads and decodes a referenced value.
-func (s *Store) Get(ctx context.Context, ref Ref) (any, error) {
+// Get reads a referenced value's JSON text, checking its size, digest and
+// syntax.
+func (s *Store) Get(ctx context.Context, ref Ref) (json.RawMessage, error) {
 	data, err := s.obj.GetBytes(ctx, ref.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %v", ErrBadRef, ref.Name, err)
@@ -145,9 +170,8 @@ func (s *Store) Get(ctx context.Context, ref Ref) (any, error) {
 	if int64(len(data)) != ref.Size || hex.EncodeToString(sum[:]) != ref.SHA256 {
 		return nil, fmt.Errorf("%w %s: content does not match its size or sha256", ErrBadRef, ref.Name)
 	}
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrBadRef, ref.Name, err)
+	if !json.Valid(data) {
+		return nil, fmt.Errorf("%w %s: not JSON", ErrBadRef, ref.Name)
 	}
-	return v, nil
+	return data, nil
 }

@@ -6,10 +6,10 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // DefaultMaxVisits bounds how often one node may run in an execution when the
@@ -133,17 +133,14 @@ func DecisionString(v any) (string, bool) {
 		if i, err := v.Int64(); err == nil {
 			return strconv.FormatInt(i, 10), true
 		}
+		if !strings.ContainsAny(string(v), ".eE") {
+			return string(v), true // an integer beyond int64: its digits
+		}
 		f, err := v.Float64()
 		if err != nil {
 			return "", false
 		}
 		return formatFloat(f)
-	case *structpb.Value:
-		// Contexts travel as protobuf Structs between services.
-		if v == nil {
-			return "", false
-		}
-		return DecisionString(v.AsInterface())
 	default:
 		return "", false
 	}

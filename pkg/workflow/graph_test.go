@@ -10,7 +10,6 @@ import (
 
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func TestGraphNavigation(t *testing.T) {
@@ -119,9 +118,8 @@ func TestDecisionString(t *testing.T) {
 		{"large float", 1e21, "1000000000000000000000", true},
 		{"json number", json.Number("42"), "42", true},
 		{"json float", json.Number("42.0"), "42", true},
-		{"structpb bool", structpb.NewBoolValue(true), "true", true},
-		{"structpb number", structpb.NewNumberValue(10), "10", true},
-		{"structpb string", structpb.NewStringValue("low"), "low", true},
+		{"json integer beyond int64", json.Number("9223372036854775808"), "9223372036854775808", true},
+		{"json float", json.Number("150.0"), "150", true},
 		{"nil", nil, "", false},
 		{"NaN", math.NaN(), "", false},
 		{"list", []any{"a"}, "", false},

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -203,7 +204,7 @@ func benchMeasureBaselines(b *testing.B, n int) benchBaselines {
 	var bl benchBaselines
 	for range n {
 		start := time.Now()
-		res, err := r.Run(b.Context(), runner.Request{Code: benchCode, Context: map[string]any{}})
+		res, err := r.Run(b.Context(), runner.Request{Code: benchCode, Context: jsonvalue.Object{}})
 		if err != nil || res.Status != runner.StatusSuccess {
 			b.Fatalf("sandbox run: %v %s %s", err, res.Status, res.Error)
 		}
@@ -373,7 +374,7 @@ func BenchmarkSandboxDirect(b *testing.B) {
 	}
 	var durations []float64
 	for b.Loop() {
-		res, err := r.Run(b.Context(), runner.Request{Code: benchCode, Context: map[string]any{}})
+		res, err := r.Run(b.Context(), runner.Request{Code: benchCode, Context: jsonvalue.Object{}})
 		if err != nil || res.Status != runner.StatusSuccess {
 			b.Fatalf("sandbox run: %v %s %s", err, res.Status, res.Error)
 		}

@@ -34,6 +34,7 @@ func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID s
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		return enc.Encode(chainView{Execution: exec, Nodes: nodes})
 	}
 	fmt.Fprintf(w, "\nchain of work of %s (workflow %q, %s", exec.ExecutionID, exec.WorkflowName, exec.Status)

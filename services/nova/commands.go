@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/config"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/service"
@@ -147,7 +149,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type runResult struct {
 	ExecutionID string          `json:"execution_id"`
 	Status      string          `json:"status"`
-	Context     map[string]any  `json:"context"`
+	Context     json.RawMessage `json:"context"`
 	Path        []string        `json:"path"`
 	Nodes       []runNodeResult `json:"nodes"`
 	Error       string          `json:"error"`
@@ -246,6 +248,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		_ = enc.Encode(res)
 	} else {
 		printRun(stdout, def, res)
@@ -310,16 +313,17 @@ func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *store.Store,
 	return b, st, nil
 }
 
-// initialContext merges --context-file and then every --set.
-func initialContext(file string, sets []string) (map[string]any, error) {
-	ctx := map[string]any{}
+// initialContext merges --context-file and then every --set. Values keep
+// their exact JSON text (9007199254740993 stays that integer, 150.0 a float).
+func initialContext(file string, sets []string) (jsonvalue.Object, error) {
+	ctx := jsonvalue.Object{}
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("context file: %w", err)
 		}
-		if err := json.Unmarshal(data, &ctx); err != nil {
-			return nil, fmt.Errorf("context file %s is not a JSON object: %w", file, err)
+		if ctx, err = jsonvalue.ParseObject(data); err != nil {
+			return nil, fmt.Errorf("context file %s is %w", file, err)
 		}
 	}
 	for _, kv := range sets {
@@ -327,11 +331,11 @@ func initialContext(file string, sets []string) (map[string]any, error) {
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--set %q: want key=value", kv)
 		}
-		var parsed any
-		if err := json.Unmarshal([]byte(v), &parsed); err != nil {
-			parsed = v
+		if raw := []byte(strings.TrimSpace(v)); json.Valid(raw) {
+			ctx[k] = jsonvalue.Compact(raw)
+		} else if err := ctx.Set(k, v); err != nil {
+			return nil, err
 		}
-		ctx[k] = parsed
 	}
 	return ctx, nil
 }
@@ -340,7 +344,7 @@ func toRunResult(wc *novav1.WorkflowCompleted) runResult {
 	res := runResult{
 		ExecutionID: wc.ExecutionId,
 		Status:      wc.Status,
-		Context:     wc.GetContext().AsMap(),
+		Context:     jsonvalue.MustObject(wc.GetContext()).Bytes(),
 		Path:        wc.Path,
 		Error:       wc.Error,
 		Nodes:       []runNodeResult{},
@@ -360,8 +364,9 @@ func printRun(w io.Writer, def *novav1.WorkflowDefinition, res runResult) {
 		fmt.Fprintf(w, "error      %s\n", res.Error)
 	}
 	fmt.Fprintf(w, "path       %s\n", strings.Join(res.Path, " -> "))
-	ctxJSON, _ := json.MarshalIndent(res.Context, "           ", "  ")
-	fmt.Fprintf(w, "context    %s\n", ctxJSON)
+	var ctxJSON bytes.Buffer
+	_ = json.Indent(&ctxJSON, res.Context, "           ", "  ")
+	fmt.Fprintf(w, "context    %s\n", ctxJSON.Bytes())
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
@@ -157,7 +158,7 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 		if wc.Status != "succeeded" || !slices.Equal(wc.Path, run.path) {
 			t.Fatalf("%s: status %s, path %v, error %q; want succeeded along %v", run.name, wc.Status, wc.Path, wc.Error, run.path)
 		}
-		if got := wc.Context.AsMap()["approval_route"]; got != run.route {
+		if got := jsonvalue.Map(wc.Context)["approval_route"]; got != run.route {
 			t.Errorf("%s: approval_route %v, want %s", run.name, got, run.route)
 		}
 		executions[run.name] = wc.ExecutionId
@@ -567,15 +568,33 @@ func procsWaitConsumer(t *testing.T, ctx context.Context, js jetstream.JetStream
 	}
 }
 
+// procsFreeAddr returns a loopback address nothing listens on, never the
+// same one twice in a test run: the kernel may hand a just-released port out
+// again, and two services given one health port would collide.
 func procsFreeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	procsAddrs.Lock()
+	defer procsAddrs.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !procsAddrs.given[addr] {
+			procsAddrs.given[addr] = true
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port")
+	return ""
 }
+
+var procsAddrs = struct {
+	sync.Mutex
+	given map[string]bool
+}{given: map[string]bool{}}
 
 func procsGrep(text, substr string) string {
 	var out []string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -180,11 +182,11 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	if done.GetStatus() != "succeeded" {
 		t.Fatalf("workflow %s: %s", done.GetStatus(), done.GetError())
 	}
-	final := done.GetContext().AsMap()
-	if got := final["blob_len"]; got != float64(largeValue) {
-		t.Errorf("blob_len = %v, want %d (the sandbox did not see the stored value)", got, largeValue)
+	final := jsonvalue.MustObject(done.GetContext())
+	if got := string(final["blob_len"]); got != strconv.Itoa(largeValue) {
+		t.Errorf("blob_len = %s, want %d (the sandbox did not see the stored value)", got, largeValue)
 	}
-	if _, isRef := valueref.AsRef(final["echo"]); !isRef {
+	if _, isRef := valueref.RawRef(final["echo"]); !isRef {
 		t.Errorf("echo is not a reference: the sandbox did not store its large result")
 	}
 
@@ -519,18 +521,22 @@ func TestLargeValuesAsTheirOwnUsers(t *testing.T) {
 		return st, v
 	}
 	producer, pv := open(userProducer)
-	m := map[string]any{"big": big}
+	bigJSON, err := json.Marshal(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]json.RawMessage{"big": bigJSON}
 	if err := producer.Shrink(ctx, m); err != nil {
 		t.Fatalf("producer stores the value: %v", err)
 	}
 	ref := m["big"]
 	for _, user := range []string{userSandbox, userGraphEngine} {
 		st, v := open(user)
-		got := map[string]any{"big": ref}
+		got := map[string]json.RawMessage{"big": ref}
 		if err := st.Expand(ctx, got); err != nil {
 			t.Fatalf("%s reads the value: %v", user, err)
 		}
-		if got["big"] != big {
+		if string(got["big"]) != string(bigJSON) {
 			t.Errorf("%s read a different value", user)
 		}
 		if errs := v.list(); len(errs) > 0 {

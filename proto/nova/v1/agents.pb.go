@@ -9,7 +9,6 @@ package novav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -441,7 +440,7 @@ type AnalyzeInput struct {
 	Ref   *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	Spec  *TaskSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// Values may be large-value references.
-	Context       *structpb.Struct `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`
+	Context       *JSONValue `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,7 +489,7 @@ func (x *AnalyzeInput) GetSpec() *TaskSpec {
 	return nil
 }
 
-func (x *AnalyzeInput) GetContext() *structpb.Struct {
+func (x *AnalyzeInput) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -659,11 +658,11 @@ type GenerateCode struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Ref     *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	Spec    *TaskSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Context *structpb.Struct       `protobuf:"bytes,3,opt,name=context,proto3" json:"context,omitempty"`
+	Context *JSONValue             `protobuf:"bytes,7,opt,name=context,proto3" json:"context,omitempty"`
 	// "ANALYSIS" or "TASK".
 	Stage string `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
 	// Result of the analysis code, when it ran.
-	DataInsights *structpb.Struct `protobuf:"bytes,5,opt,name=data_insights,json=dataInsights,proto3" json:"data_insights,omitempty"`
+	DataInsights *JSONValue `protobuf:"bytes,8,opt,name=data_insights,json=dataInsights,proto3" json:"data_insights,omitempty"`
 	// Every earlier failed attempt of this node visit, oldest first.
 	History       []*AttemptRecord `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -714,7 +713,7 @@ func (x *GenerateCode) GetSpec() *TaskSpec {
 	return nil
 }
 
-func (x *GenerateCode) GetContext() *structpb.Struct {
+func (x *GenerateCode) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -728,7 +727,7 @@ func (x *GenerateCode) GetStage() string {
 	return ""
 }
 
-func (x *GenerateCode) GetDataInsights() *structpb.Struct {
+func (x *GenerateCode) GetDataInsights() *JSONValue {
 	if x != nil {
 		return x.DataInsights
 	}
@@ -1044,12 +1043,12 @@ type ValidateOutput struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	Spec          *TaskSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	ContextBefore *structpb.Struct       `protobuf:"bytes,3,opt,name=context_before,json=contextBefore,proto3" json:"context_before,omitempty"`
+	ContextBefore *JSONValue             `protobuf:"bytes,8,opt,name=context_before,json=contextBefore,proto3" json:"context_before,omitempty"`
 	// The code's updates and deleted keys.
-	Updates       *structpb.Struct `protobuf:"bytes,4,opt,name=updates,proto3" json:"updates,omitempty"`
-	DeletedKeys   []string         `protobuf:"bytes,5,rep,name=deleted_keys,json=deletedKeys,proto3" json:"deleted_keys,omitempty"`
-	Code          string           `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
-	Stdout        string           `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Updates       *JSONValue `protobuf:"bytes,9,opt,name=updates,proto3" json:"updates,omitempty"`
+	DeletedKeys   []string   `protobuf:"bytes,5,rep,name=deleted_keys,json=deletedKeys,proto3" json:"deleted_keys,omitempty"`
+	Code          string     `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
+	Stdout        string     `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1098,14 +1097,14 @@ func (x *ValidateOutput) GetSpec() *TaskSpec {
 	return nil
 }
 
-func (x *ValidateOutput) GetContextBefore() *structpb.Struct {
+func (x *ValidateOutput) GetContextBefore() *JSONValue {
 	if x != nil {
 		return x.ContextBefore
 	}
 	return nil
 }
 
-func (x *ValidateOutput) GetUpdates() *structpb.Struct {
+func (x *ValidateOutput) GetUpdates() *JSONValue {
 	if x != nil {
 		return x.Updates
 	}
@@ -1224,7 +1223,7 @@ var File_nova_v1_agents_proto protoreflect.FileDescriptor
 
 const file_nova_v1_agents_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xcb\x01\n" +
+	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xcb\x01\n" +
 	"\aStepRef\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1260,11 +1259,11 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\vduration_ms\x18\x03 \x01(\x01R\n" +
 	"durationMs\x123\n" +
 	"\vmodel_calls\x18\x04 \x03(\v2\x12.nova.v1.ModelCallR\n" +
-	"modelCalls\"\x8c\x01\n" +
+	"modelCalls\"\x8d\x01\n" +
 	"\fAnalyzeInput\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
-	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x121\n" +
-	"\acontext\x18\x03 \x01(\v2\x17.google.protobuf.StructR\acontext\"\xfd\x01\n" +
+	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x12,\n" +
+	"\acontext\x18\x04 \x01(\v2\x12.nova.v1.JSONValueR\acontextJ\x04\b\x03\x10\x04\"\xfd\x01\n" +
 	"\rInputAnalyzed\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12%\n" +
@@ -1278,14 +1277,14 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x14\n" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x92\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x94\x02\n" +
 	"\fGenerateCode\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
-	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x121\n" +
-	"\acontext\x18\x03 \x01(\v2\x17.google.protobuf.StructR\acontext\x12\x14\n" +
-	"\x05stage\x18\x04 \x01(\tR\x05stage\x12<\n" +
-	"\rdata_insights\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fdataInsights\x120\n" +
-	"\ahistory\x18\x06 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistory\"\xe3\x01\n" +
+	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x12,\n" +
+	"\acontext\x18\a \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x127\n" +
+	"\rdata_insights\x18\b \x01(\v2\x12.nova.v1.JSONValueR\fdataInsights\x120\n" +
+	"\ahistory\x18\x06 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistoryJ\x04\b\x03\x10\x04J\x04\b\x05\x10\x06\"\xe3\x01\n" +
 	"\rCodeGenerated\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x12\n" +
@@ -1308,15 +1307,15 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x14\n" +
 	"\x05valid\x18\x03 \x01(\bR\x05valid\x12,\n" +
-	"\bfindings\x18\x04 \x03(\v2\x10.nova.v1.FindingR\bfindings\"\x9d\x02\n" +
+	"\bfindings\x18\x04 \x03(\v2\x10.nova.v1.FindingR\bfindings\"\x9f\x02\n" +
 	"\x0eValidateOutput\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
-	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x12>\n" +
-	"\x0econtext_before\x18\x03 \x01(\v2\x17.google.protobuf.StructR\rcontextBefore\x121\n" +
-	"\aupdates\x18\x04 \x01(\v2\x17.google.protobuf.StructR\aupdates\x12!\n" +
+	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x129\n" +
+	"\x0econtext_before\x18\b \x01(\v2\x12.nova.v1.JSONValueR\rcontextBefore\x12,\n" +
+	"\aupdates\x18\t \x01(\v2\x12.nova.v1.JSONValueR\aupdates\x12!\n" +
 	"\fdeleted_keys\x18\x05 \x03(\tR\vdeletedKeys\x12\x12\n" +
 	"\x04code\x18\x06 \x01(\tR\x04code\x12\x16\n" +
-	"\x06stdout\x18\a \x01(\tR\x06stdout\"\xe2\x01\n" +
+	"\x06stdout\x18\a \x01(\tR\x06stdoutJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05\"\xe2\x01\n" +
 	"\x0fOutputValidated\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x14\n" +
@@ -1354,19 +1353,19 @@ var file_nova_v1_agents_proto_goTypes = []any{
 	(*CodeValidated)(nil),   // 12: nova.v1.CodeValidated
 	(*ValidateOutput)(nil),  // 13: nova.v1.ValidateOutput
 	(*OutputValidated)(nil), // 14: nova.v1.OutputValidated
-	(*structpb.Struct)(nil), // 15: google.protobuf.Struct
+	(*JSONValue)(nil),       // 15: nova.v1.JSONValue
 }
 var file_nova_v1_agents_proto_depIdxs = []int32{
 	2,  // 0: nova.v1.AgentOutcome.model_calls:type_name -> nova.v1.ModelCall
 	0,  // 1: nova.v1.AnalyzeInput.ref:type_name -> nova.v1.StepRef
 	1,  // 2: nova.v1.AnalyzeInput.spec:type_name -> nova.v1.TaskSpec
-	15, // 3: nova.v1.AnalyzeInput.context:type_name -> google.protobuf.Struct
+	15, // 3: nova.v1.AnalyzeInput.context:type_name -> nova.v1.JSONValue
 	0,  // 4: nova.v1.InputAnalyzed.ref:type_name -> nova.v1.StepRef
 	4,  // 5: nova.v1.InputAnalyzed.outcome:type_name -> nova.v1.AgentOutcome
 	0,  // 6: nova.v1.GenerateCode.ref:type_name -> nova.v1.StepRef
 	1,  // 7: nova.v1.GenerateCode.spec:type_name -> nova.v1.TaskSpec
-	15, // 8: nova.v1.GenerateCode.context:type_name -> google.protobuf.Struct
-	15, // 9: nova.v1.GenerateCode.data_insights:type_name -> google.protobuf.Struct
+	15, // 8: nova.v1.GenerateCode.context:type_name -> nova.v1.JSONValue
+	15, // 9: nova.v1.GenerateCode.data_insights:type_name -> nova.v1.JSONValue
 	7,  // 10: nova.v1.GenerateCode.history:type_name -> nova.v1.AttemptRecord
 	0,  // 11: nova.v1.CodeGenerated.ref:type_name -> nova.v1.StepRef
 	4,  // 12: nova.v1.CodeGenerated.outcome:type_name -> nova.v1.AgentOutcome
@@ -1378,8 +1377,8 @@ var file_nova_v1_agents_proto_depIdxs = []int32{
 	11, // 18: nova.v1.CodeValidated.findings:type_name -> nova.v1.Finding
 	0,  // 19: nova.v1.ValidateOutput.ref:type_name -> nova.v1.StepRef
 	1,  // 20: nova.v1.ValidateOutput.spec:type_name -> nova.v1.TaskSpec
-	15, // 21: nova.v1.ValidateOutput.context_before:type_name -> google.protobuf.Struct
-	15, // 22: nova.v1.ValidateOutput.updates:type_name -> google.protobuf.Struct
+	15, // 21: nova.v1.ValidateOutput.context_before:type_name -> nova.v1.JSONValue
+	15, // 22: nova.v1.ValidateOutput.updates:type_name -> nova.v1.JSONValue
 	0,  // 23: nova.v1.OutputValidated.ref:type_name -> nova.v1.StepRef
 	4,  // 24: nova.v1.OutputValidated.outcome:type_name -> nova.v1.AgentOutcome
 	25, // [25:25] is the sub-list for method output_type
@@ -1394,6 +1393,7 @@ func file_nova_v1_agents_proto_init() {
 	if File_nova_v1_agents_proto != nil {
 		return
 	}
+	file_nova_v1_json_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -32,7 +32,7 @@ type StartWorkflow struct {
 	// Either an inline definition or the name of one registered earlier.
 	Definition    *WorkflowDefinition `protobuf:"bytes,2,opt,name=definition,proto3" json:"definition,omitempty"`
 	WorkflowName  string              `protobuf:"bytes,3,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
-	Context       *structpb.Struct    `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	Context       *JSONValue          `protobuf:"bytes,5,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -88,7 +88,7 @@ func (x *StartWorkflow) GetWorkflowName() string {
 	return ""
 }
 
-func (x *StartWorkflow) GetContext() *structpb.Struct {
+func (x *StartWorkflow) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -148,7 +148,7 @@ type WorkflowStarted struct {
 	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	WorkflowName  string                 `protobuf:"bytes,2,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
 	Definition    *WorkflowDefinition    `protobuf:"bytes,3,opt,name=definition,proto3" json:"definition,omitempty"`
-	Context       *structpb.Struct       `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	Context       *JSONValue             `protobuf:"bytes,6,opt,name=context,proto3" json:"context,omitempty"`
 	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -205,7 +205,7 @@ func (x *WorkflowStarted) GetDefinition() *WorkflowDefinition {
 	return nil
 }
 
-func (x *WorkflowStarted) GetContext() *structpb.Struct {
+func (x *WorkflowStarted) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -227,7 +227,7 @@ type WorkflowCompleted struct {
 	WorkflowName string                 `protobuf:"bytes,2,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
 	// "succeeded" or "failed".
 	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Context       *structpb.Struct       `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	Context       *JSONValue             `protobuf:"bytes,10,opt,name=context,proto3" json:"context,omitempty"`
 	Path          []string               `protobuf:"bytes,5,rep,name=path,proto3" json:"path,omitempty"`
 	Nodes         []*NodeSummary         `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
@@ -288,7 +288,7 @@ func (x *WorkflowCompleted) GetStatus() string {
 	return ""
 }
 
-func (x *WorkflowCompleted) GetContext() *structpb.Struct {
+func (x *WorkflowCompleted) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -420,9 +420,9 @@ type ExecuteCode struct {
 	Language string `protobuf:"bytes,6,opt,name=language,proto3" json:"language,omitempty"`
 	Code     string `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`
 	// Values may be large-value references ({"$ref", "size", "sha256"}).
-	Context        *structpb.Struct `protobuf:"bytes,8,opt,name=context,proto3" json:"context,omitempty"`
-	TimeoutSeconds float64          `protobuf:"fixed64,9,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	Network        bool             `protobuf:"varint,10,opt,name=network,proto3" json:"network,omitempty"`
+	Context        *JSONValue `protobuf:"bytes,14,opt,name=context,proto3" json:"context,omitempty"`
+	TimeoutSeconds float64    `protobuf:"fixed64,9,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	Network        bool       `protobuf:"varint,10,opt,name=network,proto3" json:"network,omitempty"`
 	// TASK or ANALYSIS.
 	Stage string `protobuf:"bytes,11,opt,name=stage,proto3" json:"stage,omitempty"`
 	// The execution's sequence number when the command was issued; results
@@ -513,7 +513,7 @@ func (x *ExecuteCode) GetCode() string {
 	return ""
 }
 
-func (x *ExecuteCode) GetContext() *structpb.Struct {
+func (x *ExecuteCode) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -567,7 +567,7 @@ type CodeExecuted struct {
 	// "success" or "error".
 	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Keys the code set or changed; large values are references.
-	ContextUpdates *structpb.Struct `protobuf:"bytes,7,opt,name=context_updates,json=contextUpdates,proto3" json:"context_updates,omitempty"`
+	ContextUpdates *JSONValue `protobuf:"bytes,24,opt,name=context_updates,json=contextUpdates,proto3" json:"context_updates,omitempty"`
 	// Keys the code deleted.
 	DeletedKeys []string `protobuf:"bytes,8,rep,name=deleted_keys,json=deletedKeys,proto3" json:"deleted_keys,omitempty"`
 	Error       string   `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
@@ -587,9 +587,9 @@ type CodeExecuted struct {
 	OutputAnalysis *structpb.Struct `protobuf:"bytes,19,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
 	// JavaScript: the value the code returned, the array form of it, and what
 	// it logged through console.
-	Result *structpb.Value     `protobuf:"bytes,20,opt,name=result,proto3" json:"result,omitempty"`
-	Items  *structpb.ListValue `protobuf:"bytes,21,opt,name=items,proto3" json:"items,omitempty"`
-	Logs   []string            `protobuf:"bytes,22,rep,name=logs,proto3" json:"logs,omitempty"`
+	Result *JSONValue `protobuf:"bytes,25,opt,name=result,proto3" json:"result,omitempty"`
+	Items  *JSONValue `protobuf:"bytes,26,opt,name=items,proto3" json:"items,omitempty"`
+	Logs   []string   `protobuf:"bytes,22,rep,name=logs,proto3" json:"logs,omitempty"`
 	// Which limit ended the run, when error_kind is "limit" or "timeout"
 	// (wall_time, cpu_time, memory, processes, file_size, output).
 	Limit         string `protobuf:"bytes,23,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -669,7 +669,7 @@ func (x *CodeExecuted) GetStatus() string {
 	return ""
 }
 
-func (x *CodeExecuted) GetContextUpdates() *structpb.Struct {
+func (x *CodeExecuted) GetContextUpdates() *JSONValue {
 	if x != nil {
 		return x.ContextUpdates
 	}
@@ -760,14 +760,14 @@ func (x *CodeExecuted) GetOutputAnalysis() *structpb.Struct {
 	return nil
 }
 
-func (x *CodeExecuted) GetResult() *structpb.Value {
+func (x *CodeExecuted) GetResult() *JSONValue {
 	if x != nil {
 		return x.Result
 	}
 	return nil
 }
 
-func (x *CodeExecuted) GetItems() *structpb.ListValue {
+func (x *CodeExecuted) GetItems() *JSONValue {
 	if x != nil {
 		return x.Items
 	}
@@ -799,8 +799,8 @@ type NodeCompleted struct {
 	// "success" or "failed".
 	Status          string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	CodeExecuted    string                 `protobuf:"bytes,6,opt,name=code_executed,json=codeExecuted,proto3" json:"code_executed,omitempty"`
-	InputContext    *structpb.Struct       `protobuf:"bytes,7,opt,name=input_context,json=inputContext,proto3" json:"input_context,omitempty"`
-	OutputResult    *structpb.Struct       `protobuf:"bytes,8,opt,name=output_result,json=outputResult,proto3" json:"output_result,omitempty"`
+	InputContext    *JSONValue             `protobuf:"bytes,21,opt,name=input_context,json=inputContext,proto3" json:"input_context,omitempty"`
+	OutputResult    *JSONValue             `protobuf:"bytes,22,opt,name=output_result,json=outputResult,proto3" json:"output_result,omitempty"`
 	ErrorMessage    string                 `protobuf:"bytes,9,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	DecisionResult  string                 `protobuf:"bytes,10,opt,name=decision_result,json=decisionResult,proto3" json:"decision_result,omitempty"`
 	PathTaken       string                 `protobuf:"bytes,11,opt,name=path_taken,json=pathTaken,proto3" json:"path_taken,omitempty"`
@@ -889,14 +889,14 @@ func (x *NodeCompleted) GetCodeExecuted() string {
 	return ""
 }
 
-func (x *NodeCompleted) GetInputContext() *structpb.Struct {
+func (x *NodeCompleted) GetInputContext() *JSONValue {
 	if x != nil {
 		return x.InputContext
 	}
 	return nil
 }
 
-func (x *NodeCompleted) GetOutputResult() *structpb.Struct {
+func (x *NodeCompleted) GetOutputResult() *JSONValue {
 	if x != nil {
 		return x.OutputResult
 	}
@@ -1291,44 +1291,45 @@ var File_nova_v1_events_proto protoreflect.FileDescriptor
 
 const file_nova_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\"\xc7\x01\n" +
+	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\"\xc8\x01\n" +
 	"\rStartWorkflow\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
 	"definition\x18\x02 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
 	"definition\x12#\n" +
-	"\rworkflow_name\x18\x03 \x01(\tR\fworkflowName\x121\n" +
-	"\acontext\x18\x04 \x01(\v2\x17.google.protobuf.StructR\acontext\"O\n" +
+	"\rworkflow_name\x18\x03 \x01(\tR\fworkflowName\x12,\n" +
+	"\acontext\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\acontextJ\x04\b\x04\x10\x05\"O\n" +
 	"\x10RegisterWorkflow\x12;\n" +
 	"\n" +
 	"definition\x18\x01 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
-	"definition\"\x84\x02\n" +
+	"definition\"\x85\x02\n" +
 	"\x0fWorkflowStarted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12;\n" +
 	"\n" +
 	"definition\x18\x03 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
-	"definition\x121\n" +
-	"\acontext\x18\x04 \x01(\v2\x17.google.protobuf.StructR\acontext\x129\n" +
+	"definition\x12,\n" +
+	"\acontext\x18\x06 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x129\n" +
 	"\n" +
-	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xf6\x02\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAtJ\x04\b\x04\x10\x05\"\xf7\x02\n" +
 	"\x11WorkflowCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x121\n" +
-	"\acontext\x18\x04 \x01(\v2\x17.google.protobuf.StructR\acontext\x12\x12\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12,\n" +
+	"\acontext\x18\n" +
+	" \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12\x12\n" +
 	"\x04path\x18\x05 \x03(\tR\x04path\x12*\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x14.nova.v1.NodeSummaryR\x05nodes\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x129\n" +
 	"\n" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12=\n" +
-	"\fcompleted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\"\x7f\n" +
+	"\fcompleted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAtJ\x04\b\x04\x10\x05\"\x7f\n" +
 	"\vNodeSummary\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\x8b\x03\n" +
+	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\x8c\x03\n" +
 	"\vExecuteCode\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1336,23 +1337,23 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x05visit\x18\x04 \x01(\x05R\x05visit\x12\x18\n" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x1a\n" +
 	"\blanguage\x18\x06 \x01(\tR\blanguage\x12\x12\n" +
-	"\x04code\x18\a \x01(\tR\x04code\x121\n" +
-	"\acontext\x18\b \x01(\v2\x17.google.protobuf.StructR\acontext\x12'\n" +
+	"\x04code\x18\a \x01(\tR\x04code\x12,\n" +
+	"\acontext\x18\x0e \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12'\n" +
 	"\x0ftimeout_seconds\x18\t \x01(\x01R\x0etimeoutSeconds\x12\x18\n" +
 	"\anetwork\x18\n" +
 	" \x01(\bR\anetwork\x12\x14\n" +
 	"\x05stage\x18\v \x01(\tR\x05stage\x12\x1a\n" +
 	"\bsequence\x18\f \x01(\x05R\bsequence\x12\x1f\n" +
 	"\vallow_hosts\x18\r \x03(\tR\n" +
-	"allowHosts\"\xa1\x06\n" +
+	"allowHostsJ\x04\b\b\x10\t\"\xa2\x06\n" +
 	"\fCodeExecuted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12\x14\n" +
 	"\x05visit\x18\x04 \x01(\x05R\x05visit\x12\x18\n" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x16\n" +
-	"\x06status\x18\x06 \x01(\tR\x06status\x12@\n" +
-	"\x0fcontext_updates\x18\a \x01(\v2\x17.google.protobuf.StructR\x0econtextUpdates\x12!\n" +
+	"\x06status\x18\x06 \x01(\tR\x06status\x12;\n" +
+	"\x0fcontext_updates\x18\x18 \x01(\v2\x12.nova.v1.JSONValueR\x0econtextUpdates\x12!\n" +
 	"\fdeleted_keys\x18\b \x03(\tR\vdeletedKeys\x12\x14\n" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
@@ -1368,20 +1369,20 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x14stdout_dropped_bytes\x18\x10 \x01(\x03R\x12stdoutDroppedBytes\x120\n" +
 	"\x14stderr_dropped_bytes\x18\x11 \x01(\x03R\x12stderrDroppedBytes\x12\x1a\n" +
 	"\bsequence\x18\x12 \x01(\x05R\bsequence\x12@\n" +
-	"\x0foutput_analysis\x18\x13 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\x12.\n" +
-	"\x06result\x18\x14 \x01(\v2\x16.google.protobuf.ValueR\x06result\x120\n" +
-	"\x05items\x18\x15 \x01(\v2\x1a.google.protobuf.ListValueR\x05items\x12\x12\n" +
+	"\x0foutput_analysis\x18\x13 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\x12*\n" +
+	"\x06result\x18\x19 \x01(\v2\x12.nova.v1.JSONValueR\x06result\x12(\n" +
+	"\x05items\x18\x1a \x01(\v2\x12.nova.v1.JSONValueR\x05items\x12\x12\n" +
 	"\x04logs\x18\x16 \x03(\tR\x04logs\x12\x14\n" +
-	"\x05limit\x18\x17 \x01(\tR\x05limit\"\xb0\x06\n" +
+	"\x05limit\x18\x17 \x01(\tR\x05limitJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\xb2\x06\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_type\x18\x03 \x01(\tR\bnodeType\x12\x14\n" +
 	"\x05visit\x18\x04 \x01(\x05R\x05visit\x12\x16\n" +
 	"\x06status\x18\x05 \x01(\tR\x06status\x12#\n" +
-	"\rcode_executed\x18\x06 \x01(\tR\fcodeExecuted\x12<\n" +
-	"\rinput_context\x18\a \x01(\v2\x17.google.protobuf.StructR\finputContext\x12<\n" +
-	"\routput_result\x18\b \x01(\v2\x17.google.protobuf.StructR\foutputResult\x12#\n" +
+	"\rcode_executed\x18\x06 \x01(\tR\fcodeExecuted\x127\n" +
+	"\rinput_context\x18\x15 \x01(\v2\x12.nova.v1.JSONValueR\finputContext\x127\n" +
+	"\routput_result\x18\x16 \x01(\v2\x12.nova.v1.JSONValueR\foutputResult\x12#\n" +
 	"\rerror_message\x18\t \x01(\tR\ferrorMessage\x12'\n" +
 	"\x0fdecision_result\x18\n" +
 	" \x01(\tR\x0edecisionResult\x12\x1d\n" +
@@ -1397,7 +1398,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06stdout\x18\x11 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x12 \x01(\tR\x06stderr\x12\x1c\n" +
 	"\ttraceback\x18\x13 \x01(\tR\ttraceback\x12@\n" +
-	"\x0foutput_analysis\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\"\x96\x06\n" +
+	"\x0foutput_analysis\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysisJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\x96\x06\n" +
 	"\rStepCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -1469,35 +1470,35 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*DeadLetter)(nil),            // 9: nova.v1.DeadLetter
 	nil,                           // 10: nova.v1.DeadLetter.HeadersEntry
 	(*WorkflowDefinition)(nil),    // 11: nova.v1.WorkflowDefinition
-	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
+	(*JSONValue)(nil),             // 12: nova.v1.JSONValue
 	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 14: google.protobuf.Value
+	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
 	(*structpb.ListValue)(nil),    // 15: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
 	11, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	12, // 1: nova.v1.StartWorkflow.context:type_name -> google.protobuf.Struct
+	12, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
 	11, // 2: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
 	11, // 3: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	12, // 4: nova.v1.WorkflowStarted.context:type_name -> google.protobuf.Struct
+	12, // 4: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
 	13, // 5: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	12, // 6: nova.v1.WorkflowCompleted.context:type_name -> google.protobuf.Struct
+	12, // 6: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
 	4,  // 7: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
 	13, // 8: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
 	13, // 9: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	12, // 10: nova.v1.ExecuteCode.context:type_name -> google.protobuf.Struct
-	12, // 11: nova.v1.CodeExecuted.context_updates:type_name -> google.protobuf.Struct
-	12, // 12: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	14, // 13: nova.v1.CodeExecuted.result:type_name -> google.protobuf.Value
-	15, // 14: nova.v1.CodeExecuted.items:type_name -> google.protobuf.ListValue
-	12, // 15: nova.v1.NodeCompleted.input_context:type_name -> google.protobuf.Struct
-	12, // 16: nova.v1.NodeCompleted.output_result:type_name -> google.protobuf.Struct
-	12, // 17: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	12, // 10: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	12, // 11: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	14, // 12: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	12, // 13: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	12, // 14: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	12, // 15: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	12, // 16: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	14, // 17: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
 	13, // 18: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
 	13, // 19: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	12, // 20: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	12, // 21: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	12, // 22: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	14, // 20: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	14, // 21: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	14, // 22: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
 	15, // 23: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
 	13, // 24: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
 	10, // 25: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
@@ -1514,6 +1515,7 @@ func file_nova_v1_events_proto_init() {
 	if File_nova_v1_events_proto != nil {
 		return
 	}
+	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -9,7 +9,6 @@ package novav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -32,7 +31,7 @@ type ExecutionState struct {
 	Definition  *WorkflowDefinition    `protobuf:"bytes,2,opt,name=definition,proto3" json:"definition,omitempty"`
 	// running, succeeded, failed.
 	Status  string                `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Context *structpb.Struct      `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	Context *JSONValue            `protobuf:"bytes,17,opt,name=context,proto3" json:"context,omitempty"`
 	Path    []string              `protobuf:"bytes,5,rep,name=path,proto3" json:"path,omitempty"`
 	Nodes   map[string]*NodeState `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The node waiting for a result, and the step id that result must carry.
@@ -43,7 +42,7 @@ type ExecutionState struct {
 	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	CompletedAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	NodeStartedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=node_started_at,json=nodeStartedAt,proto3" json:"node_started_at,omitempty"`
-	NodeInput     *structpb.Struct       `protobuf:"bytes,14,opt,name=node_input,json=nodeInput,proto3" json:"node_input,omitempty"`
+	NodeInput     *JSONValue             `protobuf:"bytes,18,opt,name=node_input,json=nodeInput,proto3" json:"node_input,omitempty"`
 	// Counts every command issued; each command carries it so that a result
 	// that arrives before its dispatch was stored is told from a stale one.
 	Dispatch int32 `protobuf:"varint,15,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
@@ -104,7 +103,7 @@ func (x *ExecutionState) GetStatus() string {
 	return ""
 }
 
-func (x *ExecutionState) GetContext() *structpb.Struct {
+func (x *ExecutionState) GetContext() *JSONValue {
 	if x != nil {
 		return x.Context
 	}
@@ -174,7 +173,7 @@ func (x *ExecutionState) GetNodeStartedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *ExecutionState) GetNodeInput() *structpb.Struct {
+func (x *ExecutionState) GetNodeInput() *JSONValue {
 	if x != nil {
 		return x.NodeInput
 	}
@@ -208,7 +207,7 @@ type AIRun struct {
 	// Node model, else workflow model, else empty (each agent's default).
 	Model         string           `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	History       []*AttemptRecord `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
-	DataInsights  *structpb.Struct `protobuf:"bytes,6,opt,name=data_insights,json=dataInsights,proto3" json:"data_insights,omitempty"`
+	DataInsights  *JSONValue       `protobuf:"bytes,16,opt,name=data_insights,json=dataInsights,proto3" json:"data_insights,omitempty"`
 	Code          string           `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`
 	Stage         string           `protobuf:"bytes,8,opt,name=stage,proto3" json:"stage,omitempty"`
 	InputAnalysis *InputAnalyzed   `protobuf:"bytes,9,opt,name=input_analysis,json=inputAnalysis,proto3" json:"input_analysis,omitempty"`
@@ -288,7 +287,7 @@ func (x *AIRun) GetHistory() []*AttemptRecord {
 	return nil
 }
 
-func (x *AIRun) GetDataInsights() *structpb.Struct {
+func (x *AIRun) GetDataInsights() *JSONValue {
 	if x != nil {
 		return x.DataInsights
 	}
@@ -531,14 +530,14 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x86\x06\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x88\x06\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
 	"definition\x18\x02 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
 	"definition\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x121\n" +
-	"\acontext\x18\x04 \x01(\v2\x17.google.protobuf.StructR\acontext\x12\x12\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12,\n" +
+	"\acontext\x18\x11 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12\x12\n" +
 	"\x04path\x18\x05 \x03(\tR\x04path\x128\n" +
 	"\x05nodes\x18\x06 \x03(\v2\".nova.v1.ExecutionState.NodesEntryR\x05nodes\x12!\n" +
 	"\fcurrent_node\x18\a \x01(\tR\vcurrentNode\x12&\n" +
@@ -549,23 +548,23 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12=\n" +
 	"\fcompleted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12B\n" +
-	"\x0fnode_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnodeStartedAt\x126\n" +
+	"\x0fnode_started_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnodeStartedAt\x121\n" +
 	"\n" +
-	"node_input\x18\x0e \x01(\v2\x17.google.protobuf.StructR\tnodeInput\x12\x1a\n" +
+	"node_input\x18\x12 \x01(\v2\x12.nova.v1.JSONValueR\tnodeInput\x12\x1a\n" +
 	"\bdispatch\x18\x0f \x01(\x05R\bdispatch\x12\x1e\n" +
 	"\x02ai\x18\x10 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01\"\xc2\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xc3\x04\n" +
 	"\x05AIRun\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
 	"\vstep_number\x18\x03 \x01(\x05R\n" +
 	"stepNumber\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x120\n" +
-	"\ahistory\x18\x05 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistory\x12<\n" +
-	"\rdata_insights\x18\x06 \x01(\v2\x17.google.protobuf.StructR\fdataInsights\x12\x12\n" +
+	"\ahistory\x18\x05 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistory\x127\n" +
+	"\rdata_insights\x18\x10 \x01(\v2\x12.nova.v1.JSONValueR\fdataInsights\x12\x12\n" +
 	"\x04code\x18\a \x01(\tR\x04code\x12\x14\n" +
 	"\x05stage\x18\b \x01(\tR\x05stage\x12=\n" +
 	"\x0einput_analysis\x18\t \x01(\v2\x16.nova.v1.InputAnalyzedR\rinputAnalysis\x12#\n" +
@@ -577,7 +576,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vstages_used\x18\x0e \x01(\x05R\n" +
 	"stagesUsed\x120\n" +
 	"\n" +
-	"tool_calls\x18\x0f \x03(\v2\x11.nova.v1.ToolCallR\ttoolCalls\"\xfa\x01\n" +
+	"tool_calls\x18\x0f \x03(\v2\x11.nova.v1.ToolCallR\ttoolCallsJ\x04\b\x06\x10\a\"\xfa\x01\n" +
 	"\x06AIStep\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1b\n" +
 	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x18\n" +
@@ -616,7 +615,7 @@ var file_nova_v1_state_proto_goTypes = []any{
 	(*NodeState)(nil),             // 3: nova.v1.NodeState
 	nil,                           // 4: nova.v1.ExecutionState.NodesEntry
 	(*WorkflowDefinition)(nil),    // 5: nova.v1.WorkflowDefinition
-	(*structpb.Struct)(nil),       // 6: google.protobuf.Struct
+	(*JSONValue)(nil),             // 6: nova.v1.JSONValue
 	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 	(*AttemptRecord)(nil),         // 8: nova.v1.AttemptRecord
 	(*InputAnalyzed)(nil),         // 9: nova.v1.InputAnalyzed
@@ -626,15 +625,15 @@ var file_nova_v1_state_proto_goTypes = []any{
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
 	5,  // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	6,  // 1: nova.v1.ExecutionState.context:type_name -> google.protobuf.Struct
+	6,  // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
 	4,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
 	7,  // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
 	7,  // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
 	7,  // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	6,  // 6: nova.v1.ExecutionState.node_input:type_name -> google.protobuf.Struct
+	6,  // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
 	1,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
 	8,  // 8: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	6,  // 9: nova.v1.AIRun.data_insights:type_name -> google.protobuf.Struct
+	6,  // 9: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
 	9,  // 10: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
 	2,  // 11: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
 	10, // 12: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
@@ -653,6 +652,7 @@ func file_nova_v1_state_proto_init() {
 	if File_nova_v1_state_proto != nil {
 		return
 	}
+	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
 	file_nova_v1_events_proto_init()

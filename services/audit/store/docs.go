@@ -108,8 +108,8 @@ func (s *Store) Execution(ctx context.Context, id string) (*ExecutionDoc, error)
 	if err != nil {
 		return nil, fmt.Errorf("execution %q: %w", id, err)
 	}
-	doc.InitialContext = unescapeMap(doc.InitialContext)
-	doc.FinalContext = unescapeMap(doc.FinalContext)
+	doc.InitialContext = readContext(doc.InitialContext)
+	doc.FinalContext = readContext(doc.FinalContext)
 	return &doc, nil
 }
 
@@ -156,7 +156,7 @@ func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error
 	for i := range nodes {
 		byNode[nodes[i].ID] = i
 		n := &nodes[i]
-		n.InputContext, n.OutputResult, n.AIMetadata = unescapeMap(n.InputContext), unescapeMap(n.OutputResult), unescapeMap(n.AIMetadata)
+		n.InputContext, n.OutputResult, n.AIMetadata = readContext(n.InputContext), readContext(n.OutputResult), unescapeMap(n.AIMetadata)
 	}
 	for _, st := range steps {
 		st.InputData, st.OutputData = unescapeMap(st.InputData), unescapeMap(st.OutputData)

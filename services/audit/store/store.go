@@ -139,7 +139,7 @@ func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowSt
 	}
 	set := bson.D{
 		{Key: "execution_id", Value: id},
-		{Key: "initial_context", Value: structToMap(ev.GetContext())},
+		{Key: "initial_context", Value: contextDoc(ev.GetContext())},
 		{Key: "definition", Value: def},
 	}
 	if name := ev.GetWorkflowName(); name != "" {
@@ -183,7 +183,7 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 	set := bson.D{
 		{Key: "execution_id", Value: id},
 		{Key: "status", Value: ev.GetStatus()},
-		{Key: "final_context", Value: structToMap(ev.GetContext())},
+		{Key: "final_context", Value: contextDoc(ev.GetContext())},
 		{Key: "path", Value: path},
 		{Key: "nodes", Value: nodes},
 		{Key: "error", Value: ev.GetError()},
@@ -221,8 +221,8 @@ func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error 
 		Visit:          int(ev.GetVisit()),
 		Sequence:       int(ev.GetSequence()),
 		CodeExecuted:   ev.GetCodeExecuted(),
-		InputContext:   structToMap(ev.GetInputContext()),
-		OutputResult:   structToMap(ev.GetOutputResult()),
+		InputContext:   contextDoc(ev.GetInputContext()),
+		OutputResult:   contextDoc(ev.GetOutputResult()),
 		ExecutionTime:  ev.GetExecutionTimeMs(),
 		Status:         ev.GetStatus(),
 		ErrorMessage:   ev.GetErrorMessage(),

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/audit/store"
@@ -90,6 +92,15 @@ func openStore(t *testing.T) (context.Context, *store.Store) {
 	return ctx, s
 }
 
+func mustJSON(t *testing.T, m map[string]any) *novav1.JSONValue {
+	t.Helper()
+	o, err := jsonvalue.ObjectOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Proto()
+}
+
 func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
 	t.Helper()
 	s, err := structpb.NewStruct(m)
@@ -125,7 +136,7 @@ func invoiceRun(t *testing.T, id string) events {
 	return events{
 		started: &novav1.WorkflowStarted{
 			ExecutionId: id, WorkflowName: "invoice", Definition: def,
-			Context:   mustStruct(t, map[string]any{"amount": 120.5, "db_password": "hunter2"}),
+			Context:   mustJSON(t, map[string]any{"amount": 120.5, "db_password": "hunter2"}),
 			StartedAt: at(0),
 		},
 		// Out of sequence order on purpose: Chain must sort.
@@ -133,8 +144,8 @@ func invoiceRun(t *testing.T, id string) events {
 			{
 				ExecutionId: id, NodeId: "classify", NodeType: "action", Visit: 1, Sequence: 2, Status: "success",
 				CodeExecuted: "context['category'] = 'travel'",
-				InputContext: mustStruct(t, map[string]any{"amount": 120.5}),
-				OutputResult: mustStruct(t, map[string]any{"category": "travel"}),
+				InputContext: mustJSON(t, map[string]any{"amount": 120.5}),
+				OutputResult: mustJSON(t, map[string]any{"category": "travel"}),
 				AiMetadata:   mustStruct(t, map[string]any{"model": "gpt-test", "tokens_input": 300.0, "api_key": "sk-1"}),
 				StartedAt:    at(time.Second), CompletedAt: at(3 * time.Second), ExecutionTimeMs: 2000,
 			},
@@ -168,7 +179,7 @@ func invoiceRun(t *testing.T, id string) events {
 		},
 		completed: &novav1.WorkflowCompleted{
 			ExecutionId: id, WorkflowName: "invoice", Status: "succeeded",
-			Context: mustStruct(t, map[string]any{"amount": 120.5, "category": "travel", "db_password": "hunter2"}),
+			Context: mustJSON(t, map[string]any{"amount": 120.5, "category": "travel", "db_password": "hunter2"}),
 			Path:    []string{"start", "classify", "end"},
 			Nodes: []*novav1.NodeSummary{
 				{Id: "start", Status: "succeeded", Attempts: 1, Visits: 1},
@@ -222,7 +233,7 @@ func TestRecordAndReadChain(t *testing.T) {
 	if len(exec.Nodes) != 2 || exec.Nodes[1] != (store.NodeSummaryDoc{ID: "classify", Status: "succeeded", Attempts: 1, Visits: 1}) {
 		t.Errorf("nodes = %+v", exec.Nodes)
 	}
-	if exec.FinalContext["category"] != "travel" || exec.InitialContext["amount"] != 120.5 {
+	if exec.FinalContext["category"] != "travel" || exec.InitialContext["amount"] != json.Number("120.5") {
 		t.Errorf("initial, final context = %v, %v", exec.InitialContext, exec.FinalContext)
 	}
 	if exec.Definition["name"] != "invoice" {
@@ -333,7 +344,7 @@ func TestStartedAfterCompletedKeepsOutcome(t *testing.T) {
 	if exec.Status != "failed" || exec.Error != "classify: boom" {
 		t.Errorf("status, error = %q, %q; want failed, classify: boom", exec.Status, exec.Error)
 	}
-	if exec.InitialContext["amount"] != 120.5 || exec.Definition["name"] != "invoice" {
+	if exec.InitialContext["amount"] != json.Number("120.5") || exec.Definition["name"] != "invoice" {
 		t.Errorf("late started event not merged: initial_context %v, definition %v", exec.InitialContext, exec.Definition)
 	}
 }
@@ -388,7 +399,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 	}{
 		{"initial_context.db_password", exec.InitialContext["db_password"], redact.Placeholder},
 		{"final_context.db_password", exec.FinalContext["db_password"], redact.Placeholder},
-		{"final_context.amount", exec.FinalContext["amount"], 120.5},
+		{"final_context.amount", exec.FinalContext["amount"], json.Number("120.5")},
 		{"ai_metadata.api_key", chain[1].AIMetadata["api_key"], redact.Placeholder},
 		{"ai_metadata.tokens_input", chain[1].AIMetadata["tokens_input"], 300.0},
 		{"input_data.headers.Authorization", headers["Authorization"], redact.Placeholder},
@@ -489,5 +500,33 @@ func TestInvalidEvents(t *testing.T) {
 				t.Errorf("err = %v, want ErrInvalidEvent", err)
 			}
 		})
+	}
+}
+
+// TestContextNumbersStayExact stores numbers BSON or the store would change
+// (integers beyond int64 and JavaScript's safe range, -0.0, a float with no
+// fraction) and reads back the same JSON text.
+func TestContextNumbersStayExact(t *testing.T) {
+	ctx, s := openStore(t)
+	const raw = `{"beyond_int64":123456789012345678901234567890,"f":150.0,"i":9007199254740993,` +
+		`"max":9223372036854775807,"min":-9223372036854775808,"neg_zero":-0.0,` +
+		`"nested":{"l":[1,2.5,-0.0,18446744073709551616]},"small":0.1}`
+	run := invoiceRun(t, "exec-exact")
+	run.started.Context = &novav1.JSONValue{Raw: []byte(raw)}
+	run.completed.Context = &novav1.JSONValue{Raw: []byte(raw)}
+	run.record(ctx, t, s)
+
+	exec, err := s.Execution(ctx, "exec-exact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string]map[string]any{"initial_context": exec.InitialContext, "final_context": exec.FinalContext} {
+		b, err := jsonvalue.Encode(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != raw {
+			t.Errorf("%s read back as\n%s\nwant\n%s", name, b, raw)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
@@ -146,8 +147,8 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 
 	in := promptInput{
 		cmd:       cmd,
-		context:   cmd.GetContext().AsMap(),
-		insights:  cmd.GetDataInsights().AsMap(),
+		context:   jsonvalue.Map(cmd.GetContext()),
+		insights:  jsonvalue.Map(cmd.GetDataInsights()),
 		libraries: g.docs.libraries(ctx),
 		docs:      true,
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
@@ -78,13 +78,13 @@ func newGenerator(t *testing.T, client *llm.Client, info *runtimeinfo.Info) *gen
 	return g
 }
 
-func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+func mustJSON(t *testing.T, m map[string]any) *novav1.JSONValue {
 	t.Helper()
-	s, err := structpb.NewStruct(m)
+	o, err := jsonvalue.ObjectOf(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return o.Proto()
 }
 
 func command(t *testing.T, spec *novav1.TaskSpec, ctxMap map[string]any) *novav1.GenerateCode {
@@ -92,7 +92,7 @@ func command(t *testing.T, spec *novav1.TaskSpec, ctxMap map[string]any) *novav1
 	return &novav1.GenerateCode{
 		Ref:     &novav1.StepRef{ExecutionId: "exec-1", NodeId: "calc", StepId: "exec-1/calc/1/2", Visit: 1, Attempt: 1, StepNumber: 2},
 		Spec:    spec,
-		Context: mustStruct(t, ctxMap),
+		Context: mustJSON(t, ctxMap),
 		Stage:   generator.StageTask,
 	}
 }
@@ -315,7 +315,7 @@ func TestAnalysisStageAndInsights(t *testing.T) {
 	}
 
 	cmd = command(t, &novav1.TaskSpec{Task: "Extract the invoice total", NodeType: "action"}, ctxMap)
-	cmd.DataInsights = mustStruct(t, map[string]any{"_data_analysis": map[string]any{
+	cmd.DataInsights = mustJSON(t, map[string]any{"_data_analysis": map[string]any{
 		"pages": 1, "has_text_layer": true, "text_sample": "INVOICE 2024-001 Acme Corp Total: $1,234.56",
 	}})
 	res = generate(t, g, cmd)
@@ -451,7 +451,7 @@ func TestSecretsAndDataNeverReachTheModel(t *testing.T) {
 	for _, stage := range []string{generator.StageAnalysis, generator.StageTask} {
 		cmd := command(t, &novav1.TaskSpec{Task: "Email the invoice total to the client", NodeType: "action"}, ctxMap)
 		cmd.Stage = stage
-		cmd.DataInsights = mustStruct(t, map[string]any{"_data_analysis": map[string]any{"pages": 1, "login": map[string]any{"password": secret}}})
+		cmd.DataInsights = mustJSON(t, map[string]any{"_data_analysis": map[string]any{"pages": 1, "login": map[string]any{"password": secret}}})
 		// A traceback may quote a secret or the data; neither may be fed back.
 		cmd.History = []*novav1.AttemptRecord{{Attempt: 1, Phase: "execution",
 			Code:  "# STAGE: TASK\nsmtp.login(context['email_user'], '" + secret + "')\n",

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -102,7 +104,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 	switch phase {
 	case phaseInputAnalysis:
 		t.command(node, ref.StepId, bus.AgentInputAnalyzer, bus.TypeInputAnalyze, func(int32) proto.Message {
-			return &novav1.AnalyzeInput{Ref: ref, Spec: spec, Context: cloneStruct(input)}
+			return &novav1.AnalyzeInput{Ref: ref, Spec: spec, Context: input}
 		})
 	case phaseAnalysisGenerate, phaseGenerate:
 		stage := stageTask
@@ -110,7 +112,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 			stage = stageAnalysis
 		}
 		t.command(node, ref.StepId, bus.AgentCodeGenerator, bus.TypeCodeGenerate, func(int32) proto.Message {
-			return &novav1.GenerateCode{Ref: ref, Spec: spec, Context: cloneStruct(input), Stage: stage,
+			return &novav1.GenerateCode{Ref: ref, Spec: spec, Context: input, Stage: stage,
 				DataInsights: ai.DataInsights, History: ai.History}
 		})
 	case phaseAnalysisValidate, phaseValidate:
@@ -120,7 +122,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 		}
 		t.command(node, ref.StepId, bus.AgentCodeValidator, bus.TypeCodeValidate, func(int32) proto.Message {
 			return &novav1.ValidateCode{Ref: ref, Spec: spec, Code: code, Stage: stage,
-				ContextKeys: slices.Sorted(maps.Keys(input.GetFields()))}
+				ContextKeys: jsonvalue.MustObject(input).Keys()}
 		})
 	case phaseAnalysisExecute:
 		t.execute(node, ref.StepId, ref.Visit, ref.StepNumber, ai.AnalysisCode, stageAnalysis, input)
@@ -129,7 +131,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 	case phaseOutputValidate:
 		r := ai.Execution
 		t.command(node, ref.StepId, bus.AgentOutputValidator, bus.TypeOutputValidate, func(int32) proto.Message {
-			return &novav1.ValidateOutput{Ref: ref, Spec: spec, ContextBefore: cloneStruct(input),
+			return &novav1.ValidateOutput{Ref: ref, Spec: spec, ContextBefore: input,
 				Updates: r.GetContextUpdates(), DeletedKeys: r.DeletedKeys, Code: ai.Code, Stdout: shorten(r.Stdout, 4000)}
 		})
 	}
@@ -343,7 +345,7 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 	outcome := &novav1.AgentOutcome{Status: r.Status, Error: r.Error, DurationMs: r.DurationMs}
 	output := map[string]any{
 		"status":       r.Status,
-		"updated_keys": stringsToAny(slices.Sorted(maps.Keys(r.GetContextUpdates().GetFields()))),
+		"updated_keys": stringsToAny(jsonvalue.MustObject(r.GetContextUpdates()).Keys()),
 		"sandbox_id":   r.SandboxId,
 	}
 	for k, v := range map[string]string{"error_kind": r.ErrorKind, "traceback": r.Traceback, "stdout": r.Stdout, "stderr": r.Stderr, "limit": r.Limit} {
@@ -365,9 +367,9 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 			t.skipAnalysis(node, "analysis code failed: "+failure)
 			return nil
 		}
-		insights := r.GetContextUpdates().GetFields()[analysisKey].GetStructValue()
-		if insights == nil {
-			insights = r.GetContextUpdates()
+		insights := r.GetContextUpdates()
+		if raw, ok := jsonvalue.MustObject(insights)[analysisKey]; ok && len(raw) > 0 && raw[0] == '{' {
+			insights = jsonvalue.Proto(raw)
 		}
 		ai.DataInsights = insights
 		t.generate(node)
@@ -480,7 +482,10 @@ func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *struc
 			"generation_ms": timings["analysis_generation_ms"], "validation_ms": timings["analysis_validation_ms"],
 			"execution_ms": timings["analysis_execution_ms"]}}
 		if ai.DataInsights != nil {
-			analysis["result"] = ai.DataInsights.AsMap()
+			// Metadata for people: the exact text is in the node's output.
+			var result any
+			_ = json.Unmarshal(ai.DataInsights.GetRaw(), &result)
+			analysis["result"] = result
 		}
 		if ai.AnalysisError != "" {
 			analysis["error"] = ai.AnalysisError

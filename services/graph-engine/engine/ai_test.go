@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -74,8 +74,8 @@ func startAIExecution(t *testing.T, e *Engine, ctx map[string]any) (*novav1.Exec
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := structpb.NewStruct(ctx)
-	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c, StartedAt: tsNow(time.Now())}
+	c, _ := jsonvalue.ObjectOf(ctx)
+	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
 	tr.enter(tr.graph.Start().Id)
 	last := tr.out[len(tr.out)-1].msg
@@ -107,7 +107,7 @@ func TestAINodeHappyPath(t *testing.T) {
 		case *novav1.ValidateCode:
 			return &novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true}
 		case *novav1.ExecuteCode:
-			u, _ := structpb.NewStruct(map[string]any{"discount": 150.0, "final_total": 1350.0})
+			u := jsonvalue.Proto([]byte(`{"discount": 150.0, "final_total": 1350.0}`))
 			return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence, Status: "success", ContextUpdates: u}
 		case *novav1.ValidateOutput:
 			return &novav1.OutputValidated{Ref: c.Ref, Outcome: call(50), Valid: true, ModelConsulted: true}
@@ -121,7 +121,7 @@ func TestAINodeHappyPath(t *testing.T) {
 	if got := strings.Join(seen, ","); got != "analyze,generate:TASK,validate,execute:TASK,output" {
 		t.Errorf("steps %s", got)
 	}
-	if st.Context.Fields["final_total"].GetNumberValue() != 1350 {
+	if got := string(jsonvalue.MustObject(st.Context)["final_total"]); got != "1350.0" {
 		t.Errorf("context %v", st.Context)
 	}
 }
@@ -138,7 +138,7 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 			if c.Stage == stageAnalysis {
 				return &novav1.CodeGenerated{Ref: c.Ref, Outcome: call(80), Code: "context['_data_analysis'] = {'pages': 1}", Stage: "ANALYSIS"}
 			}
-			if c.DataInsights.GetFields()["pages"].GetNumberValue() != 1 {
+			if got := string(c.DataInsights.GetRaw()); got != `{"pages":1.0}` {
 				t.Errorf("task generation without insights: %v", c.DataInsights)
 			}
 			histories = append(histories, len(c.History))
@@ -149,7 +149,7 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 				Findings: map[bool][]*novav1.Finding{false: {{Rule: "undefined-name", Message: "name 'totl' is not defined", Line: 1}}}[valid]}
 		case *novav1.ExecuteCode:
 			if c.Stage == stageAnalysis {
-				u, _ := structpb.NewStruct(map[string]any{"_data_analysis": map[string]any{"pages": 1.0}})
+				u := jsonvalue.Proto([]byte(`{"_data_analysis": {"pages": 1.0}}`))
 				return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence, Status: "success", ContextUpdates: u}
 			}
 			return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,

@@ -19,11 +19,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/eventjson"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -250,10 +251,12 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		StartedAt:   tsNow(e.now()),
 		Nodes:       map[string]*novav1.NodeState{},
 	}
-	if st.Context == nil {
-		st.Context = emptyStruct()
-	}
 	t := e.newTransition(st)
+	if _, err := jsonvalue.FromProto(cmd.Context); err != nil {
+		// A producer's mistake: the execution fails and says why.
+		t.fail(fmt.Sprintf("the start event's context must be a JSON object: %v", err))
+		return e.publish(ctx, t.out)
+	}
 	def, err := e.definition(ctx, &cmd)
 	if err != nil {
 		if !errors.Is(err, errInvalidDefinition) {
@@ -264,7 +267,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	}
 	st.Definition = def
 	t.graph = workflow.NewGraph(def)
-	if err := e.shrink(ctx, st.Context); err != nil {
+	if err := e.shrink(ctx, t); err != nil {
 		return err
 	}
 	t.started()
@@ -415,7 +418,7 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 }
 
 func decodeData(data []byte, msg proto.Message) error {
-	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, msg)
+	return eventjson.Unmarshal(data, msg)
 }
 
 // update applies fn to the execution's current state and stores the result
@@ -457,7 +460,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 		if !t.changed {
 			return nil
 		}
-		if err := e.shrink(ctx, st.Context); err != nil {
+		if err := e.shrink(ctx, t); err != nil {
 			return err
 		}
 		if err := e.publish(ctx, t.out); err != nil {
@@ -489,26 +492,47 @@ func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 	return nil
 }
 
-// shrink keeps large values of the context in the object store. Only values
-// whose encoding is near the threshold are looked at, so small contexts cost
-// nothing here.
-func (e *Engine) shrink(ctx context.Context, s *structpb.Struct) error {
-	if e.values == nil || s == nil {
+// shrink keeps large values of the context in the object store before the
+// transition's events are published. Only members over the threshold are
+// looked at, so small contexts cost nothing here.
+func (e *Engine) shrink(ctx context.Context, t *transition) error {
+	if e.values == nil {
 		return nil
 	}
-	for k, v := range s.Fields {
-		if proto.Size(v) <= e.values.Threshold()/2 {
-			continue
+	large := false
+	for _, raw := range t.ctx {
+		if len(raw) > e.values.Threshold() {
+			large = true
+			break
 		}
-		m := map[string]any{k: v.AsInterface()}
-		if err := e.values.Shrink(ctx, m); err != nil {
-			return err
-		}
-		nv, err := structpb.NewValue(m[k])
-		if err != nil {
-			return bus.Permanent(fmt.Errorf("context value %q: %w", k, err))
-		}
-		s.Fields[k] = nv
+	}
+	if !large {
+		return nil
+	}
+	if err := e.values.Shrink(ctx, t.ctx); err != nil {
+		return err
+	}
+	old := t.st.Context
+	t.setContext()
+	// The node input and the events built before shrinking share the old
+	// context; they get the shrunk one.
+	if t.st.NodeInput == old {
+		t.st.NodeInput = t.st.Context
+	}
+	for _, o := range t.out {
+		replaceValue(o.msg.ProtoReflect(), old, t.st.Context)
 	}
 	return nil
+}
+
+// replaceValue points every top-level JSONValue field of m that is old at new.
+func replaceValue(m protoreflect.Message, old, new *novav1.JSONValue) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() != nil && !fd.IsList() && !fd.IsMap() {
+			if jv, ok := v.Message().Interface().(*novav1.JSONValue); ok && jv == old {
+				m.Set(fd, protoreflect.ValueOfMessage(new.ProtoReflect()))
+			}
+		}
+		return true
+	})
 }

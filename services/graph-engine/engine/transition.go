@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -45,9 +46,11 @@ type outEvent struct {
 // events that follow from it. It does no I/O, so the same state and input
 // always give the same events with the same ids.
 type transition struct {
-	e       *Engine
-	st      *novav1.ExecutionState
-	graph   *workflow.Graph
+	e     *Engine
+	st    *novav1.ExecutionState
+	graph *workflow.Graph
+	// ctx is st.Context split into its members.
+	ctx     jsonvalue.Object
 	now     time.Time
 	out     []outEvent
 	changed bool
@@ -61,15 +64,17 @@ func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
 	if st.Nodes == nil {
 		st.Nodes = map[string]*novav1.NodeState{}
 	}
+	t.ctx = jsonvalue.MustObject(st.Context)
 	if st.Context == nil {
-		st.Context = emptyStruct()
-	}
-	if st.Context.Fields == nil {
-		// An empty map does not survive a protobuf round trip.
-		st.Context.Fields = map[string]*structpb.Value{}
+		st.Context = t.ctx.Proto()
 	}
 	return t
 }
+
+// setContext stores the transition's context in the state. Context values
+// are immutable text, so what an earlier snapshot (node input, an event)
+// holds never changes.
+func (t *transition) setContext() { t.st.Context = t.ctx.Proto() }
 
 func (t *transition) emit(kind, id, typ string, msg proto.Message) {
 	t.out = append(t.out, outEvent{
@@ -87,7 +92,7 @@ func (t *transition) started() {
 		ExecutionId:  t.st.ExecutionId,
 		WorkflowName: t.st.Definition.GetName(),
 		Definition:   t.st.Definition,
-		Context:      cloneStruct(t.st.Context),
+		Context:      t.st.Context,
 		StartedAt:    t.st.StartedAt,
 	})
 }
@@ -110,7 +115,7 @@ func (t *transition) enter(id string) {
 		switch node.Type {
 		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END:
 			t.st.NodeStartedAt = tsNow(t.now)
-			t.st.NodeInput = cloneStruct(t.st.Context)
+			t.st.NodeInput = t.st.Context
 			ns.Status = statusSucceeded
 			t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
 			if node.Type == novav1.NodeType_NODE_TYPE_END {
@@ -127,10 +132,13 @@ func (t *transition) enter(id string) {
 			if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
 				// A decision is made by this node's code only, never by a
 				// branch_decision left over from an earlier node.
-				delete(t.st.Context.Fields, branchDecision)
+				if _, ok := t.ctx[branchDecision]; ok {
+					delete(t.ctx, branchDecision)
+					t.setContext()
+				}
 			}
 			t.st.NodeStartedAt = tsNow(t.now)
-			t.st.NodeInput = cloneStruct(t.st.Context)
+			t.st.NodeInput = t.st.Context
 			if node.Prompt != "" {
 				t.startAI(node)
 				return
@@ -162,7 +170,7 @@ func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 }
 
 // execute issues an ExecuteCode command for the pending step.
-func (t *transition) execute(node *novav1.Node, step string, visit, attempt int32, code, stage string, context *structpb.Struct) {
+func (t *transition) execute(node *novav1.Node, step string, visit, attempt int32, code, stage string, context *novav1.JSONValue) {
 	timeout := workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout)
 	if stage == stageAnalysis {
 		timeout = min(timeout, t.e.cfg.AnalysisTimeout)
@@ -176,7 +184,7 @@ func (t *transition) execute(node *novav1.Node, step string, visit, attempt int3
 			Attempt:        attempt,
 			Language:       languageOf(node),
 			Code:           code,
-			Context:        cloneStruct(context),
+			Context:        context,
 			TimeoutSeconds: timeout.Seconds(),
 			Network:        node.Network || t.st.Definition.Network,
 			AllowHosts:     append(slices.Clone(t.st.Definition.AllowHosts), node.AllowHosts...),
@@ -265,7 +273,11 @@ func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
 	if r.Error == "" && r.Traceback == "" && r.Stdout == "" && r.Stderr == "" && len(r.Logs) == 0 {
 		return
 	}
-	secrets := redact.SecretValues(t.st.NodeInput.AsMap())
+	input, err := jsonvalue.MustObject(t.st.NodeInput).Decoded()
+	if err != nil {
+		return
+	}
+	secrets := redact.SecretValues(input)
 	if len(secrets) == 0 {
 		return
 	}
@@ -279,12 +291,11 @@ func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
 
 // merge applies a run's updates to the context: merged, never replaced.
 func (t *transition) merge(r *novav1.CodeExecuted) {
-	for k, v := range r.GetContextUpdates().GetFields() {
-		t.st.Context.Fields[k] = v
-	}
+	t.ctx.Merge(jsonvalue.MustObject(r.GetContextUpdates()))
 	for _, k := range r.DeletedKeys {
-		delete(t.st.Context.Fields, k)
+		delete(t.ctx, k)
 	}
+	t.setContext()
 }
 
 // route completes a node whose run succeeded and moves to the next node; a
@@ -293,7 +304,11 @@ func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 	var decision, next string
 	var err error
 	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
-		v, ok := workflow.DecisionString(t.st.Context.Fields[branchDecision].AsInterface())
+		var value any
+		if raw, ok := t.ctx[branchDecision]; ok {
+			value, _ = jsonvalue.Decode(raw)
+		}
+		v, ok := workflow.DecisionString(value)
 		if !ok {
 			v = ""
 		}
@@ -329,7 +344,7 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 		Status:          status,
 		CodeExecuted:    node.Code,
 		InputContext:    t.st.NodeInput,
-		OutputResult:    cloneStruct(t.st.Context),
+		OutputResult:    t.st.Context,
 		ErrorMessage:    errMsg,
 		DecisionResult:  decision,
 		PathTaken:       pathTaken,
@@ -358,7 +373,7 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 	output := map[string]any{
 		"status":       r.Status,
-		"updated_keys": stringsToAny(slices.Sorted(maps.Keys(r.GetContextUpdates().GetFields()))),
+		"updated_keys": stringsToAny(jsonvalue.MustObject(r.GetContextUpdates()).Keys()),
 		"deleted_keys": stringsToAny(r.DeletedKeys),
 	}
 	if r.ErrorKind != "" {
@@ -374,7 +389,7 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 		output["stderr"] = r.Stderr
 	}
 	out, _ := newStruct(output)
-	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(slices.Sorted(maps.Keys(t.st.NodeInput.GetFields())))})
+	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(jsonvalue.MustObject(t.st.NodeInput).Keys())})
 	t.emit(bus.KindStepCompleted, r.StepId+"/step", bus.TypeStepCompleted, &novav1.StepCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
@@ -412,7 +427,7 @@ func (t *transition) completed() {
 		ExecutionId:  t.st.ExecutionId,
 		WorkflowName: t.st.Definition.GetName(),
 		Status:       t.st.Status,
-		Context:      cloneStruct(t.st.Context),
+		Context:      t.st.Context,
 		Path:         t.st.Path,
 		Error:        t.st.Error,
 		StartedAt:    t.st.StartedAt,
@@ -439,15 +454,6 @@ func stringsToAny(ss []string) []any {
 	}
 	return out
 }
-
-func cloneStruct(s *structpb.Struct) *structpb.Struct {
-	if s == nil {
-		return emptyStruct()
-	}
-	return proto.Clone(s).(*structpb.Struct)
-}
-
-func emptyStruct() *structpb.Struct { return &structpb.Struct{Fields: map[string]*structpb.Value{}} }
 
 func newStruct(m map[string]any) (*structpb.Struct, error) { return structpb.NewStruct(m) }
 

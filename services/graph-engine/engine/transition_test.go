@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -32,7 +31,7 @@ func newTestEngine() *Engine {
 
 // begin starts an execution of def in memory and returns its state and the
 // command the start dispatched.
-func begin(t *testing.T, e *Engine, yaml string, ctx map[string]any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
+func begin(t *testing.T, e *Engine, yaml string, ctx any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
 	t.Helper()
 	def, err := workflow.Parse([]byte(yaml))
 	if err != nil {
@@ -41,8 +40,8 @@ func begin(t *testing.T, e *Engine, yaml string, ctx map[string]any) (*novav1.Ex
 	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true}); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := structpb.NewStruct(ctx)
-	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c, StartedAt: tsNow(time.Now())}
+	c, _ := jsonvalue.ObjectOf(ctx)
+	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
 	tr.started()
 	tr.enter(tr.graph.Start().Id)
@@ -60,9 +59,9 @@ func lastCommand(t *testing.T, tr *transition) *novav1.ExecuteCode {
 }
 
 func resultFor(cmd *novav1.ExecuteCode, updates map[string]any) *novav1.CodeExecuted {
-	u, _ := structpb.NewStruct(updates)
+	u, _ := jsonvalue.ObjectOf(updates)
 	return &novav1.CodeExecuted{ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit,
-		Attempt: cmd.Attempt, Sequence: cmd.Sequence, Status: nodeSuccess, ContextUpdates: u}
+		Attempt: cmd.Attempt, Sequence: cmd.Sequence, Status: nodeSuccess, ContextUpdates: u.Proto()}
 }
 
 func TestLoopVisitsAndStaleResults(t *testing.T) {
@@ -76,7 +75,7 @@ func TestLoopVisitsAndStaleResults(t *testing.T) {
 		}
 		updates := map[string]any{"n": n}
 		if cmd.NodeId == "again" {
-			if _, stale := cmd.Context.Fields[branchDecision]; stale {
+			if _, stale := jsonvalue.MustObject(cmd.Context)[branchDecision]; stale {
 				t.Fatal("decision node received a branch_decision set before it")
 			}
 			updates = map[string]any{branchDecision: n < 3}
@@ -157,5 +156,37 @@ func TestEventIDsAreDeterministic(t *testing.T) {
 	_, b := begin(t, e, loopYAML, map[string]any{"k": "v"})
 	if a.StepId != b.StepId || a.StepId != "x1/work/1/1" {
 		t.Errorf("step ids %q and %q", a.StepId, b.StepId)
+	}
+}
+
+// Context values reach the next node, the node's chain-of-work snapshots and
+// the completion as the exact text the producer and the code wrote.
+func TestContextValuesStayExact(t *testing.T) {
+	e := newTestEngine()
+	initial := `{"id":9007199254740993,"f":150.0,"z":-0.0,"big":18446744073709551616,"ключ":{"deep":[1e+308]}}`
+	st, cmd := begin(t, e, loopYAML, []byte(initial))
+	if got := string(cmd.GetContext().GetRaw()); got != `{"big":18446744073709551616,"f":150.0,"id":9007199254740993,"z":-0.0,"ключ":{"deep":[1e+308]}}` {
+		t.Fatalf("first node's context: %s", got)
+	}
+	tr := e.newTransition(st)
+	r := resultFor(cmd, nil)
+	r.ContextUpdates = jsonvalue.Proto([]byte(`{"n":1,"id2":9007199254740995,"f":151.0}`))
+	if err := tr.codeExecuted(r); err != nil {
+		t.Fatal(err)
+	}
+	next := lastCommand(t, tr)
+	want := `{"big":18446744073709551616,"f":151.0,"id":9007199254740993,"id2":9007199254740995,"n":1,"z":-0.0,"ключ":{"deep":[1e+308]}}`
+	if got := string(next.GetContext().GetRaw()); got != want {
+		t.Errorf("next node's context:\n got %s\nwant %s", got, want)
+	}
+	for _, o := range tr.out {
+		if nc, ok := o.msg.(*novav1.NodeCompleted); ok {
+			if got := string(nc.GetOutputResult().GetRaw()); got != want {
+				t.Errorf("node output snapshot %s", got)
+			}
+			if got := string(nc.GetInputContext().GetRaw()); !strings.Contains(got, `"f":150.0`) {
+				t.Errorf("node input snapshot changed with the context: %s", got)
+			}
+		}
 	}
 }

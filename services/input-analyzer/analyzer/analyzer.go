@@ -22,6 +22,7 @@ import (
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/contextsummary"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -99,7 +100,7 @@ func (a *Analyzer) Analyze(ctx context.Context, cmd *novav1.AnalyzeInput) (*nova
 	res := &novav1.InputAnalyzed{Ref: cmd.GetRef(), Outcome: &novav1.AgentOutcome{Status: "success"}}
 	defer func() { res.Outcome.DurationMs = float64(time.Since(start).Microseconds()) / 1000 }()
 
-	summary := contextsummary.Summarize(cmd.GetContext().AsMap(), contextsummary.Options{})
+	summary := contextsummary.Summarize(jsonvalue.Map(cmd.GetContext()), contextsummary.Options{})
 	if summary.OnlySmallScalars() {
 		res.NeedsAnalysis = false
 		res.Complexity = ComplexityLow

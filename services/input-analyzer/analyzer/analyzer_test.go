@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -53,14 +53,14 @@ func modelServer(t *testing.T, rules string) (*scripted.Server, *llm.Client) {
 
 func command(t *testing.T, task, model string, ctx map[string]any) *novav1.AnalyzeInput {
 	t.Helper()
-	st, err := structpb.NewStruct(ctx)
+	st, err := jsonvalue.ObjectOf(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &novav1.AnalyzeInput{
 		Ref:     &novav1.StepRef{ExecutionId: "exec-1", NodeId: "extract", StepId: "exec-1/extract/1/1", Visit: 1, StepNumber: 1},
 		Spec:    &novav1.TaskSpec{Task: task, NodeType: "action", Model: model},
-		Context: st,
+		Context: st.Proto(),
 	}
 }
 

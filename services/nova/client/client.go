@@ -13,9 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -46,19 +46,19 @@ type Execution struct {
 // Start publishes a StartWorkflow event (type io.nova.workflow.start.v1 on
 // nova.cmd.graph-engine). def may be nil when name is a registered workflow.
 // It subscribes to the completion before publishing, so no outcome is missed.
-func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name string, initial map[string]any) (*Execution, error) {
-	if initial == nil {
-		initial = map[string]any{}
-	}
-	if c.values != nil {
-		if err := c.values.Shrink(ctx, initial); err != nil {
-			return nil, err
-		}
-	}
-	st, err := structpb.NewStruct(initial)
+// initial is the initial context, in any form jsonvalue.ObjectOf takes; pass
+// JSON text or a jsonvalue.Object to control every number's text.
+func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name string, initial any) (*Execution, error) {
+	obj, err := jsonvalue.ObjectOf(initial)
 	if err != nil {
 		return nil, fmt.Errorf("initial context: %w", err)
 	}
+	if c.values != nil {
+		if err := c.values.Shrink(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	st := obj.Proto()
 	id := uuid.NewString()
 	exec, err := c.watch(ctx, id, "start-"+id)
 	if err != nil {
@@ -189,7 +189,7 @@ func (e *Execution) Wait(ctx context.Context) (*novav1.WorkflowCompleted, error)
 }
 
 // Run starts a workflow and waits for it.
-func (c *Client) Run(ctx context.Context, def *novav1.WorkflowDefinition, initial map[string]any) (*novav1.WorkflowCompleted, error) {
+func (c *Client) Run(ctx context.Context, def *novav1.WorkflowDefinition, initial any) (*novav1.WorkflowCompleted, error) {
 	exec, err := c.Start(ctx, def, "", initial)
 	if err != nil {
 		return nil, err

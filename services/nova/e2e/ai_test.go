@@ -71,7 +71,7 @@ func testSimpleTask(t *testing.T, costs *aiCosts) {
 	e := startAIEnvFile(t, demoRules)
 	wc := e.run(parseAI(t, discountWorkflow), map[string]any{"total": 1500})
 	succeeded(t, wc)
-	out := wc.Context.AsMap()
+	out := ctxMap(wc.Context)
 	if out["discount"] != 150.0 || out["final_total"] != 1350.0 {
 		t.Errorf("discount %v, final_total %v; want 150 and 1350", out["discount"], out["final_total"])
 	}
@@ -187,7 +187,7 @@ edges:
 `)
 	wc := e.run(def, map[string]any{"invoice_pdf_b64": pdf})
 	succeeded(t, wc)
-	if out := wc.Context.AsMap(); out["total"] != 1234.56 || out["currency"] != "EUR" {
+	if out := ctxMap(wc.Context); out["total"] != 1234.56 || out["currency"] != "EUR" {
 		t.Errorf("total %v, currency %v; want 1234.56 EUR", out["total"], out["currency"])
 	}
 
@@ -291,7 +291,7 @@ edges:
 		map[string]any{"sku": "B-7", "qty": 1, "unit_price": 61.0},
 	}})
 	succeeded(t, wc)
-	if got := wc.Context.AsMap()["order_total"]; got != 100.0 {
+	if got := ctxMap(wc.Context)["order_total"]; got != 100.0 {
 		t.Errorf("order_total = %v, want 100", got)
 	}
 	if n := summaries(wc)["total"]; n.GetAttempts() != 3 {
@@ -497,7 +497,7 @@ func testAIDecision(t *testing.T, costs *aiCosts) {
 			if want := []string{"start", "discount", "route", tc.branch, "done"}; !slices.Equal(wc.Path, want) {
 				t.Errorf("path = %v, want %v", wc.Path, want)
 			}
-			out := wc.Context.AsMap()
+			out := ctxMap(wc.Context)
 			if out["branch_decision"] != tc.branch || out["queue"] != tc.queue || out["final_total"] != tc.finalTotal {
 				t.Errorf("branch_decision %v, queue %v, final_total %v; want %s, %s, %v",
 					out["branch_decision"], out["queue"], out["final_total"], tc.branch, tc.queue, tc.finalTotal)
@@ -578,7 +578,7 @@ edges:
 		"email_password": secret,
 	})
 	succeeded(t, wc)
-	if out := wc.Context.AsMap(); out["mailbox_ready"] != true || out["email_subject"] != "Your order of 1500.00 EUR" {
+	if out := ctxMap(wc.Context); out["mailbox_ready"] != true || out["email_subject"] != "Your order of 1500.00 EUR" {
 		t.Errorf("mailbox_ready %v, email_subject %v; want the second attempt's results", out["mailbox_ready"], out["email_subject"])
 	}
 
@@ -756,7 +756,7 @@ edges:
 `)
 	wc := e.run(def, map[string]any{"invoice_pdf_b64": pdf})
 	succeeded(t, wc)
-	out := wc.Context.AsMap()
+	out := ctxMap(wc.Context)
 	if text, _ := out["invoice_text"].(string); out["page_count"] != 1.0 || !strings.Contains(text, "Total: 1234.56 EUR") {
 		t.Errorf("page_count %v, invoice_text %q; want 1 page with the total", out["page_count"], text)
 	}

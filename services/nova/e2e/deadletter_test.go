@@ -204,7 +204,7 @@ edges:
 
 	t.Run("services keep serving", func(t *testing.T) {
 		wc := e.run(routeWorkflow(t, `context["branch_decision"] = "high"`), nil)
-		if wc.Status != "succeeded" || wc.Context.AsMap()["took"] != "high" {
+		if wc.Status != "succeeded" || ctxMap(wc.Context)["took"] != "high" {
 			t.Fatalf("status %q, error %q; want succeeded", wc.Status, wc.Error)
 		}
 		for _, c := range []struct{ stream, durable string }{

@@ -4,15 +4,18 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -61,7 +64,7 @@ func TestInvoiceBranches(t *testing.T) {
 			if !slices.Equal(wc.Path, wantPath) {
 				t.Errorf("path = %v, want %v", wc.Path, wantPath)
 			}
-			got := wc.Context.AsMap()
+			got := ctxMap(wc.Context)
 			for k, v := range tc.want {
 				if got[k] != v {
 					t.Errorf("context[%q] = %#v, want %#v", k, got[k], v)
@@ -108,7 +111,8 @@ func TestInvoiceBranches(t *testing.T) {
 			if decision.OutputResult["branch_decision"] != tc.decision {
 				t.Errorf("check_amount output branch_decision = %v, want %q", decision.OutputResult["branch_decision"], tc.decision)
 			}
-			if v := nodeDoc(t, nodes, "validate", 1); v.InputContext["amount"] != tc.amount || v.OutputResult["valid"] != true {
+			// The amount was a Go float64: it stays a float (500.0) in the snapshots.
+			if v := nodeDoc(t, nodes, "validate", 1); v.InputContext["amount"] != json.Number(jsonvalue.FormatFloat(tc.amount)) || v.OutputResult["valid"] != true {
 				t.Errorf("validate snapshots: input amount %v, output valid %v; want %v and true",
 					v.InputContext["amount"], v.OutputResult["valid"], tc.amount)
 			} else if got := fmt.Sprint(v.Steps[0].OutputData["updated_keys"]); got != "[valid]" {
@@ -192,9 +196,9 @@ func TestDecisionValues(t *testing.T) {
 			checkChain(t, def, wc, nodes)
 			route := nodeDoc(t, nodes, "route", 1)
 			if tc.err == "" {
-				if wc.Status != "succeeded" || wc.Context.AsMap()["took"] != tc.took {
+				if wc.Status != "succeeded" || ctxMap(wc.Context)["took"] != tc.took {
 					t.Fatalf("status %q (error %q), took %v; want succeeded through %s_path",
-						wc.Status, wc.Error, wc.Context.AsMap()["took"], tc.took)
+						wc.Status, wc.Error, ctxMap(wc.Context)["took"], tc.took)
 				}
 				if route.PathTaken != tc.took+"_path" {
 					t.Errorf("route path_taken = %q, want %s_path", route.PathTaken, tc.took)
@@ -273,7 +277,7 @@ edges:
 		if want := []string{"start", "prepare", "route"}; !slices.Equal(wc.Path, want) {
 			t.Errorf("path = %v, want %v (the stale yes must not be followed)", wc.Path, want)
 		}
-		ctx := wc.Context.AsMap()
+		ctx := ctxMap(wc.Context)
 		if ctx["seen_by_route"] != "absent" {
 			t.Errorf("route's code saw branch_decision = %v; it must be cleared before the node runs", ctx["seen_by_route"])
 		}
@@ -303,7 +307,7 @@ edges:
 		if want := []string{"start", "prepare", "route", "no_path", "done"}; !slices.Equal(wc.Path, want) {
 			t.Errorf("path = %v, want %v", wc.Path, want)
 		}
-		ctx := wc.Context.AsMap()
+		ctx := ctxMap(wc.Context)
 		if ctx["took"] != "no" || ctx["branch_decision"] != "no" || ctx["seen_by_route"] != "absent" {
 			t.Errorf("context took=%v branch_decision=%v seen_by_route=%v; want no, no, absent",
 				ctx["took"], ctx["branch_decision"], ctx["seen_by_route"])
@@ -431,7 +435,7 @@ edges:
 		if !slices.Equal(wc.Path, want) {
 			t.Errorf("path = %v, want %v", wc.Path, want)
 		}
-		ctx := wc.Context.AsMap()
+		ctx := ctxMap(wc.Context)
 		if ctx["counter"] != 3.0 || !slices.Equal(ctx["seen"].([]any), []any{1.0, 2.0, 3.0}) {
 			t.Errorf("counter = %v, seen = %v; want 3 and [1 2 3]", ctx["counter"], ctx["seen"])
 		}
@@ -445,7 +449,7 @@ edges:
 		checkChain(t, def, wc, nodes)
 		for v := 1; v <= 3; v++ {
 			n := nodeDoc(t, nodes, "inc", v)
-			if n.OutputResult["counter"] != float64(v) {
+			if n.OutputResult["counter"] != json.Number(strconv.Itoa(v)) {
 				t.Errorf("inc visit %d output counter = %v, want %d", v, n.OutputResult["counter"], v)
 			}
 			wantPath := map[bool]string{true: "done", false: "inc"}[v == 3]
@@ -473,7 +477,7 @@ edges:
 			if wc.Status != "failed" || wc.Error != wantErr {
 				t.Fatalf("status %q, error %q; want failed with %q", wc.Status, wc.Error, wantErr)
 			}
-			if got := wc.Context.AsMap()["counter"]; got != float64(tc.limit) {
+			if got := ctxMap(wc.Context)["counter"]; got != float64(tc.limit) {
 				t.Errorf("counter = %v, want %d: inc must run exactly its maximum number of times", got, tc.limit)
 			}
 			sums := summaries(wc)

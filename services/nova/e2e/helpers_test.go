@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,7 +101,7 @@ func (e *env) connect(opts ...bus.Option) {
 }
 
 // run runs a workflow to its end.
-func (e *env) run(def *novav1.WorkflowDefinition, initial map[string]any) *novav1.WorkflowCompleted {
+func (e *env) run(def *novav1.WorkflowDefinition, initial any) *novav1.WorkflowCompleted {
 	e.t.Helper()
 	wc, err := e.client.Run(e.ctx, def, initial)
 	if err != nil {
@@ -315,4 +316,13 @@ func (e *env) waitMsg(stream, subject string, match func(jetstream.Msg) bool) (j
 			return msg, nil
 		}
 	}
+}
+
+// ctxMap decodes a context from an event or the engine's state with numbers
+// as float64, for assertions about values that float64 holds exactly; the
+// exactness tests compare the JSON text instead.
+func ctxMap(v *novav1.JSONValue) map[string]any {
+	m := map[string]any{}
+	_ = json.Unmarshal(v.GetRaw(), &m)
+	return m
 }

@@ -79,8 +79,8 @@ func (e *env) checkRestarted(def *novav1.WorkflowDefinition, exec *client.Execut
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wc.Status != "succeeded" || wc.Context.AsMap()["c"] != 3.0 {
-		t.Fatalf("status %q, error %q, c = %v; want succeeded with c = 3", wc.Status, wc.Error, wc.Context.AsMap()["c"])
+	if wc.Status != "succeeded" || ctxMap(wc.Context)["c"] != 3.0 {
+		t.Fatalf("status %q, error %q, c = %v; want succeeded with c = 3", wc.Status, wc.Error, ctxMap(wc.Context)["c"])
 	}
 	if want := []string{"start", "first", "slow", "last", "done"}; !slices.Equal(wc.Path, want) {
 		t.Errorf("path = %v, want %v", wc.Path, want)
@@ -135,9 +135,9 @@ func TestRestartMidWorkflow(t *testing.T) {
 		e.eventually(10*time.Second, "the next command waits for the stopped sandbox", func() bool {
 			return e.consumerInfo(bus.StreamCommands, bus.AgentSandbox).NumPending == 1
 		})
-		if st := e.state(exec.ID); st.Status != "running" || st.CurrentNode != "last" || st.Context.AsMap()["b"] != 2.0 {
+		if st := e.state(exec.ID); st.Status != "running" || st.CurrentNode != "last" || ctxMap(st.Context)["b"] != 2.0 {
 			t.Fatalf("execution %s at %q with b = %v while the sandbox is down; want running at last with b = 2",
-				st.Status, st.CurrentNode, st.Context.AsMap()["b"])
+				st.Status, st.CurrentNode, ctxMap(st.Context)["b"])
 		}
 		if err := e.s.StartModule(e.ctx, stack.Sandbox); err != nil {
 			t.Fatalf("restart sandbox: %v", err)

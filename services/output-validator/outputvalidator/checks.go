@@ -3,13 +3,12 @@ package outputvalidator
 import (
 	"fmt"
 	"maps"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/types/known/structpb"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -52,9 +51,18 @@ var (
 )
 
 // deterministic runs every check and returns the failed ones in order.
-func deterministic(spec *novav1.TaskSpec, raw *structpb.Struct, deleted []string) []finding {
+func deterministic(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []string) []finding {
 	var out []finding
-	updates := raw.AsMap()
+	parsed, err := jsonvalue.FromProto(raw)
+	if err != nil {
+		return []finding{{CheckNotSerializable, "the context updates are not JSON data (" + err.Error() +
+			"); store plain strings, numbers, booleans, lists and dicts"}}
+	}
+	updates, err := parsed.Decoded()
+	if err != nil {
+		return []finding{{CheckNotSerializable, "the context updates are not JSON data (" + err.Error() +
+			"); store plain strings, numbers, booleans, lists and dicts"}}
+	}
 	keys := sortedKeys(updates)
 
 	if len(updates) == 0 && len(deleted) == 0 {
@@ -64,7 +72,7 @@ func deterministic(spec *novav1.TaskSpec, raw *structpb.Struct, deleted []string
 
 	var unserializable []string
 	for _, k := range keys {
-		if why := notJSON(raw.GetFields()[k]); why != "" {
+		if why := notJSON(updates[k]); why != "" {
 			if redact.IsSecretKey(k) {
 				why = "is not plain JSON data" // never quote a secret's value
 			}
@@ -131,27 +139,22 @@ func checkDecision(allowed []string, updates map[string]any) (finding, bool) {
 	return finding{}, true
 }
 
-// notJSON says why v is not plain JSON data, or "". It reads the Struct
-// itself: AsMap turns NaN and infinities into strings.
-func notJSON(v *structpb.Value) string {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_NumberValue:
-		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
-			return "is NaN or infinity, which JSON cannot hold"
+// notJSON says why v (decoded JSON) is not plain data, or "". NaN and
+// infinities cannot reach here: the sandbox refuses them.
+func notJSON(v any) string {
+	switch k := v.(type) {
+	case string:
+		if objectReprRe.MatchString(strings.TrimSpace(k)) {
+			return fmt.Sprintf("is the text %q: str() of a Python object, not its data", shorten(k, 80))
 		}
-	case *structpb.Value_StringValue:
-		if objectReprRe.MatchString(strings.TrimSpace(k.StringValue)) {
-			return fmt.Sprintf("is the text %q: str() of a Python object, not its data", shorten(k.StringValue, 80))
-		}
-	case *structpb.Value_StructValue:
-		fields := k.StructValue.GetFields()
-		for _, name := range slices.Sorted(maps.Keys(fields)) {
-			if why := notJSON(fields[name]); why != "" {
+	case map[string]any:
+		for _, name := range slices.Sorted(maps.Keys(k)) {
+			if why := notJSON(k[name]); why != "" {
 				return fmt.Sprintf("[%q] %s", name, why)
 			}
 		}
-	case *structpb.Value_ListValue:
-		for i, e := range k.ListValue.GetValues() {
+	case []any:
+		for i, e := range k {
 			if why := notJSON(e); why != "" {
 				return fmt.Sprintf("[%d] %s", i, why)
 			}

@@ -3,7 +3,6 @@ package outputvalidator_test
 import (
 	"encoding/base64"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,9 +11,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -67,13 +66,13 @@ func content(s string) string {
 	return "{content: " + strconv.Quote(s) + ", usage: {prompt_tokens: 900, completion_tokens: 40, cached_tokens: 256}}"
 }
 
-func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+func mustJSON(t *testing.T, m map[string]any) *novav1.JSONValue {
 	t.Helper()
-	s, err := structpb.NewStruct(m)
+	o, err := jsonvalue.ObjectOf(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return o.Proto()
 }
 
 func command(t *testing.T, spec *novav1.TaskSpec, before, updates map[string]any, deleted ...string) *novav1.ValidateOutput {
@@ -81,8 +80,8 @@ func command(t *testing.T, spec *novav1.TaskSpec, before, updates map[string]any
 	return &novav1.ValidateOutput{
 		Ref:           &novav1.StepRef{ExecutionId: "exec-1", NodeId: "n", StepId: "exec-1/n/1/6", Visit: 1, Attempt: 1, StepNumber: 6},
 		Spec:          spec,
-		ContextBefore: mustStruct(t, before),
-		Updates:       mustStruct(t, updates),
+		ContextBefore: mustJSON(t, before),
+		Updates:       mustJSON(t, updates),
 		DeletedKeys:   deleted,
 		Code:          "total = context['total']\ncontext['discount'] = total * 0.1",
 		Stdout:        "",
@@ -169,16 +168,17 @@ func TestDeterministicChecks(t *testing.T) {
 	}
 }
 
-// NaN cannot travel as JSON, but a Struct built in-process can hold it.
+// NaN is not JSON; updates that hold it (Python's json.dumps writes the
+// literal NaN) fail as not serializable, naming the cause.
 func TestNaNIsNotSerializable(t *testing.T) {
 	_, client := modelServer(t)
 	cmd := command(t, discountTask, map[string]any{"total": 1500}, map[string]any{})
-	cmd.Updates.Fields["ratio"] = structpb.NewNumberValue(math.NaN())
+	cmd.Updates = &novav1.JSONValue{Raw: []byte(`{"ratio": NaN}`)}
 	res, err := outputvalidator.New(outputvalidator.Deps{LLM: client}).Validate(t.Context(), cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.FailedChecks, []string{"not_serializable"}) || !strings.Contains(res.Reason, `context["ratio"] is NaN`) {
+	if !slices.Equal(res.FailedChecks, []string{"not_serializable"}) || !strings.Contains(res.Reason, "not JSON data") {
 		t.Errorf("got %v: %q", res.FailedChecks, res.Reason)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/novaflow/nova/pkg/contextsummary"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -31,7 +32,7 @@ const (
 var base64Run = regexp.MustCompile(`[A-Za-z0-9+/=]{100,}`)
 
 func userPrompt(cmd *novav1.ValidateOutput) string {
-	before, updates := cmd.GetContextBefore().AsMap(), cmd.GetUpdates().AsMap()
+	before, updates := jsonvalue.Map(cmd.GetContextBefore()), jsonvalue.Map(cmd.GetUpdates())
 	scrub := scrubber(before, updates)
 	spec := cmd.GetSpec()
 

@@ -103,8 +103,8 @@ func TestAbuseProcessExit(t *testing.T) {
 	t.Run("killing the parent", func(t *testing.T) {
 		// The parent is the sandbox's init, which its own namespace cannot kill.
 		res := run(t, r, runner.Request{Code: "try { process.kill(process.ppid, 'SIGKILL') } catch (e) { return e.code }\nreturn 'still running'"})
-		if res.Status != runner.StatusSuccess || res.Value != "still running" {
-			t.Errorf("status %s kind %s error %q value %v", res.Status, res.ErrorKind, res.Error, res.Value)
+		if res.Status != runner.StatusSuccess || decoded(t, res.Value) != "still running" {
+			t.Errorf("status %s kind %s error %q value %s", res.Status, res.ErrorKind, res.Error, res.Value)
 		}
 	})
 	t.Run("killing its own process", func(t *testing.T) {
@@ -147,7 +147,7 @@ return {
 	if res.Status != runner.StatusSuccess {
 		t.Fatalf("status %s: %s\n%s", res.Status, res.Error, res.Stack)
 	}
-	v := res.Value.(map[string]any)
+	v, _ := decoded(t, res.Value).(map[string]any)
 	for _, k := range []string{"shadow", "passwd", "hostFile", "repo"} {
 		if v[k] != "ENOENT" {
 			t.Errorf("%s: %v, want ENOENT", k, v[k])
@@ -189,7 +189,7 @@ return {
 	if strings.Contains(all, secret) || strings.Contains(all, "OPENAI_API_KEY") {
 		t.Errorf("the service's environment reached the code: %s", all)
 	}
-	env := res.Value.(map[string]any)["env"].(map[string]any)
+	env := decoded(t, res.Value).(map[string]any)["env"].(map[string]any)
 	for k := range env {
 		if k != "PWD" && !slices.ContainsFunc(sandboxEnv(), func(kv string) bool { return strings.HasPrefix(kv, k+"=") }) {
 			t.Errorf("variable %s in the sandbox; want only the sandbox's own %v", k, sandboxEnv())
@@ -233,7 +233,7 @@ return { loopback: await dial('127.0.0.1', %d), outside: await dial('1.1.1.1', 8
 	if res.Status != runner.StatusSuccess {
 		t.Fatalf("status %s: %s", res.Status, res.Error)
 	}
-	v := res.Value.(map[string]any)
+	v, _ := decoded(t, res.Value).(map[string]any)
 	if v["loopback"] != "ECONNREFUSED" || v["viaAxios"] != "ECONNREFUSED" {
 		t.Errorf("host loopback: %v", v)
 	}
@@ -268,12 +268,12 @@ for (let i = 0; i < 5000; i++) {
 await new Promise((resolve) => setTimeout(resolve, 200))
 return { failed }`
 	res := run(t, r, runner.Request{Code: code, Timeout: 5 * time.Second})
-	t.Logf("fork bomb: %s %s %s %v", res.Status, res.ErrorKind, res.Error, res.Value)
+	t.Logf("fork bomb: %s %s %s %s", res.Status, res.ErrorKind, res.Error, res.Value)
 	// Either the process limit stopped it, or the clock did; what counts is that
 	// it is contained.
 	if res.Status == runner.StatusSuccess {
-		if failed, _ := res.Value.(map[string]any)["failed"]; fmt.Sprint(failed) == "0" {
-			t.Errorf("5000 processes started without failure: %v", res.Value)
+		if v, _ := decoded(t, res.Value).(map[string]any); fmt.Sprint(v["failed"]) == "0" {
+			t.Errorf("5000 processes started without failure: %s", res.Value)
 		}
 	}
 	if left := hostProcesses(t, "44.0913"); len(left) > 0 {
@@ -292,8 +292,8 @@ for (let i = 0; i < 64; i++) process.stdout.write(chunk)
 return 'done'`
 	start := time.Now()
 	res := run(t, r, runner.Request{Code: code, Timeout: 20 * time.Second})
-	if res.Status != runner.StatusSuccess || res.Value != "done" {
-		t.Fatalf("status %s %s, value %v", res.Status, res.Error, res.Value)
+	if res.Status != runner.StatusSuccess || decoded(t, res.Value) != "done" {
+		t.Fatalf("status %s %s, value %s", res.Status, res.Error, res.Value)
 	}
 	logBytes := 0
 	for _, l := range res.Logs {
@@ -350,11 +350,11 @@ func TestAbuseFiles(t *testing.T) {
 	t.Run("a file does not reach the next execution", func(t *testing.T) {
 		res := run(t, r, runner.Request{Code: `require('fs').writeFileSync('/tmp/left-behind', 'x'); return require('fs').readdirSync('/tmp')`})
 		if !sameJSON(t, res.Value, `["left-behind"]`) {
-			t.Fatalf("first run: %s %s %v", res.Status, res.Error, res.Value)
+			t.Fatalf("first run: %s %s %s", res.Status, res.Error, res.Value)
 		}
 		res = run(t, r, runner.Request{Code: `return require('fs').readdirSync('/tmp')`})
 		if !sameJSON(t, res.Value, `[]`) {
-			t.Errorf("second run sees %v", res.Value)
+			t.Errorf("second run sees %s", res.Value)
 		}
 	})
 }
@@ -369,8 +369,9 @@ return { files: fs.readdirSync('/tmp'), pids: fs.readdirSync('/proc').filter((n)
 	results := make([]Result, 2)
 	var wg sync.WaitGroup
 	for i := range results {
+		ctx := obj(t, map[string]any{"id": i})
 		wg.Go(func() {
-			res, err := r.Run(context.Background(), runner.Request{Code: code, Context: map[string]any{"id": i}})
+			res, err := r.Run(context.Background(), runner.Request{Code: code, Context: ctx})
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}

@@ -3,6 +3,7 @@ package jsrunner
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/services/sandbox/egress"
 	"github.com/novaflow/nova/services/sandbox/isolation"
 	"github.com/novaflow/nova/services/sandbox/runner"
@@ -25,14 +27,14 @@ var runnerScript []byte
 // those of the execute-server contract.
 type Result struct {
 	runner.Result
-	// Value is the value the code gave (see the package documentation), decoded
-	// with json.Number for numbers; nil when there was none.
-	Value any
+	// Value is the JSON of the value the code gave (see the package
+	// documentation); nil when there was none.
+	Value json.RawMessage
 	// HasValue tells a returned null from no value at all.
 	HasValue bool
-	// Items is Value when it is an array, else Value wrapped in an array; nil
-	// when the code gave no value.
-	Items []any
+	// Items is the JSON array of Value when it is an array, else of Value
+	// wrapped in an array; nil when the code gave no value.
+	Items json.RawMessage
 	// Logs holds one entry per console call, at most Config.MaxOutputBytes in
 	// total; LogsDropped counts the bytes beyond.
 	Logs        []string
@@ -244,6 +246,14 @@ func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
 		res.Error = fmt.Sprintf("language %q is not available in the javascript sandbox", req.Language)
 		return finish(nil)
 	}
+	if unsafe := jsonvalue.UnsafeForJavaScript(req.Context); len(unsafe) > 0 {
+		// JSON.parse would round them: refuse rather than change a value.
+		res.Status, res.ErrorKind = runner.StatusError, runner.KindCodeError
+		res.Error = fmt.Sprintf("context holds integers that JavaScript cannot represent exactly (beyond ±%d): %s; "+
+			"a JavaScript node would round them, so it does not run (use a Python node, or carry such ids as strings)",
+			1<<53-1, strings.Join(unsafe, ", "))
+		return finish(nil)
+	}
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = r.cfg.DefaultTimeout
@@ -347,18 +357,18 @@ func (r *Runner) classifyCrash(res *Result, exitCode int) {
 
 // report is runner.js's report on fd 3.
 type report struct {
-	Status      string         `json:"status"`
-	ErrorKind   string         `json:"error_kind"`
-	Limit       string         `json:"limit"`
-	Error       string         `json:"error"`
-	Stack       string         `json:"stack"`
-	Updates     map[string]any `json:"updates"`
-	Deleted     []string       `json:"deleted"`
-	HasValue    bool           `json:"has_value"`
-	Value       any            `json:"value"`
-	Exited      bool           `json:"exited"`
-	ExitCode    int            `json:"exit_code"`
-	LogsDropped int64          `json:"logs_dropped"`
+	Status      string           `json:"status"`
+	ErrorKind   string           `json:"error_kind"`
+	Limit       string           `json:"limit"`
+	Error       string           `json:"error"`
+	Stack       string           `json:"stack"`
+	Updates     jsonvalue.Object `json:"updates"`
+	Deleted     []string         `json:"deleted"`
+	HasValue    bool             `json:"has_value"`
+	Value       json.RawMessage  `json:"value"`
+	Exited      bool             `json:"exited"`
+	ExitCode    int              `json:"exit_code"`
+	LogsDropped int64            `json:"logs_dropped"`
 }
 
 func (r *Runner) interpret(res *Result, payload []byte) error {
@@ -383,14 +393,16 @@ func (r *Runner) interpret(res *Result, payload []byte) error {
 	}
 	res.Status, res.Updates, res.Deleted = runner.StatusSuccess, rep.Updates, rep.Deleted
 	if res.Updates == nil {
-		res.Updates = map[string]any{}
+		res.Updates = jsonvalue.Object{}
 	}
 	if rep.HasValue {
-		res.HasValue, res.Value = true, rep.Value
-		if items, ok := rep.Value.([]any); ok {
-			res.Items = items
-		} else {
-			res.Items = []any{rep.Value}
+		value := jsonvalue.Compact(rep.Value)
+		if len(value) == 0 {
+			value = json.RawMessage("null")
+		}
+		res.HasValue, res.Value, res.Items = true, value, value
+		if value[0] != '[' {
+			res.Items = append(append(json.RawMessage("["), value...), ']')
 		}
 	}
 	return nil

@@ -56,37 +56,37 @@ context['direct'] = out
 	}{
 		{
 			name: "allowed http host",
-			req:  Request{Code: get, Network: true, AllowHosts: []string{plainHost}, Context: map[string]any{"url": plain.URL + "/?name=nova"}},
+			req:  Request{Code: get, Network: true, AllowHosts: []string{plainHost}, Context: obj(t, map[string]any{"url": plain.URL + "/?name=nova"})},
 			want: `{"got": [200, "hello nova"], "fast": true}`,
 		},
 		{
 			name: "allowed https host through CONNECT",
-			req:  Request{Code: get, Network: true, AllowHosts: []string{tlsHost}, Context: map[string]any{"url": tls.URL}},
+			req:  Request{Code: get, Network: true, AllowHosts: []string{tlsHost}, Context: obj(t, map[string]any{"url": tls.URL})},
 			want: `{"got": [200, "secure hello"], "fast": true}`,
 		},
 		{
 			name:    "host not in allow_hosts",
-			req:     Request{Code: get, Network: true, AllowHosts: []string{tlsHost}, Context: map[string]any{"url": plain.URL}},
+			req:     Request{Code: get, Network: true, AllowHosts: []string{tlsHost}, Context: obj(t, map[string]any{"url": plain.URL})},
 			contain: "not in this node's allow_hosts",
 		},
 		{
 			name:    "https host not in allow_hosts",
-			req:     Request{Code: get, Network: true, AllowHosts: []string{plainHost}, Context: map[string]any{"url": tls.URL}},
+			req:     Request{Code: get, Network: true, AllowHosts: []string{plainHost}, Context: obj(t, map[string]any{"url": tls.URL})},
 			contain: "403 Forbidden",
 		},
 		{
 			name:    "a name leading to the host's loopback",
-			req:     Request{Code: get, Network: true, AllowHosts: []string{"localhost:" + plainPort}, Context: map[string]any{"url": "http://localhost:" + plainPort}},
+			req:     Request{Code: get, Network: true, AllowHosts: []string{"localhost:" + plainPort}, Context: obj(t, map[string]any{"url": "http://localhost:" + plainPort})},
 			contain: "not a public address",
 		},
 		{
 			name: "direct connections bypassing the proxy",
-			req:  Request{Code: direct, Network: true, AllowHosts: []string{plainHost, "203.0.113.1:80"}, Context: map[string]any{"port": mustAtoi(t, plainPort)}},
+			req:  Request{Code: direct, Network: true, AllowHosts: []string{plainHost, "203.0.113.1:80"}, Context: obj(t, map[string]any{"port": mustAtoi(t, plainPort)})},
 			want: `{"direct": {"host loopback": "refused", "outside": "refused"}}`,
 		},
 		{
 			name: "no network at all",
-			req:  Request{Code: direct + "import os\ncontext['proxy'] = os.environ.get('HTTPS_PROXY')", Context: map[string]any{"port": mustAtoi(t, plainPort)}},
+			req:  Request{Code: direct + "import os\ncontext['proxy'] = os.environ.get('HTTPS_PROXY')", Context: obj(t, map[string]any{"port": mustAtoi(t, plainPort)})},
 			want: `{"direct": {"host loopback": "refused", "outside": "refused"}, "proxy": null}`,
 		},
 	}
@@ -99,7 +99,7 @@ context['direct'] = out
 					return
 				}
 				wantSuccess(t, res, mustJSON(t, map[string]any{"got": res.Updates["got"], "fast": true}))
-				got := fmt.Sprint(res.Updates["got"])
+				got := fmt.Sprint(decoded(t, res.Updates["got"]))
 				if !strings.Contains(got, tt.contain) {
 					t.Errorf("got %s, want it to contain %q", got, tt.contain)
 				}
@@ -128,7 +128,7 @@ func TestRunNetworkConnectionsEndWithTheRun(t *testing.T) {
 			Code:       "import requests\nr = requests.get(context['url'], stream=True, timeout=30)\ncontext['status'] = r.status_code",
 			Network:    true,
 			AllowHosts: []string{hostOf(t, srv.URL)},
-			Context:    map[string]any{"url": srv.URL},
+			Context:    obj(t, map[string]any{"url": srv.URL}),
 		})
 		wantSuccess(t, res, `{"status": 200}`)
 		if d := time.Since(start); d > 10*time.Second {

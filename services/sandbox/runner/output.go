@@ -43,7 +43,7 @@ func (c *capture) Write(p []byte) (int, error) {
 // line such as {"status": "success", "context_updates": {...}, "message": "..."}.
 type protocolMessage struct {
 	Status         string
-	ContextUpdates map[string]any
+	ContextUpdates map[string]json.RawMessage
 	Message        string
 }
 
@@ -122,7 +122,7 @@ func parseProtocolLine(line []byte) (*protocolMessage, bool) {
 	}
 	rawUpdates, hasUpdates := fields["context_updates"]
 	if hasUpdates {
-		if err := DecodeJSON(rawUpdates, &m.ContextUpdates); err != nil {
+		if err := json.Unmarshal(rawUpdates, &m.ContextUpdates); err != nil {
 			return nil, false
 		}
 	}

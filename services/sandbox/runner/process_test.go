@@ -15,7 +15,7 @@ func TestProcessBackend(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "NO ISOLATION") {
 		t.Errorf("choosing the process backend was not logged as a warning: %q", logs.String())
 	}
-	wantSuccess(t, run(t, r, Request{Code: "import os\ncontext['x'] = len(context['s'])\nopen('f', 'w').write('x')", Context: map[string]any{"s": "abc"}}), `{"x": 3}`)
+	wantSuccess(t, run(t, r, Request{Code: "import os\ncontext['x'] = len(context['s'])\nopen('f', 'w').write('x')", Context: obj(t, map[string]any{"s": "abc"})}), `{"x": 3}`)
 	wantError(t, run(t, r, Request{Code: "x = 'y' * (512 << 20)"}), KindLimit, "MemoryError")
 	wantError(t, run(t, r, Request{Code: "raise ValueError('bad')"}), KindCodeError, "ValueError: bad")
 }

@@ -43,6 +43,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/services/sandbox/egress"
 	"github.com/novaflow/nova/services/sandbox/isolation"
 )
@@ -91,8 +92,9 @@ const (
 // Request is one program to run.
 type Request struct {
 	Code string
-	// Context holds plain JSON values, already resolved (no object-store references).
-	Context map[string]any
+	// Context holds the context's members as exact JSON text, already
+	// resolved (no object-store references).
+	Context jsonvalue.Object
 	// Timeout is the wall time allowed; 0 means the stage's default.
 	Timeout time.Duration
 	// Stage is StageTask (default) or StageAnalysis.
@@ -114,7 +116,7 @@ type Result struct {
 	Status string // StatusSuccess or StatusError
 	// Updates holds the context keys the code added or changed (and those of a
 	// protocol line). Numbers are json.Number so that large integers survive.
-	Updates map[string]any
+	Updates jsonvalue.Object
 	// Deleted lists the context keys the code removed.
 	Deleted []string
 	// Error is a human message such as "ValueError: amount must be positive".
@@ -598,13 +600,13 @@ func (r *Runner) run(ctx context.Context, req Request, res *Result) error {
 // interpret turns the runner's report and a protocol line into the Result.
 func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessage, started bool, l limits) error {
 	var rep struct {
-		Status    string         `json:"status"`
-		ErrorKind string         `json:"error_kind"`
-		Limit     string         `json:"limit"`
-		Error     string         `json:"error"`
-		Traceback string         `json:"traceback"`
-		Updates   map[string]any `json:"updates"`
-		Deleted   []string       `json:"deleted"`
+		Status    string           `json:"status"`
+		ErrorKind string           `json:"error_kind"`
+		Limit     string           `json:"limit"`
+		Error     string           `json:"error"`
+		Traceback string           `json:"traceback"`
+		Updates   jsonvalue.Object `json:"updates"`
+		Deleted   []string         `json:"deleted"`
 	}
 	if err := DecodeJSON(payload, &rep); err != nil {
 		if started {
@@ -633,7 +635,10 @@ func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessag
 	}
 	res.Status, res.Updates, res.Deleted = StatusSuccess, rep.Updates, rep.Deleted
 	if res.Updates == nil {
-		res.Updates = map[string]any{}
+		res.Updates = jsonvalue.Object{}
+	}
+	for k, v := range res.Updates {
+		res.Updates[k] = jsonvalue.Compact(v)
 	}
 	if protocol != nil {
 		for k, v := range protocol.ContextUpdates {

@@ -95,6 +95,10 @@ def execute(source, raw_context, limits, result_fd):
     sys.stdout.reconfigure(line_buffering=True)
 
     write_all(result_fd, b"S")
+    # Integers of any size travel in the context: no 4300-digit cap on reading
+    # or writing them.
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
     try:
         context = json.loads(raw_context)
         before = json.loads(raw_context)  # an independent copy to diff against
@@ -198,13 +202,15 @@ def diff(before, after):
 
 
 def same(a, b):
-    """Deep equality that also tells 1, 1.0 and True apart."""
+    """Deep equality that also tells 1, 1.0 and True apart, and 0.0 from -0.0."""
     if type(a) is not type(b):
         return False
     if type(a) is dict:
         return a.keys() == b.keys() and all(same(v, b[k]) for k, v in a.items())
     if type(a) is list:
         return len(a) == len(b) and all(map(same, a, b))
+    if type(a) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     return a == b
 
 

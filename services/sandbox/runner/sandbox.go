@@ -1,17 +1,17 @@
 package runner
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/novaflow/nova/pkg/jsonvalue"
 )
 
 // WriteContext writes a Request's context to a new file at path as JSON, as
 // the runtimes' runners load it.
-func WriteContext(path string, values map[string]any) (err error) {
+func WriteContext(path string, values jsonvalue.Object) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("write context: %w", err)
@@ -24,18 +24,10 @@ func WriteContext(path string, values map[string]any) (err error) {
 	return encodeContext(f, values)
 }
 
-// encodeContext streams the context to w as JSON; a nil context is {}.
-func encodeContext(w io.Writer, values map[string]any) error {
-	if values == nil {
-		values = map[string]any{}
-	}
-	bw := bufio.NewWriterSize(w, 256<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(values); err != nil {
-		return fmt.Errorf("encode context: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
+// encodeContext writes the context to w as JSON, its values as their exact
+// text; a nil context is {}.
+func encodeContext(w io.Writer, values jsonvalue.Object) error {
+	if _, err := w.Write(append(values.Bytes(), '\n')); err != nil {
 		return fmt.Errorf("write context: %w", err)
 	}
 	return nil

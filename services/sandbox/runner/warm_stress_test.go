@@ -177,10 +177,10 @@ func TestWarmStartUnderLoad(t *testing.T) {
 				if res.Warm {
 					warm++
 				}
-				if err != nil || res.Status != StatusSuccess || res.Updates["queue"] != "manual-review" {
+				if err != nil || res.Status != StatusSuccess || string(res.Updates["queue"]) != `"manual-review"` {
 					faults++
 					if faults <= 5 {
-						t.Errorf("wave %d, warm %v: err %v, result %s/%s %q, updates %v, stderr %q",
+						t.Errorf("wave %d, warm %v: err %v, result %s/%s %q, updates %s, stderr %q",
 							wave, res.Warm, err, res.Status, res.ErrorKind, res.Error, res.Updates, res.Stderr)
 					}
 				}

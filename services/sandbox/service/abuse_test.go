@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,11 +20,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
+	"github.com/novaflow/nova/pkg/eventjson"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/sandbox/runner"
@@ -140,7 +140,7 @@ func (h *harness) await(step string) (*novav1.CodeExecuted, []byte) {
 		h.mu.Unlock()
 		if ok {
 			var out novav1.CodeExecuted
-			if err := protojson.Unmarshal(m.Data, &out); err != nil {
+			if err := eventjson.Unmarshal(m.Data, &out); err != nil {
 				h.t.Fatal(err)
 			}
 			return &out, m.Data
@@ -158,9 +158,9 @@ func (h *harness) await(step string) (*novav1.CodeExecuted, []byte) {
 // stillServing runs an ordinary program.
 func (h *harness) stillServing() {
 	h.t.Helper()
-	ctx, _ := structpb.NewStruct(map[string]any{"total": 1500})
+	ctx := obj(h.t, map[string]any{"total": 1500}).Proto()
 	res, _ := h.execute(&novav1.ExecuteCode{Code: "context['discount'] = context['total'] * 0.1", Context: ctx})
-	if res.Status != "success" || res.ContextUpdates.AsMap()["discount"] != 150.0 {
+	if res.Status != "success" || string(updatesOf(h.t, res)["discount"]) != "150.0" {
 		h.t.Fatalf("the service no longer serves: %s %s: %s", res.Status, res.ErrorKind, res.Error)
 	}
 }
@@ -231,7 +231,7 @@ for p in glob.glob('/proc/*/environ') + ['/proc/1/environ', '/proc/self/environ'
         found[p] = repr(e)
 context['found'] = found`,
 			want: want{status: "success", check: func(t *testing.T, res *novav1.CodeExecuted) {
-				env := res.ContextUpdates.AsMap()["found"].(map[string]any)["env"].(map[string]any)
+				env := decodedUpdates(t, res)["found"].(map[string]any)["env"].(map[string]any)
 				if _, ok := env["OPENAI_API_KEY"]; ok {
 					t.Error("OPENAI_API_KEY is in the code's environment")
 				}
@@ -298,7 +298,7 @@ context['found'] = found`,
 				t.Errorf("got %s/%s limit %q: %q\nwant %s/%s limit %q: %q\nstdout %.200q stderr %.300q", res.Status, res.ErrorKind, res.Limit, res.Error,
 					w.status, w.kind, w.limit, w.error, res.Stdout, res.Stderr)
 			}
-			got := res.GetContextUpdates().AsMap()
+			got := decodedUpdates(t, res)
 			for k, v := range w.updates {
 				if got[k] != v {
 					t.Errorf("update %s = %v, want %v", k, got[k], v)
@@ -326,7 +326,7 @@ context['found'] = found`,
 			t.Fatalf("%s: %s", res.ErrorKind, res.Error)
 		}
 		res, _ = h.execute(&novav1.ExecuteCode{Code: "import os\ncontext['seen'] = os.listdir('/tmp') + os.listdir('.')"})
-		if seen := res.GetContextUpdates().AsMap()["seen"]; res.Status != "success" || len(seen.([]any)) != 0 {
+		if seen := decodedUpdates(t, res)["seen"]; res.Status != "success" || len(seen.([]any)) != 0 {
 			t.Errorf("the next execution sees %v (%s %s)", seen, res.ErrorKind, res.Error)
 		}
 	})
@@ -361,7 +361,7 @@ context['seen'] = {'files': os.listdir('/tmp'), 'tcp': reach(), 'sleep': any('33
 		if a.Status != "success" || b.Status != "success" {
 			t.Fatalf("%s %s / %s %s", a.ErrorKind, a.Error, b.ErrorKind, b.Error)
 		}
-		seen := b.ContextUpdates.AsMap()["seen"].(map[string]any)
+		seen := decodedUpdates(t, b)["seen"].(map[string]any)
 		if len(seen["files"].([]any)) != 0 || seen["tcp"] != false || seen["sleep"] != false {
 			t.Errorf("the second execution saw the first: %v", seen)
 		}
@@ -370,20 +370,16 @@ context['seen'] = {'files': os.listdir('/tmp'), 'tcp': reach(), 'sleep': any('33
 	t.Run("a 20 MiB context value passed by reference", func(t *testing.T) {
 		big := strings.Repeat("0123456789abcdef", 20<<20/16)
 		sum := sha256.Sum256([]byte(big))
-		values := map[string]any{"big": big}
+		values := obj(t, map[string]any{"big": big})
 		if err := h.values.Shrink(context.Background(), values); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := valueref.AsRef(values["big"]); !ok {
-			t.Fatalf("the value did not become a reference: %.100v", values["big"])
+		if _, ok := valueref.RawRef(values["big"]); !ok {
+			t.Fatalf("the value did not become a reference: %.100s", values["big"])
 		}
-		ctx, err := structpb.NewStruct(values)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, _ := h.execute(&novav1.ExecuteCode{Context: ctx, Code: "import hashlib\ncontext['sha256'] = hashlib.sha256(context['big'].encode()).hexdigest()\ncontext['size'] = len(context['big'])"})
-		got := res.GetContextUpdates().AsMap()
-		if res.Status != "success" || got["sha256"] != hex.EncodeToString(sum[:]) || got["size"] != float64(len(big)) {
+		res, _ := h.execute(&novav1.ExecuteCode{Context: values.Proto(), Code: "import hashlib\ncontext['sha256'] = hashlib.sha256(context['big'].encode()).hexdigest()\ncontext['size'] = len(context['big'])"})
+		got := decodedUpdates(t, res)
+		if res.Status != "success" || got["sha256"] != hex.EncodeToString(sum[:]) || got["size"] != json.Number(strconv.Itoa(len(big))) {
 			t.Errorf("%s %s: got %v", res.ErrorKind, res.Error, got)
 		}
 	})

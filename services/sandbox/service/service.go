@@ -5,7 +5,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -162,7 +161,12 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		Attempt:     cmd.Attempt,
 		Sequence:    cmd.Sequence,
 	}
-	input := cmd.GetContext().AsMap()
+	input, err := jsonvalue.FromProto(cmd.GetContext())
+	if err != nil {
+		out.Status, out.ErrorKind = "error", "code_error"
+		out.Error = fmt.Sprintf("the command's context must be a JSON object: %v", err)
+		return out, nil
+	}
 	if s.Values != nil {
 		if err := s.Values.Expand(ctx, input); err != nil {
 			if errors.Is(err, valueref.ErrBadRef) {
@@ -183,7 +187,6 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 	}
 	var res runner.Result
 	var js *jsrunner.Result
-	var err error
 	switch strings.ToLower(cmd.Language) {
 	case "javascript", "js", "node":
 		if s.JS == nil {
@@ -217,9 +220,12 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		return out, nil
 	}
 	updates := res.Updates
-	analysis := outputschema.ForUpdates(updates)
+	var analysis outputschema.Analysis
 	if js != nil && js.HasValue {
-		analysis = outputschema.ForValue(js.Value)
+		v, _ := jsonvalue.Decode(js.Value)
+		analysis = outputschema.ForValue(v)
+	} else if decoded, err := updates.Decoded(); err == nil {
+		analysis = outputschema.ForUpdates(decoded)
 	}
 	if a, err := analysis.ToStruct(); err == nil {
 		out.OutputAnalysis = a
@@ -229,13 +235,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 			return nil, fmt.Errorf("store large results: %w", err)
 		}
 	}
-	st, err := structpb.NewStruct(updates)
-	if err != nil {
-		out.Status, out.ErrorKind = "error", "code_error"
-		out.Error = fmt.Sprintf("context updates cannot be carried: %v", err)
-		return out, nil
-	}
-	out.ContextUpdates = st
+	out.ContextUpdates = updates.Proto()
 	return out, nil
 }
 
@@ -255,15 +255,10 @@ func (s *server) addJavaScript(out *novav1.CodeExecuted, js *jsrunner.Result) {
 	if !js.HasValue {
 		return
 	}
-	if b, err := json.Marshal(js.Value); err != nil || len(b) > maxValueBytes {
+	if len(js.Value) > maxValueBytes {
 		return
 	}
-	if v, err := structpb.NewValue(js.Value); err == nil {
-		out.Result = v
-	}
-	if items, err := structpb.NewList(js.Items); err == nil {
-		out.Items = items
-	}
+	out.Result, out.Items = jsonvalue.Proto(js.Value), jsonvalue.Proto(js.Items)
 }
 
 // maxTraceback keeps a runaway traceback (deep recursion) from making the

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/services/sandbox/jsrunner"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
@@ -76,7 +78,7 @@ func run() error {
 	}
 	pyRun := func(code string) func() error {
 		return func() error {
-			res, err := r.Run(ctx, runner.Request{Code: code, Context: map[string]any{"input": "value"}})
+			res, err := r.Run(ctx, runner.Request{Code: code, Context: jsonvalue.Object{"input": json.RawMessage(`"value"`)}})
 			if err == nil && (res.Status != runner.StatusSuccess || !res.Warm) {
 				err = fmt.Errorf("run: %s %s (warm %v)", res.ErrorKind, res.Error, res.Warm)
 			}
@@ -142,7 +144,7 @@ func javaScript(ctx context.Context, o options, logger *slog.Logger) (func() err
 		return nil, err
 	}
 	run := func() error {
-		res, err := r.Run(ctx, runner.Request{Language: "javascript", Code: "context.x = 1", Context: map[string]any{"input": "value"}})
+		res, err := r.Run(ctx, runner.Request{Language: "javascript", Code: "context.x = 1", Context: jsonvalue.Object{"input": json.RawMessage(`"value"`)}})
 		if err == nil && res.Status != runner.StatusSuccess {
 			err = fmt.Errorf("run: %s %s", res.ErrorKind, res.Error)
 		}
