@@ -1,6 +1,8 @@
 // Package chart renders helm/nova the way `helm template` does, with Helm's
 // own Go packages (the version `make helm` builds), and decodes every
-// manifest strictly into the Kubernetes and KEDA API types.
+// manifest strictly into the Kubernetes and KEDA API types; keda_test.go
+// runs the bundled NATS's rendered configuration as a three-server cluster
+// and polls it the way KEDA polls the rendered triggers.
 package chart
 
 import (
@@ -14,6 +16,7 @@ import (
 	"testing"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	"go.uber.org/goleak"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -27,6 +30,15 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server keeps process-wide helpers alive after Shutdown.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*diskIO).loop"),
+	)
+}
 
 const (
 	chartDir  = "../../../helm/nova"
@@ -256,8 +268,8 @@ func TestDefaultsKEDAOn(t *testing.T) {
 
 	checkBundledNATS(t, r)
 	so := r.scaledObjects[fullname(bus.AgentCodeGenerator)]
-	if got, want := so.Spec.Triggers[0].Metadata["natsServerMonitoringEndpoint"], "nova-nats.nova-system.svc.cluster.local:8222"; got != want {
-		t.Errorf("monitoring endpoint = %q, want the bundled NATS's %q", got, want)
+	if got, want := so.Spec.Triggers[0].Metadata["natsServerMonitoringEndpoint"], "nova-nats-headless.nova-system.svc.cluster.local:8222"; got != want {
+		t.Errorf("monitoring endpoint = %q, want the bundled NATS's headless service %q", got, want)
 	}
 	if _, ok := r.secrets[release+"-nats-users"]; !ok {
 		t.Error("no Secret with the NATS users' passwords")
@@ -266,6 +278,47 @@ func TestDefaultsKEDAOn(t *testing.T) {
 		if s := r.secrets[release+"-nats-users"]; s != nil && len(s.Data[u]) < 16 {
 			t.Errorf("NATS user %s has no generated password", u)
 		}
+	}
+}
+
+// TestMonitoringEndpointIsTheHeadlessService: however the bundled NATS is
+// named, KEDA's endpoint is the headless service that governs the NATS
+// StatefulSet, so that <pod>.<endpoint host> is a pod's DNS name (see
+// TestKEDAReadsLagFromTheBundledCluster).
+func TestMonitoringEndpointIsTheHeadlessService(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		nats map[string]any
+		want string
+	}{
+		{"defaults", map[string]any{}, "nova-nats-headless"},
+		{"fullnameOverride", map[string]any{"fullnameOverride": "bus"}, "bus-headless"},
+		{"nameOverride", map[string]any{"nameOverride": "msg"}, "nova-msg-headless"},
+		{"headlessService.name", map[string]any{"headlessService": map[string]any{"name": "bus-peers"}}, "bus-peers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, map[string]any{"nats": tc.nats})
+			if len(r.statefulSets) != 1 {
+				t.Fatalf("StatefulSets %v, want the NATS one", keys(r.statefulSets))
+			}
+			var sts *appsv1.StatefulSet
+			for _, s := range r.statefulSets {
+				sts = s
+			}
+			headless := r.services[sts.Spec.ServiceName]
+			if headless == nil || headless.Spec.ClusterIP != corev1.ClusterIPNone {
+				t.Fatalf("the StatefulSet's serviceName %q is not a rendered headless Service", sts.Spec.ServiceName)
+			}
+			want := tc.want + "." + namespace + ".svc.cluster.local:8222"
+			if sts.Spec.ServiceName != tc.want {
+				t.Fatalf("headless Service %q, want %q", sts.Spec.ServiceName, tc.want)
+			}
+			for _, svc := range queueConsumers {
+				if got := r.scaledObjects[fullname(svc)].Spec.Triggers[0].Metadata["natsServerMonitoringEndpoint"]; got != want {
+					t.Errorf("%s: monitoring endpoint %q, want %q", svc, got, want)
+				}
+			}
+		})
 	}
 }
 

@@ -345,6 +345,51 @@ func checkBundledNATS(t *testing.T, r *rendered) {
 	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
 		t.Errorf("NATS replicas %v, want 3", sts.Spec.Replicas)
 	}
+	conf := layOutNATSConfig(t, r)
+	opts := conf.parse(t, sts.Name+"-0")
+	if !opts.JetStream || !opts.SyncAlways {
+		t.Errorf("JetStream %v, sync always %v; want both", opts.JetStream, opts.SyncAlways)
+	}
+	if len(opts.Routes) != 3 {
+		t.Errorf("%d cluster routes, want 3", len(opts.Routes))
+	}
+	if opts.SystemAccount != "SYS" || opts.MaxPayload != 1<<20 {
+		t.Errorf("system account %q, max payload %d", opts.SystemAccount, opts.MaxPayload)
+	}
+	users := map[string]bool{}
+	for _, u := range opts.Users {
+		users[u.Username] = true
+		if u.Password != natsPassword(u.Username) {
+			t.Errorf("NATS user %s: password not from its Secret key", u.Username)
+		}
+	}
+	for _, s := range services {
+		if !users[s] {
+			t.Errorf("bundled NATS has no user %s", s)
+		}
+	}
+}
+
+// natsConfig is the bundled NATS's configuration laid out as a pod sees it.
+type natsConfig struct {
+	path string
+	// passwords maps the server's environment variables to the keys of the
+	// users' Secret they come from.
+	passwords map[string]string
+}
+
+// natsPassword is the test password of a NATS user (its Secret key).
+func natsPassword(user string) string { return "pw-" + user }
+
+// layOutNATSConfig writes the rendered nats.conf and accounts.conf where
+// the StatefulSet mounts them, checking that it does mount them and takes
+// the passwords from the users' Secret.
+func layOutNATSConfig(t *testing.T, r *rendered) natsConfig {
+	t.Helper()
+	sts := r.statefulSets[release+"-nats"]
+	if sts == nil {
+		t.Fatalf("no NATS StatefulSet; have %v", keys(r.statefulSets))
+	}
 	var natsContainer *corev1.Container
 	for i, c := range sts.Spec.Template.Spec.Containers {
 		if c.Name == "nats" {
@@ -382,7 +427,6 @@ func checkBundledNATS(t *testing.T, r *rendered) {
 		t.Fatalf("ConfigMaps %v lack the NATS config or accounts", keys(r.configMaps))
 	}
 
-	// Lay the files out as the pod sees them and let NATS parse them.
 	root := t.TempDir()
 	for path, content := range map[string]string{
 		"etc/nats-config/nats.conf":   natsConf.Data["nats.conf"],
@@ -396,35 +440,23 @@ func checkBundledNATS(t *testing.T, r *rendered) {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv("SERVER_NAME", "nova-nats-0")
-	for env, user := range passwords {
-		t.Setenv(env, "pw-"+user)
+	return natsConfig{path: filepath.Join(root, "etc/nats-config/nats.conf"), passwords: passwords}
+}
+
+// parse lets nats-server read the configuration as the pod serverName
+// does, with SERVER_NAME and the passwords in its environment.
+func (c natsConfig) parse(t *testing.T, serverName string) *server.Options {
+	t.Helper()
+	t.Setenv("SERVER_NAME", serverName)
+	for env, user := range c.passwords {
+		t.Setenv(env, natsPassword(user))
 	}
-	opts, err := server.ProcessConfigFile(filepath.Join(root, "etc/nats-config/nats.conf"))
+	opts, err := server.ProcessConfigFile(c.path)
 	if err != nil {
-		t.Fatalf("NATS refuses the rendered config: %v\n%s", err, natsConf.Data["nats.conf"])
+		content, _ := os.ReadFile(c.path)
+		t.Fatalf("NATS refuses the rendered config: %v\n%s", err, content)
 	}
-	if !opts.JetStream || !opts.SyncAlways {
-		t.Errorf("JetStream %v, sync always %v; want both", opts.JetStream, opts.SyncAlways)
-	}
-	if len(opts.Routes) != 3 {
-		t.Errorf("%d cluster routes, want 3", len(opts.Routes))
-	}
-	if opts.SystemAccount != "SYS" || opts.MaxPayload != 1<<20 {
-		t.Errorf("system account %q, max payload %d", opts.SystemAccount, opts.MaxPayload)
-	}
-	users := map[string]bool{}
-	for _, u := range opts.Users {
-		users[u.Username] = true
-		if u.Password != "pw-"+u.Username {
-			t.Errorf("NATS user %s: password not from its Secret key", u.Username)
-		}
-	}
-	for _, s := range services {
-		if !users[s] {
-			t.Errorf("bundled NATS has no user %s", s)
-		}
-	}
+	return opts
 }
 
 func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

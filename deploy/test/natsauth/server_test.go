@@ -7,7 +7,6 @@ package natsauth
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,10 +122,9 @@ func startWith(t *testing.T, opts *server.Options) *natsServer {
 
 func (s *natsServer) url() string { return s.srv.ClientURL() }
 
-// monitorURL is the HTTP monitoring endpoint (KEDA's natsServerMonitoringEndpoint).
-func (s *natsServer) monitorURL() string {
-	return fmt.Sprintf("http://%s", s.srv.MonitorAddr().String())
-}
+// monitoringEndpoint is host:port of the HTTP monitoring endpoint (KEDA's
+// natsServerMonitoringEndpoint).
+func (s *natsServer) monitoringEndpoint() string { return s.srv.MonitorAddr().String() }
 
 // violations records the permission violations the server reports to one
 // connection.

@@ -2,7 +2,6 @@ package natsauth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/deploy/test/internal/kedascaler"
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
@@ -375,53 +375,25 @@ func serveAgent(ctx context.Context, b *bus.Bus, name string) error {
 	}
 }
 
-// jsz mirrors the part of the monitoring endpoint's /jsz answer that KEDA's
-// nats-jetstream scaler reads.
-type jsz struct {
-	Accounts []struct {
-		Name    string `json:"name"`
-		Streams []struct {
-			Name      string `json:"name"`
-			Consumers []struct {
-				Name          string `json:"name"`
-				NumPending    int    `json:"num_pending"`
-				NumAckPending int    `json:"num_ack_pending"`
-			} `json:"consumer_detail"`
-		} `json:"stream_detail"`
-	} `json:"account_details"`
-}
-
 // consumerLag is what KEDA's nats-jetstream trigger computes for account
-// NOVA, stream and consumer: pending plus unacknowledged messages, read from
-// /jsz?acc=NOVA&consumers=true&config=true.
+// NOVA, stream and consumer on this single server: pending plus
+// unacknowledged messages, read from /jsz?acc=NOVA&consumers=true&config=true.
 func consumerLag(t *testing.T, s *natsServer, stream, consumer string) int {
 	t.Helper()
-	resp, err := http.Get(s.monitorURL() + "/jsz?acc=NOVA&consumers=true&config=true")
+	scaler, err := kedascaler.New(map[string]string{
+		"natsServerMonitoringEndpoint": s.monitoringEndpoint(),
+		"account":                      "NOVA",
+		"stream":                       stream,
+		"consumer":                     consumer,
+	}, http.DefaultClient)
 	if err != nil {
-		t.Fatalf("monitoring endpoint: %v", err)
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var body jsz
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("decode /jsz: %v", err)
+	lag, err := scaler.Lag(t.Context())
+	if err != nil {
+		t.Fatalf("KEDA's lag of %s on %s: %v", consumer, stream, err)
 	}
-	for _, acc := range body.Accounts {
-		if acc.Name != "NOVA" {
-			continue
-		}
-		for _, st := range acc.Streams {
-			if st.Name != stream {
-				continue
-			}
-			for _, c := range st.Consumers {
-				if c.Name == consumer {
-					return c.NumPending + c.NumAckPending
-				}
-			}
-		}
-	}
-	t.Fatalf("/jsz has no consumer %s of stream %s in account NOVA", consumer, stream)
-	return 0
+	return int(lag)
 }
 
 // waitLag polls the lag until it is want (the server updates consumer state

@@ -62,10 +62,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* host:port of the NATS monitoring endpoint, reachable from KEDA's namespace. */}}
+{{/* The bundled NATS chart's headless service, the StatefulSet's serviceName:
+its headlessService.name, else <nats.fullname>-headless. */}}
+{{- define "nova.natsHeadlessService" -}}
+{{- $h := .Values.nats.headlessService | default dict -}}
+{{- $h.name | default (printf "%s-headless" (include "nova.natsFullname" .)) -}}
+{{- end -}}
+
+{{/* host:port of the NATS monitoring endpoint for KEDA, reachable from KEDA's
+namespace. For the bundled cluster it is the headless service: KEDA finds
+the server leading the consumer and reads from <pod>.<endpoint host>, which
+Kubernetes names only under the StatefulSet's headless service. */}}
 {{- define "nova.natsMonitoringEndpoint" -}}
 {{- if .Values.nats.enabled -}}
-{{- printf "%s.%s.svc.cluster.local:8222" (include "nova.natsFullname" .) .Release.Namespace -}}
+{{- printf "%s.%s.svc.cluster.local:8222" (include "nova.natsHeadlessService" .) .Release.Namespace -}}
 {{- else if .Values.externalNats.monitoringEndpoint -}}
 {{- .Values.externalNats.monitoringEndpoint -}}
 {{- else -}}
