@@ -2,6 +2,7 @@ package natsauth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
