@@ -30,7 +30,9 @@ type Spec struct {
 	CommandType string
 	ResultType  string
 	Workers     int
-	// AckWait bounds a step without heartbeats; model calls can be slow.
+	// AckWait is how long a command held by a replica that stopped waits
+	// to be redelivered (default bus.DefaultAckWait); in-progress acks keep
+	// a slow model call's delivery meanwhile.
 	AckWait time.Duration
 }
 
@@ -41,7 +43,7 @@ func (s Spec) Consumer() bus.Consumer {
 		Durable:    s.Name,
 		Filters:    []string{bus.CommandSubject(s.Name)},
 		Workers:    max(s.Workers, 1),
-		AckWait:    max(s.AckWait, 30*time.Second),
+		AckWait:    s.AckWait,
 		MaxDeliver: 3,
 	}
 }

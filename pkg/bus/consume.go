@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,10 +9,8 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 // Handler handles one event. A nil error acks it; an error marked Permanent
@@ -28,10 +27,16 @@ type Consumer struct {
 	Durable string
 	// Filters are the subjects this consumer reads.
 	Filters []string
-	// AckWait is how long a delivery may stay unacknowledged before it is
-	// redelivered; handlers that run longer are kept alive with heartbeats.
+	// AckWait is how long a delivery held by a process that stopped waits
+	// before it is redelivered (default DefaultAckWait). While a handler
+	// runs, in-progress acks every AckWait/4 keep its delivery, however long
+	// it takes.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries; the last failed one is dead-lettered.
+	// MaxDeliver bounds the handler's attempts; the last failed one is
+	// dead-lettered. The server does not bound deliveries: one beyond
+	// MaxDeliver (the process stopped during each, or dead-lettering failed)
+	// is dead-lettered without running the handler, so nothing stays in a
+	// stream unseen.
 	MaxDeliver int
 	// Backoff is the Nak delay after the n-th failed delivery (the last
 	// value repeats).
@@ -43,9 +48,13 @@ type Consumer struct {
 	Middleware []Middleware
 }
 
+// DefaultAckWait is the default Consumer.AckWait: a command held by a
+// replica that died is redelivered within about this long.
+const DefaultAckWait = 5 * time.Second
+
 func (c *Consumer) defaults() {
 	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = DefaultAckWait
 	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 5
@@ -67,7 +76,7 @@ func (b *Bus) DeclareConsumer(ctx context.Context, c Consumer) (jetstream.Consum
 		FilterSubjects: c.Filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        c.AckWait,
-		MaxDeliver:     c.MaxDeliver,
+		MaxDeliver:     -1, // counted by handle, see Consumer.MaxDeliver
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		MaxAckPending:  max(64, c.Workers*4),
 	})
@@ -79,7 +88,11 @@ func (b *Bus) DeclareConsumer(ctx context.Context, c Consumer) (jetstream.Consum
 
 // Consume declares the durable consumer and handles its events until ctx is
 // cancelled; then it stops pulling, finishes the events already received
-// and returns nil.
+// and returns nil. It returns ErrClosed when the connection is closed.
+//
+// Each worker pulls one event when it is free: no delivery waits in a
+// client-side buffer, where nothing would keep it alive, while others are
+// handled.
 func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	c.defaults()
 	cons, err := b.DeclareConsumer(ctx, c)
@@ -92,43 +105,64 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	}
 	handler = b.instrument(c.Durable, handler)
 
-	it, err := cons.Messages(jetstream.PullMaxMessages(c.Workers + 1))
-	if err != nil {
-		return fmt.Errorf("pull from %s: %w", c.Durable, err)
-	}
 	// Handlers finish the event they hold even when ctx ends, so that a
-	// shutdown never leaves half-done work; the iterator is drained instead.
+	// shutdown never leaves half-done work.
 	handlerCtx := context.WithoutCancel(ctx)
-	msgs := make(chan jetstream.Msg)
-	var wg sync.WaitGroup
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
 	for range c.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for msg := range msgs {
-				b.handle(handlerCtx, c, msg, handler)
+		wg.Go(func() {
+			if err := b.pull(ctx, handlerCtx, c, cons, handler); err != nil {
+				mu.Lock()
+				firstErr = cmp.Or(firstErr, err)
+				mu.Unlock()
 			}
-		}()
+		})
 	}
-	stop := context.AfterFunc(ctx, it.Drain)
-	defer stop()
-
-	var readErr error
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				readErr = fmt.Errorf("read from %s: %w", c.Durable, err)
-				it.Stop()
-			}
-			break
-		}
-		msgs <- msg
-	}
-	close(msgs)
 	wg.Wait()
-	if readErr != nil && ctx.Err() == nil {
-		return readErr
+	return firstErr
+}
+
+// pullWait bounds one pull request; an idle worker renews it.
+const pullWait = 5 * time.Second
+
+// pull is one worker: it fetches an event, handles it, and again, until ctx
+// ends. Errors of the connection (a server restarting) are retried.
+func (b *Bus) pull(ctx, handlerCtx context.Context, c Consumer, cons jetstream.Consumer, h Handler) error {
+	failures := 0
+	for ctx.Err() == nil {
+		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
+		msg, err := cons.Next(jetstream.FetchContext(pullCtx))
+		cancel()
+		switch {
+		case err == nil:
+			failures = 0
+			b.handle(handlerCtx, c, msg, h)
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
+			failures = 0
+			continue
+		case b.nc.IsClosed():
+			return fmt.Errorf("read from %s: %w", c.Durable, ErrClosed)
+		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrConsumerDeleted):
+			if redeclared, derr := b.DeclareConsumer(ctx, c); derr == nil {
+				cons = redeclared
+			}
+		}
+		failures++
+		if failures == 3 {
+			b.log.WarnContext(ctx, "pulling events keeps failing; retrying", "consumer", c.Durable, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(min(50*time.Millisecond<<min(failures, 6), 2*time.Second)):
+		}
 	}
 	return nil
 }
@@ -143,6 +177,15 @@ func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handl
 	if md.NumDelivered > 1 {
 		b.metrics.redelivered.Add(ctx, 1, consumerAttr(c.Durable))
 	}
+	if int(md.NumDelivered) > c.MaxDeliver {
+		// The handler had its deliveries and none ended: the process that
+		// held it stopped, or dead-lettering it failed. It must not wait in
+		// the stream for good.
+		b.deadLetter(ctx, c, msg, md, fmt.Errorf(
+			"delivered %d times without being handled (limit %d): the handler failed, the process holding it stopped, or an earlier dead-letter publish failed",
+			md.NumDelivered, c.MaxDeliver))
+		return
+	}
 	ev, err := fromNATS(ctx, msg.Headers(), msg.Data())
 	if err != nil {
 		b.deadLetter(ctx, c, msg, md, err)
@@ -150,20 +193,9 @@ func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handl
 	}
 	ctx = b.prop.Extract(ctx, headerCarrier(msg.Headers()))
 
-	// Keep the delivery alive while a long handler runs.
-	hbCtx, stopHeartbeat := context.WithCancel(ctx)
-	go func() {
-		t := time.NewTicker(c.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	// In-progress acks keep the delivery while the handler runs, however
+	// long; a delivery whose process died comes back after AckWait.
+	stopHeartbeat := heartbeat(ctx, msg, c.AckWait/4)
 	err = h(ctx, *ev)
 	stopHeartbeat()
 
@@ -181,36 +213,24 @@ func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handl
 	}
 }
 
-// deadLetter terminates msg and publishes it, with the reason, on the
-// consumer's dead-letter subject. Publishing first means a failure to
-// dead-letter leaves the message to be redelivered rather than lost.
-func (b *Bus) deadLetter(ctx context.Context, c Consumer, msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) {
-	headers := map[string]string{}
-	for k, v := range msg.Headers() {
-		if len(v) > 0 {
-			headers[k] = v[0]
+// heartbeat sends an in-progress ack for msg every interval until stopped.
+func heartbeat(ctx context.Context, msg jetstream.Msg, interval time.Duration) (stop func()) {
+	hbCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
 		}
-	}
-	dl := &novav1.DeadLetter{
-		Consumer:   c.Durable,
-		Subject:    msg.Subject(),
-		Reason:     cause.Error(),
-		Deliveries: md.NumDelivered,
-		Headers:    headers,
-		Data:       msg.Data(),
-		FailedAt:   timestamppb.Now(),
-	}
-	id := fmt.Sprintf("dlq:%s:%d", md.Stream, md.Sequence.Stream)
-	if err := b.PublishProto(ctx, DeadLetterSubject(c.Durable), id, TypeDeadLetter, dl, nil); err != nil {
-		b.log.ErrorContext(ctx, "dead-letter publish failed; message left for redelivery",
-			"consumer", c.Durable, "subject", msg.Subject(), "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	b.metrics.deadLettered.Add(ctx, 1, consumerAttr(c.Durable))
-	b.log.WarnContext(ctx, "event dead-lettered",
-		"consumer", c.Durable, "subject", msg.Subject(), "deliveries", md.NumDelivered, "reason", cause.Error())
-	_ = msg.Term()
+	}()
+	return func() { cancel(); <-done }
 }
 
 // headerCarrier adapts NATS headers to OpenTelemetry propagation.

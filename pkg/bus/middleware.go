@@ -18,6 +18,9 @@ type metrics struct {
 	duration     metric.Float64Histogram
 	redelivered  metric.Int64Counter
 	deadLettered metric.Int64Counter
+	// deadLetterFailed counts failed dead-letter publishes; the message
+	// stays in its stream and is dead-lettered again later.
+	deadLetterFailed metric.Int64Counter
 }
 
 func newMetrics(m metric.Meter) (metrics, error) {
@@ -40,6 +43,10 @@ func newMetrics(m metric.Meter) (metrics, error) {
 	}
 	if ms.deadLettered, err = m.Int64Counter("nova.events.dead_lettered",
 		metric.WithDescription("Events terminated and sent to the dead-letter stream")); err != nil {
+		return ms, err
+	}
+	if ms.deadLetterFailed, err = m.Int64Counter("nova.events.dead_letter_failed",
+		metric.WithDescription("Dead-letter publishes that failed; the event stays in its stream and is tried again")); err != nil {
 		return ms, err
 	}
 	return ms, nil

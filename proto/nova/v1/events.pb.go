@@ -1194,18 +1194,38 @@ func (x *StepCompleted) GetStepId() string {
 }
 
 // DeadLetter carries an event that could not be handled.
-// Type io.nova.deadletter.v1 on nova.dlq.<consumer>.
+// Type io.nova.deadletter.v1 on nova.dlq.<consumer>; its id is
+// dlq:<consumer>:<stream>:<stream_sequence>, one per consumer and message.
+//
+// A dead letter is bounded in size: data holds the whole body when it is at
+// most bus.DeadLetterDataLimit bytes, else its first bytes (truncated),
+// and the whole message is kept beside it on nova.dlq.<consumer>.original at
+// original_sequence of the dead-letter stream.
 type DeadLetter struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Consumer      string                 `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	Subject       string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Deliveries    uint64                 `protobuf:"varint,4,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
-	Headers       map[string]string      `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Data          []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
-	FailedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Consumer string                 `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Subject  string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// reason is the last error, cut to a few KiB.
+	Reason     string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Deliveries uint64 `protobuf:"varint,4,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// headers are the message's headers (the CloudEvent attributes), each cut
+	// to a bounded length.
+	Headers  map[string]string      `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Data     []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	FailedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
+	// stream and stream_sequence locate the message in the stream it was read
+	// from (a work-queue stream removes it once it is dead-lettered).
+	Stream         string `protobuf:"bytes,8,opt,name=stream,proto3" json:"stream,omitempty"`
+	StreamSequence uint64 `protobuf:"varint,9,opt,name=stream_sequence,json=streamSequence,proto3" json:"stream_sequence,omitempty"`
+	// data_size is the size of the whole body.
+	DataSize uint64 `protobuf:"varint,10,opt,name=data_size,json=dataSize,proto3" json:"data_size,omitempty"`
+	// truncated says data or a header value was cut.
+	Truncated bool `protobuf:"varint,11,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// original_sequence is where the whole message is kept in the dead-letter
+	// stream when truncated; 0 when nothing was cut or the copy failed.
+	OriginalSequence uint64 `protobuf:"varint,12,opt,name=original_sequence,json=originalSequence,proto3" json:"original_sequence,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeadLetter) Reset() {
@@ -1285,6 +1305,41 @@ func (x *DeadLetter) GetFailedAt() *timestamppb.Timestamp {
 		return x.FailedAt
 	}
 	return nil
+}
+
+func (x *DeadLetter) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetStreamSequence() uint64 {
+	if x != nil {
+		return x.StreamSequence
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetDataSize() uint64 {
+	if x != nil {
+		return x.DataSize
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *DeadLetter) GetOriginalSequence() uint64 {
+	if x != nil {
+		return x.OriginalSequence
+	}
+	return 0
 }
 
 var File_nova_v1_events_proto protoreflect.FileDescriptor
@@ -1428,7 +1483,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\rerror_message\x18\x12 \x01(\tR\ferrorMessage\x12*\n" +
 	"\x11execution_time_ms\x18\x13 \x01(\x01R\x0fexecutionTimeMs\x128\n" +
 	"\ttimestamp\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x17\n" +
-	"\astep_id\x18\x15 \x01(\tR\x06stepId\"\xbf\x02\n" +
+	"\astep_id\x18\x15 \x01(\tR\x06stepId\"\xe8\x03\n" +
 	"\n" +
 	"DeadLetter\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\tR\bconsumer\x12\x18\n" +
@@ -1439,7 +1494,13 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"deliveries\x12:\n" +
 	"\aheaders\x18\x05 \x03(\v2 .nova.v1.DeadLetter.HeadersEntryR\aheaders\x12\x12\n" +
 	"\x04data\x18\x06 \x01(\fR\x04data\x127\n" +
-	"\tfailed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bfailedAt\x1a:\n" +
+	"\tfailed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bfailedAt\x12\x16\n" +
+	"\x06stream\x18\b \x01(\tR\x06stream\x12'\n" +
+	"\x0fstream_sequence\x18\t \x01(\x04R\x0estreamSequence\x12\x1b\n" +
+	"\tdata_size\x18\n" +
+	" \x01(\x04R\bdataSize\x12\x1c\n" +
+	"\ttruncated\x18\v \x01(\bR\ttruncated\x12+\n" +
+	"\x11original_sequence\x18\f \x01(\x04R\x10originalSequence\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"

@@ -40,9 +40,9 @@ var Spec = agent.Spec{
 	Verb:        "generate",
 	CommandType: bus.TypeCodeGenerate,
 	ResultType:  bus.TypeCodeGenerated,
-	// Model calls with tool rounds can take minutes; heartbeats keep a
-	// delivery alive meanwhile.
-	AckWait: 5 * time.Minute,
+	// Model calls with tool rounds can take minutes; in-progress acks keep
+	// the delivery meanwhile, and a replica that stops gives it back after
+	// bus.DefaultAckWait.
 }
 
 // Deps are what the generator needs.

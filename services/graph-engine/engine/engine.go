@@ -359,6 +359,17 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 	if err := bus.Decode(ev, &dl); err != nil {
 		return err
 	}
+	if dl.Truncated {
+		// A large message: its dead letter holds an excerpt, the whole
+		// message is kept beside it.
+		orig, err := e.bus.DeadLetterOriginal(ctx, &dl)
+		if err != nil {
+			e.log.ErrorContext(ctx, "dead letter of a large message: the message cannot be read back", "subject", dl.Subject,
+				"stream", dl.Stream, "stream_sequence", dl.StreamSequence, "reason", dl.Reason, "err", err)
+			return nil
+		}
+		dl.Data = orig.Data
+	}
 	var r novav1.CodeExecuted
 	var cmd novav1.ExecuteCode
 	switch dl.Consumer {

@@ -108,9 +108,8 @@ func ConsumerSpec(workers int) bus.Consumer {
 		Durable: Consumer,
 		Filters: []string{bus.CommandSubject(bus.AgentSandbox)},
 		Workers: max(workers, 1),
-		// Long programs are kept alive by heartbeats; a replica that dies
-		// mid-run gives its command back after this long.
-		AckWait:    15 * time.Second,
+		// Long programs are kept alive by in-progress acks; a replica that
+		// dies mid-run gives its command back after bus.DefaultAckWait.
 		MaxDeliver: 3,
 	}
 }
