@@ -15,13 +15,17 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -52,6 +56,9 @@ type Config struct {
 	Prices        PriceTable
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider
+	// TracerProvider records a span per model call with the OpenTelemetry
+	// GenAI attributes (nil: no spans).
+	TracerProvider trace.TracerProvider
 	// HTTPClient overrides the transport (tests).
 	HTTPClient *http.Client
 }
@@ -61,6 +68,7 @@ type Client struct {
 	oc      *openai.Client
 	cfg     Config
 	metrics clientMetrics
+	tracer  trace.Tracer
 	// sleep waits between retries; tests shorten it.
 	sleep func(context.Context, time.Duration) error
 }
@@ -81,6 +89,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MeterProvider == nil {
 		cfg.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = tracenoop.NewTracerProvider()
 	}
 	var oc openai.ClientConfig
 	if cfg.AzureAPIVersion != "" {
@@ -111,7 +122,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{oc: openai.NewClientWithConfig(oc), cfg: cfg, metrics: m, sleep: sleepCtx}, nil
+	return &Client{oc: openai.NewClientWithConfig(oc), cfg: cfg, metrics: m, sleep: sleepCtx,
+		tracer: cfg.TracerProvider.Tracer("github.com/novaflow/nova/pkg/llm")}, nil
 }
 
 type agentTransport struct {
@@ -253,8 +265,36 @@ func (c *Client) runTool(ctx context.Context, handlers map[string]Tool, tc opena
 	return answer
 }
 
-// complete makes one call, retrying transient errors with backoff.
-func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, *novav1.ModelCall, error) {
+// complete makes one call, retrying transient errors with backoff. Its span
+// carries the OpenTelemetry GenAI attributes (never the messages).
+func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest) (resp openai.ChatCompletionResponse, call *novav1.ModelCall, err error) {
+	ctx, span := c.tracer.Start(ctx, "chat "+req.Model, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", "chat"),
+			attribute.String("gen_ai.provider.name", c.provider()),
+			attribute.String("gen_ai.request.model", req.Model),
+			attribute.String("nova.agent", c.cfg.Agent)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			span.SetAttributes(attribute.String("error.type", errorType(err)))
+		} else {
+			span.SetAttributes(
+				attribute.String("gen_ai.response.model", call.Model),
+				attribute.String("gen_ai.response.id", resp.ID),
+				attribute.Int64("gen_ai.usage.input_tokens", call.PromptTokens),
+				attribute.Int64("gen_ai.usage.output_tokens", call.CompletionTokens),
+				attribute.Int64("gen_ai.usage.cache_read.input_tokens", call.CachedTokens),
+				attribute.Float64("nova.cost_usd", call.CostUsd),
+				attribute.Bool("nova.scripted", call.Scripted),
+				attribute.Int("nova.retries", int(call.Retries)))
+			if len(resp.Choices) > 0 {
+				span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", []string{string(resp.Choices[0].FinishReason)}))
+			}
+		}
+		span.End()
+	}()
 	start := time.Now()
 	var lastErr error
 	for attempt := 0; attempt <= c.cfg.MaxRetries; attempt++ {
@@ -278,6 +318,32 @@ func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest)
 		c.cfg.Logger.WarnContext(ctx, "transient model error, retrying", "model", req.Model, "attempt", attempt+1, "err", err)
 	}
 	return openai.ChatCompletionResponse{}, nil, fmt.Errorf("llm: %s: gave up after %d retries: %w", req.Model, c.cfg.MaxRetries, lastErr)
+}
+
+// provider is gen_ai.provider.name: azure.ai.openai or openai (also for
+// OpenAI-compatible servers, whose API is OpenAI's).
+func (c *Client) provider() string {
+	if c.cfg.AzureAPIVersion != "" {
+		return "azure.ai.openai"
+	}
+	return "openai"
+}
+
+// errorType is error.type of a failed call: the API's HTTP status, or
+// the error's kind.
+func errorType(err error) string {
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0 {
+		return strconv.Itoa(apiErr.HTTPStatusCode)
+	}
+	var reqErr *openai.RequestError
+	if errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0 {
+		return strconv.Itoa(reqErr.HTTPStatusCode)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "_OTHER"
 }
 
 func (c *Client) account(model string, resp openai.ChatCompletionResponse, d time.Duration, retries int) *novav1.ModelCall {

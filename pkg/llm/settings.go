@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Settings is the model API configuration every agent service reads from
@@ -18,7 +19,7 @@ type Settings struct {
 }
 
 // Client builds the client an agent calls the model with.
-func (s Settings) Client(agent string, log *slog.Logger, mp metric.MeterProvider) (*Client, error) {
+func (s Settings) Client(agent string, log *slog.Logger, mp metric.MeterProvider, tp trace.TracerProvider) (*Client, error) {
 	if s.APIKey == "" && s.BaseURL == "" {
 		log.Warn("neither OPENAI_API_KEY nor OPENAI_BASE_URL is set: model calls will fail")
 	}
@@ -34,5 +35,6 @@ func (s Settings) Client(agent string, log *slog.Logger, mp metric.MeterProvider
 		Prices:          prices,
 		Logger:          log,
 		MeterProvider:   mp,
+		TracerProvider:  tp,
 	})
 }

@@ -25,7 +25,7 @@ type config struct {
 func main() {
 	var cfg config
 	os.Exit(service.Main(bus.AgentCodeGenerator, &cfg, func(ctx context.Context, env *service.Env) error {
-		client, err := cfg.Settings.Client(bus.AgentCodeGenerator, env.Logger, env.Telemetry.MeterProvider)
+		client, err := cfg.Settings.Client(bus.AgentCodeGenerator, env.Logger, env.Telemetry.MeterProvider, env.Telemetry.TracerProvider)
 		if err != nil {
 			return err
 		}

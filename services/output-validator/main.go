@@ -22,7 +22,7 @@ type config struct {
 func main() {
 	var cfg config
 	os.Exit(service.Main("output-validator", &cfg, func(ctx context.Context, env *service.Env) error {
-		client, err := cfg.Settings.Client(bus.AgentOutputValidator, env.Logger, env.Telemetry.MeterProvider)
+		client, err := cfg.Settings.Client(bus.AgentOutputValidator, env.Logger, env.Telemetry.MeterProvider, env.Telemetry.TracerProvider)
 		if err != nil {
 			return err
 		}

@@ -429,7 +429,10 @@ type ExecuteCode struct {
 	// echo it so the engine can tell a late result from an early one.
 	Sequence int32 `protobuf:"varint,12,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// With network: the hosts ("host" or "host:port") the code may reach.
-	AllowHosts    []string `protobuf:"bytes,13,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowHosts []string `protobuf:"bytes,13,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	// step_number is the step's number in the node's chain of work; attempt
+	// is the node's attempt it belongs to (equal for a code node).
+	StepNumber    int32 `protobuf:"varint,15,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -555,6 +558,13 @@ func (x *ExecuteCode) GetAllowHosts() []string {
 	return nil
 }
 
+func (x *ExecuteCode) GetStepNumber() int32 {
+	if x != nil {
+		return x.StepNumber
+	}
+	return 0
+}
+
 // CodeExecuted is the sandbox's answer.
 // Type io.nova.sandbox.executed.v1 on nova.evt.<execution_id>.result.sandbox.
 type CodeExecuted struct {
@@ -592,7 +602,9 @@ type CodeExecuted struct {
 	Logs   []string   `protobuf:"bytes,22,rep,name=logs,proto3" json:"logs,omitempty"`
 	// Which limit ended the run, when error_kind is "limit" or "timeout"
 	// (wall_time, cpu_time, memory, processes, file_size, output).
-	Limit         string `protobuf:"bytes,23,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit string `protobuf:"bytes,23,opt,name=limit,proto3" json:"limit,omitempty"`
+	// step_number echoes the command's.
+	StepNumber    int32 `protobuf:"varint,27,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -786,6 +798,13 @@ func (x *CodeExecuted) GetLimit() string {
 		return x.Limit
 	}
 	return ""
+}
+
+func (x *CodeExecuted) GetStepNumber() int32 {
+	if x != nil {
+		return x.StepNumber
+	}
+	return 0
 }
 
 // NodeCompleted records one visit of a node (a chain_of_work document).
@@ -1384,7 +1403,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\x8c\x03\n" +
+	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xad\x03\n" +
 	"\vExecuteCode\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1400,7 +1419,9 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x05stage\x18\v \x01(\tR\x05stage\x12\x1a\n" +
 	"\bsequence\x18\f \x01(\x05R\bsequence\x12\x1f\n" +
 	"\vallow_hosts\x18\r \x03(\tR\n" +
-	"allowHostsJ\x04\b\b\x10\t\"\xa2\x06\n" +
+	"allowHosts\x12\x1f\n" +
+	"\vstep_number\x18\x0f \x01(\x05R\n" +
+	"stepNumberJ\x04\b\b\x10\t\"\xc3\x06\n" +
 	"\fCodeExecuted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1428,7 +1449,9 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06result\x18\x19 \x01(\v2\x12.nova.v1.JSONValueR\x06result\x12(\n" +
 	"\x05items\x18\x1a \x01(\v2\x12.nova.v1.JSONValueR\x05items\x12\x12\n" +
 	"\x04logs\x18\x16 \x03(\tR\x04logs\x12\x14\n" +
-	"\x05limit\x18\x17 \x01(\tR\x05limitJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\xb2\x06\n" +
+	"\x05limit\x18\x17 \x01(\tR\x05limit\x12\x1f\n" +
+	"\vstep_number\x18\x1b \x01(\x05R\n" +
+	"stepNumberJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\xb2\x06\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +

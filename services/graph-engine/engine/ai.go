@@ -125,9 +125,9 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 				ContextKeys: jsonvalue.MustObject(input).Keys()}
 		})
 	case phaseAnalysisExecute:
-		t.execute(node, ref.StepId, ref.Visit, ref.StepNumber, ai.AnalysisCode, stageAnalysis, input)
+		t.execute(node, ref.StepId, ref.Visit, ref.Attempt, ref.StepNumber, ai.AnalysisCode, stageAnalysis, input)
 	case phaseExecute:
-		t.execute(node, ref.StepId, ref.Visit, ref.StepNumber, ai.Code, stageTask, input)
+		t.execute(node, ref.StepId, ref.Visit, ref.Attempt, ref.StepNumber, ai.Code, stageTask, input)
 	case phaseOutputValidate:
 		r := ai.Execution
 		t.command(node, ref.StepId, bus.AgentOutputValidator, bus.TypeOutputValidate, func(int32) proto.Message {

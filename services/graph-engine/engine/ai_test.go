@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,7 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 	e := newTestEngine()
 	st, first := startAIExecution(t, e, map[string]any{"pdf": strings.Repeat("JVBERi0", 10)})
 	var histories []int
+	var executes []string // attempt/step_number of each task execution
 	seen := pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
 		switch c := cmd.(type) {
 		case *novav1.AnalyzeInput:
@@ -152,6 +154,7 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 				u := jsonvalue.Proto([]byte(`{"_data_analysis": {"pages": 1.0}}`))
 				return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence, Status: "success", ContextUpdates: u}
 			}
+			executes = append(executes, fmt.Sprintf("%d/%d", c.Attempt, c.StepNumber))
 			return &novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
 				Status: "error", ErrorKind: "code_error", Error: "KeyError: 'totals'", Traceback: "Traceback ...\nKeyError: 'totals'"}
 		}
@@ -163,6 +166,11 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 	}
 	if got := strings.Join(seen, ","); !strings.HasPrefix(got, "analyze,generate:ANALYSIS,validate,execute:ANALYSIS,generate:TASK,validate,generate:TASK") {
 		t.Errorf("steps %s", got)
+	}
+	// The sandbox command names the node's attempt, and the step's number
+	// apart (the sandbox span's attempt attribute reads the former).
+	if got := strings.Join(executes, ","); got != "2/9,3/12" {
+		t.Errorf("task executions as attempt/step_number: %s, want 2/9,3/12", got)
 	}
 	if len(histories) != 3 || histories[0] != 0 || histories[1] != 1 || histories[2] != 2 {
 		t.Errorf("history lengths per attempt %v, want [0 1 2]", histories)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -166,11 +167,13 @@ func stepID(execution, node string, visit, attempt int32) string {
 // dispatch runs a code node's code in the sandbox.
 func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 	step := stepID(t.st.ExecutionId, node.Id, ns.Visits, ns.Attempts)
-	t.execute(node, step, ns.Visits, ns.Attempts, node.Code, "TASK", t.st.Context)
+	t.execute(node, step, ns.Visits, ns.Attempts, ns.Attempts, node.Code, "TASK", t.st.Context)
 }
 
 // execute issues an ExecuteCode command for the pending step.
-func (t *transition) execute(node *novav1.Node, step string, visit, attempt int32, code, stage string, context *novav1.JSONValue) {
+// execute sends code to the sandbox as step stepNumber of the node's
+// attempt (a code node has one step per attempt).
+func (t *transition) execute(node *novav1.Node, step string, visit, attempt, stepNumber int32, code, stage string, context *novav1.JSONValue) {
 	timeout := workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout)
 	if stage == stageAnalysis {
 		timeout = min(timeout, t.e.cfg.AnalysisTimeout)
@@ -182,6 +185,7 @@ func (t *transition) execute(node *novav1.Node, step string, visit, attempt int3
 			StepId:         step,
 			Visit:          visit,
 			Attempt:        attempt,
+			StepNumber:     stepNumber,
 			Language:       languageOf(node),
 			Code:           code,
 			Context:        context,
@@ -394,7 +398,7 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
 		Visit:           r.Visit,
-		StepNumber:      r.Attempt,
+		StepNumber:      cmp.Or(r.StepNumber, r.Attempt), // commands issued before step_number had none
 		StepName:        "code_execution",
 		AgentName:       "sandbox",
 		AttemptNumber:   r.Attempt,

@@ -284,7 +284,8 @@ func (s *Stack) Connect(ctx context.Context, name string, opts ...bus.Option) (*
 // stack's scripted server.
 func (s *Stack) llmClient(agentName string, tel *telemetry.Telemetry) (*llm.Client, error) {
 	cfg := llm.Config{APIKey: s.opts.LLM.APIKey, BaseURL: s.opts.LLM.BaseURL, AzureAPIVersion: s.opts.LLM.APIVersion,
-		Agent: agentName, Prices: s.opts.LLM.Prices, Logger: s.opts.Logger.With("service", agentName), MeterProvider: tel.MeterProvider}
+		Agent: agentName, Prices: s.opts.LLM.Prices, Logger: s.opts.Logger.With("service", agentName), MeterProvider: tel.MeterProvider,
+		TracerProvider: tel.TracerProvider}
 	if cfg.APIKey == "" && cfg.BaseURL == "" {
 		if s.scripted == nil {
 			return nil, fmt.Errorf("%s needs a model: set OPENAI_API_KEY or OPENAI_BASE_URL, or give scripted rules", agentName)

@@ -136,6 +136,7 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 		attribute.String("execution.id", cmd.ExecutionId),
 		attribute.String("node.id", cmd.NodeId),
 		attribute.Int("attempt", int(cmd.Attempt)),
+		attribute.Int("step.number", int(cmd.StepNumber)),
 		attribute.String("language", cmd.Language),
 		attribute.String("stage", cmd.Stage)))
 	start := time.Now()
@@ -158,6 +159,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		StepId:      cmd.StepId,
 		Visit:       cmd.Visit,
 		Attempt:     cmd.Attempt,
+		StepNumber:  cmd.StepNumber,
 		Sequence:    cmd.Sequence,
 	}
 	input, err := jsonvalue.FromProto(cmd.GetContext())
