@@ -118,7 +118,7 @@ func (v *validator) node(n *novav1.Node) {
 		v.add(id, "type", "unknown node type %d", int32(t))
 	}
 	if hasPrompt && !v.opts.AllowPrompt {
-		v.add(id, "prompt", "AI (prompt) nodes are not supported by this deployment yet")
+		v.add(id, "prompt", "AI (prompt) nodes need a model, and this deployment has none: give the AI agents OPENAI_API_KEY or OPENAI_BASE_URL and set NOVA_ALLOW_PROMPT=true on the graph engine")
 	}
 	if t := n.GetTimeoutSeconds(); !(t >= 0) {
 		v.add(id, "timeout", "must not be negative, got %g", t)

@@ -160,7 +160,7 @@ func TestValidate(t *testing.T) {
 			edit: func(def *novav1.WorkflowDefinition) {
 				def.Nodes[1].Code, def.Nodes[1].Prompt = "", "Extract the amount"
 			},
-			want: []wantProblem{{"extract", "prompt", "AI (prompt) nodes are not supported by this deployment yet"}},
+			want: []wantProblem{{"extract", "prompt", "AI (prompt) nodes need a model, and this deployment has none: give the AI agents OPENAI_API_KEY or OPENAI_BASE_URL and set NOVA_ALLOW_PROMPT=true on the graph engine"}},
 		},
 		{
 			name: "code on start node",
@@ -271,7 +271,7 @@ func TestValidationErrorListsEachProblemOnItsOwnLine(t *testing.T) {
 	}
 	want := `workflow "routing" has 4 problems:
   - node "extract": has both code and prompt; a node runs either code as written or a prompt (AI node), not both
-  - node "extract", field "prompt": AI (prompt) nodes are not supported by this deployment yet
+  - node "extract", field "prompt": AI (prompt) nodes need a model, and this deployment has none: give the AI agents OPENAI_API_KEY or OPENAI_BASE_URL and set NOVA_ALLOW_PROMPT=true on the graph engine
   - edges[5].to: edge auto_approve -> nowhere leads to unknown node "nowhere"
   - node "auto_approve": has no outgoing edge; an action node needs exactly one`
 	if err.Error() != want {

@@ -52,9 +52,8 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// defaultRules is the scripted model's rules file used when no model API is
-// configured and --llm-rules is not given.
-const defaultRules = "examples/scripted-llm.yaml"
+// rulesHelp describes --llm-rules.
+const rulesHelp = "scripted model rules `FILE` when no OPENAI_API_KEY/OPENAI_BASE_URL (default: the built-in rules, as in examples/scripted-llm.yaml)"
 
 func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, error) {
 	opts := stack.Options{
@@ -80,18 +79,26 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 	if opts.LLM.APIKey != "" || opts.LLM.BaseURL != "" {
 		return opts, nil
 	}
-	if rulesFile == "" {
-		if _, err := os.Stat(defaultRules); err != nil {
-			return opts, nil // AI nodes will fail with a clear error; code nodes run
-		}
-		rulesFile = defaultRules
+	load := stack.DefaultRules
+	if rulesFile != "" {
+		load = func() (scripted.Rules, error) { return scripted.LoadRules(rulesFile) }
 	}
-	rules, err := scripted.LoadRules(rulesFile)
+	rules, err := load()
 	if err != nil {
 		return opts, fmt.Errorf("scripted model rules: %w", err)
 	}
 	opts.LLM.ScriptedRules = &rules
 	return opts, nil
+}
+
+// jsNote says where JavaScript nodes find their packages, or how to give
+// them some.
+func jsNote(opts stack.Options) string {
+	if p := cmp.Or(opts.NodeModules, stack.FindNodeModules()); p != "" {
+		return "JavaScript packages (axios, cheerio): " + p
+	}
+	return "JavaScript packages (axios, cheerio): none found; JavaScript nodes run without them (set " +
+		stack.NodeModulesEnv + " to a node_modules directory holding them, e.g. after npm ci in services/sandbox/jsrunner/runtime)"
 }
 
 // modelNote says which model answers the AI nodes, so that scripted output
@@ -115,7 +122,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
 	natsPort := fs.Int("nats-port", 4222, "port of the embedded NATS server")
 	mongoPort := fs.Int("mongo-port", 27017, "port of the embedded MongoDB-compatible store")
-	rules := fs.String("llm-rules", "", "scripted model rules when no OPENAI_API_KEY/OPENAI_BASE_URL (default "+defaultRules+" when present)")
+	rules := fs.String("llm-rules", "", rulesHelp)
 	if _, err := parseFlags(fs, args); err != nil {
 		return exitInvalid
 	}
@@ -134,6 +141,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
 	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))
+	fmt.Fprintf(stdout, "  %s\n", jsNote(opts))
 	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
 	fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
 		bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
@@ -173,7 +181,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting after this long")
 	verbose := fs.Bool("v", false, "show the services' logs")
-	rules := fs.String("llm-rules", "", "scripted model rules when no OPENAI_API_KEY/OPENAI_BASE_URL (default "+defaultRules+" when present)")
+	rules := fs.String("llm-rules", "", rulesHelp)
 	remote := fs.Bool("remote", false, "only start the workflow and wait for it: the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -93,8 +91,7 @@ type Options struct {
 	// long-running nova dev wants it; a one-shot run or a test does not).
 	WarmSandbox bool
 	// NodeModules holds axios and cheerio for JavaScript nodes; empty looks
-	// for services/sandbox/jsrunner/runtime/node_modules from the working
-	// directory upwards.
+	// for them (FindNodeModules).
 	NodeModules string
 	// NodeTimeout is the default node timeout (default 30s).
 	NodeTimeout time.Duration
@@ -344,7 +341,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			return nil, err
 		}
 		js, err := jsrunner.New(jsrunner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10,
-			NodeModules: cmp.Or(s.opts.NodeModules, findNodeModules()), Logger: log})
+			NodeModules: cmp.Or(s.opts.NodeModules, FindNodeModules()), Logger: log})
 		if err != nil {
 			log.Warn("no JavaScript runtime: JavaScript nodes will fail", "err", err)
 			js = nil
@@ -415,19 +412,3 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	}, nil
 }
 
-// findNodeModules looks for the JavaScript runtime's packages (installed by
-// make deps) from the working directory upwards.
-func findNodeModules() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for range 6 {
-		p := filepath.Join(dir, "services", "sandbox", "jsrunner", "runtime", "node_modules")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		dir = filepath.Dir(dir)
-	}
-	return ""
-}
