@@ -411,4 +411,3 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		return run(ctx)
 	}, nil
 }
-
