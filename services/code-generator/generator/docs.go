@@ -71,6 +71,27 @@ func (d *runtimeDocs) load(ctx context.Context, force bool) *runtimeinfo.Info {
 	return info
 }
 
+// firstIndexWait is how long search_documentation waits for a first index
+// (a sandbox starting on a fresh machine takes a few seconds to describe its
+// runtime) before it answers that there is none.
+var firstIndexWait = 8 * time.Second
+
+// await is load(force) that waits up to firstIndexWait for an index that is
+// not published yet.
+func (d *runtimeDocs) await(ctx context.Context) *runtimeinfo.Info {
+	deadline := time.Now().Add(firstIndexWait)
+	for {
+		if info := d.load(ctx, true); info != nil || d.js == nil || time.Now().After(deadline) {
+			return info
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // libraries lists what the prompt offers: the runtime's third-party
 // libraries when known, else the sandbox image's.
 func (d *runtimeDocs) libraries(ctx context.Context) []string {
@@ -117,7 +138,7 @@ func (d *runtimeDocs) search(ctx context.Context, arguments string) (string, err
 	if args.Library == "" || args.Query == "" {
 		return "", errors.New("both \"library\" and \"query\" are required")
 	}
-	info := d.load(ctx, true)
+	info := d.await(ctx)
 	if info == nil {
 		return docsUnavailable, nil
 	}

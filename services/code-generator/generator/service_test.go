@@ -82,3 +82,30 @@ func TestServiceOverTheBus(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchWaitsForAFirstIndex: the model asks for documentation while the
+// sandbox, just started, is still describing its runtime; the tool waits
+// for the index instead of answering that there is none.
+func TestSearchWaitsForAFirstIndex(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := devstacktest.Bus(ctx, t, "code-generator-test")
+	_, client := modelServer(t, docsRules()...)
+	g, err := generator.New(generator.Deps{Bus: b, LLM: client, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // the sandbox's indexer at work
+		published <- runtimeinfo.Publish(ctx, b.JetStream(), sandboxRuntime(t))
+	}()
+	res := generate(t, g, command(t, &novav1.TaskSpec{Task: "Extract the text of the PDF"}, map[string]any{"pdf_data_b64": pdfBase64(t)}))
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	requireSuccess(t, res)
+	if len(res.GetToolCalls()) != 1 || !strings.Contains(res.GetToolCalls()[0].GetResult(), "Page.get_text") {
+		t.Errorf("tool calls = %v, want one answered from the index published meanwhile", res.GetToolCalls())
+	}
+}

@@ -4,6 +4,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,10 @@ type Deps struct {
 	// Python is the runtime's interpreter, described at start-up for the
 	// code validator and search_documentation (default /usr/bin/python3).
 	Python string
+	// RuntimeCacheDir caches runtime descriptions by the runtime's
+	// fingerprint, so a runtime described once is published at once after a
+	// restart or on a fresh NATS (default runtimeinfo.DefaultCacheDir()).
+	RuntimeCacheDir string
 	// Replicas of the runtime description's bucket when it is created.
 	Replicas int
 	// MeterProvider receives nova.sandbox.executions and
@@ -88,7 +93,8 @@ func publishRuntime(ctx context.Context, d Deps) {
 	if python == "" {
 		python = "/usr/bin/python3"
 	}
-	info, err := runtimeinfo.Generate(ctx, python)
+	start := time.Now()
+	info, cached, err := runtimeinfo.GenerateCached(ctx, python, cmp.Or(d.RuntimeCacheDir, runtimeinfo.DefaultCacheDir()))
 	if err == nil {
 		err = runtimeinfo.Publish(ctx, d.Bus.JetStream(), info, runtimeinfo.WithReplicas(d.Replicas))
 	}
@@ -98,7 +104,8 @@ func publishRuntime(ctx context.Context, d Deps) {
 		}
 		return
 	}
-	d.Logger.Info("runtime description published", "python", info.Python, "modules", len(info.Modules), "libraries", len(info.Libraries))
+	d.Logger.Info("runtime description published", "python", info.Python, "modules", len(info.Modules), "libraries", len(info.Libraries),
+		"cached", cached, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // ConsumerSpec describes the sandbox's work-queue consumer.
