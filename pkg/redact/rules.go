@@ -5,7 +5,8 @@ package redact
 // v8.30.1 (the file is unchanged up to commit
 // b58d3f102cf3a2c84cb7f923d05c25c9b1aed84b), Copyright (c) 2019 Zachary Rice,
 // MIT licence: see LICENSE.gitleaks beside this file. Each keeps its gitleaks
-// id, keywords and entropy.
+// id and entropy threshold; its regexp and keywords are gitleaks' with the
+// changes listed below.
 //
 // Only the high-confidence rules are taken: those anchored on a fixed prefix
 // or structure (ghp_, sk_live_, AKIA, eyJ….eyJ…, -----BEGIN … PRIVATE KEY-----).
@@ -20,7 +21,8 @@ package redact
 //     which misses "…sk_live_abc." in prose.
 //   - Where gitleaks matches a fixed-length prefix of a token without
 //     checking its end (ghp_…{36}, glpat-…{20}), the length is a minimum
-//     here, so the whole token is hidden.
+//     here, so the whole token is hidden; where it has no group, one marks
+//     the secret.
 //   - A rule is tried only where one of its keywords starts (see ruleSet),
 //     so keywords are the first characters of the secret: jwt "eyj" (a JSON
 //     header always encodes to eyJ) for "ey", openai-api-key "sk-" for
