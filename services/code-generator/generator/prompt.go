@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/novaflow/nova/pkg/contextsummary"
+	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -40,6 +41,11 @@ type promptInput struct {
 	libraries []string
 	// docs reports whether search_documentation is offered.
 	docs bool
+	// secrets are the secrets the context and insights hold
+	// (redact.SecretValues); texts are scrubbed of them, and of secrets
+	// recognised by their look, before they are shortened, which could cut
+	// a secret short of its look.
+	secrets []string
 }
 
 // buildPrompt returns the system and user messages of a generation request.
@@ -126,7 +132,7 @@ func writeDecisionRules(b *strings.Builder, values []string) {
 func userPrompt(in promptInput) string {
 	var b strings.Builder
 	b.WriteString("TASK\n")
-	b.WriteString(shortenMiddle(strings.TrimSpace(in.cmd.GetSpec().GetTask()), maxTaskChars))
+	b.WriteString(shortenMiddle(redact.Scrub(strings.TrimSpace(in.cmd.GetSpec().GetTask()), in.secrets), maxTaskChars))
 	b.WriteString("\n\n")
 
 	b.WriteString("CONTEXT (keys, types, sizes and short samples; the code reads the real values from `context`)\n")
@@ -144,7 +150,7 @@ func userPrompt(in promptInput) string {
 	}
 
 	if len(in.cmd.GetHistory()) > 0 {
-		writeHistory(&b, in.cmd.GetHistory())
+		writeHistory(&b, in.cmd.GetHistory(), in.secrets)
 	}
 
 	stage := requestedStage(in.cmd)
@@ -154,7 +160,7 @@ func userPrompt(in promptInput) string {
 
 // writeHistory feeds back every failed attempt, oldest first, whole: the
 // model needs each error next to the code that caused it.
-func writeHistory(b *strings.Builder, history []*novav1.AttemptRecord) {
+func writeHistory(b *strings.Builder, history []*novav1.AttemptRecord, secrets []string) {
 	b.WriteString("EARLIER ATTEMPTS FAILED\n")
 	fmt.Fprintf(b, "Your code for this task has failed %d time(s). Each attempt, oldest first, with its code and its error:\n\n", len(history))
 	for i, h := range history {
@@ -164,10 +170,10 @@ func writeHistory(b *strings.Builder, history []*novav1.AttemptRecord) {
 		}
 		fmt.Fprintf(b, "Attempt %d: FAILED in %s\n", n, phaseText(h.GetPhase()))
 		b.WriteString("Code:\n```python\n")
-		b.WriteString(strings.TrimRight(shortenMiddle(elideEncoded(h.GetCode()), maxHistoryCode), "\n"))
+		b.WriteString(strings.TrimRight(shortenMiddle(elideEncoded(redact.Scrub(h.GetCode(), secrets)), maxHistoryCode), "\n"))
 		b.WriteString("\n```\n")
 		b.WriteString("Error:\n")
-		b.WriteString(strings.TrimSpace(shortenMiddle(elideEncoded(h.GetError()), maxHistoryError)))
+		b.WriteString(strings.TrimSpace(shortenMiddle(elideEncoded(redact.Scrub(h.GetError(), secrets)), maxHistoryError)))
 		b.WriteString("\n\n")
 	}
 	b.WriteString("Find the cause of every error above and fix it. Do not repeat an approach that already failed; " +

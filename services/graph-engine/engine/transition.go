@@ -270,20 +270,17 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 	return nil
 }
 
-// scrubSecrets hides the values of the node input's secret keys in what the
-// code raised, printed or logged: a traceback may quote a password, and this
-// text goes on to the chain of work, the traces and the model's next prompt.
+// scrubSecrets hides, in what the code raised, printed or logged, the values
+// of the node input's secret keys and every secret recognised by its look
+// (redact.Scrub): a traceback may quote a password, and this text goes on to
+// the chain of work, the traces and the model's next prompt.
 func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
 	if r.Error == "" && r.Traceback == "" && r.Stdout == "" && r.Stderr == "" && len(r.Logs) == 0 {
 		return
 	}
-	input, err := jsonvalue.MustObject(t.st.NodeInput).Decoded()
-	if err != nil {
-		return
-	}
-	secrets := redact.SecretValues(input)
-	if len(secrets) == 0 {
-		return
+	var secrets []string
+	if input, err := jsonvalue.MustObject(t.st.NodeInput).Decoded(); err == nil {
+		secrets = redact.SecretValues(input)
 	}
 	for _, s := range []*string{&r.Error, &r.Traceback, &r.Stdout, &r.Stderr} {
 		*s = redact.Scrub(*s, secrets)

@@ -190,3 +190,52 @@ func TestContextValuesStayExact(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintedSecretsAreScrubbed: what the code printed or raised reaches the
+// chain of work without the values of the input's secret keys, without a
+// secret a context value held under an innocuous key (even printed without
+// the look that gave it away) and without any secret recognised by its look.
+func TestPrintedSecretsAreScrubbed(t *testing.T) {
+	const (
+		bearer = "c2VydmljZS0xOjQ4MjkxNzM2NTU" // printed alone, it has no look
+		stripe = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+		github = "ghp_" + "R2d2C3poBb8xWq7Lm4Nz0Kv6Ty1Ju5Hs9Fg3"
+	)
+	e := newTestEngine()
+	st, cmd := begin(t, e, loopYAML, map[string]any{
+		"db_password": "hunter2-abc",
+		"notes":       []any{"Authorization: Bearer " + bearer},
+	})
+	r := resultFor(cmd, nil)
+	r.Status, r.ErrorKind = "error", "code_error"
+	r.Error = "PermissionError: " + github + " cannot push"
+	r.Traceback = "Traceback ...\nlogin(hunter2-abc)\nPermissionError: " + github + " cannot push"
+	r.Stdout = "token " + bearer + ", stripe " + stripe + "\n"
+	r.Logs = []string{"using hunter2-abc"}
+	tr := e.newTransition(st)
+	if err := tr.codeExecuted(r); err != nil {
+		t.Fatal(err)
+	}
+	var nc *novav1.NodeCompleted
+	for _, o := range tr.out {
+		if m, ok := o.msg.(*novav1.NodeCompleted); ok {
+			nc = m
+		}
+	}
+	if nc == nil {
+		t.Fatal("no NodeCompleted")
+	}
+	tests := []struct{ name, got, want string }{
+		{"error", nc.ErrorMessage, "PermissionError: [REDACTED] cannot push"},
+		{"traceback", nc.Traceback, "Traceback ...\nlogin([REDACTED])\nPermissionError: [REDACTED] cannot push"},
+		{"stdout", nc.Stdout, "token [REDACTED], stripe [REDACTED]\n"},
+		{"logs", strings.Join(r.Logs, "\n"), "using [REDACTED]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("%s = %q, want %q", tt.name, tt.got, tt.want)
+			}
+		})
+	}
+}

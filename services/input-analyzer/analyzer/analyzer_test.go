@@ -118,8 +118,10 @@ rules:
 `)
 	a := analyzer.New(analyzer.Deps{LLM: client})
 	pdf := pdfB64(200 << 10)
-	res, err := a.Analyze(t.Context(), command(t, "Extract the invoice total", "", map[string]any{
-		"pdf_data_b64": pdf, "client_name": "Acme Corp", "email_password": "hunter2-secret", "total": 1500,
+	stripeKey := "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc" // split: secret scanners read this file
+	awsKeyID := "AKIA" + "IOSFODNN7EXAMPLE"
+	res, err := a.Analyze(t.Context(), command(t, "Extract the invoice total (bucket key "+awsKeyID+")", "", map[string]any{
+		"pdf_data_b64": pdf, "client_name": "Acme Corp", "email_password": "hunter2-secret", "total": 1500, "stripe": stripeKey,
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -141,14 +143,14 @@ rules:
 		t.Fatalf("requests = %d, want 1", len(reqs))
 	}
 	body := string(reqs[0].Body)
-	for _, leak := range []string{"hunter2-secret", pdf[:64], pdf[100_000:100_064], "JVBERi0"} {
+	for _, leak := range []string{"hunter2-secret", pdf[:64], pdf[100_000:100_064], "JVBERi0", stripeKey, "4eC39Hq", awsKeyID} {
 		if strings.Contains(body, leak) {
 			t.Errorf("the prompt contains %q", leak)
 		}
 	}
 	prompt := reqs[0].Text()
-	for _, want := range []string{"InputAnalyzer", "Extract the invoice total", "pdf_data_b64: string, base64 data", "looks like a PDF",
-		"email_password: string: present, value hidden", `client_name: string, 9 chars = "Acme Corp"`} {
+	for _, want := range []string{"InputAnalyzer", "Extract the invoice total (bucket key [REDACTED])", "pdf_data_b64: string, base64 data", "looks like a PDF",
+		"email_password: string: present, value hidden", `client_name: string, 9 chars = "Acme Corp"`, "stripe: string: present, value hidden"} {
 		if !strings.Contains(prompt, want) {
 			t.Errorf("prompt lacks %q", want)
 		}

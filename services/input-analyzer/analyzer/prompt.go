@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/novaflow/nova/pkg/contextsummary"
+	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -23,7 +24,7 @@ complexity rates how hard the data is to work with: low (plain values), medium (
 func userPrompt(spec *novav1.TaskSpec, s contextsummary.Summary) string {
 	var b strings.Builder
 	b.WriteString("TASK:\n")
-	b.WriteString(strings.TrimSpace(spec.GetTask()))
+	b.WriteString(redact.Scrub(strings.TrimSpace(spec.GetTask()), nil)) // a pasted key has no place in a prompt
 	b.WriteString("\n\nNODE TYPE: ")
 	if t := spec.GetNodeType(); t != "" {
 		b.WriteString(t)

@@ -529,11 +529,14 @@ func testAIDecision(t *testing.T, costs *aiCosts) {
 	}
 }
 
-// testSecret: a password in the context, which the code uses and which its
-// first, failing attempt even quotes in an error, reaches no prompt, no
-// audit document and no span.
+// testSecret: a password in the context, and a Stripe key under a key that
+// does not say it is secret, which the code uses and which its first,
+// failing attempt even quotes in an error, reach no prompt, no audit
+// document and no span.
 func testSecret(t *testing.T, costs *aiCosts) {
 	secret := fmt.Sprintf("hunter2-%x", rand.Uint64())
+	stripe := fmt.Sprintf("sk_live_%x%x", rand.Uint64(), rand.Uint64()) // a secret by its look only
+	secrets := []string{secret, stripe}
 	const rules = `
 rules:
   - name: input-analyzer
@@ -547,7 +550,7 @@ rules:
           # STAGE: TASK
           password = context['email_password']
           if not password.startswith('smtp-'):
-              raise RuntimeError('mailbox login refused for shop@example.com with password ' + password)
+              raise RuntimeError('mailbox login refused for shop@example.com with password ' + password + ', billing with ' + context['billing'])
       - content: |
           # STAGE: TASK
           customer = context['customer']
@@ -576,6 +579,7 @@ edges:
 		"total":          1500,
 		"customer":       map[string]any{"name": "Ada Lovelace", "email": "ada@example.com"},
 		"email_password": secret,
+		"billing":        stripe,
 	})
 	succeeded(t, wc)
 	if out := ctxMap(wc.Context); out["mailbox_ready"] != true || out["email_subject"] != "Your order of 1500.00 EUR" {
@@ -590,8 +594,10 @@ edges:
 		t.Errorf("model requests by agent = %v, want %v", got, want)
 	}
 	for i, r := range reqs {
-		if bytes.Contains(r.Body, []byte(secret)) || strings.Contains(r.Text(), secret) {
-			t.Errorf("model request %d (%s) contains the secret", i, r.Agent)
+		for _, secret := range secrets {
+			if bytes.Contains(r.Body, []byte(secret)) || strings.Contains(r.Text(), secret) {
+				t.Errorf("model request %d (%s) contains the secret %q", i, r.Agent, secret)
+			}
 		}
 	}
 	if gen := e.modelRequests(codeGenerator); len(gen) == 2 {
@@ -620,8 +626,10 @@ edges:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if bytes.Contains(raw, []byte(secret)) || bytes.Contains(js, []byte(secret)) {
-				t.Errorf("%s document %s contains the secret:\n%s", coll, raw.Lookup("_id"), js)
+			for _, secret := range secrets {
+				if bytes.Contains(raw, []byte(secret)) || bytes.Contains(js, []byte(secret)) {
+					t.Errorf("%s document %s contains the secret %q:\n%s", coll, raw.Lookup("_id"), secret, js)
+				}
 			}
 		}
 		if err := cur.Err(); err != nil {
@@ -632,9 +640,11 @@ edges:
 			t.Errorf("no %s documents of the execution", coll)
 		}
 	}
-	// The key is kept, its value hidden.
-	if n := nodeDoc(t, nodes, "confirm", 1); n.InputContext["email_password"] != redact.Placeholder {
-		t.Errorf("input_context.email_password = %v, want %q", n.InputContext["email_password"], redact.Placeholder)
+	// The keys are kept, their values hidden.
+	for _, k := range []string{"email_password", "billing"} {
+		if n := nodeDoc(t, nodes, "confirm", 1); n.InputContext[k] != redact.Placeholder {
+			t.Errorf("input_context.%s = %v, want %q", k, n.InputContext[k], redact.Placeholder)
+		}
 	}
 
 	// Spans of every service, once each has finished its work.
@@ -652,8 +662,10 @@ edges:
 	services := map[string]bool{}
 	for _, s := range all {
 		services[serviceName(s)] = true
-		if where := secretIn(s, secret); where != "" {
-			t.Errorf("span %q of %s holds the secret in %s", s.Name, serviceName(s), where)
+		for _, secret := range secrets {
+			if where := secretIn(s, secret); where != "" {
+				t.Errorf("span %q of %s holds the secret %q in %s", s.Name, serviceName(s), secret, where)
+			}
 		}
 	}
 	for _, m := range stack.Modules {

@@ -171,7 +171,8 @@ func findErrorText(path string, v any, depth int) []string {
 	case string:
 		s := strings.TrimSpace(t)
 		if errorTextRe.MatchString(s) || strings.Contains(s, "Traceback (most recent call last)") {
-			return []string{fmt.Sprintf("%s = %q", path, shorten(firstLine(s), 120))}
+			// The finding goes on to the next prompt and the chain of work.
+			return []string{fmt.Sprintf("%s = %q", path, shorten(firstLine(redact.Scrub(s, nil)), 120))}
 		}
 	case map[string]any:
 		var out []string

@@ -88,6 +88,15 @@ func command(t *testing.T, spec *novav1.TaskSpec, before, updates map[string]any
 	}
 }
 
+// Secrets in real formats (public documentation examples), split so that
+// secret scanners do not report this file.
+const (
+	stripeKey   = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+	githubPAT   = "ghp_" + "R2d2C3poBb8xWq7Lm4Nz0Kv6Ty1Ju5Hs9Fg3"
+	awsKeyID    = "AKIA" + "IOSFODNN7EXAMPLE"
+	bearerToken = "c2VydmljZS0xOjQ4MjkxNzM2NTU"
+)
+
 var (
 	discountTask = &novav1.TaskSpec{Task: "Calculate discount (10% if total > 1000)", NodeType: "action"}
 	decisionTask = &novav1.TaskSpec{Task: "Approve orders over 1000", NodeType: "decision", DecisionValues: []string{"approve", "reject"}}
@@ -115,6 +124,8 @@ func TestDeterministicChecks(t *testing.T) {
 			checks: []string{"error_text"}, reason: []string{"fix the cause of the error"}},
 		{name: "exception name", spec: discountTask, updates: map[string]any{"total": "ValueError: could not convert string to float: 'N/A'"},
 			checks: []string{"error_text"}},
+		{name: "error text quoting a secret", spec: discountTask, updates: map[string]any{"summary": "Error: 401 for token " + githubPAT},
+			checks: []string{"error_text"}, reason: []string{`context["summary"] = "Error: 401 for token [REDACTED]"`}},
 		{name: "nested error text", spec: discountTask, updates: map[string]any{"result": map[string]any{"items": []any{"ok", "exception: boom"}}},
 			checks: []string{"error_text"}, reason: []string{`context["result"]["items"][1] = "exception: boom"`}},
 		{name: "text about errors is not error text", spec: discountTask, updates: map[string]any{"report": "Error rate is 2%; no errors found", "status": "failed to reach 1000 orders, as expected"}},
@@ -250,11 +261,14 @@ func TestPromptHidesSecretsAndData(t *testing.T) {
 	raw := append([]byte("%PDF-1.4\n"), make([]byte, 150<<10)...)
 	pdf := base64.StdEncoding.EncodeToString(raw) // about 200 KB
 	srv, client := modelServer(t, content(`{"valid": true, "reason": "sent"}`))
-	cmd := command(t, &novav1.TaskSpec{Task: "Email the invoice total to the client", NodeType: "action", Model: "gpt-4.1-mini"},
-		map[string]any{"email_password": "hunter2-secret", "total": 1500, "invoice_pdf": pdf, "smtp": map[string]any{"user": "bot", "api_token": "tok-very-secret"}},
-		map[string]any{"email_sent": true, "summary": "Sent the total of 1500 EUR to Acme", "attachment_b64": pdf[:120_000]})
-	cmd.Code = "pw = context['email_password']\nprint('logging in with', pw)\nprint(context['invoice_pdf'][:500])\ncontext['email_sent'] = True"
-	cmd.Stdout = "logging in with hunter2-secret\n" + pdf[:500] + "\ntoken tok-very-secret\n"
+	cmd := command(t, &novav1.TaskSpec{Task: "Email the invoice total to the client (relay key " + awsKeyID + ")", NodeType: "action", Model: "gpt-4.1-mini"},
+		map[string]any{"email_password": "hunter2-secret", "total": 1500, "invoice_pdf": pdf, "smtp": map[string]any{"user": "bot", "api_token": "tok-very-secret"},
+			"stripe": stripeKey, "notes": []any{"Authorization: Bearer " + bearerToken}},
+		map[string]any{"email_sent": true, "summary": "Sent the total of 1500 EUR to Acme", "attachment_b64": pdf[:120_000], "receipt": "paid with " + stripeKey})
+	cmd.Code = "pw = context['email_password']\nprint('logging in with', pw)\nprint(context['invoice_pdf'][:500])\ncontext['email_sent'] = True\n" +
+		"gh = '" + githubPAT + "'"
+	cmd.Stdout = "logging in with hunter2-secret\n" + pdf[:500] + "\ntoken tok-very-secret\n" +
+		"upstream " + bearerToken + ", key " + awsKeyID + "\n"
 	res, err := outputvalidator.New(outputvalidator.Deps{LLM: client}).Validate(t.Context(), cmd)
 	if err != nil || !res.Valid {
 		t.Fatalf("Validate = %+v, %v", res, err)
@@ -264,18 +278,21 @@ func TestPromptHidesSecretsAndData(t *testing.T) {
 		t.Fatalf("requests %d", len(reqs))
 	}
 	body := string(reqs[0].Body)
-	for _, leak := range []string{"hunter2-secret", "tok-very-secret", pdf[:60], pdf[50_000:50_060], "JVBERi0"} {
+	for _, leak := range []string{"hunter2-secret", "tok-very-secret", pdf[:60], pdf[50_000:50_060], "JVBERi0",
+		stripeKey, "4eC39Hq", bearerToken, githubPAT, awsKeyID} {
 		if strings.Contains(body, leak) {
 			t.Errorf("the prompt contains %q", leak)
 		}
 	}
 	prompt := reqs[0].Text()
 	for _, want := range []string{
-		"OutputValidator", "Email the invoice total to the client",
+		"OutputValidator", "Email the invoice total to the client (relay key [REDACTED])",
 		"CONTEXT BEFORE THE RUN", "- email_password: string: present, value hidden", "- invoice_pdf: string, base64 data",
 		"UPDATES MADE BY THE CODE", "- email_sent: boolean = true", `- summary: string, 34 chars = "Sent the total of 1500 EUR to Acme"`,
 		"- attachment_b64: string, base64 data, 120000 chars (looks like a PDF); not shown",
 		"pw = context['email_password']", "logging in with [REDACTED]", "[base64 data, 500 chars]", "token [REDACTED]",
+		"- stripe: string: present, value hidden", `- receipt: string, 42 chars = "paid with [REDACTED]"`,
+		"gh = '[REDACTED]'", "upstream [REDACTED], key [REDACTED]",
 	} {
 		if !strings.Contains(prompt, want) {
 			t.Errorf("prompt lacks %q", want)

@@ -38,7 +38,7 @@ func userPrompt(cmd *novav1.ValidateOutput) string {
 
 	var b strings.Builder
 	b.WriteString("TASK:\n")
-	b.WriteString(strings.TrimSpace(spec.GetTask()))
+	b.WriteString(scrub(strings.TrimSpace(spec.GetTask())))
 	b.WriteString("\n\nNODE TYPE: ")
 	if spec.GetNodeType() == "decision" {
 		quoted := make([]string, len(spec.GetDecisionValues()))
@@ -64,10 +64,10 @@ func userPrompt(cmd *novav1.ValidateOutput) string {
 		b.WriteString("(none)")
 	}
 	b.WriteString("\n\nCODE:\n```python\n")
-	b.WriteString(scrub(shorten(strings.TrimSpace(cmd.GetCode()), maxCodeChars)))
+	b.WriteString(shorten(scrub(strings.TrimSpace(cmd.GetCode())), maxCodeChars))
 	b.WriteString("\n```\n\nSTDOUT (excerpt):\n")
 	if out := strings.TrimSpace(cmd.GetStdout()); out != "" {
-		b.WriteString(scrub(shorten(out, maxStdoutChars)))
+		b.WriteString(shorten(scrub(out), maxStdoutChars))
 	} else {
 		b.WriteString("(empty)")
 	}
@@ -75,9 +75,11 @@ func userPrompt(cmd *novav1.ValidateOutput) string {
 	return b.String()
 }
 
-// scrubber returns a function hiding, in code and stdout, the values of
-// secret keys found in the contexts (code may print them) and long runs of
-// base64 (code may print data).
+// scrubber returns a function hiding, in the task, code and stdout, the
+// values of secret keys and the other secrets found in the contexts (code
+// may print them), every secret recognised by its look, and long runs of
+// base64 (code may print data). It runs before text is shortened, which
+// could cut a secret short of its look.
 func scrubber(contexts ...map[string]any) func(string) string {
 	all := make([]any, len(contexts))
 	for i, c := range contexts {
