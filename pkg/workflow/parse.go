@@ -15,7 +15,6 @@ import (
 	"time"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // Field names accepted in a definition. "description" is documentation only and
@@ -50,9 +49,10 @@ func Parse(data []byte) (*novav1.WorkflowDefinition, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("%w: document is empty", ErrMalformed)
 	}
-	// The strict conversion rejects duplicate keys, which would otherwise let a
-	// later "code:" silently replace an earlier one.
-	js, err := yaml.YAMLToJSONStrict(data)
+	// YAML 1.2 (a node named "on" or "no" is a string); duplicate keys are
+	// refused, which would otherwise let a later "code:" silently replace an
+	// earlier one.
+	js, err := yamlToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}

@@ -239,7 +239,7 @@ func TestParseErrors(t *testing.T) {
 			name:      "malformed YAML",
 			src:       "name: w\nnodes:\n  - id: a\n   type: start\n",
 			malformed: true,
-			wantText:  []string{"malformed workflow definition", "line 3"},
+			wantText:  []string{"malformed workflow definition", "line 2"},
 		},
 		{
 			name:      "malformed JSON",
@@ -414,4 +414,52 @@ func hasProblem(verr *workflow.ValidationError, nodeID, field, msg string) bool 
 		}
 	}
 	return false
+}
+
+// TestParseYAML12 reads YAML as 1.2 does: only true and false are booleans,
+// so nodes named as YAML 1.1 booleans keep their names; integers keep their
+// digits; aliases expand within a bound; a repeated key names both lines.
+func TestParseYAML12(t *testing.T) {
+	for _, id := range []string{"y", "n", "on", "off", "yes", "no", "Y", "NO", "On", "null_node"} {
+		t.Run(id, func(t *testing.T) {
+			src := "name: w\nnodes:\n  - {id: start, type: start}\n  - id: " + id + "\n    type: decision\n    code: pass\n  - {id: end, type: end}\n" +
+				"edges:\n  - {from: start, to: " + id + "}\n  - from: " + id + "\n    to: end\n    condition: " + id + "\n"
+			def := mustParse(t, src)
+			if got := def.GetNodes()[1].GetId(); got != id {
+				t.Errorf("node id %q, want %q", got, id)
+			}
+			if e := def.GetEdges()[1]; e.GetFrom() != id || e.GetCondition() != id {
+				t.Errorf("edge from %q condition %q, want %q", e.GetFrom(), e.GetCondition(), id)
+			}
+			if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+	t.Run("booleans and numbers", func(t *testing.T) {
+		def := mustParse(t, "name: w\nnetwork: true\nnodes:\n  - {id: a, type: start, timeout: 0x1e}\nedges:\n  - {from: a, to: b, condition: 0o17}\n")
+		if !def.GetNetwork() || def.GetNodes()[0].GetTimeoutSeconds() != 30 || def.GetEdges()[0].GetCondition() != "15" {
+			t.Errorf("network %v, timeout %v, condition %q", def.GetNetwork(), def.GetNodes()[0].GetTimeoutSeconds(), def.GetEdges()[0].GetCondition())
+		}
+	})
+	t.Run("anchors and merge keys", func(t *testing.T) {
+		def := mustParse(t, "name: w\nnodes:\n  - &base {id: a, type: action, code: pass, timeout: 5}\n  - {<<: *base, id: b}\nedges: []\n")
+		if b := def.GetNodes()[1]; b.GetId() != "b" || b.GetCode() != "pass" || b.GetTimeoutSeconds() != 5 {
+			t.Errorf("merged node %v", b)
+		}
+	})
+	for name, tt := range map[string]struct{ src, want string }{
+		"duplicate key": {"name: w\nnodes: []\nname: v\n", `line 3: key "name" is already set on line 1`},
+		"billion laughs": {"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
+			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n", "more than 100000 values"},
+		"two documents": {"name: w\n---\nname: v\n", "second YAML document"},
+		"infinite number": {"name: w\ntimeout: .inf\n", "cannot be written as JSON"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := workflow.Parse([]byte(tt.src))
+			if err == nil || !errors.Is(err, workflow.ErrMalformed) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse: %v, want a malformed-definition error containing %q", err, tt.want)
+			}
+		})
+	}
 }
