@@ -452,7 +452,7 @@ func TestParseYAML12(t *testing.T) {
 		"duplicate key": {"name: w\nnodes: []\nname: v\n", `line 3: key "name" is already set on line 1`},
 		"billion laughs": {"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
 			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n", "more than 100000 values"},
-		"two documents": {"name: w\n---\nname: v\n", "second YAML document"},
+		"two documents":   {"name: w\n---\nname: v\n", "second YAML document"},
 		"infinite number": {"name: w\ntimeout: .inf\n", "cannot be written as JSON"},
 	} {
 		t.Run(name, func(t *testing.T) {
