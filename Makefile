@@ -56,6 +56,7 @@ help:
 	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
 	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit (static, CGO_ENABLED=0)'
 	@echo 'make check   generated proto code up to date, gofmt, go vet'
+	@echo 'make fuzz    run each fuzz target (parsers, event decoding, sandbox protocol) for FUZZTIME (default 3s); part of make test'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200")'
@@ -95,7 +96,27 @@ demo: deps build
 	$(BIN)/nova run examples/ai-orders.yaml --set total=1500 --chain --data-dir "$(DEMO_DIR)"
 
 .PHONY: test
-test: deps check test-go
+test: deps check test-go fuzz
+
+# Fuzz targets (module directory, package, target); plain go test runs their
+# seed corpus (f.Add and testdata/fuzz) as regression tests, `make fuzz`
+# explores for FUZZTIME each (FUZZTIME=10m make fuzz for a long run).
+FUZZTIME ?= 3s
+FUZZ_TARGETS := \
+	pkg:./workflow:FuzzParse \
+	pkg:./jsonvalue:FuzzParseObject \
+	pkg:./contextsummary:FuzzSummarize \
+	pkg:./bus:FuzzDecodeEvent \
+	services/sandbox:./runner:FuzzProtocolScanner \
+	services/sandbox:./outputschema:FuzzAnalyze
+
+.PHONY: fuzz
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		dir=$${t%%:*}; rest=$${t#*:}; pkg=$${rest%%:*}; name=$${rest#*:}; \
+		echo "=== fuzz $$name in $$dir/$${pkg#./} for $(FUZZTIME)"; \
+		(cd "$$dir" && $(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) "$$pkg") || exit 1; \
+	done
 
 # go test in every module, without the checks.
 .PHONY: test-go
