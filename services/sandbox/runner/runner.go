@@ -642,7 +642,7 @@ func (r *Runner) interpret(res *Result, payload []byte, protocol *protocolMessag
 	}
 	if protocol != nil {
 		for k, v := range protocol.ContextUpdates {
-			res.Updates[k] = v
+			res.Updates[k] = jsonvalue.Compact(v)
 		}
 		kept := res.Deleted[:0]
 		for _, k := range res.Deleted {
