@@ -17,6 +17,7 @@ Usage:
   nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--data-dir DIR]
   nova validate FILE
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
+  nova dlq      list [--consumer C] [--json] | show SEQ [--json] | replay SEQ [--again]
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 		return cmdValidate(rest, stdout, stderr)
 	case "chain":
 		return cmdChain(ctx, rest, stdout, stderr)
+	case "dlq":
+		return cmdDLQ(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

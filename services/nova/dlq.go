@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/config"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/service"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// replayedPrefix marks replayed dead letters: nova.dlq.replayed.<seq> in the
+// dead-letter stream holds when and where dead letter <seq> was replayed.
+// It matches nova.dlq.> (the stream) but not nova.dlq.* (the dead letters).
+const replayedPrefix = "nova.dlq.replayed."
+
+const dlqUsage = `Usage:
+  nova dlq list   [--consumer C] [--limit N] [--json]
+  nova dlq show   SEQ [--json]
+  nova dlq replay SEQ [--again]
+
+SEQ is a dead letter's sequence in the NOVA_DLQ stream, as list shows it.
+NATS_URL (and NATS credentials, as for the services) names the server; without
+it the embedded server of --data-dir is started (stop nova dev first, or set
+NATS_URL=nats://127.0.0.1:4222 to use the one it runs).
+`
+
+// deadLetterView is one dead letter as list and show print it.
+type deadLetterView struct {
+	Seq            uint64            `json:"seq"`
+	ID             string            `json:"id"`
+	FailedAt       time.Time         `json:"failed_at"`
+	Consumer       string            `json:"consumer"`
+	Subject        string            `json:"subject"`
+	Stream         string            `json:"stream"`
+	StreamSequence uint64            `json:"stream_sequence"`
+	Deliveries     uint64            `json:"deliveries"`
+	Reason         string            `json:"reason"`
+	Size           uint64            `json:"size"`
+	Truncated      bool              `json:"truncated"`
+	KeptAt         uint64            `json:"kept_at,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	Data           json.RawMessage   `json:"data,omitempty"`
+	DataText       string            `json:"data_text,omitempty"`
+	Replayed       *replayRecord     `json:"replayed,omitempty"`
+}
+
+// replayRecord is the body of a replay marker.
+type replayRecord struct {
+	At       time.Time `json:"replayed_at"`
+	Subject  string    `json:"subject"`
+	Stream   string    `json:"stream"`
+	Sequence uint64    `json:"sequence"`
+	Times    int       `json:"times"`
+}
+
+func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, dlqUsage)
+		return exitInvalid
+	}
+	sub, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", "./.nova", "data directory of the embedded NATS (when NATS_URL is not set)")
+	var consumer *string
+	var limit *int
+	var asJSON, again *bool
+	switch sub {
+	case "list":
+		consumer = fs.String("consumer", "", "only this consumer's dead letters")
+		limit = fs.Int("limit", 100, "show the newest N")
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "show":
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "replay":
+		again = fs.Bool("again", false, "replay a dead letter that was replayed before")
+	default:
+		fmt.Fprintf(stderr, "nova dlq: unknown command %q\n\n%s", sub, dlqUsage)
+		return exitInvalid
+	}
+	pos, err := parseFlags(fs, rest)
+	if err != nil {
+		return exitInvalid
+	}
+	var seq uint64
+	if sub == "list" {
+		if len(pos) != 0 {
+			fmt.Fprintf(stderr, "nova dlq list: unexpected argument %q\n", pos[0])
+			return exitInvalid
+		}
+	} else {
+		if len(pos) != 1 {
+			fmt.Fprintf(stderr, "nova dlq %s: want exactly one SEQ\n", sub)
+			return exitInvalid
+		}
+		if seq, err = strconv.ParseUint(pos[0], 10, 64); err != nil || seq == 0 {
+			fmt.Fprintf(stderr, "nova dlq %s: SEQ must be a positive number (a dead letter's sequence, see nova dlq list), got %q\n", sub, pos[0])
+			return exitInvalid
+		}
+	}
+
+	b, closeBus, err := dlqConnect(ctx, *dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq: %v\n", err)
+		return exitFailed
+	}
+	defer closeBus()
+	d := &dlq{b: b}
+	switch sub {
+	case "list":
+		return d.list(ctx, *consumer, *limit, *asJSON, stdout, stderr)
+	case "show":
+		return d.show(ctx, seq, *asJSON, stdout, stderr)
+	default:
+		return d.replay(ctx, seq, *again, stdout, stderr)
+	}
+}
+
+// dlqConnect connects to NATS_URL, or starts the embedded server of dataDir.
+func dlqConnect(ctx context.Context, dataDir string) (*bus.Bus, func(), error) {
+	if os.Getenv("NATS_URL") != "" {
+		var common service.Common
+		if err := config.Load(&common, nil); err != nil {
+			return nil, nil, err
+		}
+		natsOpts, err := common.NATSOptions()
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := bus.Connect(ctx, common.NATSURL, bus.WithName("nova-dlq"), bus.WithNATSOptions(natsOpts...))
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect to %s: %w", common.NATSURL, err)
+		}
+		return b, b.Close, nil
+	}
+	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir, NATSPort: -1})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the embedded NATS of %s: %w (if nova dev runs on it, set NATS_URL=nats://127.0.0.1:4222)", dataDir, err)
+	}
+	b, err := bus.Connect(ctx, n.URL(), bus.WithName("nova-dlq"))
+	if err != nil {
+		n.Shutdown()
+		return nil, nil, err
+	}
+	return b, func() { b.Close(); n.Shutdown() }, nil
+}
+
+type dlq struct{ b *bus.Bus }
+
+func (d *dlq) stream(ctx context.Context) (jetstream.Stream, error) {
+	s, err := d.b.JetStream().Stream(ctx, bus.StreamDeadLetters)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("there is no dead-letter stream %s yet: no NOVA service has run on this server", bus.StreamDeadLetters)
+	}
+	return s, err
+}
+
+// read decodes the dead letter at seq of the dead-letter stream.
+func (d *dlq) read(ctx context.Context, s jetstream.Stream, seq uint64) (*deadLetterView, *novav1.DeadLetter, error) {
+	raw, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil, fmt.Errorf("no dead letter at %s sequence %d", bus.StreamDeadLetters, seq)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeDeadLetter(ctx, s, raw)
+}
+
+func decodeDeadLetter(ctx context.Context, s jetstream.Stream, raw *jetstream.RawStreamMsg) (*deadLetterView, *novav1.DeadLetter, error) {
+	tokens := strings.Split(raw.Subject, ".")
+	if len(tokens) != 3 {
+		return nil, nil, fmt.Errorf("%s sequence %d (%s) is not a dead letter", bus.StreamDeadLetters, raw.Sequence, raw.Subject)
+	}
+	ev, err := bus.DecodeNATS(raw.Header, raw.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s sequence %d: %w", bus.StreamDeadLetters, raw.Sequence, err)
+	}
+	var dl novav1.DeadLetter
+	if ev.Type() != bus.TypeDeadLetter {
+		return nil, nil, fmt.Errorf("%s sequence %d is a %s event, not a dead letter", bus.StreamDeadLetters, raw.Sequence, ev.Type())
+	}
+	if err := bus.Decode(*ev, &dl); err != nil {
+		return nil, nil, err
+	}
+	v := &deadLetterView{
+		Seq: raw.Sequence, ID: ev.ID(), FailedAt: dl.GetFailedAt().AsTime(), Consumer: dl.Consumer, Subject: dl.Subject,
+		Stream: dl.Stream, StreamSequence: dl.StreamSequence, Deliveries: dl.Deliveries, Reason: dl.Reason,
+		Size: max(dl.DataSize, uint64(len(dl.Data))), Truncated: dl.Truncated, KeptAt: dl.OriginalSequence, Headers: dl.Headers,
+	}
+	if json.Valid(dl.Data) {
+		v.Data = json.RawMessage(dl.Data)
+	} else {
+		v.DataText = string(dl.Data)
+	}
+	if m, err := s.GetLastMsgForSubject(ctx, replayedPrefix+strconv.FormatUint(raw.Sequence, 10)); err == nil {
+		var r replayRecord
+		if json.Unmarshal(m.Data, &r) == nil {
+			v.Replayed = &r
+		}
+	}
+	return v, &dl, nil
+}
+
+func (d *dlq) list(ctx context.Context, consumer string, limit int, asJSON bool, stdout, stderr io.Writer) int {
+	s, err := d.stream(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq list: %v\n", err)
+		return exitFailed
+	}
+	filter := "nova.dlq.*"
+	if consumer != "" {
+		filter = bus.DeadLetterSubject(consumer)
+	}
+	views, err := d.collect(ctx, s, filter)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq list: %v\n", err)
+		return exitFailed
+	}
+	if limit > 0 && len(views) > limit {
+		views = views[len(views)-limit:]
+	}
+	if asJSON {
+		for _, v := range views {
+			v.Headers, v.Data, v.DataText = nil, nil, ""
+		}
+		return printJSON(stdout, stderr, cmpOrEmpty(views))
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(stdout, "no dead letters")
+		return exitOK
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SEQ\tFAILED AT\tCONSUMER\tSUBJECT\tDELIVERIES\tSIZE\tREPLAYED\tREASON")
+	for _, v := range views {
+		size := byteSize(v.Size)
+		if v.Truncated {
+			size += " (cut)"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Seq, v.FailedAt.Local().Format(time.DateTime), v.Consumer, v.Subject,
+			v.Deliveries, size, map[bool]string{true: "yes", false: "no"}[v.Replayed != nil], oneLine(v.Reason, 80))
+	}
+	_ = w.Flush()
+	return exitOK
+}
+
+func cmpOrEmpty(v []*deadLetterView) []*deadLetterView {
+	if v == nil {
+		return []*deadLetterView{}
+	}
+	return v
+}
+
+// collect reads every dead letter matching filter, oldest first.
+func (d *dlq) collect(ctx context.Context, s jetstream.Stream, filter string) ([]*deadLetterView, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	if total == 0 {
+		return nil, nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, err
+	}
+	var views []*deadLetterView
+	for uint64(len(views)) < total {
+		batch, err := c.Fetch(int(min(total-uint64(len(views)), 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data()}
+			v, _, err := decodeDeadLetter(ctx, s, raw)
+			if err != nil {
+				views = append(views, &deadLetterView{Seq: raw.Sequence, Subject: raw.Subject, Reason: "unreadable: " + err.Error()})
+				continue
+			}
+			views = append(views, v)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return views, nil
+}
+
+func (d *dlq) show(ctx context.Context, seq uint64, asJSON bool, stdout, stderr io.Writer) int {
+	s, err := d.stream(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq show: %v\n", err)
+		return exitFailed
+	}
+	v, _, err := d.read(ctx, s, seq)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq show: %v\n", err)
+		return exitInvalid
+	}
+	if asJSON {
+		return printJSON(stdout, stderr, v)
+	}
+	fmt.Fprintf(stdout, "dead letter %d (%s)\n", v.Seq, v.ID)
+	fmt.Fprintf(stdout, "  consumer:   %s\n  subject:    %s\n  message:    %s sequence %d\n  deliveries: %d\n  failed at:  %s\n",
+		v.Consumer, v.Subject, v.Stream, v.StreamSequence, v.Deliveries, v.FailedAt.Local().Format(time.RFC3339))
+	if v.Replayed != nil {
+		fmt.Fprintf(stdout, "  replayed:   %s to %s (%s sequence %d), %d time(s)\n", v.Replayed.At.Local().Format(time.RFC3339),
+			v.Replayed.Subject, v.Replayed.Stream, v.Replayed.Sequence, v.Replayed.Times)
+	}
+	fmt.Fprintf(stdout, "  reason:\n%s", indent(v.Reason, "    "))
+	fmt.Fprintln(stdout, "  headers:")
+	for _, k := range slices.Sorted(maps.Keys(v.Headers)) {
+		fmt.Fprintf(stdout, "    %s: %s\n", k, v.Headers[k])
+	}
+	switch {
+	case v.Truncated && v.KeptAt > 0:
+		fmt.Fprintf(stdout, "  data (the first %d of %d bytes; the whole message is kept at %s sequence %d):\n",
+			len(v.Data)+len(v.DataText), v.Size, bus.StreamDeadLetters, v.KeptAt)
+	case v.Truncated:
+		fmt.Fprintf(stdout, "  data (the first %d of %d bytes; the whole message could not be kept beside it: look for it in %s at sequence %d):\n",
+			len(v.Data)+len(v.DataText), v.Size, v.Stream, v.StreamSequence)
+	default:
+		fmt.Fprintf(stdout, "  data (%s):\n", byteSize(v.Size))
+	}
+	if v.Data != nil {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, v.Data, "    ", "  ") == nil {
+			fmt.Fprintf(stdout, "    %s\n", pretty.String())
+		}
+	} else {
+		fmt.Fprintf(stdout, "    %q\n", v.DataText)
+	}
+	return exitOK
+}
+
+func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr io.Writer) int {
+	s, err := d.stream(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
+		return exitFailed
+	}
+	v, dl, err := d.read(ctx, s, seq)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
+		return exitInvalid
+	}
+	times := 1
+	if v.Replayed != nil {
+		if !again {
+			fmt.Fprintf(stderr, "nova dlq replay: dead letter %d was replayed at %s to %s (%s sequence %d); use --again to replay it once more\n",
+				seq, v.Replayed.At.Local().Format(time.RFC3339), v.Replayed.Subject, v.Replayed.Stream, v.Replayed.Sequence)
+			return exitInvalid
+		}
+		times = v.Replayed.Times + 1
+	}
+	orig, err := d.b.DeadLetterOriginal(ctx, dl)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: dead letter %d: %v\n", seq, err)
+		return exitFailed
+	}
+	m := nats.NewMsg(orig.Subject)
+	for k, vals := range orig.Header {
+		if k == jetstream.MsgIDHeader || strings.HasPrefix(k, "Nats-Expected-") {
+			continue
+		}
+		m.Header[k] = vals
+	}
+	// Publishing twice (a retry, two operators) within the duplicate window
+	// stores one replay.
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replay:%s:%d", v.ID, times))
+	m.Data = orig.Data
+	ack, err := d.b.JetStream().PublishMsg(ctx, m)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: publish to %s: %v\n", orig.Subject, err)
+		return exitFailed
+	}
+	rec, _ := json.Marshal(replayRecord{At: time.Now().UTC(), Subject: orig.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Times: times})
+	marker := nats.NewMsg(replayedPrefix + strconv.FormatUint(seq, 10))
+	marker.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replayed:%d:%d", seq, times))
+	marker.Data = rec
+	if _, err := d.b.JetStream().PublishMsg(ctx, marker); err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: replayed, but could not record it: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "replayed dead letter %d: %s, %s sequence %d (%s)\n", seq, orig.Subject, ack.Stream, ack.Sequence, byteSize(uint64(len(orig.Data))))
+	return exitOK
+}
+
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "nova dlq: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func byteSize(n uint64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
