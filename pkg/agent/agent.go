@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/llm"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -79,12 +80,14 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		if ref.GetExecutionId() == "" || ref.GetStepId() == "" {
 			return bus.Permanent(errors.New("command without execution_id or step_id"))
 		}
-		ctx, span := tracer.Start(ctx, spec.Name+" "+spec.Verb, trace.WithAttributes(
+		stepAttrs := []attribute.KeyValue{
 			attribute.String("execution.id", ref.ExecutionId),
 			attribute.String("node.id", ref.NodeId),
 			attribute.Int("attempt", int(ref.Attempt)),
 			attribute.Int("step.number", int(ref.StepNumber)),
-		))
+		}
+		ctx, span := tracer.Start(ctx, spec.Name+" "+spec.Verb, trace.WithAttributes(stepAttrs...))
+		ctx = llm.WithSpanAttributes(ctx, stepAttrs...) // the model calls' spans name the step too
 		defer span.End()
 		res, err := handle(ctx, cmd)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -265,6 +266,15 @@ func (c *Client) runTool(ctx context.Context, handlers map[string]Tool, tc opena
 	return answer
 }
 
+type spanAttrsKey struct{}
+
+// WithSpanAttributes returns ctx whose model-call spans also carry attrs (an
+// agent adds the step's execution and node).
+func WithSpanAttributes(ctx context.Context, attrs ...attribute.KeyValue) context.Context {
+	prev, _ := ctx.Value(spanAttrsKey{}).([]attribute.KeyValue)
+	return context.WithValue(ctx, spanAttrsKey{}, append(slices.Clip(prev), attrs...))
+}
+
 // complete makes one call, retrying transient errors with backoff. Its span
 // carries the OpenTelemetry GenAI attributes (never the messages).
 func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest) (resp openai.ChatCompletionResponse, call *novav1.ModelCall, err error) {
@@ -274,6 +284,9 @@ func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest)
 			attribute.String("gen_ai.provider.name", c.provider()),
 			attribute.String("gen_ai.request.model", req.Model),
 			attribute.String("nova.agent", c.cfg.Agent)))
+	if attrs, ok := ctx.Value(spanAttrsKey{}).([]attribute.KeyValue); ok {
+		span.SetAttributes(attrs...)
+	}
 	defer func() {
 		if err != nil {
 			span.RecordError(err)

@@ -294,11 +294,17 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 			}
 		}
 		steps := map[string]int{}
+		genAI := 0 // model-call spans ("chat <model>")
 		for _, sp := range spans {
 			if sp.traceID != trace {
 				continue
 			}
-			if !strings.HasPrefix(sp.name, sp.service) && !strings.HasPrefix(sp.name, "publish ") {
+			if sp.attrs["gen_ai.operation.name"] != "" {
+				genAI++
+				if sp.attrs["gen_ai.usage.input_tokens"] == "" || sp.attrs["gen_ai.request.model"] == "" {
+					t.Errorf("model call span %q lacks GenAI attributes: %v", sp.name, sp.attrs)
+				}
+			} else if !strings.HasPrefix(sp.name, sp.service) && !strings.HasPrefix(sp.name, "publish ") {
 				t.Errorf("span %q comes from service %q", sp.name, sp.service)
 			}
 			steps[sp.name]++
@@ -310,6 +316,9 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 					t.Errorf("span %q (%s) lacks %s: %v", sp.name, sp.service, attr, sp.attrs)
 				}
 			}
+		}
+		if genAI < 4 { // two AI nodes: a generation and an output check each, at least
+			t.Errorf("trace has %d model-call spans, want at least 4 (spans: %v)", genAI, steps)
 		}
 		for name, want := range map[string]int{
 			"input-analyzer analyze":    2, // one per AI node
