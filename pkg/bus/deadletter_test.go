@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -193,4 +195,78 @@ func storedDeadLetter(t *testing.T, b *bus.Bus, consumer string) *novav1.DeadLet
 		t.Fatal(err)
 	}
 	return dl
+}
+
+// BenchmarkRedeliveryAfterReplicaStops measures how long a command held by a
+// replica that stops waits before another replica handles it: with the
+// sandbox's former 15 s ack wait (the baseline) and with the default one.
+// Run with -benchtime 1x (each iteration waits out an ack wait).
+func BenchmarkRedeliveryAfterReplicaStops(b *testing.B) {
+	url := startServerB(b)
+	for _, ackWait := range []time.Duration{15 * time.Second, bus.DefaultAckWait} {
+		b.Run("ackwait="+ackWait.String(), func(b *testing.B) {
+			var total time.Duration
+			n := 0
+			for b.Loop() {
+				n++
+				durable := fmt.Sprintf("bench-%s-%d", ackWait, n)
+				c := commandConsumer(durable)
+				c.AckWait = ackWait
+				dying, err := bus.Connect(b.Context(), url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := dying.EnsureStreams(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				held, release := make(chan struct{}), make(chan struct{})
+				go func() {
+					_ = dying.Consume(b.Context(), c, func(context.Context, event.Event) error { close(held); <-release; return nil })
+				}()
+				other, err := bus.Connect(b.Context(), url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := other.EnsureStreams(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				if err := other.PublishProto(b.Context(), bus.CommandSubject(durable), "cmd-"+durable, bus.TypeSandboxExecute, sample("c"), nil); err != nil {
+					b.Fatal(err)
+				}
+				<-held
+				stopped := time.Now()
+				dying.Close()
+				handled := make(chan time.Time, 1)
+				ctx, cancel := context.WithCancel(b.Context())
+				go func() {
+					_ = other.Consume(ctx, c, func(context.Context, event.Event) error {
+						select {
+						case handled <- time.Now():
+						default:
+						}
+						return nil
+					})
+				}()
+				total += (<-handled).Sub(stopped)
+				cancel()
+				close(release)
+				other.Close()
+			}
+			b.ReportMetric(total.Seconds()/float64(n), "s/redelivery")
+		})
+	}
+}
+
+func startServerB(b *testing.B) string {
+	b.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		b.Fatal("nats-server not ready")
+	}
+	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
 }
