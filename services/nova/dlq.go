@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -36,11 +37,19 @@ const dlqUsage = `Usage:
   nova dlq show   SEQ [--json]
   nova dlq replay SEQ [--again]
 
-SEQ is a dead letter's sequence in the NOVA_DLQ stream, as list shows it.
-NATS_URL (and NATS credentials, as for the services) names the server; without
-it the embedded server of --data-dir is started (stop nova dev first, or set
-NATS_URL=nats://127.0.0.1:4222 to use the one it runs).
+SEQ is a dead letter's sequence in the NOVA_DLQ stream, as list shows it;
+--limit 0 lists them all. NATS_URL (and NATS credentials, as for the services)
+names the server; without it the embedded server of --data-dir is started,
+unless nova dev runs: then set NATS_URL=nats://127.0.0.1:4222 to use its server.
 `
+
+// devNATSAddr is where nova dev serves NATS unless told otherwise.
+const devNATSAddr = "127.0.0.1:4222"
+
+// badSeqError says SEQ names no dead letter: the user's mistake (exit 2).
+type badSeqError struct{ msg string }
+
+func (e *badSeqError) Error() string { return e.msg }
 
 // deadLetterView is one dead letter as list and show print it.
 type deadLetterView struct {
@@ -56,6 +65,7 @@ type deadLetterView struct {
 	Size           uint64            `json:"size"`
 	Truncated      bool              `json:"truncated"`
 	KeptAt         uint64            `json:"kept_at,omitempty"`
+	OriginalGone   bool              `json:"original_gone,omitempty"`
 	Headers        map[string]string `json:"headers,omitempty"`
 	Data           json.RawMessage   `json:"data,omitempty"`
 	DataText       string            `json:"data_text,omitempty"`
@@ -117,7 +127,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	b, closeBus, err := dlqConnect(ctx, *dataDir)
+	b, closeBus, err := dlqConnect(ctx, *dataDir, devNATSAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq: %v\n", err)
 		return exitFailed
@@ -134,8 +144,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// dlqConnect connects to NATS_URL, or starts the embedded server of dataDir.
-func dlqConnect(ctx context.Context, dataDir string) (*bus.Bus, func(), error) {
+// dlqConnect connects to NATS_URL, or starts the embedded server of dataDir
+// unless a NATS server (nova dev) answers on devAddr.
+func dlqConnect(ctx context.Context, dataDir, devAddr string) (*bus.Bus, func(), error) {
 	if os.Getenv("NATS_URL") != "" {
 		var common service.Common
 		if err := config.Load(&common, nil); err != nil {
@@ -151,9 +162,16 @@ func dlqConnect(ctx context.Context, dataDir string) (*bus.Bus, func(), error) {
 		}
 		return b, b.Close, nil
 	}
-	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir, NATSPort: -1})
+	// nats-server does not lock its store: a second server on the directory
+	// nova dev serves starts fine, reads a stale copy and writes into files
+	// the first one holds.
+	if natsAnswers(ctx, devAddr) {
+		return nil, nil, fmt.Errorf("a NATS server answers on %s (nova dev?), and it may be serving %s: two servers on one data directory corrupt it; "+
+			"set NATS_URL=nats://%s to read its dead letters, or stop it first", devAddr, dataDir, devAddr)
+	}
+	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir})
 	if err != nil {
-		return nil, nil, fmt.Errorf("start the embedded NATS of %s: %w (if nova dev runs on it, set NATS_URL=nats://127.0.0.1:4222)", dataDir, err)
+		return nil, nil, fmt.Errorf("start the embedded NATS of %s: %w (if nova dev runs on it, set NATS_URL=nats://%s)", dataDir, err, devAddr)
 	}
 	b, err := bus.Connect(ctx, n.URL(), bus.WithName("nova-dlq"))
 	if err != nil {
@@ -163,12 +181,32 @@ func dlqConnect(ctx context.Context, dataDir string) (*bus.Bus, func(), error) {
 	return b, func() { b.Close(); n.Shutdown() }, nil
 }
 
+// natsAnswers reports whether a NATS server greets a connection to addr.
+func natsAnswers(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetReadDeadline(deadline)
+	greeting := make([]byte, len("INFO "))
+	_, err = io.ReadFull(conn, greeting)
+	return err == nil && string(greeting) == "INFO "
+}
+
 type dlq struct{ b *bus.Bus }
+
+// errNoStream: no NOVA service has run on this server, so there is no
+// dead-letter stream and no dead letter.
+var errNoStream = fmt.Errorf("there is no dead-letter stream %s yet: no NOVA service has run on this server", bus.StreamDeadLetters)
 
 func (d *dlq) stream(ctx context.Context) (jetstream.Stream, error) {
 	s, err := d.b.JetStream().Stream(ctx, bus.StreamDeadLetters)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("there is no dead-letter stream %s yet: no NOVA service has run on this server", bus.StreamDeadLetters)
+		return nil, errNoStream
 	}
 	return s, err
 }
@@ -177,7 +215,7 @@ func (d *dlq) stream(ctx context.Context) (jetstream.Stream, error) {
 func (d *dlq) read(ctx context.Context, s jetstream.Stream, seq uint64) (*deadLetterView, *novav1.DeadLetter, error) {
 	raw, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil, fmt.Errorf("no dead letter at %s sequence %d", bus.StreamDeadLetters, seq)
+		return nil, nil, &badSeqError{fmt.Sprintf("no dead letter at %s sequence %d (nova dlq list shows them)", bus.StreamDeadLetters, seq)}
 	}
 	if err != nil {
 		return nil, nil, err
@@ -188,18 +226,18 @@ func (d *dlq) read(ctx context.Context, s jetstream.Stream, seq uint64) (*deadLe
 func decodeDeadLetter(ctx context.Context, s jetstream.Stream, raw *jetstream.RawStreamMsg) (*deadLetterView, *novav1.DeadLetter, error) {
 	tokens := strings.Split(raw.Subject, ".")
 	if len(tokens) != 3 {
-		return nil, nil, fmt.Errorf("%s sequence %d (%s) is not a dead letter", bus.StreamDeadLetters, raw.Sequence, raw.Subject)
+		return nil, nil, &badSeqError{fmt.Sprintf("%s sequence %d (%s) is not a dead letter", bus.StreamDeadLetters, raw.Sequence, raw.Subject)}
 	}
 	ev, err := bus.DecodeNATS(raw.Header, raw.Data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s sequence %d: %w", bus.StreamDeadLetters, raw.Sequence, err)
+		return nil, nil, &badSeqError{fmt.Sprintf("%s sequence %d (%s) is not a dead letter: %v", bus.StreamDeadLetters, raw.Sequence, raw.Subject, err)}
+	}
+	if ev.Type() != bus.TypeDeadLetter {
+		return nil, nil, &badSeqError{fmt.Sprintf("%s sequence %d is a %s event, not a dead letter", bus.StreamDeadLetters, raw.Sequence, ev.Type())}
 	}
 	var dl novav1.DeadLetter
-	if ev.Type() != bus.TypeDeadLetter {
-		return nil, nil, fmt.Errorf("%s sequence %d is a %s event, not a dead letter", bus.StreamDeadLetters, raw.Sequence, ev.Type())
-	}
 	if err := bus.Decode(*ev, &dl); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%s sequence %d: %w", bus.StreamDeadLetters, raw.Sequence, err)
 	}
 	v := &deadLetterView{
 		Seq: raw.Sequence, ID: ev.ID(), FailedAt: dl.GetFailedAt().AsTime(), Consumer: dl.Consumer, Subject: dl.Subject,
@@ -221,28 +259,27 @@ func decodeDeadLetter(ctx context.Context, s jetstream.Stream, raw *jetstream.Ra
 }
 
 func (d *dlq) list(ctx context.Context, consumer string, limit int, asJSON bool, stdout, stderr io.Writer) int {
+	var views []*deadLetterView
 	s, err := d.stream(ctx)
-	if err != nil {
+	if err == nil {
+		filter := "nova.dlq.*"
+		if consumer != "" {
+			filter = bus.DeadLetterSubject(consumer)
+		}
+		views, err = d.collect(ctx, s, filter, limit)
+	}
+	if err != nil && !errors.Is(err, errNoStream) {
 		fmt.Fprintf(stderr, "nova dlq list: %v\n", err)
 		return exitFailed
-	}
-	filter := "nova.dlq.*"
-	if consumer != "" {
-		filter = bus.DeadLetterSubject(consumer)
-	}
-	views, err := d.collect(ctx, s, filter)
-	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq list: %v\n", err)
-		return exitFailed
-	}
-	if limit > 0 && len(views) > limit {
-		views = views[len(views)-limit:]
 	}
 	if asJSON {
 		for _, v := range views {
 			v.Headers, v.Data, v.DataText = nil, nil, ""
 		}
-		return printJSON(stdout, stderr, cmpOrEmpty(views))
+		if views == nil {
+			views = []*deadLetterView{}
+		}
+		return printJSON(stdout, stderr, views)
 	}
 	if len(views) == 0 {
 		fmt.Fprintln(stdout, "no dead letters")
@@ -255,22 +292,20 @@ func (d *dlq) list(ctx context.Context, consumer string, limit int, asJSON bool,
 		if v.Truncated {
 			size += " (cut)"
 		}
+		replayed := "no"
+		if v.Replayed != nil {
+			replayed = "yes"
+		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Seq, v.FailedAt.Local().Format(time.DateTime), v.Consumer, v.Subject,
-			v.Deliveries, size, map[bool]string{true: "yes", false: "no"}[v.Replayed != nil], oneLine(v.Reason, 80))
+			v.Deliveries, size, replayed, oneLine(v.Reason, 80))
 	}
 	_ = w.Flush()
 	return exitOK
 }
 
-func cmpOrEmpty(v []*deadLetterView) []*deadLetterView {
-	if v == nil {
-		return []*deadLetterView{}
-	}
-	return v
-}
-
-// collect reads every dead letter matching filter, oldest first.
-func (d *dlq) collect(ctx context.Context, s jetstream.Stream, filter string) ([]*deadLetterView, error) {
+// collect reads the newest limit dead letters matching filter (all when
+// limit is 0), oldest first.
+func (d *dlq) collect(ctx context.Context, s jetstream.Stream, filter string, limit int) ([]*deadLetterView, error) {
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, err
@@ -286,9 +321,10 @@ func (d *dlq) collect(ctx context.Context, s jetstream.Stream, filter string) ([
 	if err != nil {
 		return nil, err
 	}
-	var views []*deadLetterView
-	for uint64(len(views)) < total {
-		batch, err := c.Fetch(int(min(total-uint64(len(views)), 256)), jetstream.FetchMaxWait(5*time.Second))
+	// Only the newest limit are decoded; the others are read past.
+	var raws []*jetstream.RawStreamMsg
+	for read := uint64(0); read < total; {
+		batch, err := c.Fetch(int(min(total-read, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, err
 		}
@@ -299,34 +335,53 @@ func (d *dlq) collect(ctx context.Context, s jetstream.Stream, filter string) ([
 			if err != nil {
 				return nil, err
 			}
-			raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data()}
-			v, _, err := decodeDeadLetter(ctx, s, raw)
-			if err != nil {
-				views = append(views, &deadLetterView{Seq: raw.Sequence, Subject: raw.Subject, Reason: "unreadable: " + err.Error()})
-				continue
+			raws = append(raws, &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data()})
+			if limit > 0 && len(raws) > limit {
+				raws = raws[1:]
 			}
-			views = append(views, v)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, err
 		}
 		if n == 0 {
-			break
+			break // the rest expired meanwhile
 		}
+		read += uint64(n)
+	}
+	views := make([]*deadLetterView, 0, len(raws))
+	for _, raw := range raws {
+		v, _, err := decodeDeadLetter(ctx, s, raw)
+		if err != nil {
+			v = &deadLetterView{Seq: raw.Sequence, Subject: raw.Subject, Reason: "unreadable: " + err.Error()}
+		}
+		views = append(views, v)
 	}
 	return views, nil
 }
 
 func (d *dlq) show(ctx context.Context, seq uint64, asJSON bool, stdout, stderr io.Writer) int {
-	s, err := d.stream(ctx)
+	v, dl, code, err := d.get(ctx, seq)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq show: %v\n", err)
-		return exitFailed
+		return code
 	}
-	v, _, err := d.read(ctx, s, seq)
-	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq show: %v\n", err)
-		return exitInvalid
+	// Where the whole message of a cut one is, or that it is gone.
+	var whole string
+	if v.Truncated {
+		excerpt := fmt.Sprintf("the first %d of %d bytes", len(dl.GetData()), v.Size)
+		_, err := d.b.DeadLetterOriginal(ctx, dl)
+		switch {
+		case err == nil && v.KeptAt > 0:
+			whole = fmt.Sprintf("%s; the whole message is kept at %s sequence %d", excerpt, bus.StreamDeadLetters, v.KeptAt)
+		case err == nil:
+			whole = fmt.Sprintf("%s; the whole message is still in %s at sequence %d", excerpt, v.Stream, v.StreamSequence)
+		case errors.Is(err, bus.ErrOriginalGone):
+			v.OriginalGone = true
+			whole = fmt.Sprintf("%s; the whole message is gone: it is no longer in %s at sequence %d and no copy was kept, so only this excerpt is left",
+				excerpt, v.Stream, v.StreamSequence)
+		default:
+			whole = fmt.Sprintf("%s; the whole message could not be read: %v", excerpt, err)
+		}
 	}
 	if asJSON {
 		return printJSON(stdout, stderr, v)
@@ -337,43 +392,53 @@ func (d *dlq) show(ctx context.Context, seq uint64, asJSON bool, stdout, stderr 
 	if v.Replayed != nil {
 		fmt.Fprintf(stdout, "  replayed:   %s to %s (%s sequence %d), %d time(s)\n", v.Replayed.At.Local().Format(time.RFC3339),
 			v.Replayed.Subject, v.Replayed.Stream, v.Replayed.Sequence, v.Replayed.Times)
+	} else {
+		fmt.Fprintln(stdout, "  replayed:   no")
 	}
 	fmt.Fprintf(stdout, "  reason:\n%s", indent(v.Reason, "    "))
 	fmt.Fprintln(stdout, "  headers:")
 	for _, k := range slices.Sorted(maps.Keys(v.Headers)) {
 		fmt.Fprintf(stdout, "    %s: %s\n", k, v.Headers[k])
 	}
-	switch {
-	case v.Truncated && v.KeptAt > 0:
-		fmt.Fprintf(stdout, "  data (the first %d of %d bytes; the whole message is kept at %s sequence %d):\n",
-			len(v.Data)+len(v.DataText), v.Size, bus.StreamDeadLetters, v.KeptAt)
-	case v.Truncated:
-		fmt.Fprintf(stdout, "  data (the first %d of %d bytes; the whole message could not be kept beside it: look for it in %s at sequence %d):\n",
-			len(v.Data)+len(v.DataText), v.Size, v.Stream, v.StreamSequence)
-	default:
+	if whole != "" {
+		fmt.Fprintf(stdout, "  data (%s):\n", whole)
+	} else {
 		fmt.Fprintf(stdout, "  data (%s):\n", byteSize(v.Size))
 	}
-	if v.Data != nil {
-		var pretty bytes.Buffer
-		if json.Indent(&pretty, v.Data, "    ", "  ") == nil {
-			fmt.Fprintf(stdout, "    %s\n", pretty.String())
-		}
+	var pretty bytes.Buffer
+	if v.Data != nil && json.Indent(&pretty, v.Data, "    ", "  ") == nil {
+		fmt.Fprintf(stdout, "    %s\n", pretty.String())
 	} else {
 		fmt.Fprintf(stdout, "    %q\n", v.DataText)
 	}
 	return exitOK
 }
 
-func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr io.Writer) int {
+// get reads dead letter seq; on error it also returns the exit code: 2 when
+// seq names no dead letter, 1 when it could not be read.
+func (d *dlq) get(ctx context.Context, seq uint64) (*deadLetterView, *novav1.DeadLetter, int, error) {
 	s, err := d.stream(ctx)
+	if errors.Is(err, errNoStream) {
+		return nil, nil, exitInvalid, fmt.Errorf("no dead letter %d: %w", seq, err)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
-		return exitFailed
+		return nil, nil, exitFailed, err
 	}
 	v, dl, err := d.read(ctx, s, seq)
+	if bad := (*badSeqError)(nil); errors.As(err, &bad) {
+		return nil, nil, exitInvalid, err
+	}
+	if err != nil {
+		return nil, nil, exitFailed, err
+	}
+	return v, dl, exitOK, nil
+}
+
+func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr io.Writer) int {
+	v, dl, code, err := d.get(ctx, seq)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
-		return exitInvalid
+		return code
 	}
 	times := 1
 	if v.Replayed != nil {
@@ -386,7 +451,7 @@ func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr
 	}
 	orig, err := d.b.DeadLetterOriginal(ctx, dl)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq replay: dead letter %d: %v\n", seq, err)
+		fmt.Fprintf(stderr, "nova dlq replay: dead letter %d (%s sequence %d) cannot be replayed: %v\n", seq, dl.GetStream(), dl.GetStreamSequence(), err)
 		return exitFailed
 	}
 	m := nats.NewMsg(orig.Subject)
@@ -396,24 +461,36 @@ func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr
 		}
 		m.Header[k] = vals
 	}
-	// Publishing twice (a retry, two operators) within the duplicate window
-	// stores one replay.
-	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replay:%s:%d", v.ID, times))
+	// The same replay published twice (a retry, two operators at once)
+	// within the duplicate window is stored once.
+	msgID := "replay:" + v.ID
+	if times > 1 {
+		msgID += ":" + strconv.Itoa(times)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
 	m.Data = orig.Data
 	ack, err := d.b.JetStream().PublishMsg(ctx, m)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq replay: publish to %s: %v\n", orig.Subject, err)
 		return exitFailed
 	}
-	rec, _ := json.Marshal(replayRecord{At: time.Now().UTC(), Subject: orig.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Times: times})
-	marker := nats.NewMsg(replayedPrefix + strconv.FormatUint(seq, 10))
-	marker.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replayed:%d:%d", seq, times))
-	marker.Data = rec
-	if _, err := d.b.JetStream().PublishMsg(ctx, marker); err != nil {
-		fmt.Fprintf(stderr, "nova dlq replay: replayed, but could not record it: %v\n", err)
+	rec, err := json.Marshal(replayRecord{At: time.Now().UTC(), Subject: orig.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Times: times})
+	if err == nil {
+		marker := nats.NewMsg(replayedPrefix + strconv.FormatUint(seq, 10))
+		marker.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replayed:%d:%d", seq, times))
+		marker.Data = rec
+		_, err = d.b.JetStream().PublishMsg(ctx, marker)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: replayed to %s (%s sequence %d), but could not record it, so a replay without --again is not refused: %v\n",
+			orig.Subject, ack.Stream, ack.Sequence, err)
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "replayed dead letter %d: %s, %s sequence %d (%s)\n", seq, orig.Subject, ack.Stream, ack.Sequence, byteSize(uint64(len(orig.Data))))
+	fmt.Fprintf(stdout, "replayed dead letter %d: published %s to %s, %s sequence %d (Nats-Msg-Id %s)\n",
+		seq, byteSize(uint64(len(orig.Data))), orig.Subject, ack.Stream, ack.Sequence, msgID)
+	if ack.Duplicate {
+		fmt.Fprintln(stdout, "  the server already had this replay (published within its duplicate window) and stored it once")
+	}
 	return exitOK
 }
 

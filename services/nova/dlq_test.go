@@ -5,28 +5,293 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// TestDLQ lists, shows and replays real dead letters: a small command the
-// sandbox refused and a 900 KiB one whose dead letter keeps an excerpt.
+// TestDLQ lists, shows and replays real dead letters of a sandbox that
+// refuses every command: a small one, a 900 KiB one whose whole message is
+// kept beside its dead letter, and a 900 KiB one whose whole message could
+// not be kept and is gone from its work-queue stream.
 func TestDLQ(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	b := devstacktest.Bus(ctx, t, "dlq-test")
 	t.Setenv("NATS_URL", b.Conn().ConnectedUrl())
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := cmdDLQ(ctx, args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	js := b.JetStream()
+	dlqStream, err := js.Stream(ctx, bus.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	// The sandbox refuses everything, as it refuses a command it cannot read.
+	if code, out, errOut := run("list"); code != exitOK || out != "no dead letters\n" {
+		t.Errorf("list of an empty queue: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := run("list", "--json"); code != exitOK || strings.TrimSpace(out) != "[]" {
+		t.Errorf("list --json of an empty queue: exit %d\n%s%s", code, out, errOut)
+	}
+
+	small := &novav1.ExecuteCode{ExecutionId: "exec-1", NodeId: "n", StepId: "exec-1/n/1/1", Code: "context['x'] = 1"}
+	large := &novav1.ExecuteCode{ExecutionId: "exec-2", NodeId: "n", StepId: "exec-2/n/1/1", Code: strings.Repeat("x", 900<<10)}
+	lost := &novav1.ExecuteCode{ExecutionId: "exec-3", NodeId: "n", StepId: "exec-3/n/1/1", Code: strings.Repeat("y", 900<<10)}
+	// The commands as they were stored, before the sandbox reads them.
+	originals := map[string]*jetstream.RawStreamMsg{}
+	publish := func(cmd *novav1.ExecuteCode) {
+		t.Helper()
+		if err := b.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId, bus.TypeSandboxExecute, cmd, nil); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := js.Stream(ctx, bus.StreamCommands)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if originals[cmd.StepId], err = raw.GetLastMsgForSubject(ctx, bus.CommandSubject(bus.AgentSandbox)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(small)
+	publish(large)
+	refuseCommands(t, ctx, b, 2)
+
+	// A dead-letter stream that takes no message of 900 KiB: the whole
+	// message of the next one cannot be kept, its dead letter keeps an
+	// excerpt, and the command leaves its work queue.
+	setMaxMsgSize(t, ctx, b, 128<<10)
+	publish(lost)
+	refuseCommands(t, ctx, b, 3)
+	setMaxMsgSize(t, ctx, b, -1)
+
+	code, out, errOut := run("list", "--json")
+	var views []deadLetterView
+	if code != exitOK || json.Unmarshal([]byte(out), &views) != nil || len(views) != 3 {
+		t.Fatalf("list --json: exit %d, %s %s", code, out, errOut)
+	}
+	smallDL, largeDL, lostDL := views[0], views[1], views[2]
+	for i, tc := range []struct {
+		step      string
+		truncated bool
+		kept      bool
+	}{{small.StepId, false, false}, {large.StepId, true, true}, {lost.StepId, true, false}} {
+		v := views[i]
+		orig := originals[tc.step]
+		if v.Consumer != bus.AgentSandbox || v.Subject != bus.CommandSubject(bus.AgentSandbox) || v.Stream != bus.StreamCommands ||
+			v.StreamSequence != orig.Sequence || v.ID != bus.DeadLetterID(bus.AgentSandbox, bus.StreamCommands, orig.Sequence) ||
+			v.Size != uint64(len(orig.Data)) || v.Truncated != tc.truncated || (v.KeptAt != 0) != tc.kept ||
+			v.Deliveries != 1 || !strings.Contains(v.Reason, "cannot run this command") || v.Replayed != nil {
+			t.Errorf("list --json, dead letter of %s: %+v", tc.step, v)
+		}
+	}
+
+	code, out, _ = run("list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 4 || !strings.HasPrefix(lines[0], "SEQ") || strings.Count(out, "(cut)") != 2 ||
+		strings.Contains(out, ".original") || strings.Count(out, " no ") != 3 {
+		t.Errorf("list: exit %d\n%s", code, out)
+	}
+	for i, v := range views {
+		if !strings.HasPrefix(lines[i+1], strconv.FormatUint(v.Seq, 10)+" ") {
+			t.Errorf("list line %d does not start with SEQ %d:\n%s", i+1, v.Seq, out)
+		}
+	}
+	if code, out, _ = run("list", "--consumer", "audit"); code != exitOK || out != "no dead letters\n" {
+		t.Errorf("list --consumer audit: exit %d\n%s", code, out)
+	}
+	code, out, _ = run("list", "--consumer", bus.AgentSandbox, "--limit", "1", "--json")
+	var newest []deadLetterView
+	if code != exitOK || json.Unmarshal([]byte(out), &newest) != nil || len(newest) != 1 || newest[0].Seq != lostDL.Seq {
+		t.Errorf("list --limit 1 shows the newest: exit %d\n%s", code, out)
+	}
+
+	seq := func(v deadLetterView) string { return strconv.FormatUint(v.Seq, 10) }
+	shows := []struct {
+		name string
+		seq  string
+		want []string
+	}{
+		{"small", seq(smallDL), []string{smallDL.ID, "cannot run this command", "replayed:   no", "ce-id: " + small.StepId,
+			`"executionId": "exec-1"`, "  data (" + strconv.Itoa(len(originals[small.StepId].Data)) + " B):"}},
+		{"large", seq(largeDL), []string{largeDL.ID, "cannot run this command", fmt.Sprintf(
+			"the first %d of %d bytes; the whole message is kept at NOVA_DLQ sequence %d", bus.DeadLetterExcerpt, largeDL.Size, largeDL.KeptAt)}},
+		{"lost", seq(lostDL), []string{lostDL.ID, fmt.Sprintf(
+			"the first %d of %d bytes; the whole message is gone: it is no longer in NOVA_CMD at sequence %d and no copy was kept, so only this excerpt is left",
+			bus.DeadLetterExcerpt, lostDL.Size, lostDL.StreamSequence)}},
+	}
+	for _, tt := range shows {
+		t.Run("show "+tt.name, func(t *testing.T) {
+			code, out, errOut := run("show", tt.seq)
+			for _, want := range tt.want {
+				if code != exitOK || !strings.Contains(out, want) {
+					t.Errorf("show %s: exit %d, want %q in\n%s%s", tt.seq, code, want, out, errOut)
+				}
+			}
+		})
+	}
+	code, out, _ = run("show", "--json", seq(lostDL))
+	var shown deadLetterView
+	if code != exitOK || json.Unmarshal([]byte(out), &shown) != nil || !shown.OriginalGone || shown.DataText == "" {
+		t.Errorf("show --json of the lost one: exit %d\n%.500s", code, out)
+	}
+
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"replay the large one", []string{"replay", seq(largeDL)}, exitOK, "to nova.cmd.sandbox, NOVA_CMD sequence"},
+		{"replay it again", []string{"replay", seq(largeDL)}, exitInvalid, "use --again to replay it once more"},
+		{"replay the small one", []string{"replay", seq(smallDL)}, exitOK, "to nova.cmd.sandbox, NOVA_CMD sequence"},
+		{"replay it again, on purpose", []string{"replay", "--again", seq(smallDL)}, exitOK, "Nats-Msg-Id replay:" + smallDL.ID + ":2"},
+		{"replay one whose message is gone", []string{"replay", seq(lostDL)}, exitFailed,
+			fmt.Sprintf("(NOVA_CMD sequence %d) cannot be replayed: only an excerpt of the message is left", lostDL.StreamSequence)},
+		{"replay a kept original", []string{"replay", strconv.FormatUint(largeDL.KeptAt, 10)}, exitInvalid, "nova.dlq.sandbox.original) is not a dead letter"},
+		{"show no such sequence", []string{"show", "999"}, exitInvalid, "no dead letter at NOVA_DLQ sequence 999"},
+		{"show a bad sequence", []string{"show", "x"}, exitInvalid, "SEQ must be a positive number"},
+		{"no command", nil, exitInvalid, "Usage:"},
+		{"unknown command", []string{"purge"}, exitInvalid, `unknown command "purge"`},
+		{"replay without SEQ", []string{"replay"}, exitInvalid, "want exactly one SEQ"},
+		{"show two", []string{"show", "1", "2"}, exitInvalid, "want exactly one SEQ"},
+		{"list with an argument", []string{"list", "1"}, exitInvalid, `unexpected argument "1"`},
+		{"unknown flag", []string{"list", "--all"}, exitInvalid, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := run(tt.args...)
+			if code != tt.wantCode || !strings.Contains(out+errOut, tt.want) {
+				t.Errorf("nova dlq %v: exit %d, want %d with %q\n%s%s", tt.args, code, tt.wantCode, tt.want, out, errOut)
+			}
+		})
+	}
+
+	// The replays are the original commands, body and headers, with their
+	// own Nats-Msg-Id: the large one, the small one, and the small one again.
+	cons, err := js.Consumer(ctx, bus.StreamCommands, bus.AgentSandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		step, msgID string
+	}{
+		{large.StepId, "replay:" + largeDL.ID},
+		{small.StepId, "replay:" + smallDL.ID},
+		{small.StepId, "replay:" + smallDL.ID + ":2"},
+	} {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("replay of %s: %v", want.step, err)
+		}
+		_ = m.Ack()
+		orig := originals[want.step]
+		if m.Subject() != orig.Subject || !bytes.Equal(m.Data(), orig.Data) {
+			t.Errorf("replay of %s: %s, %d bytes, want the %d bytes of %s as they were", want.step, m.Subject(), len(m.Data()), len(orig.Data), orig.Subject)
+		}
+		if got := m.Headers().Get(jetstream.MsgIDHeader); got != want.msgID {
+			t.Errorf("replay of %s: Nats-Msg-Id %q, want %q", want.step, got, want.msgID)
+		}
+		if got, wantH := withoutMsgID(m.Headers()), withoutMsgID(orig.Header); !maps.EqualFunc(got, wantH, slices.Equal) {
+			t.Errorf("replay of %s: headers\n%v\nwant\n%v", want.step, got, wantH)
+		}
+	}
+	if m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond)); err == nil {
+		t.Errorf("a replay too many: %s %s", m.Subject(), m.Headers().Get(jetstream.MsgIDHeader))
+	}
+
+	// The replay records are in the dead-letter stream but are not dead letters.
+	marker, err := dlqStream.GetLastMsgForSubject(ctx, replayedPrefix+seq(smallDL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec replayRecord
+	if err := json.Unmarshal(marker.Data, &rec); err != nil || rec.Subject != bus.CommandSubject(bus.AgentSandbox) ||
+		rec.Stream != bus.StreamCommands || rec.Sequence == 0 || rec.Times != 2 || time.Since(rec.At) > time.Minute {
+		t.Errorf("replay record of the small one: %s", marker.Data)
+	}
+	if code, out, errOut := run("show", strconv.FormatUint(marker.Sequence, 10)); code != exitInvalid || !strings.Contains(errOut, "is not a dead letter") {
+		t.Errorf("show a replay record: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = run("list")
+	if code != exitOK || strings.Count(strings.TrimSpace(out), "\n") != 3 || strings.Count(out, " yes ") != 2 || strings.Contains(out, "replayed.") {
+		t.Errorf("list after the replays: exit %d\n%s", code, out)
+	}
+	if code, out, _ = run("show", seq(smallDL)); code != exitOK || !strings.Contains(out, "to nova.cmd.sandbox (NOVA_CMD sequence") || !strings.Contains(out, "2 time(s)") {
+		t.Errorf("show after the replays: exit %d\n%s", code, out)
+	}
+}
+
+// TestDLQConnect: without NATS_URL, nova dlq opens the embedded server of
+// its data directory, unless a NATS server (nova dev) answers on its port,
+// which may be serving that directory.
+func TestDLQConnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	t.Setenv("NATS_URL", "")
+	dev, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Shutdown()
+	devAddr := strings.TrimPrefix(dev.URL(), "nats://")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := l.Addr().String()
+	_ = l.Close()
+
+	tests := []struct {
+		name    string
+		devAddr string
+		wantErr string
+	}{
+		{"nova dev runs", devAddr, "set NATS_URL=nats://" + devAddr},
+		{"nothing runs", nobody, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, closeBus, err := dlqConnect(ctx, t.TempDir(), tt.devAddr)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("dlqConnect: %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeBus()
+			// A fresh server has no dead-letter stream, and no dead letters.
+			var out, errOut bytes.Buffer
+			if code := (&dlq{b: b}).list(ctx, "", 0, false, &out, &errOut); code != exitOK || out.String() != "no dead letters\n" {
+				t.Errorf("list: exit %d\n%s%s", code, out.String(), errOut.String())
+			}
+		})
+	}
+}
+
+// refuseCommands runs a sandbox that refuses every command until there are
+// n dead letters.
+func refuseCommands(t *testing.T, ctx context.Context, b *bus.Bus, n uint64) {
+	t.Helper()
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -34,108 +299,17 @@ func TestDLQ(t *testing.T) {
 			Filters: []string{bus.CommandSubject(bus.AgentSandbox)}, MaxDeliver: 1},
 			func(context.Context, event.Event) error { return bus.Permanent(errors.New("cannot run this command")) })
 	}()
-	small := &novav1.ExecuteCode{ExecutionId: "exec-1", NodeId: "n", StepId: "exec-1/n/1/1", Code: "context['x'] = 1"}
-	large := &novav1.ExecuteCode{ExecutionId: "exec-2", NodeId: "n", StepId: "exec-2/n/1/1", Code: strings.Repeat("x", 900<<10)}
-	for _, cmd := range []*novav1.ExecuteCode{small, large} {
-		if err := b.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId, bus.TypeSandboxExecute, cmd, nil); err != nil {
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-	}
-	waitDeadLetters(t, ctx, b, 2)
-	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-
-	run := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := cmdDLQ(ctx, args, &out, &errOut)
-		return code, out.String(), errOut.String()
-	}
-
-	code, out, errOut := run("list", "--json")
-	var views []deadLetterView
-	if code != exitOK || json.Unmarshal([]byte(out), &views) != nil || len(views) != 2 {
-		t.Fatalf("list --json: exit %d, %s %s", code, out, errOut)
-	}
-	smallSeq, largeSeq := views[0].Seq, views[1].Seq
-	if views[0].Consumer != bus.AgentSandbox || views[0].Truncated || !views[1].Truncated || views[1].KeptAt == 0 ||
-		!strings.Contains(views[0].Reason, "cannot run this command") {
-		t.Errorf("list: %+v", views)
-	}
-	code, out, _ = run("list")
-	if code != exitOK || strings.Count(out, "\n") != 3 || !strings.Contains(out, "(cut)") || strings.Contains(out, ".original") {
-		t.Errorf("list: exit %d\n%s", code, out)
-	}
-
-	code, out, _ = run("show", strconv.FormatUint(largeSeq, 10))
-	if code != exitOK || !strings.Contains(out, "the whole message is kept at NOVA_DLQ sequence") || !strings.Contains(out, "cannot run this command") {
-		t.Errorf("show large: exit %d\n%s", code, out)
-	}
-
-	tests := []struct {
-		name     string
-		args     []string
-		wantCode int
-		wantOut  string
-	}{
-		{"replay the large one", []string{"replay", strconv.FormatUint(largeSeq, 10)}, exitOK, "replayed dead letter"},
-		{"replay it again", []string{"replay", strconv.FormatUint(largeSeq, 10)}, exitInvalid, "use --again"},
-		{"replay the small one", []string{"replay", strconv.FormatUint(smallSeq, 10)}, exitOK, "replayed dead letter"},
-		{"replay it again, on purpose", []string{"replay", "--again", strconv.FormatUint(smallSeq, 10)}, exitOK, "replayed dead letter"},
-		{"not a dead letter", []string{"replay", strconv.FormatUint(views[1].KeptAt, 10)}, exitInvalid, "not a dead letter"},
-		{"no such sequence", []string{"show", "999"}, exitInvalid, "no dead letter at NOVA_DLQ sequence 999"},
-		{"bad sequence", []string{"show", "x"}, exitInvalid, "SEQ must be a positive number"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, out, errOut := run(tt.args...)
-			if code != tt.wantCode || !strings.Contains(out+errOut, tt.wantOut) {
-				t.Errorf("nova dlq %v: exit %d, want %d with %q\n%s%s", tt.args, code, tt.wantCode, tt.wantOut, out, errOut)
-			}
-		})
-	}
-
-	// The replays are the original commands, byte for byte: the large one,
-	// the small one, and the small one again.
-	c, err := b.JetStream().Consumer(ctx, bus.StreamCommands, bus.AgentSandbox)
+	}()
+	s, err := b.JetStream().Stream(ctx, bus.StreamDeadLetters)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for range 3 {
-		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("replayed commands: %v (got %v)", err, got)
-		}
-		_ = m.Ack()
-		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cmd novav1.ExecuteCode
-		if err := bus.Decode(*ev, &cmd); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, ev.ID()+":"+strconv.Itoa(len(cmd.Code)))
-	}
-	want := []string{large.StepId + ":" + strconv.Itoa(len(large.Code)), small.StepId + ":" + strconv.Itoa(len(small.Code)), small.StepId + ":" + strconv.Itoa(len(small.Code))}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("replayed %v, want %v", got, want)
-	}
-	code, out, _ = run("list")
-	if code != exitOK || strings.Count(out, " yes ") != 2 || strings.Contains(out, "replayed.") {
-		t.Errorf("list after replays: exit %d\n%s", code, out)
-	}
-}
-
-func waitDeadLetters(t *testing.T, ctx context.Context, b *bus.Bus, n uint64) {
-	t.Helper()
 	for {
-		s, err := b.JetStream().Stream(ctx, bus.StreamDeadLetters)
-		if err != nil {
-			t.Fatal(err)
-		}
 		info, err := s.Info(ctx, jetstream.WithSubjectFilter("nova.dlq.*"))
 		if err != nil {
 			t.Fatal(err)
@@ -153,4 +327,24 @@ func waitDeadLetters(t *testing.T, ctx context.Context, b *bus.Bus, n uint64) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// setMaxMsgSize bounds the messages the dead-letter stream takes (-1: no bound).
+func setMaxMsgSize(t *testing.T, ctx context.Context, b *bus.Bus, n int32) {
+	t.Helper()
+	s, err := b.JetStream().Stream(ctx, bus.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgSize = n
+	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func withoutMsgID(h nats.Header) nats.Header {
+	h = maps.Clone(h)
+	delete(h, jetstream.MsgIDHeader)
+	return h
 }

@@ -17,7 +17,9 @@ Usage:
   nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--data-dir DIR]
   nova validate FILE
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
-  nova dlq      list [--consumer C] [--json] | show SEQ [--json] | replay SEQ [--again]
+  nova dlq list [--consumer C] [--limit N] [--json] [--data-dir DIR]
+  nova dlq show SEQ [--json] [--data-dir DIR]
+  nova dlq replay SEQ [--again] [--data-dir DIR]
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
