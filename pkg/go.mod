@@ -45,6 +45,7 @@ require (
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
+	github.com/google/go-cmp v0.7.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/novaflow/nova/proto v0.0.0

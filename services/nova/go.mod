@@ -18,7 +18,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -111,6 +110,7 @@ replace (
 )
 
 require (
+	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/novaflow/nova/services/code-generator v0.0.0
 	github.com/novaflow/nova/services/code-validator v0.0.0
 	github.com/novaflow/nova/services/input-analyzer v0.0.0
