@@ -30,7 +30,11 @@ type Options struct {
 	// files in DataDir/ferretdb. Required.
 	DataDir string
 	// NATSPort is the client port on 127.0.0.1; 0 or -1 picks a free port.
+	// A cluster's servers listen on NATSPort, NATSPort+1, ...
 	NATSPort int
+	// NATSCluster, when 3 or more, runs that many clustered NATS servers
+	// (StartCluster) instead of one; 0 or 1 runs one.
+	NATSCluster int
 	// MongoPort is the MongoDB wire port on 127.0.0.1; 0 picks a free port.
 	MongoPort int
 	// Logger receives NATS warnings and errors and FerretDB errors only; both are
@@ -38,42 +42,72 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Stack is a running NATS and FerretDB pair.
+// Stack is a running NATS (one server or a cluster) and FerretDB pair.
 type Stack struct {
+	// NATSURL is the client URL; for a cluster, every server's, comma-separated.
 	NATSURL  string
 	MongoURI string
 
-	NATS  *NATS
-	Mongo *Mongo
+	// NATS is the server, or nil when Cluster runs instead.
+	NATS    *NATS
+	Cluster *Cluster
+	Mongo   *Mongo
+
+	lock *DataDirLock
 }
 
-// Start starts NATS and then FerretDB and returns once both accept connections.
-// On error nothing is left running.
+// Start locks the data dir, starts NATS and then FerretDB and returns once
+// both accept connections. On error nothing is left running.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
-	n, err := StartNATS(ctx, opts)
+	if opts.NATSCluster == 2 {
+		return nil, fmt.Errorf("devstack: a NATS cluster of 2 survives no loss; run 1 server, or 3 or more")
+	}
+	lock, err := LockDataDir(opts.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	s := &Stack{lock: lock}
+	if opts.NATSCluster >= 3 {
+		c, err := StartCluster(ctx, opts, opts.NATSCluster)
+		if err != nil {
+			lock.Release()
+			return nil, err
+		}
+		s.Cluster, s.NATSURL = c, c.URL()
+	} else {
+		n, err := StartNATS(ctx, opts)
+		if err != nil {
+			lock.Release()
+			return nil, err
+		}
+		s.NATS, s.NATSURL = n, n.URL()
 	}
 
 	m, err := StartMongo(ctx, opts)
 	if err != nil {
-		n.Shutdown()
+		s.stopNATS()
+		lock.Release()
 		return nil, err
 	}
-
-	return &Stack{
-		NATSURL:  n.URL(),
-		MongoURI: m.URI(),
-		NATS:     n,
-		Mongo:    m,
-	}, nil
+	s.Mongo, s.MongoURI = m, m.URI()
+	return s, nil
 }
 
-// Close stops FerretDB and NATS and waits for both.
+func (s *Stack) stopNATS() {
+	if s.Cluster != nil {
+		s.Cluster.Shutdown()
+	}
+	if s.NATS != nil {
+		s.NATS.Shutdown()
+	}
+}
+
+// Close stops FerretDB and NATS, waits for both and releases the data dir.
 func (s *Stack) Close() error {
 	// Neither depends on the other; NATS is stopped even if FerretDB fails to.
 	err := s.Mongo.Close()
-	s.NATS.Shutdown()
+	s.stopNATS()
+	s.lock.Release()
 	if err != nil {
 		return fmt.Errorf("close devstack: %w", err)
 	}

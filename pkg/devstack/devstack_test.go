@@ -19,7 +19,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// A clustered nats-server can leave a stream's file store (its flush
+		// loop and the access-time ticker it registers) open after Shutdown.
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+	)
 }
 
 func testContext(t *testing.T) context.Context {

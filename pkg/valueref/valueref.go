@@ -33,10 +33,25 @@ type Store struct {
 	threshold int
 }
 
-// Open creates (or opens) the bucket. threshold <= 0 means DefaultThreshold.
+// Open declares the bucket with replicas (creating it, or updating its
+// settings) and opens it. threshold <= 0 means DefaultThreshold.
+//
+// Services, which own the deployment's settings, pass their replicas.
+// Clients pass replicas <= 0: the bucket is opened as it is, and created
+// with one replica only when no service has created it yet, so that a
+// producer never changes a three-replica bucket to one.
 func Open(ctx context.Context, js jetstream.JetStream, threshold int, replicas int) (*Store, error) {
 	if threshold <= 0 {
 		threshold = DefaultThreshold
+	}
+	if replicas <= 0 {
+		obj, err := js.ObjectStore(ctx, Bucket)
+		if err == nil {
+			return &Store{obj: obj, threshold: threshold}, nil
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("open object store %s: %w", Bucket, err)
+		}
 	}
 	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      Bucket,

@@ -11,11 +11,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/config"
+	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
@@ -71,6 +73,13 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 			OutputValidatorModel: os.Getenv("NOVA_OUTPUT_VALIDATOR_MODEL"),
 		},
 	}
+	if r := os.Getenv("NOVA_STREAM_REPLICAS"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 {
+			return opts, fmt.Errorf("NOVA_STREAM_REPLICAS=%q: want a positive number of replicas", r)
+		}
+		opts.Replicas = n
+	}
 	prices, err := llm.ParsePrices(os.Getenv("NOVA_LLM_PRICES"), llm.DefaultPrices())
 	if err != nil {
 		return opts, fmt.Errorf("NOVA_LLM_PRICES: %w", err)
@@ -123,7 +132,12 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	natsPort := fs.Int("nats-port", 4222, "port of the embedded NATS server")
 	mongoPort := fs.Int("mongo-port", 27017, "port of the embedded MongoDB-compatible store")
 	rules := fs.String("llm-rules", "", rulesHelp)
+	cluster := fs.Int("cluster", 0, "run `N` (3 or more) clustered NATS servers on ports nats-port, +1, ... with 3 replicas of every stream, instead of one server")
 	if _, err := parseFlags(fs, args); err != nil {
+		return exitInvalid
+	}
+	if *cluster == 1 || *cluster == 2 || *cluster < 0 {
+		fmt.Fprintf(stderr, "nova dev: --cluster %d: a NATS cluster needs 3 or more servers (a majority must survive losing one)\n", *cluster)
 		return exitInvalid
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -132,7 +146,11 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitInvalid
 	}
-	opts.NATSPort, opts.MongoPort = *natsPort, *mongoPort
+	if *cluster > 0 && opts.NATSURL != "" {
+		fmt.Fprintf(stderr, "nova dev: --cluster runs embedded NATS servers, but NATS_URL points at %s; unset one\n", opts.NATSURL)
+		return exitInvalid
+	}
+	opts.NATSPort, opts.MongoPort, opts.NATSCluster = *natsPort, *mongoPort, *cluster
 	opts.WarmSandbox = true
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
@@ -142,6 +160,10 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
 	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))
 	fmt.Fprintf(stdout, "  %s\n", jsNote(opts))
+	if c := s.Infra(); c != nil && c.Cluster != nil {
+		fmt.Fprintf(stdout, "  NATS cluster %s: %d servers, %d replicas of every stream, KV bucket and object store\n",
+			devstack.ClusterName, c.Cluster.Size(), s.Replicas())
+	}
 	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
 	fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
 		bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
@@ -241,7 +263,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		st = s.Store
 	}
 	defer b.Close()
-	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
+	values, err := valueref.Open(ctx, b.JetStream(), 0, 0)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitFailed

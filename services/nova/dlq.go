@@ -169,16 +169,23 @@ func dlqConnect(ctx context.Context, dataDir, devAddr string) (*bus.Bus, func(),
 		return nil, nil, fmt.Errorf("a NATS server answers on %s (nova dev?), and it may be serving %s: two servers on one data directory corrupt it; "+
 			"set NATS_URL=nats://%s to read its dead letters, or stop it first", devAddr, dataDir, devAddr)
 	}
+	// nova dev holds the data dir's lock, whatever port it serves on.
+	lock, err := devstack.LockDataDir(dataDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w; to read the dead letters of a running nova dev, set NATS_URL to its server", err)
+	}
 	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir})
 	if err != nil {
+		lock.Release()
 		return nil, nil, fmt.Errorf("start the embedded NATS of %s: %w (if nova dev runs on it, set NATS_URL=nats://%s)", dataDir, err, devAddr)
 	}
 	b, err := bus.Connect(ctx, n.URL(), bus.WithName("nova-dlq"))
 	if err != nil {
 		n.Shutdown()
+		lock.Release()
 		return nil, nil, err
 	}
-	return b, func() { b.Close(); n.Shutdown() }, nil
+	return b, func() { b.Close(); n.Shutdown(); lock.Release() }, nil
 }
 
 // natsAnswers reports whether a NATS server greets a connection to addr.

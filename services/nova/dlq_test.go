@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,7 +241,8 @@ func TestDLQ(t *testing.T) {
 
 // TestDLQConnect: without NATS_URL, nova dlq opens the embedded server of
 // its data directory, unless a NATS server (nova dev) answers on its port,
-// which may be serving that directory.
+// which may be serving that directory, or another process holds the
+// directory's lock.
 func TestDLQConnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -258,17 +260,27 @@ func TestDLQConnect(t *testing.T) {
 	nobody := l.Addr().String()
 	_ = l.Close()
 
+	// A stack on another port holds its data dir's lock.
+	heldDir := t.TempDir()
+	held, err := devstack.LockDataDir(heldDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+
 	tests := []struct {
 		name    string
+		dataDir string
 		devAddr string
 		wantErr string
 	}{
-		{"nova dev runs", devAddr, "set NATS_URL=nats://" + devAddr},
-		{"nothing runs", nobody, ""},
+		{"nova dev runs", t.TempDir(), devAddr, "set NATS_URL=nats://" + devAddr},
+		{"nova dev serves the data dir on another port", heldDir, nobody, fmt.Sprintf("process %d serves %s", os.Getpid(), heldDir)},
+		{"nothing runs", t.TempDir(), nobody, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, closeBus, err := dlqConnect(ctx, t.TempDir(), tt.devAddr)
+			b, closeBus, err := dlqConnect(ctx, tt.dataDir, tt.devAddr)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("dlqConnect: %v, want %q", err, tt.wantErr)

@@ -92,7 +92,7 @@ func (e *env) connect(opts ...bus.Option) {
 		e.t.Fatalf("connect: %v", err)
 	}
 	e.bus = b
-	values, err := valueref.Open(e.ctx, b.JetStream(), 0, 1)
+	values, err := valueref.Open(e.ctx, b.JetStream(), 0, 0)
 	if err != nil {
 		e.t.Fatalf("open value store: %v", err)
 	}

@@ -77,6 +77,12 @@ type Options struct {
 	MongoURI string
 	// NATSPort and MongoPort fix the embedded servers' ports (0 = any free port).
 	NATSPort, MongoPort int
+	// NATSCluster, when 3 or more, runs that many clustered embedded NATS
+	// servers instead of one (NATSPort, NATSPort+1, ...).
+	NATSCluster int
+	// Replicas of every stream, KV bucket and object store the modules
+	// declare (default 1, or 3 on an embedded cluster).
+	Replicas int
 	// Database is the MongoDB database of the chain of work.
 	Database string
 	// Logger receives every module's logs; nil discards them.
@@ -148,11 +154,18 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			})
 		}
 	}
+	if opts.Replicas <= 0 {
+		opts.Replicas = 1
+		if opts.NATSCluster >= 3 && opts.NATSURL == "" {
+			opts.Replicas = 3
+		}
+	}
 	s := &Stack{opts: opts, natsURL: opts.NATSURL, mongoURI: opts.MongoURI, running: map[string]*module{},
 		registry: prometheus.NewRegistry()}
 	if s.natsURL == "" || s.mongoURI == "" {
 		infra, err := devstack.Start(ctx, devstack.Options{
 			DataDir: opts.DataDir, NATSPort: opts.NATSPort, MongoPort: opts.MongoPort, Logger: opts.Logger,
+			NATSCluster: opts.NATSCluster,
 		})
 		if err != nil {
 			return nil, err
@@ -198,6 +211,9 @@ func (s *Stack) Scripted() *scripted.Server { return s.scripted }
 
 // Modules lists the modules this stack runs.
 func (s *Stack) Modules() []string { return slices.Clone(s.opts.Modules) }
+
+// Replicas is how many replicas the modules give what they declare.
+func (s *Stack) Replicas() int { return s.opts.Replicas }
 
 // NATSURL is the URL of the NATS server the modules use.
 func (s *Stack) NATSURL() string { return s.natsURL }
@@ -305,7 +321,8 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	}
 	log := s.opts.Logger.With("service", name)
 	b, err := bus.Connect(ctx, s.natsURL, bus.WithName(name), bus.WithLogger(log),
-		bus.WithTracerProvider(tel.TracerProvider), bus.WithMeterProvider(tel.MeterProvider))
+		bus.WithTracerProvider(tel.TracerProvider), bus.WithMeterProvider(tel.MeterProvider),
+		bus.WithStreamOptions(bus.StreamOptions{Replicas: s.opts.Replicas}))
 	if err != nil {
 		return nil, err
 	}
@@ -318,13 +335,14 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	var run func(context.Context) error
 	switch name {
 	case GraphEngine:
-		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, 1)
+		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, s.opts.Replicas)
 		if err != nil {
 			cleanup()
 			return nil, err
 		}
 		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider,
-			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts}})
+			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts,
+				Replicas: s.opts.Replicas}})
 		if err != nil {
 			cleanup()
 			return nil, err
@@ -348,7 +366,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		}
 		closeRunner := cleanup
 		cleanup = func() { _ = r.Close(); closeRunner() }
-		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, 1)
+		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, s.opts.Replicas)
 		if err != nil {
 			cleanup()
 			return nil, err
@@ -361,7 +379,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			cleanup()
 			return nil, err
 		}
-		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: s.opts.SandboxWorkers,
+		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: s.opts.SandboxWorkers, Replicas: s.opts.Replicas,
 			MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider}
 		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
 	case Audit:
