@@ -35,6 +35,8 @@ type Bus struct {
 	source    string
 	metrics   metrics
 	streamCfg StreamOptions
+	// publishBudget bounds the retries of one publish.
+	publishBudget time.Duration
 }
 
 // StreamOptions are the durability settings of the streams NOVA declares.
@@ -54,6 +56,7 @@ type options struct {
 	mp      metric.MeterProvider
 	natsOpt []nats.Option
 	streams StreamOptions
+	budget  time.Duration
 }
 
 // Option configures Connect.
@@ -76,16 +79,22 @@ func WithNATSOptions(opts ...nats.Option) Option {
 	return func(o *options) { o.natsOpt = append(o.natsOpt, opts...) }
 }
 
+// WithPublishRetryBudget bounds how long Publish tries again while the
+// stream cannot answer (default DefaultPublishRetryBudget; 0 or less: one
+// attempt).
+func WithPublishRetryBudget(d time.Duration) Option { return func(o *options) { o.budget = d } }
+
 // WithStreamOptions sets replicas and retention of the declared streams.
 func WithStreamOptions(s StreamOptions) Option { return func(o *options) { o.streams = s } }
 
 // Connect dials NATS and opens JetStream.
 func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 	o := options{
-		name: "nova",
-		log:  slog.Default(),
-		tp:   tracenoop.NewTracerProvider(),
-		mp:   metricnoop.NewMeterProvider(),
+		budget: DefaultPublishRetryBudget,
+		name:   "nova",
+		log:    slog.Default(),
+		tp:     tracenoop.NewTracerProvider(),
+		mp:     metricnoop.NewMeterProvider(),
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -119,14 +128,15 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 		return nil, err
 	}
 	return &Bus{
-		nc:        nc,
-		js:        js,
-		log:       o.log,
-		tracer:    o.tp.Tracer(instrumentation),
-		prop:      propagation.TraceContext{},
-		source:    "nova/" + o.name,
-		metrics:   m,
-		streamCfg: o.streams,
+		nc:            nc,
+		js:            js,
+		log:           o.log,
+		tracer:        o.tp.Tracer(instrumentation),
+		prop:          propagation.TraceContext{},
+		source:        "nova/" + o.name,
+		metrics:       m,
+		streamCfg:     o.streams,
+		publishBudget: o.budget,
 	}, nil
 }
 
@@ -223,7 +233,10 @@ func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, ev.ID())
-	ack, err := b.js.PublishMsg(ctx, msg)
+	ack, attempts, err := b.publishRetrying(ctx, msg)
+	if attempts > 1 {
+		span.SetAttributes(attribute.Int("messaging.publish.attempts", attempts))
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -233,6 +246,50 @@ func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error
 		span.SetAttributes(attribute.Bool("messaging.duplicate", true))
 	}
 	return nil
+}
+
+// Publish attempts: each waits at most publishAttemptTimeout for the
+// stream's acknowledgement, and the attempts of one publish stop after the
+// retry budget (DefaultPublishRetryBudget unless WithPublishRetryBudget) or
+// when the caller's ctx ends.
+const (
+	publishAttemptTimeout = 3 * time.Second
+	// DefaultPublishRetryBudget covers a stream leader election on a
+	// cluster and a server restart.
+	DefaultPublishRetryBudget = 20 * time.Second
+)
+
+// publishRetrying publishes msg, again while the stream cannot answer: a
+// stream's leader that died takes the acknowledgement with it, and until a
+// new leader is elected (seconds, on a cluster) or a restarted server is
+// back, a publish times out or finds no responders. The Nats-Msg-Id makes a
+// retry of a message that was stored after all a duplicate, stored once.
+func (b *Bus) publishRetrying(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, int, error) {
+	deadline := time.Now().Add(b.publishBudget)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		ack, err := b.js.PublishMsg(actx, msg)
+		cancel()
+		if err == nil || ctx.Err() != nil || !retryablePublish(err) || time.Now().Add(wait).After(deadline) {
+			return ack, attempt, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, attempt, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// retryablePublish reports whether a failed publish may succeed when tried
+// again: no acknowledgement in time, nobody answering on the stream's
+// subject, or a connection being re-established.
+func retryablePublish(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // PublishProto builds an event from msg (see NewEvent) and publishes it.

@@ -91,7 +91,8 @@ func TestLargeMessageIsDeadLettered(t *testing.T) {
 // When the dead letter cannot be published the message stays in its stream
 // and is dead-lettered at a later delivery, once that works again.
 func TestFailedDeadLetterIsTriedAgain(t *testing.T) {
-	b := connect(t, startServer(t))
+	// One attempt per dead-letter publish: the stream stays away longer.
+	b := connect(t, startServer(t), bus.WithPublishRetryBudget(0))
 	if err := b.JetStream().DeleteStream(t.Context(), bus.StreamDeadLetters); err != nil {
 		t.Fatal(err)
 	}
@@ -269,4 +270,49 @@ func startServerB(b *testing.B) string {
 	}
 	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s.ClientURL()
+}
+
+// A publish while the stream cannot answer (a leader being elected, a
+// server restarting; here: the stream is not there yet) is tried again with
+// the same message id until it is stored, once.
+func TestPublishTriesAgainUntilTheStreamAnswers(t *testing.T) {
+	url := startServer(t)
+	b := connect(t, url)
+	if err := b.JetStream().DeleteStream(t.Context(), bus.StreamCommands); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.PublishProto(t.Context(), bus.CommandSubject("sandbox"), "late-1", bus.TypeSandboxExecute, sample("late"), nil)
+	}()
+	time.Sleep(700 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("publish returned while the stream was missing: %v", err)
+	default:
+	}
+	if err := b.EnsureStreams(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	info, err := b.JetStream().Stream(t.Context(), bus.StreamCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("%d messages in %s, want 1", n, bus.StreamCommands)
+	}
+
+	// Without a retry budget the same publish fails at once.
+	once := connect(t, url, bus.WithPublishRetryBudget(0))
+	if err := once.JetStream().DeleteStream(t.Context(), bus.StreamCommands); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = once.PublishProto(t.Context(), bus.CommandSubject("sandbox"), "late-2", bus.TypeSandboxExecute, sample("late"), nil)
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("publish without a budget to a missing stream: %v after %s, want a prompt error", err, time.Since(start))
+	}
 }

@@ -16,58 +16,142 @@ import (
 // ClusterName is the NATS cluster name of the embedded cluster.
 const ClusterName = "nova-devstack"
 
-// Cluster is a NATS JetStream cluster of in-process nats-servers on loopback,
-// each with its own file store in DataDir/nats-<i>. It is what a deployment
-// of three servers looks like to clients: streams and KV buckets with three
-// replicas survive one server going away, and a client given every URL
-// reconnects to a remaining one.
-//
-// Nodes can be stopped and started again one at a time (StopNode, StartNode),
-// on the same ports and store, as a server that crashed and came back.
-type Cluster struct {
-	opts   Options
-	mu     sync.Mutex
-	nodes  []*clusterNode
-	routes []*url.URL
+// ClusterSpec says where each server of a cluster listens and keeps its
+// store: server i is named nova-<i>, serves clients on ClientPorts[i], routes
+// on RoutePorts[i] and stores in DataDir/nats-<i>, all on 127.0.0.1.
+type ClusterSpec struct {
+	DataDir     string `json:"data_dir"`
+	ClientPorts []int  `json:"client_ports"`
+	RoutePorts  []int  `json:"route_ports"`
 }
 
-type clusterNode struct {
-	name        string
-	dir         string
-	port        int
-	clusterPort int
-	srv         *server.Server // nil while stopped
-}
-
-// StartCluster starts size nats-servers (at least 3, so that a majority
-// survives one loss) clustered with each other, and returns once every
-// server has joined a JetStream cluster with a meta leader. Client ports
-// are opts.NATSPort, +1, +2... when NATSPort is set, free ports otherwise.
-func StartCluster(ctx context.Context, opts Options, size int) (*Cluster, error) {
+// NewClusterSpec lays out a cluster of size servers (at least 3, so that a
+// majority survives one loss). Client ports are basePort, +1, +2... when
+// basePort is set, free ports otherwise; route ports are free ports.
+func NewClusterSpec(dataDir string, basePort, size int) (ClusterSpec, error) {
 	if size < 3 {
-		return nil, fmt.Errorf("start nats cluster: %d servers: a cluster needs at least 3, so that a majority survives losing one", size)
+		return ClusterSpec{}, fmt.Errorf("%d servers: a NATS cluster needs at least 3, so that a majority survives losing one", size)
 	}
-	ports, err := clusterPorts(opts.NATSPort, size)
+	if dataDir == "" {
+		return ClusterSpec{}, ErrNoDataDir
+	}
+	ports, err := clusterPorts(basePort, size)
+	if err != nil {
+		return ClusterSpec{}, err
+	}
+	spec := ClusterSpec{DataDir: dataDir}
+	for i := range size {
+		spec.ClientPorts = append(spec.ClientPorts, ports[2*i])
+		spec.RoutePorts = append(spec.RoutePorts, ports[2*i+1])
+	}
+	return spec, nil
+}
+
+// Size is the number of servers.
+func (s ClusterSpec) Size() int { return len(s.ClientPorts) }
+
+// Name is server i's name.
+func (s ClusterSpec) Name(i int) string { return fmt.Sprintf("nova-%d", i) }
+
+// URL lists every server's client URL, comma-separated, as nats.Connect
+// and NATS_URL take it.
+func (s ClusterSpec) URL() string {
+	urls := make([]string, len(s.ClientPorts))
+	for i, p := range s.ClientPorts {
+		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	}
+	return strings.Join(urls, ",")
+}
+
+// StartClusterNode starts server i of spec and returns once it accepts
+// client connections (it may not have joined the cluster yet: see
+// NATS.WaitCurrent). Each server may run in its own process, so that one
+// can be killed alone.
+func StartClusterNode(spec ClusterSpec, i int, logger *slog.Logger) (*NATS, error) {
+	if i < 0 || i >= spec.Size() || len(spec.RoutePorts) != spec.Size() {
+		return nil, fmt.Errorf("start nats cluster node %d: the spec has %d servers", i, spec.Size())
+	}
+	dir, err := Options{DataDir: spec.DataDir}.subDir(fmt.Sprintf("nats-%d", i))
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.Name(i), err)
+	}
+	var routes []*url.URL
+	for _, p := range spec.RoutePorts {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort("127.0.0.1", fmt.Sprint(p))})
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: spec.Name(i),
+		Host:       "127.0.0.1",
+		Port:       spec.ClientPorts[i],
+		JetStream:  true,
+		StoreDir:   dir,
+		Cluster: server.ClusterOpts{
+			Name: ClusterName,
+			Host: "127.0.0.1",
+			Port: spec.RoutePorts[i],
+		},
+		Routes: routes,
+		NoSigs: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.Name(i), err)
+	}
+	srv.SetLoggerV2(natsLogger{l: Options{Logger: logger}.quietLogger("nats", slog.LevelWarn).With("server", spec.Name(i))}, false, false, false)
+	srv.Start()
+	if !srv.ReadyForConnections(startTimeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("%s did not accept connections on port %d within %s", spec.Name(i), spec.ClientPorts[i], startTimeout)
+	}
+	return &NATS{srv: srv, url: srv.ClientURL()}, nil
+}
+
+// WaitCurrent waits until the server is current with a meta leader of its
+// JetStream cluster.
+func (n *NATS) WaitCurrent(ctx context.Context) error {
+	ctx, cancel := readyDeadline(ctx)
+	defer cancel()
+	for !n.srv.JetStreamIsCurrent() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s never joined a JetStream cluster with a meta leader (%d routes): %w", n.srv.Name(), n.srv.NumRoutes(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Cluster is a NATS JetStream cluster of in-process nats-servers on loopback
+// (see ClusterSpec). It is what a deployment of three servers looks like to
+// clients: streams and KV buckets with three replicas survive one server
+// going away, and a client given every URL reconnects to a remaining one.
+//
+// Servers can be stopped and started again one at a time (StopNode,
+// StartNode), on the same ports and store, as a server that crashed and
+// came back.
+type Cluster struct {
+	spec  ClusterSpec
+	opts  Options
+	mu    sync.Mutex
+	nodes []*NATS // nil while stopped
+}
+
+// StartCluster starts size nats-servers clustered with each other (see
+// NewClusterSpec for the ports), and returns once every server has joined
+// a JetStream cluster with a meta leader.
+func StartCluster(ctx context.Context, opts Options, size int) (*Cluster, error) {
+	spec, err := NewClusterSpec(opts.DataDir, opts.NATSPort, size)
 	if err != nil {
 		return nil, fmt.Errorf("start nats cluster: %w", err)
 	}
-	c := &Cluster{opts: opts}
+	c := &Cluster{spec: spec, opts: opts, nodes: make([]*NATS, size)}
 	for i := range size {
-		dir, err := opts.subDir(fmt.Sprintf("nats-%d", i))
-		if err != nil {
-			return nil, fmt.Errorf("start nats cluster: %w", err)
-		}
-		n := &clusterNode{name: fmt.Sprintf("nova-%d", i), dir: dir, port: ports[2*i], clusterPort: ports[2*i+1]}
-		c.nodes = append(c.nodes, n)
-		c.routes = append(c.routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort("127.0.0.1", fmt.Sprint(n.clusterPort))})
-	}
-	for i := range c.nodes {
 		if err := c.startNode(i); err != nil {
 			c.Shutdown()
 			return nil, fmt.Errorf("start nats cluster: %w", err)
 		}
 	}
-	for i := range c.nodes {
+	for i := range size {
 		if err := c.WaitCurrent(ctx, i); err != nil {
 			c.Shutdown()
 			return nil, fmt.Errorf("start nats cluster: %w", err)
@@ -113,34 +197,12 @@ func clusterPorts(base, size int) ([]int, error) {
 }
 
 func (c *Cluster) startNode(i int) error {
-	n := c.nodes[i]
-	srv, err := server.NewServer(&server.Options{
-		ServerName: n.name,
-		Host:       "127.0.0.1",
-		Port:       n.port,
-		JetStream:  true,
-		StoreDir:   n.dir,
-		Cluster: server.ClusterOpts{
-			Name: ClusterName,
-			Host: "127.0.0.1",
-			Port: n.clusterPort,
-		},
-		Routes: c.routes,
-		// Clients are given every URL; they need not learn others from gossip.
-		NoSigs: true,
-	})
+	n, err := StartClusterNode(c.spec, i, c.opts.Logger)
 	if err != nil {
-		return fmt.Errorf("%s: %w", n.name, err)
-	}
-	srv.SetLoggerV2(natsLogger{l: c.opts.quietLogger("nats", slog.LevelWarn).With("server", n.name)}, false, false, false)
-	srv.Start()
-	if !srv.ReadyForConnections(startTimeout) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return fmt.Errorf("%s did not accept connections on port %d within %s", n.name, n.port, startTimeout)
+		return err
 	}
 	c.mu.Lock()
-	n.srv = srv
+	c.nodes[i] = n
 	c.mu.Unlock()
 	return nil
 }
@@ -148,45 +210,37 @@ func (c *Cluster) startNode(i int) error {
 // WaitCurrent waits until server i is running and current with a meta
 // leader of the JetStream cluster.
 func (c *Cluster) WaitCurrent(ctx context.Context, i int) error {
-	ctx, cancel := readyDeadline(ctx)
-	defer cancel()
-	for {
-		srv := c.server(i)
-		if srv == nil {
-			return fmt.Errorf("%s is stopped", c.nodes[i].name)
-		}
-		if srv.JetStreamIsCurrent() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s never joined a JetStream cluster with a meta leader (%d routes): %w", c.nodes[i].name, srv.NumRoutes(), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	n := c.node(i)
+	if n == nil {
+		return fmt.Errorf("%s is stopped", c.spec.Name(i))
 	}
+	return n.WaitCurrent(ctx)
+}
+
+func (c *Cluster) node(i int) *NATS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
 }
 
 func (c *Cluster) server(i int) *server.Server {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[i].srv
+	if n := c.node(i); n != nil {
+		return n.srv
+	}
+	return nil
 }
+
+// Spec is where the servers listen and store.
+func (c *Cluster) Spec() ClusterSpec { return c.spec }
 
 // Size is the number of servers, running or stopped.
-func (c *Cluster) Size() int { return len(c.nodes) }
+func (c *Cluster) Size() int { return c.spec.Size() }
 
 // Name is server i's name (nova-<i>).
-func (c *Cluster) Name(i int) string { return c.nodes[i].name }
+func (c *Cluster) Name(i int) string { return c.spec.Name(i) }
 
-// URL lists every server's client URL, comma-separated, as nats.Connect
-// and NATS_URL take it.
-func (c *Cluster) URL() string {
-	urls := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", n.port)
-	}
-	return strings.Join(urls, ",")
-}
+// URL lists every server's client URL, comma-separated.
+func (c *Cluster) URL() string { return c.spec.URL() }
 
 // MetaLeader is the index of the server that leads the JetStream meta
 // group, or -1 when none does (an election is under way).
@@ -213,20 +267,19 @@ func (c *Cluster) find(pred func(*server.Server) bool) int {
 // routes and client connections drop; its store stays for StartNode.
 func (c *Cluster) StopNode(i int) {
 	c.mu.Lock()
-	srv := c.nodes[i].srv
-	c.nodes[i].srv = nil
+	n := c.nodes[i]
+	c.nodes[i] = nil
 	c.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+	if n != nil {
+		n.Shutdown()
 	}
 }
 
 // StartNode starts a stopped server i again on its ports and store and
 // waits until it is current with the cluster.
 func (c *Cluster) StartNode(ctx context.Context, i int) error {
-	if c.server(i) != nil {
-		return fmt.Errorf("%s is running", c.nodes[i].name)
+	if c.node(i) != nil {
+		return fmt.Errorf("%s is running", c.spec.Name(i))
 	}
 	if err := c.startNode(i); err != nil {
 		return err

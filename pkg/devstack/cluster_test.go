@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -51,7 +52,10 @@ func TestClusterKeepsAReplicatedStreamThroughLosingEachLeader(t *testing.T) {
 			id := fmt.Sprint(published)
 			var err error
 			for try := 0; try < 50; try++ {
-				if _, err = js.Publish(ctx, "r3.msg", []byte(id), jetstream.WithMsgID(id)); err == nil {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err = js.Publish(pctx, "r3.msg", []byte(id), jetstream.WithMsgID(id))
+				cancel()
+				if err == nil {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
