@@ -60,6 +60,7 @@ help:
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200")'
+	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
@@ -186,6 +187,15 @@ bench:
 # What the engine sees of one execution, next to a plain interpreter subprocess
 # measured in the same run (see services/sandbox/cmd/bench-sandbox).
 BENCH_SANDBOX_FLAGS ?=
+# Chaos: SIGKILL of each part under load, loopback only, bounded in time
+# (-case-timeout, 4 minutes per case by default). Exits 1 unless every case
+# completes every workflow correctly with each audit document once.
+CHAOS_FLAGS ?=
+.PHONY: chaos
+chaos: build
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-chaos ./chaos
+	$(BIN)/nova-chaos -bin $(BIN) $(CHAOS_FLAGS)
+
 .PHONY: bench-sandbox
 bench-sandbox:
 	cd services/sandbox && $(GO) run ./cmd/bench-sandbox $(BENCH_SANDBOX_FLAGS)

@@ -196,8 +196,12 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 		},
 	}
 	for _, cfg := range streams {
-		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("declare stream %s: %w", cfg.Name, err)
+		err := Declare(ctx, "stream "+cfg.Name, func(ctx context.Context) error {
+			_, err := b.js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
 )
 
 // Bucket is the Object Store bucket holding runtime descriptions, and Object
@@ -202,11 +204,15 @@ func Publish(ctx context.Context, js jetstream.JetStream, info *Info, opts ...Op
 		data = buf.Bytes()
 		meta.Metadata = map[string]string{"content-encoding": "gzip"}
 	}
-	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      Bucket,
-		Description: "NOVA runtime descriptions, published by the sandbox",
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(o.replicas, 1),
+	var obj jetstream.ObjectStore
+	err = bus.Declare(ctx, "object store "+Bucket, func(ctx context.Context) (err error) {
+		obj, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      Bucket,
+			Description: "NOVA runtime descriptions, published by the sandbox",
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(o.replicas, 1),
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("open object store %s: %w", Bucket, err)

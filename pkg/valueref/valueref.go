@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
 )
 
 // Bucket is the Object Store bucket holding large values.
@@ -53,11 +55,15 @@ func Open(ctx context.Context, js jetstream.JetStream, threshold int, replicas i
 			return nil, fmt.Errorf("open object store %s: %w", Bucket, err)
 		}
 	}
-	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      Bucket,
-		Description: "NOVA context values too large to travel in events",
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
+	var obj jetstream.ObjectStore
+	err := bus.Declare(ctx, "object store "+Bucket, func(ctx context.Context) (err error) {
+		obj, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      Bucket,
+			Description: "NOVA context values too large to travel in events",
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(replicas, 1),
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open object store %s: %w", Bucket, err)

@@ -121,22 +121,30 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 		return nil, err
 	}
 	js := deps.Bus.JetStream()
-	execs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketExecutions,
-		Description: "NOVA execution state, one key per execution",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(cfg.Replicas, 1),
+	var execs jetstream.KeyValue
+	err := bus.Declare(ctx, "KV "+BucketExecutions, func(ctx context.Context) (err error) {
+		execs, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketExecutions,
+			Description: "NOVA execution state, one key per execution",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(cfg.Replicas, 1),
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", BucketExecutions, err)
 	}
-	defs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketWorkflows,
-		Description: "NOVA registered workflow definitions, by name",
-		History:     5,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(cfg.Replicas, 1),
+	var defs jetstream.KeyValue
+	err = bus.Declare(ctx, "KV "+BucketWorkflows, func(ctx context.Context) (err error) {
+		defs, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketWorkflows,
+			Description: "NOVA registered workflow definitions, by name",
+			History:     5,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(cfg.Replicas, 1),
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", BucketWorkflows, err)

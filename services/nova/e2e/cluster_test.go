@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/graph-engine/engine"
@@ -167,4 +170,37 @@ func TestClusteredBusSurvivesLosingItsLeaders(t *testing.T) {
 			t.Errorf("consumer %s on %s: cluster %+v, want a leader and two replicas", c.durable, c.stream, info.Cluster)
 		}
 	}
+}
+
+// TestServicesDeclareTogetherOnACluster: services that start at once on a
+// cluster declare the same streams and stores at once; the meta leader
+// lets all but the first request time out, and each service declares again
+// instead of failing its start.
+func TestServicesDeclareTogetherOnACluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := devstack.StartCluster(ctx, devstack.Options{DataDir: t.TempDir()}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			b, err := bus.Connect(ctx, c.URL(), bus.WithName(fmt.Sprint("service-", i)), bus.WithLogger(slog.New(slog.DiscardHandler)),
+				bus.WithStreamOptions(bus.StreamOptions{Replicas: 3}))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer b.Close()
+			if err := b.EnsureStreams(ctx); err != nil {
+				t.Errorf("service %d: %v", i, err)
+			}
+			if _, err := valueref.Open(ctx, b.JetStream(), 0, 3); err != nil {
+				t.Errorf("service %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
 }

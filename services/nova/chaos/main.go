@@ -1,0 +1,946 @@
+// Command chaos runs workflows under load while it kills, in turn, each part
+// of NOVA with SIGKILL, and prints per case what came through: workflows
+// completed correctly, wrong, lost, duplicated chain-of-work documents,
+// redelivered commands, and p50/p99 latency from start to completion.
+//
+// Cases (each on a fresh data dir, loopback only):
+//
+//	whole    `nova dev` (NATS, store and every service in one process) is
+//	         killed and started again on its data dir
+//	sandbox  the sandbox service process is killed and started again
+//	engine   the graph engine process is killed and started again
+//	audit    the audit service process is killed and started again
+//	nats     one server of a 3-server NATS cluster (each its own process,
+//	         streams with 3 replicas) is killed and started again: the
+//	         leader of NOVA_CMD
+//
+// `make chaos` builds the binaries and runs it; see -h for the knobs.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
+)
+
+// The workflow every case runs: three code nodes; c = (2n + 1) * 3.
+const chaosWorkflow = `
+name: chaos
+nodes:
+  - {id: start, type: start}
+  - {id: double, type: action, code: 'context["a"] = context["n"] * 2'}
+  - id: add
+    type: action
+    code: |
+      import time
+      time.sleep(0.02)
+      context["b"] = context["a"] + 1
+  - {id: triple, type: action, code: 'context["c"] = context["b"] * 3'}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: double}
+  - {from: double, to: add}
+  - {from: add, to: triple}
+  - {from: triple, to: done}
+`
+
+// Audit documents of one execution of chaosWorkflow.
+var wantDocs = map[string]int64{"executions": 1, "chain_of_work": 5, "chain_of_work_steps": 3}
+
+var allCases = []string{"whole", "sandbox", "engine", "audit", "nats"}
+
+type config struct {
+	bin       string
+	workflows int
+	inFlight  int
+	killAfter float64
+	caseLimit time.Duration
+	workDir   string
+	keep      bool
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "natsnode" {
+		os.Exit(natsNode(os.Args[2:]))
+	}
+	var cfg config
+	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
+	fs.StringVar(&cfg.bin, "bin", "bin", "directory of nova, graph-engine, sandbox and audit (make build)")
+	fs.IntVar(&cfg.workflows, "workflows", 300, "workflows per case")
+	fs.IntVar(&cfg.inFlight, "in-flight", 50, "workflows in flight at once")
+	fs.Float64Var(&cfg.killAfter, "kill-after", 0.3, "kill once this fraction of the workflows has completed")
+	fs.DurationVar(&cfg.caseLimit, "case-timeout", 4*time.Minute, "time limit of one case; what has not completed by then counts as lost")
+	fs.StringVar(&cfg.workDir, "dir", "", "directory for data dirs and logs (default: a temporary one, removed unless -keep)")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep data dirs and logs")
+	casesFlag := fs.String("cases", strings.Join(allCases, ","), "cases to run, in order")
+	_ = fs.Parse(os.Args[1:])
+
+	cases := strings.Split(*casesFlag, ",")
+	for _, c := range cases {
+		if !slices.Contains(allCases, c) {
+			fmt.Fprintf(os.Stderr, "chaos: unknown case %q (have %s)\n", c, strings.Join(allCases, ", "))
+			os.Exit(2)
+		}
+	}
+	bin, err := filepath.Abs(cfg.bin)
+	if err == nil {
+		for _, b := range []string{"nova", "graph-engine", "sandbox", "audit"} {
+			if _, serr := os.Stat(filepath.Join(bin, b)); serr != nil {
+				err = fmt.Errorf("%s: %w (run make build)", filepath.Join(bin, b), serr)
+				break
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.bin = bin
+	if cfg.workDir == "" {
+		if cfg.workDir, err = os.MkdirTemp("", "nova-chaos-"); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+			os.Exit(1)
+		}
+		if !cfg.keep {
+			defer os.RemoveAll(cfg.workDir)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Printf("chaos: %d workflows per case, %d in flight, SIGKILL after %.0f%% completed; logs in %s\n\n",
+		cfg.workflows, cfg.inFlight, cfg.killAfter*100, cfg.workDir)
+	var reports []report
+	failed := false
+	for _, name := range cases {
+		r := runCase(ctx, cfg, name)
+		reports = append(reports, r)
+		fmt.Printf("%-8s %s\n", name, r.line())
+		if r.err != nil || r.correct != cfg.workflows || r.dupDocs > 0 || r.missingDocs > 0 {
+			failed = true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	fmt.Println()
+	printTable(os.Stdout, cfg, reports)
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// report is what one case measured.
+type report struct {
+	name        string
+	fault       string
+	err         error
+	correct     int
+	wrong       int
+	lost        int
+	dupDocs     int64
+	missingDocs int64
+	redelivered int
+	// redeliveredEvents counts NOVA_EVT messages per consumer.
+	redeliveredEvents int
+	p50, p99          time.Duration
+	elapsed           time.Duration
+}
+
+func (r report) line() string {
+	if r.err != nil {
+		return "ERROR: " + r.err.Error()
+	}
+	return fmt.Sprintf("%d correct, %d wrong, %d lost, %d duplicated documents, %d redelivered commands (%d events), p50 %s, p99 %s (%s)",
+		r.correct, r.wrong, r.lost, r.dupDocs, r.redelivered, r.redeliveredEvents, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.fault)
+}
+
+func printTable(w io.Writer, cfg config, reports []report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CASE\tCOMPLETED CORRECTLY\tWRONG\tLOST\tDUPLICATED DOCS\tMISSING DOCS\tREDELIVERED CMDS\tREDELIVERED EVTS\tP50\tP99\tWALL\tFAULT")
+	for _, r := range reports {
+		if r.err != nil {
+			fmt.Fprintf(tw, "%s\terror: %v\n", r.name, r.err)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.name, r.correct, cfg.workflows, r.wrong, r.lost,
+			r.dupDocs, r.missingDocs, r.redelivered, r.redeliveredEvents, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond),
+			r.elapsed.Round(100*time.Millisecond), r.fault)
+	}
+	_ = tw.Flush()
+}
+
+// target is the part of the system a case kills: kill it, then bring it
+// back.
+type target struct {
+	describe func() string
+	kill     func() error
+	restart  func(context.Context) error
+	downtime time.Duration
+}
+
+// system is what a case runs: the NATS URL and MongoDB URI it serves, the
+// process to kill, and how to stop everything.
+type system struct {
+	natsURL  string
+	mongoURI string
+	target   target
+	close    func()
+}
+
+func runCase(ctx context.Context, cfg config, name string) report {
+	r := report{name: name}
+	dir := filepath.Join(cfg.workDir, name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		r.err = err
+		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.caseLimit+time.Minute)
+	defer cancel()
+	sys, err := startSystem(ctx, cfg, name, dir)
+	if err != nil {
+		r.err = fmt.Errorf("start: %w", err)
+		return r
+	}
+	defer sys.close()
+
+	if err := waitDial(ctx, sys.natsURL); err != nil {
+		r.err = err
+		return r
+	}
+	b, err := bus.Connect(ctx, sys.natsURL, bus.WithName("chaos"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer b.Close()
+	for _, c := range []struct{ stream, durable string }{
+		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
+		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
+	} {
+		if err := waitConsumer(ctx, b.JetStream(), c.stream, c.durable); err != nil {
+			r.err = err
+			return r
+		}
+	}
+	redeliveries, stopCounting, err := countRedeliveries(b.Conn())
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer stopCounting()
+
+	def, err := workflow.Parse([]byte(chaosWorkflow))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	start := time.Now()
+	l := newLoad(b, def, cfg.workflows)
+	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.caseLimit)
+	defer stopLoad()
+	loadDone := make(chan struct{})
+	go func() { l.run(loadCtx, cfg.inFlight); close(loadDone) }()
+
+	// The fault: once enough workflows have completed, kill; after the
+	// downtime, restart.
+	killAt := int64(float64(cfg.workflows) * cfg.killAfter)
+	for l.completed.Load() < killAt && loadCtx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if loadCtx.Err() == nil {
+		what := sys.target.describe()
+		at := l.completed.Load()
+		if err := sys.target.kill(); err != nil {
+			r.err = fmt.Errorf("kill %s: %w", what, err)
+			return r
+		}
+		killed := time.Now()
+		time.Sleep(sys.target.downtime)
+		if err := sys.target.restart(ctx); err != nil {
+			r.err = fmt.Errorf("restart %s: %w", what, err)
+			return r
+		}
+		r.fault = fmt.Sprintf("SIGKILL %s after %d completed, back after %s", what, at, time.Since(killed).Round(100*time.Millisecond))
+	}
+	<-loadDone
+	r.elapsed = time.Since(start)
+
+	// Outcomes from the events stream itself, not only what the load saw.
+	outcomes, err := completions(ctx, b.JetStream())
+	if err != nil {
+		r.err = err
+		return r
+	}
+	var latencies []time.Duration
+	for i, id := range l.ids {
+		wc, ok := outcomes[id]
+		switch {
+		case !ok || l.started[i].IsZero():
+			r.lost++
+			continue
+		case wc.completion.Status != "succeeded" || string(jsonvalue.MustObject(wc.completion.Context)["c"]) != strconv.Itoa((2*i+1)*3):
+			r.wrong++
+		default:
+			r.correct++
+		}
+		latencies = append(latencies, wc.at.Sub(l.started[i]))
+	}
+	r.p50, r.p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+	r.redelivered, r.redeliveredEvents = redeliveries()
+
+	// The audit store once the audit service has caught up.
+	if err := waitIdle(ctx, b.JetStream(), bus.StreamEvents, auditservice.Consumer); err != nil {
+		r.err = err
+		return r
+	}
+	st, err := store.Open(ctx, sys.mongoURI, "nova")
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer func() { _ = st.Close(context.WithoutCancel(ctx)) }()
+	for _, id := range l.ids {
+		if _, ok := outcomes[id]; !ok {
+			continue
+		}
+		got, err := st.Counts(ctx, id)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		for coll, want := range wantDocs {
+			if got[coll] > want {
+				r.dupDocs += got[coll] - want
+			}
+			if got[coll] < want {
+				r.missingDocs += want - got[coll]
+			}
+		}
+	}
+	return r
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+}
+
+// load starts workflows, inFlight at a time, each with a fixed execution
+// and event id so that a start published again is the same start.
+type load struct {
+	b         *bus.Bus
+	def       *novav1.WorkflowDefinition
+	ids       []string
+	started   []time.Time
+	completed atomic.Int64
+}
+
+func newLoad(b *bus.Bus, def *novav1.WorkflowDefinition, n int) *load {
+	l := &load{b: b, def: def, ids: make([]string, n), started: make([]time.Time, n)}
+	for i := range n {
+		l.ids[i] = uuid.NewString()
+	}
+	return l
+}
+
+func (l *load) run(ctx context.Context, inFlight int) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range inFlight {
+		wg.Go(func() {
+			for i := range next {
+				if l.one(ctx, i) {
+					l.completed.Add(1)
+				}
+			}
+		})
+	}
+	for i := range l.ids {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+}
+
+// one starts workflow i and waits for its completion.
+func (l *load) one(ctx context.Context, i int) bool {
+	id := l.ids[i]
+	js := l.b.JetStream()
+	done := make(chan struct{}, 1)
+	var cc jetstream.ConsumeContext
+	for ctx.Err() == nil {
+		oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+		})
+		if err == nil {
+			cc, err = oc.Consume(func(jetstream.Msg) {
+				select {
+				case done <- struct{}{}:
+				default:
+				}
+			})
+		}
+		if err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if cc == nil {
+		return false
+	}
+	defer cc.Stop()
+
+	initial, err := jsonvalue.ObjectOf(fmt.Sprintf(`{"n": %d}`, i))
+	if err != nil {
+		panic(err)
+	}
+	start := &novav1.StartWorkflow{ExecutionId: id, Definition: l.def, Context: initial.Proto()}
+	l.started[i] = time.Now()
+	// Published again, with the same event id, until the stream has it:
+	// the server may be down for a moment.
+	for {
+		err := l.b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart, start,
+			map[string]string{"executionid": id})
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+type outcome struct {
+	completion *novav1.WorkflowCompleted
+	at         time.Time
+}
+
+// completions reads every workflow completion in the events stream; the
+// time of a completion is its event's time.
+func completions(ctx context.Context, js jetstream.JetStream) (map[string]outcome, error) {
+	oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowCompleted)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read completions: %w", err)
+	}
+	out := map[string]outcome{}
+	for {
+		batch, err := oc.FetchNoWait(500)
+		if err != nil {
+			return nil, fmt.Errorf("read completions: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+			if err != nil {
+				return nil, fmt.Errorf("completion at %s: %w", m.Subject(), err)
+			}
+			var wc novav1.WorkflowCompleted
+			if err := bus.Decode(*ev, &wc); err != nil {
+				return nil, fmt.Errorf("completion at %s: %w", m.Subject(), err)
+			}
+			if _, seen := out[wc.ExecutionId]; !seen {
+				out[wc.ExecutionId] = outcome{completion: &wc, at: ev.Time()}
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("read completions: %w", err)
+		}
+		if n == 0 {
+			return out, nil
+		}
+	}
+}
+
+// countRedeliveries counts the NOVA_CMD messages (commands) and NOVA_EVT
+// messages (results and facts, per consumer) acknowledged, refused or held
+// on a delivery after the first, from the acknowledgements' reply subjects,
+// which carry the delivery count.
+func countRedeliveries(nc *nats.Conn) (func() (commands, events int), func(), error) {
+	var mu sync.Mutex
+	seen := map[string]string{}
+	sub, err := nc.Subscribe("$JS.ACK.>", func(m *nats.Msg) {
+		stream, consumer, delivered, seq, ok := parseAckSubject(m.Subject)
+		if !ok || delivered < 2 || (stream != bus.StreamCommands && stream != bus.StreamEvents) {
+			return
+		}
+		mu.Lock()
+		seen[stream+"/"+consumer+"/"+seq] = stream
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch acknowledgements: %w", err)
+	}
+	count := func() (commands, events int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, stream := range seen {
+			if stream == bus.StreamCommands {
+				commands++
+			} else {
+				events++
+			}
+		}
+		return commands, events
+	}
+	return count, func() { _ = sub.Unsubscribe() }, nil
+}
+
+// parseAckSubject reads an acknowledgement subject in either form:
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending> or
+// $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>...
+func parseAckSubject(subject string) (stream, consumer string, delivered int, seq string, ok bool) {
+	t := strings.Split(subject, ".")
+	i := 2
+	switch {
+	case len(t) == 9:
+	case len(t) >= 11:
+		i = 4
+	default:
+		return "", "", 0, "", false
+	}
+	d, err := strconv.Atoi(t[i+2])
+	if err != nil {
+		return "", "", 0, "", false
+	}
+	return t[i], t[i+1], d, t[i+3], true
+}
+
+func waitConsumer(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := js.Consumer(ctx, stream, durable)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer %s on %s not declared: %w", durable, stream, errors.Join(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitIdle waits until a consumer has nothing pending or unacknowledged.
+func waitIdle(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		c, err := js.Consumer(ctx, stream, durable)
+		if err == nil {
+			if info, err := c.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not catch up: %w", durable, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitDial waits until the first server of url accepts connections.
+func waitDial(ctx context.Context, url string) error {
+	first, _, _ := strings.Cut(url, ",")
+	addr := strings.TrimPrefix(first, "nats://")
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nothing listens on %s: %w", addr, errors.Join(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freePort returns a loopback port nobody listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proc is a child process in its own process group, so that SIGKILL takes
+// its children (sandboxed programs) with it.
+type proc struct {
+	name string
+	path string
+	args []string
+	env  []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
+	return nil
+}
+
+// kill sends SIGKILL to the process group and waits for the process.
+func (p *proc) kill() error {
+	if p.cmd == nil {
+		return nil
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	<-p.done
+	return nil
+}
+
+// stop asks the process to stop and kills it if it has not within 10 s.
+func (p *proc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.kill()
+	}
+}
+
+func (p *proc) describe() string {
+	if p.cmd == nil {
+		return p.name
+	}
+	return fmt.Sprintf("%s (pid %d)", p.name, p.cmd.Process.Pid)
+}
+
+// baseEnv is this process's environment without NOVA, NATS, MongoDB or
+// OpenTelemetry settings, plus own.
+func baseEnv(own ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "NOVA_") || strings.HasPrefix(k, "NATS_") || strings.HasPrefix(k, "MONGODB_") ||
+			strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "OPENAI_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, own...)
+}
+
+func startSystem(ctx context.Context, cfg config, name, dir string) (*system, error) {
+	switch name {
+	case "whole":
+		return startWhole(ctx, cfg, dir)
+	case "nats":
+		return startServices(ctx, cfg, dir, name, 3)
+	default:
+		return startServices(ctx, cfg, dir, name, 1)
+	}
+}
+
+// startWhole runs `nova dev` on fixed ports, so that after a restart the
+// clients find it where it was.
+func startWhole(ctx context.Context, cfg config, dir string) (*system, error) {
+	natsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	mongoPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{name: "nova dev", path: filepath.Join(cfg.bin, "nova"), log: filepath.Join(dir, "nova-dev.log"),
+		args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort)},
+		env:  baseEnv()}
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	return &system{
+		natsURL:  fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
+		mongoURI: fmt.Sprintf("mongodb://127.0.0.1:%d/", mongoPort),
+		target: target{describe: p.describe, kill: p.kill, downtime: 0,
+			restart: func(context.Context) error { return p.start() }},
+		close: p.stop,
+	}, nil
+}
+
+// startServices runs the store in this process, NATS in this process (one
+// server) or as natsServers processes (a cluster), and the graph engine,
+// sandbox and audit service as processes.
+func startServices(ctx context.Context, cfg config, dir, victim string, natsServers int) (*system, error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	sys := &system{close: closeAll}
+	mongo, err := devstack.StartMongo(ctx, devstack.Options{DataDir: filepath.Join(dir, "data")})
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = mongo.Close() })
+	sys.mongoURI = mongo.URI()
+
+	var nodes []*proc
+	if natsServers == 1 {
+		n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: filepath.Join(dir, "data")})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		closers = append(closers, n.Shutdown)
+		sys.natsURL = n.URL()
+	} else {
+		spec, err := devstack.NewClusterSpec(filepath.Join(dir, "data"), 0, natsServers)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		specJSON, err := json.Marshal(spec)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		self, err := os.Executable()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		for i := range natsServers {
+			p := &proc{name: "NATS server " + spec.Name(i), path: self, log: filepath.Join(dir, spec.Name(i)+".log"),
+				args: []string{"natsnode", "-spec", string(specJSON), "-i", fmt.Sprint(i)}, env: baseEnv()}
+			if err := p.start(); err != nil {
+				closeAll()
+				return nil, err
+			}
+			closers = append(closers, p.stop)
+			nodes = append(nodes, p)
+		}
+		sys.natsURL = spec.URL()
+		if err := waitReadyFiles(ctx, spec); err != nil {
+			closeAll()
+			return nil, err
+		}
+		if err := waitMetaLeader(ctx, sys.natsURL); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+
+	procs := map[string]*proc{}
+	for _, svc := range []string{"audit", "sandbox", "graph-engine"} {
+		health, err := freePort()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		p := &proc{name: svc, path: filepath.Join(cfg.bin, svc), log: filepath.Join(dir, svc+".log"),
+			env: baseEnv("NATS_URL="+sys.natsURL, "MONGODB_URI="+sys.mongoURI, fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health),
+				"LOG_LEVEL=warn", fmt.Sprintf("NOVA_STREAM_REPLICAS=%d", natsServers))}
+		if err := p.start(); err != nil {
+			closeAll()
+			return nil, err
+		}
+		closers = append(closers, p.stop)
+		procs[svc] = p
+	}
+
+	switch victim {
+	case "nats":
+		// The leader of NOVA_CMD: every command goes through it.
+		var victimIdx int
+		sys.target = target{downtime: 2 * time.Second,
+			describe: func() string { return nodes[victimIdx].describe() + " (leader of " + bus.StreamCommands + ")" },
+			kill: func() error {
+				i, err := streamLeader(ctx, sys.natsURL, bus.StreamCommands)
+				if err != nil {
+					return err
+				}
+				victimIdx = i
+				return nodes[i].kill()
+			},
+			restart: func(context.Context) error { return nodes[victimIdx].start() }}
+	default:
+		p := procs[map[string]string{"engine": "graph-engine"}[victim]]
+		if p == nil {
+			p = procs[victim]
+		}
+		sys.target = target{describe: p.describe, kill: p.kill, downtime: time.Second,
+			restart: func(context.Context) error { return p.start() }}
+	}
+	return sys, nil
+}
+
+// waitMetaLeader waits until the cluster answers JetStream requests.
+func waitMetaLeader(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err = js.AccountInfo(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the NATS cluster never elected a meta leader: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// streamLeader is the index of the server (nova-<i>) leading stream.
+func streamLeader(ctx context.Context, url, stream string) (int, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil || !strings.HasPrefix(info.Cluster.Leader, "nova-") {
+		return 0, fmt.Errorf("stream %s has no leader", stream)
+	}
+	return strconv.Atoi(strings.TrimPrefix(info.Cluster.Leader, "nova-"))
+}
+
+// natsNode runs one server of a cluster until it is killed (the chaos
+// program starts each server of the nats case this way).
+func natsNode(args []string) int {
+	fs := flag.NewFlagSet("natsnode", flag.ExitOnError)
+	specJSON := fs.String("spec", "", "devstack.ClusterSpec as JSON")
+	i := fs.Int("i", 0, "index of this server")
+	_ = fs.Parse(args)
+	var spec devstack.ClusterSpec
+	if err := json.Unmarshal([]byte(*specJSON), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "natsnode: -spec: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	n, err := devstack.StartClusterNode(spec, *i, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "natsnode: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := n.WaitCurrent(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "natsnode: %v\n", err)
+		n.Shutdown()
+		return 1
+	}
+	if err := os.WriteFile(readyFile(spec, *i), nil, 0o640); err != nil {
+		fmt.Fprintf(os.Stderr, "natsnode: %v\n", err)
+	}
+	<-ctx.Done()
+	n.Shutdown()
+	return 0
+}
+
+// readyFile is written by server i once it is current with the cluster.
+func readyFile(spec devstack.ClusterSpec, i int) string {
+	return filepath.Join(spec.DataDir, spec.Name(i)+".ready")
+}
+
+// waitReadyFiles waits until every server of spec is current.
+func waitReadyFiles(ctx context.Context, spec devstack.ClusterSpec) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for i := range spec.Size() {
+		for {
+			if _, err := os.Stat(readyFile(spec, i)); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s did not join the cluster: %w", spec.Name(i), ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
