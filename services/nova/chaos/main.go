@@ -299,6 +299,8 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	r.elapsed = time.Since(start)
 
 	// Outcomes from the events stream itself, not only what the load saw.
+	checkStart := time.Now()
+	defer func() { fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond)) }()
 	outcomes, err := completions(ctx, b.JetStream())
 	if err != nil {
 		r.err = err
@@ -559,7 +561,10 @@ func waitConsumer(ctx context.Context, js jetstream.JetStream, stream, durable s
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		_, err := js.Consumer(ctx, stream, durable)
+		// Each request bounded: on a cluster one may go unanswered.
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := js.Consumer(actx, stream, durable)
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -576,12 +581,15 @@ func waitIdle(ctx context.Context, js jetstream.JetStream, stream, durable strin
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
-		c, err := js.Consumer(ctx, stream, durable)
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		c, err := js.Consumer(actx, stream, durable)
 		if err == nil {
-			if info, err := c.Info(ctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			if info, err := c.Info(actx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				cancel()
 				return nil
 			}
 		}
+		cancel()
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s did not catch up: %w", durable, ctx.Err())
@@ -855,7 +863,10 @@ func waitMetaLeader(ctx context.Context, url string) error {
 		return err
 	}
 	for {
-		if _, err = js.AccountInfo(ctx); err == nil {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = js.AccountInfo(actx)
+		cancel()
+		if err == nil {
 			return nil
 		}
 		select {
@@ -877,6 +888,8 @@ func streamLeader(ctx context.Context, url, stream string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, err
