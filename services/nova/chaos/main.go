@@ -300,7 +300,9 @@ func runCase(ctx context.Context, cfg config, name string) report {
 
 	// Outcomes from the events stream itself, not only what the load saw.
 	checkStart := time.Now()
-	defer func() { fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond)) }()
+	defer func() {
+		fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond))
+	}()
 	outcomes, err := completions(ctx, b.JetStream())
 	if err != nil {
 		r.err = err
