@@ -204,6 +204,42 @@ func (s *Store) Counts(ctx context.Context, executionID string) (map[string]int6
 	return counts, nil
 }
 
+// AllCounts returns Counts for every execution that has a document in any
+// collection, reading each collection once (only its execution ids), for
+// checks over many executions.
+func (s *Store) AllCounts(ctx context.Context) (map[string]map[string]int64, error) {
+	all := map[string]map[string]int64{}
+	for _, q := range []struct {
+		coll  *mongo.Collection
+		field string
+	}{
+		{s.executions, "_id"},
+		{s.chain, "execution_id"},
+		{s.steps, "execution_id"},
+	} {
+		cur, err := q.coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: q.field, Value: 1}}))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", q.coll.Name(), err)
+		}
+		for cur.Next(ctx) {
+			id, ok := cur.Current.Lookup(q.field).StringValueOK()
+			if !ok {
+				continue
+			}
+			if all[id] == nil {
+				all[id] = map[string]int64{ExecutionsCollection: 0, ChainCollection: 0, StepsCollection: 0}
+			}
+			all[id][q.coll.Name()]++
+		}
+		err = cur.Err()
+		_ = cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", q.coll.Name(), err)
+		}
+	}
+	return all, nil
+}
+
 // protoToMap stores a message as a document with the field names of its .proto file,
 // the same JSON a user sees from the API.
 func protoToMap(m proto.Message) (map[string]any, error) {

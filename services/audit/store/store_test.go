@@ -305,6 +305,13 @@ func TestRedeliveryDoesNotDuplicate(t *testing.T) {
 	if fmt.Sprint(first) != fmt.Sprint(second) {
 		t.Errorf("counts after redelivery = %v, want %v", second, first)
 	}
+	all, err := s.AllCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(all) != fmt.Sprint(map[string]map[string]int64{"exec-dup": second}) {
+		t.Errorf("AllCounts = %v, want exec-dup: %v", all, second)
+	}
 	if first[store.ChainCollection] != 2 || first[store.StepsCollection] != 2 {
 		t.Errorf("counts = %v; the test needs documents to duplicate", first)
 	}

@@ -227,7 +227,9 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		r.err = err
 		return r
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.caseLimit+time.Minute)
+	// Starting, loading and killing within caseLimit plus a minute, then
+	// checking within five more minutes.
+	ctx, cancel := context.WithTimeout(ctx, cfg.caseLimit+6*time.Minute)
 	defer cancel()
 	sys, err := startSystem(ctx, cfg, name, dir)
 	if err != nil {
@@ -336,15 +338,16 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		return r
 	}
 	defer func() { _ = st.Close(context.WithoutCancel(ctx)) }()
+	counts, err := st.AllCounts(ctx)
+	if err != nil {
+		r.err = err
+		return r
+	}
 	for _, id := range l.ids {
 		if _, ok := outcomes[id]; !ok {
 			continue
 		}
-		got, err := st.Counts(ctx, id)
-		if err != nil {
-			r.err = err
-			return r
-		}
+		got := counts[id]
 		for coll, want := range wantDocs {
 			if got[coll] > want {
 				r.dupDocs += got[coll] - want
