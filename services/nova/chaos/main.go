@@ -25,21 +25,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -47,10 +43,10 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/nova/internal/loadgen"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
@@ -238,7 +234,7 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	}
 	defer sys.close()
 
-	if err := waitDial(ctx, sys.natsURL); err != nil {
+	if err := loadgen.WaitDial(ctx, sys.natsURL); err != nil {
 		r.err = err
 		return r
 	}
@@ -252,7 +248,7 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
 		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
 	} {
-		if err := waitConsumer(ctx, b.JetStream(), c.stream, c.durable); err != nil {
+		if err := loadgen.WaitConsumer(ctx, b.JetStream(), c.stream, c.durable); err != nil {
 			r.err = err
 			return r
 		}
@@ -270,21 +266,21 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		return r
 	}
 	start := time.Now()
-	l := newLoad(b, def, cfg.workflows)
+	l := loadgen.NewLoad(b, def, cfg.workflows)
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.caseLimit)
 	defer stopLoad()
 	loadDone := make(chan struct{})
-	go func() { l.run(loadCtx, cfg.inFlight); close(loadDone) }()
+	go func() { l.Run(loadCtx, cfg.inFlight); close(loadDone) }()
 
 	// The fault: once enough workflows have completed, kill; after the
 	// downtime, restart.
 	killAt := int64(float64(cfg.workflows) * cfg.killAfter)
-	for l.completed.Load() < killAt && loadCtx.Err() == nil {
+	for l.Completed.Load() < killAt && loadCtx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if loadCtx.Err() == nil {
 		what := sys.target.describe()
-		at := l.completed.Load()
+		at := l.Completed.Load()
 		if err := sys.target.kill(); err != nil {
 			r.err = fmt.Errorf("kill %s: %w", what, err)
 			return r
@@ -305,30 +301,30 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	defer func() {
 		fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond))
 	}()
-	outcomes, err := completions(ctx, b.JetStream())
+	outcomes, err := loadgen.Completions(ctx, b.JetStream())
 	if err != nil {
 		r.err = err
 		return r
 	}
 	var latencies []time.Duration
-	for i, id := range l.ids {
+	for i, id := range l.IDs {
 		wc, ok := outcomes[id]
 		switch {
-		case !ok || l.started[i].IsZero():
+		case !ok || l.Started[i].IsZero():
 			r.lost++
 			continue
-		case wc.completion.Status != "succeeded" || string(jsonvalue.MustObject(wc.completion.Context)["c"]) != strconv.Itoa((2*i+1)*3):
+		case wc.Completion.Status != "succeeded" || string(jsonvalue.MustObject(wc.Completion.Context)["c"]) != strconv.Itoa((2*i+1)*3):
 			r.wrong++
 		default:
 			r.correct++
 		}
-		latencies = append(latencies, wc.at.Sub(l.started[i]))
+		latencies = append(latencies, wc.At.Sub(l.Started[i]))
 	}
-	r.p50, r.p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+	r.p50, r.p99 = loadgen.Percentile(latencies, 0.50), loadgen.Percentile(latencies, 0.99)
 	r.redelivered, r.redeliveredEvents = redeliveries()
 
 	// The audit store once the audit service has caught up.
-	if err := waitIdle(ctx, b.JetStream(), bus.StreamEvents, auditservice.Consumer); err != nil {
+	if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamEvents, auditservice.Consumer); err != nil {
 		r.err = err
 		return r
 	}
@@ -343,7 +339,7 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		r.err = err
 		return r
 	}
-	for _, id := range l.ids {
+	for _, id := range l.IDs {
 		if _, ok := outcomes[id]; !ok {
 			continue
 		}
@@ -358,154 +354,6 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		}
 	}
 	return r
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	return ds[min(len(ds)-1, int(float64(len(ds))*p))]
-}
-
-// load starts workflows, inFlight at a time, each with a fixed execution
-// and event id so that a start published again is the same start.
-type load struct {
-	b         *bus.Bus
-	def       *novav1.WorkflowDefinition
-	ids       []string
-	started   []time.Time
-	completed atomic.Int64
-}
-
-func newLoad(b *bus.Bus, def *novav1.WorkflowDefinition, n int) *load {
-	l := &load{b: b, def: def, ids: make([]string, n), started: make([]time.Time, n)}
-	for i := range n {
-		l.ids[i] = uuid.NewString()
-	}
-	return l
-}
-
-func (l *load) run(ctx context.Context, inFlight int) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range inFlight {
-		wg.Go(func() {
-			for i := range next {
-				if l.one(ctx, i) {
-					l.completed.Add(1)
-				}
-			}
-		})
-	}
-	for i := range l.ids {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-		}
-	}
-	close(next)
-	wg.Wait()
-}
-
-// one starts workflow i and waits for its completion.
-func (l *load) one(ctx context.Context, i int) bool {
-	id := l.ids[i]
-	js := l.b.JetStream()
-	done := make(chan struct{}, 1)
-	var cc jetstream.ConsumeContext
-	for ctx.Err() == nil {
-		oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
-		})
-		if err == nil {
-			cc, err = oc.Consume(func(jetstream.Msg) {
-				select {
-				case done <- struct{}{}:
-				default:
-				}
-			})
-		}
-		if err == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if cc == nil {
-		return false
-	}
-	defer cc.Stop()
-
-	initial, err := jsonvalue.ObjectOf(fmt.Sprintf(`{"n": %d}`, i))
-	if err != nil {
-		panic(err)
-	}
-	start := &novav1.StartWorkflow{ExecutionId: id, Definition: l.def, Context: initial.Proto()}
-	l.started[i] = time.Now()
-	// Published again, with the same event id, until the stream has it:
-	// the server may be down for a moment.
-	for {
-		err := l.b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart, start,
-			map[string]string{"executionid": id})
-		if err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-type outcome struct {
-	completion *novav1.WorkflowCompleted
-	at         time.Time
-}
-
-// completions reads every workflow completion in the events stream; the
-// time of a completion is its event's time.
-func completions(ctx context.Context, js jetstream.JetStream) (map[string]outcome, error) {
-	oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowCompleted)},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read completions: %w", err)
-	}
-	out := map[string]outcome{}
-	for {
-		batch, err := oc.FetchNoWait(500)
-		if err != nil {
-			return nil, fmt.Errorf("read completions: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			ev, err := bus.DecodeNATS(m.Headers(), m.Data())
-			if err != nil {
-				return nil, fmt.Errorf("completion at %s: %w", m.Subject(), err)
-			}
-			var wc novav1.WorkflowCompleted
-			if err := bus.Decode(*ev, &wc); err != nil {
-				return nil, fmt.Errorf("completion at %s: %w", m.Subject(), err)
-			}
-			if _, seen := out[wc.ExecutionId]; !seen {
-				out[wc.ExecutionId] = outcome{completion: &wc, at: ev.Time()}
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("read completions: %w", err)
-		}
-		if n == 0 {
-			return out, nil
-		}
-	}
 }
 
 // countRedeliveries counts the NOVA_CMD messages (commands) and NOVA_EVT
@@ -562,153 +410,6 @@ func parseAckSubject(subject string) (stream, consumer string, delivered int, se
 	return t[i], t[i+1], d, t[i+3], true
 }
 
-func waitConsumer(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		// Each request bounded: on a cluster one may go unanswered.
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := js.Consumer(actx, stream, durable)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("consumer %s on %s not declared: %w", durable, stream, errors.Join(err, ctx.Err()))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// waitIdle waits until a consumer has nothing pending or unacknowledged.
-func waitIdle(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		c, err := js.Consumer(actx, stream, durable)
-		if err == nil {
-			if info, err := c.Info(actx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-				cancel()
-				return nil
-			}
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s did not catch up: %w", durable, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// waitDial waits until the first server of url accepts connections.
-func waitDial(ctx context.Context, url string) error {
-	first, _, _ := strings.Cut(url, ",")
-	addr := strings.TrimPrefix(first, "nats://")
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return conn.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nothing listens on %s: %w", addr, errors.Join(err, ctx.Err()))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// freePort returns a loopback port nobody listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// proc is a child process in its own process group, so that SIGKILL takes
-// its children (sandboxed programs) with it.
-type proc struct {
-	name string
-	path string
-	args []string
-	env  []string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) start() error {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("start %s: %w", p.name, err)
-	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
-	return nil
-}
-
-// kill sends SIGKILL to the process group and waits for the process.
-func (p *proc) kill() error {
-	if p.cmd == nil {
-		return nil
-	}
-	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	<-p.done
-	return nil
-}
-
-// stop asks the process to stop and kills it if it has not within 10 s.
-func (p *proc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.kill()
-	}
-}
-
-func (p *proc) describe() string {
-	if p.cmd == nil {
-		return p.name
-	}
-	return fmt.Sprintf("%s (pid %d)", p.name, p.cmd.Process.Pid)
-}
-
-// baseEnv is this process's environment without NOVA, NATS, MongoDB or
-// OpenTelemetry settings, plus own.
-func baseEnv(own ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "NOVA_") || strings.HasPrefix(k, "NATS_") || strings.HasPrefix(k, "MONGODB_") ||
-			strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "OPENAI_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, own...)
-}
-
 func startSystem(ctx context.Context, cfg config, name, dir string) (*system, error) {
 	switch name {
 	case "whole":
@@ -723,26 +424,26 @@ func startSystem(ctx context.Context, cfg config, name, dir string) (*system, er
 // startWhole runs `nova dev` on fixed ports, so that after a restart the
 // clients find it where it was.
 func startWhole(ctx context.Context, cfg config, dir string) (*system, error) {
-	natsPort, err := freePort()
+	natsPort, err := loadgen.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	mongoPort, err := freePort()
+	mongoPort, err := loadgen.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: "nova dev", path: filepath.Join(cfg.bin, "nova"), log: filepath.Join(dir, "nova-dev.log"),
-		args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort)},
-		env:  baseEnv()}
-	if err := p.start(); err != nil {
+	p := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(cfg.bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
+		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort)},
+		Env:  loadgen.BaseEnv()}
+	if err := p.Start(); err != nil {
 		return nil, err
 	}
 	return &system{
 		natsURL:  fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
 		mongoURI: fmt.Sprintf("mongodb://127.0.0.1:%d/", mongoPort),
-		target: target{describe: p.describe, kill: p.kill, downtime: 0,
-			restart: func(context.Context) error { return p.start() }},
-		close: p.stop,
+		target: target{describe: p.Describe, kill: p.Kill, downtime: 0,
+			restart: func(context.Context) error { return p.Start() }},
+		close: p.Stop,
 	}, nil
 }
 
@@ -764,7 +465,7 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 	closers = append(closers, func() { _ = mongo.Close() })
 	sys.mongoURI = mongo.URI()
 
-	var nodes []*proc
+	var nodes []*loadgen.Proc
 	if natsServers == 1 {
 		n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: filepath.Join(dir, "data")})
 		if err != nil {
@@ -790,13 +491,13 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 			return nil, err
 		}
 		for i := range natsServers {
-			p := &proc{name: "NATS server " + spec.Name(i), path: self, log: filepath.Join(dir, spec.Name(i)+".log"),
-				args: []string{"natsnode", "-spec", string(specJSON), "-i", fmt.Sprint(i)}, env: baseEnv()}
-			if err := p.start(); err != nil {
+			p := &loadgen.Proc{Name: "NATS server " + spec.Name(i), Path: self, Log: filepath.Join(dir, spec.Name(i)+".log"),
+				Args: []string{"natsnode", "-spec", string(specJSON), "-i", fmt.Sprint(i)}, Env: loadgen.BaseEnv()}
+			if err := p.Start(); err != nil {
 				closeAll()
 				return nil, err
 			}
-			closers = append(closers, p.stop)
+			closers = append(closers, p.Stop)
 			nodes = append(nodes, p)
 		}
 		sys.natsURL = spec.URL()
@@ -810,21 +511,21 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 		}
 	}
 
-	procs := map[string]*proc{}
+	procs := map[string]*loadgen.Proc{}
 	for _, svc := range []string{"audit", "sandbox", "graph-engine"} {
-		health, err := freePort()
+		health, err := loadgen.FreePort()
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		p := &proc{name: svc, path: filepath.Join(cfg.bin, svc), log: filepath.Join(dir, svc+".log"),
-			env: baseEnv("NATS_URL="+sys.natsURL, "MONGODB_URI="+sys.mongoURI, fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health),
+		p := &loadgen.Proc{Name: svc, Path: filepath.Join(cfg.bin, svc), Log: filepath.Join(dir, svc+".log"),
+			Env: loadgen.BaseEnv("NATS_URL="+sys.natsURL, "MONGODB_URI="+sys.mongoURI, fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health),
 				"LOG_LEVEL=warn", fmt.Sprintf("NOVA_STREAM_REPLICAS=%d", natsServers))}
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			closeAll()
 			return nil, err
 		}
-		closers = append(closers, p.stop)
+		closers = append(closers, p.Stop)
 		procs[svc] = p
 	}
 
@@ -833,23 +534,23 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 		// The leader of NOVA_CMD: every command goes through it.
 		var victimIdx int
 		sys.target = target{downtime: 2 * time.Second,
-			describe: func() string { return nodes[victimIdx].describe() + " (leader of " + bus.StreamCommands + ")" },
+			describe: func() string { return nodes[victimIdx].Describe() + " (leader of " + bus.StreamCommands + ")" },
 			kill: func() error {
 				i, err := streamLeader(ctx, sys.natsURL, bus.StreamCommands)
 				if err != nil {
 					return err
 				}
 				victimIdx = i
-				return nodes[i].kill()
+				return nodes[i].Kill()
 			},
-			restart: func(context.Context) error { return nodes[victimIdx].start() }}
+			restart: func(context.Context) error { return nodes[victimIdx].Start() }}
 	default:
 		p := procs[map[string]string{"engine": "graph-engine"}[victim]]
 		if p == nil {
 			p = procs[victim]
 		}
-		sys.target = target{describe: p.describe, kill: p.kill, downtime: time.Second,
-			restart: func(context.Context) error { return p.start() }}
+		sys.target = target{describe: p.Describe, kill: p.Kill, downtime: time.Second,
+			restart: func(context.Context) error { return p.Start() }}
 	}
 	return sys, nil
 }

@@ -1,0 +1,336 @@
+// Package loadgen drives a NOVA deployment from outside, the way a producer
+// does: it publishes the documented start event (io.nova.workflow.start.v1)
+// for many workflows at a bounded number in flight, waits for each
+// completion, and reads the outcomes back from the events stream. It also
+// starts and kills the processes under test. The chaos and load benchmark
+// programs share it.
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+}
+
+// Load starts workflows, inFlight at a time, each with a fixed execution
+// and event id so that a start published again is the same start.
+type Load struct {
+	b   *bus.Bus
+	def *novav1.WorkflowDefinition
+	// IDs are the execution ids, one per workflow.
+	IDs []string
+	// Started is when each workflow's start was first published.
+	Started []time.Time
+	// Completed counts the workflows whose completion was seen.
+	Completed atomic.Int64
+}
+
+func NewLoad(b *bus.Bus, def *novav1.WorkflowDefinition, n int) *Load {
+	l := &Load{b: b, def: def, IDs: make([]string, n), Started: make([]time.Time, n)}
+	for i := range n {
+		l.IDs[i] = uuid.NewString()
+	}
+	return l
+}
+
+func (l *Load) Run(ctx context.Context, inFlight int) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range inFlight {
+		wg.Go(func() {
+			for i := range next {
+				if l.one(ctx, i) {
+					l.Completed.Add(1)
+				}
+			}
+		})
+	}
+	for i := range l.IDs {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+}
+
+// one starts workflow i and waits for its completion.
+func (l *Load) one(ctx context.Context, i int) bool {
+	id := l.IDs[i]
+	js := l.b.JetStream()
+	done := make(chan struct{}, 1)
+	var cc jetstream.ConsumeContext
+	for ctx.Err() == nil {
+		oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+		})
+		if err == nil {
+			cc, err = oc.Consume(func(jetstream.Msg) {
+				select {
+				case done <- struct{}{}:
+				default:
+				}
+			})
+		}
+		if err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if cc == nil {
+		return false
+	}
+	defer cc.Stop()
+
+	initial, err := jsonvalue.ObjectOf(fmt.Sprintf(`{"n": %d}`, i))
+	if err != nil {
+		panic(err)
+	}
+	start := &novav1.StartWorkflow{ExecutionId: id, Definition: l.def, Context: initial.Proto()}
+	l.Started[i] = time.Now()
+	// Published again, with the same event id, until the stream has it:
+	// the server may be down for a moment.
+	for {
+		err := l.b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart, start,
+			map[string]string{"executionid": id})
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+type Outcome struct {
+	Completion *novav1.WorkflowCompleted
+	At         time.Time
+}
+
+// Completions reads every workflow completion in the events stream; the
+// time of a completion is its event's time.
+func Completions(ctx context.Context, js jetstream.JetStream) (map[string]Outcome, error) {
+	oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowCompleted)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read completions: %w", err)
+	}
+	out := map[string]Outcome{}
+	for {
+		batch, err := oc.FetchNoWait(500)
+		if err != nil {
+			return nil, fmt.Errorf("read completions: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+			if err != nil {
+				return nil, fmt.Errorf("completion at %s: %w", m.Subject(), err)
+			}
+			var wc novav1.WorkflowCompleted
+			if err := bus.Decode(*ev, &wc); err != nil {
+				return nil, fmt.Errorf("completion at %s: %w", m.Subject(), err)
+			}
+			if _, seen := out[wc.ExecutionId]; !seen {
+				out[wc.ExecutionId] = Outcome{Completion: &wc, At: ev.Time()}
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("read completions: %w", err)
+		}
+		if n == 0 {
+			return out, nil
+		}
+	}
+}
+
+func WaitConsumer(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		// Each request bounded: on a cluster one may go unanswered.
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := js.Consumer(actx, stream, durable)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer %s on %s not declared: %w", durable, stream, errors.Join(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitIdle waits until a consumer has nothing pending or unacknowledged.
+func WaitIdle(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		c, err := js.Consumer(actx, stream, durable)
+		if err == nil {
+			if info, err := c.Info(actx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				cancel()
+				return nil
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not catch up: %w", durable, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// WaitDial waits until the first server of url accepts connections.
+func WaitDial(ctx context.Context, url string) error {
+	first, _, _ := strings.Cut(url, ",")
+	addr := strings.TrimPrefix(first, "nats://")
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nothing listens on %s: %w", addr, errors.Join(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// FreePort returns a loopback port nobody listens on now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Proc is a child process in its own process group, so that SIGKILL takes
+// its children (sandboxed programs) with it.
+type Proc struct {
+	Name string
+	Path string
+	Args []string
+	Env  []string
+	// Log is the file that gets its stdout and stderr.
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *Proc) Start() error {
+	f, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = p.Env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
+	return nil
+}
+
+// Kill sends SIGKILL to the process group and waits for the process.
+func (p *Proc) Kill() error {
+	if p.cmd == nil {
+		return nil
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	<-p.done
+	return nil
+}
+
+// Stop asks the process to stop and kills it if it has not within 10 s.
+func (p *Proc) Stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.Kill()
+	}
+}
+
+func (p *Proc) Describe() string {
+	if p.cmd == nil {
+		return p.Name
+	}
+	return fmt.Sprintf("%s (pid %d)", p.Name, p.cmd.Process.Pid)
+}
+
+// BaseEnv is this process's environment without NOVA, NATS, MongoDB or
+// OpenTelemetry settings, plus own.
+func BaseEnv(own ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "NOVA_") || strings.HasPrefix(k, "NATS_") || strings.HasPrefix(k, "MONGODB_") ||
+			strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "OPENAI_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, own...)
+}
+
+// Pid is the process id while it runs (0 before Start).
+func (p *Proc) Pid() int {
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
