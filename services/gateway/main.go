@@ -50,10 +50,9 @@ func run(ctx context.Context, env *service.Env, cfg config) error {
 		}
 		log.Info("API keys loaded", "keys", keys.Len())
 	}
-	if err := env.Bus.EnsureStreams(ctx); err != nil {
-		return err
-	}
-	values, err := valueref.Open(ctx, env.Bus.JetStream(), cfg.ValueThreshold, cfg.StreamReplicas)
+	// The gateway is a producer: it declares no stream (its NATS user may
+	// not), and opens the value store as it is, never changing its replicas.
+	values, err := valueref.Open(ctx, env.Bus.JetStream(), cfg.ValueThreshold, 0)
 	if err != nil {
 		return err
 	}
