@@ -103,6 +103,9 @@ func TestNoAuth(t *testing.T) {
 	if resp.status != http.StatusOK {
 		t.Errorf("without a key: %d %s", resp.status, resp.body)
 	}
+	if !strings.Contains(h.logs.String(), "authentication is off") {
+		t.Error("no warning that authentication is off")
+	}
 	if _, err := gateway.New(gateway.Deps{Bus: h.bus, Store: h.store}); err == nil {
 		t.Error("New without keys and with authentication on: no error")
 	}
