@@ -13,7 +13,7 @@ DEMO_DIR ?= .nova/demo
 # Every module of go.work, as absolute directories.
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # Binaries: the nova CLI and one per service.
-SERVICES := graph-engine sandbox audit input-analyzer code-generator code-validator output-validator
+SERVICES := graph-engine sandbox audit gateway input-analyzer code-generator code-validator output-validator
 # -bench flags of `make bench`, e.g. BENCH_FLAGS='-benchtime 200x -count 5'.
 BENCH_FLAGS ?=
 IMAGE_PREFIX ?= nova
@@ -54,7 +54,7 @@ JS_RUNTIME := services/sandbox/jsrunner/runtime
 help:
 	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store (installs system packages when missing)'
 	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
-	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit (static, CGO_ENABLED=0)'
+	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit, bin/gateway, ... (static, CGO_ENABLED=0)'
 	@echo 'make check   generated proto code up to date, gofmt, go vet'
 	@echo 'make fuzz    run each fuzz target (parsers, event decoding, sandbox protocol) for FUZZTIME (default 3s); part of make test'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'

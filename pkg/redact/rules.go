@@ -126,8 +126,9 @@ var gitleaksRules = []ruleDef{
 }
 
 // novaRules are NOVA's own: credentials in HTTP headers, which carry no
-// vendor prefix, and a private key cut short (gitleaks' private-key needs
-// the END line, which a truncated log or stdout has lost).
+// vendor prefix, NOVA's own API keys, and a private key cut short
+// (gitleaks' private-key needs the END line, which a truncated log or stdout
+// has lost).
 var novaRules = []ruleDef{
 	// "Bearer <token>", alone or after "Authorization:". The token must mix
 	// letters and digits, so that prose ("the bearer of this letter") and
@@ -139,6 +140,9 @@ var novaRules = []ruleDef{
 	// curl -H argument or a dict entry.
 	{id: "authorization-basic", keywords: []string{"authorization"},
 		re: `(?i)\bauthorization["']?[ \t]*[:=][ \t]*["']?basic[ \t]+([a-z0-9+/]{8,}={0,3})`},
+	// The gateway's API keys (services/gateway/gateway.NewKey): 32 random
+	// bytes, base64url.
+	{id: "nova-gateway-key", keywords: []string{"nova_gk_"}, entropy: 3, re: `\b(nova_gk_[A-Za-z0-9_-]{43})` + endOfToken},
 	{id: "private-key-unterminated", keywords: []string{"-----begin"},
 		re: `(?i)-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----[\sA-Za-z0-9+/=]{16,}`},
 }

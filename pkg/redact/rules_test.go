@@ -122,6 +122,7 @@ func ruleExamples() map[string]struct{ text, secret string } {
 	bearer := fake("", alnum, 40)
 	inText("bearer-token", "Authorization: Bearer "+bearer, bearer)
 	basic := base64.StdEncoding.EncodeToString([]byte("ann:hunter2-horse-staple"))
+	token("nova-gateway-key", fake("nova_gk_", alnum, 43))
 	inText("authorization-basic", `{"Authorization": "Basic `+basic+`"}`, basic)
 	cut := pemKey("PRIVATE KEY", 600)
 	cut = cut[:len(cut)/2]

@@ -94,7 +94,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// EnsureIndexes creates the indexes the CLI's queries use. It is idempotent: existing
+// EnsureIndexes creates the indexes the CLI's and the gateway's queries use. It is idempotent: existing
 // indexes with the same keys and names are left alone, so it runs at every start-up.
 //
 // Each index is created with its own createIndexes command: FerretDB v1.24 panics (and
@@ -112,6 +112,10 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		})},
 		{s.executions, index("started_at", bson.D{{Key: "started_at", Value: -1}})},
 		{s.executions, index("workflow_started_at", bson.D{{Key: "workflow_name", Value: 1}, {Key: "started_at", Value: -1}})},
+		// ListExecutions: newest first with the execution id as tie-breaker,
+		// and the same filtered by status.
+		{s.executions, index("started_at_id", bson.D{{Key: "started_at", Value: -1}, {Key: "_id", Value: -1}})},
+		{s.executions, index("status_started_at", bson.D{{Key: "status", Value: 1}, {Key: "started_at", Value: -1}})},
 	}
 	for _, ix := range indexes {
 		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {

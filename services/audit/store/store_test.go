@@ -507,9 +507,12 @@ func TestEnsureIndexes(t *testing.T) {
 	db := client.Database(dbName(t))
 
 	want := map[string]map[string]string{
-		store.ChainCollection:      {"execution_sequence": `[{execution_id 1} {sequence 1}]`},
-		store.StepsCollection:      {"execution_node_visit_step": `[{execution_id 1} {node_id 1} {visit 1} {step_number 1}]`},
-		store.ExecutionsCollection: {"started_at": `[{started_at -1}]`, "workflow_started_at": `[{workflow_name 1} {started_at -1}]`},
+		store.ChainCollection: {"execution_sequence": `[{execution_id 1} {sequence 1}]`},
+		store.StepsCollection: {"execution_node_visit_step": `[{execution_id 1} {node_id 1} {visit 1} {step_number 1}]`},
+		store.ExecutionsCollection: {
+			"started_at": `[{started_at -1}]`, "workflow_started_at": `[{workflow_name 1} {started_at -1}]`,
+			"started_at_id": `[{started_at -1} {_id -1}]`, "status_started_at": `[{status 1} {started_at -1}]`,
+		},
 	}
 	for coll, indexes := range want {
 		got, err := listIndexes(ctx, db.Collection(coll))

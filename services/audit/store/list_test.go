@@ -1,0 +1,135 @@
+package store_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/audit/store"
+)
+
+func TestListExecutions(t *testing.T) {
+	ctx, s := openStore(t)
+	// id, workflow, status, start offset (-1: no start time recorded).
+	runs := []struct {
+		id, workflow, status string
+		start                time.Duration
+	}{
+		{"e1", "orders", "succeeded", 1 * time.Minute},
+		{"e2", "orders", "failed", 2 * time.Minute},
+		{"e3", "invoices", "succeeded", 3 * time.Minute},
+		// Same start instant: the execution id breaks the tie.
+		{"e4a", "orders", "succeeded", 4 * time.Minute},
+		{"e4b", "invoices", "succeeded", 4 * time.Minute},
+		{"e5", "orders", "running", 5 * time.Minute},
+		// A completion whose start was never recorded (an unreadable start event).
+		{"e0", "orders", "failed", -1},
+	}
+	for _, r := range runs {
+		ctxv := mustJSON(t, map[string]any{"n": 1})
+		if r.start < 0 {
+			if err := s.RecordWorkflowCompleted(ctx, &novav1.WorkflowCompleted{
+				ExecutionId: r.id, WorkflowName: r.workflow, Status: r.status, Context: ctxv,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := s.RecordWorkflowStarted(ctx, &novav1.WorkflowStarted{
+			ExecutionId: r.id, WorkflowName: r.workflow, Context: ctxv, StartedAt: at(r.start),
+			Definition: &novav1.WorkflowDefinition{Name: r.workflow},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if r.status != store.StatusRunning {
+			if err := s.RecordWorkflowCompleted(ctx, &novav1.WorkflowCompleted{
+				ExecutionId: r.id, WorkflowName: r.workflow, Status: r.status, Context: ctxv,
+				StartedAt: at(r.start), CompletedAt: at(r.start + time.Second),
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	ids := func(docs []store.ExecutionDoc) []string {
+		out := []string{}
+		for _, d := range docs {
+			out = append(out, d.ExecutionID)
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		filter store.ListFilter
+		want   []string
+	}{
+		{"all, newest first, no start time last", store.ListFilter{}, []string{"e5", "e4b", "e4a", "e3", "e2", "e1", "e0"}},
+		{"workflow", store.ListFilter{Workflow: "invoices"}, []string{"e4b", "e3"}},
+		{"status", store.ListFilter{Status: "failed"}, []string{"e2", "e0"}},
+		{"workflow and status", store.ListFilter{Workflow: "orders", Status: "succeeded"}, []string{"e4a", "e1"}},
+		{"since is inclusive", store.ListFilter{Since: t0.Add(4 * time.Minute)}, []string{"e5", "e4b", "e4a"}},
+		{"until is exclusive", store.ListFilter{Until: t0.Add(3 * time.Minute)}, []string{"e2", "e1"}},
+		{"since and until", store.ListFilter{Since: t0.Add(2 * time.Minute), Until: t0.Add(5 * time.Minute)}, []string{"e4b", "e4a", "e3", "e2"}},
+		{"after a tie", store.ListFilter{After: &store.ListPosition{StartedAt: t0.Add(4 * time.Minute), ExecutionID: "e4b"}}, []string{"e4a", "e3", "e2", "e1", "e0"}},
+		{"after the last started", store.ListFilter{After: &store.ListPosition{StartedAt: t0.Add(time.Minute), ExecutionID: "e1"}}, []string{"e0"}},
+		{"after one without start time", store.ListFilter{After: &store.ListPosition{ExecutionID: "e0"}}, []string{}},
+		{"nothing", store.ListFilter{Workflow: "nope"}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.filter.Limit = 100
+			docs, err := s.ListExecutions(ctx, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(docs); !slices.Equal(got, tt.want) {
+				t.Errorf("ListExecutions = %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("pages of two cover every execution once, in order", func(t *testing.T) {
+		var got []string
+		f := store.ListFilter{Limit: 2}
+		for range 10 {
+			docs, err := s.ListExecutions(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ids(docs)...)
+			if len(docs) < f.Limit {
+				break
+			}
+			p := docs[len(docs)-1].Position()
+			f.After = &p
+		}
+		if want := []string{"e5", "e4b", "e4a", "e3", "e2", "e1", "e0"}; !slices.Equal(got, want) {
+			t.Errorf("pages = %v, want %v", got, want)
+		}
+	})
+
+	t.Run("a listing leaves out contexts, definition and nodes", func(t *testing.T) {
+		docs, err := s.ListExecutions(ctx, store.ListFilter{Workflow: "orders", Status: "succeeded", Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(docs) != 1 {
+			t.Fatalf("got %d executions, want 1", len(docs))
+		}
+		d := docs[0]
+		if d.ExecutionID != "e4a" || d.WorkflowName != "orders" || d.Status != "succeeded" || d.StartedAt == nil || d.CompletedAt == nil || d.DurationMs != 1000 {
+			t.Errorf("summary = %+v", d)
+		}
+		if d.InitialContext != nil || d.FinalContext != nil || d.Definition != nil || d.Nodes != nil {
+			t.Errorf("listing carries contexts, definition or nodes: %+v", d)
+		}
+	})
+
+	for _, limit := range []int{0, -1, store.MaxListLimit + 1} {
+		if _, err := s.ListExecutions(ctx, store.ListFilter{Limit: limit}); !errors.Is(err, store.ErrInvalidFilter) {
+			t.Errorf("limit %d: err = %v, want ErrInvalidFilter", limit, err)
+		}
+	}
+}

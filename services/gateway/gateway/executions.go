@@ -1,0 +1,511 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/redact"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+)
+
+// idempotencyNamespace derives execution ids from (API key name,
+// Idempotency-Key): the same pair always names the same execution.
+var idempotencyNamespace = uuid.MustParse("5b0c7f0e-8f0a-4d5e-9a61-2f3c1d7e9b42")
+
+// maxIdempotencyKey is the longest Idempotency-Key accepted.
+const maxIdempotencyKey = 255
+
+// links are the URLs of an execution.
+type links struct {
+	Self   string `json:"self"`
+	Events string `json:"events"`
+}
+
+func executionLinks(id string) links {
+	self := "/v1/executions/" + url.PathEscape(id)
+	return links{Self: self, Events: self + "/events"}
+}
+
+// accepted is the answer to a start that has not ended (yet).
+type accepted struct {
+	ExecutionID string `json:"execution_id"`
+	Status      string `json:"status"`
+	Links       links  `json:"links"`
+}
+
+// completion is a finished execution, in the shape `nova run --json` prints.
+type completion struct {
+	ExecutionID string           `json:"execution_id"`
+	Status      string           `json:"status"`
+	Context     json.RawMessage  `json:"context"`
+	Path        []string         `json:"path"`
+	Nodes       []completionNode `json:"nodes"`
+	Error       string           `json:"error"`
+}
+
+type completionNode struct {
+	ID       string `json:"id"`
+	Status   string `json:"status"`
+	Attempts int32  `json:"attempts"`
+	Error    string `json:"error"`
+}
+
+func toCompletion(wc *novav1.WorkflowCompleted) completion {
+	c := completion{
+		ExecutionID: wc.GetExecutionId(),
+		Status:      wc.GetStatus(),
+		Context:     jsonvalue.MustObject(wc.GetContext()).Bytes(),
+		Path:        wc.GetPath(),
+		Nodes:       []completionNode{},
+		Error:       wc.GetError(),
+	}
+	if c.Path == nil {
+		c.Path = []string{}
+	}
+	for _, n := range wc.GetNodes() {
+		c.Nodes = append(c.Nodes, completionNode{ID: n.GetId(), Status: n.GetStatus(), Attempts: n.GetAttempts(), Error: n.GetError()})
+	}
+	return c
+}
+
+// startRequest is a checked POST /v1/executions body.
+type startRequest struct {
+	workflow string
+	def      *novav1.WorkflowDefinition
+	context  jsonvalue.Object
+}
+
+var startFields = []string{"workflow", "definition", "context"}
+
+// parseStart reads the body of POST /v1/executions: 400 for what is not a
+// start request, 422 listing every problem of an invalid definition (as
+// `nova validate` does). The context keeps every number's text.
+func parseStart(body []byte) (*startRequest, *Problem) {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, invalid("the body must be a JSON object with workflow or definition, and optionally context",
+			FieldError{Field: "workflow", Detail: "either workflow or definition is required"})
+	}
+	members, err := jsonvalue.ParseObject(body)
+	if err != nil {
+		return nil, invalid(fmt.Sprintf("the body is not a JSON object: %v", err))
+	}
+	var errs []FieldError
+	for _, k := range members.Keys() {
+		if !slices.Contains(startFields, k) {
+			errs = append(errs, FieldError{Field: k, Detail: "unknown field (known: workflow, definition, context)"})
+		}
+	}
+	req := &startRequest{context: jsonvalue.Object{}}
+	if raw, ok := members["workflow"]; ok {
+		if err := json.Unmarshal(raw, &req.workflow); err != nil {
+			errs = append(errs, FieldError{Field: "workflow", Detail: "must be the name of a registered workflow, a string"})
+		} else if req.workflow == "" {
+			errs = append(errs, FieldError{Field: "workflow", Detail: "must not be empty"})
+		}
+	}
+	var definition []byte
+	if raw, ok := members["definition"]; ok {
+		switch raw[0] {
+		case '{':
+			definition = raw
+		case '"':
+			var text string
+			_ = json.Unmarshal(raw, &text)
+			definition = []byte(text)
+		default:
+			errs = append(errs, FieldError{Field: "definition", Detail: "must be a workflow as a JSON object, or its YAML or JSON text"})
+		}
+	}
+	_, hasWorkflow := members["workflow"]
+	_, hasDefinition := members["definition"]
+	switch {
+	case hasWorkflow && hasDefinition:
+		errs = append(errs, FieldError{Field: "definition", Detail: "give either workflow or definition, not both"})
+	case !hasWorkflow && !hasDefinition:
+		errs = append(errs, FieldError{Field: "workflow", Detail: "either workflow or definition is required"})
+	}
+	if raw, ok := members["context"]; ok {
+		c, err := jsonvalue.ParseObject(raw)
+		if err != nil {
+			errs = append(errs, FieldError{Field: "context", Detail: "must be a JSON object"})
+		} else {
+			req.context = c
+		}
+	}
+	var def *novav1.WorkflowDefinition
+	if definition != nil && len(errs) == 0 {
+		def, err = workflow.Parse(definition)
+		if err == nil {
+			err = workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true})
+		}
+		var verr *workflow.ValidationError
+		switch {
+		case errors.As(err, &verr):
+			return nil, invalidWorkflow(verr)
+		case err != nil:
+			errs = append(errs, FieldError{Field: "definition", Detail: err.Error()})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, invalid(problemsDetail("the request", len(errs)), errs...)
+	}
+	req.def = def
+	return req, nil
+}
+
+func problemsDetail(what string, n int) string {
+	if n == 1 {
+		return what + " has 1 problem"
+	}
+	return fmt.Sprintf("%s has %d problems", what, n)
+}
+
+// invalidWorkflow is a 422 listing every problem of a definition.
+func invalidWorkflow(verr *workflow.ValidationError) *Problem {
+	errs := make([]FieldError, len(verr.Problems))
+	for i, p := range verr.Problems {
+		field := "definition"
+		if p.Field != "" {
+			field += "." + p.Field
+		}
+		errs[i] = FieldError{Field: field, Node: p.NodeID, Detail: p.Message}
+	}
+	what := "the workflow definition"
+	if verr.Workflow != "" {
+		what = fmt.Sprintf("workflow %q", verr.Workflow)
+	}
+	return newProblem(http.StatusUnprocessableEntity, TypeInvalidWorkflow, problemsDetail(what, len(errs)), errs...)
+}
+
+// parseWait reads ?wait=: a Go duration ("30s", "1m") or seconds ("30"),
+// capped by limit; 0 when absent.
+func parseWait(q string, limit time.Duration) (time.Duration, *Problem) {
+	if q == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(q)
+	if err != nil {
+		secs, serr := strconv.ParseFloat(q, 64)
+		if serr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			return 0, invalidField("wait", fmt.Sprintf("%q is not a duration such as 30s", q))
+		}
+		d = time.Duration(min(secs, limit.Seconds()+1) * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, invalidField("wait", "must not be negative")
+	}
+	return min(d, limit), nil
+}
+
+// checkQuery refuses parameters a route does not take and repeated ones.
+func checkQuery(r *http.Request, known ...string) *Problem {
+	var errs []FieldError
+	q := r.URL.Query()
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		switch {
+		case !slices.Contains(known, k):
+			errs = append(errs, FieldError{Field: k, Detail: "unknown query parameter (known: " + strings.Join(known, ", ") + ")"})
+		case len(q[k]) > 1:
+			errs = append(errs, FieldError{Field: k, Detail: "given more than once"})
+		}
+	}
+	if len(errs) > 0 {
+		return invalid(problemsDetail("the query", len(errs)), errs...)
+	}
+	return nil
+}
+
+// startExecution is POST /v1/executions.
+func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if p := checkQuery(r, "wait"); p != nil {
+		return p
+	}
+	wait, p := parseWait(r.URL.Query().Get("wait"), g.limits.MaxWait)
+	if p != nil {
+		return p
+	}
+	idem := r.Header.Get("Idempotency-Key")
+	if _, given := r.Header["Idempotency-Key"]; given {
+		if p := checkIdempotencyKey(idem); p != nil {
+			return p
+		}
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	req, p := parseStart(body)
+	if p != nil {
+		return p
+	}
+	if req.workflow != "" {
+		if p := g.checkRegistered(r, req.workflow); p != nil {
+			return p
+		}
+	}
+	if g.values != nil {
+		if err := g.values.Shrink(ctx, req.context); err != nil {
+			return g.unavailable(r, "a large context value could not be stored", err)
+		}
+	}
+
+	id := uuid.NewString()
+	if idem != "" {
+		id = uuid.NewSHA1(idempotencyNamespace, []byte(keyName(r)+"\x00"+idem)).String()
+	}
+	// The start event's id follows from the execution's, so a retried POST
+	// publishes the same message id and JetStream stores it once.
+	eventID := "start-" + id
+	var done <-chan *novav1.WorkflowCompleted
+	if wait > 0 {
+		// Watch before publishing, so that no outcome is missed.
+		ch, stop, err := g.watchCompletion(ctx, id)
+		if err != nil {
+			return g.unavailable(r, "the completion of the execution cannot be watched", err)
+		}
+		defer stop()
+		done = ch
+	}
+	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
+		&novav1.StartWorkflow{ExecutionId: id, Definition: req.def, WorkflowName: req.workflow, Context: req.context.Proto()},
+		map[string]string{engine.ExtensionExecutionID: id})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return g.unavailable(r, "the start command was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
+	}
+
+	self := executionLinks(id)
+	w.Header().Set("Location", self.Self)
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case wc := <-done:
+			writeJSON(w, http.StatusOK, toCompletion(wc))
+			return nil
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: store.StatusRunning, Links: self})
+	return nil
+}
+
+func checkIdempotencyKey(k string) *Problem {
+	if k == "" || len(k) > maxIdempotencyKey {
+		return invalidField("Idempotency-Key", fmt.Sprintf("must be 1 to %d characters", maxIdempotencyKey))
+	}
+	for _, c := range []byte(k) {
+		if c < 0x20 || c > 0x7e {
+			return invalidField("Idempotency-Key", "must be printable ASCII")
+		}
+	}
+	return nil
+}
+
+// keyName is the name of the request's API key.
+func keyName(r *http.Request) string {
+	if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		return info.key
+	}
+	return ""
+}
+
+// checkRegistered answers 422 when no workflow of that name is registered
+// (the engine would fail the execution at once).
+func (g *Gateway) checkRegistered(r *http.Request, name string) *Problem {
+	notRegistered := newProblem(http.StatusUnprocessableEntity, TypeUnknownWorkflow,
+		fmt.Sprintf("workflow %q is not registered", name),
+		FieldError{Field: "workflow", Detail: "no workflow of this name is registered"})
+	kv, err := g.bucket(r.Context(), engine.BucketWorkflows)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return notRegistered
+	}
+	if err != nil {
+		return g.unavailable(r, "registered workflows cannot be read", err)
+	}
+	_, err = kv.Get(r.Context(), name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
+		return notRegistered
+	case err != nil:
+		return g.unavailable(r, "registered workflows cannot be read", err)
+	}
+	return nil
+}
+
+// bucket opens one of the engine's KV buckets, once.
+func (g *Gateway) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if kv := g.buckets[name]; kv != nil {
+		return kv, nil
+	}
+	kv, err := g.bus.JetStream().KeyValue(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	g.buckets[name] = kv
+	return kv, nil
+}
+
+// watchCompletion reports the completion event of execution id, also one
+// published before the watch began (the stream keeps it).
+func (g *Gateway) watchCompletion(ctx context.Context, id string) (<-chan *novav1.WorkflowCompleted, func(), error) {
+	done := make(chan *novav1.WorkflowCompleted, 1)
+	cons, err := g.bus.JetStream().OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch completion of %s: %w", id, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+		var wc novav1.WorkflowCompleted
+		if err == nil && bus.Decode(*ev, &wc) == nil {
+			select {
+			case done <- &wc:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch completion of %s: %w", id, err)
+	}
+	return done, cc.Stop, nil
+}
+
+// executionView is GET /v1/executions/{id}: what `nova chain --json`
+// prints, with the node the engine is at while the execution runs.
+type executionView struct {
+	Execution executionDoc    `json:"execution"`
+	Nodes     []store.NodeDoc `json:"nodes"`
+}
+
+type executionDoc struct {
+	*store.ExecutionDoc
+	// CurrentNode is the node the engine is running, while the execution runs.
+	CurrentNode string `json:"current_node,omitempty"`
+}
+
+// getExecution is GET /v1/executions/{id}: the audit store's document and
+// chain of work, or, before the audit service has recorded the execution,
+// what the engine's state says of it.
+func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	doc, err := g.store.Execution(ctx, id)
+	switch {
+	case err == nil:
+		nodes, err := g.store.Chain(ctx, id)
+		if err != nil {
+			return g.unavailable(r, "the chain of work cannot be read", err)
+		}
+		view := executionView{Execution: executionDoc{ExecutionDoc: doc}, Nodes: nodes}
+		if doc.Status == store.StatusRunning {
+			if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() == store.StatusRunning {
+				view.Execution.CurrentNode = st.GetCurrentNode()
+			}
+		}
+		writeJSON(w, http.StatusOK, view)
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+	default:
+		return g.unavailable(r, "the audit store cannot be read", err)
+	}
+	st, err := g.liveState(ctx, id)
+	if err != nil {
+		return g.unavailable(r, "the execution state cannot be read", err)
+	}
+	if st == nil {
+		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id))
+	}
+	writeJSON(w, http.StatusOK, executionView{Execution: fromState(st), Nodes: []store.NodeDoc{}})
+	return nil
+}
+
+// liveState is the engine's state of an execution, nil when it has none.
+func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionState, error) {
+	kv, err := g.bucket(ctx, engine.BucketExecutions)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	entry, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st novav1.ExecutionState
+	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
+		return nil, fmt.Errorf("execution state %s: %w", id, err)
+	}
+	return &st, nil
+}
+
+// fromState describes an execution from the engine's state, in the audit
+// store's shape. Errors are scrubbed of secrets, as the store does.
+func fromState(st *novav1.ExecutionState) executionDoc {
+	doc := &store.ExecutionDoc{
+		ExecutionID:  st.GetExecutionId(),
+		WorkflowName: st.GetDefinition().GetName(),
+		Status:       st.GetStatus(),
+		Path:         st.GetPath(),
+		Error:        redact.Scrub(st.GetError(), nil),
+	}
+	if ts := st.GetStartedAt(); ts != nil {
+		t := ts.AsTime()
+		doc.StartedAt = &t
+	}
+	if ts := st.GetCompletedAt(); ts != nil {
+		t := ts.AsTime()
+		doc.CompletedAt = &t
+	}
+	ids := make([]string, 0, len(st.GetNodes()))
+	for id := range st.GetNodes() {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		n := st.GetNodes()[id]
+		doc.Nodes = append(doc.Nodes, store.NodeSummaryDoc{ID: id, Status: n.GetStatus(), Attempts: int(n.GetAttempts()),
+			Visits: int(n.GetVisits()), Error: redact.Scrub(n.GetError(), nil)})
+	}
+	view := executionDoc{ExecutionDoc: doc}
+	if st.GetStatus() == store.StatusRunning {
+		view.CurrentNode = st.GetCurrentNode()
+	}
+	return view
+}

@@ -1,0 +1,400 @@
+// Package gateway is NOVA's HTTP face: an http.Handler that starts workflows
+// by publishing the documented start command on the bus, waits for their
+// completion events, and reads executions and their chain of work from the
+// audit store. It runs no code and calls no model.
+//
+// Every route needs an API key with the route's scope (Authorization:
+// Bearer), every error is an RFC 9457 problem document, every request body
+// is bounded and every handler has a deadline.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/services/audit/store"
+)
+
+const instrumentation = "github.com/novaflow/nova/services/gateway/gateway"
+
+// Limits bound what one request may take.
+type Limits struct {
+	// MaxBody is the largest request body in bytes (default 4 MiB); a
+	// larger one is answered 413.
+	MaxBody int64
+	// MaxWait caps ?wait= of POST /v1/executions (default 60s).
+	MaxWait time.Duration
+	// Timeout is every handler's deadline, a wait excepted (default 30s);
+	// it is also how long a client may take to send its request.
+	Timeout time.Duration
+}
+
+// Default limits.
+const (
+	DefaultMaxBody = 4 << 20
+	DefaultMaxWait = 60 * time.Second
+	DefaultTimeout = 30 * time.Second
+)
+
+// Deps are what the gateway needs, built by the caller.
+type Deps struct {
+	Bus   *bus.Bus
+	Store *store.Store
+	// Values carries large initial context values by reference; nil sends
+	// them inline.
+	Values *valueref.Store
+	// Keys are the accepted API keys. Required unless NoAuth.
+	Keys *Keys
+	// NoAuth serves every request without a key, as if it had every scope
+	// (local development only).
+	NoAuth         bool
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Limits         Limits
+}
+
+// Gateway is the HTTP API.
+type Gateway struct {
+	bus    *bus.Bus
+	store  *store.Store
+	values *valueref.Store
+	keys   *Keys
+	noAuth bool
+	log    *slog.Logger
+	limits Limits
+	mux    *http.ServeMux
+
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	duration metric.Float64Histogram
+
+	mu      sync.Mutex
+	buckets map[string]jetstream.KeyValue
+}
+
+// New builds the gateway.
+func New(d Deps) (*Gateway, error) {
+	if d.Bus == nil || d.Store == nil {
+		return nil, errors.New("gateway: a bus and a store are required")
+	}
+	if d.Keys == nil && !d.NoAuth {
+		return nil, errors.New("gateway: API keys are required unless authentication is off (NoAuth)")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.TracerProvider == nil {
+		d.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if d.MeterProvider == nil {
+		d.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if d.Limits.MaxBody <= 0 {
+		d.Limits.MaxBody = DefaultMaxBody
+	}
+	if d.Limits.MaxWait <= 0 {
+		d.Limits.MaxWait = DefaultMaxWait
+	}
+	if d.Limits.Timeout <= 0 {
+		d.Limits.Timeout = DefaultTimeout
+	}
+	duration, err := d.MeterProvider.Meter(instrumentation).Float64Histogram("nova.gateway.request.duration",
+		metric.WithUnit("s"), metric.WithDescription("HTTP requests served by the gateway, by method, route and status"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	g := &Gateway{
+		bus: d.Bus, store: d.Store, values: d.Values, keys: d.Keys, noAuth: d.NoAuth,
+		log: d.Logger, limits: d.Limits, mux: http.NewServeMux(),
+		tracer: d.TracerProvider.Tracer(instrumentation), prop: propagation.TraceContext{}, duration: duration,
+		buckets: map[string]jetstream.KeyValue{},
+	}
+	if d.NoAuth {
+		d.Logger.Warn("authentication is off: every request is served as if its key had every scope; never expose this gateway")
+	}
+	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
+	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
+	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
+	return g, nil
+}
+
+// Server is an http.Server for the gateway whose timeouts keep a slow
+// client from holding a connection: the request must arrive within the
+// handler timeout, and the answer may take a wait longer.
+func (g *Gateway) Server() *http.Server {
+	return &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       g.limits.Timeout,
+		WriteTimeout:      g.limits.Timeout + g.limits.MaxWait + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// requestInfo is what the handler learns that the access log reports.
+type requestInfo struct{ key string }
+
+type requestInfoKey struct{}
+
+// ServeHTTP traces, measures and logs every request, answers unknown routes
+// and wrong methods with problems, and hands the rest to their handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	_, pattern := g.mux.Handler(r)
+	route := pattern
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		route = path
+	}
+	spanName := r.Method
+	if route != "" {
+		spanName += " " + route
+	}
+	ctx := g.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := g.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("http.request.method", r.Method),
+			attribute.String("http.route", route),
+			attribute.String("url.path", r.URL.Path),
+		))
+	defer span.End()
+	info := &requestInfo{}
+	ctx = context.WithValue(ctx, requestInfoKey{}, info)
+	rw := &responseWriter{ResponseWriter: w}
+	r = r.WithContext(ctx)
+
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			g.log.ErrorContext(ctx, "handler panicked", "method", r.Method, "route", route, "panic", fmt.Sprint(v))
+			if !rw.wroteHeader {
+				writeProblem(rw, newProblem(http.StatusInternalServerError, TypeInternal, "the gateway failed to handle this request"))
+			}
+		}
+		status := rw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		elapsed := time.Since(start)
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if info.key != "" {
+			span.SetAttributes(attribute.String("nova.api_key.name", info.key))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+		g.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributes(
+			attribute.String("http.request.method", r.Method),
+			attribute.String("http.route", route),
+			attribute.Int("http.response.status_code", status)))
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "route", route, "status", status,
+			"duration_ms", float64(elapsed.Microseconds()) / 1000}
+		if info.key != "" {
+			attrs = append(attrs, "key", info.key)
+		}
+		g.log.InfoContext(ctx, "request", attrs...)
+	}()
+
+	if pattern == "" {
+		g.unrouted(rw, r)
+		return
+	}
+	g.mux.ServeHTTP(rw, r)
+}
+
+// unrouted answers a request no route takes: the mux's own answer (404,
+// 405 with Allow, or a redirect to the clean path) with its plain-text body
+// turned into a problem document.
+func (g *Gateway) unrouted(w http.ResponseWriter, r *http.Request) {
+	rec := &recorder{header: http.Header{}}
+	g.mux.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusNotFound:
+		writeProblem(w, newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no route for %s", r.URL.Path)))
+	case http.StatusMethodNotAllowed:
+		allow := rec.header.Get("Allow")
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, TypeMethodNotAllowed,
+			fmt.Sprintf("%s does not take %s; it takes %s", r.URL.Path, r.Method, allow)).with("Allow", allow))
+	default:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body.Bytes())
+	}
+}
+
+// handle registers a route: the key must have scope, the handler gets a
+// deadline and a bounded body, and the error it returns is answered as a
+// problem.
+func (g *Gateway) handle(pattern string, scope Scope, timeout time.Duration, h func(http.ResponseWriter, *http.Request) error) {
+	g.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		name, p := g.authenticate(r, scope)
+		if p != nil {
+			g.fail(w, r, p)
+			return
+		}
+		if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+			info.key = name
+		}
+		if r.ContentLength > g.limits.MaxBody {
+			g.fail(w, r, tooLarge(g.limits.MaxBody))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, g.limits.MaxBody)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		if err := h(w, r.WithContext(ctx)); err != nil {
+			g.fail(w, r.WithContext(ctx), err)
+		}
+	})
+}
+
+func tooLarge(limit int64) *Problem {
+	return newProblem(http.StatusRequestEntityTooLarge, TypeBodyTooLarge,
+		fmt.Sprintf("the request body is larger than %d bytes", limit))
+}
+
+// fail answers err as a problem: a handler's own problem as it is, running
+// out of time as 504, anything else as 500 (logged, not shown).
+func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var p *Problem
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &p):
+	case errors.As(err, &tooBig):
+		p = tooLarge(tooBig.Limit)
+	case errors.Is(err, context.DeadlineExceeded):
+		p = newProblem(http.StatusGatewayTimeout, TypeTimeout, "the request took too long; try again")
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads the answer.
+		p = newProblem(http.StatusServiceUnavailable, TypeUnavailable, "the request was cancelled")
+	default:
+		g.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		p = newProblem(http.StatusInternalServerError, TypeInternal, "the gateway failed to handle this request")
+	}
+	writeProblem(w, p)
+}
+
+// unavailable is a 503 for a dependency that failed (the bus, the store);
+// the cause is logged, not shown.
+func (g *Gateway) unavailable(r *http.Request, detail string, err error) *Problem {
+	g.log.ErrorContext(r.Context(), "dependency failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	return newProblem(http.StatusServiceUnavailable, TypeUnavailable, detail)
+}
+
+// authenticate checks the Bearer key and its scope and returns the key's
+// name. The key itself goes nowhere: not in a log, a span or a problem.
+func (g *Gateway) authenticate(r *http.Request, scope Scope) (string, *Problem) {
+	if g.noAuth {
+		return "anonymous", nil
+	}
+	const realm = `Bearer realm="nova"`
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", newProblem(http.StatusUnauthorized, TypeUnauthorized,
+			"an API key is required: Authorization: Bearer <key>").with("WWW-Authenticate", realm)
+	}
+	scheme, key, _ := strings.Cut(h, " ")
+	key = strings.TrimSpace(key)
+	if !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return "", newProblem(http.StatusUnauthorized, TypeUnauthorized,
+			"the Authorization header must be: Bearer <key>").with("WWW-Authenticate", realm+`, error="invalid_request"`)
+	}
+	k := g.keys.lookup(key)
+	if k == nil {
+		return "", newProblem(http.StatusUnauthorized, TypeUnauthorized,
+			"the API key is not valid").with("WWW-Authenticate", realm+`, error="invalid_token"`)
+	}
+	if !k.Allows(scope) {
+		return "", newProblem(http.StatusForbidden, TypeForbidden,
+			fmt.Sprintf("API key %q does not have the scope %s", k.Name, scope)).
+			with("WWW-Authenticate", fmt.Sprintf(`%s, error="insufficient_scope", scope="%s"`, realm, scope))
+	}
+	return k.Name, nil
+}
+
+// writeJSON answers v as JSON, numbers as they are (json.Number and
+// json.RawMessage keep their text) and without HTML escaping.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		writeProblem(w, newProblem(http.StatusInternalServerError, TypeInternal, "the answer could not be encoded"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// responseWriter remembers the status for the access log and the metrics.
+type responseWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *responseWriter) WriteHeader(status int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = status, true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// recorder keeps the mux's answer to an unrouted request.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}

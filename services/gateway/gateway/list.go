@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/novaflow/nova/services/audit/store"
+)
+
+// List limits.
+const (
+	defaultListLimit = 50
+	maxListLimit     = 500
+)
+
+// statuses an execution can have.
+var statuses = []string{store.StatusRunning, "succeeded", "failed"}
+
+// listItem is one execution in GET /v1/executions.
+type listItem struct {
+	ExecutionID  string     `json:"execution_id"`
+	WorkflowName string     `json:"workflow_name"`
+	Status       string     `json:"status"`
+	Error        string     `json:"error,omitempty"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	CompletedAt  *time.Time `json:"completed_at,omitempty"`
+	DurationMs   int64      `json:"duration_ms,omitempty"`
+	Links        itemLinks  `json:"links"`
+}
+
+type itemLinks struct {
+	Self string `json:"self"`
+}
+
+type listPage struct {
+	Executions []listItem `json:"executions"`
+	// NextCursor continues the listing; absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// cursor is the position after which the next page starts, sent to the
+// client as opaque base64url JSON.
+type cursor struct {
+	StartedAtMs *int64 `json:"s,omitempty"`
+	ExecutionID string `json:"id"`
+}
+
+func encodeCursor(p store.ListPosition) string {
+	c := cursor{ExecutionID: p.ExecutionID}
+	if !p.StartedAt.IsZero() {
+		ms := p.StartedAt.UnixMilli()
+		c.StartedAtMs = &ms
+	}
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (*store.ListPosition, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, false
+	}
+	var c cursor
+	if err := json.Unmarshal(b, &c); err != nil || c.ExecutionID == "" {
+		return nil, false
+	}
+	p := &store.ListPosition{ExecutionID: c.ExecutionID}
+	if c.StartedAtMs != nil {
+		p.StartedAt = time.UnixMilli(*c.StartedAtMs).UTC()
+	}
+	return p, true
+}
+
+// parseList reads the query of GET /v1/executions, naming every parameter
+// at fault.
+func parseList(r *http.Request) (store.ListFilter, *Problem) {
+	if p := checkQuery(r, "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
+		return store.ListFilter{}, p
+	}
+	q := r.URL.Query()
+	f := store.ListFilter{Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
+	var errs []FieldError
+	if f.Status != "" && !slices.Contains(statuses, f.Status) {
+		errs = append(errs, FieldError{Field: "status", Detail: fmt.Sprintf("%q is not running, succeeded or failed", f.Status)})
+	}
+	for _, tp := range []struct {
+		name string
+		t    *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		v := q.Get(tp.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			errs = append(errs, FieldError{Field: tp.name, Detail: fmt.Sprintf("%q is not an RFC 3339 time such as 2025-03-01T12:00:00Z", v)})
+			continue
+		}
+		*tp.t = t
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		errs = append(errs, FieldError{Field: "until", Detail: "must be after since"})
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			errs = append(errs, FieldError{Field: "limit", Detail: fmt.Sprintf("%q is not a whole number from 1 to %d", v, maxListLimit)})
+		} else {
+			f.Limit = n
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		p, ok := decodeCursor(v)
+		if !ok {
+			errs = append(errs, FieldError{Field: "cursor", Detail: "is not a next_cursor this API gave"})
+		}
+		f.After = p
+	}
+	if len(errs) > 0 {
+		return f, invalid(problemsDetail("the query", len(errs)), errs...)
+	}
+	return f, nil
+}
+
+// listExecutions is GET /v1/executions: newest first, one page at a time.
+func (g *Gateway) listExecutions(w http.ResponseWriter, r *http.Request) error {
+	f, p := parseList(r)
+	if p != nil {
+		return p
+	}
+	limit := f.Limit
+	f.Limit++ // one more tells whether there is a next page
+	docs, err := g.store.ListExecutions(r.Context(), f)
+	if err != nil {
+		return g.unavailable(r, "the audit store cannot be read", err)
+	}
+	page := listPage{Executions: []listItem{}}
+	if len(docs) > limit {
+		docs = docs[:limit]
+		page.NextCursor = encodeCursor(docs[limit-1].Position())
+	}
+	for _, d := range docs {
+		page.Executions = append(page.Executions, listItem{
+			ExecutionID: d.ExecutionID, WorkflowName: d.WorkflowName, Status: d.Status, Error: d.Error,
+			StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,
+			Links: itemLinks{Self: executionLinks(d.ExecutionID).Self},
+		})
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}
