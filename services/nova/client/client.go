@@ -114,8 +114,14 @@ const workflowsBucket = "nova_workflows"
 func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, error) {
 	js := c.bus.JetStream()
 	done := make(chan *novav1.WorkflowCompleted, 1)
-	completion, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+	// Each attempt bounded: on a cluster whose stream leader just went away
+	// a consumer request can go unanswered.
+	var completion jetstream.Consumer
+	err := bus.Declare(ctx, "completion watch", func(ctx context.Context) (err error) {
+		completion, err = js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch completion of %s: %w", id, err)
@@ -144,9 +150,13 @@ func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, err
 // deadLetters reports the engine's dead letter of the event eventID.
 func (c *Client) deadLetters(ctx context.Context, eventID string) (<-chan *novav1.DeadLetter, func(), error) {
 	dead := make(chan *novav1.DeadLetter, 1)
-	dlq, err := c.bus.JetStream().OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	var dlq jetstream.Consumer
+	err := bus.Declare(ctx, "dead-letter watch", func(ctx context.Context) (err error) {
+		dlq, err = c.bus.JetStream().OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
+			DeliverPolicy:  jetstream.DeliverNewPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("watch dead letters: %w", err)
