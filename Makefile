@@ -60,6 +60,7 @@ help:
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200")'
+	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, beside plain python3 (BENCH_LOAD_FLAGS=...)'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
@@ -195,6 +196,15 @@ CHAOS_FLAGS ?=
 chaos: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-chaos ./chaos
 	$(BIN)/nova-chaos -bin $(BIN) $(CHAOS_FLAGS)
+
+# Load: a nova dev on a fresh data dir driven over NATS from a separate
+# process; wf/s, latency, CPU per workflow by process, PSS, and a baseline of
+# plain python3 subprocesses in the same run (BENCH_LOAD_FLAGS="-workflows 1000").
+BENCH_LOAD_FLAGS ?=
+.PHONY: bench-load
+bench-load: build
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./benchload
+	$(BIN)/nova-benchload -bin $(BIN) $(BENCH_LOAD_FLAGS)
 
 .PHONY: bench-sandbox
 bench-sandbox:

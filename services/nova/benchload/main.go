@@ -1,0 +1,371 @@
+// Command benchload measures what a workflow costs a running `nova dev`,
+// from outside, the way a producer sees it: it starts `nova dev` on a fresh
+// data dir, publishes the documented start event from this separate process
+// at 1, 8 and 32 workflows in flight, and prints per run the workflows per
+// second, p50/p90/p99 latency from start to completion, the CPU per workflow
+// of the nova dev process (Go services and the store) and of its sandbox
+// processes, and the PSS of them all. Beside it, in the same run, a baseline:
+// three plain `python3 -c` subprocesses per workflow, no engine.
+//
+// `make bench-load` builds the binaries and runs it; -h lists the knobs.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/nova/internal/loadgen"
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
+)
+
+// chain returns a workflow of n code nodes `context['x'] = 1` in a row.
+func chain(n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: chain-%d\nnodes:\n  - {id: start, type: start}\n", n)
+	for i := range n {
+		fmt.Fprintf(&b, "  - {id: n%d, type: action, code: \"context['x'] = 1\"}\n", i)
+	}
+	b.WriteString("  - {id: done, type: end}\nedges:\n")
+	prev := "start"
+	for i := range n {
+		fmt.Fprintf(&b, "  - {from: %s, to: n%d}\n", prev, i)
+		prev = fmt.Sprintf("n%d", i)
+	}
+	fmt.Fprintf(&b, "  - {from: %s, to: done}\n", prev)
+	return b.String()
+}
+
+type config struct {
+	bin       string
+	workflows int
+	inFlight  []int
+	long      int
+	limit     time.Duration
+}
+
+func main() {
+	var cfg config
+	fs := flag.NewFlagSet("benchload", flag.ExitOnError)
+	fs.StringVar(&cfg.bin, "bin", "bin", "directory of the nova binary (make build)")
+	fs.IntVar(&cfg.workflows, "workflows", 300, "workflows per run")
+	inFlight := fs.String("in-flight", "1,8,32", "runs, by workflows in flight")
+	fs.IntVar(&cfg.long, "long", 30, "nodes of the long chain run once at 8 in flight (0: skip)")
+	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run")
+	_ = fs.Parse(os.Args[1:])
+	for _, f := range strings.Split(*inFlight, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "benchload: -in-flight %q: want positive numbers\n", *inFlight)
+			os.Exit(2)
+		}
+		cfg.inFlight = append(cfg.inFlight, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "benchload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// result is what one run measured.
+type result struct {
+	name          string
+	workflows     int
+	nodes         int
+	wfPerSec      float64
+	p50, p90, p99 time.Duration
+	cpuMain       time.Duration // per workflow: the nova dev process
+	cpuSandbox    time.Duration // per workflow: its child processes
+	pssMiB        float64
+}
+
+func run(ctx context.Context, cfg config) error {
+	bin, err := filepath.Abs(cfg.bin)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "nova-benchload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	natsPort, err := loadgen.FreePort()
+	if err != nil {
+		return err
+	}
+	mongoPort, err := loadgen.FreePort()
+	if err != nil {
+		return err
+	}
+	dev := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
+		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort)},
+		Env:  loadgen.BaseEnv()}
+	if err := dev.Start(); err != nil {
+		return err
+	}
+	defer dev.Stop()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	if err := loadgen.WaitDial(ctx, url); err != nil {
+		return err
+	}
+	b, err := bus.Connect(ctx, url, bus.WithName("benchload"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	for _, c := range []struct{ stream, durable string }{
+		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
+		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
+	} {
+		if err := loadgen.WaitConsumer(ctx, b.JetStream(), c.stream, c.durable); err != nil {
+			return err
+		}
+	}
+	three, err := workflow.Parse([]byte(chain(3)))
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf("benchload: nova dev (pid %d) on a fresh data dir; %d workflows per run\n\n", dev.Pid(), cfg.workflows)
+	// A warm-up run: interpreters, caches and the first streams.
+	if _, err := measure(ctx, cfg, b, dev.Pid(), "warm-up", three, 3, 20, 4); err != nil {
+		return err
+	}
+	var results []result
+	for _, n := range cfg.inFlight {
+		r, err := measure(ctx, cfg, b, dev.Pid(), fmt.Sprintf("3 nodes, %d in flight", n), three, 3, cfg.workflows, n)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	if cfg.long > 0 {
+		long, err := workflow.Parse([]byte(chain(cfg.long)))
+		if err != nil {
+			return err
+		}
+		r, err := measure(ctx, cfg, b, dev.Pid(), fmt.Sprintf("%d nodes, 8 in flight", cfg.long), long, cfg.long, max(cfg.workflows/10, 10), 8)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	base, err := baseline(ctx, cfg.workflows)
+	if err != nil {
+		return err
+	}
+	results = append(results, base)
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tWORKFLOWS\tWF/S\tP50\tP90\tP99\tCPU/WF NOVA DEV\tCPU/WF SANDBOX PROCS\tCPU/WF TOTAL\tCPU/STEP\tPSS")
+	for _, r := range results {
+		total := r.cpuMain + r.cpuSandbox
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%.1f ms\t%.1f ms\t%.1f ms\t%.2f ms\t%s\n", r.name, r.workflows, r.wfPerSec,
+			r.p50.Round(100*time.Microsecond), r.p90.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond),
+			ms(r.cpuMain), ms(r.cpuSandbox), ms(total), ms(total)/float64(r.nodes), pss(r.pssMiB))
+	}
+	return tw.Flush()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func pss(mib float64) string {
+	if mib == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f MiB", mib)
+}
+
+// measure runs n workflows of def at inFlight and samples the CPU of the
+// nova dev process group around it.
+func measure(ctx context.Context, cfg config, b *bus.Bus, pid int, name string, def *novav1.WorkflowDefinition, nodes, n, inFlight int) (result, error) {
+	r := result{name: name, workflows: n, nodes: nodes}
+	before, err := sampleGroup(pid)
+	if err != nil {
+		return r, err
+	}
+	l := loadgen.NewLoad(b, def, n)
+	rctx, cancel := context.WithTimeout(ctx, cfg.limit)
+	defer cancel()
+	start := time.Now()
+	peak := 0.0
+	done := make(chan struct{})
+	go func() { l.Run(rctx, inFlight); close(done) }()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-tick.C:
+			if s, err := sampleGroup(pid); err == nil {
+				peak = max(peak, s.pssMiB)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	after, err := sampleGroup(pid)
+	if err != nil {
+		return r, err
+	}
+	if got := int(l.Completed.Load()); got != n {
+		return r, fmt.Errorf("%s: %d of %d workflows completed within %s", name, got, n, cfg.limit)
+	}
+	outcomes, err := loadgen.Completions(ctx, b.JetStream())
+	if err != nil {
+		return r, err
+	}
+	var lat []time.Duration
+	for i, id := range l.IDs {
+		o, ok := outcomes[id]
+		if !ok || o.Completion.Status != "succeeded" {
+			return r, fmt.Errorf("%s: workflow %s did not succeed", name, id)
+		}
+		lat = append(lat, o.At.Sub(l.Started[i]))
+	}
+	r.wfPerSec = float64(n) / elapsed.Seconds()
+	r.p50, r.p90, r.p99 = loadgen.Percentile(lat, 0.50), loadgen.Percentile(lat, 0.90), loadgen.Percentile(lat, 0.99)
+	r.cpuMain = (after.main - before.main) / time.Duration(n)
+	r.cpuSandbox = (after.children - before.children) / time.Duration(n)
+	r.pssMiB = max(peak, after.pssMiB)
+	return r, nil
+}
+
+// groupSample is the CPU used so far by a process and its descendants: the
+// process's own (main), and that of every live descendant plus what the
+// reaped ones used (children); and their PSS now. Descendants are found by
+// parent pid, since sandboxed programs run in their own sessions.
+type groupSample struct {
+	main, children time.Duration
+	pssMiB         float64
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTick = 100
+
+type procStat struct {
+	ppid                         int
+	utime, stime, cutime, cstime time.Duration
+}
+
+func sampleGroup(root int) (groupSample, error) {
+	var s groupSample
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return s, err
+	}
+	stats := map[int]procStat{}
+	kids := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which is in parentheses.
+		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+2:]))
+		if len(f) < 15 {
+			continue
+		}
+		tick := func(i int) time.Duration {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			return time.Duration(v) * time.Second / clockTick
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		stats[pid] = procStat{ppid: ppid, utime: tick(11), stime: tick(12), cutime: tick(13), cstime: tick(14)}
+		kids[ppid] = append(kids[ppid], pid)
+	}
+	rs, ok := stats[root]
+	if !ok {
+		return s, fmt.Errorf("process %d is gone", root)
+	}
+	s.main = rs.utime + rs.stime
+	s.children = rs.cutime + rs.cstime
+	s.pssMiB = pssOf(root)
+	queue := slices.Clone(kids[root])
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		st := stats[pid]
+		s.children += st.utime + st.stime + st.cutime + st.cstime
+		s.pssMiB += pssOf(pid)
+		queue = append(queue, kids[pid]...)
+	}
+	return s, nil
+}
+
+// pssOf reads a process's proportional set size in MiB (0 when unreadable).
+func pssOf(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// baseline runs three `python3 -c` subprocesses per workflow, one workflow
+// at a time, each passing the context on as JSON: no engine, no isolation.
+func baseline(ctx context.Context, n int) (result, error) {
+	r := result{name: "baseline: 3 × python3 -c, 1 at a time", workflows: n, nodes: 3}
+	var before, after syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &before); err != nil {
+		return r, err
+	}
+	code := `import json,sys; c=json.loads(sys.argv[1]); c['x']=1; print(json.dumps(c))`
+	var lat []time.Duration
+	start := time.Now()
+	for range n {
+		t := time.Now()
+		ctxJSON := `{"n": 1}`
+		for range 3 {
+			out, err := exec.CommandContext(ctx, "/usr/bin/python3", "-c", code, ctxJSON).Output()
+			if err != nil {
+				return r, fmt.Errorf("baseline: %w", err)
+			}
+			ctxJSON = strings.TrimSpace(string(out))
+		}
+		lat = append(lat, time.Since(t))
+	}
+	elapsed := time.Since(start)
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &after); err != nil {
+		return r, err
+	}
+	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	r.wfPerSec = float64(n) / elapsed.Seconds()
+	slices.Sort(lat)
+	r.p50, r.p90, r.p99 = loadgen.Percentile(lat, 0.50), loadgen.Percentile(lat, 0.90), loadgen.Percentile(lat, 0.99)
+	r.cpuSandbox = cpu / time.Duration(n)
+	return r, nil
+}
