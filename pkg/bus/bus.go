@@ -275,7 +275,7 @@ func (b *Bus) publishRetrying(ctx context.Context, msg *nats.Msg) (*jetstream.Pu
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 		ack, err := b.js.PublishMsg(actx, msg)
 		cancel()
-		if err == nil || ctx.Err() != nil || !retryablePublish(err) || time.Now().Add(wait).After(deadline) {
+		if err == nil || ctx.Err() != nil || !retryable(err) || time.Now().Add(wait).After(deadline) {
 			return ack, attempt, err
 		}
 		select {
@@ -287,10 +287,10 @@ func (b *Bus) publishRetrying(ctx context.Context, msg *nats.Msg) (*jetstream.Pu
 	}
 }
 
-// retryablePublish reports whether a failed publish may succeed when tried
-// again: no acknowledgement in time, nobody answering on the stream's
+// retryable reports whether a failed publish or declaration may succeed
+// when tried again: no acknowledgement in time, nobody answering on the stream's
 // subject, or a connection being re-established.
-func retryablePublish(err error) bool {
+func retryable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)

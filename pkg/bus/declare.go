@@ -29,7 +29,7 @@ func Declare(ctx context.Context, what string, declare func(ctx context.Context)
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || !retryablePublish(err) || time.Now().Add(wait).After(deadline) {
+		if ctx.Err() != nil || !retryable(err) || time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("declare %s: %w", what, err)
 		}
 		select {

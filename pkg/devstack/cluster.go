@@ -35,16 +35,11 @@ func NewClusterSpec(dataDir string, basePort, size int) (ClusterSpec, error) {
 	if dataDir == "" {
 		return ClusterSpec{}, ErrNoDataDir
 	}
-	ports, err := clusterPorts(basePort, size)
+	clients, routes, err := clusterPorts(basePort, size)
 	if err != nil {
 		return ClusterSpec{}, err
 	}
-	spec := ClusterSpec{DataDir: dataDir}
-	for i := range size {
-		spec.ClientPorts = append(spec.ClientPorts, ports[2*i])
-		spec.RoutePorts = append(spec.RoutePorts, ports[2*i+1])
-	}
-	return spec, nil
+	return ClusterSpec{DataDir: dataDir, ClientPorts: clients, RoutePorts: routes}, nil
 }
 
 // Size is the number of servers.
@@ -162,8 +157,7 @@ func StartCluster(ctx context.Context, opts Options, size int) (*Cluster, error)
 
 // clusterPorts returns a client and a route port per server: consecutive
 // client ports from base when it is set (routes on free ports), or free ports.
-func clusterPorts(base, size int) ([]int, error) {
-	var ports []int
+func clusterPorts(base, size int) (clients, routes []int, err error) {
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
@@ -181,19 +175,17 @@ func clusterPorts(base, size int) ([]int, error) {
 	for i := range size {
 		client := base + i
 		if base <= 0 {
-			p, err := free()
-			if err != nil {
-				return nil, err
+			if client, err = free(); err != nil {
+				return nil, nil, err
 			}
-			client = p
 		}
 		route, err := free()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		ports = append(ports, client, route)
+		clients, routes = append(clients, client), append(routes, route)
 	}
-	return ports, nil
+	return clients, routes, nil
 }
 
 func (c *Cluster) startNode(i int) error {

@@ -31,10 +31,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
-	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
 // chain returns a workflow of n code nodes `context['x'] = 1` in a row.
@@ -133,13 +130,8 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer b.Close()
-	for _, c := range []struct{ stream, durable string }{
-		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
-		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
-	} {
-		if err := loadgen.WaitConsumer(ctx, b.JetStream(), c.stream, c.durable); err != nil {
-			return err
-		}
+	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
+		return err
 	}
 	three, err := workflow.Parse([]byte(chain(3)))
 	if err != nil {
@@ -364,7 +356,6 @@ func baseline(ctx context.Context, n int) (result, error) {
 	}
 	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
 	r.wfPerSec = float64(n) / elapsed.Seconds()
-	slices.Sort(lat)
 	r.p50, r.p90, r.p99 = loadgen.Percentile(lat, 0.50), loadgen.Percentile(lat, 0.90), loadgen.Percentile(lat, 0.99)
 	r.cpuSandbox = cpu / time.Duration(n)
 	return r, nil

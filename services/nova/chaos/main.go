@@ -45,9 +45,7 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
-	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
 // The workflow every case runs: three code nodes; c = (2n + 1) * 3.
@@ -244,14 +242,9 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		return r
 	}
 	defer b.Close()
-	for _, c := range []struct{ stream, durable string }{
-		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
-		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
-	} {
-		if err := loadgen.WaitConsumer(ctx, b.JetStream(), c.stream, c.durable); err != nil {
-			r.err = err
-			return r
-		}
+	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
+		r.err = err
+		return r
 	}
 	redeliveries, stopCounting, err := countRedeliveries(b.Conn())
 	if err != nil {
@@ -545,10 +538,11 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 			},
 			restart: func(context.Context) error { return nodes[victimIdx].Start() }}
 	default:
-		p := procs[map[string]string{"engine": "graph-engine"}[victim]]
-		if p == nil {
-			p = procs[victim]
+		service := victim
+		if victim == "engine" {
+			service = "graph-engine"
 		}
+		p := procs[service]
 		sys.target = target{describe: p.Describe, kill: p.Kill, downtime: time.Second,
 			restart: func(context.Context) error { return p.Start() }}
 	}

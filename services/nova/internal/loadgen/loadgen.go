@@ -26,6 +26,9 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
 func Percentile(ds []time.Duration, p float64) time.Duration {
@@ -196,6 +199,21 @@ func WaitConsumer(ctx context.Context, js jetstream.JetStream, stream, durable s
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// WaitServices waits until the graph engine, the sandbox and the audit
+// service have declared their durable consumers: from then on what a
+// producer publishes is kept for them.
+func WaitServices(ctx context.Context, js jetstream.JetStream) error {
+	for _, c := range []struct{ stream, durable string }{
+		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
+		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
+	} {
+		if err := WaitConsumer(ctx, js, c.stream, c.durable); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WaitIdle waits until a consumer has nothing pending or unacknowledged.
