@@ -27,6 +27,7 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -133,6 +134,8 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	mongoPort := fs.Int("mongo-port", 27017, "port of the embedded MongoDB-compatible store")
 	rules := fs.String("llm-rules", "", rulesHelp)
 	cluster := fs.Int("cluster", 0, "run `N` (3 or more) clustered NATS servers on ports nats-port, +1, ... with 3 replicas of every stream, instead of one server")
+	gatewayAddr := fs.String("gateway-addr", stack.DefaultGatewayAddr, "`address` of the HTTP API (port 0 picks a free one; \"off\" runs no gateway)")
+	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without API keys (local development only: anyone who reaches the port may do anything)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return exitInvalid
 	}
@@ -152,12 +155,29 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	opts.NATSPort, opts.MongoPort, opts.NATSCluster = *natsPort, *mongoPort, *cluster
 	opts.WarmSandbox = true
+	var localKey string
+	if *gatewayAddr != "off" {
+		if localKey, err = devGateway(&opts, *gatewayAddr, *noAuth); err != nil {
+			fmt.Fprintf(stderr, "nova dev: %v\n", err)
+			return exitInvalid
+		}
+	}
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
+	if u := s.GatewayURL(); u != "" {
+		switch {
+		case *noAuth:
+			fmt.Fprintf(stdout, "  HTTP API %s (no authentication: never expose this port)\n", u)
+		case localKey != "":
+			fmt.Fprintf(stdout, "  HTTP API %s\n  NOVA_API_KEY=%s (admin; made for this run, shown once)\n", u, localKey)
+		default:
+			fmt.Fprintf(stdout, "  HTTP API %s (keys from %s)\n", u, os.Getenv(gatewayKeysEnv))
+		}
+	}
 	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))
 	fmt.Fprintf(stdout, "  %s\n", jsNote(opts))
 	if c := s.Infra(); c != nil && c.Cluster != nil {
@@ -165,14 +185,52 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			devstack.ClusterName, c.Cluster.Size(), s.Replicas())
 	}
 	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
-	fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
-		bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
+	if u := s.GatewayURL(); u != "" {
+		auth := ` -H "Authorization: Bearer $NOVA_API_KEY"`
+		if *noAuth {
+			auth = ""
+		}
+		fmt.Fprintf(stdout, "Start a workflow with curl%s %s/v1/executions -d '{\"workflow\": \"NAME\", \"context\": {...}}',\n", auth, u)
+		fmt.Fprintf(stdout, "or by publishing %s on %s; press Ctrl-C to stop.\n", bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
+	} else {
+		fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
+			bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
+	}
 	<-ctx.Done()
 	if err := s.Close(); err != nil {
 		fmt.Fprintf(stderr, "nova dev: stop: %v\n", err)
 		return exitFailed
 	}
 	return exitOK
+}
+
+// gatewayKeysEnv names the keys file nova dev's gateway accepts instead of
+// a key made for the run.
+const gatewayKeysEnv = "NOVA_GATEWAY_KEYS_FILE"
+
+// devGateway adds the gateway to the modules nova dev runs, with the keys
+// of NOVA_GATEWAY_KEYS_FILE, or none (noAuth), or else a new admin key
+// made for this run and returned to be shown.
+func devGateway(opts *stack.Options, addr string, noAuth bool) (string, error) {
+	opts.Modules = append(stack.DefaultModules(opts.LLM), stack.Gateway)
+	opts.Gateway.Addr, opts.Gateway.NoAuth = addr, noAuth
+	if noAuth {
+		return "", nil
+	}
+	if f := os.Getenv(gatewayKeysEnv); f != "" {
+		keys, err := gateway.LoadKeys(f)
+		if err != nil {
+			return "", err
+		}
+		opts.Gateway.Keys = keys
+		return "", nil
+	}
+	key, keys, err := gateway.LocalKey("nova-dev")
+	if err != nil {
+		return "", err
+	}
+	opts.Gateway.Keys = keys
+	return key, nil
 }
 
 // runResult is what `nova run --json` prints.

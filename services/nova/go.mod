@@ -113,6 +113,7 @@ require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/novaflow/nova/services/code-generator v0.0.0
 	github.com/novaflow/nova/services/code-validator v0.0.0
+	github.com/novaflow/nova/services/gateway v0.0.0
 	github.com/novaflow/nova/services/input-analyzer v0.0.0
 	github.com/novaflow/nova/services/output-validator v0.0.0
 	go.opentelemetry.io/proto/otlp v1.11.1
@@ -124,3 +125,5 @@ replace (
 	github.com/novaflow/nova/services/input-analyzer => ../input-analyzer
 	github.com/novaflow/nova/services/output-validator => ../output-validator
 )
+
+replace github.com/novaflow/nova/services/gateway => ../gateway

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -29,6 +31,7 @@ import (
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/code-validator/validator"
+	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 	"github.com/novaflow/nova/services/output-validator/outputvalidator"
@@ -46,10 +49,30 @@ const (
 	CodeGenerator   = "code-generator"
 	CodeValidator   = "code-validator"
 	OutputValidator = "output-validator"
+	// Gateway is the HTTP API; it runs only when asked for (Options.Modules
+	// naming it, as `nova dev` does), never by default.
+	Gateway = "gateway"
 )
 
-// Modules is every module, in start order.
+// Modules is every module started by default, in start order.
 var Modules = []string{Audit, Sandbox, InputAnalyzer, CodeGenerator, CodeValidator, OutputValidator, GraphEngine}
+
+// stopOrder is every module, the last to stop first.
+var stopOrder = append(slices.Clone(Modules), Gateway)
+
+// GatewayOptions configure the gateway module.
+type GatewayOptions struct {
+	// Addr is where it listens (default 127.0.0.1:8080; port 0 picks one).
+	Addr string
+	// Keys are the accepted API keys; required unless NoAuth.
+	Keys *gateway.Keys
+	// NoAuth serves every request without a key (the gateway warns).
+	NoAuth bool
+	Limits gateway.Limits
+}
+
+// DefaultGatewayAddr is where `nova dev` serves the HTTP API.
+const DefaultGatewayAddr = "127.0.0.1:8080"
 
 func (o LLMOptions) configured() bool {
 	return o.APIKey != "" || o.BaseURL != "" || o.ScriptedRules != nil
@@ -109,6 +132,8 @@ type Options struct {
 	LLM LLMOptions
 	// MaxAttempts bounds code generation attempts of an AI node (default 3).
 	MaxAttempts int
+	// Gateway configures the gateway module, when it runs.
+	Gateway GatewayOptions
 }
 
 // Stack is a running set of modules.
@@ -124,8 +149,9 @@ type Stack struct {
 	scripted     *scripted.Server
 	stopScripted func() error
 
-	mu      sync.Mutex
-	running map[string]*module
+	mu         sync.Mutex
+	running    map[string]*module
+	gatewayURL string
 }
 
 type module struct {
@@ -145,14 +171,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		opts.SandboxWorkers = 2
 	}
 	if len(opts.Modules) == 0 {
-		opts.Modules = Modules
-		if !opts.LLM.configured() {
-			// Without a model the AI agents cannot work: leave them out, and
-			// the engine refuses prompt nodes with a clear error.
-			opts.Modules = slices.DeleteFunc(slices.Clone(Modules), func(m string) bool {
-				return m == InputAnalyzer || m == CodeGenerator || m == OutputValidator
-			})
-		}
+		opts.Modules = DefaultModules(opts.LLM)
 	}
 	if opts.Replicas <= 0 {
 		opts.Replicas = 1
@@ -205,6 +224,19 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	return s, nil
 }
 
+// DefaultModules are the modules a stack runs when Options.Modules is
+// empty: every one of Modules, except that without a model the AI agents
+// cannot work, so they are left out (and the engine refuses prompt nodes
+// with a clear error).
+func DefaultModules(llm LLMOptions) []string {
+	if llm.configured() {
+		return slices.Clone(Modules)
+	}
+	return slices.DeleteFunc(slices.Clone(Modules), func(m string) bool {
+		return m == InputAnalyzer || m == CodeGenerator || m == OutputValidator
+	})
+}
+
 // Scripted is the offline model server the stack runs (nil when a real API
 // is configured).
 func (s *Stack) Scripted() *scripted.Server { return s.scripted }
@@ -220,6 +252,13 @@ func (s *Stack) NATSURL() string { return s.natsURL }
 
 // MongoURI is the URI of the audit store.
 func (s *Stack) MongoURI() string { return s.mongoURI }
+
+// GatewayURL is the base URL of the gateway module ("" when it does not run).
+func (s *Stack) GatewayURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gatewayURL
+}
 
 // Infra is the embedded infrastructure, nil when external servers are used.
 func (s *Stack) Infra() *devstack.Stack { return s.infra }
@@ -261,12 +300,12 @@ func (s *Stack) StopModule(name string) error {
 // Close stops every module and the embedded infrastructure.
 func (s *Stack) Close() error {
 	var errs []error
-	for i := len(Modules) - 1; i >= 0; i-- {
+	for _, name := range slices.Backward(stopOrder) {
 		s.mu.Lock()
-		_, ok := s.running[Modules[i]]
+		_, ok := s.running[name]
 		s.mu.Unlock()
 		if ok {
-			errs = append(errs, s.StopModule(Modules[i]))
+			errs = append(errs, s.StopModule(name))
 		}
 	}
 	if s.Store != nil {
@@ -420,6 +459,12 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			deps := outputvalidator.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.OutputValidatorModel}
 			run = func(ctx context.Context) error { return outputvalidator.Run(ctx, deps) }
 		}
+	case Gateway:
+		run, err = s.gateway(ctx, b, tel, log)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
 	default:
 		cleanup()
 		return nil, fmt.Errorf("unknown module %q", name)
@@ -427,5 +472,47 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	return func(ctx context.Context) error {
 		defer cleanup()
 		return run(ctx)
+	}, nil
+}
+
+// gateway builds the HTTP API module: it listens at once, so the URL it
+// reports answers as soon as the module has started, and on stop lets the
+// requests in hand finish (bounded) before it closes.
+func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger) (func(context.Context) error, error) {
+	o := s.opts.Gateway
+	values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, s.opts.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	gw, err := gateway.New(gateway.Deps{Bus: b, Store: s.Store, Values: values, Keys: o.Keys, NoAuth: o.NoAuth, Logger: log,
+		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Limits: o.Limits})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cmp.Or(o.Addr, DefaultGatewayAddr))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	srv := gw.Server()
+	url := "http://" + ln.Addr().String()
+	s.gatewayURL = url // StartModule holds s.mu
+	log.Info("serving the HTTP API", "url", url)
+	return func(ctx context.Context) error {
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		select {
+		case err := <-served:
+			return err
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
 	}, nil
 }
