@@ -89,12 +89,16 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		ctx, span := tracer.Start(ctx, spec.Name+" "+spec.Verb, trace.WithAttributes(stepAttrs...))
 		ctx = llm.WithSpanAttributes(ctx, stepAttrs...) // the model calls' spans name the step too
 		defer span.End()
+		subject, err := bus.ResultSubject(ref.ExecutionId, spec.Name, ref.ReplyKind)
+		if err != nil {
+			return bus.Permanent(err)
+		}
 		res, err := handle(ctx, cmd)
 		if err != nil {
 			span.RecordError(err)
 			return err
 		}
-		return b.PublishProto(ctx, bus.EventSubject(ref.ExecutionId, bus.ResultKind(spec.Name)),
+		return b.PublishProto(ctx, subject,
 			ref.StepId+"/result", spec.ResultType, res, map[string]string{"executionid": ref.ExecutionId})
 	})
 }

@@ -1,6 +1,9 @@
 package bus
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Streams declared by EnsureStreams.
 const (
@@ -21,6 +24,7 @@ const (
 	TypeWorkflowCompleted = "io.nova.workflow.completed.v1"
 	TypeSandboxExecute    = "io.nova.sandbox.execute.v1"
 	TypeSandboxExecuted   = "io.nova.sandbox.executed.v1"
+	TypeNodeStarted       = "io.nova.node.started.v1"
 	TypeNodeCompleted     = "io.nova.node.completed.v1"
 	TypeStepCompleted     = "io.nova.node.step.completed.v1"
 	TypeDeadLetter        = "io.nova.deadletter.v1"
@@ -49,10 +53,33 @@ const (
 // nova.evt.<execution>.result.<agent>.
 func ResultKind(agent string) string { return "result." + agent }
 
+// ReplyKind is the event kind of an agent's results for a run outside any
+// workflow (the gateway's execute and refine): nova.evt.<id>.reply.<agent>,
+// which the graph engine does not consume.
+func ReplyKind(agent string) string { return replyPrefix + agent }
+
+const replyPrefix = "reply."
+
+// ResultSubject is where an agent answers a command: the kind the command
+// names (reply_kind), else result.<agent>. A kind that is not reply.<name>
+// is refused, so a command cannot make an agent forge another kind of
+// event.
+func ResultSubject(executionID, agent, replyKind string) (string, error) {
+	if replyKind == "" {
+		return EventSubject(executionID, ResultKind(agent)), nil
+	}
+	name, ok := strings.CutPrefix(replyKind, replyPrefix)
+	if !ok || name == "" || subjectToken(name) != name {
+		return "", fmt.Errorf("reply_kind %q is not %s<name> (one subject token)", replyKind, replyPrefix)
+	}
+	return EventSubject(executionID, replyKind), nil
+}
+
 // Event kinds: the tail of nova.evt.<execution>.<kind>.
 const (
 	KindWorkflowStarted   = "workflow.started"
 	KindWorkflowCompleted = "workflow.completed"
+	KindNodeStarted       = "node.started"
 	KindNodeCompleted     = "node.completed"
 	KindStepCompleted     = "step.completed"
 	KindSandboxResult     = "result.sandbox"

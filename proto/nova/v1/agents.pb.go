@@ -31,8 +31,13 @@ type StepRef struct {
 	// Generation attempt (1..max) this step belongs to; 0 for input analysis.
 	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The execution's sequence number when the command was issued.
-	Sequence      int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	StepNumber    int32 `protobuf:"varint,7,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	Sequence   int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	StepNumber int32 `protobuf:"varint,7,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	// reply_kind is the event kind the result goes to,
+	// nova.evt.<execution_id>.<reply_kind>; empty means result.<agent>, which
+	// the graph engine consumes. Runs outside any workflow (the gateway's
+	// refine) name a kind of their own, e.g. reply.<agent>.
+	ReplyKind     string `protobuf:"bytes,8,opt,name=reply_kind,json=replyKind,proto3" json:"reply_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -114,6 +119,13 @@ func (x *StepRef) GetStepNumber() int32 {
 		return x.StepNumber
 	}
 	return 0
+}
+
+func (x *StepRef) GetReplyKind() string {
+	if x != nil {
+		return x.ReplyKind
+	}
+	return ""
 }
 
 // The node the pipeline works for.
@@ -1223,7 +1235,7 @@ var File_nova_v1_agents_proto protoreflect.FileDescriptor
 
 const file_nova_v1_agents_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xcb\x01\n" +
+	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xea\x01\n" +
 	"\aStepRef\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1232,7 +1244,9 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x05R\bsequence\x12\x1f\n" +
 	"\vstep_number\x18\a \x01(\x05R\n" +
-	"stepNumber\"\x96\x01\n" +
+	"stepNumber\x12\x1d\n" +
+	"\n" +
+	"reply_kind\x18\b \x01(\tR\treplyKind\"\x96\x01\n" +
 	"\bTaskSpec\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x1b\n" +
 	"\tnode_type\x18\x02 \x01(\tR\bnodeType\x12'\n" +

@@ -432,7 +432,12 @@ type ExecuteCode struct {
 	AllowHosts []string `protobuf:"bytes,13,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	// step_number is the step's number in the node's chain of work; attempt
 	// is the node's attempt it belongs to (equal for a code node).
-	StepNumber    int32 `protobuf:"varint,15,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	StepNumber int32 `protobuf:"varint,15,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	// reply_kind is the event kind the result goes to,
+	// nova.evt.<execution_id>.<reply_kind>; empty means result.sandbox, which
+	// the graph engine consumes. Runs outside any workflow (the gateway's
+	// execute and refine) name a kind of their own, e.g. reply.sandbox.
+	ReplyKind     string `protobuf:"bytes,16,opt,name=reply_kind,json=replyKind,proto3" json:"reply_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +568,13 @@ func (x *ExecuteCode) GetStepNumber() int32 {
 		return x.StepNumber
 	}
 	return 0
+}
+
+func (x *ExecuteCode) GetReplyKind() string {
+	if x != nil {
+		return x.ReplyKind
+	}
+	return ""
 }
 
 // CodeExecuted is the sandbox's answer.
@@ -807,6 +819,102 @@ func (x *CodeExecuted) GetStepNumber() int32 {
 	return 0
 }
 
+// NodeStarted says a node's visit began: its code or its AI pipeline was
+// dispatched (start and end nodes, which need no agent, have none).
+// Type io.nova.node.started.v1 on nova.evt.<execution_id>.node.started.
+type NodeStarted struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeType    string                 `protobuf:"bytes,3,opt,name=node_type,json=nodeType,proto3" json:"node_type,omitempty"`
+	Visit       int32                  `protobuf:"varint,4,opt,name=visit,proto3" json:"visit,omitempty"`
+	// True when the node is an AI node (a prompt, no code).
+	Ai            bool                   `protobuf:"varint,5,opt,name=ai,proto3" json:"ai,omitempty"`
+	Sequence      int32                  `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeStarted) Reset() {
+	*x = NodeStarted{}
+	mi := &file_nova_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStarted) ProtoMessage() {}
+
+func (x *NodeStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
+func (*NodeStarted) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *NodeStarted) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *NodeStarted) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeStarted) GetNodeType() string {
+	if x != nil {
+		return x.NodeType
+	}
+	return ""
+}
+
+func (x *NodeStarted) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+func (x *NodeStarted) GetAi() bool {
+	if x != nil {
+		return x.Ai
+	}
+	return false
+}
+
+func (x *NodeStarted) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *NodeStarted) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
 // NodeCompleted records one visit of a node (a chain_of_work document).
 // Type io.nova.node.completed.v1 on nova.evt.<execution_id>.node.completed.
 type NodeCompleted struct {
@@ -838,7 +946,7 @@ type NodeCompleted struct {
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +958,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +971,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -1037,7 +1145,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1157,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1170,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -1249,7 +1357,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1369,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1382,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -1403,7 +1511,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xad\x03\n" +
+	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xcc\x03\n" +
 	"\vExecuteCode\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1421,7 +1529,9 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\vallow_hosts\x18\r \x03(\tR\n" +
 	"allowHosts\x12\x1f\n" +
 	"\vstep_number\x18\x0f \x01(\x05R\n" +
-	"stepNumberJ\x04\b\b\x10\t\"\xc3\x06\n" +
+	"stepNumber\x12\x1d\n" +
+	"\n" +
+	"reply_kind\x18\x10 \x01(\tR\treplyKindJ\x04\b\b\x10\t\"\xc3\x06\n" +
 	"\fCodeExecuted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1451,7 +1561,16 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x04logs\x18\x16 \x03(\tR\x04logs\x12\x14\n" +
 	"\x05limit\x18\x17 \x01(\tR\x05limit\x12\x1f\n" +
 	"\vstep_number\x18\x1b \x01(\x05R\n" +
-	"stepNumberJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\xb2\x06\n" +
+	"stepNumberJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\xe3\x01\n" +
+	"\vNodeStarted\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
+	"\tnode_type\x18\x03 \x01(\tR\bnodeType\x12\x14\n" +
+	"\x05visit\x18\x04 \x01(\x05R\x05visit\x12\x0e\n" +
+	"\x02ai\x18\x05 \x01(\bR\x02ai\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequence\x129\n" +
+	"\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xb2\x06\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -1540,7 +1659,7 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
 	(*RegisterWorkflow)(nil),      // 1: nova.v1.RegisterWorkflow
@@ -1549,49 +1668,51 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*NodeSummary)(nil),           // 4: nova.v1.NodeSummary
 	(*ExecuteCode)(nil),           // 5: nova.v1.ExecuteCode
 	(*CodeExecuted)(nil),          // 6: nova.v1.CodeExecuted
-	(*NodeCompleted)(nil),         // 7: nova.v1.NodeCompleted
-	(*StepCompleted)(nil),         // 8: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 9: nova.v1.DeadLetter
-	nil,                           // 10: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 11: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 12: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 15: google.protobuf.ListValue
+	(*NodeStarted)(nil),           // 7: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 8: nova.v1.NodeCompleted
+	(*StepCompleted)(nil),         // 9: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 10: nova.v1.DeadLetter
+	nil,                           // 11: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 12: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 13: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 16: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	11, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	12, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
-	11, // 2: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	11, // 3: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	12, // 4: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	13, // 5: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	12, // 6: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	12, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	13, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	12, // 2: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	12, // 3: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	13, // 4: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	14, // 5: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	13, // 6: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
 	4,  // 7: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	13, // 8: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	13, // 9: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	12, // 10: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	12, // 11: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	14, // 12: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	12, // 13: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	12, // 14: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	12, // 15: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	12, // 16: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	14, // 17: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	13, // 18: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	13, // 19: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	14, // 20: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	14, // 21: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	14, // 22: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	15, // 23: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	13, // 24: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	10, // 25: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	13, // 26: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	14, // 8: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	14, // 9: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	13, // 10: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	13, // 11: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	15, // 12: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	13, // 13: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	13, // 14: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	14, // 15: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	13, // 16: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	13, // 17: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	15, // 18: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	14, // 19: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	14, // 20: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	15, // 21: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	15, // 22: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	15, // 23: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	16, // 24: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	14, // 25: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	11, // 26: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	14, // 27: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -1607,7 +1728,7 @@ func file_nova_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,12 +23,23 @@ const exactNumberSubtype = 0x80
 // contextDoc is a context as stored: redacted, keys escaped, every integer
 // that fits as an int64 and every float as a double, other numbers as
 // exact-number binaries. nil stays nil and is stored as null.
-func contextDoc(v *novav1.JSONValue) map[string]any {
+func contextDoc(v *novav1.JSONValue) map[string]any { return bsonContext(jsonContext(v)) }
+
+// jsonContext is a context as exact JSON values, secrets hidden.
+func jsonContext(v *novav1.JSONValue) map[string]any {
 	if v == nil {
 		return nil
 	}
-	m, _ := escapeKeys(toBSON(redact.Map(jsonvalue.Map(v)))).(map[string]any)
-	return m
+	return redact.Map(jsonvalue.Map(v))
+}
+
+// bsonContext is a context (from jsonContext) as the store keeps it.
+func bsonContext(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	b, _ := escapeKeys(toBSON(m)).(map[string]any)
+	return b
 }
 
 // toBSON turns the numbers of a decoded JSON value (json.Number) into the

@@ -215,18 +215,29 @@ func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error 
 	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
 		return fmt.Errorf("record node: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
 	}
-	id := NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit())
+	doc := NodeDocOf(ev)
+	doc.InputContext, doc.OutputResult = bsonContext(doc.InputContext), bsonContext(doc.OutputResult)
+	if err := s.replace(ctx, s.chain, doc.ID, doc); err != nil {
+		return fmt.Errorf("record node %s: %w", doc.ID, err)
+	}
+	return nil
+}
+
+// NodeDocOf is the chain_of_work document of a node visit as its event
+// tells it, secrets hidden, its contexts exact JSON values (json.Number):
+// what the store keeps and what a live stream shows of it.
+func NodeDocOf(ev *novav1.NodeCompleted) NodeDoc {
 	started, completed := timeOf(ev.GetStartedAt()), timeOf(ev.GetCompletedAt())
-	doc := NodeDoc{
-		ID:             id,
+	return NodeDoc{
+		ID:             NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit()),
 		ExecutionID:    ev.GetExecutionId(),
 		NodeID:         ev.GetNodeId(),
 		NodeType:       ev.GetNodeType(),
 		Visit:          int(ev.GetVisit()),
 		Sequence:       int(ev.GetSequence()),
 		CodeExecuted:   hideSecrets(ev.GetCodeExecuted()),
-		InputContext:   contextDoc(ev.GetInputContext()),
-		OutputResult:   contextDoc(ev.GetOutputResult()),
+		InputContext:   jsonContext(ev.GetInputContext()),
+		OutputResult:   jsonContext(ev.GetOutputResult()),
 		ExecutionTime:  ev.GetExecutionTimeMs(),
 		Status:         ev.GetStatus(),
 		ErrorMessage:   hideSecrets(ev.GetErrorMessage()),
@@ -241,10 +252,6 @@ func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error 
 		CompletedAt:    completed,
 		Timestamp:      firstTime(completed, started),
 	}
-	if err := s.replace(ctx, s.chain, id, doc); err != nil {
-		return fmt.Errorf("record node %s: %w", id, err)
-	}
-	return nil
 }
 
 // RecordStep stores one agent step; a redelivery replaces the document with itself.
@@ -252,13 +259,22 @@ func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error 
 	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
 		return fmt.Errorf("record step: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
 	}
-	id := StepDocID(ev.GetExecutionId(), ev.GetStepId(), ev.GetNodeId(), ev.GetVisit(), ev.GetStepNumber())
+	doc := StepDocOf(ev)
+	if err := s.replace(ctx, s.steps, doc.ID, doc); err != nil {
+		return fmt.Errorf("record step %s: %w", doc.ID, err)
+	}
+	return nil
+}
+
+// StepDocOf is the chain_of_work_steps document of one agent step as its
+// event tells it, secrets hidden.
+func StepDocOf(ev *novav1.StepCompleted) StepDoc {
 	var toolCalls []any
 	if tc := ev.GetToolCalls(); tc != nil {
 		toolCalls, _ = escapeKeys(redact.Value(tc.AsSlice())).([]any)
 	}
-	doc := StepDoc{
-		ID:              id,
+	return StepDoc{
+		ID:              StepDocID(ev.GetExecutionId(), ev.GetStepId(), ev.GetNodeId(), ev.GetVisit(), ev.GetStepNumber()),
 		ExecutionID:     ev.GetExecutionId(),
 		NodeID:          ev.GetNodeId(),
 		Visit:           int(ev.GetVisit()),
@@ -281,10 +297,6 @@ func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error 
 		ExecutionTimeMs: ev.GetExecutionTimeMs(),
 		Timestamp:       timeOf(ev.GetTimestamp()),
 	}
-	if err := s.replace(ctx, s.steps, id, doc); err != nil {
-		return fmt.Errorf("record step %s: %w", id, err)
-	}
-	return nil
 }
 
 // NodeDocID is the chain_of_work id of one node visit.

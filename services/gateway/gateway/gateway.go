@@ -44,8 +44,18 @@ type Limits struct {
 	// MaxWait caps ?wait= of POST /v1/executions (default 60s).
 	MaxWait time.Duration
 	// Timeout is every handler's deadline, a wait excepted (default 30s);
-	// it is also how long a client may take to send its request.
+	// it is also how long a client may take to send its request, and how
+	// long one write of an event stream may take.
 	Timeout time.Duration
+	// Rate and Burst are each API key's token bucket: requests a second
+	// and how many at once (defaults 50 and 100); over it, 429.
+	Rate  float64
+	Burst int
+	// MaxStreams and MaxStreamsPerKey bound the open event streams
+	// (defaults 1000 and 100); StreamTimeout ends a stream that has run
+	// this long (default 1h; the client reconnects with Last-Event-ID).
+	MaxStreams, MaxStreamsPerKey int
+	StreamTimeout                time.Duration
 }
 
 // Default limits.
@@ -88,6 +98,9 @@ type Gateway struct {
 	prop     propagation.TextMapPropagator
 	duration metric.Float64Histogram
 
+	rates   *rateLimits
+	streams *streamSlots
+
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
 }
@@ -118,6 +131,21 @@ func New(d Deps) (*Gateway, error) {
 	if d.Limits.Timeout <= 0 {
 		d.Limits.Timeout = DefaultTimeout
 	}
+	if d.Limits.Rate <= 0 {
+		d.Limits.Rate = DefaultRate
+	}
+	if d.Limits.Burst <= 0 {
+		d.Limits.Burst = DefaultBurst
+	}
+	if d.Limits.MaxStreams <= 0 {
+		d.Limits.MaxStreams = DefaultMaxStreams
+	}
+	if d.Limits.MaxStreamsPerKey <= 0 {
+		d.Limits.MaxStreamsPerKey = DefaultMaxStreamsPerKey
+	}
+	if d.Limits.StreamTimeout <= 0 {
+		d.Limits.StreamTimeout = DefaultStreamTimeout
+	}
 	duration, err := d.MeterProvider.Meter(instrumentation).Float64Histogram("nova.gateway.request.duration",
 		metric.WithUnit("s"), metric.WithDescription("HTTP requests served by the gateway, by method, route and status"))
 	if err != nil {
@@ -128,6 +156,8 @@ func New(d Deps) (*Gateway, error) {
 		log: d.Logger, limits: d.Limits, mux: http.NewServeMux(),
 		tracer: d.TracerProvider.Tracer(instrumentation), prop: propagation.TraceContext{}, duration: duration,
 		buckets: map[string]jetstream.KeyValue{},
+		rates:   newRateLimits(d.Limits.Rate, d.Limits.Burst),
+		streams: newStreamSlots(d.Limits.MaxStreams, d.Limits.MaxStreamsPerKey),
 	}
 	if d.NoAuth {
 		d.Logger.Warn("authentication is off: every request is served as if its key had every scope; never expose this gateway")
@@ -135,6 +165,7 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
+	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
 	return g, nil
 }
 
@@ -259,6 +290,10 @@ func (g *Gateway) handle(pattern string, scope Scope, timeout time.Duration, h f
 		}
 		if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
 			info.key = name
+		}
+		if p := g.rates.allow(name); p != nil {
+			g.fail(w, r, p)
+			return
 		}
 		if r.ContentLength > g.limits.MaxBody {
 			g.fail(w, r, tooLarge(g.limits.MaxBody))

@@ -140,6 +140,11 @@ func (t *transition) enter(id string) {
 			}
 			t.st.NodeStartedAt = tsNow(t.now)
 			t.st.NodeInput = t.st.Context
+			t.emit(bus.KindNodeStarted, fmt.Sprintf("%s/%s/%d/started", t.st.ExecutionId, node.Id, ns.Visits), bus.TypeNodeStarted,
+				&novav1.NodeStarted{
+					ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: nodeTypeName(node), Visit: ns.Visits,
+					Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
+				})
 			if node.Prompt != "" {
 				t.startAI(node)
 				return

@@ -146,6 +146,11 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 		attribute.Int("step.number", int(cmd.StepNumber)),
 		attribute.String("language", cmd.Language),
 		attribute.String("stage", cmd.Stage)))
+	subject, err := bus.ResultSubject(cmd.ExecutionId, bus.AgentSandbox, cmd.ReplyKind)
+	if err != nil {
+		span.End()
+		return bus.Permanent(err)
+	}
 	start := time.Now()
 	res, err := s.execute(ctx, &cmd)
 	outcome := outcomeOf(res, err)
@@ -155,8 +160,7 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return err // a fault of this replica: redelivered, elsewhere if possible
 	}
-	return s.Bus.PublishProto(ctx, bus.EventSubject(cmd.ExecutionId, bus.KindSandboxResult),
-		cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
+	return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
 }
 
 func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.CodeExecuted, error) {

@@ -1,0 +1,25 @@
+package bus
+
+import "testing"
+
+func TestResultSubject(t *testing.T) {
+	for _, c := range []struct {
+		kind, want string
+		ok         bool
+	}{
+		{"", "nova.evt.e1.result.sandbox", true},
+		{"reply.sandbox", "nova.evt.e1.reply.sandbox", true},
+		{"reply.gateway-7", "nova.evt.e1.reply.gateway-7", true},
+		{"workflow.completed", "", false},
+		{"result.sandbox", "", false},
+		{"reply.", "", false},
+		{"reply.a.b", "", false},
+		{"reply.>", "", false},
+		{"reply.*", "", false},
+	} {
+		got, err := ResultSubject("e1", AgentSandbox, c.kind)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("ResultSubject(e1, sandbox, %q) = %q, %v; want %q, ok=%v", c.kind, got, err, c.want, c.ok)
+		}
+	}
+}
