@@ -76,17 +76,21 @@ func probes() []probe {
 		ps = append(ps, probe{user, op, subject, allowed})
 	}
 	for _, u := range serviceUsers {
-		// Commands: producers start workflows, only the engine commands agents.
+		// Commands: producers start workflows, only the engine commands agents,
+		// but for the gateway running code outside any workflow (POST
+		// /v1/execute) in the sandbox.
 		add(u, "pub", bus.CommandSubject(bus.AgentGraphEngine), isProducer(u))
 		for _, a := range resultSenders {
-			add(u, "pub", bus.CommandSubject(a), u == userGraphEngine)
+			add(u, "pub", bus.CommandSubject(a), u == userGraphEngine || u == userGateway && a == userSandbox)
 		}
-		// Results: each agent answers only as itself; the engine cannot forge one.
+		// Results: each agent answers only as itself, to the engine or as a
+		// reply; the engine cannot forge one.
 		for _, a := range resultSenders {
 			add(u, "pub", bus.EventSubject(exec, bus.ResultKind(a)), u == a)
+			add(u, "pub", bus.EventSubject(exec, bus.ReplyKind(a)), u == a)
 		}
 		// Facts of executions come from the engine alone.
-		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeCompleted, bus.KindStepCompleted} {
+		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeStarted, bus.KindNodeCompleted, bus.KindStepCompleted} {
 			add(u, "pub", bus.EventSubject(exec, kind), u == userGraphEngine)
 		}
 		// Dead letters: a service writes those of its own consumers.

@@ -284,7 +284,7 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	var done <-chan *novav1.WorkflowCompleted
 	if wait > 0 {
 		// Watch before publishing, so that no outcome is missed.
-		ch, stop, err := g.watchCompletion(ctx, id)
+		ch, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 		if err != nil {
 			return g.unavailable(r, "the completion of the execution cannot be watched", err)
 		}
@@ -375,32 +375,6 @@ func (g *Gateway) bucket(ctx context.Context, name string) (jetstream.KeyValue, 
 	}
 	g.buckets[name] = kv
 	return kv, nil
-}
-
-// watchCompletion reports the completion event of execution id, also one
-// published before the watch began (the stream keeps it).
-func (g *Gateway) watchCompletion(ctx context.Context, id string) (<-chan *novav1.WorkflowCompleted, func(), error) {
-	done := make(chan *novav1.WorkflowCompleted, 1)
-	cons, err := g.bus.JetStream().OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("watch completion of %s: %w", id, err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
-		var wc novav1.WorkflowCompleted
-		if err == nil && bus.Decode(*ev, &wc) == nil {
-			select {
-			case done <- &wc:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("watch completion of %s: %w", id, err)
-	}
-	return done, cc.Stop, nil
 }
 
 // executionView is GET /v1/executions/{id}: what `nova chain --json`

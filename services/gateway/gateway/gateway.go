@@ -56,6 +56,9 @@ type Limits struct {
 	// this long (default 1h; the client reconnects with Last-Event-ID).
 	MaxStreams, MaxStreamsPerKey int
 	StreamTimeout                time.Duration
+	// MaxExecuteTimeout bounds the timeout POST /v1/execute may ask for
+	// (default 60s).
+	MaxExecuteTimeout time.Duration
 }
 
 // Default limits.
@@ -146,6 +149,9 @@ func New(d Deps) (*Gateway, error) {
 	if d.Limits.StreamTimeout <= 0 {
 		d.Limits.StreamTimeout = DefaultStreamTimeout
 	}
+	if d.Limits.MaxExecuteTimeout <= 0 {
+		d.Limits.MaxExecuteTimeout = DefaultMaxExecuteTimeout
+	}
 	duration, err := d.MeterProvider.Meter(instrumentation).Float64Histogram("nova.gateway.request.duration",
 		metric.WithUnit("s"), metric.WithDescription("HTTP requests served by the gateway, by method, route and status"))
 	if err != nil {
@@ -166,6 +172,8 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
+	// A run waits for a sandbox worker as well as for its own timeout.
+	g.handle("POST /v1/execute", ScopeExecute, d.Limits.Timeout+d.Limits.MaxExecuteTimeout, g.execute)
 	return g, nil
 }
 

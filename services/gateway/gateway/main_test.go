@@ -32,6 +32,7 @@ import (
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/sandbox/jsrunner"
 	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
@@ -209,6 +210,13 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 			return err
 		}
 		closeAll = func() { _ = r.Close(); b.Close() }
+		// JavaScript with the runtime's packages, as make deps installs them.
+		js, err := jsrunner.New(jsrunner.Config{MaxOutputBytes: 64 << 10, Logger: log,
+			NodeModules: filepath.Join("..", "..", "sandbox", "jsrunner", "runtime", "node_modules")})
+		if err != nil {
+			closeAll()
+			return err
+		}
 		values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
 		if err == nil {
 			err = b.EnsureStreams(ctx)
@@ -220,7 +228,7 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 			closeAll()
 			return err
 		}
-		deps := sandboxservice.Deps{Bus: b, Runner: r, Values: values, Logger: log, Workers: 2, Replicas: 1,
+		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: 2, Replicas: 1,
 			RuntimeCacheDir: filepath.Join(h.dir, "runtime-cache")}
 		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
 	case "audit":

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -112,59 +113,27 @@ func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) e
 const workflowsBucket = "nova_workflows"
 
 func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, error) {
-	js := c.bus.JetStream()
-	done := make(chan *novav1.WorkflowCompleted, 1)
-	// Each attempt bounded: on a cluster whose stream leader just went away
-	// a consumer request can go unanswered.
-	var completion jetstream.Consumer
-	err := bus.Declare(ctx, "completion watch", func(ctx context.Context) (err error) {
-		completion, err = js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch completion of %s: %w", id, err)
-	}
-	cc, err := completion.Consume(func(m jetstream.Msg) {
-		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
-		var wc novav1.WorkflowCompleted
-		if err == nil && bus.Decode(*ev, &wc) == nil {
-			select {
-			case done <- &wc:
-			default:
-			}
-		}
-	})
+	done, stopDone, err := bus.First[novav1.WorkflowCompleted](ctx, c.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 	if err != nil {
 		return nil, err
 	}
 	dead, stopDead, err := c.deadLetters(ctx, eventID)
 	if err != nil {
-		cc.Stop()
+		stopDone()
 		return nil, err
 	}
-	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { cc.Stop(); stopDead() }}, nil
+	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { stopDone(); stopDead() }}, nil
 }
 
 // deadLetters reports the engine's dead letter of the event eventID.
 func (c *Client) deadLetters(ctx context.Context, eventID string) (<-chan *novav1.DeadLetter, func(), error) {
 	dead := make(chan *novav1.DeadLetter, 1)
-	var dlq jetstream.Consumer
-	err := bus.Declare(ctx, "dead-letter watch", func(ctx context.Context) (err error) {
-		dlq, err = c.bus.JetStream().OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
-			DeliverPolicy:  jetstream.DeliverNewPolicy,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("watch dead letters: %w", err)
-	}
-	dc, err := dlq.Consume(func(m jetstream.Msg) {
-		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+	stop, err := c.bus.Watch(ctx, "watch dead letters", bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	}, func(_ jetstream.Msg, ev *event.Event) {
 		var dl novav1.DeadLetter
-		if err == nil && bus.Decode(*ev, &dl) == nil && dl.Headers["ce-id"] == eventID {
+		if bus.Decode(*ev, &dl) == nil && dl.Headers["ce-id"] == eventID {
 			select {
 			case dead <- &dl:
 			default:
@@ -172,9 +141,9 @@ func (c *Client) deadLetters(ctx context.Context, eventID string) (<-chan *novav
 		}
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("watch dead letters: %w", err)
+		return nil, nil, err
 	}
-	return dead, dc.Stop, nil
+	return dead, stop, nil
 }
 
 // Wait blocks until the execution completes (or its start event is

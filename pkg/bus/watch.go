@@ -1,0 +1,62 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+)
+
+// Watch calls each with every message of an ordered consumer of stream
+// made from cfg, decoded as a CloudEvent (messages that are not one are
+// skipped), until stop is called. The consumer is created with bounded
+// attempts (see Declare): on a cluster whose stream leader just went away,
+// a consumer request can go unanswered.
+func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.OrderedConsumerConfig,
+	each func(jetstream.Msg, *event.Event)) (stop func(), err error) {
+	var cons jetstream.Consumer
+	err = Declare(ctx, what, func(ctx context.Context) (err error) {
+		cons, err = b.js.OrderedConsumer(ctx, stream, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if ev, err := DecodeNATS(m.Headers(), m.Data()); err == nil {
+			each(m, ev)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return cc.Stop, nil
+}
+
+// First watches subject of the events stream for its first event that
+// decodes as M, one stored before the call included; the channel gets it
+// once. Start watching before publishing what leads to the event, and call
+// stop when done.
+func First[M any, PM interface {
+	*M
+	proto.Message
+}](ctx context.Context, b *Bus, subject string) (<-chan PM, func(), error) {
+	got := make(chan PM, 1)
+	stop, err := b.Watch(ctx, "watch "+subject, StreamEvents,
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
+		func(_ jetstream.Msg, ev *event.Event) {
+			msg := PM(new(M))
+			if Decode(*ev, msg) == nil {
+				select {
+				case got <- msg:
+				default:
+				}
+			}
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	return got, stop, nil
+}
