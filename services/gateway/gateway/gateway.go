@@ -135,6 +135,7 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
+	g.handle("POST /v1/events", ScopeExecutionsWrite, d.Limits.Timeout, g.receiveEvent) // register events check admin
 	g.handle("POST /v1/workflows", ScopeAdmin, d.Limits.Timeout, g.registerWorkflow)
 	g.handle("GET /v1/workflows", ScopeExecutionsRead, d.Limits.Timeout, g.listWorkflows)
 	g.handle("GET /v1/workflows/{name}", ScopeExecutionsRead, d.Limits.Timeout, g.getWorkflow)
