@@ -174,6 +174,10 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
 	// A run waits for a sandbox worker as well as for its own timeout.
 	g.handle("POST /v1/execute", ScopeExecute, d.Limits.Timeout+d.Limits.MaxExecuteTimeout, g.execute)
+	g.handle("POST /v1/events", ScopeExecutionsWrite, d.Limits.Timeout, g.receiveEvent) // register events check admin
+	g.handle("POST /v1/workflows", ScopeAdmin, d.Limits.Timeout, g.registerWorkflow)
+	g.handle("GET /v1/workflows", ScopeExecutionsRead, d.Limits.Timeout, g.listWorkflows)
+	g.handle("GET /v1/workflows/{name}", ScopeExecutionsRead, d.Limits.Timeout, g.getWorkflow)
 	return g, nil
 }
 

@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/engine"
+)
+
+// engineKey is the graph engine's rule for execution ids and registered
+// workflow names (they are keys of its KV buckets): the engine replaces an
+// execution id that breaks it by a UUID derived from it, and refuses such a
+// workflow name.
+var engineKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
+
+// workflowLinks are the URLs of a registered workflow.
+type workflowLinks struct {
+	Self string `json:"self"`
+	// Executions lists the workflow's executions.
+	Executions string `json:"executions"`
+}
+
+// workflowSummary is a registered workflow as the engine keeps it.
+type workflowSummary struct {
+	Name string `json:"name"`
+	// Revision is the registry's revision of this registration: a later
+	// registration of the name has a higher one.
+	Revision  uint64        `json:"revision"`
+	NodeCount int           `json:"node_count"`
+	UpdatedAt time.Time     `json:"updated_at"`
+	Links     workflowLinks `json:"links"`
+}
+
+// workflowView is GET /v1/workflows/{name}: the summary and the definition,
+// in the shape the audit store shows an execution's definition.
+type workflowView struct {
+	workflowSummary
+	Definition json.RawMessage `json:"definition"`
+}
+
+type workflowList struct {
+	Workflows []workflowSummary `json:"workflows"`
+}
+
+// definitionJSON writes definitions as the audit store records them.
+var definitionJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+// YAML media types of a definition.
+var yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
+
+// registerWorkflow is POST /v1/workflows: the body is a definition in YAML
+// or JSON (by its Content-Type; without one, either). It is validated as
+// `nova validate` does, registered with the engine by the register command
+// `nova register` publishes, and answered 201 once the engine has stored
+// it, so that a start by name that follows finds it.
+func (g *Gateway) registerWorkflow(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if p := checkQuery(r); p != nil {
+		return p
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	def, p := parseDefinition(r.Header.Get("Content-Type"), body)
+	if p != nil {
+		return p
+	}
+	kv, err := g.bucket(ctx, engine.BucketWorkflows)
+	if err != nil {
+		return g.unavailable(r, "the workflow registry cannot be read; is the graph engine running?", err)
+	}
+	// Both watches begin before the command is published, so that neither
+	// the engine's write nor its refusal is missed.
+	stored, err := kv.Watch(ctx, def.Name, jetstream.UpdatesOnly())
+	if err != nil {
+		return g.unavailable(r, "the workflow registry cannot be watched", err)
+	}
+	defer func() { _ = stored.Stop() }()
+	eventID := "register-" + uuid.NewString()
+	refused, stop, err := g.watchRefusal(ctx, eventID)
+	if err != nil {
+		return g.unavailable(r, "the graph engine's refusals cannot be watched", err)
+	}
+	defer stop()
+	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowRegister,
+		&novav1.RegisterWorkflow{Definition: def}, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return g.unavailable(r, "the register command was not acknowledged by the bus; try again", err)
+	}
+	for {
+		select {
+		case entry, ok := <-stored.Updates():
+			if !ok {
+				return g.unavailable(r, "the workflow registry cannot be watched", errors.New("KV watch ended"))
+			}
+			if entry == nil || entry.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var got novav1.WorkflowDefinition
+			if proto.Unmarshal(entry.Value(), &got) != nil || !proto.Equal(&got, def) {
+				continue // another registration of the name
+			}
+			s := summarize(entry, &got)
+			w.Header().Set("Location", s.Links.Self)
+			writeJSON(w, http.StatusCreated, s)
+			return nil
+		case dl := <-refused:
+			return newProblem(http.StatusUnprocessableEntity, TypeInvalidWorkflow,
+				fmt.Sprintf("the graph engine refused workflow %q: %s", def.Name, dl.GetReason()))
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return newProblem(http.StatusGatewayTimeout, TypeTimeout, fmt.Sprintf(
+					"the register command for workflow %q is on the bus, but the graph engine has not stored it in time; "+
+						"it will once it takes the command up (GET /v1/workflows/%s shows when)", def.Name, def.Name))
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// parseDefinition reads a definition by its media type: JSON must be JSON,
+// YAML (or no type) is read as YAML, of which JSON is a part. Text that is
+// no definition at all is 400; a definition with problems 422, listing
+// every one.
+func parseDefinition(contentType string, body []byte) (*novav1.WorkflowDefinition, *Problem) {
+	mt := ""
+	if contentType != "" {
+		var err error
+		if mt, _, err = mime.ParseMediaType(contentType); err != nil {
+			return nil, invalidField("Content-Type", fmt.Sprintf("%q is not a media type", contentType))
+		}
+	}
+	if mt == "application/json" {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			return nil, invalidField("body", fmt.Sprintf("is not JSON (Content-Type %s): %v", mt, err))
+		}
+	}
+	def, err := workflow.Parse(body)
+	var verr *workflow.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		return nil, invalidWorkflow(verr)
+	case err != nil:
+		what := "YAML or JSON"
+		switch {
+		case mt == "application/json":
+			what = "JSON"
+		case slices.Contains(yamlTypes, mt):
+			what = "YAML"
+		}
+		return nil, invalidField("body", fmt.Sprintf("is not a workflow definition in %s: %v", what, err))
+	}
+	if p := validateDefinition(def, true); p != nil {
+		return nil, p
+	}
+	return def, nil
+}
+
+// validateDefinition lists every problem of def, as `nova validate` does;
+// one to be registered needs a name the registry can keep, too.
+func validateDefinition(def *novav1.WorkflowDefinition, registering bool) *Problem {
+	var verr *workflow.ValidationError
+	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true}); err != nil && !errors.As(err, &verr) {
+		return invalidField("definition", err.Error())
+	}
+	if name := def.GetName(); registering && strings.TrimSpace(name) != "" && !engineKey.MatchString(name) {
+		if verr == nil {
+			verr = &workflow.ValidationError{Workflow: name}
+		}
+		verr.Problems = append(verr.Problems, workflow.Problem{Field: "name",
+			Message: fmt.Sprintf("%q cannot be registered: a name is 1 to 200 letters, digits, '-', '_' or '='", name)})
+	}
+	if verr != nil {
+		return invalidWorkflow(verr)
+	}
+	return nil
+}
+
+// watchRefusal reports the dead letter of the register command eventID: the
+// engine refuses a definition it cannot run (AI nodes where they are off).
+func (g *Gateway) watchRefusal(ctx context.Context, eventID string) (<-chan *novav1.DeadLetter, func(), error) {
+	refused := make(chan *novav1.DeadLetter, 1)
+	cons, err := g.bus.JetStream().OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.DeadLetterSubject(engine.ConsumerCommands)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch dead letters of %s: %w", eventID, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+		var dl novav1.DeadLetter
+		if err == nil && bus.Decode(*ev, &dl) == nil && dl.GetHeaders()["ce-id"] == eventID {
+			select {
+			case refused <- &dl:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch dead letters of %s: %w", eventID, err)
+	}
+	return refused, cc.Stop, nil
+}
+
+// listWorkflows is GET /v1/workflows: every registered workflow, by name.
+func (g *Gateway) listWorkflows(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if p := checkQuery(r); p != nil {
+		return p
+	}
+	list := workflowList{Workflows: []workflowSummary{}}
+	kv, err := g.bucket(ctx, engine.BucketWorkflows)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		writeJSON(w, http.StatusOK, list) // the engine has not run yet
+		return nil
+	}
+	if err != nil {
+		return g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	// A watch of every key hands over each one's latest value, then nil.
+	all, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	defer func() { _ = all.Stop() }()
+	for {
+		var entry jetstream.KeyValueEntry
+		var ok bool
+		select {
+		case entry, ok = <-all.Updates():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !ok {
+			return g.unavailable(r, "the workflow registry cannot be read", errors.New("KV watch ended"))
+		}
+		if entry == nil {
+			break
+		}
+		var def novav1.WorkflowDefinition
+		if err := proto.Unmarshal(entry.Value(), &def); err != nil {
+			g.log.WarnContext(ctx, "registered workflow unreadable", "workflow", entry.Key(), "err", err)
+			continue
+		}
+		list.Workflows = append(list.Workflows, summarize(entry, &def))
+	}
+	slices.SortFunc(list.Workflows, func(a, b workflowSummary) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// getWorkflow is GET /v1/workflows/{name}.
+func (g *Gateway) getWorkflow(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if p := checkQuery(r); p != nil {
+		return p
+	}
+	name := r.PathValue("name")
+	notFound := newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no workflow %q is registered", name))
+	if !engineKey.MatchString(name) {
+		return notFound
+	}
+	kv, err := g.bucket(ctx, engine.BucketWorkflows)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return notFound
+	}
+	if err != nil {
+		return g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	entry, err := kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return notFound
+	}
+	if err != nil {
+		return g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	var def novav1.WorkflowDefinition
+	if err := proto.Unmarshal(entry.Value(), &def); err != nil {
+		return fmt.Errorf("registered workflow %q: %w", name, err)
+	}
+	text, err := definitionJSON.Marshal(&def)
+	if err != nil {
+		return fmt.Errorf("registered workflow %q: %w", name, err)
+	}
+	writeJSON(w, http.StatusOK, workflowView{workflowSummary: summarize(entry, &def), Definition: text})
+	return nil
+}
+
+func summarize(entry jetstream.KeyValueEntry, def *novav1.WorkflowDefinition) workflowSummary {
+	return workflowSummary{
+		Name:      entry.Key(),
+		Revision:  entry.Revision(),
+		NodeCount: len(def.GetNodes()),
+		UpdatedAt: entry.Created().UTC(),
+		Links:     workflowLinksOf(entry.Key()),
+	}
+}
+
+// workflowLinksOf are the URLs of a registered workflow.
+func workflowLinksOf(name string) workflowLinks {
+	return workflowLinks{
+		Self:       "/v1/workflows/" + url.PathEscape(name),
+		Executions: "/v1/executions?workflow=" + url.QueryEscape(name),
+	}
+}

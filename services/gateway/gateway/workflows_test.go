@@ -1,0 +1,275 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
+	"github.com/novaflow/nova/services/gateway/gateway"
+)
+
+// workflowDoc is a registered workflow as the gateway answers it.
+type workflowDoc struct {
+	Name      string    `json:"name"`
+	Revision  uint64    `json:"revision"`
+	NodeCount int       `json:"node_count"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Links     struct {
+		Self       string `json:"self"`
+		Executions string `json:"executions"`
+	} `json:"links"`
+	Definition struct {
+		Name  string `json:"name"`
+		Nodes []struct {
+			ID   string `json:"id"`
+			Type string `json:"type"`
+			Code string `json:"code"`
+		} `json:"nodes"`
+		Edges []struct {
+			From string `json:"from"`
+			To   string `json:"to"`
+		} `json:"edges"`
+	} `json:"definition"`
+}
+
+// doublerYAML is a workflow that doubles context["n"], as a user writes it.
+func doublerYAML(name, factor string) string {
+	return fmt.Sprintf(`name: %s
+description: doubles n
+nodes:
+  - id: start
+    type: start
+  - id: double
+    type: action
+    code: context["n"] = context["n"] * %s
+  - id: end
+    type: end
+edges:
+  - from: start
+    to: double
+  - from: double
+    to: end
+`, name, factor)
+}
+
+// postWorkflow is POST /v1/workflows with key and a Content-Type (none when empty).
+func postWorkflow(t *testing.T, key, contentType, body string) response {
+	t.Helper()
+	header := map[string]string{}
+	if contentType != "" {
+		header["Content-Type"] = contentType
+	}
+	return h.do(t, h.url, request{method: "POST", path: "/v1/workflows", key: key, body: body, header: header})
+}
+
+// runByName starts a registered workflow with {"n": n} and returns n at its end.
+func runByName(t *testing.T, name string, n int) string {
+	t.Helper()
+	resp := h.do(t, h.url, request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"],
+		body: fmt.Sprintf(`{"workflow": %q, "context": {"n": %d}}`, name, n)})
+	var c completionDoc
+	decode(t, resp, http.StatusOK, &c)
+	if c.Status != "succeeded" {
+		t.Fatalf("execution of %s: %s", name, resp.body)
+	}
+	end, err := jsonvalue.ParseObject(c.Context)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(end["n"])
+}
+
+func TestWorkflowsRegister(t *testing.T) {
+	tests := []struct {
+		name, contentType string
+		json              bool
+	}{
+		{"YAML as application/yaml", "application/yaml", false},
+		{"YAML as application/x-yaml", "application/x-yaml", false},
+		{"YAML as text/yaml with a charset", "text/yaml; charset=utf-8", false},
+		{"JSON as application/json", "application/json", true},
+		{"YAML without a Content-Type", "", false},
+		{"JSON without a Content-Type", "", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("wf-%s-%d", uuid.NewString()[:8], i)
+			body := doublerYAML(name, "2")
+			if tt.json {
+				body = chain(name, `context["n"] = context["n"] * 2`)
+			}
+			start := time.Now().Add(-time.Second)
+			resp := postWorkflow(t, h.key["admin"], tt.contentType, body)
+			var w workflowDoc
+			decode(t, resp, http.StatusCreated, &w)
+			if w.Name != name || w.NodeCount != 3 || w.Revision == 0 || w.UpdatedAt.Before(start) ||
+				w.Links.Self != "/v1/workflows/"+name || w.Links.Executions != "/v1/executions?workflow="+name {
+				t.Fatalf("answer = %s", resp.body)
+			}
+			if loc := resp.header.Get("Location"); loc != w.Links.Self {
+				t.Errorf("Location = %q, want %q", loc, w.Links.Self)
+			}
+			// Registered when answered: a start by name that follows finds it.
+			if got := runByName(t, name, 21); got != "42" {
+				t.Errorf("n = %s, want 42", got)
+			}
+		})
+	}
+
+	t.Run("registered again, replaced", func(t *testing.T) {
+		name := "wf-again-" + uuid.NewString()[:8]
+		var first, second workflowDoc
+		decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "2")), http.StatusCreated, &first)
+		decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "3")), http.StatusCreated, &second)
+		if second.Revision <= first.Revision {
+			t.Errorf("revision %d after %d", second.Revision, first.Revision)
+		}
+		if got := runByName(t, name, 5); got != "15" {
+			t.Errorf("n = %s, want 15: the first definition still runs", got)
+		}
+		var got workflowDoc
+		decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows/" + name, key: h.key["reader"]}), http.StatusOK, &got)
+		if got.Revision != second.Revision || len(got.Definition.Nodes) != 3 || got.Definition.Nodes[1].Code != `context["n"] = context["n"] * 3` {
+			t.Errorf("GET = %+v", got)
+		}
+	})
+}
+
+func TestWorkflowsRegisterRejected(t *testing.T) {
+	def, err := workflow.Parse([]byte(brokenYAML))
+	if err == nil {
+		err = workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true})
+	}
+	verr, ok := err.(*workflow.ValidationError)
+	if !ok || len(verr.Problems) < 3 {
+		t.Fatalf("the broken workflow must have several problems, has: %v", err)
+	}
+	everyProblem := make([]string, len(verr.Problems))
+	for i, p := range verr.Problems {
+		everyProblem[i] = "definition"
+		if p.Field != "" {
+			everyProblem[i] += "." + p.Field
+		}
+	}
+	badName := strings.Replace(brokenYAML, "name: broken", "name: broken one", 1)
+
+	tests := []struct {
+		name, key, contentType, body string
+		status                       int
+		typ                          string
+		fields                       []string
+	}{
+		{"YAML that does not parse", "admin", "application/yaml", "name: x\nnodes: [\n", 400, gateway.TypeInvalidRequest, []string{"body"}},
+		{"YAML sent as JSON", "admin", "application/json", doublerYAML("as-json", "2"), 400, gateway.TypeInvalidRequest, []string{"body"}},
+		{"no body", "admin", "application/yaml", "", 400, gateway.TypeInvalidRequest, []string{"body"}},
+		{"a list, not a definition", "admin", "", "- a\n- b\n", 400, gateway.TypeInvalidRequest, []string{"body"}},
+		{"a workflow with several problems", "admin", "text/yaml", brokenYAML, 422, gateway.TypeInvalidWorkflow, everyProblem},
+		{"and a name the registry cannot keep", "admin", "text/yaml", badName, 422, gateway.TypeInvalidWorkflow,
+			append(slices.Clone(everyProblem), "definition.name")},
+		{"a starting key", "writer", "application/yaml", doublerYAML("by-writer", "2"), 403, gateway.TypeForbidden, nil},
+		{"a reading key", "reader", "application/yaml", doublerYAML("by-reader", "2"), 403, gateway.TypeForbidden, nil},
+		{"no key", "", "application/yaml", doublerYAML("by-nobody", "2"), 401, gateway.TypeUnauthorized, nil},
+	}
+	commands := h.lastCommand(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := postWorkflow(t, h.key[tt.key], tt.contentType, tt.body)
+			p := problem(t, resp, tt.status, tt.typ)
+			if !slices.Equal(p.fields(), tt.fields) {
+				t.Errorf("fields %v, want %v; %s", p.fields(), tt.fields, resp.body)
+			}
+			if tt.status == http.StatusForbidden && !strings.Contains(p.Detail, "admin") {
+				t.Errorf("detail %q does not name the scope", p.Detail)
+			}
+		})
+	}
+	if got := h.lastCommand(t); got != commands {
+		t.Errorf("NOVA_CMD's last sequence went from %d to %d: a refused definition was published", commands, got)
+	}
+	for _, name := range []string{"broken", "by-writer", "by-reader", "by-nobody"} {
+		problem(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows/" + name, key: h.key["reader"]}),
+			http.StatusNotFound, gateway.TypeNotFound)
+	}
+
+	// The gateway accepts AI nodes; an engine without the AI pipeline (as
+	// here) refuses them, and the gateway says so.
+	t.Run("refused by the engine", func(t *testing.T) {
+		name := "ai-" + uuid.NewString()[:8]
+		body := fmt.Sprintf(`{"name": %q, "nodes": [{"id": "start", "type": "start"},
+			{"id": "think", "type": "action", "prompt": "Summarise the invoice"}, {"id": "end", "type": "end"}],
+			"edges": [{"from": "start", "to": "think"}, {"from": "think", "to": "end"}]}`, name)
+		p := problem(t, postWorkflow(t, h.key["admin"], "application/json", body), http.StatusUnprocessableEntity, gateway.TypeInvalidWorkflow)
+		if !strings.Contains(p.Detail, "refused") || !strings.Contains(p.Detail, "think") {
+			t.Errorf("detail %q does not give the engine's reason", p.Detail)
+		}
+		problem(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows/" + name, key: h.key["reader"]}),
+			http.StatusNotFound, gateway.TypeNotFound)
+	})
+}
+
+func TestWorkflowsListAndGet(t *testing.T) {
+	prefix := "list-" + uuid.NewString()[:8]
+	names := []string{prefix + "-b", prefix + "-a"}
+	registered := map[string]workflowDoc{}
+	for _, name := range names {
+		var w workflowDoc
+		decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "2")), http.StatusCreated, &w)
+		registered[name] = w
+	}
+
+	var list struct {
+		Workflows []workflowDoc `json:"workflows"`
+	}
+	decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows", key: h.key["reader"]}), http.StatusOK, &list)
+	var listed []string
+	for _, w := range list.Workflows {
+		listed = append(listed, w.Name)
+		if want, ok := registered[w.Name]; ok {
+			if w.Revision != want.Revision || w.NodeCount != 3 || !w.UpdatedAt.Equal(want.UpdatedAt) || w.Links.Self != want.Links.Self {
+				t.Errorf("listed %+v, registered %+v", w, want)
+			}
+		}
+	}
+	if !slices.IsSorted(listed) {
+		t.Errorf("not sorted by name: %v", listed)
+	}
+	for _, name := range names {
+		if !slices.Contains(listed, name) {
+			t.Errorf("%s is not listed: %v", name, listed)
+		}
+	}
+
+	var one workflowDoc
+	decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows/" + names[0], key: h.key["reader"]}), http.StatusOK, &one)
+	d := one.Definition
+	if one.Name != names[0] || one.Revision != registered[names[0]].Revision || d.Name != names[0] || len(d.Nodes) != 3 ||
+		d.Nodes[0].Type != "NODE_TYPE_START" || d.Nodes[1].Code != `context["n"] = context["n"] * 2` || len(d.Edges) != 2 {
+		t.Errorf("GET %s = %+v", names[0], one)
+	}
+
+	tests := []struct {
+		name, method, path, key string
+		status                  int
+		typ                     string
+	}{
+		{"an unknown workflow", "GET", "/v1/workflows/never-registered", "reader", 404, gateway.TypeNotFound},
+		{"a name no workflow can have", "GET", "/v1/workflows/a.b", "reader", 404, gateway.TypeNotFound},
+		{"listing with a starting key", "GET", "/v1/workflows", "writer", 403, gateway.TypeForbidden},
+		{"reading one with a starting key", "GET", "/v1/workflows/" + names[0], "writer", 403, gateway.TypeForbidden},
+		{"listing without a key", "GET", "/v1/workflows", "", 401, gateway.TypeUnauthorized},
+		{"an unknown parameter", "GET", "/v1/workflows?limit=5", "reader", 400, gateway.TypeInvalidRequest},
+		{"deleting", "DELETE", "/v1/workflows/" + names[0], "admin", 405, gateway.TypeMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			problem(t, h.do(t, h.url, request{method: tt.method, path: tt.path, key: h.key[tt.key]}), tt.status, tt.typ)
+		})
+	}
+}
