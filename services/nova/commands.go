@@ -263,6 +263,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "show the services' logs")
 	rules := fs.String("llm-rules", "", rulesHelp)
 	remote := fs.Bool("remote", false, "only start the workflow and wait for it: the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
+	progress := fs.Bool("progress", isTerminal(stdout), "show each node as it starts and ends (default on a terminal)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return exitInvalid
@@ -327,10 +328,28 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	c := client.New(b, values)
-	wc, err := c.Run(ctx, def, initial)
+	exec, err := c.Start(ctx, def, "", initial)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitFailed
+	}
+	var shown *progressPrinter
+	if *progress && !*asJSON {
+		shown = newProgressPrinter(stdout, nodeIDs(def))
+		stop, err := c.Follow(ctx, exec.ID, shown.print)
+		if err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitFailed
+		}
+		defer stop()
+	}
+	wc, err := exec.Wait(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitFailed
+	}
+	if shown != nil {
+		shown.wait(2 * time.Second)
 	}
 	res := toRunResult(wc)
 	if *asJSON {
@@ -355,6 +374,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+func nodeIDs(def *novav1.WorkflowDefinition) []string {
+	ids := make([]string, len(def.Nodes))
+	for i, n := range def.Nodes {
+		ids[i] = n.Id
+	}
+	return ids
 }
 
 func hasPrompt(def *novav1.WorkflowDefinition) bool {

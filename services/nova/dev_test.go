@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,39 +33,45 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// startDev runs `nova dev` with args on fresh ports and data dir until the
+// test ends, and returns what it printed once it printed want.
+func startDev(t *testing.T, ctx context.Context, want *regexp.Regexp, args ...string) (m []string, stderr *lockedBuffer) {
+	t.Helper()
+	devCtx, stop := context.WithCancel(ctx)
+	var stdout lockedBuffer
+	stderr = &lockedBuffer{}
+	exit := make(chan int, 1)
+	dir := t.TempDir() // removed after nova dev stopped (cleanups run last first)
+	go func() {
+		exit <- cmdDev(devCtx, append([]string{"--data-dir", dir, "--nats-port", "0", "--mongo-port", "0"}, args...), &stdout, stderr)
+	}()
+	t.Cleanup(func() {
+		stop()
+		if code := <-exit; code != exitOK {
+			t.Errorf("nova dev exited %d\n%s", code, stderr.String())
+		}
+	})
+	for m == nil {
+		select {
+		case code := <-exit:
+			exit <- code
+			t.Fatalf("nova dev exited %d before it was ready\n%s%s", code, stdout.String(), stderr.String())
+		case <-ctx.Done():
+			t.Fatalf("nova dev did not print %s:\n%s", want, stdout.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		m = want.FindStringSubmatch(stdout.String())
+	}
+	return m, stderr
+}
+
 // TestDevServesTheHTTPAPI runs `nova dev` and uses the HTTP API it prints:
 // the key it made for the run starts a workflow and waits for it, and no
 // key is refused.
 func TestDevServesTheHTTPAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	devCtx, stop := context.WithCancel(ctx)
-	var stdout, stderr lockedBuffer
-	exit := make(chan int, 1)
-	go func() {
-		exit <- cmdDev(devCtx, []string{"--data-dir", t.TempDir(), "--nats-port", "0", "--mongo-port", "0",
-			"--gateway-addr", "127.0.0.1:0"}, &stdout, &stderr)
-	}()
-	defer func() {
-		stop()
-		if code := <-exit; code != exitOK {
-			t.Errorf("nova dev exited %d\n%s", code, stderr.String())
-		}
-	}()
-
-	printed := regexp.MustCompile(`HTTP API (http://\S+)\n\s+NOVA_API_KEY=(\S+)`)
-	var m []string
-	for m == nil {
-		select {
-		case code := <-exit:
-			exit <- code
-			t.Fatalf("nova dev exited %d before serving\n%s%s", code, stdout.String(), stderr.String())
-		case <-ctx.Done():
-			t.Fatalf("nova dev printed no HTTP API URL and key:\n%s", stdout.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		m = printed.FindStringSubmatch(stdout.String())
-	}
+	m, stderr := startDev(t, ctx, regexp.MustCompile(`HTTP API (http://\S+)\n\s+NOVA_API_KEY=(\S+)`), "--gateway-addr", "127.0.0.1:0")
 	url, key := m[1], m[2]
 	if strings.Contains(stderr.String(), key) {
 		t.Errorf("the key reached the logs:\n%s", stderr.String())
@@ -101,5 +110,66 @@ func TestDevServesTheHTTPAPI(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK || got.Status != "succeeded" || got.Context["y"] != 42.0 {
 		t.Errorf("start and wait: status %d, execution %+v; want 200, succeeded with y=42", resp.StatusCode, got)
+	}
+}
+
+// TestRunShowsProgressAndWatchFollows: `nova run --progress` shows each
+// node as it starts and ends, and `nova watch` replays the execution.
+func TestRunShowsProgressAndWatchFollows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	m, _ := startDev(t, ctx, regexp.MustCompile(`NATS_URL=(\S+)`), "--gateway-addr", "off")
+	t.Setenv("NATS_URL", m[1])
+	file := filepath.Join(t.TempDir(), "progress.yaml")
+	def := `name: progress
+nodes:
+  - {id: start, type: start}
+  - {id: double, type: action, code: "context['y'] = context['x'] * 2"}
+  - {id: add_one, type: action, code: "context['z'] = context['y'] + 1"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: double}
+  - {from: double, to: add_one}
+  - {from: add_one, to: end}
+`
+	if err := os.WriteFile(file, []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := cmdRun(ctx, []string{file, "--remote", "--progress", "--set", "x=21"}, &out, &errOut); code != exitOK {
+		t.Fatalf("nova run: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	lines := regexp.MustCompile(`(?m)^  [▶✓✗] \S+ +\S+`).FindAllString(out.String(), -1)
+	for i := range lines {
+		lines[i] = strings.Join(strings.Fields(lines[i]), " ")
+	}
+	want := []string{"✓ start succeeded", "▶ double started", "✓ double succeeded",
+		"▶ add_one started", "✓ add_one succeeded", "✓ end succeeded"}
+	if !slices.Equal(lines, want) {
+		t.Errorf("progress lines %q\nwant %q\n%s", lines, want, out.String())
+	}
+	if !strings.Contains(out.String(), "status     succeeded") || strings.Index(out.String(), "✓ end") > strings.Index(out.String(), "status ") {
+		t.Errorf("the summary comes after every node's line:\n%s", out.String())
+	}
+	id := regexp.MustCompile(`execution  (\S+)`).FindStringSubmatch(out.String())
+	if id == nil {
+		t.Fatalf("no execution id in\n%s", out.String())
+	}
+
+	out.Reset()
+	errOut.Reset()
+	if code := cmdWatch(ctx, []string{id[1]}, &out, &errOut); code != exitOK {
+		t.Fatalf("nova watch: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, w := range append(want, "workflow   progress", "execution  "+id[1], "status     succeeded") {
+		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), strings.Join(strings.Fields(w), " ")) {
+			t.Errorf("nova watch does not show %q:\n%s", w, out.String())
+		}
+	}
+
+	out.Reset()
+	errOut.Reset()
+	if code := cmdWatch(ctx, []string{"no-such-execution"}, &out, &errOut); code != exitFailed || !strings.Contains(errOut.String(), `no execution "no-such-execution"`) {
+		t.Errorf("watch of an unknown execution: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }

@@ -13,9 +13,10 @@ import (
 const usage = `nova: run workflow graphs whose nodes are code or natural-language tasks
 
 Usage:
-  nova dev      [--data-dir DIR] [--nats-port N] [--mongo-port N]
-  nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--data-dir DIR]
+  nova dev      [--data-dir DIR] [--nats-port N] [--mongo-port N] [--gateway-addr ADDR] [--no-auth]
+  nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--progress] [--data-dir DIR]
   nova validate FILE
+  nova watch    EXECUTION_ID [--timeout D]
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
   nova dlq list [--consumer C] [--limit N] [--json] [--data-dir DIR]
   nova dlq show SEQ [--json] [--data-dir DIR]
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 		return cmdRun(ctx, rest, stdout, stderr)
 	case "validate":
 		return cmdValidate(rest, stdout, stderr)
+	case "watch":
+		return cmdWatch(ctx, rest, stdout, stderr)
 	case "chain":
 		return cmdChain(ctx, rest, stdout, stderr)
 	case "dlq":

@@ -1,0 +1,58 @@
+package client
+
+import (
+	"context"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/bus"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Progress is one fact of an execution as it happens: exactly one of its
+// fields is set.
+type Progress struct {
+	Started       *novav1.WorkflowStarted
+	NodeStarted   *novav1.NodeStarted
+	StepCompleted *novav1.StepCompleted
+	NodeCompleted *novav1.NodeCompleted
+	Completed     *novav1.WorkflowCompleted
+}
+
+// Follow calls each with the facts of execution id in the order they
+// happened, from its start (one that began earlier is replayed), until
+// stop is called. each runs on one goroutine, one fact at a time.
+func (c *Client) Follow(ctx context.Context, id string, each func(Progress)) (stop func(), err error) {
+	prefix := strings.TrimSuffix(bus.ExecutionFilter(id), ">")
+	return c.bus.Watch(ctx, "follow execution "+id, bus.StreamEvents,
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.ExecutionFilter(id)}},
+		func(m jetstream.Msg, ev *event.Event) {
+			var p Progress
+			var msg proto.Message
+			switch strings.TrimPrefix(m.Subject(), prefix) {
+			case bus.KindWorkflowStarted:
+				p.Started = &novav1.WorkflowStarted{}
+				msg = p.Started
+			case bus.KindNodeStarted:
+				p.NodeStarted = &novav1.NodeStarted{}
+				msg = p.NodeStarted
+			case bus.KindStepCompleted:
+				p.StepCompleted = &novav1.StepCompleted{}
+				msg = p.StepCompleted
+			case bus.KindNodeCompleted:
+				p.NodeCompleted = &novav1.NodeCompleted{}
+				msg = p.NodeCompleted
+			case bus.KindWorkflowCompleted:
+				p.Completed = &novav1.WorkflowCompleted{}
+				msg = p.Completed
+			default:
+				return
+			}
+			if bus.Decode(*ev, msg) == nil {
+				each(p)
+			}
+		})
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/nova/client"
+)
+
+// firstEventWait is how long nova watch waits for the first event of an
+// execution before it says there is none.
+const firstEventWait = 5 * time.Second
+
+// cmdWatch follows an execution of a deployment (or of nova dev) as it
+// runs: a line per node as it starts and ends, then its outcome. An
+// execution that already ended is replayed.
+func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 0, "give up after this long (default: wait for the end)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return exitInvalid
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "nova watch: want exactly one EXECUTION_ID")
+		return exitInvalid
+	}
+	id := pos[0]
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	if os.Getenv("NATS_URL") == "" {
+		// nova dev's default.
+		os.Setenv("NATS_URL", "nats://127.0.0.1:4222")
+	}
+	b, _, err := connectRemote(ctx, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova watch: %v\n", err)
+		return exitInvalid
+	}
+	defer b.Close()
+
+	events := make(chan client.Progress, 64)
+	stop, err := client.New(b, nil).Follow(ctx, id, func(p client.Progress) {
+		select {
+		case events <- p:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "nova watch: %v\n", err)
+		return exitFailed
+	}
+	defer stop()
+
+	var shown *progressPrinter
+	first := time.NewTimer(firstEventWait)
+	defer first.Stop()
+	for {
+		select {
+		case <-first.C:
+			if shown == nil {
+				fmt.Fprintf(stderr, "nova watch: no execution %q (no event of it in %v; events are kept for a limited time)\n", id, firstEventWait)
+				return exitFailed
+			}
+		case <-ctx.Done():
+			fmt.Fprintf(stderr, "nova watch: execution %s: %v\n", id, ctx.Err())
+			return exitFailed
+		case p := <-events:
+			if shown == nil {
+				shown = newProgressPrinter(stdout, nil)
+			}
+			if s := p.Started; s != nil {
+				shown.width = max(shown.width, maxNodeID(s.GetDefinition()))
+				fmt.Fprintf(stdout, "workflow   %s\nexecution  %s\nstarted    %s\n", s.GetWorkflowName(), id,
+					s.GetStartedAt().AsTime().Local().Format(time.RFC3339))
+			}
+			shown.print(p)
+			if wc := p.Completed; wc != nil {
+				fmt.Fprintf(stdout, "status     %s\n", wc.GetStatus())
+				if e := wc.GetError(); e != "" {
+					fmt.Fprintf(stdout, "error      %s\n", e)
+				}
+				if wc.GetStatus() != "succeeded" {
+					return exitFailed
+				}
+				return exitOK
+			}
+		}
+	}
+}
+
+func maxNodeID(def *novav1.WorkflowDefinition) int {
+	n := 0
+	for _, node := range def.GetNodes() {
+		n = max(n, len(node.GetId()))
+	}
+	return n
+}
