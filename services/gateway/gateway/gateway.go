@@ -103,6 +103,8 @@ type Gateway struct {
 
 	rates   *rateLimits
 	streams *streamSlots
+	routes  []string
+	openapi []byte
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
@@ -168,6 +170,11 @@ func New(d Deps) (*Gateway, error) {
 	if d.NoAuth {
 		d.Logger.Warn("authentication is off: every request is served as if its key had every scope; never expose this gateway")
 	}
+	if g.openapi, err = OpenAPI(); err != nil {
+		return nil, err
+	}
+	g.routes = append(g.routes, "GET /v1/openapi.json")
+	g.mux.HandleFunc("GET /v1/openapi.json", g.serveOpenAPI)
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
@@ -294,6 +301,7 @@ func (g *Gateway) unrouted(w http.ResponseWriter, r *http.Request) {
 // deadline and a bounded body, and the error it returns is answered as a
 // problem.
 func (g *Gateway) handle(pattern string, scope Scope, timeout time.Duration, h func(http.ResponseWriter, *http.Request) error) {
+	g.routes = append(g.routes, pattern)
 	g.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		name, p := g.authenticate(r, scope)
 		if p != nil {
