@@ -105,7 +105,7 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{"start and wait", request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"],
 			body: startBody(`"workflow": "exact-numbers"`, `"context": `+exactContext)}, 200},
 		{"start", request{method: "POST", path: "/v1/executions", key: h.key["writer"],
-			body: startBody(`"definition": `+chain("documented", `context["a"] = 1`))}, 202},
+			body: startBody(`"definition": ` + chain("documented", `context["a"] = 1`))}, 202},
 		{"invalid start", request{method: "POST", path: "/v1/executions", key: h.key["writer"], body: `{"workflow": 5}`}, 400},
 		{"list", request{method: "GET", path: "/v1/executions?workflow=exact-numbers&limit=2", key: h.key["reader"]}, 200},
 		{"get", request{method: "GET", path: "/v1/executions/" + a.ExecutionID, key: h.key["reader"]}, 200},
