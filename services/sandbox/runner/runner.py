@@ -19,19 +19,27 @@ the runner holds, so nothing the code prints can corrupt it.
 import builtins
 import datetime
 import errno
+import fcntl
 import json
 import linecache
 import math
 import os
 import re
 import resource
+import select
 import signal
 import socket
+import struct
 import sys
 import threading
+import time
 import traceback
 
 FILENAME = "<node>"
+# Above any descriptor number (the descriptor limit): close_stray_fds closes
+# up to it.
+MAX_FD = os.sysconf("SC_OPEN_MAX")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PROXY_PORT = 3128
 # The only uid that exists inside a job's own user namespace.
 JOB_UID = 65534
@@ -264,13 +272,12 @@ def set_limit(which, value):
 
 
 def close_stray_fds(keep):
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2 and fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass  # the fd of the listdir itself, already closed
+    """Closes every descriptor above 2 but those in keep (close_range(2))."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = max(low, fd + 1)
+    os.closerange(low, MAX_FD)
 
 
 def flush_all():
@@ -288,10 +295,28 @@ def write_all(fd, data):
 
 
 def read_fd(fd):
-    """Reads a memfd (or file) from its start and closes it."""
-    with os.fdopen(fd, "rb") as f:
-        f.seek(0)
-        return f.read()
+    """Reads a memfd from its start and closes it (without io's file objects:
+    fewer pages for a new process to touch)."""
+    try:
+        size = os.fstat(fd).st_size
+        chunks, offset = [], 0
+        while offset < size:
+            chunk = os.pread(fd, size - offset, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_file(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        write_all(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def proxy_env():
@@ -398,8 +423,13 @@ def run_main(config):
 # /dev/shm, /dev/pts and /tmp (a tmpfs of the disk limit's size) and its own
 # loopback; and J's child U, in a nested user namespace of its own (its own
 # process count for RLIMIT_NPROC, its own keyrings) with every capability
-# dropped, which has already run the runner's path once (rehearse) so that
-# the pages it needs are copied before a job arrives.
+# dropped.
+#
+# What a job costs is mostly pages: every page a new process writes (and,
+# under virtual machines that shadow page tables, every page it touches) costs
+# a fault, tens of microseconds where faults are slow. So J and U do as little
+# Python as they can before the job: no rehearsal of the runner's path, no
+# at-fork handlers (fork), signals set once in the zygote.
 #
 # A job goes from the service to the zygote to J to U. U sets the rlimits and
 # runs the code; J is the job's reaper and watchdog: it enforces the wall time
@@ -437,6 +467,7 @@ DEFAULT_PRELOAD = [
 ]
 
 libc = None
+cap_last_cap = 0
 
 
 def load_libc():
@@ -447,6 +478,33 @@ def load_libc():
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     libc.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    global cap_last_cap
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        cap_last_cap = int(f.read())
+
+
+def fork():
+    """fork(2) without Python's at-fork handlers, for the zygote's and J's
+    children. Those handlers repair what other threads may have left
+    half-done (locks, threading's bookkeeping); the zygote and J fork with a
+    single thread, holding no lock, so there is nothing to repair, and the
+    handlers cost a new process about 5 ms of page copies where a page fault
+    is expensive (virtual machines). Python's random module reseeds at fork:
+    U does that itself (reseed)."""
+    if threading.active_count() != 1:
+        return os.fork()
+    pid = libc.fork()
+    if pid < 0:
+        check(-1, "fork")
+    return pid
+
+
+def reseed():
+    """What the random module's own at-fork handler does: a job's random
+    numbers are not the zygote's, nor another job's."""
+    rnd = sys.modules.get("random")
+    if rnd is not None:
+        rnd.seed()
 
 
 def check(rc, what):
@@ -466,38 +524,33 @@ def prctl(option, arg2=0):
     check(libc.prctl(option, arg2, 0, 0, 0), "prctl %d" % option)
 
 
+def no_capabilities():
+    """capset(2)'s arguments for no capability in any set of this thread."""
+    import ctypes
+
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    return header, (ctypes.c_uint32 * 6)()
+
+
 def drop_capabilities():
     """Drops every capability of the calling thread for good: bounding set,
     ambient set, securebits, then the effective, permitted and inheritable sets."""
-    import ctypes
-
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        last = int(f.read())
-    for cap in range(last + 1):
+    for cap in range(cap_last_cap + 1):
         check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d from the bounding set" % cap)
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    data = (ctypes.c_uint32 * 6)()
-    check(libc.capset(header, data), "capset")
+    check(libc.capset(*no_capabilities()), "capset")
 
 
 def drop_effective_capabilities():
     """For the job's reaper: no capability left in any set, bounding set kept
     (it runs no code of the user)."""
-    import ctypes
-
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
-    data = (ctypes.c_uint32 * 6)()
-    check(libc.capset(header, data), "capset")
+    check(libc.capset(*no_capabilities()), "capset")
 
 
 def loopback_up():
-    import fcntl
-    import struct
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
 
@@ -521,8 +574,6 @@ def preload(names, hung_up):
 
 def peer_closed(sock):
     """Whether the other end of sock has been closed."""
-    import select
-
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
@@ -546,6 +597,18 @@ def zygote_main(config):
     # not write to (and so copy) every page of the zygote.
     gc.freeze()
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    # Every signal at its default but those Python itself sets up at start
+    # (SIGINT handled, SIGPIPE and SIGXFSZ ignored) and SIGCHLD: J and U
+    # start from this and change only SIGINT and SIGCHLD.
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, reap_children)
     try:
         ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed}).encode())
@@ -600,7 +663,7 @@ def new_spare(ctl, own_pidns, config):
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     check(libc.unshare(CLONE_NEWPID), "unshare pid namespace")
     try:
-        pid = os.fork()
+        pid = fork()
     except BaseException:
         pid = -1
         raise
@@ -625,14 +688,11 @@ def new_spare(ctl, own_pidns, config):
 
 def job_init(zsock, config):
     """J: pid 1 of the job's namespaces; runs no user code."""
-    # As pid 1 it gets no signal it does not handle from inside the namespace;
-    # ignoring the rest too keeps the job's code from interrupting it.
-    for sig in signal.valid_signals():
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            try:
-                signal.signal(sig, signal.SIG_DFL if sig == signal.SIGCHLD else signal.SIG_IGN)
-            except (OSError, ValueError):
-                pass
+    # As pid 1 it gets no signal it does not handle from inside the namespace:
+    # of the zygote's handlers (see zygote_main), SIGINT is ignored and
+    # SIGCHLD back at its default, so the job's code cannot interrupt it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -651,7 +711,7 @@ def job_init(zsock, config):
     loopback_up()
 
     usock_parent, usock_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    user = os.fork()
+    user = fork()
     if user == 0:
         code = 0
         try:
@@ -689,9 +749,6 @@ def job_init(zsock, config):
 def supervise(ctl, user, job):
     """J's watchdog loop: ends the job on U's exit, the wall time or the
     service's request, then kills and reaps everything and reports."""
-    import select
-    import time
-
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -787,26 +844,13 @@ def job_user(usock):
     # Its own user namespace: the job's own process count (RLIMIT_NPROC) and
     # keyrings, and no capability over anything of J or the zygote.
     check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
-    with open("/proc/self/setgroups", "w") as f:
-        f.write("deny")
-    with open("/proc/self/uid_map", "w") as f:
-        f.write("%d 0 1" % JOB_UID)
-    with open("/proc/self/gid_map", "w") as f:
-        f.write("%d 0 1" % JOB_UID)
+    write_file("/proc/self/setgroups", "deny")
+    write_file("/proc/self/uid_map", "%d 0 1" % JOB_UID)
+    write_file("/proc/self/gid_map", "%d 0 1" % JOB_UID)
     drop_capabilities()
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
-    # What Python itself sets up at start.
+    # What Python itself sets up at start; J left the rest at their defaults.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-    rehearse()
+    reseed()
 
     msg, fds, _, _ = socket.recv_fds(usock, 1 << 16, 16)
     usock.close()
@@ -835,22 +879,12 @@ def job_user(usock):
     report_and_exit(result, run)
 
 
-def rehearse():
-    """Runs the runner's own path once on a fixed program, while the spare
-    waits: the pages it touches (reference counts of the interpreter's objects)
-    are copied from the zygote now rather than on the job's time."""
-    fd = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+def address_space():
+    fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        execute("context['y'] = [len(context['x']), 'z']\n", b'{"x": [1, 2.5, "a", null, true, {"k": "v"}]}', {}, fd)
-        json.dumps({"status": "success"})
-        address_space()
+        return int(os.read(fd, 256).split()[0]) * PAGE_SIZE
     finally:
         os.close(fd)
-
-
-def address_space():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def main():

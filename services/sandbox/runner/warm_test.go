@@ -199,3 +199,21 @@ func TestWarmFallsBackToCold(t *testing.T) {
 		t.Error("a run without zygotes reported warm")
 	}
 }
+
+// Every run forked from a zygote that had loaded the random module draws its
+// own numbers, not the zygote's sequence.
+func TestWarmRunsDrawTheirOwnRandomNumbers(t *testing.T) {
+	r := newTestRunner(t, Config{Zygotes: 1, Preload: []string{"random"}})
+	seen := map[string]bool{}
+	for range 3 {
+		res := run(t, r, Request{Code: "import random\ncontext['bits'] = str(random.getrandbits(64))"})
+		if res.Status != StatusSuccess {
+			t.Fatalf("%s: %s", res.ErrorKind, res.Error)
+		}
+		bits := string(res.Updates["bits"])
+		if seen[bits] {
+			t.Fatalf("two runs drew the same random number %s", bits)
+		}
+		seen[bits] = true
+	}
+}

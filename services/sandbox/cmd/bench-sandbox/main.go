@@ -44,6 +44,9 @@ type options struct {
 type sample struct {
 	p50, p99 time.Duration
 	perSec   float64
+	// cpu is the CPU time of every process the executions started (bwrap,
+	// the interpreters and what they forked), per execution.
+	cpu time.Duration
 }
 
 func run() error {
@@ -106,10 +109,10 @@ func run() error {
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tbaseline p50\tbaseline p99\tbaseline exec/s\tp50 ratio\texec/s ratio\t\n", o.callers)
+	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tCPU/exec\tbaseline p50\tbaseline p99\tbaseline exec/s\tbaseline CPU/exec\tp50 ratio\texec/s ratio\tCPU ratio\t\n", o.callers)
 	for _, rw := range rows {
 		if rw.unavailable != "" {
-			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
+			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
 			fmt.Fprintf(os.Stderr, "%s: %s\n", rw.name, rw.unavailable)
 			continue
 		}
@@ -121,13 +124,14 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("%s baseline: %w", rw.name, err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%.0f\t%.2fx\t%.2fx\t\n", rw.name,
-			ms(s.p50), ms(s.p99), s.perSec, ms(b.p50), ms(b.p99), b.perSec,
-			float64(s.p50)/float64(b.p50), s.perSec/b.perSec)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%s\t%.2fx\t%.2fx\t%.2fx\t\n", rw.name,
+			ms(s.p50), ms(s.p99), s.perSec, ms(s.cpu), ms(b.p50), ms(b.p99), b.perSec, ms(b.cpu),
+			float64(s.p50)/float64(b.p50), s.perSec/b.perSec, float64(s.cpu)/float64(b.cpu))
 	}
 	tw.Flush()
 	fmt.Printf("load average (1, 5, 15 min) at the end: %s; other work on the machine slows sandbox and baseline alike.\n", loadAverage())
 	fmt.Println("p50/p99: one caller, Run's wall time including the context in and the result out; ratios are sandbox/baseline (p50: lower is better, exec/s: higher is better).")
+	fmt.Println("CPU/exec: user and system time of every process the executions started (bwrap, zygotes and the processes they fork, interpreters and what they started), over the latency and throughput runs, per execution; not the time of this Go process.")
 	fmt.Println("baseline: a plain interpreter subprocess (python3 -c / node -e) with no isolation, measured in this run.")
 	return nil
 }
@@ -157,12 +161,17 @@ func javaScript(ctx context.Context, o options, logger *slog.Logger) (func() err
 }
 
 // measure runs f n times in a row for the latencies, then n times from
-// o.callers goroutines for the throughput, after a short warm-up.
+// o.callers goroutines for the throughput, after a short warm-up; the CPU of
+// the processes started meanwhile is measured over both.
 func measure(o options, f func() error) (sample, error) {
 	for range min(10, o.n) {
 		if err := f(); err != nil {
 			return sample{}, err
 		}
+	}
+	meter, err := startCPU()
+	if err != nil {
+		return sample{}, err
 	}
 	durations := make([]time.Duration, 0, o.n)
 	for range o.n {
@@ -201,6 +210,11 @@ func measure(o options, f func() error) (sample, error) {
 		return sample{}, firstErr
 	}
 	s.perSec = float64(o.n) / time.Since(start).Seconds()
+	cpu, err := meter.stop()
+	if err != nil {
+		return sample{}, err
+	}
+	s.cpu = cpu / time.Duration(2*o.n)
 	return s, nil
 }
 
