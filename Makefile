@@ -34,11 +34,13 @@ PROTOS = $(wildcard proto/nova/v1/*.proto)
 #                                           files (google/protobuf/*.proto) for
 #                                           `make proto` and the drift check
 #   util-linux                              prlimit for the JavaScript sandbox
+#   curl                                    the README's HTTP API examples, run
+#                                           by a test
 # `make deps` installs what is missing, then `make deps-check` proves each tool
 # and file is usable and names any that is not.
 DEB_PACKAGES := bubblewrap python3 python3-fitz python3-pandas python3-requests \
 	python3-pil python3-bs4 python3-lxml python3-openpyxl python3-pypdf \
-	nodejs npm protobuf-compiler libprotobuf-dev util-linux
+	nodejs npm protobuf-compiler libprotobuf-dev util-linux curl
 # Packages that count as present when their command is (package:command).
 DEB_SATISFIED_BY := npm:npm
 # What the sandbox's python3 must import (module:Debian package).
@@ -308,6 +310,7 @@ deps-check:
 		else fail "$$m" "not in $(JS_RUNTIME)/node_modules: npm ci --prefix $(JS_RUNTIME)"; fi; \
 	done; \
 	if [ -x /usr/bin/prlimit ]; then ok prlimit /usr/bin/prlimit; else fail prlimit "/usr/bin/prlimit: Debian package util-linux"; fi; \
+	if command -v curl >/dev/null; then ok curl "$$(command -v curl)"; else fail curl "Debian package curl"; fi; \
 	if [ "$$bad" != 0 ]; then echo "make deps-check: something the build or the tests need is missing (above); 'make deps' installs it" >&2; exit 1; fi; \
 	echo "everything the build, the checks and the tests use is present"
 
