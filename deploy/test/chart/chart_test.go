@@ -7,6 +7,8 @@ package chart
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -47,7 +49,7 @@ const (
 )
 
 // services are the Deployments the chart must render by default.
-var services = []string{"audit", "code-generator", "code-validator", "graph-engine", "input-analyzer", "output-validator", "sandbox"}
+var services = []string{"audit", "code-generator", "code-validator", "gateway", "graph-engine", "input-analyzer", "output-validator", "sandbox"}
 
 // agents scale on their work-queue consumer, each the durable named after
 // the agent on NOVA_CMD (pkg/agent); the sandbox is scaled the same way.
@@ -393,11 +395,12 @@ func TestProductionVariant(t *testing.T) {
 		"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}},
 		"services": map[string]any{
 			"sandbox": map[string]any{"runtimeClassName": "gvisor", "hostUsers": false},
-			"gateway": map[string]any{"enabled": true, "ports": []any{map[string]any{"name": "api", "port": 8000}}},
+			"gateway": map[string]any{"apiKeys": map[string]any{"existingSecret": "prod-gateway-keys"},
+				"networkPolicy": map[string]any{"apiFrom": []any{map[string]any{"namespaceSelector": map[string]any{
+					"matchLabels": map[string]any{"kubernetes.io/metadata.name": "ingress"}}}}}},
 		},
 	})
-	all := append(slices.Clone(services), "gateway")
-	slices.Sort(all)
+	all := services
 	checkEveryService(t, r, all)
 
 	sandbox := r.deployments[fullname("sandbox")].Spec.Template.Spec
@@ -469,6 +472,21 @@ func TestProductionVariant(t *testing.T) {
 	if !slices.ContainsFunc(gw.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "api" && p.Port == 8000 }) {
 		t.Errorf("gateway Service ports %+v, want api 8000", gw.Spec.Ports)
 	}
+	// The operator's keys Secret, and the API reachable only from the
+	// ingress namespace.
+	if v := apiKeysVolume(r.deployments[fullname("gateway")]); v == nil || v.SecretName != "prod-gateway-keys" {
+		t.Errorf("gateway keys volume %+v, want the Secret prod-gateway-keys", v)
+	}
+	gwPolicy := r.netpols[fullname("gateway")]
+	var apiRule *networkingv1.NetworkPolicyIngressRule
+	for i, rule := range gwPolicy.Spec.Ingress {
+		if len(rule.Ports) == 1 && rule.Ports[0].Port.String() == "api" {
+			apiRule = &gwPolicy.Spec.Ingress[i]
+		}
+	}
+	if apiRule == nil || len(apiRule.From) != 1 || apiRule.From[0].NamespaceSelector == nil {
+		t.Errorf("gateway ingress %+v, want the api port from the ingress namespace only", gwPolicy.Spec.Ingress)
+	}
 	so := r.scaledObjects[fullname(bus.AgentCodeGenerator)]
 	if got := so.Spec.Triggers[0].Metadata["natsServerMonitoringEndpoint"]; got != "nats.messaging.nova-system.svc.cluster.local:8222" &&
 		got != "nats.messaging:8222" {
@@ -486,6 +504,8 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"bundled NATS with creds", map[string]any{"natsAuth": map[string]any{"mode": "creds", "existingSecret": "x"}}, "must be password"},
 		{"unknown auth mode", map[string]any{"natsAuth": map[string]any{"mode": "token"}}, "natsAuth.mode"},
 		{"audit without MongoDB", map[string]any{"mongodb": map[string]any{"uri": ""}}, "MongoDB"},
+		{"an API key without its hash", map[string]any{"services": map[string]any{"gateway": map[string]any{"apiKeys": map[string]any{
+			"keys": []any{map[string]any{"name": "ci", "scopes": []any{"admin"}}}}}}}, "each key needs name, sha256 and scopes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			chrt, err := loader.Load(chartDir)
@@ -542,5 +562,73 @@ func TestAccountsFileIsTheComposeOne(t *testing.T) {
 	if !bytes.Equal(chartCopy, deployed) {
 		t.Fatal("helm/nova/files/nats/accounts.conf differs from deploy/nats/accounts.conf: " +
 			"edit deploy/nats/accounts.conf and run: cp deploy/nats/accounts.conf helm/nova/files/nats/accounts.conf")
+	}
+}
+
+// apiKeysVolume is the Secret volume of the gateway's API keys.
+func apiKeysVolume(d *appsv1.Deployment) *corev1.SecretVolumeSource {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "api-keys" {
+			return v.Secret
+		}
+	}
+	return nil
+}
+
+// TestGatewayByDefault: the default install runs the gateway with an admin
+// key the chart generates (only its hash reaches the pod), the keys of the
+// values, MongoDB, and the API port open in its NetworkPolicy.
+func TestGatewayByDefault(t *testing.T) {
+	r := render(t, map[string]any{"services": map[string]any{"gateway": map[string]any{"apiKeys": map[string]any{
+		"keys": []any{map[string]any{"name": "ci", "sha256": strings.Repeat("ab", 32), "scopes": []any{"executions:write"}}}}}}})
+	d := r.deployments[fullname("gateway")]
+	env := environment(t, r, d)
+	if env["NOVA_GATEWAY_KEYS_FILE"] != "/etc/nova/gateway/keys.yaml" || env["GATEWAY_ADDR"] != ":8000" {
+		t.Errorf("gateway environment %v", env)
+	}
+	if ref := envVars(d)["MONGODB_URI"]; ref == nil || ref.SecretKeyRef == nil {
+		t.Errorf("gateway MONGODB_URI from %+v", ref)
+	}
+	mounted := false
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounted = mounted || m.Name == "api-keys" && m.MountPath == "/etc/nova/gateway" && m.ReadOnly
+	}
+	v := apiKeysVolume(d)
+	if !mounted || v == nil || v.SecretName != release+"-gateway-keys" {
+		t.Fatalf("keys volume %+v, mounted %v", v, mounted)
+	}
+	admin := r.secrets[release+"-gateway-admin-key"]
+	keysFile := r.secrets[release+"-gateway-keys"]
+	if admin == nil || keysFile == nil {
+		t.Fatalf("Secrets %v: want the admin key and the keys file", keys(r.secrets))
+	}
+	key := string(admin.Data["key"])
+	if !strings.HasPrefix(key, "nova_gk_") || len(key) < 40 {
+		t.Errorf("generated admin key %q", key)
+	}
+	file := keysFile.StringData["keys.yaml"]
+	sum := sha256.Sum256([]byte(key))
+	if strings.Contains(file, key) || !strings.Contains(file, hex.EncodeToString(sum[:])) ||
+		!strings.Contains(file, `{name: "ci", sha256: "`+strings.Repeat("ab", 32)+`", scopes: ["executions:write"]}`) {
+		t.Errorf("keys file holds the key itself or misses a hash:\n%s", file)
+	}
+	svc := r.services[fullname("gateway")]
+	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "api" && p.Port == 8000 }) {
+		t.Errorf("gateway Service ports %+v, want api 8000", svc.Spec.Ports)
+	}
+	open := false
+	for _, rule := range r.netpols[fullname("gateway")].Spec.Ingress {
+		open = open || len(rule.Ports) == 1 && rule.Ports[0].Port.String() == "api" && len(rule.From) == 0
+	}
+	if !open {
+		t.Errorf("gateway ingress %+v, want the api port open", r.netpols[fullname("gateway")].Spec.Ingress)
+	}
+	// Other services open no port but health and metrics.
+	for _, rule := range r.netpols[fullname("graph-engine")].Spec.Ingress {
+		for _, p := range rule.Ports {
+			if p.Port.String() != "http" {
+				t.Errorf("graph-engine ingress opens %s", p.Port.String())
+			}
+		}
 	}
 }

@@ -126,8 +126,8 @@ func checkEveryService(t *testing.T, r *rendered, want []string) {
 				t.Errorf("%s: NATS_PASSWORD from %+v, want its own key", s, ref)
 			}
 		}
-		if _, ok := refs["MONGODB_URI"]; ok != (s == "audit") {
-			t.Errorf("%s: MONGODB_URI present = %v; only audit talks to MongoDB", s, ok)
+		if _, ok := refs["MONGODB_URI"]; ok != readsMongoDB(s) {
+			t.Errorf("%s: MONGODB_URI present = %v; only audit and the gateway talk to MongoDB", s, ok)
 		}
 		if ref, ok := refs["OPENAI_API_KEY"]; ok && !slices.Contains(llmAgents, s) {
 			t.Errorf("%s gets OPENAI_API_KEY (%+v) but calls no model", s, ref)
@@ -223,7 +223,7 @@ func checkNetworkPolicy(t *testing.T, r *rendered, s string, podLabels map[strin
 	if hasEgressPort(np, 4318) {
 		want = append(want, 4318)
 	}
-	if s == "audit" {
+	if readsMongoDB(s) {
 		want = append(want, 27017)
 	}
 	if slices.Contains(llmAgents, s) {
@@ -460,3 +460,7 @@ func (c natsConfig) parse(t *testing.T, serverName string) *server.Options {
 }
 
 func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// readsMongoDB: the audit service writes the chain of work, the gateway
+// reads it; no other service talks to MongoDB.
+func readsMongoDB(service string) bool { return service == "audit" || service == "gateway" }

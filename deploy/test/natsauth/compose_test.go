@@ -2,9 +2,12 @@ package natsauth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +105,48 @@ func TestComposeServicesLogIn(t *testing.T) {
 			}
 		})
 	}
+
+	// The gateway logs in as its own user, starts workflows and reads the
+	// chain of work; its keys file holds the documented key's hash only.
+	t.Run(userGateway, func(t *testing.T) {
+		svc, ok := c.Services[userGateway]
+		if !ok {
+			t.Fatal("compose.yaml has no gateway")
+		}
+		env := svc.Environment
+		if env["NATS_USER"] != userGateway || env["NATS_INBOX_PREFIX"] != inboxPrefix(userGateway) ||
+			env["MONGODB_URI"] != "mongodb://mongo:27017" || env["NOVA_GATEWAY_KEYS_FILE"] == "" {
+			t.Errorf("environment %v", env)
+		}
+		if svc.Build == nil || svc.Build.Dockerfile != "services/gateway/Dockerfile" {
+			t.Errorf("build %+v", svc.Build)
+		}
+		var keysFile string
+		for _, vol := range svc.Volumes {
+			if src, dst, _ := strings.Cut(vol, ":"); strings.HasPrefix(dst, env["NOVA_GATEWAY_KEYS_FILE"]) {
+				keysFile = src
+			}
+		}
+		keys, err := os.ReadFile(filepath.Join("../..", keysFile))
+		sum := sha256.Sum256([]byte("nova_gk_compose-dev-only"))
+		if err != nil || !strings.Contains(string(keys), hex.EncodeToString(sum[:])) || strings.Contains(string(keys), "sha256: nova_gk") {
+			t.Errorf("keys file %q: %v\n%s", keysFile, err, keys)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		v := &violations{}
+		b, err := bus.Connect(ctx, s.url(), bus.WithName(userGateway), bus.WithNATSOptions(
+			nats.UserInfo(env["NATS_USER"], env["NATS_PASSWORD"]),
+			nats.CustomInboxPrefix(env["NATS_INBOX_PREFIX"]),
+			nats.ErrorHandler(v.handler)))
+		if err != nil {
+			t.Fatalf("log in with compose's credentials: %v", err)
+		}
+		defer b.Close()
+		if _, err := b.JetStream().Stream(ctx, bus.StreamCommands); err != nil {
+			t.Errorf("read the commands stream: %v (refused: %v)", err, v.list())
+		}
+	})
 }
 
 // TestCollectorForwardsToJaeger: the collector compose mounts receives OTLP

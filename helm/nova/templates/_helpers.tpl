@@ -142,6 +142,7 @@ Kubernetes names only under the StatefulSet's headless service. */}}
 {{- end -}}
 {{- end -}}
 {{- if .cfg.mongodb }}{{ $_ := set $env "MONGODB_DATABASE" $v.mongodb.database }}{{ end -}}
+{{- if .cfg.apiKeys }}{{ $_ := set $env "NOVA_GATEWAY_KEYS_FILE" "/etc/nova/gateway/keys.yaml" }}{{ end -}}
 {{- if .cfg.llm -}}
 {{- with $v.llm.baseURL }}{{ $_ := set $env "OPENAI_BASE_URL" . }}{{ end -}}
 {{- with $v.llm.apiVersion }}{{ $_ := set $env "OPENAI_API_VERSION" . }}{{ end -}}
