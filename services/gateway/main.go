@@ -23,9 +23,8 @@ type config struct {
 	Database       string        `env:"MONGODB_DATABASE" default:"nova"`
 	KeysFile       string        `env:"NOVA_GATEWAY_KEYS_FILE"`
 	NoAuth         bool          `env:"NOVA_GATEWAY_NO_AUTH"`
-	MaxBody        int64         `env:"NOVA_GATEWAY_MAX_BODY" default:"4194304"`
-	MaxWait        time.Duration `env:"NOVA_GATEWAY_MAX_WAIT" default:"60s"`
 	ValueThreshold int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
+	gateway.LimitsConfig
 }
 
 func main() {
@@ -70,7 +69,7 @@ func run(ctx context.Context, env *service.Env, cfg config) error {
 	gw, err := gateway.New(gateway.Deps{
 		Bus: env.Bus, Store: st, Values: values, Keys: keys, NoAuth: cfg.NoAuth, Logger: log,
 		TracerProvider: env.Telemetry.TracerProvider, MeterProvider: env.Telemetry.MeterProvider,
-		Limits: gateway.Limits{MaxBody: cfg.MaxBody, MaxWait: cfg.MaxWait},
+		Limits: cfg.Limits(),
 	})
 	if err != nil {
 		return err

@@ -214,6 +214,11 @@ const gatewayKeysEnv = "NOVA_GATEWAY_KEYS_FILE"
 func devGateway(opts *stack.Options, addr string, noAuth bool) (string, error) {
 	opts.Modules = append(stack.DefaultModules(opts.LLM), stack.Gateway)
 	opts.Gateway.Addr, opts.Gateway.NoAuth = addr, noAuth
+	var limits gateway.LimitsConfig
+	if err := config.Load(&limits, nil); err != nil {
+		return "", err
+	}
+	opts.Gateway.Limits = limits.Limits()
 	if noAuth {
 		return "", nil
 	}

@@ -61,6 +61,25 @@ type Limits struct {
 	MaxExecuteTimeout time.Duration
 }
 
+// LimitsConfig are the Limits as the environment sets them (see the
+// README's "Running services separately"); the gateway service and nova dev
+// read them with pkg/config.
+type LimitsConfig struct {
+	MaxBody           int64         `env:"NOVA_GATEWAY_MAX_BODY" default:"4194304"`
+	MaxWait           time.Duration `env:"NOVA_GATEWAY_MAX_WAIT" default:"60s"`
+	Rate              float64       `env:"NOVA_GATEWAY_RATE" default:"50"`
+	Burst             int           `env:"NOVA_GATEWAY_BURST" default:"100"`
+	MaxStreams        int           `env:"NOVA_GATEWAY_MAX_STREAMS" default:"1000"`
+	MaxStreamsPerKey  int           `env:"NOVA_GATEWAY_MAX_STREAMS_PER_KEY" default:"100"`
+	MaxExecuteTimeout time.Duration `env:"NOVA_GATEWAY_MAX_EXECUTE_TIMEOUT" default:"60s"`
+}
+
+// Limits are the configured limits.
+func (c LimitsConfig) Limits() Limits {
+	return Limits{MaxBody: c.MaxBody, MaxWait: c.MaxWait, Rate: c.Rate, Burst: c.Burst, MaxStreams: c.MaxStreams,
+		MaxStreamsPerKey: c.MaxStreamsPerKey, MaxExecuteTimeout: c.MaxExecuteTimeout}
+}
+
 // Default limits.
 const (
 	DefaultMaxBody = 4 << 20

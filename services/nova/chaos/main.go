@@ -426,7 +426,7 @@ func startWhole(ctx context.Context, cfg config, dir string) (*system, error) {
 		return nil, err
 	}
 	p := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(cfg.bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
-		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort)},
+		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
 		Env:  loadgen.BaseEnv()}
 	if err := p.Start(); err != nil {
 		return nil, err
