@@ -18,12 +18,12 @@ import (
 
 type config struct {
 	service.Common
-	Addr           string        `env:"GATEWAY_ADDR" default:":8000"`
-	MongoURI       string        `env:"MONGODB_URI" required:"true"`
-	Database       string        `env:"MONGODB_DATABASE" default:"nova"`
-	KeysFile       string        `env:"NOVA_GATEWAY_KEYS_FILE"`
-	NoAuth         bool          `env:"NOVA_GATEWAY_NO_AUTH"`
-	ValueThreshold int           `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
+	Addr           string `env:"GATEWAY_ADDR" default:":8000"`
+	MongoURI       string `env:"MONGODB_URI" required:"true"`
+	Database       string `env:"MONGODB_DATABASE" default:"nova"`
+	KeysFile       string `env:"NOVA_GATEWAY_KEYS_FILE"`
+	NoAuth         bool   `env:"NOVA_GATEWAY_NO_AUTH"`
+	ValueThreshold int    `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
 	gateway.LimitsConfig
 }
 
