@@ -24,7 +24,7 @@ type config struct {
 	KeysFile       string `env:"NOVA_GATEWAY_KEYS_FILE"`
 	NoAuth         bool   `env:"NOVA_GATEWAY_NO_AUTH"`
 	ValueThreshold int    `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`
-	gateway.LimitsConfig
+	gateway.Settings
 }
 
 func main() {
@@ -69,7 +69,7 @@ func run(ctx context.Context, env *service.Env, cfg config) error {
 	gw, err := gateway.New(gateway.Deps{
 		Bus: env.Bus, Store: st, Values: values, Keys: keys, NoAuth: cfg.NoAuth, Logger: log,
 		TracerProvider: env.Telemetry.TracerProvider, MeterProvider: env.Telemetry.MeterProvider,
-		Limits: cfg.Limits(),
+		Limits: cfg.Limits(), CORSOrigins: cfg.Origins(),
 	})
 	if err != nil {
 		return err

@@ -214,11 +214,11 @@ const gatewayKeysEnv = "NOVA_GATEWAY_KEYS_FILE"
 func devGateway(opts *stack.Options, addr string, noAuth bool) (string, error) {
 	opts.Modules = append(stack.DefaultModules(opts.LLM), stack.Gateway)
 	opts.Gateway.Addr, opts.Gateway.NoAuth = addr, noAuth
-	var limits gateway.LimitsConfig
-	if err := config.Load(&limits, nil); err != nil {
+	var settings gateway.Settings
+	if err := config.Load(&settings, nil); err != nil {
 		return "", err
 	}
-	opts.Gateway.Limits = limits.Limits()
+	opts.Gateway.Limits, opts.Gateway.CORSOrigins = settings.Limits(), settings.Origins()
 	if noAuth {
 		return "", nil
 	}

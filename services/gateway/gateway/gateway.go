@@ -61,10 +61,10 @@ type Limits struct {
 	MaxExecuteTimeout time.Duration
 }
 
-// LimitsConfig are the Limits as the environment sets them (see the
-// README's "Running services separately"); the gateway service and nova dev
-// read them with pkg/config.
-type LimitsConfig struct {
+// Settings are the gateway's limits and CORS origins as the environment
+// sets them (see the README's "Running services separately"); the gateway
+// service and nova dev read them with pkg/config.
+type Settings struct {
 	MaxBody           int64         `env:"NOVA_GATEWAY_MAX_BODY" default:"4194304"`
 	MaxWait           time.Duration `env:"NOVA_GATEWAY_MAX_WAIT" default:"60s"`
 	Rate              float64       `env:"NOVA_GATEWAY_RATE" default:"50"`
@@ -72,10 +72,23 @@ type LimitsConfig struct {
 	MaxStreams        int           `env:"NOVA_GATEWAY_MAX_STREAMS" default:"1000"`
 	MaxStreamsPerKey  int           `env:"NOVA_GATEWAY_MAX_STREAMS_PER_KEY" default:"100"`
 	MaxExecuteTimeout time.Duration `env:"NOVA_GATEWAY_MAX_EXECUTE_TIMEOUT" default:"60s"`
+	// CORSOrigins (comma-separated) may call the API from a browser.
+	CORSOrigins string `env:"NOVA_GATEWAY_CORS_ORIGINS"`
+}
+
+// Origins are the configured CORS origins.
+func (c Settings) Origins() []string {
+	var out []string
+	for _, o := range strings.Split(c.CORSOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Limits are the configured limits.
-func (c LimitsConfig) Limits() Limits {
+func (c Settings) Limits() Limits {
 	return Limits{MaxBody: c.MaxBody, MaxWait: c.MaxWait, Rate: c.Rate, Burst: c.Burst, MaxStreams: c.MaxStreams,
 		MaxStreamsPerKey: c.MaxStreamsPerKey, MaxExecuteTimeout: c.MaxExecuteTimeout}
 }
@@ -98,8 +111,11 @@ type Deps struct {
 	Keys *Keys
 	// NoAuth serves every request without a key, as if it had every scope
 	// (local development only).
-	NoAuth         bool
-	Logger         *slog.Logger
+	NoAuth bool
+	Logger *slog.Logger
+	// CORSOrigins may call the API from a browser ("*": any); none by
+	// default.
+	CORSOrigins    []string
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	Limits         Limits
@@ -124,6 +140,8 @@ type Gateway struct {
 	streams *streamSlots
 	routes  []string
 	openapi []byte
+
+	corsOrigins []string
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
@@ -182,7 +200,7 @@ func New(d Deps) (*Gateway, error) {
 		bus: d.Bus, store: d.Store, values: d.Values, keys: d.Keys, noAuth: d.NoAuth,
 		log: d.Logger, limits: d.Limits, mux: http.NewServeMux(),
 		tracer: d.TracerProvider.Tracer(instrumentation), prop: propagation.TraceContext{}, duration: duration,
-		buckets: map[string]jetstream.KeyValue{},
+		buckets: map[string]jetstream.KeyValue{}, corsOrigins: d.CORSOrigins,
 		rates:   newRateLimits(d.Limits.Rate, d.Limits.Burst),
 		streams: newStreamSlots(d.Limits.MaxStreams, d.Limits.MaxStreamsPerKey),
 	}
@@ -287,6 +305,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.log.InfoContext(ctx, "request", attrs...)
 	}()
 
+	if g.cors(rw, r) {
+		return
+	}
 	if pattern == "" {
 		g.unrouted(rw, r)
 		return

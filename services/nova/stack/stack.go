@@ -69,6 +69,8 @@ type GatewayOptions struct {
 	// NoAuth serves every request without a key (the gateway warns).
 	NoAuth bool
 	Limits gateway.Limits
+	// CORSOrigins may call the API from a browser.
+	CORSOrigins []string
 }
 
 // DefaultGatewayAddr is where `nova dev` serves the HTTP API.
@@ -484,7 +486,7 @@ func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetr
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Deps{Bus: b, Store: s.Store, Values: values, Keys: o.Keys, NoAuth: o.NoAuth, Logger: log,
+	gw, err := gateway.New(gateway.Deps{Bus: b, Store: s.Store, Values: values, Keys: o.Keys, NoAuth: o.NoAuth, Logger: log, CORSOrigins: o.CORSOrigins,
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Limits: o.Limits})
 	if err != nil {
 		return nil, err
