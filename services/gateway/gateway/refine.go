@@ -271,11 +271,13 @@ func (rf *refinement) run(ctx context.Context) {
 		rf.sse.send(refineInfo{Type: "info", ExecutionID: rf.id, Attempt: i, MaxAttempts: n,
 			Message: fmt.Sprintf("Refinement attempt %d/%d", i, n)})
 		a, err := rf.attempt(ctx, i)
+		if a != nil {
+			rf.attempts = append(rf.attempts, a)
+		}
 		if err != nil {
 			rf.fail(ctx, err)
 			return
 		}
-		rf.attempts = append(rf.attempts, a)
 		if a.ran && len(a.remaining) == 0 {
 			rf.complete(a, false)
 			return
@@ -304,7 +306,8 @@ func (rf *refinement) run(ctx context.Context) {
 
 // attempt asks the code generator for improved code, runs it and checks
 // the feedback against its output. A failure of either is the attempt's
-// outcome; only what no further attempt can overcome is an error.
+// outcome; only what no further attempt can overcome is an error, which
+// comes with the attempt as far as it went once its code was written.
 func (rf *refinement) attempt(ctx context.Context, n int) (*refineAttempt, error) {
 	a := &refineAttempt{n: n, resolved: []string{}, remaining: fieldNames(rf.req.feedback)}
 	gen, err := rf.generate(ctx, n)
@@ -328,7 +331,8 @@ func (rf *refinement) attempt(ctx context.Context, n int) (*refineAttempt, error
 	rf.sse.send(refineInfo{Type: "info", ExecutionID: rf.id, Attempt: n, Message: written, Model: model, Scripted: &scripted})
 	res, err := rf.execute(ctx, n, a)
 	if err != nil {
-		return nil, err
+		a.err = err.Error()
+		return a, err
 	}
 	if !res.Success {
 		a.err = "the code failed when run: " + res.Error
@@ -555,25 +559,13 @@ func (rf *refinement) history() []*novav1.RefineAttempt {
 }
 
 func (rf *refinement) complete(a *refineAttempt, partial bool) {
-	var tokens tokenCounts
-	var cost float64
-	var calls []*novav1.ModelCall
-	for _, at := range rf.attempts {
-		calls = append(calls, at.calls...)
-	}
-	for _, c := range calls {
-		tokens.Prompt += c.GetPromptTokens()
-		tokens.Completion += c.GetCompletionTokens()
-		cost += c.GetCostUsd()
-	}
-	tokens.Total = tokens.Prompt + tokens.Completion
-	model, scripted := modelOf(calls)
+	u := rf.usage()
 	msg := fmt.Sprintf("All %d fields resolved in attempt %d", len(a.resolved), a.n)
 	if partial {
 		msg = fmt.Sprintf("%d of %d fields resolved after %d attempts; the best attempt was %d", len(a.resolved),
 			len(rf.req.feedback), len(rf.attempts), a.n)
 	}
-	if scripted {
+	if u.scripted {
 		msg += " " + scriptedNote
 	}
 	analysis := a.analysis
@@ -582,15 +574,41 @@ func (rf *refinement) complete(a *refineAttempt, partial bool) {
 	}
 	rf.sse.send(refineComplete{Type: "complete", Message: msg, ExecutionID: rf.id, Attempt: a.n, Attempts: len(rf.attempts),
 		Code: a.code, Output: a.code, Language: rf.req.language, Analysis: analysis, Resolved: a.resolved, Remaining: a.remaining,
-		PartialSuccess: partial, Model: model, Scripted: scripted, Tokens: tokens, CostUSD: cost,
+		PartialSuccess: partial, Model: u.model, Scripted: u.scripted, Tokens: u.tokens, CostUSD: u.cost,
 		Links: refineLinks{Execution: executionLinks(rf.id).Self}})
 	errMsg := ""
 	if len(a.remaining) > 0 {
 		errMsg = fmt.Sprintf("feedback on %s is unresolved after %d attempts", strings.Join(a.remaining, ", "), len(rf.attempts))
 	}
-	rf.finish(a, errMsg, map[string]any{"model": model, "scripted": scripted, "cost_usd": cost, "model_calls": float64(len(calls)),
-		"tokens":          map[string]any{"prompt": float64(tokens.Prompt), "completion": float64(tokens.Completion), "total": float64(tokens.Total)},
-		"partial_success": partial})
+	rf.finish(a, errMsg, map[string]any{"partial_success": partial})
+}
+
+// usage is what the model calls of every attempt so far cost.
+type usage struct {
+	model    string
+	scripted bool
+	calls    int
+	tokens   tokenCounts
+	cached   int64
+	cost     float64
+}
+
+func (rf *refinement) usage() usage {
+	var u usage
+	var calls []*novav1.ModelCall
+	for _, at := range rf.attempts {
+		calls = append(calls, at.calls...)
+	}
+	for _, c := range calls {
+		u.tokens.Prompt += c.GetPromptTokens()
+		u.tokens.Completion += c.GetCompletionTokens()
+		u.cached += c.GetCachedTokens()
+		u.cost += c.GetCostUsd()
+	}
+	u.tokens.Total = u.tokens.Prompt + u.tokens.Completion
+	u.model, u.scripted = modelOf(calls)
+	u.calls = len(calls)
+	return u
 }
 
 // fail ends the stream with an error message.
@@ -630,6 +648,10 @@ func (rf *refinement) finish(a *refineAttempt, errMsg string, meta map[string]an
 		OutputResult: rf.input.Proto(), ErrorMessage: errMsg, Sequence: 1, StartedAt: timestamppb.New(rf.started), CompletedAt: now,
 		ExecutionTimeMs: float64(time.Since(rf.started).Microseconds()) / 1000,
 	}
+	// Named as an AI node's ai_metadata, so that readers of the chain of
+	// work (nova chain) show a refinement as they show an AI node.
+	meta["prompt_task"] = fmt.Sprintf("refine %s code from feedback on %s", rf.req.agentType, strings.Join(fieldNames(rf.req.feedback), ", "))
+	meta["stages_used"] = float64(1)
 	meta["agent_type"], meta["language"], meta["refinement"] = rf.req.agentType, rf.req.language, true
 	meta["attempts"], meta["status"] = float64(len(rf.attempts)), nodeStatus
 	meta["feedback_fields"] = stringsToAny(fieldNames(rf.req.feedback))
@@ -647,6 +669,10 @@ func (rf *refinement) finish(a *refineAttempt, errMsg string, meta map[string]an
 			nc.OutputAnalysis, _ = structpb.NewStruct(a.analysis)
 		}
 	}
+	u := rf.usage()
+	meta["model"], meta["scripted"], meta["cost_usd"], meta["model_calls"] = u.model, u.scripted, u.cost, float64(u.calls)
+	meta["tokens"] = map[string]any{"prompt": float64(u.tokens.Prompt), "completion": float64(u.tokens.Completion),
+		"cached": float64(u.cached), "total": float64(u.tokens.Total)}
 	nc.AiMetadata, _ = structpb.NewStruct(meta)
 	wc := &novav1.WorkflowCompleted{
 		ExecutionId: rf.id, WorkflowName: RefineWorkflow, Status: status, Context: nc.OutputResult, Path: []string{refineNode},

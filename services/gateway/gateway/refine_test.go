@@ -319,6 +319,30 @@ func TestRefineRunsOutOfAttempts(t *testing.T) {
 	}
 }
 
+// TestRefineEndsInError: when no attempt yields code (the model refuses
+// every request), the stream ends with an error message.
+func TestRefineEndsInError(t *testing.T) {
+	script(t) // every request is answered 400 by the fallback
+	body := transformerRequest()
+	body["maxAttempts"] = 2
+	msgs := refine(t, h.key["refiner"], body)
+	want := []string{"info:0", "info:1", "progress:1", "info:2", "progress:2", "error:0"}
+	if got := kinds(msgs); !slices.Equal(got, want) {
+		t.Fatalf("messages %v, want %v", got, want)
+	}
+	if p := msgs[2]; !strings.HasPrefix(p.Error, "code generation failed: model gpt-4o failed") || p.Code != "" {
+		t.Errorf("progress %+v", p)
+	}
+	e := last(t, msgs, "error")
+	if !strings.HasPrefix(e.Error, "no attempt produced code; the last failed with: code generation failed") {
+		t.Errorf("error %+v", e)
+	}
+	ch := chainOf(t, e.ExecutionID)
+	if ch.Execution.Status != "failed" || ch.Execution.Error != e.Error || len(ch.Nodes) != 1 || len(ch.Nodes[0].Steps) != 2 {
+		t.Errorf("chain %+v", ch)
+	}
+}
+
 // TestRefineNodeOfExecution refines the Python of a node of a finished
 // execution, from its code, input and output analysis in the chain of work.
 func TestRefineNodeOfExecution(t *testing.T) {
