@@ -147,6 +147,7 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 			n.Type = t
 		}
 	}
+	n.Description = p.str(w, m, "description")
 	n.Code = p.str(w, m, "code")
 	n.Prompt = p.str(w, m, "prompt")
 	n.Model = p.str(w, m, "model")

@@ -7,6 +7,7 @@ replace (
 	github.com/novaflow/nova/pkg/devstack => ../../pkg/devstack
 	github.com/novaflow/nova/proto => ../../proto
 	github.com/novaflow/nova/services/audit => ../audit
+	github.com/novaflow/nova/services/code-generator => ../code-generator
 	github.com/novaflow/nova/services/graph-engine => ../graph-engine
 	github.com/novaflow/nova/services/sandbox => ../sandbox
 )
@@ -19,6 +20,7 @@ require (
 	github.com/novaflow/nova/pkg/devstack v0.0.0
 	github.com/novaflow/nova/proto v0.0.0
 	github.com/novaflow/nova/services/audit v0.0.0
+	github.com/novaflow/nova/services/code-generator v0.0.0
 	github.com/novaflow/nova/services/graph-engine v0.0.0
 	github.com/novaflow/nova/services/sandbox v0.0.0
 	github.com/pb33f/libopenapi v0.42.3
@@ -84,6 +86,7 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/sashabaranov/go-openai v1.43.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.2.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
@@ -99,6 +102,7 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.1 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba // indirect
 	golang.org/x/net v0.62.0 // indirect
@@ -115,4 +119,5 @@ require (
 	modernc.org/sqlite v1.31.1 // indirect
 	modernc.org/strutil v1.2.0 // indirect
 	modernc.org/token v1.1.0 // indirect
+	sigs.k8s.io/yaml v1.6.0 // indirect
 )

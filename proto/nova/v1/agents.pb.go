@@ -9,6 +9,7 @@ package novav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -676,7 +677,9 @@ type GenerateCode struct {
 	// Result of the analysis code, when it ran.
 	DataInsights *JSONValue `protobuf:"bytes,8,opt,name=data_insights,json=dataInsights,proto3" json:"data_insights,omitempty"`
 	// Every earlier failed attempt of this node visit, oldest first.
-	History       []*AttemptRecord `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
+	History []*AttemptRecord `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
+	// With stage "REFINE": the code to improve and the feedback on its output.
+	Refinement    *Refinement `protobuf:"bytes,9,opt,name=refinement,proto3" json:"refinement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -753,6 +756,343 @@ func (x *GenerateCode) GetHistory() []*AttemptRecord {
 	return nil
 }
 
+func (x *GenerateCode) GetRefinement() *Refinement {
+	if x != nil {
+		return x.Refinement
+	}
+	return nil
+}
+
+// Refinement is seed 004's field-feedback loop: code that ran, the shape of
+// its output, and people's feedback on the output's fields. The code is
+// TaskSpec.language (python or javascript).
+type Refinement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the code is: scraper, transformer, analyzer, api-client or any
+	// other word; it chooses the prompt's instructions.
+	AgentType    string `protobuf:"bytes,1,opt,name=agent_type,json=agentType,proto3" json:"agent_type,omitempty"`
+	OriginalCode string `protobuf:"bytes,2,opt,name=original_code,json=originalCode,proto3" json:"original_code,omitempty"`
+	// The original code's output analysis (type, isStructured, itemCount,
+	// fields with name, type, required, coverage, examples).
+	OutputAnalysis *structpb.Struct `protobuf:"bytes,3,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
+	Feedback       []*FieldFeedback `protobuf:"bytes,4,rep,name=feedback,proto3" json:"feedback,omitempty"`
+	// The context the code runs with; values may be large-value references.
+	TestContext *JSONValue `protobuf:"bytes,5,opt,name=test_context,json=testContext,proto3" json:"test_context,omitempty"`
+	// Earlier refinement attempts, oldest first.
+	Attempts      []*RefineAttempt `protobuf:"bytes,6,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refinement) Reset() {
+	*x = Refinement{}
+	mi := &file_nova_v1_agents_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refinement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refinement) ProtoMessage() {}
+
+func (x *Refinement) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refinement.ProtoReflect.Descriptor instead.
+func (*Refinement) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Refinement) GetAgentType() string {
+	if x != nil {
+		return x.AgentType
+	}
+	return ""
+}
+
+func (x *Refinement) GetOriginalCode() string {
+	if x != nil {
+		return x.OriginalCode
+	}
+	return ""
+}
+
+func (x *Refinement) GetOutputAnalysis() *structpb.Struct {
+	if x != nil {
+		return x.OutputAnalysis
+	}
+	return nil
+}
+
+func (x *Refinement) GetFeedback() []*FieldFeedback {
+	if x != nil {
+		return x.Feedback
+	}
+	return nil
+}
+
+func (x *Refinement) GetTestContext() *JSONValue {
+	if x != nil {
+		return x.TestContext
+	}
+	return nil
+}
+
+func (x *Refinement) GetAttempts() []*RefineAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+// FieldFeedback is seed 004's feedback on one field of the output.
+type FieldFeedback struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Field string                 `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// missing, wrong, partial or format.
+	Issue string `protobuf:"bytes,2,opt,name=issue,proto3" json:"issue,omitempty"`
+	// The value the field should have (a JSON string, number or boolean).
+	CorrectValue *JSONValue `protobuf:"bytes,3,opt,name=correct_value,json=correctValue,proto3" json:"correct_value,omitempty"`
+	// For scrapers: the CSS selector of the field.
+	CorrectSelector string `protobuf:"bytes,4,opt,name=correct_selector,json=correctSelector,proto3" json:"correct_selector,omitempty"`
+	// For transformers: the expression that computes the field.
+	CorrectExpression string             `protobuf:"bytes,5,opt,name=correct_expression,json=correctExpression,proto3" json:"correct_expression,omitempty"`
+	Notes             string             `protobuf:"bytes,6,opt,name=notes,proto3" json:"notes,omitempty"`
+	Examples          []*FeedbackExample `protobuf:"bytes,7,rep,name=examples,proto3" json:"examples,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *FieldFeedback) Reset() {
+	*x = FieldFeedback{}
+	mi := &file_nova_v1_agents_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldFeedback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldFeedback) ProtoMessage() {}
+
+func (x *FieldFeedback) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldFeedback.ProtoReflect.Descriptor instead.
+func (*FieldFeedback) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FieldFeedback) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *FieldFeedback) GetIssue() string {
+	if x != nil {
+		return x.Issue
+	}
+	return ""
+}
+
+func (x *FieldFeedback) GetCorrectValue() *JSONValue {
+	if x != nil {
+		return x.CorrectValue
+	}
+	return nil
+}
+
+func (x *FieldFeedback) GetCorrectSelector() string {
+	if x != nil {
+		return x.CorrectSelector
+	}
+	return ""
+}
+
+func (x *FieldFeedback) GetCorrectExpression() string {
+	if x != nil {
+		return x.CorrectExpression
+	}
+	return ""
+}
+
+func (x *FieldFeedback) GetNotes() string {
+	if x != nil {
+		return x.Notes
+	}
+	return ""
+}
+
+func (x *FieldFeedback) GetExamples() []*FeedbackExample {
+	if x != nil {
+		return x.Examples
+	}
+	return nil
+}
+
+type FeedbackExample struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Input          *JSONValue             `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
+	ExpectedOutput *JSONValue             `protobuf:"bytes,2,opt,name=expected_output,json=expectedOutput,proto3" json:"expected_output,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FeedbackExample) Reset() {
+	*x = FeedbackExample{}
+	mi := &file_nova_v1_agents_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeedbackExample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeedbackExample) ProtoMessage() {}
+
+func (x *FeedbackExample) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeedbackExample.ProtoReflect.Descriptor instead.
+func (*FeedbackExample) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FeedbackExample) GetInput() *JSONValue {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *FeedbackExample) GetExpectedOutput() *JSONValue {
+	if x != nil {
+		return x.ExpectedOutput
+	}
+	return nil
+}
+
+// RefineAttempt is the outcome of one earlier refinement attempt.
+type RefineAttempt struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Code    string                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// Why the attempt failed to run (generation or execution), if it did.
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// Fields whose feedback the attempt's output resolved, and the others.
+	Resolved  []string `protobuf:"bytes,4,rep,name=resolved,proto3" json:"resolved,omitempty"`
+	Remaining []string `protobuf:"bytes,5,rep,name=remaining,proto3" json:"remaining,omitempty"`
+	// The attempt's output analysis, when its code ran.
+	OutputAnalysis *structpb.Struct `protobuf:"bytes,6,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RefineAttempt) Reset() {
+	*x = RefineAttempt{}
+	mi := &file_nova_v1_agents_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefineAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefineAttempt) ProtoMessage() {}
+
+func (x *RefineAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefineAttempt.ProtoReflect.Descriptor instead.
+func (*RefineAttempt) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RefineAttempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RefineAttempt) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RefineAttempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RefineAttempt) GetResolved() []string {
+	if x != nil {
+		return x.Resolved
+	}
+	return nil
+}
+
+func (x *RefineAttempt) GetRemaining() []string {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
+func (x *RefineAttempt) GetOutputAnalysis() *structpb.Struct {
+	if x != nil {
+		return x.OutputAnalysis
+	}
+	return nil
+}
+
 // CodeGenerated: type io.nova.agent.code.generated.v1.
 type CodeGenerated struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -771,7 +1111,7 @@ type CodeGenerated struct {
 
 func (x *CodeGenerated) Reset() {
 	*x = CodeGenerated{}
-	mi := &file_nova_v1_agents_proto_msgTypes[9]
+	mi := &file_nova_v1_agents_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +1123,7 @@ func (x *CodeGenerated) String() string {
 func (*CodeGenerated) ProtoMessage() {}
 
 func (x *CodeGenerated) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[9]
+	mi := &file_nova_v1_agents_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +1136,7 @@ func (x *CodeGenerated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeGenerated.ProtoReflect.Descriptor instead.
 func (*CodeGenerated) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CodeGenerated) GetRef() *StepRef {
@@ -856,7 +1196,7 @@ type ValidateCode struct {
 
 func (x *ValidateCode) Reset() {
 	*x = ValidateCode{}
-	mi := &file_nova_v1_agents_proto_msgTypes[10]
+	mi := &file_nova_v1_agents_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1208,7 @@ func (x *ValidateCode) String() string {
 func (*ValidateCode) ProtoMessage() {}
 
 func (x *ValidateCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[10]
+	mi := &file_nova_v1_agents_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1221,7 @@ func (x *ValidateCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateCode.ProtoReflect.Descriptor instead.
 func (*ValidateCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ValidateCode) GetRef() *StepRef {
@@ -932,7 +1272,7 @@ type Finding struct {
 
 func (x *Finding) Reset() {
 	*x = Finding{}
-	mi := &file_nova_v1_agents_proto_msgTypes[11]
+	mi := &file_nova_v1_agents_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1284,7 @@ func (x *Finding) String() string {
 func (*Finding) ProtoMessage() {}
 
 func (x *Finding) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[11]
+	mi := &file_nova_v1_agents_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1297,7 @@ func (x *Finding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finding.ProtoReflect.Descriptor instead.
 func (*Finding) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Finding) GetRule() string {
@@ -994,7 +1334,7 @@ type CodeValidated struct {
 
 func (x *CodeValidated) Reset() {
 	*x = CodeValidated{}
-	mi := &file_nova_v1_agents_proto_msgTypes[12]
+	mi := &file_nova_v1_agents_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1346,7 @@ func (x *CodeValidated) String() string {
 func (*CodeValidated) ProtoMessage() {}
 
 func (x *CodeValidated) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[12]
+	mi := &file_nova_v1_agents_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1359,7 @@ func (x *CodeValidated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeValidated.ProtoReflect.Descriptor instead.
 func (*CodeValidated) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CodeValidated) GetRef() *StepRef {
@@ -1067,7 +1407,7 @@ type ValidateOutput struct {
 
 func (x *ValidateOutput) Reset() {
 	*x = ValidateOutput{}
-	mi := &file_nova_v1_agents_proto_msgTypes[13]
+	mi := &file_nova_v1_agents_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1419,7 @@ func (x *ValidateOutput) String() string {
 func (*ValidateOutput) ProtoMessage() {}
 
 func (x *ValidateOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[13]
+	mi := &file_nova_v1_agents_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1432,7 @@ func (x *ValidateOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateOutput.ProtoReflect.Descriptor instead.
 func (*ValidateOutput) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ValidateOutput) GetRef() *StepRef {
@@ -1161,7 +1501,7 @@ type OutputValidated struct {
 
 func (x *OutputValidated) Reset() {
 	*x = OutputValidated{}
-	mi := &file_nova_v1_agents_proto_msgTypes[14]
+	mi := &file_nova_v1_agents_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1513,7 @@ func (x *OutputValidated) String() string {
 func (*OutputValidated) ProtoMessage() {}
 
 func (x *OutputValidated) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[14]
+	mi := &file_nova_v1_agents_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1526,7 @@ func (x *OutputValidated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputValidated.ProtoReflect.Descriptor instead.
 func (*OutputValidated) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OutputValidated) GetRef() *StepRef {
@@ -1235,7 +1575,7 @@ var File_nova_v1_agents_proto protoreflect.FileDescriptor
 
 const file_nova_v1_agents_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xea\x01\n" +
+	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\"\xea\x01\n" +
 	"\aStepRef\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1291,14 +1631,44 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x14\n" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x94\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xc9\x02\n" +
 	"\fGenerateCode\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
 	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x12,\n" +
 	"\acontext\x18\a \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12\x14\n" +
 	"\x05stage\x18\x04 \x01(\tR\x05stage\x127\n" +
 	"\rdata_insights\x18\b \x01(\v2\x12.nova.v1.JSONValueR\fdataInsights\x120\n" +
-	"\ahistory\x18\x06 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistoryJ\x04\b\x03\x10\x04J\x04\b\x05\x10\x06\"\xe3\x01\n" +
+	"\ahistory\x18\x06 \x03(\v2\x16.nova.v1.AttemptRecordR\ahistory\x123\n" +
+	"\n" +
+	"refinement\x18\t \x01(\v2\x13.nova.v1.RefinementR\n" +
+	"refinementJ\x04\b\x03\x10\x04J\x04\b\x05\x10\x06\"\xb1\x02\n" +
+	"\n" +
+	"Refinement\x12\x1d\n" +
+	"\n" +
+	"agent_type\x18\x01 \x01(\tR\tagentType\x12#\n" +
+	"\roriginal_code\x18\x02 \x01(\tR\foriginalCode\x12@\n" +
+	"\x0foutput_analysis\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\x122\n" +
+	"\bfeedback\x18\x04 \x03(\v2\x16.nova.v1.FieldFeedbackR\bfeedback\x125\n" +
+	"\ftest_context\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\vtestContext\x122\n" +
+	"\battempts\x18\x06 \x03(\v2\x16.nova.v1.RefineAttemptR\battempts\"\x9a\x02\n" +
+	"\rFieldFeedback\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
+	"\x05issue\x18\x02 \x01(\tR\x05issue\x127\n" +
+	"\rcorrect_value\x18\x03 \x01(\v2\x12.nova.v1.JSONValueR\fcorrectValue\x12)\n" +
+	"\x10correct_selector\x18\x04 \x01(\tR\x0fcorrectSelector\x12-\n" +
+	"\x12correct_expression\x18\x05 \x01(\tR\x11correctExpression\x12\x14\n" +
+	"\x05notes\x18\x06 \x01(\tR\x05notes\x124\n" +
+	"\bexamples\x18\a \x03(\v2\x18.nova.v1.FeedbackExampleR\bexamples\"x\n" +
+	"\x0fFeedbackExample\x12(\n" +
+	"\x05input\x18\x01 \x01(\v2\x12.nova.v1.JSONValueR\x05input\x12;\n" +
+	"\x0fexpected_output\x18\x02 \x01(\v2\x12.nova.v1.JSONValueR\x0eexpectedOutput\"\xcf\x01\n" +
+	"\rRefineAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1a\n" +
+	"\bresolved\x18\x04 \x03(\tR\bresolved\x12\x1c\n" +
+	"\tremaining\x18\x05 \x03(\tR\tremaining\x12@\n" +
+	"\x0foutput_analysis\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\"\xe3\x01\n" +
 	"\rCodeGenerated\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x12\n" +
@@ -1350,7 +1720,7 @@ func file_nova_v1_agents_proto_rawDescGZIP() []byte {
 	return file_nova_v1_agents_proto_rawDescData
 }
 
-var file_nova_v1_agents_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_nova_v1_agents_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_nova_v1_agents_proto_goTypes = []any{
 	(*StepRef)(nil),         // 0: nova.v1.StepRef
 	(*TaskSpec)(nil),        // 1: nova.v1.TaskSpec
@@ -1361,45 +1731,60 @@ var file_nova_v1_agents_proto_goTypes = []any{
 	(*InputAnalyzed)(nil),   // 6: nova.v1.InputAnalyzed
 	(*AttemptRecord)(nil),   // 7: nova.v1.AttemptRecord
 	(*GenerateCode)(nil),    // 8: nova.v1.GenerateCode
-	(*CodeGenerated)(nil),   // 9: nova.v1.CodeGenerated
-	(*ValidateCode)(nil),    // 10: nova.v1.ValidateCode
-	(*Finding)(nil),         // 11: nova.v1.Finding
-	(*CodeValidated)(nil),   // 12: nova.v1.CodeValidated
-	(*ValidateOutput)(nil),  // 13: nova.v1.ValidateOutput
-	(*OutputValidated)(nil), // 14: nova.v1.OutputValidated
-	(*JSONValue)(nil),       // 15: nova.v1.JSONValue
+	(*Refinement)(nil),      // 9: nova.v1.Refinement
+	(*FieldFeedback)(nil),   // 10: nova.v1.FieldFeedback
+	(*FeedbackExample)(nil), // 11: nova.v1.FeedbackExample
+	(*RefineAttempt)(nil),   // 12: nova.v1.RefineAttempt
+	(*CodeGenerated)(nil),   // 13: nova.v1.CodeGenerated
+	(*ValidateCode)(nil),    // 14: nova.v1.ValidateCode
+	(*Finding)(nil),         // 15: nova.v1.Finding
+	(*CodeValidated)(nil),   // 16: nova.v1.CodeValidated
+	(*ValidateOutput)(nil),  // 17: nova.v1.ValidateOutput
+	(*OutputValidated)(nil), // 18: nova.v1.OutputValidated
+	(*JSONValue)(nil),       // 19: nova.v1.JSONValue
+	(*structpb.Struct)(nil), // 20: google.protobuf.Struct
 }
 var file_nova_v1_agents_proto_depIdxs = []int32{
 	2,  // 0: nova.v1.AgentOutcome.model_calls:type_name -> nova.v1.ModelCall
 	0,  // 1: nova.v1.AnalyzeInput.ref:type_name -> nova.v1.StepRef
 	1,  // 2: nova.v1.AnalyzeInput.spec:type_name -> nova.v1.TaskSpec
-	15, // 3: nova.v1.AnalyzeInput.context:type_name -> nova.v1.JSONValue
+	19, // 3: nova.v1.AnalyzeInput.context:type_name -> nova.v1.JSONValue
 	0,  // 4: nova.v1.InputAnalyzed.ref:type_name -> nova.v1.StepRef
 	4,  // 5: nova.v1.InputAnalyzed.outcome:type_name -> nova.v1.AgentOutcome
 	0,  // 6: nova.v1.GenerateCode.ref:type_name -> nova.v1.StepRef
 	1,  // 7: nova.v1.GenerateCode.spec:type_name -> nova.v1.TaskSpec
-	15, // 8: nova.v1.GenerateCode.context:type_name -> nova.v1.JSONValue
-	15, // 9: nova.v1.GenerateCode.data_insights:type_name -> nova.v1.JSONValue
+	19, // 8: nova.v1.GenerateCode.context:type_name -> nova.v1.JSONValue
+	19, // 9: nova.v1.GenerateCode.data_insights:type_name -> nova.v1.JSONValue
 	7,  // 10: nova.v1.GenerateCode.history:type_name -> nova.v1.AttemptRecord
-	0,  // 11: nova.v1.CodeGenerated.ref:type_name -> nova.v1.StepRef
-	4,  // 12: nova.v1.CodeGenerated.outcome:type_name -> nova.v1.AgentOutcome
-	3,  // 13: nova.v1.CodeGenerated.tool_calls:type_name -> nova.v1.ToolCall
-	0,  // 14: nova.v1.ValidateCode.ref:type_name -> nova.v1.StepRef
-	1,  // 15: nova.v1.ValidateCode.spec:type_name -> nova.v1.TaskSpec
-	0,  // 16: nova.v1.CodeValidated.ref:type_name -> nova.v1.StepRef
-	4,  // 17: nova.v1.CodeValidated.outcome:type_name -> nova.v1.AgentOutcome
-	11, // 18: nova.v1.CodeValidated.findings:type_name -> nova.v1.Finding
-	0,  // 19: nova.v1.ValidateOutput.ref:type_name -> nova.v1.StepRef
-	1,  // 20: nova.v1.ValidateOutput.spec:type_name -> nova.v1.TaskSpec
-	15, // 21: nova.v1.ValidateOutput.context_before:type_name -> nova.v1.JSONValue
-	15, // 22: nova.v1.ValidateOutput.updates:type_name -> nova.v1.JSONValue
-	0,  // 23: nova.v1.OutputValidated.ref:type_name -> nova.v1.StepRef
-	4,  // 24: nova.v1.OutputValidated.outcome:type_name -> nova.v1.AgentOutcome
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	9,  // 11: nova.v1.GenerateCode.refinement:type_name -> nova.v1.Refinement
+	20, // 12: nova.v1.Refinement.output_analysis:type_name -> google.protobuf.Struct
+	10, // 13: nova.v1.Refinement.feedback:type_name -> nova.v1.FieldFeedback
+	19, // 14: nova.v1.Refinement.test_context:type_name -> nova.v1.JSONValue
+	12, // 15: nova.v1.Refinement.attempts:type_name -> nova.v1.RefineAttempt
+	19, // 16: nova.v1.FieldFeedback.correct_value:type_name -> nova.v1.JSONValue
+	11, // 17: nova.v1.FieldFeedback.examples:type_name -> nova.v1.FeedbackExample
+	19, // 18: nova.v1.FeedbackExample.input:type_name -> nova.v1.JSONValue
+	19, // 19: nova.v1.FeedbackExample.expected_output:type_name -> nova.v1.JSONValue
+	20, // 20: nova.v1.RefineAttempt.output_analysis:type_name -> google.protobuf.Struct
+	0,  // 21: nova.v1.CodeGenerated.ref:type_name -> nova.v1.StepRef
+	4,  // 22: nova.v1.CodeGenerated.outcome:type_name -> nova.v1.AgentOutcome
+	3,  // 23: nova.v1.CodeGenerated.tool_calls:type_name -> nova.v1.ToolCall
+	0,  // 24: nova.v1.ValidateCode.ref:type_name -> nova.v1.StepRef
+	1,  // 25: nova.v1.ValidateCode.spec:type_name -> nova.v1.TaskSpec
+	0,  // 26: nova.v1.CodeValidated.ref:type_name -> nova.v1.StepRef
+	4,  // 27: nova.v1.CodeValidated.outcome:type_name -> nova.v1.AgentOutcome
+	15, // 28: nova.v1.CodeValidated.findings:type_name -> nova.v1.Finding
+	0,  // 29: nova.v1.ValidateOutput.ref:type_name -> nova.v1.StepRef
+	1,  // 30: nova.v1.ValidateOutput.spec:type_name -> nova.v1.TaskSpec
+	19, // 31: nova.v1.ValidateOutput.context_before:type_name -> nova.v1.JSONValue
+	19, // 32: nova.v1.ValidateOutput.updates:type_name -> nova.v1.JSONValue
+	0,  // 33: nova.v1.OutputValidated.ref:type_name -> nova.v1.StepRef
+	4,  // 34: nova.v1.OutputValidated.outcome:type_name -> nova.v1.AgentOutcome
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_agents_proto_init() }
@@ -1414,7 +1799,7 @@ func file_nova_v1_agents_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_agents_proto_rawDesc), len(file_nova_v1_agents_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

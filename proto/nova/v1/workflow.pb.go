@@ -190,7 +190,10 @@ type Node struct {
 	Language string `protobuf:"bytes,8,opt,name=language,proto3" json:"language,omitempty"`
 	Network  bool   `protobuf:"varint,9,opt,name=network,proto3" json:"network,omitempty"`
 	// With network: hosts this node may reach, added to the workflow's.
-	AllowHosts    []string `protobuf:"bytes,10,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowHosts []string `protobuf:"bytes,10,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	// What the node does, for people. A node pinned from an AI node keeps its
+	// former prompt here.
+	Description   string `protobuf:"bytes,11,opt,name=description,proto3" json:"description,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +298,13 @@ func (x *Node) GetAllowHosts() []string {
 	return nil
 }
 
+func (x *Node) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -369,7 +379,7 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x05edges\x18\x05 \x03(\v2\r.nova.v1.EdgeR\x05edges\x12\x18\n" +
 	"\anetwork\x18\x06 \x01(\bR\anetwork\x12\x1f\n" +
 	"\vallow_hosts\x18\a \x03(\tR\n" +
-	"allowHosts\"\x9e\x02\n" +
+	"allowHosts\"\xc0\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -383,7 +393,8 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\anetwork\x18\t \x01(\bR\anetwork\x12\x1f\n" +
 	"\vallow_hosts\x18\n" +
 	" \x03(\tR\n" +
-	"allowHosts\"H\n" +
+	"allowHosts\x12 \n" +
+	"\vdescription\x18\v \x01(\tR\vdescription\"H\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +

@@ -4,6 +4,10 @@
 // The model may read the sandbox runtime's documentation through the tool
 // search_documentation. Prompts never carry secrets or large values: the
 // context is described (keys, types, sizes, short samples), never sent.
+//
+// The REFINE stage (seed 004's field-feedback loop, for the gateway's
+// POST /v1/refine) improves code that already ran, in Python or
+// JavaScript, from feedback on the fields of its output; see refineprompt.go.
 package generator
 
 import (
@@ -132,42 +136,71 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 		return res
 	}
 	spec := cmd.GetSpec()
-	if strings.TrimSpace(spec.GetTask()) == "" {
-		return fail("the node has no task (prompt) to write code for"), nil
-	}
-	switch strings.ToLower(spec.GetLanguage()) {
-	case "", "python", "python3":
-	default:
-		return fail(fmt.Sprintf("the code generator writes Python; language %q is not supported", spec.GetLanguage())), nil
+	stage := requestedStage(cmd)
+	language := LanguagePython
+	var system, user string
+	var secrets []string
+	offerDocs := true
+	if stage == StageRefine {
+		r := cmd.GetRefinement()
+		switch strings.ToLower(spec.GetLanguage()) {
+		case "", "python", "python3":
+		case LanguageJavaScript, "js":
+			language, offerDocs = LanguageJavaScript, false // the documentation is the Python runtime's
+		default:
+			return fail(fmt.Sprintf("the code generator refines Python or JavaScript; language %q is not supported", spec.GetLanguage())), nil
+		}
+		if strings.TrimSpace(r.GetOriginalCode()) == "" || len(r.GetFeedback()) == 0 {
+			return fail("a refinement needs the original code and feedback on at least one field"), nil
+		}
+		in := refineInput{cmd: cmd, language: language, context: jsonvalue.Map(r.GetTestContext()), docs: offerDocs}
+		if offerDocs {
+			in.libraries = g.docs.libraries(ctx)
+		}
+		in.secrets = redact.SecretValues(map[string]any{"context": in.context})
+		secrets = in.secrets
+		system, user = buildRefinePrompt(in)
+	} else {
+		if strings.TrimSpace(spec.GetTask()) == "" {
+			return fail("the node has no task (prompt) to write code for"), nil
+		}
+		switch strings.ToLower(spec.GetLanguage()) {
+		case "", "python", "python3":
+		default:
+			return fail(fmt.Sprintf("the code generator writes Python; language %q is not supported", spec.GetLanguage())), nil
+		}
+		in := promptInput{
+			cmd:       cmd,
+			context:   jsonvalue.Map(cmd.GetContext()),
+			insights:  jsonvalue.Map(cmd.GetDataInsights()),
+			libraries: g.docs.libraries(ctx),
+			docs:      true,
+		}
+		in.secrets = redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
+		secrets = in.secrets
+		system, user = buildPrompt(in)
 	}
 	model := spec.GetModel()
 	if model == "" {
 		model = g.defaultModel
 	}
-
-	in := promptInput{
-		cmd:       cmd,
-		context:   jsonvalue.Map(cmd.GetContext()),
-		insights:  jsonvalue.Map(cmd.GetDataInsights()),
-		libraries: g.docs.libraries(ctx),
-		docs:      true,
-	}
-	in.secrets = redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
-	system, user := buildPrompt(in)
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(system, in.secrets)},
-		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(user, in.secrets)},
+		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(system, secrets)},
+		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(user, secrets)},
 	}
-	stage := requestedStage(cmd)
 
 	// prompt_bytes counts every message the generator adds to the
 	// conversation once: its own prompts and the tool's answers.
-	tool := g.docs.tool()
-	search := tool.Handle
-	tool.Handle = func(ctx context.Context, args string) (string, error) {
-		answer, err := search(ctx, args)
-		res.PromptBytes += int64(len(answer))
-		return answer, err
+	var tools []llm.Tool
+	if offerDocs {
+		tool := g.docs.tool()
+		search := tool.Handle
+		tool.Handle = func(ctx context.Context, args string) (string, error) {
+			answer, err := search(ctx, args)
+			res.PromptBytes += int64(len(answer))
+			return answer, err
+		}
+		tools = append(tools, tool)
 	}
 	temperature := float32(0.2) // focused code; reasoning models ignore it
 	sent := 0
@@ -178,7 +211,7 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 		resp, err := g.llm.Chat(ctx, llm.Request{
 			Model:       model,
 			Messages:    msgs,
-			Tools:       []llm.Tool{tool},
+			Tools:       tools,
 			MaxTokens:   maxTokens(model),
 			Temperature: &temperature,
 		})
@@ -194,19 +227,23 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 			return fail(fmt.Sprintf("model %s failed: %v", model, err)), nil
 		}
 		answer = resp.Content
-		if res.Code = extractCode(answer); res.Code != "" {
+		if res.Code = extractCodeIn(answer, language); res.Code != "" {
 			break
 		}
 		if try == 2 {
-			return fail(fmt.Sprintf("model %s answered no Python code, also when asked again; last answer: %q",
-				model, shortenHead(strings.TrimSpace(answer), 300))), nil
+			return fail(fmt.Sprintf("model %s answered no %s code, also when asked again; last answer: %q",
+				model, languageName(language), shortenHead(strings.TrimSpace(answer), 300))), nil
 		}
 		g.log.WarnContext(ctx, "model answered no code, asking again", "model", model)
 		msgs = append(msgs,
 			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: answer},
-			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: correction(stage)})
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: correction(stage, language)})
 	}
-	res.Stage = detectStage(res.Code)
+	if stage == StageRefine {
+		res.Stage = StageRefine
+	} else {
+		res.Stage = detectStage(res.Code)
+	}
 	res.Outcome.DurationMs = ms(time.Since(start))
 
 	trace.SpanFromContext(ctx).SetAttributes(
@@ -223,9 +260,20 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 }
 
 // correction asks again after an answer without code.
-func correction(stage string) string {
+func correction(stage, language string) string {
+	if stage == StageRefine {
+		return fmt.Sprintf("Your answer contained no %s code. Answer again with ONLY the complete improved code, in one ```%s block.",
+			languageName(language), fence(language))
+	}
 	return "Your answer contained no Python code. Answer again with ONLY the Python code for the task, in one ```python block, " +
 		"starting with the line `" + StageMarker(stage) + "`."
+}
+
+func languageName(language string) string {
+	if language == LanguageJavaScript {
+		return "JavaScript"
+	}
+	return "Python"
 }
 
 // maxTokens bounds an answer; reasoning models spend part of it thinking.

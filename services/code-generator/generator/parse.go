@@ -54,6 +54,55 @@ func extractCode(answer string) string {
 	return ""
 }
 
+// extractCodeIn is extractCode for code in language: for JavaScript the
+// first fenced block tagged JavaScript (or untagged), else the whole answer
+// when it reads as JavaScript.
+func extractCodeIn(answer, language string) string {
+	if language != LanguageJavaScript {
+		return extractCode(answer)
+	}
+	var untagged string
+	for _, m := range fenceRE.FindAllStringSubmatch(answer, -1) {
+		lang, body := strings.ToLower(m[1]), m[2]
+		switch lang {
+		case "javascript", "js", "node", "nodejs", "mjs", "cjs":
+			if hasJSCode(body) {
+				return tidy(body)
+			}
+		case "":
+			if untagged == "" && hasJSCode(body) {
+				untagged = body
+			}
+		}
+	}
+	if untagged != "" {
+		return tidy(untagged)
+	}
+	if strings.Contains(answer, "```") {
+		return ""
+	}
+	for _, line := range strings.Split(answer, "\n") {
+		if jsLine.MatchString(line) {
+			return tidy(answer)
+		}
+	}
+	return ""
+}
+
+// jsLine is a line that reads as a JavaScript statement.
+var jsLine = regexp.MustCompile(`^\s*(module\.exports\b|exports\.|export\s|import\s|const\s|let\s|var\s|function\b|async\s|return\b|await\s|if\s*\(|for\s*\(|while\s*\(|try\s*\{|throw\s|console\.|[A-Za-z_$][\w$.]*\s*=[^=])`)
+
+// hasJSCode reports a line that is neither blank nor a comment.
+func hasJSCode(s string) bool {
+	for _, line := range strings.Split(s, "\n") {
+		t := strings.TrimSpace(line)
+		if t != "" && !strings.HasPrefix(t, "//") && !strings.HasPrefix(t, "/*") && !strings.HasPrefix(t, "*") {
+			return true
+		}
+	}
+	return false
+}
+
 // detectStage reads the stage marker; code without one is task code.
 func detectStage(code string) string {
 	if m := stageRE.FindStringSubmatch(code); m != nil {

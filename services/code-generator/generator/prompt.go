@@ -217,10 +217,14 @@ func summaryText(m map[string]any, opts contextsummary.Options, limit int) strin
 	return b.String()
 }
 
-// requestedStage is the stage the engine asked for, TASK unless ANALYSIS.
+// requestedStage is the stage the command asks for, TASK unless ANALYSIS
+// or REFINE.
 func requestedStage(cmd *novav1.GenerateCode) string {
-	if strings.EqualFold(cmd.GetStage(), StageAnalysis) {
+	switch {
+	case strings.EqualFold(cmd.GetStage(), StageAnalysis):
 		return StageAnalysis
+	case strings.EqualFold(cmd.GetStage(), StageRefine):
+		return StageRefine
 	}
 	return StageTask
 }

@@ -222,6 +222,9 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/workflows", ScopeAdmin, d.Limits.Timeout, g.registerWorkflow)
 	g.handle("GET /v1/workflows", ScopeExecutionsRead, d.Limits.Timeout, g.listWorkflows)
 	g.handle("GET /v1/workflows/{name}", ScopeExecutionsRead, d.Limits.Timeout, g.getWorkflow)
+	g.handle("POST /v1/workflows/{name}/nodes/{id}/code", ScopeAdmin, d.Limits.Timeout, g.saveNodeCode)
+	// A refinement streams its attempts, each a model call and a run.
+	g.handle("POST /v1/refine", ScopeRefine, d.Limits.StreamTimeout, g.refine)
 	return g, nil
 }
 

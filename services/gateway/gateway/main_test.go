@@ -25,11 +25,14 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/llm"
+	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/sandbox/jsrunner"
@@ -38,8 +41,9 @@ import (
 )
 
 // h is the running system every test uses: the embedded NATS and FerretDB,
-// the graph engine, the sandbox and the audit service in this process, and
-// a gateway serving on a loopback port. Tests run one after another: some
+// the graph engine, the sandbox, the audit service and the code generator
+// (answered by the scripted model server) in this process, and a gateway
+// serving on a loopback port. Tests run one after another: some
 // stop the audit service or count messages on a stream.
 var h *harness
 
@@ -52,6 +56,13 @@ type harness struct {
 	logs   *syncBuffer
 	log    *slog.Logger
 	spans  *tracetest.SpanRecorder
+	// model is the scripted OpenAI-compatible server the code generator
+	// calls; a test sets its rules (SetRules) and reads its requests.
+	model     *scripted.Server
+	stopModel func() error
+	modelHTTP *http.Transport
+	// engineConfig configures the graph engine when it (re)starts.
+	engineConfig engine.Config
 
 	// url is the gateway with the default limits and the keys below.
 	url  string
@@ -126,7 +137,16 @@ func (h *harness) start() error {
 	if h.store, err = store.Open(ctx, infra.MongoURI, "nova"); err != nil {
 		return err
 	}
-	for _, name := range []string{"audit", "sandbox", "graph-engine"} {
+	// A request no rule answers is a 400, which the client does not retry.
+	if h.model, err = scripted.New(scripted.Rules{}, scripted.WithFallback(scripted.Response{Status: 400,
+		Error: &scripted.ErrorSpec{Message: "gateway test: no scripted rule matches this request", Type: "invalid_request_error"}})); err != nil {
+		return err
+	}
+	if _, h.stopModel, err = h.model.Start(context.Background(), ""); err != nil {
+		return err
+	}
+	h.modelHTTP = &http.Transport{}
+	for _, name := range []string{"audit", "sandbox", "graph-engine", "code-generator"} {
 		if err := h.startModule(ctx, name); err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
@@ -197,7 +217,7 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 			closeAll()
 			return err
 		}
-		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log})
+		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, Config: h.engineConfig})
 		if err != nil {
 			closeAll()
 			return err
@@ -231,6 +251,15 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: 2, Replicas: 1,
 			RuntimeCacheDir: filepath.Join(h.dir, "runtime-cache")}
 		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
+	case "code-generator":
+		client, err := llm.New(llm.Config{APIKey: "sk-test", BaseURL: h.model.BaseURL(), Agent: bus.AgentCodeGenerator,
+			MaxRetries: 1, Logger: log, HTTPClient: &http.Client{Transport: h.modelHTTP}})
+		if err != nil {
+			closeAll()
+			return err
+		}
+		deps := generator.Deps{Bus: b, LLM: client, Logger: log, Workers: 2}
+		run = func(ctx context.Context) error { return generator.Run(ctx, deps) }
 	case "audit":
 		err := b.EnsureStreams(ctx)
 		if err == nil {
@@ -283,13 +312,17 @@ func (h *harness) stop() error {
 		errs = append(errs, srv.Shutdown(ctx))
 		cancel()
 	}
-	for _, name := range []string{"graph-engine", "sandbox", "audit"} {
+	for _, name := range []string{"code-generator", "graph-engine", "sandbox", "audit"} {
 		h.mu.Lock()
 		_, running := h.modules[name]
 		h.mu.Unlock()
 		if running {
 			errs = append(errs, h.stopModule(name))
 		}
+	}
+	if h.stopModel != nil {
+		errs = append(errs, h.stopModel())
+		h.modelHTTP.CloseIdleConnections()
 	}
 	if h.bus != nil {
 		h.bus.Close()

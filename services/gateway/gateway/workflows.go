@@ -72,7 +72,6 @@ var yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml", 
 // `nova register` publishes, and answered 201 once the engine has stored
 // it, so that a start by name that follows finds it.
 func (g *Gateway) registerWorkflow(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
 	if p := checkQuery(r); p != nil {
 		return p
 	}
@@ -84,36 +83,51 @@ func (g *Gateway) registerWorkflow(w http.ResponseWriter, r *http.Request) error
 	if p != nil {
 		return p
 	}
+	entry, err := g.register(r, def)
+	if err != nil {
+		return err
+	}
+	s := summarize(entry, def)
+	w.Header().Set("Location", s.Links.Self)
+	writeJSON(w, http.StatusCreated, s)
+	return nil
+}
+
+// register registers def with the engine by the register command `nova
+// register` publishes, and returns the registry's entry once the engine
+// has stored it, so that a start by name that follows finds it.
+func (g *Gateway) register(r *http.Request, def *novav1.WorkflowDefinition) (jetstream.KeyValueEntry, error) {
+	ctx := r.Context()
 	kv, err := g.bucket(ctx, engine.BucketWorkflows)
 	if err != nil {
-		return g.unavailable(r, "the workflow registry cannot be read; is the graph engine running?", err)
+		return nil, g.unavailable(r, "the workflow registry cannot be read; is the graph engine running?", err)
 	}
 	// Both watches begin before the command is published, so that neither
 	// the engine's write nor its refusal is missed.
 	stored, err := kv.Watch(ctx, def.Name, jetstream.UpdatesOnly())
 	if err != nil {
-		return g.unavailable(r, "the workflow registry cannot be watched", err)
+		return nil, g.unavailable(r, "the workflow registry cannot be watched", err)
 	}
 	defer func() { _ = stored.Stop() }()
 	eventID := "register-" + uuid.NewString()
 	refused, stop, err := g.watchRefusal(ctx, eventID)
 	if err != nil {
-		return g.unavailable(r, "the graph engine's refusals cannot be watched", err)
+		return nil, g.unavailable(r, "the graph engine's refusals cannot be watched", err)
 	}
 	defer stop()
 	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowRegister,
 		&novav1.RegisterWorkflow{Definition: def}, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		return g.unavailable(r, "the register command was not acknowledged by the bus; try again", err)
+		return nil, g.unavailable(r, "the register command was not acknowledged by the bus; try again", err)
 	}
 	for {
 		select {
 		case entry, ok := <-stored.Updates():
 			if !ok {
-				return g.unavailable(r, "the workflow registry cannot be watched", errors.New("KV watch ended"))
+				return nil, g.unavailable(r, "the workflow registry cannot be watched", errors.New("KV watch ended"))
 			}
 			if entry == nil || entry.Operation() != jetstream.KeyValuePut {
 				continue
@@ -122,20 +136,17 @@ func (g *Gateway) registerWorkflow(w http.ResponseWriter, r *http.Request) error
 			if proto.Unmarshal(entry.Value(), &got) != nil || !proto.Equal(&got, def) {
 				continue // another registration of the name
 			}
-			s := summarize(entry, &got)
-			w.Header().Set("Location", s.Links.Self)
-			writeJSON(w, http.StatusCreated, s)
-			return nil
+			return entry, nil
 		case dl := <-refused:
-			return newProblem(http.StatusUnprocessableEntity, TypeInvalidWorkflow,
+			return nil, newProblem(http.StatusUnprocessableEntity, TypeInvalidWorkflow,
 				fmt.Sprintf("the graph engine refused workflow %q: %s", def.Name, dl.GetReason()))
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return newProblem(http.StatusGatewayTimeout, TypeTimeout, fmt.Sprintf(
+				return nil, newProblem(http.StatusGatewayTimeout, TypeTimeout, fmt.Sprintf(
 					"the register command for workflow %q is on the bus, but the graph engine has not stored it in time; "+
 						"it will once it takes the command up (GET /v1/workflows/%s shows when)", def.Name, def.Name))
 			}
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
