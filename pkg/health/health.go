@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ type Check struct {
 type Server struct {
 	srv *http.Server
 	ln  net.Listener
+	mux *http.ServeMux
 }
 
 // Listen binds addr (":0" picks a free port) and prepares the handlers.
@@ -57,7 +59,21 @@ func Listen(addr string, reg *prometheus.Registry, checks ...Check) (*Server, er
 	if reg != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	}
-	return &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}, nil
+	return &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, mux: mux}, nil
+}
+
+// ServePprof adds Go's profiles (net/http/pprof) under /debug/pprof/. Call
+// it before Run. Profiles show the process's internals: enable them only
+// where the port is private (NOVA_PPROF, off by default).
+func (s *Server) ServePprof() { HandlePprof(s.mux) }
+
+// HandlePprof registers Go's profiles under /debug/pprof/ on mux.
+func HandlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // Addr is the bound address.

@@ -44,6 +44,8 @@ type Common struct {
 	OTLPEndpoint    string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
 	LogLevel        string `env:"LOG_LEVEL" default:"info"`
 	LogFormat       string `env:"LOG_FORMAT" default:"json"`
+	// Pprof serves Go's profiles on the health port (/debug/pprof/).
+	Pprof bool `env:"NOVA_PPROF"`
 }
 
 // NATSOptions turns the credentials in the config into connection options.
@@ -173,6 +175,10 @@ func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Cont
 		return err
 	}
 	log.Info("serving health and metrics", "addr", hs.Addr())
+	if c.Pprof {
+		hs.ServePprof()
+		log.Warn("serving Go's profiles on the health port (/debug/pprof/); keep the port private", "addr", hs.Addr())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return hs.Run(gctx) })

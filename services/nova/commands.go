@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/health"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
@@ -135,6 +138,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rules := fs.String("llm-rules", "", rulesHelp)
 	cluster := fs.Int("cluster", 0, "run `N` (3 or more) clustered NATS servers on ports nats-port, +1, ... with 3 replicas of every stream, instead of one server")
 	gatewayAddr := fs.String("gateway-addr", stack.DefaultGatewayAddr, "`address` of the HTTP API (port 0 picks a free one; \"off\" runs no gateway)")
+	pprofAddr := fs.String("pprof", "", "serve Go's profiles of nova dev (net/http/pprof) at `address`, e.g. 127.0.0.1:6060")
 	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without API keys (local development only: anyone who reaches the port may do anything)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return exitInvalid
@@ -166,6 +170,16 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitFailed
+	}
+	if *pprofAddr != "" {
+		stopPprof, err := servePprof(ctx, *pprofAddr)
+		if err != nil {
+			_ = s.Close()
+			fmt.Fprintf(stderr, "nova dev: --pprof: %v\n", err)
+			return exitInvalid
+		}
+		defer stopPprof()
+		fmt.Fprintf(stdout, "  Go profiles http://%s/debug/pprof/\n", *pprofAddr)
 	}
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
 	if u := s.GatewayURL(); u != "" {
@@ -202,6 +216,25 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// servePprof serves Go's profiles at addr until stop is called.
+func servePprof(ctx context.Context, addr string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	health.HandlePprof(mux)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}, nil
 }
 
 // gatewayKeysEnv names the keys file nova dev's gateway accepts instead of

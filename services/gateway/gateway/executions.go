@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -345,6 +346,9 @@ func (g *Gateway) checkRegistered(r *http.Request, name string) *Problem {
 	notRegistered := newProblem(http.StatusUnprocessableEntity, TypeUnknownWorkflow,
 		fmt.Sprintf("workflow %q is not registered", name),
 		FieldError{Field: "workflow", Detail: "no workflow of this name is registered"})
+	if g.registered.seen(name) {
+		return nil
+	}
 	kv, err := g.bucket(r.Context(), engine.BucketWorkflows)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return notRegistered
@@ -359,7 +363,35 @@ func (g *Gateway) checkRegistered(r *http.Request, name string) *Problem {
 	case err != nil:
 		return g.unavailable(r, "registered workflows cannot be read", err)
 	}
+	g.registered.add(name)
 	return nil
+}
+
+// registeredNames remembers for a few seconds the workflows found
+// registered, so that a stream of starts of one workflow costs one lookup
+// of the registry, not one each. A workflow unregistered in that time
+// still fails at the engine, with a clear error.
+type registeredNames struct {
+	mu    sync.Mutex
+	found map[string]time.Time
+}
+
+const registeredTTL = 5 * time.Second
+
+func (r *registeredNames) seen(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.found[name]
+	return ok && time.Since(t) < registeredTTL
+}
+
+func (r *registeredNames) add(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.found == nil || len(r.found) > 10000 {
+		r.found = map[string]time.Time{}
+	}
+	r.found[name] = time.Now()
 }
 
 // bucket opens one of the engine's KV buckets, once.

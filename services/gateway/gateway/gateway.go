@@ -136,10 +136,11 @@ type Gateway struct {
 	prop     propagation.TextMapPropagator
 	duration metric.Float64Histogram
 
-	rates   *rateLimits
-	streams *streamSlots
-	routes  []string
-	openapi []byte
+	rates      *rateLimits
+	streams    *streamSlots
+	registered registeredNames
+	routes     []string
+	openapi    []byte
 
 	corsOrigins []string
 
@@ -305,7 +306,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if info.key != "" {
 			attrs = append(attrs, "key", info.key)
 		}
-		g.log.InfoContext(ctx, "request", attrs...)
+		// Metrics and spans count every request; the log keeps those that
+		// failed (all of them at LOG_LEVEL=debug), so a busy gateway does
+		// not spend a write per request on it.
+		level := slog.LevelDebug
+		switch {
+		case status >= 500:
+			level = slog.LevelWarn
+		case status >= 400:
+			level = slog.LevelInfo
+		}
+		g.log.Log(ctx, level, "request", attrs...)
 	}()
 
 	if g.cors(rw, r) {
