@@ -20,8 +20,8 @@ import (
 // Field names accepted in a definition. "description" is documentation only and
 // is dropped; "executor" exists for definitions written for the original NOVA.
 var (
-	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "nodes", "edges"}
-	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts"}
+	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "nodes", "edges"}
+	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate"}
 	edgeFields     = []string{"from", "to", "condition"}
 )
 
@@ -110,6 +110,8 @@ func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
 	def.TimeoutSeconds = p.seconds(w, m, "timeout")
 	def.Network = p.boolean(w, m, "network")
 	def.AllowHosts = p.hosts(w, m, "allow_hosts")
+	def.Cache = p.optBoolean(w, m, "cache")
+	def.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
 	for i, raw := range p.list(w, m, "nodes") {
 		if n := p.node(i, raw); n != nil {
 			def.Nodes = append(def.Nodes, n)
@@ -156,6 +158,8 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.Language = strings.ToLower(strings.TrimSpace(p.str(w, m, "language")))
 	n.Network = p.boolean(w, m, "network")
 	n.AllowHosts = p.hosts(w, m, "allow_hosts")
+	n.Cache = p.optBoolean(w, m, "cache")
+	n.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
 
 	switch exec := strings.ToLower(strings.TrimSpace(p.str(w, m, "executor"))); exec {
 	case "", "e2b":
@@ -233,6 +237,15 @@ func (p *parser) boolean(w where, m map[string]any, key string) bool {
 		p.addf(w, key, "must be true or false, got %s", kindOf(v))
 	}
 	return b
+}
+
+// optBoolean is boolean for a setting whose absence means "inherit".
+func (p *parser) optBoolean(w where, m map[string]any, key string) *bool {
+	if v, ok := m[key]; !ok || v == nil {
+		return nil
+	}
+	b := p.boolean(w, m, key)
+	return &b
 }
 
 func (p *parser) list(w where, m map[string]any, key string) []any {

@@ -55,6 +55,9 @@ func (v *validator) workflow() {
 	if t := v.def.GetTimeoutSeconds(); !(t >= 0) { // also catches NaN
 		v.add("", "timeout", "must not be negative, got %g", t)
 	}
+	if !validCacheValidate(v.def.GetCacheValidate()) {
+		v.add("", "cache_validate", "must be rules or model, got %q", v.def.GetCacheValidate())
+	}
 	if len(v.def.GetNodes()) == 0 {
 		v.add("", "nodes", "at least one node is required: a start node, the work, and an end node")
 	}
@@ -130,6 +133,9 @@ func (v *validator) node(n *novav1.Node) {
 	case "", "python", "javascript":
 	default:
 		v.add(id, "language", "must be python or javascript, got %q", n.GetLanguage())
+	}
+	if !validCacheValidate(n.GetCacheValidate()) {
+		v.add(id, "cache_validate", "must be rules or model, got %q", n.GetCacheValidate())
 	}
 }
 

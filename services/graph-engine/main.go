@@ -21,6 +21,9 @@ type config struct {
 	AllowPrompt     bool          `env:"NOVA_ALLOW_PROMPT" default:"true"`
 	MaxAttempts     int           `env:"NOVA_MAX_ATTEMPTS" default:"3"`
 	AnalysisTimeout time.Duration `env:"NOVA_ANALYSIS_TIMEOUT" default:"15s"`
+	// The generated-code cache's entries live this long, within this cap.
+	CodeCacheTTL      time.Duration `env:"NOVA_CODECACHE_TTL" default:"720h"`
+	CodeCacheMaxBytes int64         `env:"NOVA_CODECACHE_MAX_BYTES" default:"268435456"`
 }
 
 func main() {
@@ -35,6 +38,7 @@ func main() {
 			Values:         values,
 			Logger:         env.Logger,
 			TracerProvider: env.Telemetry.TracerProvider,
+			MeterProvider:  env.Telemetry.MeterProvider,
 			Config: engine.Config{
 				DefaultNodeTimeout: cfg.NodeTimeout,
 				Workers:            cfg.Workers,
@@ -42,6 +46,8 @@ func main() {
 				AllowPrompt:        cfg.AllowPrompt,
 				MaxAttempts:        cfg.MaxAttempts,
 				AnalysisTimeout:    cfg.AnalysisTimeout,
+				CodeCacheTTL:       cfg.CodeCacheTTL,
+				CodeCacheMaxBytes:  cfg.CodeCacheMaxBytes,
 			},
 		})
 	}))

@@ -1397,10 +1397,13 @@ type ValidateOutput struct {
 	Spec          *TaskSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	ContextBefore *JSONValue             `protobuf:"bytes,8,opt,name=context_before,json=contextBefore,proto3" json:"context_before,omitempty"`
 	// The code's updates and deleted keys.
-	Updates       *JSONValue `protobuf:"bytes,9,opt,name=updates,proto3" json:"updates,omitempty"`
-	DeletedKeys   []string   `protobuf:"bytes,5,rep,name=deleted_keys,json=deletedKeys,proto3" json:"deleted_keys,omitempty"`
-	Code          string     `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
-	Stdout        string     `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Updates     *JSONValue `protobuf:"bytes,9,opt,name=updates,proto3" json:"updates,omitempty"`
+	DeletedKeys []string   `protobuf:"bytes,5,rep,name=deleted_keys,json=deletedKeys,proto3" json:"deleted_keys,omitempty"`
+	Code        string     `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
+	Stdout      string     `protobuf:"bytes,7,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// Only the deterministic checks: the code came from the code cache and
+	// was accepted before, so no model is consulted.
+	RulesOnly     bool `protobuf:"varint,10,opt,name=rules_only,json=rulesOnly,proto3" json:"rules_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1482,6 +1485,13 @@ func (x *ValidateOutput) GetStdout() string {
 		return x.Stdout
 	}
 	return ""
+}
+
+func (x *ValidateOutput) GetRulesOnly() bool {
+	if x != nil {
+		return x.RulesOnly
+	}
+	return false
 }
 
 // OutputValidated: type io.nova.agent.output.validated.v1.
@@ -1691,7 +1701,7 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x14\n" +
 	"\x05valid\x18\x03 \x01(\bR\x05valid\x12,\n" +
-	"\bfindings\x18\x04 \x03(\v2\x10.nova.v1.FindingR\bfindings\"\x9f\x02\n" +
+	"\bfindings\x18\x04 \x03(\v2\x10.nova.v1.FindingR\bfindings\"\xbe\x02\n" +
 	"\x0eValidateOutput\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
 	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x129\n" +
@@ -1699,7 +1709,10 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\aupdates\x18\t \x01(\v2\x12.nova.v1.JSONValueR\aupdates\x12!\n" +
 	"\fdeleted_keys\x18\x05 \x03(\tR\vdeletedKeys\x12\x12\n" +
 	"\x04code\x18\x06 \x01(\tR\x04code\x12\x16\n" +
-	"\x06stdout\x18\a \x01(\tR\x06stdoutJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05\"\xe2\x01\n" +
+	"\x06stdout\x18\a \x01(\tR\x06stdout\x12\x1d\n" +
+	"\n" +
+	"rules_only\x18\n" +
+	" \x01(\bR\trulesOnlyJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05\"\xe2\x01\n" +
 	"\x0fOutputValidated\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x14\n" +

@@ -215,11 +215,24 @@ type AIRun struct {
 	AnalysisError string           `protobuf:"bytes,11,opt,name=analysis_error,json=analysisError,proto3" json:"analysis_error,omitempty"`
 	Steps         []*AIStep        `protobuf:"bytes,12,rep,name=steps,proto3" json:"steps,omitempty"`
 	// The task run waiting for output validation.
-	Execution     *CodeExecuted `protobuf:"bytes,13,opt,name=execution,proto3" json:"execution,omitempty"`
-	StagesUsed    int32         `protobuf:"varint,14,opt,name=stages_used,json=stagesUsed,proto3" json:"stages_used,omitempty"`
-	ToolCalls     []*ToolCall   `protobuf:"bytes,15,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Execution  *CodeExecuted `protobuf:"bytes,13,opt,name=execution,proto3" json:"execution,omitempty"`
+	StagesUsed int32         `protobuf:"varint,14,opt,name=stages_used,json=stagesUsed,proto3" json:"stages_used,omitempty"`
+	ToolCalls  []*ToolCall   `protobuf:"bytes,15,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The code cache key of this node visit; empty when the cache is off for
+	// the node or the runtime is unknown.
+	CacheKey string `protobuf:"bytes,17,opt,name=cache_key,json=cacheKey,proto3" json:"cache_key,omitempty"`
+	// The task code came from the cache (and has not failed).
+	CacheHit bool `protobuf:"varint,18,opt,name=cache_hit,json=cacheHit,proto3" json:"cache_hit,omitempty"`
+	// A cached code failed and was evicted; the pipeline took over.
+	CacheEvicted bool `protobuf:"varint,19,opt,name=cache_evicted,json=cacheEvicted,proto3" json:"cache_evicted,omitempty"`
+	// What the cached entry's producing run spent, saved by the hit.
+	CachedFromExecution string  `protobuf:"bytes,20,opt,name=cached_from_execution,json=cachedFromExecution,proto3" json:"cached_from_execution,omitempty"`
+	CachedFromNode      string  `protobuf:"bytes,21,opt,name=cached_from_node,json=cachedFromNode,proto3" json:"cached_from_node,omitempty"`
+	SavedTokens         int64   `protobuf:"varint,22,opt,name=saved_tokens,json=savedTokens,proto3" json:"saved_tokens,omitempty"`
+	SavedCostUsd        float64 `protobuf:"fixed64,23,opt,name=saved_cost_usd,json=savedCostUsd,proto3" json:"saved_cost_usd,omitempty"`
+	SavedModelCalls     int32   `protobuf:"varint,24,opt,name=saved_model_calls,json=savedModelCalls,proto3" json:"saved_model_calls,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *AIRun) Reset() {
@@ -355,6 +368,62 @@ func (x *AIRun) GetToolCalls() []*ToolCall {
 		return x.ToolCalls
 	}
 	return nil
+}
+
+func (x *AIRun) GetCacheKey() string {
+	if x != nil {
+		return x.CacheKey
+	}
+	return ""
+}
+
+func (x *AIRun) GetCacheHit() bool {
+	if x != nil {
+		return x.CacheHit
+	}
+	return false
+}
+
+func (x *AIRun) GetCacheEvicted() bool {
+	if x != nil {
+		return x.CacheEvicted
+	}
+	return false
+}
+
+func (x *AIRun) GetCachedFromExecution() string {
+	if x != nil {
+		return x.CachedFromExecution
+	}
+	return ""
+}
+
+func (x *AIRun) GetCachedFromNode() string {
+	if x != nil {
+		return x.CachedFromNode
+	}
+	return ""
+}
+
+func (x *AIRun) GetSavedTokens() int64 {
+	if x != nil {
+		return x.SavedTokens
+	}
+	return 0
+}
+
+func (x *AIRun) GetSavedCostUsd() float64 {
+	if x != nil {
+		return x.SavedCostUsd
+	}
+	return 0
+}
+
+func (x *AIRun) GetSavedModelCalls() int32 {
+	if x != nil {
+		return x.SavedModelCalls
+	}
+	return 0
 }
 
 // AIStep is what the engine keeps of one agent step for ai_metadata.
@@ -556,7 +625,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xc3\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xf5\x06\n" +
 	"\x05AIRun\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
@@ -576,7 +645,15 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vstages_used\x18\x0e \x01(\x05R\n" +
 	"stagesUsed\x120\n" +
 	"\n" +
-	"tool_calls\x18\x0f \x03(\v2\x11.nova.v1.ToolCallR\ttoolCallsJ\x04\b\x06\x10\a\"\xfa\x01\n" +
+	"tool_calls\x18\x0f \x03(\v2\x11.nova.v1.ToolCallR\ttoolCalls\x12\x1b\n" +
+	"\tcache_key\x18\x11 \x01(\tR\bcacheKey\x12\x1b\n" +
+	"\tcache_hit\x18\x12 \x01(\bR\bcacheHit\x12#\n" +
+	"\rcache_evicted\x18\x13 \x01(\bR\fcacheEvicted\x122\n" +
+	"\x15cached_from_execution\x18\x14 \x01(\tR\x13cachedFromExecution\x12(\n" +
+	"\x10cached_from_node\x18\x15 \x01(\tR\x0ecachedFromNode\x12!\n" +
+	"\fsaved_tokens\x18\x16 \x01(\x03R\vsavedTokens\x12$\n" +
+	"\x0esaved_cost_usd\x18\x17 \x01(\x01R\fsavedCostUsd\x12*\n" +
+	"\x11saved_model_calls\x18\x18 \x01(\x05R\x0fsavedModelCallsJ\x04\b\x06\x10\a\"\xfa\x01\n" +
 	"\x06AIStep\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1b\n" +
 	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x18\n" +

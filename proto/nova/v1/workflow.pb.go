@@ -90,7 +90,13 @@ type WorkflowDefinition struct {
 	// Whether nodes may use the network by default.
 	Network bool `protobuf:"varint,6,opt,name=network,proto3" json:"network,omitempty"`
 	// Hosts every networked node may reach ("host" or "host:port").
-	AllowHosts    []string `protobuf:"bytes,7,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	AllowHosts []string `protobuf:"bytes,7,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	// Whether AI nodes reuse cached generated code (unset = yes); a node's own
+	// cache setting wins.
+	Cache *bool `protobuf:"varint,8,opt,name=cache,proto3,oneof" json:"cache,omitempty"`
+	// How a run of cached code has its output checked: "rules" (deterministic
+	// checks only; the default) or "model" (the output validator's model too).
+	CacheValidate string `protobuf:"bytes,9,opt,name=cache_validate,json=cacheValidate,proto3" json:"cache_validate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -174,6 +180,20 @@ func (x *WorkflowDefinition) GetAllowHosts() []string {
 	return nil
 }
 
+func (x *WorkflowDefinition) GetCache() bool {
+	if x != nil && x.Cache != nil {
+		return *x.Cache
+	}
+	return false
+}
+
+func (x *WorkflowDefinition) GetCacheValidate() string {
+	if x != nil {
+		return x.CacheValidate
+	}
+	return ""
+}
+
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -193,7 +213,11 @@ type Node struct {
 	AllowHosts []string `protobuf:"bytes,10,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	// What the node does, for people. A node pinned from an AI node keeps its
 	// former prompt here.
-	Description   string `protobuf:"bytes,11,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,11,opt,name=description,proto3" json:"description,omitempty"`
+	// Overrides the workflow's cache setting for this AI node.
+	Cache *bool `protobuf:"varint,12,opt,name=cache,proto3,oneof" json:"cache,omitempty"`
+	// Overrides the workflow's cache_validate for this AI node.
+	CacheValidate string `protobuf:"bytes,13,opt,name=cache_validate,json=cacheValidate,proto3" json:"cache_validate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +329,20 @@ func (x *Node) GetDescription() string {
 	return ""
 }
 
+func (x *Node) GetCache() bool {
+	if x != nil && x.Cache != nil {
+		return *x.Cache
+	}
+	return false
+}
+
+func (x *Node) GetCacheValidate() string {
+	if x != nil {
+		return x.CacheValidate
+	}
+	return ""
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -370,7 +408,7 @@ var File_nova_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xec\x01\n" +
+	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xb8\x02\n" +
 	"\x12WorkflowDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12'\n" +
@@ -379,7 +417,10 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x05edges\x18\x05 \x03(\v2\r.nova.v1.EdgeR\x05edges\x12\x18\n" +
 	"\anetwork\x18\x06 \x01(\bR\anetwork\x12\x1f\n" +
 	"\vallow_hosts\x18\a \x03(\tR\n" +
-	"allowHosts\"\xc0\x02\n" +
+	"allowHosts\x12\x19\n" +
+	"\x05cache\x18\b \x01(\bH\x00R\x05cache\x88\x01\x01\x12%\n" +
+	"\x0ecache_validate\x18\t \x01(\tR\rcacheValidateB\b\n" +
+	"\x06_cache\"\x8c\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -394,7 +435,10 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\vallow_hosts\x18\n" +
 	" \x03(\tR\n" +
 	"allowHosts\x12 \n" +
-	"\vdescription\x18\v \x01(\tR\vdescription\"H\n" +
+	"\vdescription\x18\v \x01(\tR\vdescription\x12\x19\n" +
+	"\x05cache\x18\f \x01(\bH\x00R\x05cache\x88\x01\x01\x12%\n" +
+	"\x0ecache_validate\x18\r \x01(\tR\rcacheValidateB\b\n" +
+	"\x06_cache\"H\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +
@@ -442,6 +486,8 @@ func file_nova_v1_workflow_proto_init() {
 	if File_nova_v1_workflow_proto != nil {
 		return
 	}
+	file_nova_v1_workflow_proto_msgTypes[0].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -12,7 +12,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -35,6 +37,9 @@ const (
 	phaseValidate         = "validate"
 	phaseExecute          = "execute"
 	phaseOutputValidate   = "output_validate"
+	// The engine's own steps around the code cache.
+	phaseCacheLookup = "cache_lookup"
+	phaseCacheEvict  = "cache_evict"
 
 	stageAnalysis = "ANALYSIS"
 	stageTask     = "TASK"
@@ -55,6 +60,8 @@ var stepNames = map[string][2]string{
 	phaseValidate:         {"code_validation", bus.AgentCodeValidator},
 	phaseExecute:          {"code_execution", bus.AgentSandbox},
 	phaseOutputValidate:   {"output_validation", bus.AgentOutputValidator},
+	phaseCacheLookup:      {"cache_lookup", bus.AgentGraphEngine},
+	phaseCacheEvict:       {"cache_eviction", bus.AgentGraphEngine},
 }
 
 func (t *transition) startAI(node *novav1.Node) {
@@ -64,7 +71,84 @@ func (t *transition) startAI(node *novav1.Node) {
 	}
 	t.st.Ai = &novav1.AIRun{Model: model}
 	t.nodeState(node.Id).Attempts = 0
+	if t.runCached(node) {
+		return
+	}
 	t.aiNext(node, phaseInputAnalysis)
+}
+
+// runCached looks the node's task up in the code cache and, on a hit, sends
+// the cached code to the code validator, skipping input analysis and
+// generation. The cache is used only for Python (the runtime with a
+// published fingerprint) and when the node or workflow does not opt out.
+func (t *transition) runCached(node *novav1.Node) bool {
+	if t.lookup == nil || t.runtime == "" || languageOf(node) != "python" || !workflow.CacheEnabled(t.st.Definition, node) {
+		return false
+	}
+	ai, spec := t.st.Ai, t.taskSpec(node)
+	ai.CacheKey = codecache.Key(codecache.Input{Task: spec.Task, NodeType: spec.NodeType, DecisionValues: spec.DecisionValues,
+		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Model: ai.Model, Language: spec.Language, Runtime: t.runtime})
+	entry := t.lookup(ai.CacheKey)
+	if entry == nil {
+		t.cacheFx.misses++
+		return false
+	}
+	t.cacheFx.hits++
+	ai.CacheHit, ai.CachedFromExecution, ai.CachedFromNode = true, entry.Execution, entry.Node
+	ai.SavedTokens, ai.SavedCostUsd, ai.SavedModelCalls = entry.Tokens, entry.CostUSD, entry.ModelCalls
+	ai.Code, ai.Stage, ai.StagesUsed = entry.Code, stageTask, 1
+	t.nodeState(node.Id).Attempts = 1
+	ref := t.aiRef(node, phaseCacheLookup)
+	t.aiStep(node, ref, &novav1.AgentOutcome{Status: nodeSuccess}, entry.Code, map[string]any{"cache_key": ai.CacheKey},
+		map[string]any{"cache_hit": true, "cached_from_execution": entry.Execution, "cached_from_node": entry.Node,
+			"tokens_saved": float64(entry.Tokens), "cost_usd_saved": entry.CostUSD}, nil)
+	t.aiNext(node, phaseValidate)
+	return true
+}
+
+// evictCached removes cached code that failed, records why as a step, and
+// starts the normal pipeline with that failure in the history.
+func (t *transition) evictCached(node *novav1.Node, phase, msg string) {
+	ai := t.st.Ai
+	ai.History = append(ai.History, &novav1.AttemptRecord{Attempt: 0, Code: ai.Code, Phase: "cached_code_" + phase, Error: msg})
+	t.cacheFx.deletes = append(t.cacheFx.deletes, ai.CacheKey)
+	t.cacheFx.evictions++
+	ref := t.aiRef(node, phaseCacheEvict)
+	t.aiStep(node, ref, &novav1.AgentOutcome{Status: nodeFailed, Error: "cached code failed " + phase + ": " + msg}, ai.Code,
+		map[string]any{"cache_key": ai.CacheKey}, map[string]any{"evicted": true, "cached_from_execution": ai.CachedFromExecution}, nil)
+	ai.CacheHit, ai.CacheEvicted = false, true
+	ai.Code, ai.Stage, ai.Execution, ai.StagesUsed = "", "", nil, 0
+	t.nodeState(node.Id).Attempts = 0
+	t.aiNext(node, phaseInputAnalysis)
+}
+
+// cacheAccepted stores the code the pipeline just accepted, with what it
+// cost to produce.
+func (t *transition) cacheAccepted(node *novav1.Node) {
+	ai := t.st.Ai
+	if ai.CacheKey == "" || ai.CacheHit {
+		return
+	}
+	entry := &codecache.Entry{Code: ai.Code, Language: languageOf(node), Model: ai.Model, Task: node.Prompt,
+		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Runtime: t.runtime, Workflow: t.st.Definition.GetName(),
+		Execution: t.st.ExecutionId, Node: node.Id, CreatedAt: t.now.UTC()}
+	if ai.StagesUsed == 2 && ai.DataInsights != nil {
+		entry.AnalysisCode = ai.AnalysisCode
+	}
+	for _, s := range ai.Steps {
+		for _, c := range s.ModelCalls {
+			entry.Tokens += c.PromptTokens + c.CompletionTokens
+			entry.CostUSD += c.CostUsd
+			entry.ModelCalls++
+			if s.Agent == bus.AgentCodeGenerator {
+				entry.Model = c.Model
+			}
+		}
+	}
+	if t.cacheFx.puts == nil {
+		t.cacheFx.puts = map[string]*codecache.Entry{}
+	}
+	t.cacheFx.puts[ai.CacheKey] = entry
 }
 
 // aiRef starts the next step of phase and returns its reference.
@@ -132,7 +216,8 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 		r := ai.Execution
 		t.command(node, ref.StepId, bus.AgentOutputValidator, bus.TypeOutputValidate, func(int32) proto.Message {
 			return &novav1.ValidateOutput{Ref: ref, Spec: spec, ContextBefore: input,
-				Updates: r.GetContextUpdates(), DeletedKeys: r.DeletedKeys, Code: ai.Code, Stdout: shorten(r.Stdout, 4000)}
+				Updates: r.GetContextUpdates(), DeletedKeys: r.DeletedKeys, Code: ai.Code, Stdout: shorten(r.Stdout, 4000),
+				RulesOnly: ai.CacheHit && workflow.CacheValidate(t.st.Definition, node) != workflow.CacheValidateModel}
 		})
 	}
 }
@@ -156,6 +241,10 @@ func (t *transition) generate(node *novav1.Node) {
 // attemptFailed records why the current attempt failed and tries again.
 func (t *transition) attemptFailed(node *novav1.Node, phase, msg string) {
 	ai := t.st.Ai
+	if ai.CacheHit {
+		t.evictCached(node, phase, msg)
+		return
+	}
 	ai.History = append(ai.History, &novav1.AttemptRecord{Attempt: ai.Attempt, Code: ai.Code, Phase: phase, Error: msg})
 	t.generate(node)
 }
@@ -406,6 +495,7 @@ func (t *transition) outputValidated(r *novav1.OutputValidated) error {
 		return nil
 	}
 	exec := ai.Execution
+	t.cacheAccepted(node)
 	t.merge(exec)
 	t.route(node, t.nodeState(node.Id), exec)
 	return nil
@@ -469,9 +559,23 @@ func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *struc
 		"model_calls": float64(calls),
 		"timings":     timings,
 		"steps":       steps,
-		"cache_hit":   false,
+		"cache_hit":   ai.CacheHit,
 		"scripted":    scripted,
 		"status":      status,
+	}
+	if ai.CacheKey != "" {
+		m["cache_key"] = ai.CacheKey
+	}
+	if ai.CacheHit {
+		m["attempts"] = 1.0
+		m["cached_from_execution"] = ai.CachedFromExecution
+		m["cached_from_node"] = ai.CachedFromNode
+		m["tokens_saved"] = float64(ai.SavedTokens)
+		m["cost_usd_saved"] = ai.SavedCostUsd
+		m["model_calls_saved"] = float64(ai.SavedModelCalls)
+	}
+	if ai.CacheEvicted {
+		m["cache_evicted"] = true
 	}
 	if ia := ai.InputAnalysis; ia != nil {
 		m["input_analysis"] = map[string]any{"needs_analysis": ia.NeedsAnalysis, "reasoning": ia.Reasoning,

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
@@ -64,6 +65,10 @@ type Config struct {
 	MaxAttempts int
 	// AnalysisTimeout bounds a run of analysis code (default 15s).
 	AnalysisTimeout time.Duration
+	// CodeCacheTTL is how long a cached code is kept (default 30 days);
+	// CodeCacheMaxBytes caps the cache bucket (default 256 MiB).
+	CodeCacheTTL      time.Duration
+	CodeCacheMaxBytes int64
 }
 
 // Deps are what the engine needs, built by the caller.
@@ -72,7 +77,9 @@ type Deps struct {
 	Values         *valueref.Store
 	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider
-	Config         Config
+	// MeterProvider receives nova.codecache.{hits,misses,evictions}.
+	MeterProvider metric.MeterProvider
+	Config        Config
 }
 
 // Engine runs workflows.
@@ -85,6 +92,8 @@ type Engine struct {
 	cfg    Config
 	now    func() time.Time
 	tracer trace.Tracer
+	// codeCache is nil only in tests that build an Engine by hand.
+	codeCache *codeCache
 }
 
 // Run builds the engine and serves until ctx ends.
@@ -113,6 +122,12 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	}
 	if cfg.AnalysisTimeout <= 0 {
 		cfg.AnalysisTimeout = 15 * time.Second
+	}
+	if cfg.CodeCacheTTL <= 0 {
+		cfg.CodeCacheTTL = DefaultCodeCacheTTL
+	}
+	if cfg.CodeCacheMaxBytes <= 0 {
+		cfg.CodeCacheMaxBytes = DefaultCodeCacheMaxBytes
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
@@ -149,12 +164,16 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", BucketWorkflows, err)
 	}
+	cache, err := openCodeCache(ctx, js, cfg, deps.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	tp := deps.TracerProvider
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine")}
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache}
 	for _, c := range e.consumers() {
 		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
 			return nil, err
@@ -260,6 +279,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		Nodes:       map[string]*novav1.NodeState{},
 	}
 	t := e.newTransition(st)
+	e.bindCache(ctx, t)
 	if _, err := jsonvalue.FromProto(cmd.Context); err != nil {
 		// A producer's mistake: the execution fails and says why.
 		t.fail(fmt.Sprintf("the start event's context must be a JSON object: %v", err))
@@ -290,6 +310,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	if _, err := e.execs.Create(ctx, id, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("store execution %s: %w", id, err)
 	}
+	e.applyCache(ctx, t)
 	return nil
 }
 
@@ -468,6 +489,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		t := e.newTransition(st)
+		e.bindCache(ctx, t)
 		if st.Ai != nil {
 			span.SetAttributes(attribute.Int("attempt", int(st.Ai.Attempt)), attribute.String("phase", st.Ai.Phase))
 		}
@@ -491,6 +513,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 		}
 		_, err = e.execs.Update(ctx, id, data, entry.Revision())
 		if err == nil {
+			e.applyCache(ctx, t)
 			return nil
 		}
 		var apiErr *jetstream.APIError

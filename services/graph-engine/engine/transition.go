@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -44,8 +45,10 @@ type outEvent struct {
 }
 
 // transition applies one event to an execution's state and collects the
-// events that follow from it. It does no I/O, so the same state and input
-// always give the same events with the same ids.
+// events that follow from it. Its only I/O is reading the code cache
+// (lookup), so the same state, input and cache give the same events with the
+// same ids; what it decides about the cache is applied after the state is
+// stored (cacheFx).
 type transition struct {
 	e     *Engine
 	st    *novav1.ExecutionState
@@ -55,6 +58,11 @@ type transition struct {
 	now     time.Time
 	out     []outEvent
 	changed bool
+	// lookup reads the code cache and runtime is the sandbox runtime's
+	// fingerprint; both unset when the cache cannot be used.
+	lookup  func(key string) *codecache.Entry
+	runtime string
+	cacheFx cacheEffects
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {

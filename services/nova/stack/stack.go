@@ -381,7 +381,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			cleanup()
 			return nil, err
 		}
-		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider,
+		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
 			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts,
 				Replicas: s.opts.Replicas}})
 		if err != nil {

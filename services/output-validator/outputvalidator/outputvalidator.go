@@ -101,6 +101,11 @@ func (v *Validator) Validate(ctx context.Context, cmd *novav1.ValidateOutput) (*
 		return res, nil
 	}
 
+	if cmd.GetRulesOnly() {
+		res.Valid = true
+		res.Reason = "the deterministic checks passed; no model consulted (cached code, cache_validate: rules)"
+		return res, nil
+	}
 	model := cmd.GetSpec().GetModel()
 	if model == "" {
 		model = v.defaultModel

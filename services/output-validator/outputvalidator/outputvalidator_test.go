@@ -317,3 +317,31 @@ func TestDecisionPromptListsTheValues(t *testing.T) {
 		t.Errorf("prompt does not list the decision values:\n%s", p)
 	}
 }
+
+// Cached code is checked by the rules alone: passing output is accepted
+// without a model call, failing output is still refused.
+func TestRulesOnlyConsultsNoModel(t *testing.T) {
+	tests := []struct {
+		name    string
+		updates map[string]any
+		valid   bool
+	}{
+		{"passing output", map[string]any{"discount": 150, "final_total": 1350}, true},
+		{"no updates", map[string]any{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, client := modelServer(t, content(`{"valid": false, "reason": "the model should not be asked"}`))
+			v := outputvalidator.New(outputvalidator.Deps{LLM: client})
+			cmd := command(t, discountTask, map[string]any{"total": 1500}, tt.updates)
+			cmd.RulesOnly = true
+			res, err := v.Validate(t.Context(), cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Valid != tt.valid || res.ModelConsulted || len(srv.Requests()) != 0 || len(res.Outcome.ModelCalls) != 0 {
+				t.Errorf("valid=%v (want %v) consulted=%v requests=%d reason=%q", res.Valid, tt.valid, res.ModelConsulted, len(srv.Requests()), res.Reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,176 @@
+// Package codecache names and describes entries of the generated-code cache:
+// the code an AI node's pipeline accepted, kept in a JetStream KV bucket so a
+// repeated task calls no model. An entry is found by a key over everything
+// that decides whether the same code fits again: the task, the node's type
+// and decision values, the shape of the context (never its values), the
+// model and the sandbox runtime.
+package codecache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/novaflow/nova/pkg/runtimeinfo"
+)
+
+// Bucket is the KV bucket holding the entries, one per key.
+const Bucket = "nova_codecache"
+
+// keyVersion changes when what the key covers changes, so that old entries
+// miss instead of hitting wrongly.
+const keyVersion = "v1"
+
+// Input is what a key covers.
+type Input struct {
+	Task     string
+	NodeType string
+	// DecisionValues are a decision node's edge conditions (order ignored).
+	DecisionValues []string
+	// Shape is Shape of the context the code sees.
+	Shape    string
+	Model    string
+	Language string
+	// Runtime is the sandbox runtime's fingerprint (RuntimeFingerprint).
+	Runtime string
+}
+
+// Key is the hex sha256 of the input's fields, each length-prefixed so that
+// no two inputs share an encoding.
+func Key(in Input) string {
+	h := sha256.New()
+	write := func(s string) { fmt.Fprintf(h, "%d:%s;", len(s), s) }
+	write(keyVersion)
+	write(in.Task)
+	write(in.NodeType)
+	values := slices.Clone(in.DecisionValues)
+	slices.Sort(values)
+	write(fmt.Sprint(len(values)))
+	for _, v := range values {
+		write(v)
+	}
+	write(in.Shape)
+	write(in.Model)
+	write(in.Language)
+	write(in.Runtime)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Shape describes a JSON object by its keys, the JSON types of their values
+// and their nesting, never the values: {"total":1500} and {"total":20} have
+// the same shape, {"total":"1500"} another. Keys are sorted; an array's
+// shape lists the distinct shapes of its elements, so its length does not
+// matter. Input that is not JSON has the shape "invalid".
+func Shape(raw []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "invalid"
+	}
+	var b strings.Builder
+	shape(&b, v)
+	return b.String()
+}
+
+func shape(b *strings.Builder, v any) {
+	switch v := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString("boolean")
+	case json.Number:
+		b.WriteString("number")
+	case string:
+		b.WriteString("string")
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteByte(':')
+			shape(b, v[k])
+		}
+		b.WriteByte('}')
+	case []any:
+		var elems []string
+		for _, e := range v {
+			var eb strings.Builder
+			shape(&eb, e)
+			elems = append(elems, eb.String())
+		}
+		slices.Sort(elems)
+		b.WriteByte('[')
+		b.WriteString(strings.Join(slices.Compact(elems), "|"))
+		b.WriteByte(']')
+	}
+}
+
+// RuntimeFingerprint identifies what generated code can rely on in a Python
+// runtime: the interpreter's version and the installed libraries' versions.
+// Empty for a nil description: the caller must then not use the cache.
+func RuntimeFingerprint(info *runtimeinfo.Info) string {
+	if info == nil || info.Python == "" {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "python %s\n", info.Python)
+	for _, l := range info.Libraries {
+		fmt.Fprintf(h, "%s %s %s %t\n", l.Name, l.Distribution, l.Version, l.Error == "")
+	}
+	for _, m := range info.Modules {
+		fmt.Fprintf(h, "module %s\n", m)
+	}
+	return "python-" + info.Python + "-" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Entry is a cached code, stored as JSON so that `nats kv get` shows it.
+type Entry struct {
+	// Code is the accepted TASK code.
+	Code string `json:"code"`
+	// AnalysisCode is the ANALYSIS code whose findings the task code was
+	// written with, when there was one; the task code does not need it run.
+	AnalysisCode string `json:"analysis_code,omitempty"`
+	Language     string `json:"language"`
+	Model        string `json:"model"`
+	Task         string `json:"task"`
+	Shape        string `json:"context_shape"`
+	Runtime      string `json:"runtime"`
+	// Where the code was accepted.
+	Workflow  string    `json:"workflow,omitempty"`
+	Execution string    `json:"execution_id"`
+	Node      string    `json:"node_id"`
+	CreatedAt time.Time `json:"created_at"`
+	// What producing it cost: what a hit saves.
+	Tokens     int64   `json:"tokens"`
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int32   `json:"model_calls"`
+}
+
+// Decode reads an entry stored by Encode.
+func Decode(data []byte) (*Entry, error) {
+	e := &Entry{}
+	if err := json.Unmarshal(data, e); err != nil {
+		return nil, fmt.Errorf("decode code cache entry: %w", err)
+	}
+	if strings.TrimSpace(e.Code) == "" {
+		return nil, fmt.Errorf("decode code cache entry: no code")
+	}
+	return e, nil
+}
+
+// Encode is the stored form of e.
+func (e *Entry) Encode() ([]byte, error) { return json.Marshal(e) }

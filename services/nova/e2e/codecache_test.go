@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/novaflow/nova/pkg/codecache"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// TestCodeCache runs one AI workflow repeatedly on one stack with the
+// scripted model: the first run stores the accepted code, a run with other
+// values of the same shape calls no model, and a changed prompt, a changed
+// context shape or `cache: false` generate again. A cached code that fails
+// is evicted and the node still succeeds through the pipeline.
+func TestCodeCache(t *testing.T) {
+	e := startAIEnvFile(t, demoRules)
+	e.waitRuntimeDocs() // the runtime's fingerprint is part of the key
+	def := parseAI(t, discountWorkflow)
+
+	// runDiscount runs def and returns the discount node's ai_metadata and
+	// the model requests the run made, by agent.
+	runDiscount := func(t *testing.T, def *novav1.WorkflowDefinition, ctx map[string]any) (map[string]any, map[string]int, *novav1.WorkflowCompleted) {
+		t.Helper()
+		before := e.requestCounts()
+		wc := e.run(def, ctx)
+		succeeded(t, wc)
+		after := e.requestCounts()
+		for k, v := range before {
+			after[k] -= v
+			if after[k] == 0 {
+				delete(after, k)
+			}
+		}
+		n := nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
+		return n.AIMetadata, after, wc
+	}
+
+	first, calls, wc1 := runDiscount(t, def, map[string]any{"total": 1500})
+	if first["cache_hit"] != false || !maps.Equal(calls, map[string]int{codeGenerator: 1, outputValidator: 1}) {
+		t.Fatalf("first run: cache_hit %v, model requests %v", first["cache_hit"], calls)
+	}
+	key, _ := first["cache_key"].(string)
+	if len(key) != 64 {
+		t.Fatalf("first run: cache_key %q", key)
+	}
+
+	t.Run("same shape, other values: no model call", func(t *testing.T) {
+		meta, calls, wc := runDiscount(t, def, map[string]any{"total": 2000})
+		if len(calls) != 0 {
+			t.Errorf("model requests %v, want none", calls)
+		}
+		if out := ctxMap(wc.Context); out["final_total"] != 1800.0 {
+			t.Errorf("final_total %v, want 1800 (the cached code ran on the new values)", out["final_total"])
+		}
+		if meta["cache_hit"] != true || meta["cache_key"] != key || meta["cached_from_execution"] != wc1.ExecutionId ||
+			num(meta["tokens_saved"]) != num(obj(t, first, "tokens")["total"]) || num(meta["cost_usd_saved"]) == 0 || num(meta["model_calls"]) != 0 {
+			t.Errorf("ai_metadata %v", meta)
+		}
+		n := nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
+		checkSteps(t, n, "cache_lookup@0", "code_validation@0", "code_execution@0", "output_validation@0")
+		if v := stepsNamed(n, "output_validation"); len(v) != 1 || v[0].OutputData["model_consulted"] != false {
+			t.Errorf("output validation of cached code: %+v, want the rules only", v)
+		}
+	})
+
+	misses := []struct {
+		name string
+		def  func() *novav1.WorkflowDefinition
+		ctx  map[string]any
+	}{
+		{"changed prompt", func() *novav1.WorkflowDefinition {
+			return parseAI(t, strings.Replace(discountWorkflow, "(10% if total > 1000)", "(10% when total > 1000)", 1))
+		}, map[string]any{"total": 1500}},
+		{"changed context shape", func() *novav1.WorkflowDefinition { return def }, map[string]any{"total": 1500, "currency": "EUR"}},
+		{"cache: false", func() *novav1.WorkflowDefinition {
+			return parseAI(t, strings.Replace(discountWorkflow, "name: discount", "name: discount\ncache: false", 1))
+		}, map[string]any{"total": 1500}},
+	}
+	for _, m := range misses {
+		t.Run(m.name+" misses", func(t *testing.T) {
+			meta, calls, _ := runDiscount(t, m.def(), m.ctx)
+			if meta["cache_hit"] != false || calls[codeGenerator] != 1 {
+				t.Errorf("cache_hit %v, model requests %v; want a miss and one generation", meta["cache_hit"], calls)
+			}
+			if meta["cache_key"] == key {
+				t.Errorf("cache_key %v is the first run's", meta["cache_key"])
+			}
+		})
+	}
+
+	t.Run("failing cached code is evicted, the pipeline takes over", func(t *testing.T) {
+		kv, err := e.bus.JetStream().KeyValue(e.ctx, codecache.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry, err := kv.Get(e.ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := codecache.Decode(entry.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Code the validator passes and the sandbox fails: the eviction comes
+		// from the run.
+		cached.Code = "# STAGE: TASK\nraise ValueError('stale cached code')\n"
+		data, _ := cached.Encode()
+		if _, err := kv.Put(e.ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+		meta, calls, wc := runDiscount(t, def, map[string]any{"total": 1500})
+		if meta["cache_hit"] != false || meta["cache_evicted"] != true || calls[codeGenerator] != 1 {
+			t.Errorf("cache_hit %v, cache_evicted %v, model requests %v", meta["cache_hit"], meta["cache_evicted"], calls)
+		}
+		if out := ctxMap(wc.Context); out["final_total"] != 1350.0 {
+			t.Errorf("final_total %v", out["final_total"])
+		}
+		n := nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
+		checkSteps(t, n, "cache_lookup@0", "code_validation@0", "code_execution@0", "cache_eviction@0",
+			"input_analysis@0", "code_generation@1", "code_validation@1", "code_execution@1", "output_validation@1")
+		if ev := stepsNamed(n, "cache_eviction"); len(ev) != 1 || !strings.Contains(ev[0].ErrorMessage, "stale cached code") {
+			t.Errorf("cache_eviction step %+v", ev)
+		}
+		if len(withText(e.modelRequests(codeGenerator), "stale cached code")) != 1 {
+			t.Error("the code generator was not told how the cached code failed")
+		}
+		// The pipeline's accepted code replaced the evicted entry.
+		entry, err = kv.Get(e.ctx, key)
+		if err != nil {
+			t.Fatalf("no entry after the pipeline accepted code: %v", err)
+		}
+		if again, _ := codecache.Decode(entry.Value()); again == nil || strings.Contains(again.Code, "stale") || again.Execution != wc.ExecutionId {
+			t.Errorf("entry after eviction %+v", again)
+		}
+	})
+}
