@@ -134,10 +134,13 @@ func probes() []probe {
 		// Large values: the engine, the sandbox and producers.
 		add(u, "pub", "$O.nova_values.C.x", u == userGraphEngine || u == userSandbox || isProducer(u))
 		// The runtime description: written by the sandbox, read by the code
-		// generator and validator.
+		// generator and validator, and by the engine (the code cache's key).
 		add(u, "pub", "$O.nova_runtime.C.x", u == userSandbox)
 		add(u, "pub", "$JS.API.DIRECT.GET.OBJ_nova_runtime.$O.nova_runtime.M.cHl0aG9u",
-			u == userSandbox || u == userCodeGenerator || u == userCodeValidator)
+			u == userSandbox || u == userCodeGenerator || u == userCodeValidator || u == userGraphEngine)
+		// The code cache: the engine's alone.
+		add(u, "pub", "$KV.nova_codecache.k1", u == userGraphEngine)
+		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_codecache.$KV.nova_codecache.k1", u == userGraphEngine)
 		add(u, "pub", "$JS.API.STREAM.UPDATE.OBJ_nova_runtime", u == userSandbox)
 		// Subscriptions: a user reads only its own inbox; events come
 		// through JetStream consumers, never core subscriptions.
