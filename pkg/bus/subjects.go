@@ -102,6 +102,17 @@ func ExecutionFilter(executionID string) string {
 	return "nova.evt." + subjectToken(executionID) + ".>"
 }
 
+// EventKind is the kind of an event of execution executionID from its
+// subject (the tail of nova.evt.<execution>.<kind>); "" for another
+// execution's subject.
+func EventKind(executionID, subject string) string {
+	kind, ok := strings.CutPrefix(subject, "nova.evt."+subjectToken(executionID)+".")
+	if !ok {
+		return ""
+	}
+	return kind
+}
+
 // DeadLetterSubject is where a consumer's undeliverable events go.
 func DeadLetterSubject(consumer string) string { return "nova.dlq." + subjectToken(consumer) }
 

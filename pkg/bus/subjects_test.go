@@ -23,3 +23,16 @@ func TestResultSubject(t *testing.T) {
 		}
 	}
 }
+
+func TestEventKind(t *testing.T) {
+	for _, c := range []struct{ id, subject, want string }{
+		{"e1", EventSubject("e1", KindNodeStarted), KindNodeStarted},
+		{"a.b", EventSubject("a.b", KindWorkflowCompleted), KindWorkflowCompleted},
+		{"e1", EventSubject("e1", ReplyKind(AgentSandbox)), "reply.sandbox"},
+		{"e1", EventSubject("e2", KindNodeStarted), ""},
+	} {
+		if got := EventKind(c.id, c.subject); got != c.want {
+			t.Errorf("EventKind(%q, %q) = %q, want %q", c.id, c.subject, got, c.want)
+		}
+	}
+}

@@ -326,7 +326,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var b *bus.Bus
 	var st *store.Store
 	if *remote {
-		b, st, err = connectRemote(ctx, *withChain)
+		if os.Getenv("NATS_URL") == "" {
+			err = errors.New("--remote needs NATS_URL")
+		} else {
+			b, st, err = connectRemote(ctx, *withChain)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "nova run: %v\n", err)
 			return exitInvalid
@@ -431,13 +435,11 @@ func hasPrompt(def *novav1.WorkflowDefinition) bool {
 	return false
 }
 
-// connectRemote connects to a running deployment as a producer, with the
-// NATS credentials of the environment (NATS_USER, NATS_CREDS, ...), and to
-// its audit store when the chain is wanted.
+// connectRemote connects to a running deployment at NATS_URL (default nova
+// dev's) as a producer, with the NATS credentials of the environment
+// (NATS_USER, NATS_CREDS, ...), and to its audit store when the chain is
+// wanted.
 func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *store.Store, error) {
-	if os.Getenv("NATS_URL") == "" {
-		return nil, nil, errors.New("--remote needs NATS_URL")
-	}
 	var common service.Common
 	if err := config.Load(&common, nil); err != nil {
 		return nil, nil, err

@@ -10,36 +10,17 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-// lockedBuffer is a bytes.Buffer written by one goroutine and read by another.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startDev runs `nova dev` with args on fresh ports and data dir until the
 // test ends, and returns what it printed once it printed want.
-func startDev(t *testing.T, ctx context.Context, want *regexp.Regexp, args ...string) (m []string, stderr *lockedBuffer) {
+func startDev(t *testing.T, ctx context.Context, want *regexp.Regexp, args ...string) (m []string, stderr *procsBuffer) {
 	t.Helper()
 	devCtx, stop := context.WithCancel(ctx)
-	var stdout lockedBuffer
-	stderr = &lockedBuffer{}
+	var stdout procsBuffer
+	stderr = &procsBuffer{}
 	exit := make(chan int, 1)
 	dir := t.TempDir() // removed after nova dev stopped (cleanups run last first)
 	go func() {

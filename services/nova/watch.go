@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -37,10 +36,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	if os.Getenv("NATS_URL") == "" {
-		// nova dev's default.
-		os.Setenv("NATS_URL", "nats://127.0.0.1:4222")
-	}
+	// NATS_URL, by default nova dev's (service.Common).
 	b, _, err := connectRemote(ctx, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova watch: %v\n", err)

@@ -209,22 +209,19 @@ func (g *Gateway) runCode(ctx context.Context, req *executeRequest) (*executeRes
 // executeResponse describes a sandbox result as seed 004's response, large
 // values read back from the object store.
 func (g *Gateway) executeResponse(ctx context.Context, input jsonvalue.Object, r *novav1.CodeExecuted) (*executeResponse, error) {
+	// The input holds no references (it is the request's context); only
+	// the updates may, and each is read once.
 	updates := jsonvalue.MustObject(r.GetContextUpdates())
-	after := input.Clone()
-	for _, k := range r.GetDeletedKeys() {
-		delete(after, k)
-	}
-	for k, v := range updates {
-		after[k] = v
-	}
 	if g.values != nil {
 		if err := g.values.Expand(ctx, updates); err != nil {
 			return nil, fmt.Errorf("read a large result value: %w", err)
 		}
-		if err := g.values.Expand(ctx, after); err != nil {
-			return nil, fmt.Errorf("read a large result value: %w", err)
-		}
 	}
+	after := input.Clone()
+	for _, k := range r.GetDeletedKeys() {
+		delete(after, k)
+	}
+	after.Merge(updates)
 	res := &executeResponse{
 		Success:   r.GetStatus() == "success",
 		Logs:      r.GetLogs(),

@@ -490,14 +490,8 @@ func fromState(st *novav1.ExecutionState) executionDoc {
 		Status:       st.GetStatus(),
 		Path:         st.GetPath(),
 		Error:        redact.Scrub(st.GetError(), nil),
-	}
-	if ts := st.GetStartedAt(); ts != nil {
-		t := ts.AsTime()
-		doc.StartedAt = &t
-	}
-	if ts := st.GetCompletedAt(); ts != nil {
-		t := ts.AsTime()
-		doc.CompletedAt = &t
+		StartedAt:    timeOf(st.GetStartedAt()),
+		CompletedAt:  timeOf(st.GetCompletedAt()),
 	}
 	ids := make([]string, 0, len(st.GetNodes()))
 	for id := range st.GetNodes() {

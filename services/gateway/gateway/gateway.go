@@ -93,6 +93,25 @@ func (c Settings) Limits() Limits {
 		MaxStreamsPerKey: c.MaxStreamsPerKey, MaxExecuteTimeout: c.MaxExecuteTimeout}
 }
 
+// setDefaults gives every limit not set (zero or less) its default.
+func (l *Limits) setDefaults() {
+	orDefault(&l.MaxBody, DefaultMaxBody)
+	orDefault(&l.MaxWait, DefaultMaxWait)
+	orDefault(&l.Timeout, DefaultTimeout)
+	orDefault(&l.Rate, DefaultRate)
+	orDefault(&l.Burst, DefaultBurst)
+	orDefault(&l.MaxStreams, DefaultMaxStreams)
+	orDefault(&l.MaxStreamsPerKey, DefaultMaxStreamsPerKey)
+	orDefault(&l.StreamTimeout, DefaultStreamTimeout)
+	orDefault(&l.MaxExecuteTimeout, DefaultMaxExecuteTimeout)
+}
+
+func orDefault[T int | int64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // Default limits.
 const (
 	DefaultMaxBody = 4 << 20
@@ -165,33 +184,7 @@ func New(d Deps) (*Gateway, error) {
 	if d.MeterProvider == nil {
 		d.MeterProvider = metricnoop.NewMeterProvider()
 	}
-	if d.Limits.MaxBody <= 0 {
-		d.Limits.MaxBody = DefaultMaxBody
-	}
-	if d.Limits.MaxWait <= 0 {
-		d.Limits.MaxWait = DefaultMaxWait
-	}
-	if d.Limits.Timeout <= 0 {
-		d.Limits.Timeout = DefaultTimeout
-	}
-	if d.Limits.Rate <= 0 {
-		d.Limits.Rate = DefaultRate
-	}
-	if d.Limits.Burst <= 0 {
-		d.Limits.Burst = DefaultBurst
-	}
-	if d.Limits.MaxStreams <= 0 {
-		d.Limits.MaxStreams = DefaultMaxStreams
-	}
-	if d.Limits.MaxStreamsPerKey <= 0 {
-		d.Limits.MaxStreamsPerKey = DefaultMaxStreamsPerKey
-	}
-	if d.Limits.StreamTimeout <= 0 {
-		d.Limits.StreamTimeout = DefaultStreamTimeout
-	}
-	if d.Limits.MaxExecuteTimeout <= 0 {
-		d.Limits.MaxExecuteTimeout = DefaultMaxExecuteTimeout
-	}
+	d.Limits.setDefaults()
 	duration, err := d.MeterProvider.Meter(instrumentation).Float64Histogram("nova.gateway.request.duration",
 		metric.WithUnit("s"), metric.WithDescription("HTTP requests served by the gateway, by method, route and status"))
 	if err != nil {

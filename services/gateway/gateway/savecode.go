@@ -9,13 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 var saveCodeFields = []string{"code", "language", "revision"}
@@ -38,7 +33,6 @@ type savedCode struct {
 // registration the code was made for: 409 when the workflow has been
 // registered again since)}.
 func (g *Gateway) saveNodeCode(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
 	if p := checkQuery(r); p != nil {
 		return p
 	}
@@ -51,34 +45,16 @@ func (g *Gateway) saveNodeCode(w http.ResponseWriter, r *http.Request) error {
 	if p != nil {
 		return p
 	}
-	notFound := newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no workflow %q is registered", name))
-	if !engineKey.MatchString(name) {
-		return notFound
-	}
-	kv, err := g.bucket(ctx, engine.BucketWorkflows)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return notFound
-	}
+	entry, def, err := g.registeredWorkflow(r, name)
 	if err != nil {
-		return g.unavailable(r, "the workflow registry cannot be read", err)
-	}
-	entry, err := kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return notFound
-	}
-	if err != nil {
-		return g.unavailable(r, "the workflow registry cannot be read", err)
+		return err
 	}
 	if revision != 0 && revision != entry.Revision() {
 		return newProblem(http.StatusConflict, TypeConflict, fmt.Sprintf(
 			"workflow %q is at revision %d, not %d: it was registered again since; refine against the current definition",
 			name, entry.Revision(), revision), FieldError{Field: "revision", Detail: fmt.Sprintf("the current revision is %d", entry.Revision())})
 	}
-	var def novav1.WorkflowDefinition
-	if err := proto.Unmarshal(entry.Value(), &def); err != nil {
-		return fmt.Errorf("registered workflow %q: %w", name, err)
-	}
-	pinned, err := workflow.PinCode(&def, nodeID, code, language)
+	pinned, err := workflow.PinCode(def, nodeID, code, language)
 	var verr *workflow.ValidationError
 	switch {
 	case errors.Is(err, workflow.ErrUnknownNode):

@@ -227,7 +227,7 @@ func sseFrame(id string, m jetstream.Msg) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	kind := strings.TrimPrefix(m.Subject(), strings.TrimSuffix(bus.ExecutionFilter(id), ">"))
+	kind := bus.EventKind(id, m.Subject())
 	if !streamedKinds[kind] {
 		return nil, false, nil
 	}

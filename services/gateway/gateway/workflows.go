@@ -286,38 +286,19 @@ func (g *Gateway) listWorkflows(w http.ResponseWriter, r *http.Request) error {
 
 // getWorkflow is GET /v1/workflows/{name}.
 func (g *Gateway) getWorkflow(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
 	if p := checkQuery(r); p != nil {
 		return p
 	}
 	name := r.PathValue("name")
-	notFound := newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no workflow %q is registered", name))
-	if !engineKey.MatchString(name) {
-		return notFound
-	}
-	kv, err := g.bucket(ctx, engine.BucketWorkflows)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return notFound
-	}
+	entry, def, err := g.registeredWorkflow(r, name)
 	if err != nil {
-		return g.unavailable(r, "the workflow registry cannot be read", err)
+		return err
 	}
-	entry, err := kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return notFound
-	}
-	if err != nil {
-		return g.unavailable(r, "the workflow registry cannot be read", err)
-	}
-	var def novav1.WorkflowDefinition
-	if err := proto.Unmarshal(entry.Value(), &def); err != nil {
-		return fmt.Errorf("registered workflow %q: %w", name, err)
-	}
-	text, err := definitionJSON.Marshal(&def)
+	text, err := definitionJSON.Marshal(def)
 	if err != nil {
 		return fmt.Errorf("registered workflow %q: %w", name, err)
 	}
-	writeJSON(w, http.StatusOK, workflowView{workflowSummary: summarize(entry, &def), Definition: text})
+	writeJSON(w, http.StatusOK, workflowView{workflowSummary: summarize(entry, def), Definition: text})
 	return nil
 }
 
@@ -329,6 +310,34 @@ func summarize(entry jetstream.KeyValueEntry, def *novav1.WorkflowDefinition) wo
 		UpdatedAt: entry.Created().UTC(),
 		Links:     workflowLinksOf(entry.Key()),
 	}
+}
+
+// registeredWorkflow reads the registration of workflow name: 404 when
+// there is none, 503 when the registry cannot be read.
+func (g *Gateway) registeredWorkflow(r *http.Request, name string) (jetstream.KeyValueEntry, *novav1.WorkflowDefinition, error) {
+	notFound := newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no workflow %q is registered", name))
+	if !engineKey.MatchString(name) {
+		return nil, nil, notFound
+	}
+	kv, err := g.bucket(r.Context(), engine.BucketWorkflows)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil, notFound
+	}
+	if err != nil {
+		return nil, nil, g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	entry, err := kv.Get(r.Context(), name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil, notFound
+	}
+	if err != nil {
+		return nil, nil, g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	var def novav1.WorkflowDefinition
+	if err := proto.Unmarshal(entry.Value(), &def); err != nil {
+		return nil, nil, fmt.Errorf("registered workflow %q: %w", name, err)
+	}
+	return entry, &def, nil
 }
 
 // workflowLinksOf are the URLs of a registered workflow.

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"strings"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,13 +25,12 @@ type Progress struct {
 // happened, from its start (one that began earlier is replayed), until
 // stop is called. each runs on one goroutine, one fact at a time.
 func (c *Client) Follow(ctx context.Context, id string, each func(Progress)) (stop func(), err error) {
-	prefix := strings.TrimSuffix(bus.ExecutionFilter(id), ">")
 	return c.bus.Watch(ctx, "follow execution "+id, bus.StreamEvents,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.ExecutionFilter(id)}},
 		func(m jetstream.Msg, ev *event.Event) {
 			var p Progress
 			var msg proto.Message
-			switch strings.TrimPrefix(m.Subject(), prefix) {
+			switch bus.EventKind(id, m.Subject()) {
 			case bus.KindWorkflowStarted:
 				p.Started = &novav1.WorkflowStarted{}
 				msg = p.Started
