@@ -147,8 +147,11 @@ type Entry struct {
 	Language     string `json:"language"`
 	Model        string `json:"model"`
 	Task         string `json:"task"`
-	Shape        string `json:"context_shape"`
-	Runtime      string `json:"runtime"`
+	// NodeType is the node's type, action or decision (empty in entries
+	// stored before it was kept).
+	NodeType string `json:"node_type,omitempty"`
+	Shape    string `json:"context_shape"`
+	Runtime  string `json:"runtime"`
 	// Where the code was accepted.
 	Workflow  string    `json:"workflow,omitempty"`
 	Execution string    `json:"execution_id"`

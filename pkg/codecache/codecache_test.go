@@ -87,7 +87,7 @@ func TestRuntimeFingerprint(t *testing.T) {
 }
 
 func TestEntryRoundTrip(t *testing.T) {
-	e := &Entry{Code: "context['x'] = 1", Language: "python", Execution: "x1", Node: "n", Tokens: 10, CostUSD: 0.01}
+	e := &Entry{Code: "context['x'] = 1", Language: "python", NodeType: "decision", Execution: "x1", Node: "n", Tokens: 10, CostUSD: 0.01}
 	data, err := e.Encode()
 	if err != nil {
 		t.Fatal(err)

@@ -1,15 +1,20 @@
 package workflow_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 // FuzzParse: no definition, YAML or JSON, makes Parse or Validate panic or
-// hang; what parses validates or fails with problems, never both ways.
+// hang; what parses validates or fails with problems, never both ways, and
+// FormatYAML writes it as a file that Parse reads back the same.
 func FuzzParse(f *testing.F) {
 	for _, name := range []string{"invoice-routing.yaml", "ai-orders.yaml"} {
 		if data, err := os.ReadFile(filepath.Join("..", "..", "examples", name)); err == nil {
@@ -30,5 +35,34 @@ func FuzzParse(f *testing.F) {
 		for _, allow := range []bool{false, true} {
 			_ = workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: allow})
 		}
+		out, err := workflow.FormatYAML(def)
+		if err != nil {
+			t.Fatalf("FormatYAML of a parsed definition: %v", err)
+		}
+		back, err := workflow.Parse(out)
+		if err != nil {
+			t.Fatalf("Parse(FormatYAML(def)): %v\n%s", err, out)
+		}
+		if !sameDefinition(back, def) {
+			t.Fatalf("Parse(FormatYAML(def)) differs:\n%v\nwant\n%v\nYAML:\n%s", back, def, out)
+		}
 	})
+}
+
+// sameDefinition is proto.Equal, except that a NaN timeout equals a NaN
+// timeout (proto.Equal holds NaN unequal to itself).
+func sameDefinition(a, b *novav1.WorkflowDefinition) bool {
+	a, b = proto.Clone(a).(*novav1.WorkflowDefinition), proto.Clone(b).(*novav1.WorkflowDefinition)
+	unNaN := func(x, y *float64) {
+		if math.IsNaN(*x) && math.IsNaN(*y) {
+			*x, *y = 0, 0
+		}
+	}
+	unNaN(&a.TimeoutSeconds, &b.TimeoutSeconds)
+	if len(a.Nodes) == len(b.Nodes) {
+		for i := range a.Nodes {
+			unNaN(&a.Nodes[i].TimeoutSeconds, &b.Nodes[i].TimeoutSeconds)
+		}
+	}
+	return proto.Equal(a, b)
 }

@@ -127,7 +127,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	b, closeBus, err := dlqConnect(ctx, *dataDir, devNATSAddr)
+	b, closeBus, err := connectNATS(ctx, *dataDir, devNATSAddr, "nova-dlq", "dead letters")
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq: %v\n", err)
 		return exitFailed
@@ -144,9 +144,10 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// dlqConnect connects to NATS_URL, or starts the embedded server of dataDir
-// unless a NATS server (nova dev) answers on devAddr.
-func dlqConnect(ctx context.Context, dataDir, devAddr string) (*bus.Bus, func(), error) {
+// connectNATS connects as clientName to NATS_URL, or starts the embedded
+// server of dataDir unless a NATS server (nova dev) answers on devAddr. what
+// is what the command reads there ("dead letters"), for its errors.
+func connectNATS(ctx context.Context, dataDir, devAddr, clientName, what string) (*bus.Bus, func(), error) {
 	if os.Getenv("NATS_URL") != "" {
 		var common service.Common
 		if err := config.Load(&common, nil); err != nil {
@@ -156,7 +157,7 @@ func dlqConnect(ctx context.Context, dataDir, devAddr string) (*bus.Bus, func(),
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := bus.Connect(ctx, common.NATSURL, bus.WithName("nova-dlq"), bus.WithNATSOptions(natsOpts...))
+		b, err := bus.Connect(ctx, common.NATSURL, bus.WithName(clientName), bus.WithNATSOptions(natsOpts...))
 		if err != nil {
 			return nil, nil, fmt.Errorf("connect to %s: %w", common.NATSURL, err)
 		}
@@ -167,19 +168,19 @@ func dlqConnect(ctx context.Context, dataDir, devAddr string) (*bus.Bus, func(),
 	// the first one holds.
 	if natsAnswers(ctx, devAddr) {
 		return nil, nil, fmt.Errorf("a NATS server answers on %s (nova dev?), and it may be serving %s: two servers on one data directory corrupt it; "+
-			"set NATS_URL=nats://%s to read its dead letters, or stop it first", devAddr, dataDir, devAddr)
+			"set NATS_URL=nats://%s to read its %s, or stop it first", devAddr, dataDir, devAddr, what)
 	}
 	// nova dev holds the data dir's lock, whatever port it serves on.
 	lock, err := devstack.LockDataDir(dataDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w; to read the dead letters of a running nova dev, set NATS_URL to its server", err)
+		return nil, nil, fmt.Errorf("%w; to read the %s of a running nova dev, set NATS_URL to its server", err, what)
 	}
 	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir})
 	if err != nil {
 		lock.Release()
 		return nil, nil, fmt.Errorf("start the embedded NATS of %s: %w (if nova dev runs on it, set NATS_URL=nats://%s)", dataDir, err, devAddr)
 	}
-	b, err := bus.Connect(ctx, n.URL(), bus.WithName("nova-dlq"))
+	b, err := bus.Connect(ctx, n.URL(), bus.WithName(clientName))
 	if err != nil {
 		n.Shutdown()
 		lock.Release()
@@ -506,7 +507,7 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		fmt.Fprintf(stderr, "nova dlq: %v\n", err)
+		fmt.Fprintf(stderr, "nova: write JSON: %v\n", err)
 		return exitFailed
 	}
 	return exitOK

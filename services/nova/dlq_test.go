@@ -280,10 +280,10 @@ func TestDLQConnect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, closeBus, err := dlqConnect(ctx, tt.dataDir, tt.devAddr)
+			b, closeBus, err := connectNATS(ctx, tt.dataDir, tt.devAddr, "nova-dlq", "dead letters")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("dlqConnect: %v, want %q", err, tt.wantErr)
+					t.Fatalf("connectNATS: %v, want %q", err, tt.wantErr)
 				}
 				return
 			}

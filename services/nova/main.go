@@ -1,5 +1,6 @@
 // Command nova is NOVA's command line: an all-in-one dev server, a runner
-// for one workflow, a validator and a chain-of-work reader.
+// for one workflow, a validator, a chain-of-work reader, and tools for the
+// dead letters and the generated-code cache.
 package main
 
 import (
@@ -18,9 +19,17 @@ Usage:
   nova validate FILE
   nova watch    EXECUTION_ID [--timeout D]
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
+  nova pin      EXECUTION_ID [NODE...] [-o FILE] [--data-dir DIR | --mongo URI]
+  nova cache list [--json] [--data-dir DIR]
+  nova cache show KEY [--json] [--data-dir DIR]
+  nova cache purge (KEY... | --all) [--data-dir DIR]
   nova dlq list [--consumer C] [--limit N] [--json] [--data-dir DIR]
   nova dlq show SEQ [--json] [--data-dir DIR]
   nova dlq replay SEQ [--again] [--data-dir DIR]
+
+nova pin writes the workflow an execution ran (YAML) with its AI nodes
+pinned to the code they ran there, so that they call no model; nova cache
+lists, shows and removes the generated code AI nodes reuse.
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
@@ -59,6 +68,10 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 		return cmdChain(ctx, rest, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, stdout, stderr)
+	case "cache":
+		return cmdCache(ctx, rest, stdout, stderr)
+	case "pin":
+		return cmdPin(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -129,7 +129,7 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 	if ai.CacheKey == "" || ai.CacheHit {
 		return
 	}
-	entry := &codecache.Entry{Code: ai.Code, Language: languageOf(node), Model: ai.Model, Task: node.Prompt,
+	entry := &codecache.Entry{Code: ai.Code, Language: languageOf(node), Model: ai.Model, Task: node.Prompt, NodeType: nodeTypeName(node),
 		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Runtime: t.runtime, Workflow: t.st.Definition.GetName(),
 		Execution: t.st.ExecutionId, Node: node.Id, CreatedAt: t.now.UTC()}
 	if ai.StagesUsed == 2 && ai.DataInsights != nil {

@@ -131,7 +131,8 @@ func TestCodeCache(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no entry after the pipeline accepted code: %v", err)
 		}
-		if again, _ := codecache.Decode(entry.Value()); again == nil || strings.Contains(again.Code, "stale") || again.Execution != wc.ExecutionId {
+		if again, _ := codecache.Decode(entry.Value()); again == nil || strings.Contains(again.Code, "stale") || again.Execution != wc.ExecutionId ||
+			again.NodeType != "action" || again.Node != "discount" || again.Task != "Calculate discount (10% if total > 1000)" {
 			t.Errorf("entry after eviction %+v", again)
 		}
 	})

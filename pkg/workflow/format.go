@@ -1,0 +1,151 @@
+package workflow
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// FormatYAML writes def as a definition file, the YAML a user writes: the
+// fields Parse reads, in the order people read them (a node's code or prompt
+// last, as a block), and only those that are set. Parse gives def back.
+func FormatYAML(def *novav1.WorkflowDefinition) ([]byte, error) {
+	if def == nil {
+		return nil, fmt.Errorf("format workflow: no workflow definition")
+	}
+	top := &yaml.Node{Kind: yaml.MappingNode}
+	mapField(top, "name", yamlString(def.GetName()))
+	strField(top, "model", def.GetModel())
+	secondsField(top, "timeout", def.GetTimeoutSeconds())
+	trueField(top, "network", def.GetNetwork())
+	hostsField(top, def.GetAllowHosts())
+	boolField(top, "cache", def.Cache)
+	strField(top, "cache_validate", def.GetCacheValidate())
+	nodes := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, n := range def.GetNodes() {
+		nodes.Content = append(nodes.Content, formatNode(n))
+	}
+	mapField(top, "nodes", nodes)
+	edges := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, e := range def.GetEdges() {
+		m := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+		mapField(m, "from", yamlString(e.GetFrom()))
+		mapField(m, "to", yamlString(e.GetTo()))
+		strField(m, "condition", e.GetCondition())
+		edges.Content = append(edges.Content, m)
+	}
+	mapField(top, "edges", edges)
+
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(top); err != nil {
+		return nil, fmt.Errorf("format workflow %q: %w", def.GetName(), err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("format workflow %q: %w", def.GetName(), err)
+	}
+	return buf.Bytes(), nil
+}
+
+func formatNode(n *novav1.Node) *yaml.Node {
+	m := &yaml.Node{Kind: yaml.MappingNode}
+	mapField(m, "id", yamlString(n.GetId()))
+	if t := n.GetType(); t != novav1.NodeType_NODE_TYPE_UNSPECIFIED {
+		mapField(m, "type", yamlString(TypeName(t)))
+	}
+	strField(m, "description", n.GetDescription())
+	strField(m, "model", n.GetModel())
+	strField(m, "language", n.GetLanguage())
+	secondsField(m, "timeout", n.GetTimeoutSeconds())
+	if v := n.GetMaxVisits(); v != 0 {
+		mapField(m, "max_visits", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})
+	}
+	trueField(m, "network", n.GetNetwork())
+	hostsField(m, n.GetAllowHosts())
+	boolField(m, "cache", n.Cache)
+	strField(m, "cache_validate", n.GetCacheValidate())
+	strField(m, "prompt", n.GetPrompt())
+	strField(m, "code", n.GetCode())
+	// Nodes without text to read (start, end) take one line each.
+	if n.GetDescription() == "" && n.GetPrompt() == "" && n.GetCode() == "" {
+		m.Style = yaml.FlowStyle
+	}
+	return m
+}
+
+func mapField(m *yaml.Node, key string, v *yaml.Node) {
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+}
+
+func strField(m *yaml.Node, key, v string) {
+	if v != "" {
+		mapField(m, key, yamlString(v))
+	}
+}
+
+func trueField(m *yaml.Node, key string, v bool) {
+	if v {
+		mapField(m, key, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"})
+	}
+}
+
+func boolField(m *yaml.Node, key string, v *bool) {
+	if v != nil {
+		mapField(m, key, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(*v)})
+	}
+}
+
+func hostsField(m *yaml.Node, hosts []string) {
+	if len(hosts) == 0 {
+		return
+	}
+	l := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	for _, h := range hosts {
+		l.Content = append(l.Content, yamlString(h))
+	}
+	mapField(m, "allow_hosts", l)
+}
+
+// secondsField writes a timeout as a number of seconds; what is not a finite
+// number is written as the text Parse reads back ("NaN", "+Inf").
+func secondsField(m *yaml.Node, key string, s float64) {
+	switch {
+	case s == 0:
+	case math.IsNaN(s) || math.IsInf(s, 0):
+		mapField(m, key, yamlString(strconv.FormatFloat(s, 'g', -1, 64)))
+	default:
+		mapField(m, key, &yaml.Node{Kind: yaml.ScalarNode, Value: strconv.FormatFloat(s, 'f', -1, 64)})
+	}
+}
+
+// yamlString is a string scalar; text of several lines is a literal block (code
+// reads as written) when the block keeps it exactly.
+func yamlString(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if strings.Contains(s, "\n") && literalSafe(s) {
+		n.Style = yaml.LiteralStyle
+	}
+	return n
+}
+
+// literalSafe: a literal block keeps every character of s. Carriage
+// returns and the other YAML line breaks would be read back as "\n", and
+// the encoder itself quotes what a block cannot hold (leading spaces on the
+// first line, trailing spaces).
+func literalSafe(s string) bool {
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+		case r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 || r == 0xfeff:
+			return false
+		}
+	}
+	return true
+}
