@@ -8,7 +8,13 @@
 //   - starts per second: a start-to-end workflow (no node to run) started
 //     at 32 in flight through POST /v1/executions (202) and by publishing
 //     the start event, alternately for some rounds, the engine and the
-//     audit service idle before each phase; the medians compared.
+//     audit service idle before each phase; the medians compared. The
+//     sustained rate counts a start when its workflow completed (first
+//     start to last completion: what the deployment keeps up with); the
+//     accepted rate when the producer got its answer (the engine falls
+//     behind, the stream keeps the backlog). The CPU of nova dev and of the
+//     producer per start is measured until the audit service recorded
+//     the phase.
 //
 // `make bench-gateway` builds the binaries and runs it; -h lists the knobs.
 package main
@@ -26,6 +32,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +41,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -73,6 +81,7 @@ type config struct {
 	starts   int
 	rounds   int
 	inFlight int
+	pprof    string
 }
 
 func main() {
@@ -83,6 +92,7 @@ func main() {
 	fs.IntVar(&cfg.starts, "starts", 500, "starts per throughput phase (the audit service records each before the next phase; it slows as its store grows)")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "throughput phases each way, alternately")
 	fs.IntVar(&cfg.inFlight, "in-flight", 32, "starts in flight in the throughput phases")
+	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -123,6 +133,9 @@ func run(ctx context.Context, cfg config) error {
 		// The key's rate limit is lifted: the benchmark measures the path,
 		// not the limiter's refusals.
 		Env: loadgen.BaseEnv("NOVA_GATEWAY_KEYS_FILE="+keysFile, "NOVA_GATEWAY_RATE=1000000", "NOVA_GATEWAY_BURST=1000000")}
+	if cfg.pprof != "" {
+		dev.Args = append(dev.Args, "--pprof", cfg.pprof)
+	}
 	if err := dev.Start(); err != nil {
 		return err
 	}
@@ -229,20 +242,56 @@ func run(ctx context.Context, cfg config) error {
 		}
 		return err
 	}
-	var natsRates, httpRates []float64
+	// Every completion is counted: the phases run one after another, each
+	// on an idle engine, so the completions seen in a phase are its own.
+	var completed atomic.Int64
+	sub, err := b.Conn().Subscribe(bus.EventFilter(bus.KindWorkflowCompleted), func(*nats.Msg) { completed.Add(1) })
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return err
+	}
+	phases := map[string]*phaseFigures{"nats": {}, "http": {}}
 	for range cfg.rounds {
 		for _, p := range []struct {
 			start func(context.Context, int) error
-			rates *[]float64
-		}{{publish, &natsRates}, {post, &httpRates}} {
+			fig   *phaseFigures
+		}{{publish, phases["nats"]}, {post, phases["http"]}} {
 			if err := idle(); err != nil {
 				return err
 			}
-			rate, err := startRate(ctx, cfg.starts, cfg.inFlight, p.start)
+			before, err := cpuNow(dev.Pid())
 			if err != nil {
 				return err
 			}
-			*p.rates = append(*p.rates, rate)
+			completed.Store(0)
+			began := time.Now()
+			if err := startAll(ctx, cfg.starts, cfg.inFlight, p.start); err != nil {
+				return err
+			}
+			accepted := time.Since(began)
+			for completed.Load() < int64(cfg.starts) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				time.Sleep(time.Millisecond)
+			}
+			ran := time.Since(began)
+			// What the phase cost: until the audit service recorded it too.
+			if err := idle(); err != nil {
+				return err
+			}
+			after, err := cpuNow(dev.Pid())
+			if err != nil {
+				return err
+			}
+			n := float64(cfg.starts)
+			p.fig.accepted = append(p.fig.accepted, n/accepted.Seconds())
+			p.fig.sustained = append(p.fig.sustained, n/ran.Seconds())
+			p.fig.devCPU = append(p.fig.devCPU, float64(after.dev-before.dev)/float64(time.Millisecond)/n)
+			p.fig.producerCPU = append(p.fig.producerCPU, float64(after.self-before.self)/float64(time.Millisecond)/n)
 		}
 	}
 
@@ -255,10 +304,19 @@ func run(ctx context.Context, cfg config) error {
 	fmt.Fprintf(tw, "added by the gateway (p50 HTTP - p50 NATS)\t\t%s\t\n",
 		round(loadgen.Percentile(httpLat, 0.5)-loadgen.Percentile(natsLat, 0.5)))
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "STARTS PER SECOND, %d IN FLIGHT, START-TO-END WORKFLOW\tSTARTS\tEACH ROUND\tMEDIAN\n", cfg.inFlight)
-	fmt.Fprintf(tw, "NATS: publish the start event (baseline)\t%d\t%s\t%.0f/s\n", cfg.starts, rates(natsRates), median(natsRates))
-	fmt.Fprintf(tw, "HTTP: POST /v1/executions (202)\t%d\t%s\t%.0f/s\n", cfg.starts, rates(httpRates), median(httpRates))
-	fmt.Fprintf(tw, "gateway / NATS (medians)\t\t\t%.0f%%\n", 100*median(httpRates)/median(natsRates))
+	fmt.Fprintf(tw, "STARTS OF A START-TO-END WORKFLOW, %d PER PHASE, %d IN FLIGHT, %d PHASES EACH WAY\tNATS (BASELINE)\tHTTP\tHTTP / NATS\n",
+		cfg.starts, cfg.inFlight, cfg.rounds)
+	nf, hf := phases["nats"], phases["http"]
+	fmt.Fprintf(tw, "sustained starts/s: started and completed, first start to last completion (median)\t%.0f/s\t%.0f/s\t%.0f%%\n",
+		median(nf.sustained), median(hf.sustained), 100*median(hf.sustained)/median(nf.sustained))
+	fmt.Fprintf(tw, "  each phase\t%s\t%s\t\n", rates(nf.sustained), rates(hf.sustained))
+	fmt.Fprintf(tw, "accepted starts/s: answered by JetStream or the gateway, the engine lagging behind (median)\t%.0f/s\t%.0f/s\t%.0f%%\n",
+		median(nf.accepted), median(hf.accepted), 100*median(hf.accepted)/median(nf.accepted))
+	fmt.Fprintf(tw, "  each phase\t%s\t%s\t\n", rates(nf.accepted), rates(hf.accepted))
+	fmt.Fprintf(tw, "CPU ms per start, nova dev (bus, gateway, engine, audit, store), until the audit recorded it (median)\t%.3f\t%.3f\t%+.3f\n",
+		median(nf.devCPU), median(hf.devCPU), median(hf.devCPU)-median(nf.devCPU))
+	fmt.Fprintf(tw, "CPU ms per start, the producer (NATS publisher or HTTP client) (median)\t%.3f\t%.3f\t%+.3f\n",
+		median(nf.producerCPU), median(hf.producerCPU), median(hf.producerCPU)-median(nf.producerCPU))
 	return tw.Flush()
 }
 
@@ -278,13 +336,11 @@ func median(rs []float64) float64 {
 
 func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 
-// startRate starts n workflows, inFlight at a time, and returns how many
-// were accepted per second.
-func startRate(ctx context.Context, n, inFlight int, start func(context.Context, int) error) (float64, error) {
+// startAll starts n workflows, inFlight at a time.
+func startAll(ctx context.Context, n, inFlight int, start func(context.Context, int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, inFlight)
-	began := time.Now()
 	for range inFlight {
 		wg.Go(func() {
 			for {
@@ -300,13 +356,48 @@ func startRate(ctx context.Context, n, inFlight int, start func(context.Context,
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(began)
 	select {
 	case err := <-errs:
-		return 0, err
+		return err
 	default:
+		return nil
 	}
-	return float64(n) / elapsed.Seconds(), nil
+}
+
+// phaseFigures are the throughput phases' figures of one way of starting.
+type phaseFigures struct {
+	accepted, sustained []float64 // starts per second
+	devCPU, producerCPU []float64 // CPU ms per start
+}
+
+// cpuSample is the CPU used so far by nova dev (every service, the bus and
+// the store run in it) and by this process (the producer).
+type cpuSample struct{ dev, self time.Duration }
+
+func cpuNow(devPid int) (cpuSample, error) {
+	var s cpuSample
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", devPid))
+	if err != nil {
+		return s, err
+	}
+	// utime and stime, in USER_HZ (100 on Linux), after the command name.
+	f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+2:]))
+	if len(f) < 13 {
+		return s, fmt.Errorf("/proc/%d/stat: %q", devPid, st)
+	}
+	for _, v := range f[11:13] {
+		t, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return s, err
+		}
+		s.dev += time.Duration(t) * time.Second / 100
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return s, err
+	}
+	s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return s, nil
 }
 
 type httpClient struct {
