@@ -55,6 +55,20 @@ type Command interface {
 	GetRef() *novav1.StepRef
 }
 
+// BudgetRefused records in outcome a model call err says was refused for
+// want of budget (the step's status becomes "error", with the refusal), and
+// reports whether it was one.
+func BudgetRefused(outcome *novav1.AgentOutcome, err error) bool {
+	be, ok := llm.AsBudgetError(err)
+	if !ok {
+		return false
+	}
+	outcome.Status = "error"
+	outcome.Error = err.Error()
+	outcome.BudgetExceeded = be
+	return true
+}
+
 // Serve handles commands until ctx ends (tp may be nil: no spans). newCmd returns an empty command;
 // handle returns the result message (which must echo the command's ref). A
 // handler error is retried; wrap it with bus.Permanent when retrying cannot
@@ -88,6 +102,8 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		}
 		ctx, span := tracer.Start(ctx, spec.Name+" "+spec.Verb, trace.WithAttributes(stepAttrs...))
 		ctx = llm.WithSpanAttributes(ctx, stepAttrs...) // the model calls' spans name the step too
+		// Every model call of the step is held to what the engine allows it.
+		ctx = llm.WithAllowance(ctx, ref.GetAllowance())
 		defer span.End()
 		subject, err := bus.ResultSubject(ref.ExecutionId, spec.Name, ref.ReplyKind)
 		if err != nil {

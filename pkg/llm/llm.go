@@ -224,8 +224,26 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 		if round >= req.MaxToolRounds {
 			creq.Tools = nil // make it answer
 		}
+		estimate := c.cfg.Prices.EstimateCost(creq)
+		budget := allowanceFrom(ctx)
+		if budget != nil {
+			var err error
+			if estimate, err = budget.admit(c.cfg.Prices, c.cfg.Agent, &creq); err != nil {
+				be, _ := AsBudgetError(err)
+				c.metrics.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agent", c.cfg.Agent),
+					attribute.String("model", req.Model), attribute.String("limit", be.GetLimit().GetName())))
+				c.cfg.Logger.WarnContext(ctx, "model call not made: it would not fit the budget", "model", req.Model, "err", err)
+				return res, err
+			}
+		}
 		resp, call, err := c.complete(ctx, creq)
 		if call != nil {
+			if completionCap(creq) > 0 {
+				call.EstimatedUsd = estimate
+			}
+			if budget != nil {
+				budget.record(call)
+			}
 			res.Calls = append(res.Calls, call)
 			res.Scripted = res.Scripted || call.Scripted
 		}
@@ -447,6 +465,8 @@ type clientMetrics struct {
 	calls  metric.Int64Counter
 	tokens metric.Int64Counter
 	cost   metric.Float64Counter
+	// rejections counts calls not made because they would not fit a budget.
+	rejections metric.Int64Counter
 }
 
 func newClientMetrics(m metric.Meter) (clientMetrics, error) {
@@ -459,6 +479,10 @@ func newClientMetrics(m metric.Meter) (clientMetrics, error) {
 		return cm, err
 	}
 	if cm.cost, err = m.Float64Counter("nova.llm.cost_usd", metric.WithDescription("Estimated cost in USD by agent and model")); err != nil {
+		return cm, err
+	}
+	if cm.rejections, err = m.Int64Counter("nova.llm.budget_rejections",
+		metric.WithDescription("Model calls not made because their worst case would not fit a budget, by agent, model and limit")); err != nil {
 		return cm, err
 	}
 	return cm, nil

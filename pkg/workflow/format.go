@@ -27,6 +27,7 @@ func FormatYAML(def *novav1.WorkflowDefinition) ([]byte, error) {
 	hostsField(top, def.GetAllowHosts())
 	boolField(top, "cache", def.Cache)
 	strField(top, "cache_validate", def.GetCacheValidate())
+	budgetField(top, def.GetBudget())
 	nodes := &yaml.Node{Kind: yaml.SequenceNode}
 	for _, n := range def.GetNodes() {
 		nodes.Content = append(nodes.Content, formatNode(n))
@@ -71,6 +72,7 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	hostsField(m, n.GetAllowHosts())
 	boolField(m, "cache", n.Cache)
 	strField(m, "cache_validate", n.GetCacheValidate())
+	budgetField(m, n.GetBudget())
 	strField(m, "prompt", n.GetPrompt())
 	strField(m, "code", n.GetCode())
 	// Nodes without text to read (start, end) take one line each.
@@ -111,6 +113,27 @@ func hostsField(m *yaml.Node, hosts []string) {
 		l.Content = append(l.Content, yamlString(h))
 	}
 	mapField(m, "allow_hosts", l)
+}
+
+// budgetField writes a budget on one line, each limit that is set (an empty
+// budget too: Parse keeps it).
+func budgetField(m *yaml.Node, b *novav1.Budget) {
+	if b == nil {
+		return
+	}
+	bm := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+	for _, f := range []struct {
+		key string
+		usd *float64
+	}{{"max_usd", b.MaxUsd}, {"max_usd_per_day", b.MaxUsdPerDay}} {
+		if f.usd != nil {
+			mapField(bm, f.key, &yaml.Node{Kind: yaml.ScalarNode, Value: strconv.FormatFloat(*f.usd, 'f', -1, 64)})
+		}
+	}
+	if b.MaxModelCalls != nil {
+		mapField(bm, "max_model_calls", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(*b.MaxModelCalls))})
+	}
+	mapField(m, "budget", bm)
 }
 
 // secondsField writes a timeout as a number of seconds; what is not a finite

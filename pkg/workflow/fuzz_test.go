@@ -24,6 +24,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"name":"w","nodes":[{"id":"a","type":"start"},{"id":"b","type":"end"}],"edges":[{"from":"a","to":"b"}]}`))
 	f.Add([]byte("name: w\nnodes:\n  - &n {id: on, type: start}\n  - {<<: *n, id: off, type: end}\nedges: [{from: on, to: off}]\n"))
 	f.Add([]byte("a: &a [x, x]\nb: [*a, *a, *a]\n"))
+	f.Add([]byte("name: w\nbudget: {max_usd: 0.001, max_usd_per_day: -2, max_model_calls: 3}\nnodes:\n  - {id: a, type: start, budget: {}}\n" +
+		"  - {id: b, type: end, budget: {max_usd: 1e-300, max_model_calls: 0}}\nedges: [{from: a, to: b}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 64<<10 {
 			return

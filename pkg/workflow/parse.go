@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -20,8 +21,9 @@ import (
 // Field names accepted in a definition. "description" is documentation only and
 // is dropped; "executor" exists for definitions written for the original NOVA.
 var (
-	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "nodes", "edges"}
-	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate"}
+	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "nodes", "edges"}
+	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget"}
+	budgetFields   = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
 	edgeFields     = []string{"from", "to", "condition"}
 )
 
@@ -112,6 +114,7 @@ func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
 	def.AllowHosts = p.hosts(w, m, "allow_hosts")
 	def.Cache = p.optBoolean(w, m, "cache")
 	def.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
+	def.Budget = p.budget(w, m)
 	for i, raw := range p.list(w, m, "nodes") {
 		if n := p.node(i, raw); n != nil {
 			def.Nodes = append(def.Nodes, n)
@@ -160,6 +163,7 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.AllowHosts = p.hosts(w, m, "allow_hosts")
 	n.Cache = p.optBoolean(w, m, "cache")
 	n.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
+	n.Budget = p.budget(w, m)
 
 	switch exec := strings.ToLower(strings.TrimSpace(p.str(w, m, "executor"))); exec {
 	case "", "e2b":
@@ -307,6 +311,63 @@ func (p *parser) seconds(w where, m map[string]any, key string) float64 {
 		p.addf(w, key, "must be a number of seconds, got %s", kindOf(v))
 		return 0
 	}
+}
+
+// budget reads a budget mapping; its fields are reported as "budget.<field>".
+// Negative limits are kept for Validate to report.
+func (p *parser) budget(w where, m map[string]any) *novav1.Budget {
+	v, ok := m["budget"]
+	if !ok || v == nil {
+		return nil
+	}
+	bm, ok := v.(map[string]any)
+	if !ok {
+		p.addf(w, "budget", "must be a mapping with max_usd, max_usd_per_day and/or max_model_calls, got %s", kindOf(v))
+		return nil
+	}
+	b := &novav1.Budget{}
+	for _, k := range slices.Sorted(maps.Keys(bm)) {
+		if !slices.Contains(budgetFields, k) {
+			msg := "unknown field"
+			if s := suggest(k, budgetFields); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+			p.problems = append(p.problems, w.problem("budget."+k, msg+" (known fields: "+strings.Join(budgetFields, ", ")+")"))
+		}
+	}
+	b.MaxUsd = p.usd(w, bm, "max_usd")
+	b.MaxUsdPerDay = p.usd(w, bm, "max_usd_per_day")
+	if v, ok := bm["max_model_calls"]; ok && v != nil {
+		before := len(p.problems)
+		n := p.whole(w, bm, "max_model_calls")
+		if len(p.problems) > before {
+			// whole names the field without its mapping; say where it is.
+			p.problems[len(p.problems)-1] = w.problem("budget.max_model_calls", "must be a whole number of calls, got "+kindOf(v))
+		} else {
+			b.MaxModelCalls = &n
+		}
+	}
+	return b
+}
+
+// usd reads an amount of US dollars: a number, nothing else (a string such
+// as "0.50" or "$1" is refused rather than guessed at).
+func (p *parser) usd(w where, m map[string]any, key string) *float64 {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return nil
+	}
+	n, isNum := v.(json.Number)
+	if !isNum {
+		p.problems = append(p.problems, w.problem("budget."+key, "must be a number of US dollars such as 0.25, got "+kindOf(v)))
+		return nil
+	}
+	f, err := n.Float64()
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		p.problems = append(p.problems, w.problem("budget."+key, "must be a number of US dollars such as 0.25, got "+n.String()))
+		return nil
+	}
+	return &f
 }
 
 func (p *parser) whole(w where, m map[string]any, key string) int32 {

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -58,6 +59,7 @@ func (v *validator) workflow() {
 	if !validCacheValidate(v.def.GetCacheValidate()) {
 		v.add("", "cache_validate", "must be rules or model, got %q", v.def.GetCacheValidate())
 	}
+	v.budget("", v.def.GetBudget())
 	if len(v.def.GetNodes()) == 0 {
 		v.add("", "nodes", "at least one node is required: a start node, the work, and an end node")
 	}
@@ -136,6 +138,29 @@ func (v *validator) node(n *novav1.Node) {
 	}
 	if !validCacheValidate(n.GetCacheValidate()) {
 		v.add(id, "cache_validate", "must be rules or model, got %q", n.GetCacheValidate())
+	}
+	v.budget(id, n.GetBudget())
+}
+
+// budget reports negative limits (and amounts that are not numbers, which a
+// definition built in code rather than parsed may hold).
+func (v *validator) budget(nodeID string, b *novav1.Budget) {
+	if b == nil {
+		return
+	}
+	for _, f := range []struct {
+		name string
+		usd  *float64
+	}{{"max_usd", b.MaxUsd}, {"max_usd_per_day", b.MaxUsdPerDay}} {
+		if f.usd == nil {
+			continue
+		}
+		if x := *f.usd; !(x >= 0) || math.IsInf(x, 0) {
+			v.add(nodeID, "budget."+f.name, "must be a number of US dollars, 0 or more, got %g", x)
+		}
+	}
+	if b.MaxModelCalls != nil && *b.MaxModelCalls < 0 {
+		v.add(nodeID, "budget.max_model_calls", "must be a whole number of calls, 0 or more, got %d", *b.MaxModelCalls)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/pkg/workflow"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
@@ -24,11 +25,18 @@ type config struct {
 	// The generated-code cache's entries live this long, within this cap.
 	CodeCacheTTL      time.Duration `env:"NOVA_CODECACHE_TTL" default:"720h"`
 	CodeCacheMaxBytes int64         `env:"NOVA_CODECACHE_MAX_BYTES" default:"268435456"`
+	// The default budget of every workflow: NOVA_BUDGET_MAX_USD,
+	// NOVA_BUDGET_MAX_USD_PER_DAY, NOVA_BUDGET_MAX_MODEL_CALLS.
+	workflow.BudgetSettings
 }
 
 func main() {
 	var cfg config
 	os.Exit(service.Main("graph-engine", &cfg, func(ctx context.Context, env *service.Env) error {
+		budget, err := cfg.Budget()
+		if err != nil {
+			return err
+		}
 		values, err := valueref.Open(ctx, env.Bus.JetStream(), cfg.ValueThreshold, cfg.StreamReplicas)
 		if err != nil {
 			return err
@@ -48,6 +56,7 @@ func main() {
 				AnalysisTimeout:    cfg.AnalysisTimeout,
 				CodeCacheTTL:       cfg.CodeCacheTTL,
 				CodeCacheMaxBytes:  cfg.CodeCacheMaxBytes,
+				Budget:             budget,
 			},
 		})
 	}))

@@ -41,6 +41,9 @@ func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID s
 	if exec.DurationMs > 0 {
 		fmt.Fprintf(w, ", %d ms", exec.DurationMs)
 	}
+	if exec.ModelCalls > 0 {
+		fmt.Fprintf(w, ", $%.6f in %d model calls", exec.CostUSD, exec.ModelCalls)
+	}
 	fmt.Fprintln(w, ")")
 	for _, n := range nodes {
 		fmt.Fprintf(w, "\n#%d %s [%s] visit %d: %s, %.1f ms\n", n.Sequence, n.NodeID, n.NodeType, n.Visit, n.Status, n.ExecutionTime)

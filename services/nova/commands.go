@@ -84,6 +84,15 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 		}
 		opts.Replicas = n
 	}
+	var budget workflow.BudgetSettings
+	if err := config.Load(&budget, nil); err != nil {
+		return opts, err
+	}
+	b, err := budget.Budget()
+	if err != nil {
+		return opts, err
+	}
+	opts.Budget = b
 	prices, err := llm.ParsePrices(os.Getenv("NOVA_LLM_PRICES"), llm.DefaultPrices())
 	if err != nil {
 		return opts, fmt.Errorf("NOVA_LLM_PRICES: %w", err)
@@ -279,13 +288,18 @@ type runResult struct {
 	Path        []string        `json:"path"`
 	Nodes       []runNodeResult `json:"nodes"`
 	Error       string          `json:"error"`
+	// What the execution's model calls cost (the price table's estimate).
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int32   `json:"model_calls"`
 }
 
 type runNodeResult struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Attempts int32  `json:"attempts"`
-	Error    string `json:"error"`
+	ID         string  `json:"id"`
+	Status     string  `json:"status"`
+	Attempts   int32   `json:"attempts"`
+	Error      string  `json:"error"`
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int32   `json:"model_calls"`
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -503,12 +517,15 @@ func toRunResult(wc *novav1.WorkflowCompleted) runResult {
 		Path:        wc.Path,
 		Error:       wc.Error,
 		Nodes:       []runNodeResult{},
+		CostUSD:     wc.CostUsd,
+		ModelCalls:  wc.ModelCalls,
 	}
 	if res.Path == nil {
 		res.Path = []string{}
 	}
 	for _, n := range wc.Nodes {
-		res.Nodes = append(res.Nodes, runNodeResult{ID: n.Id, Status: n.Status, Attempts: n.Attempts, Error: n.Error})
+		res.Nodes = append(res.Nodes, runNodeResult{ID: n.Id, Status: n.Status, Attempts: n.Attempts, Error: n.Error,
+			CostUSD: n.CostUsd, ModelCalls: n.ModelCalls})
 	}
 	return res
 }
@@ -519,9 +536,26 @@ func printRun(w io.Writer, def *novav1.WorkflowDefinition, res runResult) {
 		fmt.Fprintf(w, "error      %s\n", res.Error)
 	}
 	fmt.Fprintf(w, "path       %s\n", strings.Join(res.Path, " -> "))
+	if res.ModelCalls > 0 || hasPrompt(def) {
+		fmt.Fprintf(w, "spend      $%.6f in %d model calls%s\n", res.CostUSD, res.ModelCalls, nodeSpend(res.Nodes))
+	}
 	var ctxJSON bytes.Buffer
 	_ = json.Indent(&ctxJSON, res.Context, "           ", "  ")
 	fmt.Fprintf(w, "context    %s\n", ctxJSON.Bytes())
+}
+
+// nodeSpend lists what each node that called a model spent: " (a $0.1, b $0.2)".
+func nodeSpend(nodes []runNodeResult) string {
+	var parts []string
+	for _, n := range nodes {
+		if n.ModelCalls > 0 {
+			parts = append(parts, fmt.Sprintf("%s $%.6f", n.ID, n.CostUSD))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {

@@ -45,7 +45,6 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v0.1.9 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -118,6 +117,7 @@ require (
 	github.com/novaflow/nova/services/gateway v0.0.0
 	github.com/novaflow/nova/services/input-analyzer v0.0.0
 	github.com/novaflow/nova/services/output-validator v0.0.0
+	github.com/prometheus/client_model v0.6.3
 	go.opentelemetry.io/proto/otlp v1.11.1
 )
 

@@ -141,6 +141,12 @@ func probes() []probe {
 		// The code cache: the engine's alone.
 		add(u, "pub", "$KV.nova_codecache.k1", u == userGraphEngine)
 		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_codecache.$KV.nova_codecache.k1", u == userGraphEngine)
+		// The day counters of max_usd_per_day: the engine's alone (agents
+		// get their allowance in the command).
+		add(u, "pub", "$KV.nova_budget.w.2026-01-02", u == userGraphEngine)
+		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_budget.$KV.nova_budget.w.2026-01-02", u == userGraphEngine)
+		add(u, "pub", "$JS.API.STREAM.CREATE.KV_nova_budget", u == userGraphEngine)
+		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_budget", false)
 		add(u, "pub", "$JS.API.STREAM.UPDATE.OBJ_nova_runtime", u == userSandbox)
 		// Subscriptions: a user reads only its own inbox; events come
 		// through JetStream consumers, never core subscriptions.

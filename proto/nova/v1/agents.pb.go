@@ -38,7 +38,9 @@ type StepRef struct {
 	// nova.evt.<execution_id>.<reply_kind>; empty means result.<agent>, which
 	// the graph engine consumes. Runs outside any workflow (the gateway's
 	// refine) name a kind of their own, e.g. reply.<agent>.
-	ReplyKind     string `protobuf:"bytes,8,opt,name=reply_kind,json=replyKind,proto3" json:"reply_kind,omitempty"`
+	ReplyKind string `protobuf:"bytes,8,opt,name=reply_kind,json=replyKind,proto3" json:"reply_kind,omitempty"`
+	// What the step's model calls may still cost; absent: no limit.
+	Allowance     *Allowance `protobuf:"bytes,9,opt,name=allowance,proto3" json:"allowance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,6 +131,282 @@ func (x *StepRef) GetReplyKind() string {
 	return ""
 }
 
+func (x *StepRef) GetAllowance() *Allowance {
+	if x != nil {
+		return x.Allowance
+	}
+	return nil
+}
+
+// Allowance is what one agent step may spend on model calls, set by the graph
+// engine from the budgets (workflow, node, deployment defaults) when it issues
+// the command. Before each call the agent estimates the call's worst case
+// (pkg/llm EstimateCost); a call is made only when that fits in what is left
+// of usd and one more call fits in model_calls. A call that does not fit is
+// not made: the step ends with AgentOutcome.budget_exceeded.
+type Allowance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// USD the step's calls may cost together; unset: no limit.
+	Usd *float64 `protobuf:"fixed64,1,opt,name=usd,proto3,oneof" json:"usd,omitempty"`
+	// Calls the step may make; unset: no limit.
+	ModelCalls *int32 `protobuf:"varint,2,opt,name=model_calls,json=modelCalls,proto3,oneof" json:"model_calls,omitempty"`
+	// The limits usd and model_calls come from, for the refusal's message.
+	UsdLimit      *BudgetLimit `protobuf:"bytes,3,opt,name=usd_limit,json=usdLimit,proto3" json:"usd_limit,omitempty"`
+	CallsLimit    *BudgetLimit `protobuf:"bytes,4,opt,name=calls_limit,json=callsLimit,proto3" json:"calls_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Allowance) Reset() {
+	*x = Allowance{}
+	mi := &file_nova_v1_agents_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Allowance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Allowance) ProtoMessage() {}
+
+func (x *Allowance) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Allowance.ProtoReflect.Descriptor instead.
+func (*Allowance) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Allowance) GetUsd() float64 {
+	if x != nil && x.Usd != nil {
+		return *x.Usd
+	}
+	return 0
+}
+
+func (x *Allowance) GetModelCalls() int32 {
+	if x != nil && x.ModelCalls != nil {
+		return *x.ModelCalls
+	}
+	return 0
+}
+
+func (x *Allowance) GetUsdLimit() *BudgetLimit {
+	if x != nil {
+		return x.UsdLimit
+	}
+	return nil
+}
+
+func (x *Allowance) GetCallsLimit() *BudgetLimit {
+	if x != nil {
+		return x.CallsLimit
+	}
+	return nil
+}
+
+// BudgetLimit is one limit of a budget and where it stood when the step was
+// issued.
+type BudgetLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_usd, max_usd_per_day or max_model_calls.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Whose limit: `workflow "<name>"` or `node "<id>"`, with "(deployment
+	// default)" when it came from the configuration.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The limit: USD, or calls for max_model_calls.
+	Allowed float64 `protobuf:"fixed64,3,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// What was spent against it before this step (USD, or calls).
+	Spent float64 `protobuf:"fixed64,4,opt,name=spent,proto3" json:"spent,omitempty"`
+	// max_usd_per_day: the UTC day, and the USD held by other running steps.
+	Day  string  `protobuf:"bytes,5,opt,name=day,proto3" json:"day,omitempty"`
+	Held float64 `protobuf:"fixed64,6,opt,name=held,proto3" json:"held,omitempty"`
+	// max_usd_per_day: the step was given a share of the day's room, not all of
+	// it; a call that needs more makes the engine issue the step again with a
+	// larger share.
+	Share         bool `protobuf:"varint,7,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetLimit) Reset() {
+	*x = BudgetLimit{}
+	mi := &file_nova_v1_agents_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetLimit) ProtoMessage() {}
+
+func (x *BudgetLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetLimit.ProtoReflect.Descriptor instead.
+func (*BudgetLimit) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BudgetLimit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BudgetLimit) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *BudgetLimit) GetAllowed() float64 {
+	if x != nil {
+		return x.Allowed
+	}
+	return 0
+}
+
+func (x *BudgetLimit) GetSpent() float64 {
+	if x != nil {
+		return x.Spent
+	}
+	return 0
+}
+
+func (x *BudgetLimit) GetDay() string {
+	if x != nil {
+		return x.Day
+	}
+	return ""
+}
+
+func (x *BudgetLimit) GetHeld() float64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *BudgetLimit) GetShare() bool {
+	if x != nil {
+		return x.Share
+	}
+	return false
+}
+
+// BudgetExceeded is a model call an agent did not make because its estimated
+// worst case did not fit the step's allowance.
+type BudgetExceeded struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Limit *BudgetLimit           `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// What the step had spent when the call was refused (USD, or calls).
+	StepSpent float64 `protobuf:"fixed64,2,opt,name=step_spent,json=stepSpent,proto3" json:"step_spent,omitempty"`
+	// The refused call's estimated worst case in USD (1 for a calls limit).
+	Needed float64 `protobuf:"fixed64,3,opt,name=needed,proto3" json:"needed,omitempty"`
+	// What the step was allowed (Allowance.usd or model_calls).
+	Given         float64 `protobuf:"fixed64,4,opt,name=given,proto3" json:"given,omitempty"`
+	Agent         string  `protobuf:"bytes,5,opt,name=agent,proto3" json:"agent,omitempty"`
+	Model         string  `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetExceeded) Reset() {
+	*x = BudgetExceeded{}
+	mi := &file_nova_v1_agents_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetExceeded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetExceeded) ProtoMessage() {}
+
+func (x *BudgetExceeded) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_agents_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetExceeded.ProtoReflect.Descriptor instead.
+func (*BudgetExceeded) Descriptor() ([]byte, []int) {
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BudgetExceeded) GetLimit() *BudgetLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *BudgetExceeded) GetStepSpent() float64 {
+	if x != nil {
+		return x.StepSpent
+	}
+	return 0
+}
+
+func (x *BudgetExceeded) GetNeeded() float64 {
+	if x != nil {
+		return x.Needed
+	}
+	return 0
+}
+
+func (x *BudgetExceeded) GetGiven() float64 {
+	if x != nil {
+		return x.Given
+	}
+	return 0
+}
+
+func (x *BudgetExceeded) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *BudgetExceeded) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 // The node the pipeline works for.
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -148,7 +426,7 @@ type TaskSpec struct {
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_nova_v1_agents_proto_msgTypes[1]
+	mi := &file_nova_v1_agents_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -160,7 +438,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[1]
+	mi := &file_nova_v1_agents_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -173,7 +451,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TaskSpec) GetTask() string {
@@ -223,14 +501,18 @@ type ModelCall struct {
 	// True when the answer came from the scripted (offline) model server.
 	Scripted bool `protobuf:"varint,7,opt,name=scripted,proto3" json:"scripted,omitempty"`
 	// Transient errors retried before this call succeeded (429, 5xx, timeouts).
-	Retries       int32 `protobuf:"varint,8,opt,name=retries,proto3" json:"retries,omitempty"`
+	Retries int32 `protobuf:"varint,8,opt,name=retries,proto3" json:"retries,omitempty"`
+	// The worst case estimated before the call (prompt bytes as tokens at the
+	// input price, max_tokens at the output price); 0 when the request had no
+	// max_tokens.
+	EstimatedUsd  float64 `protobuf:"fixed64,9,opt,name=estimated_usd,json=estimatedUsd,proto3" json:"estimated_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelCall) Reset() {
 	*x = ModelCall{}
-	mi := &file_nova_v1_agents_proto_msgTypes[2]
+	mi := &file_nova_v1_agents_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +524,7 @@ func (x *ModelCall) String() string {
 func (*ModelCall) ProtoMessage() {}
 
 func (x *ModelCall) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[2]
+	mi := &file_nova_v1_agents_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +537,7 @@ func (x *ModelCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCall.ProtoReflect.Descriptor instead.
 func (*ModelCall) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ModelCall) GetModel() string {
@@ -314,6 +596,13 @@ func (x *ModelCall) GetRetries() int32 {
 	return 0
 }
 
+func (x *ModelCall) GetEstimatedUsd() float64 {
+	if x != nil {
+		return x.EstimatedUsd
+	}
+	return 0
+}
+
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -327,7 +616,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_nova_v1_agents_proto_msgTypes[3]
+	mi := &file_nova_v1_agents_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +628,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[3]
+	mi := &file_nova_v1_agents_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +641,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCall) GetName() string {
@@ -381,17 +670,20 @@ type AgentOutcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "success" or "error". An error here is the agent failing (for example
 	// the model answered nonsense after retries), not a finding about the code.
-	Status        string       `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	Error         string       `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	DurationMs    float64      `protobuf:"fixed64,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	ModelCalls    []*ModelCall `protobuf:"bytes,4,rep,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Status     string       `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Error      string       `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	DurationMs float64      `protobuf:"fixed64,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	ModelCalls []*ModelCall `protobuf:"bytes,4,rep,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	// Set when a model call was not made because it would not fit the step's
+	// allowance (status is then "error").
+	BudgetExceeded *BudgetExceeded `protobuf:"bytes,5,opt,name=budget_exceeded,json=budgetExceeded,proto3" json:"budget_exceeded,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AgentOutcome) Reset() {
 	*x = AgentOutcome{}
-	mi := &file_nova_v1_agents_proto_msgTypes[4]
+	mi := &file_nova_v1_agents_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +695,7 @@ func (x *AgentOutcome) String() string {
 func (*AgentOutcome) ProtoMessage() {}
 
 func (x *AgentOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[4]
+	mi := &file_nova_v1_agents_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +708,7 @@ func (x *AgentOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentOutcome.ProtoReflect.Descriptor instead.
 func (*AgentOutcome) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AgentOutcome) GetStatus() string {
@@ -447,6 +739,13 @@ func (x *AgentOutcome) GetModelCalls() []*ModelCall {
 	return nil
 }
 
+func (x *AgentOutcome) GetBudgetExceeded() *BudgetExceeded {
+	if x != nil {
+		return x.BudgetExceeded
+	}
+	return nil
+}
+
 // AnalyzeInput: type io.nova.agent.input.analyze.v1 on nova.cmd.input-analyzer.
 type AnalyzeInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -460,7 +759,7 @@ type AnalyzeInput struct {
 
 func (x *AnalyzeInput) Reset() {
 	*x = AnalyzeInput{}
-	mi := &file_nova_v1_agents_proto_msgTypes[5]
+	mi := &file_nova_v1_agents_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +771,7 @@ func (x *AnalyzeInput) String() string {
 func (*AnalyzeInput) ProtoMessage() {}
 
 func (x *AnalyzeInput) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[5]
+	mi := &file_nova_v1_agents_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +784,7 @@ func (x *AnalyzeInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnalyzeInput.ProtoReflect.Descriptor instead.
 func (*AnalyzeInput) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AnalyzeInput) GetRef() *StepRef {
@@ -526,7 +825,7 @@ type InputAnalyzed struct {
 
 func (x *InputAnalyzed) Reset() {
 	*x = InputAnalyzed{}
-	mi := &file_nova_v1_agents_proto_msgTypes[6]
+	mi := &file_nova_v1_agents_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +837,7 @@ func (x *InputAnalyzed) String() string {
 func (*InputAnalyzed) ProtoMessage() {}
 
 func (x *InputAnalyzed) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[6]
+	mi := &file_nova_v1_agents_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +850,7 @@ func (x *InputAnalyzed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputAnalyzed.ProtoReflect.Descriptor instead.
 func (*InputAnalyzed) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InputAnalyzed) GetRef() *StepRef {
@@ -610,7 +909,7 @@ type AttemptRecord struct {
 
 func (x *AttemptRecord) Reset() {
 	*x = AttemptRecord{}
-	mi := &file_nova_v1_agents_proto_msgTypes[7]
+	mi := &file_nova_v1_agents_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +921,7 @@ func (x *AttemptRecord) String() string {
 func (*AttemptRecord) ProtoMessage() {}
 
 func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[7]
+	mi := &file_nova_v1_agents_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +934,7 @@ func (x *AttemptRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptRecord.ProtoReflect.Descriptor instead.
 func (*AttemptRecord) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AttemptRecord) GetAttempt() int32 {
@@ -686,7 +985,7 @@ type GenerateCode struct {
 
 func (x *GenerateCode) Reset() {
 	*x = GenerateCode{}
-	mi := &file_nova_v1_agents_proto_msgTypes[8]
+	mi := &file_nova_v1_agents_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +997,7 @@ func (x *GenerateCode) String() string {
 func (*GenerateCode) ProtoMessage() {}
 
 func (x *GenerateCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[8]
+	mi := &file_nova_v1_agents_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +1010,7 @@ func (x *GenerateCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateCode.ProtoReflect.Descriptor instead.
 func (*GenerateCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GenerateCode) GetRef() *StepRef {
@@ -786,7 +1085,7 @@ type Refinement struct {
 
 func (x *Refinement) Reset() {
 	*x = Refinement{}
-	mi := &file_nova_v1_agents_proto_msgTypes[9]
+	mi := &file_nova_v1_agents_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1097,7 @@ func (x *Refinement) String() string {
 func (*Refinement) ProtoMessage() {}
 
 func (x *Refinement) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[9]
+	mi := &file_nova_v1_agents_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1110,7 @@ func (x *Refinement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refinement.ProtoReflect.Descriptor instead.
 func (*Refinement) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Refinement) GetAgentType() string {
@@ -876,7 +1175,7 @@ type FieldFeedback struct {
 
 func (x *FieldFeedback) Reset() {
 	*x = FieldFeedback{}
-	mi := &file_nova_v1_agents_proto_msgTypes[10]
+	mi := &file_nova_v1_agents_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1187,7 @@ func (x *FieldFeedback) String() string {
 func (*FieldFeedback) ProtoMessage() {}
 
 func (x *FieldFeedback) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[10]
+	mi := &file_nova_v1_agents_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1200,7 @@ func (x *FieldFeedback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldFeedback.ProtoReflect.Descriptor instead.
 func (*FieldFeedback) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FieldFeedback) GetField() string {
@@ -963,7 +1262,7 @@ type FeedbackExample struct {
 
 func (x *FeedbackExample) Reset() {
 	*x = FeedbackExample{}
-	mi := &file_nova_v1_agents_proto_msgTypes[11]
+	mi := &file_nova_v1_agents_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1274,7 @@ func (x *FeedbackExample) String() string {
 func (*FeedbackExample) ProtoMessage() {}
 
 func (x *FeedbackExample) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[11]
+	mi := &file_nova_v1_agents_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1287,7 @@ func (x *FeedbackExample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeedbackExample.ProtoReflect.Descriptor instead.
 func (*FeedbackExample) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FeedbackExample) GetInput() *JSONValue {
@@ -1023,7 +1322,7 @@ type RefineAttempt struct {
 
 func (x *RefineAttempt) Reset() {
 	*x = RefineAttempt{}
-	mi := &file_nova_v1_agents_proto_msgTypes[12]
+	mi := &file_nova_v1_agents_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1334,7 @@ func (x *RefineAttempt) String() string {
 func (*RefineAttempt) ProtoMessage() {}
 
 func (x *RefineAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[12]
+	mi := &file_nova_v1_agents_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1347,7 @@ func (x *RefineAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttempt.ProtoReflect.Descriptor instead.
 func (*RefineAttempt) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RefineAttempt) GetAttempt() int32 {
@@ -1111,7 +1410,7 @@ type CodeGenerated struct {
 
 func (x *CodeGenerated) Reset() {
 	*x = CodeGenerated{}
-	mi := &file_nova_v1_agents_proto_msgTypes[13]
+	mi := &file_nova_v1_agents_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1422,7 @@ func (x *CodeGenerated) String() string {
 func (*CodeGenerated) ProtoMessage() {}
 
 func (x *CodeGenerated) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[13]
+	mi := &file_nova_v1_agents_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1435,7 @@ func (x *CodeGenerated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeGenerated.ProtoReflect.Descriptor instead.
 func (*CodeGenerated) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CodeGenerated) GetRef() *StepRef {
@@ -1196,7 +1495,7 @@ type ValidateCode struct {
 
 func (x *ValidateCode) Reset() {
 	*x = ValidateCode{}
-	mi := &file_nova_v1_agents_proto_msgTypes[14]
+	mi := &file_nova_v1_agents_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1507,7 @@ func (x *ValidateCode) String() string {
 func (*ValidateCode) ProtoMessage() {}
 
 func (x *ValidateCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[14]
+	mi := &file_nova_v1_agents_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1520,7 @@ func (x *ValidateCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateCode.ProtoReflect.Descriptor instead.
 func (*ValidateCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ValidateCode) GetRef() *StepRef {
@@ -1272,7 +1571,7 @@ type Finding struct {
 
 func (x *Finding) Reset() {
 	*x = Finding{}
-	mi := &file_nova_v1_agents_proto_msgTypes[15]
+	mi := &file_nova_v1_agents_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1583,7 @@ func (x *Finding) String() string {
 func (*Finding) ProtoMessage() {}
 
 func (x *Finding) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[15]
+	mi := &file_nova_v1_agents_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1596,7 @@ func (x *Finding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finding.ProtoReflect.Descriptor instead.
 func (*Finding) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Finding) GetRule() string {
@@ -1334,7 +1633,7 @@ type CodeValidated struct {
 
 func (x *CodeValidated) Reset() {
 	*x = CodeValidated{}
-	mi := &file_nova_v1_agents_proto_msgTypes[16]
+	mi := &file_nova_v1_agents_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1645,7 @@ func (x *CodeValidated) String() string {
 func (*CodeValidated) ProtoMessage() {}
 
 func (x *CodeValidated) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[16]
+	mi := &file_nova_v1_agents_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1658,7 @@ func (x *CodeValidated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeValidated.ProtoReflect.Descriptor instead.
 func (*CodeValidated) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{16}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CodeValidated) GetRef() *StepRef {
@@ -1410,7 +1709,7 @@ type ValidateOutput struct {
 
 func (x *ValidateOutput) Reset() {
 	*x = ValidateOutput{}
-	mi := &file_nova_v1_agents_proto_msgTypes[17]
+	mi := &file_nova_v1_agents_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1721,7 @@ func (x *ValidateOutput) String() string {
 func (*ValidateOutput) ProtoMessage() {}
 
 func (x *ValidateOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[17]
+	mi := &file_nova_v1_agents_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1734,7 @@ func (x *ValidateOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateOutput.ProtoReflect.Descriptor instead.
 func (*ValidateOutput) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{17}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ValidateOutput) GetRef() *StepRef {
@@ -1511,7 +1810,7 @@ type OutputValidated struct {
 
 func (x *OutputValidated) Reset() {
 	*x = OutputValidated{}
-	mi := &file_nova_v1_agents_proto_msgTypes[18]
+	mi := &file_nova_v1_agents_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1822,7 @@ func (x *OutputValidated) String() string {
 func (*OutputValidated) ProtoMessage() {}
 
 func (x *OutputValidated) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_agents_proto_msgTypes[18]
+	mi := &file_nova_v1_agents_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1835,7 @@ func (x *OutputValidated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputValidated.ProtoReflect.Descriptor instead.
 func (*OutputValidated) Descriptor() ([]byte, []int) {
-	return file_nova_v1_agents_proto_rawDescGZIP(), []int{18}
+	return file_nova_v1_agents_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OutputValidated) GetRef() *StepRef {
@@ -1585,7 +1884,7 @@ var File_nova_v1_agents_proto protoreflect.FileDescriptor
 
 const file_nova_v1_agents_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\"\xea\x01\n" +
+	"\x14nova/v1/agents.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\"\x9c\x02\n" +
 	"\aStepRef\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1596,13 +1895,39 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\vstep_number\x18\a \x01(\x05R\n" +
 	"stepNumber\x12\x1d\n" +
 	"\n" +
-	"reply_kind\x18\b \x01(\tR\treplyKind\"\x96\x01\n" +
+	"reply_kind\x18\b \x01(\tR\treplyKind\x120\n" +
+	"\tallowance\x18\t \x01(\v2\x12.nova.v1.AllowanceR\tallowance\"\xca\x01\n" +
+	"\tAllowance\x12\x15\n" +
+	"\x03usd\x18\x01 \x01(\x01H\x00R\x03usd\x88\x01\x01\x12$\n" +
+	"\vmodel_calls\x18\x02 \x01(\x05H\x01R\n" +
+	"modelCalls\x88\x01\x01\x121\n" +
+	"\tusd_limit\x18\x03 \x01(\v2\x14.nova.v1.BudgetLimitR\busdLimit\x125\n" +
+	"\vcalls_limit\x18\x04 \x01(\v2\x14.nova.v1.BudgetLimitR\n" +
+	"callsLimitB\x06\n" +
+	"\x04_usdB\x0e\n" +
+	"\f_model_calls\"\xa3\x01\n" +
+	"\vBudgetLimit\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x18\n" +
+	"\aallowed\x18\x03 \x01(\x01R\aallowed\x12\x14\n" +
+	"\x05spent\x18\x04 \x01(\x01R\x05spent\x12\x10\n" +
+	"\x03day\x18\x05 \x01(\tR\x03day\x12\x12\n" +
+	"\x04held\x18\x06 \x01(\x01R\x04held\x12\x14\n" +
+	"\x05share\x18\a \x01(\bR\x05share\"\xb5\x01\n" +
+	"\x0eBudgetExceeded\x12*\n" +
+	"\x05limit\x18\x01 \x01(\v2\x14.nova.v1.BudgetLimitR\x05limit\x12\x1d\n" +
+	"\n" +
+	"step_spent\x18\x02 \x01(\x01R\tstepSpent\x12\x16\n" +
+	"\x06needed\x18\x03 \x01(\x01R\x06needed\x12\x14\n" +
+	"\x05given\x18\x04 \x01(\x01R\x05given\x12\x14\n" +
+	"\x05agent\x18\x05 \x01(\tR\x05agent\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\"\x96\x01\n" +
 	"\bTaskSpec\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x1b\n" +
 	"\tnode_type\x18\x02 \x01(\tR\bnodeType\x12'\n" +
 	"\x0fdecision_values\x18\x03 \x03(\tR\x0edecisionValues\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1a\n" +
-	"\blanguage\x18\x05 \x01(\tR\blanguage\"\x8a\x02\n" +
+	"\blanguage\x18\x05 \x01(\tR\blanguage\"\xaf\x02\n" +
 	"\tModelCall\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -1612,18 +1937,20 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\vduration_ms\x18\x06 \x01(\x01R\n" +
 	"durationMs\x12\x1a\n" +
 	"\bscripted\x18\a \x01(\bR\bscripted\x12\x18\n" +
-	"\aretries\x18\b \x01(\x05R\aretries\"T\n" +
+	"\aretries\x18\b \x01(\x05R\aretries\x12#\n" +
+	"\restimated_usd\x18\t \x01(\x01R\festimatedUsd\"T\n" +
 	"\bToolCall\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x02 \x01(\tR\targuments\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\tR\x06result\"\x92\x01\n" +
+	"\x06result\x18\x03 \x01(\tR\x06result\"\xd4\x01\n" +
 	"\fAgentOutcome\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1f\n" +
 	"\vduration_ms\x18\x03 \x01(\x01R\n" +
 	"durationMs\x123\n" +
 	"\vmodel_calls\x18\x04 \x03(\v2\x12.nova.v1.ModelCallR\n" +
-	"modelCalls\"\x8d\x01\n" +
+	"modelCalls\x12@\n" +
+	"\x0fbudget_exceeded\x18\x05 \x01(\v2\x17.nova.v1.BudgetExceededR\x0ebudgetExceeded\"\x8d\x01\n" +
 	"\fAnalyzeInput\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
 	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x12,\n" +
@@ -1733,71 +2060,79 @@ func file_nova_v1_agents_proto_rawDescGZIP() []byte {
 	return file_nova_v1_agents_proto_rawDescData
 }
 
-var file_nova_v1_agents_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_nova_v1_agents_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_nova_v1_agents_proto_goTypes = []any{
 	(*StepRef)(nil),         // 0: nova.v1.StepRef
-	(*TaskSpec)(nil),        // 1: nova.v1.TaskSpec
-	(*ModelCall)(nil),       // 2: nova.v1.ModelCall
-	(*ToolCall)(nil),        // 3: nova.v1.ToolCall
-	(*AgentOutcome)(nil),    // 4: nova.v1.AgentOutcome
-	(*AnalyzeInput)(nil),    // 5: nova.v1.AnalyzeInput
-	(*InputAnalyzed)(nil),   // 6: nova.v1.InputAnalyzed
-	(*AttemptRecord)(nil),   // 7: nova.v1.AttemptRecord
-	(*GenerateCode)(nil),    // 8: nova.v1.GenerateCode
-	(*Refinement)(nil),      // 9: nova.v1.Refinement
-	(*FieldFeedback)(nil),   // 10: nova.v1.FieldFeedback
-	(*FeedbackExample)(nil), // 11: nova.v1.FeedbackExample
-	(*RefineAttempt)(nil),   // 12: nova.v1.RefineAttempt
-	(*CodeGenerated)(nil),   // 13: nova.v1.CodeGenerated
-	(*ValidateCode)(nil),    // 14: nova.v1.ValidateCode
-	(*Finding)(nil),         // 15: nova.v1.Finding
-	(*CodeValidated)(nil),   // 16: nova.v1.CodeValidated
-	(*ValidateOutput)(nil),  // 17: nova.v1.ValidateOutput
-	(*OutputValidated)(nil), // 18: nova.v1.OutputValidated
-	(*JSONValue)(nil),       // 19: nova.v1.JSONValue
-	(*structpb.Struct)(nil), // 20: google.protobuf.Struct
+	(*Allowance)(nil),       // 1: nova.v1.Allowance
+	(*BudgetLimit)(nil),     // 2: nova.v1.BudgetLimit
+	(*BudgetExceeded)(nil),  // 3: nova.v1.BudgetExceeded
+	(*TaskSpec)(nil),        // 4: nova.v1.TaskSpec
+	(*ModelCall)(nil),       // 5: nova.v1.ModelCall
+	(*ToolCall)(nil),        // 6: nova.v1.ToolCall
+	(*AgentOutcome)(nil),    // 7: nova.v1.AgentOutcome
+	(*AnalyzeInput)(nil),    // 8: nova.v1.AnalyzeInput
+	(*InputAnalyzed)(nil),   // 9: nova.v1.InputAnalyzed
+	(*AttemptRecord)(nil),   // 10: nova.v1.AttemptRecord
+	(*GenerateCode)(nil),    // 11: nova.v1.GenerateCode
+	(*Refinement)(nil),      // 12: nova.v1.Refinement
+	(*FieldFeedback)(nil),   // 13: nova.v1.FieldFeedback
+	(*FeedbackExample)(nil), // 14: nova.v1.FeedbackExample
+	(*RefineAttempt)(nil),   // 15: nova.v1.RefineAttempt
+	(*CodeGenerated)(nil),   // 16: nova.v1.CodeGenerated
+	(*ValidateCode)(nil),    // 17: nova.v1.ValidateCode
+	(*Finding)(nil),         // 18: nova.v1.Finding
+	(*CodeValidated)(nil),   // 19: nova.v1.CodeValidated
+	(*ValidateOutput)(nil),  // 20: nova.v1.ValidateOutput
+	(*OutputValidated)(nil), // 21: nova.v1.OutputValidated
+	(*JSONValue)(nil),       // 22: nova.v1.JSONValue
+	(*structpb.Struct)(nil), // 23: google.protobuf.Struct
 }
 var file_nova_v1_agents_proto_depIdxs = []int32{
-	2,  // 0: nova.v1.AgentOutcome.model_calls:type_name -> nova.v1.ModelCall
-	0,  // 1: nova.v1.AnalyzeInput.ref:type_name -> nova.v1.StepRef
-	1,  // 2: nova.v1.AnalyzeInput.spec:type_name -> nova.v1.TaskSpec
-	19, // 3: nova.v1.AnalyzeInput.context:type_name -> nova.v1.JSONValue
-	0,  // 4: nova.v1.InputAnalyzed.ref:type_name -> nova.v1.StepRef
-	4,  // 5: nova.v1.InputAnalyzed.outcome:type_name -> nova.v1.AgentOutcome
-	0,  // 6: nova.v1.GenerateCode.ref:type_name -> nova.v1.StepRef
-	1,  // 7: nova.v1.GenerateCode.spec:type_name -> nova.v1.TaskSpec
-	19, // 8: nova.v1.GenerateCode.context:type_name -> nova.v1.JSONValue
-	19, // 9: nova.v1.GenerateCode.data_insights:type_name -> nova.v1.JSONValue
-	7,  // 10: nova.v1.GenerateCode.history:type_name -> nova.v1.AttemptRecord
-	9,  // 11: nova.v1.GenerateCode.refinement:type_name -> nova.v1.Refinement
-	20, // 12: nova.v1.Refinement.output_analysis:type_name -> google.protobuf.Struct
-	10, // 13: nova.v1.Refinement.feedback:type_name -> nova.v1.FieldFeedback
-	19, // 14: nova.v1.Refinement.test_context:type_name -> nova.v1.JSONValue
-	12, // 15: nova.v1.Refinement.attempts:type_name -> nova.v1.RefineAttempt
-	19, // 16: nova.v1.FieldFeedback.correct_value:type_name -> nova.v1.JSONValue
-	11, // 17: nova.v1.FieldFeedback.examples:type_name -> nova.v1.FeedbackExample
-	19, // 18: nova.v1.FeedbackExample.input:type_name -> nova.v1.JSONValue
-	19, // 19: nova.v1.FeedbackExample.expected_output:type_name -> nova.v1.JSONValue
-	20, // 20: nova.v1.RefineAttempt.output_analysis:type_name -> google.protobuf.Struct
-	0,  // 21: nova.v1.CodeGenerated.ref:type_name -> nova.v1.StepRef
-	4,  // 22: nova.v1.CodeGenerated.outcome:type_name -> nova.v1.AgentOutcome
-	3,  // 23: nova.v1.CodeGenerated.tool_calls:type_name -> nova.v1.ToolCall
-	0,  // 24: nova.v1.ValidateCode.ref:type_name -> nova.v1.StepRef
-	1,  // 25: nova.v1.ValidateCode.spec:type_name -> nova.v1.TaskSpec
-	0,  // 26: nova.v1.CodeValidated.ref:type_name -> nova.v1.StepRef
-	4,  // 27: nova.v1.CodeValidated.outcome:type_name -> nova.v1.AgentOutcome
-	15, // 28: nova.v1.CodeValidated.findings:type_name -> nova.v1.Finding
-	0,  // 29: nova.v1.ValidateOutput.ref:type_name -> nova.v1.StepRef
-	1,  // 30: nova.v1.ValidateOutput.spec:type_name -> nova.v1.TaskSpec
-	19, // 31: nova.v1.ValidateOutput.context_before:type_name -> nova.v1.JSONValue
-	19, // 32: nova.v1.ValidateOutput.updates:type_name -> nova.v1.JSONValue
-	0,  // 33: nova.v1.OutputValidated.ref:type_name -> nova.v1.StepRef
-	4,  // 34: nova.v1.OutputValidated.outcome:type_name -> nova.v1.AgentOutcome
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	1,  // 0: nova.v1.StepRef.allowance:type_name -> nova.v1.Allowance
+	2,  // 1: nova.v1.Allowance.usd_limit:type_name -> nova.v1.BudgetLimit
+	2,  // 2: nova.v1.Allowance.calls_limit:type_name -> nova.v1.BudgetLimit
+	2,  // 3: nova.v1.BudgetExceeded.limit:type_name -> nova.v1.BudgetLimit
+	5,  // 4: nova.v1.AgentOutcome.model_calls:type_name -> nova.v1.ModelCall
+	3,  // 5: nova.v1.AgentOutcome.budget_exceeded:type_name -> nova.v1.BudgetExceeded
+	0,  // 6: nova.v1.AnalyzeInput.ref:type_name -> nova.v1.StepRef
+	4,  // 7: nova.v1.AnalyzeInput.spec:type_name -> nova.v1.TaskSpec
+	22, // 8: nova.v1.AnalyzeInput.context:type_name -> nova.v1.JSONValue
+	0,  // 9: nova.v1.InputAnalyzed.ref:type_name -> nova.v1.StepRef
+	7,  // 10: nova.v1.InputAnalyzed.outcome:type_name -> nova.v1.AgentOutcome
+	0,  // 11: nova.v1.GenerateCode.ref:type_name -> nova.v1.StepRef
+	4,  // 12: nova.v1.GenerateCode.spec:type_name -> nova.v1.TaskSpec
+	22, // 13: nova.v1.GenerateCode.context:type_name -> nova.v1.JSONValue
+	22, // 14: nova.v1.GenerateCode.data_insights:type_name -> nova.v1.JSONValue
+	10, // 15: nova.v1.GenerateCode.history:type_name -> nova.v1.AttemptRecord
+	12, // 16: nova.v1.GenerateCode.refinement:type_name -> nova.v1.Refinement
+	23, // 17: nova.v1.Refinement.output_analysis:type_name -> google.protobuf.Struct
+	13, // 18: nova.v1.Refinement.feedback:type_name -> nova.v1.FieldFeedback
+	22, // 19: nova.v1.Refinement.test_context:type_name -> nova.v1.JSONValue
+	15, // 20: nova.v1.Refinement.attempts:type_name -> nova.v1.RefineAttempt
+	22, // 21: nova.v1.FieldFeedback.correct_value:type_name -> nova.v1.JSONValue
+	14, // 22: nova.v1.FieldFeedback.examples:type_name -> nova.v1.FeedbackExample
+	22, // 23: nova.v1.FeedbackExample.input:type_name -> nova.v1.JSONValue
+	22, // 24: nova.v1.FeedbackExample.expected_output:type_name -> nova.v1.JSONValue
+	23, // 25: nova.v1.RefineAttempt.output_analysis:type_name -> google.protobuf.Struct
+	0,  // 26: nova.v1.CodeGenerated.ref:type_name -> nova.v1.StepRef
+	7,  // 27: nova.v1.CodeGenerated.outcome:type_name -> nova.v1.AgentOutcome
+	6,  // 28: nova.v1.CodeGenerated.tool_calls:type_name -> nova.v1.ToolCall
+	0,  // 29: nova.v1.ValidateCode.ref:type_name -> nova.v1.StepRef
+	4,  // 30: nova.v1.ValidateCode.spec:type_name -> nova.v1.TaskSpec
+	0,  // 31: nova.v1.CodeValidated.ref:type_name -> nova.v1.StepRef
+	7,  // 32: nova.v1.CodeValidated.outcome:type_name -> nova.v1.AgentOutcome
+	18, // 33: nova.v1.CodeValidated.findings:type_name -> nova.v1.Finding
+	0,  // 34: nova.v1.ValidateOutput.ref:type_name -> nova.v1.StepRef
+	4,  // 35: nova.v1.ValidateOutput.spec:type_name -> nova.v1.TaskSpec
+	22, // 36: nova.v1.ValidateOutput.context_before:type_name -> nova.v1.JSONValue
+	22, // 37: nova.v1.ValidateOutput.updates:type_name -> nova.v1.JSONValue
+	0,  // 38: nova.v1.OutputValidated.ref:type_name -> nova.v1.StepRef
+	7,  // 39: nova.v1.OutputValidated.outcome:type_name -> nova.v1.AgentOutcome
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_agents_proto_init() }
@@ -1806,13 +2141,14 @@ func file_nova_v1_agents_proto_init() {
 		return
 	}
 	file_nova_v1_json_proto_init()
+	file_nova_v1_agents_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_agents_proto_rawDesc), len(file_nova_v1_agents_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

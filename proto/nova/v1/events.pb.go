@@ -226,13 +226,17 @@ type WorkflowCompleted struct {
 	ExecutionId  string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	WorkflowName string                 `protobuf:"bytes,2,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
 	// "succeeded" or "failed".
-	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Context       *JSONValue             `protobuf:"bytes,10,opt,name=context,proto3" json:"context,omitempty"`
-	Path          []string               `protobuf:"bytes,5,rep,name=path,proto3" json:"path,omitempty"`
-	Nodes         []*NodeSummary         `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	CompletedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	Status      string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Context     *JSONValue             `protobuf:"bytes,10,opt,name=context,proto3" json:"context,omitempty"`
+	Path        []string               `protobuf:"bytes,5,rep,name=path,proto3" json:"path,omitempty"`
+	Nodes       []*NodeSummary         `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Error       string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	// What the execution's model calls cost (USD, price table) and how many
+	// were made.
+	CostUsd       float64 `protobuf:"fixed64,11,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	ModelCalls    int32   `protobuf:"varint,12,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,14 +334,31 @@ func (x *WorkflowCompleted) GetCompletedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WorkflowCompleted) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *WorkflowCompleted) GetModelCalls() int32 {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return 0
+}
+
 type NodeSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// "succeeded" or "failed".
-	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Attempts      int32  `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Visits        int32  `protobuf:"varint,5,opt,name=visits,proto3" json:"visits,omitempty"`
+	Status   string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Attempts int32  `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Error    string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Visits   int32  `protobuf:"varint,5,opt,name=visits,proto3" json:"visits,omitempty"`
+	// What the node's model calls cost over all its visits.
+	CostUsd       float64 `protobuf:"fixed64,6,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	ModelCalls    int32   `protobuf:"varint,7,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +424,20 @@ func (x *NodeSummary) GetError() string {
 func (x *NodeSummary) GetVisits() int32 {
 	if x != nil {
 		return x.Visits
+	}
+	return 0
+}
+
+func (x *NodeSummary) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *NodeSummary) GetModelCalls() int32 {
+	if x != nil {
+		return x.ModelCalls
 	}
 	return 0
 }
@@ -940,8 +975,15 @@ type NodeCompleted struct {
 	Stderr          string                 `protobuf:"bytes,18,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	Traceback       string                 `protobuf:"bytes,19,opt,name=traceback,proto3" json:"traceback,omitempty"`
 	OutputAnalysis  *structpb.Struct       `protobuf:"bytes,20,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What this visit's model calls cost (USD, price table) and how many were
+	// made.
+	CostUsd    float64 `protobuf:"fixed64,23,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	ModelCalls int32   `protobuf:"varint,24,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	// Why a failed visit failed, when it is a kind callers branch on:
+	// "budget_exceeded" (a model call would not fit a budget).
+	ErrorKind     string `protobuf:"bytes,25,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeCompleted) Reset() {
@@ -1112,6 +1154,27 @@ func (x *NodeCompleted) GetOutputAnalysis() *structpb.Struct {
 		return x.OutputAnalysis
 	}
 	return nil
+}
+
+func (x *NodeCompleted) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *NodeCompleted) GetModelCalls() int32 {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return 0
+}
+
+func (x *NodeCompleted) GetErrorKind() string {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ""
 }
 
 // StepCompleted records one agent step inside a node visit (a chain_of_work_steps document).
@@ -1493,7 +1556,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"definition\x12,\n" +
 	"\acontext\x18\x06 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x129\n" +
 	"\n" +
-	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAtJ\x04\b\x04\x10\x05\"\xf7\x02\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAtJ\x04\b\x04\x10\x05\"\xb3\x03\n" +
 	"\x11WorkflowCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12\x16\n" +
@@ -1505,13 +1568,19 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x05error\x18\a \x01(\tR\x05error\x129\n" +
 	"\n" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12=\n" +
-	"\fcompleted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAtJ\x04\b\x04\x10\x05\"\x7f\n" +
+	"\fcompleted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x19\n" +
+	"\bcost_usd\x18\v \x01(\x01R\acostUsd\x12\x1f\n" +
+	"\vmodel_calls\x18\f \x01(\x05R\n" +
+	"modelCallsJ\x04\b\x04\x10\x05\"\xbb\x01\n" +
 	"\vNodeSummary\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06visits\x18\x05 \x01(\x05R\x06visits\"\xcc\x03\n" +
+	"\x06visits\x18\x05 \x01(\x05R\x06visits\x12\x19\n" +
+	"\bcost_usd\x18\x06 \x01(\x01R\acostUsd\x12\x1f\n" +
+	"\vmodel_calls\x18\a \x01(\x05R\n" +
+	"modelCalls\"\xcc\x03\n" +
 	"\vExecuteCode\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
@@ -1570,7 +1639,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x02ai\x18\x05 \x01(\bR\x02ai\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x05R\bsequence\x129\n" +
 	"\n" +
-	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xb2\x06\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x8d\a\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -1595,7 +1664,12 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06stdout\x18\x11 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x12 \x01(\tR\x06stderr\x12\x1c\n" +
 	"\ttraceback\x18\x13 \x01(\tR\ttraceback\x12@\n" +
-	"\x0foutput_analysis\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysisJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\x96\x06\n" +
+	"\x0foutput_analysis\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\x12\x19\n" +
+	"\bcost_usd\x18\x17 \x01(\x01R\acostUsd\x12\x1f\n" +
+	"\vmodel_calls\x18\x18 \x01(\x05R\n" +
+	"modelCalls\x12\x1d\n" +
+	"\n" +
+	"error_kind\x18\x19 \x01(\tR\terrorKindJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\x96\x06\n" +
 	"\rStepCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +

@@ -47,7 +47,9 @@ type ExecutionState struct {
 	// that arrives before its dispatch was stored is told from a stale one.
 	Dispatch int32 `protobuf:"varint,15,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
 	// The AI pipeline of the current node, when it has a prompt.
-	Ai            *AIRun `protobuf:"bytes,16,opt,name=ai,proto3" json:"ai,omitempty"`
+	Ai *AIRun `protobuf:"bytes,16,opt,name=ai,proto3" json:"ai,omitempty"`
+	// What the execution's model calls cost, counted as each agent step ends.
+	Spend         *Spend `protobuf:"bytes,19,opt,name=spend,proto3" json:"spend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +196,13 @@ func (x *ExecutionState) GetAi() *AIRun {
 	return nil
 }
 
+func (x *ExecutionState) GetSpend() *Spend {
+	if x != nil {
+		return x.Spend
+	}
+	return nil
+}
+
 // AIRun is the pipeline state of one visit of an AI (prompt) node.
 type AIRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -231,8 +240,13 @@ type AIRun struct {
 	SavedTokens         int64   `protobuf:"varint,22,opt,name=saved_tokens,json=savedTokens,proto3" json:"saved_tokens,omitempty"`
 	SavedCostUsd        float64 `protobuf:"fixed64,23,opt,name=saved_cost_usd,json=savedCostUsd,proto3" json:"saved_cost_usd,omitempty"`
 	SavedModelCalls     int32   `protobuf:"varint,24,opt,name=saved_model_calls,json=savedModelCalls,proto3" json:"saved_model_calls,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The day counters (KV nova_budget) holding a share for the pending step.
+	HeldDayKeys []string `protobuf:"bytes,25,rep,name=held_day_keys,json=heldDayKeys,proto3" json:"held_day_keys,omitempty"`
+	// The share of max_usd_per_day a model step of this visit asks to hold
+	// (grown when a call needed more); 0: the default share.
+	DayShareUsd   float64 `protobuf:"fixed64,26,opt,name=day_share_usd,json=dayShareUsd,proto3" json:"day_share_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AIRun) Reset() {
@@ -426,6 +440,20 @@ func (x *AIRun) GetSavedModelCalls() int32 {
 	return 0
 }
 
+func (x *AIRun) GetHeldDayKeys() []string {
+	if x != nil {
+		return x.HeldDayKeys
+	}
+	return nil
+}
+
+func (x *AIRun) GetDayShareUsd() float64 {
+	if x != nil {
+		return x.DayShareUsd
+	}
+	return 0
+}
+
 // AIStep is what the engine keeps of one agent step for ai_metadata.
 type AIStep struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -528,11 +556,13 @@ func (x *AIStep) GetStepNumber() int32 {
 }
 
 type NodeState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Visits        int32                  `protobuf:"varint,1,opt,name=visits,proto3" json:"visits,omitempty"`
-	Attempts      int32                  `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Visits   int32                  `protobuf:"varint,1,opt,name=visits,proto3" json:"visits,omitempty"`
+	Attempts int32                  `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Status   string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Error    string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// What this node's model calls cost in the execution, over all visits.
+	Spend         *Spend `protobuf:"bytes,5,opt,name=spend,proto3" json:"spend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,11 +625,72 @@ func (x *NodeState) GetError() string {
 	return ""
 }
 
+func (x *NodeState) GetSpend() *Spend {
+	if x != nil {
+		return x.Spend
+	}
+	return nil
+}
+
+// Spend is what model calls cost: the price table's USD for the tokens the
+// API reported, and how many calls were made.
+type Spend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Usd           float64                `protobuf:"fixed64,1,opt,name=usd,proto3" json:"usd,omitempty"`
+	ModelCalls    int32                  `protobuf:"varint,2,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Spend) Reset() {
+	*x = Spend{}
+	mi := &file_nova_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Spend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Spend) ProtoMessage() {}
+
+func (x *Spend) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Spend.ProtoReflect.Descriptor instead.
+func (*Spend) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Spend) GetUsd() float64 {
+	if x != nil {
+		return x.Usd
+	}
+	return 0
+}
+
+func (x *Spend) GetModelCalls() int32 {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return 0
+}
+
 var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x88\x06\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xae\x06\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -621,11 +712,12 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"node_input\x18\x12 \x01(\v2\x12.nova.v1.JSONValueR\tnodeInput\x12\x1a\n" +
 	"\bdispatch\x18\x0f \x01(\x05R\bdispatch\x12\x1e\n" +
-	"\x02ai\x18\x10 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x1aL\n" +
+	"\x02ai\x18\x10 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x12$\n" +
+	"\x05spend\x18\x13 \x01(\v2\x0e.nova.v1.SpendR\x05spend\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xf5\x06\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xbd\a\n" +
 	"\x05AIRun\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
@@ -653,7 +745,9 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x10cached_from_node\x18\x15 \x01(\tR\x0ecachedFromNode\x12!\n" +
 	"\fsaved_tokens\x18\x16 \x01(\x03R\vsavedTokens\x12$\n" +
 	"\x0esaved_cost_usd\x18\x17 \x01(\x01R\fsavedCostUsd\x12*\n" +
-	"\x11saved_model_calls\x18\x18 \x01(\x05R\x0fsavedModelCallsJ\x04\b\x06\x10\a\"\xfa\x01\n" +
+	"\x11saved_model_calls\x18\x18 \x01(\x05R\x0fsavedModelCalls\x12\"\n" +
+	"\rheld_day_keys\x18\x19 \x03(\tR\vheldDayKeys\x12\"\n" +
+	"\rday_share_usd\x18\x1a \x01(\x01R\vdayShareUsdJ\x04\b\x06\x10\a\"\xfa\x01\n" +
 	"\x06AIStep\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1b\n" +
 	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x18\n" +
@@ -665,12 +759,17 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vmodel_calls\x18\a \x03(\v2\x12.nova.v1.ModelCallR\n" +
 	"modelCalls\x12\x1f\n" +
 	"\vstep_number\x18\b \x01(\x05R\n" +
-	"stepNumber\"m\n" +
+	"stepNumber\"\x93\x01\n" +
 	"\tNodeState\x12\x16\n" +
 	"\x06visits\x18\x01 \x01(\x05R\x06visits\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05errorB/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
+	"\x05error\x18\x04 \x01(\tR\x05error\x12$\n" +
+	"\x05spend\x18\x05 \x01(\v2\x0e.nova.v1.SpendR\x05spend\":\n" +
+	"\x05Spend\x12\x10\n" +
+	"\x03usd\x18\x01 \x01(\x01R\x03usd\x12\x1f\n" +
+	"\vmodel_calls\x18\x02 \x01(\x05R\n" +
+	"modelCallsB/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
 
 var (
 	file_nova_v1_state_proto_rawDescOnce sync.Once
@@ -684,44 +783,47 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 	return file_nova_v1_state_proto_rawDescData
 }
 
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_nova_v1_state_proto_goTypes = []any{
 	(*ExecutionState)(nil),        // 0: nova.v1.ExecutionState
 	(*AIRun)(nil),                 // 1: nova.v1.AIRun
 	(*AIStep)(nil),                // 2: nova.v1.AIStep
 	(*NodeState)(nil),             // 3: nova.v1.NodeState
-	nil,                           // 4: nova.v1.ExecutionState.NodesEntry
-	(*WorkflowDefinition)(nil),    // 5: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 6: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*AttemptRecord)(nil),         // 8: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 9: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 10: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 11: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 12: nova.v1.ModelCall
+	(*Spend)(nil),                 // 4: nova.v1.Spend
+	nil,                           // 5: nova.v1.ExecutionState.NodesEntry
+	(*WorkflowDefinition)(nil),    // 6: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 7: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*AttemptRecord)(nil),         // 9: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 10: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 11: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 12: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 13: nova.v1.ModelCall
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	5,  // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	6,  // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	4,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	7,  // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	7,  // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	6,  // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	6,  // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	7,  // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	5,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	8,  // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	8,  // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	8,  // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	7,  // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
 	1,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	8,  // 8: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	6,  // 9: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	9,  // 10: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	2,  // 11: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	10, // 12: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	11, // 13: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	12, // 14: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	3,  // 15: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	4,  // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	9,  // 9: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	7,  // 10: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	10, // 11: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	2,  // 12: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	11, // 13: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	12, // 14: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	13, // 15: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	4,  // 16: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	3,  // 17: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -739,7 +841,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

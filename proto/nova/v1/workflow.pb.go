@@ -97,6 +97,9 @@ type WorkflowDefinition struct {
 	// How a run of cached code has its output checked: "rules" (deterministic
 	// checks only; the default) or "model" (the output validator's model too).
 	CacheValidate string `protobuf:"bytes,9,opt,name=cache_validate,json=cacheValidate,proto3" json:"cache_validate,omitempty"`
+	// What the model calls of this workflow's executions may cost; a field left
+	// unset takes the deployment's default (NOVA_BUDGET_*).
+	Budget        *Budget `protobuf:"bytes,10,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +197,82 @@ func (x *WorkflowDefinition) GetCacheValidate() string {
 	return ""
 }
 
+func (x *WorkflowDefinition) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// Budget limits what AI nodes' model calls may cost. An unset field sets no
+// limit; 0 allows no model call. Cost is the price table's (NOVA_LLM_PRICES)
+// for the tokens the model API reported; code-cache hits cost nothing.
+type Budget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// USD one execution may spend (on a node: what that node may spend in one
+	// execution, over all its visits).
+	MaxUsd *float64 `protobuf:"fixed64,1,opt,name=max_usd,json=maxUsd,proto3,oneof" json:"max_usd,omitempty"`
+	// USD all executions of the workflow may spend together in one UTC day (on
+	// a node: that node's share of them).
+	MaxUsdPerDay *float64 `protobuf:"fixed64,2,opt,name=max_usd_per_day,json=maxUsdPerDay,proto3,oneof" json:"max_usd_per_day,omitempty"`
+	// Model calls one execution may make (on a node: that node, over all its
+	// visits).
+	MaxModelCalls *int32 `protobuf:"varint,3,opt,name=max_model_calls,json=maxModelCalls,proto3,oneof" json:"max_model_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Budget) GetMaxUsd() float64 {
+	if x != nil && x.MaxUsd != nil {
+		return *x.MaxUsd
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxUsdPerDay() float64 {
+	if x != nil && x.MaxUsdPerDay != nil {
+		return *x.MaxUsdPerDay
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxModelCalls() int32 {
+	if x != nil && x.MaxModelCalls != nil {
+		return *x.MaxModelCalls
+	}
+	return 0
+}
+
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -218,13 +297,15 @@ type Node struct {
 	Cache *bool `protobuf:"varint,12,opt,name=cache,proto3,oneof" json:"cache,omitempty"`
 	// Overrides the workflow's cache_validate for this AI node.
 	CacheValidate string `protobuf:"bytes,13,opt,name=cache_validate,json=cacheValidate,proto3" json:"cache_validate,omitempty"`
+	// This node's own limits, which apply besides the workflow's.
+	Budget        *Budget `protobuf:"bytes,14,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +317,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +330,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Node) GetId() string {
@@ -343,6 +424,13 @@ func (x *Node) GetCacheValidate() string {
 	return ""
 }
 
+func (x *Node) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -355,7 +443,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +455,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +468,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Edge) GetFrom() string {
@@ -408,7 +496,7 @@ var File_nova_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xb8\x02\n" +
+	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xe1\x02\n" +
 	"\x12WorkflowDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12'\n" +
@@ -419,8 +507,18 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\vallow_hosts\x18\a \x03(\tR\n" +
 	"allowHosts\x12\x19\n" +
 	"\x05cache\x18\b \x01(\bH\x00R\x05cache\x88\x01\x01\x12%\n" +
-	"\x0ecache_validate\x18\t \x01(\tR\rcacheValidateB\b\n" +
-	"\x06_cache\"\x8c\x03\n" +
+	"\x0ecache_validate\x18\t \x01(\tR\rcacheValidate\x12'\n" +
+	"\x06budget\x18\n" +
+	" \x01(\v2\x0f.nova.v1.BudgetR\x06budgetB\b\n" +
+	"\x06_cache\"\xb3\x01\n" +
+	"\x06Budget\x12\x1c\n" +
+	"\amax_usd\x18\x01 \x01(\x01H\x00R\x06maxUsd\x88\x01\x01\x12*\n" +
+	"\x0fmax_usd_per_day\x18\x02 \x01(\x01H\x01R\fmaxUsdPerDay\x88\x01\x01\x12+\n" +
+	"\x0fmax_model_calls\x18\x03 \x01(\x05H\x02R\rmaxModelCalls\x88\x01\x01B\n" +
+	"\n" +
+	"\b_max_usdB\x12\n" +
+	"\x10_max_usd_per_dayB\x12\n" +
+	"\x10_max_model_calls\"\xb5\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -437,7 +535,8 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"allowHosts\x12 \n" +
 	"\vdescription\x18\v \x01(\tR\vdescription\x12\x19\n" +
 	"\x05cache\x18\f \x01(\bH\x00R\x05cache\x88\x01\x01\x12%\n" +
-	"\x0ecache_validate\x18\r \x01(\tR\rcacheValidateB\b\n" +
+	"\x0ecache_validate\x18\r \x01(\tR\rcacheValidate\x12'\n" +
+	"\x06budget\x18\x0e \x01(\v2\x0f.nova.v1.BudgetR\x06budgetB\b\n" +
 	"\x06_cache\"H\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
@@ -463,22 +562,25 @@ func file_nova_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_nova_v1_workflow_proto_goTypes = []any{
 	(NodeType)(0),              // 0: nova.v1.NodeType
 	(*WorkflowDefinition)(nil), // 1: nova.v1.WorkflowDefinition
-	(*Node)(nil),               // 2: nova.v1.Node
-	(*Edge)(nil),               // 3: nova.v1.Edge
+	(*Budget)(nil),             // 2: nova.v1.Budget
+	(*Node)(nil),               // 3: nova.v1.Node
+	(*Edge)(nil),               // 4: nova.v1.Edge
 }
 var file_nova_v1_workflow_proto_depIdxs = []int32{
-	2, // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
-	3, // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
-	0, // 2: nova.v1.Node.type:type_name -> nova.v1.NodeType
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3, // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
+	4, // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
+	2, // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
+	0, // 3: nova.v1.Node.type:type_name -> nova.v1.NodeType
+	2, // 4: nova.v1.Node.budget:type_name -> nova.v1.Budget
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_workflow_proto_init() }
@@ -488,13 +590,14 @@ func file_nova_v1_workflow_proto_init() {
 	}
 	file_nova_v1_workflow_proto_msgTypes[0].OneofWrappers = []any{}
 	file_nova_v1_workflow_proto_msgTypes[1].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_workflow_proto_rawDesc), len(file_nova_v1_workflow_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

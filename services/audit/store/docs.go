@@ -29,6 +29,9 @@ type ExecutionDoc struct {
 	StartedAt      *time.Time       `bson:"started_at" json:"started_at,omitempty"`
 	CompletedAt    *time.Time       `bson:"completed_at" json:"completed_at,omitempty"`
 	DurationMs     int64            `bson:"duration_ms" json:"duration_ms,omitempty"`
+	// What the execution's model calls cost (price table) and how many.
+	CostUSD    float64 `bson:"cost_usd" json:"cost_usd"`
+	ModelCalls int     `bson:"model_calls" json:"model_calls"`
 }
 
 // NodeSummaryDoc is one node's outcome in ExecutionDoc.Nodes.
@@ -38,6 +41,9 @@ type NodeSummaryDoc struct {
 	Attempts int    `bson:"attempts" json:"attempts"`
 	Error    string `bson:"error" json:"error,omitempty"`
 	Visits   int    `bson:"visits" json:"visits"`
+	// What the node's model calls cost over all its visits.
+	CostUSD    float64 `bson:"cost_usd" json:"cost_usd"`
+	ModelCalls int     `bson:"model_calls" json:"model_calls"`
 }
 
 // NodeDoc is a chain_of_work document: one visit of one node. Field names follow the
@@ -61,12 +67,17 @@ type NodeDoc struct {
 	// OutputAnalysis is the shape of the node's output (type, isStructured,
 	// itemCount, fields), for field feedback and refinement.
 	OutputAnalysis map[string]any `bson:"output_analysis" json:"output_analysis,omitempty"`
-	Stdout         string         `bson:"stdout" json:"stdout,omitempty"`
-	Stderr         string         `bson:"stderr" json:"stderr,omitempty"`
-	Traceback      string         `bson:"traceback" json:"traceback,omitempty"`
-	StartedAt      *time.Time     `bson:"started_at" json:"started_at,omitempty"`
-	CompletedAt    *time.Time     `bson:"completed_at" json:"completed_at,omitempty"`
-	Timestamp      *time.Time     `bson:"timestamp" json:"timestamp,omitempty"`
+	// What this visit's model calls cost and how many; error_kind is
+	// "budget_exceeded" when a model call would not fit a budget.
+	CostUSD     float64    `bson:"cost_usd" json:"cost_usd"`
+	ModelCalls  int        `bson:"model_calls" json:"model_calls"`
+	ErrorKind   string     `bson:"error_kind" json:"error_kind,omitempty"`
+	Stdout      string     `bson:"stdout" json:"stdout,omitempty"`
+	Stderr      string     `bson:"stderr" json:"stderr,omitempty"`
+	Traceback   string     `bson:"traceback" json:"traceback,omitempty"`
+	StartedAt   *time.Time `bson:"started_at" json:"started_at,omitempty"`
+	CompletedAt *time.Time `bson:"completed_at" json:"completed_at,omitempty"`
+	Timestamp   *time.Time `bson:"timestamp" json:"timestamp,omitempty"`
 
 	// Steps are the agent steps of this visit, by step number; filled by Chain, not stored.
 	Steps []StepDoc `bson:"-" json:"steps,omitempty"`

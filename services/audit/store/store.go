@@ -172,11 +172,13 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 	nodes := make([]NodeSummaryDoc, 0, len(ev.GetNodes()))
 	for _, n := range ev.GetNodes() {
 		nodes = append(nodes, NodeSummaryDoc{
-			ID:       n.GetId(),
-			Status:   n.GetStatus(),
-			Attempts: int(n.GetAttempts()),
-			Error:    hideSecrets(n.GetError()),
-			Visits:   int(n.GetVisits()),
+			ID:         n.GetId(),
+			Status:     n.GetStatus(),
+			Attempts:   int(n.GetAttempts()),
+			Error:      hideSecrets(n.GetError()),
+			Visits:     int(n.GetVisits()),
+			CostUSD:    n.GetCostUsd(),
+			ModelCalls: int(n.GetModelCalls()),
 		})
 	}
 	path := ev.GetPath()
@@ -192,6 +194,8 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 		{Key: "nodes", Value: nodes},
 		{Key: "error", Value: hideSecrets(ev.GetError())},
 		{Key: "completed_at", Value: completed},
+		{Key: "cost_usd", Value: ev.GetCostUsd()},
+		{Key: "model_calls", Value: int(ev.GetModelCalls())},
 	}
 	if name := ev.GetWorkflowName(); name != "" {
 		set = append(set, bson.E{Key: "workflow_name", Value: name})
@@ -245,6 +249,9 @@ func NodeDocOf(ev *novav1.NodeCompleted) NodeDoc {
 		PathTaken:      ev.GetPathTaken(),
 		AIMetadata:     structToMap(ev.GetAiMetadata()),
 		OutputAnalysis: structToMap(ev.GetOutputAnalysis()),
+		CostUSD:        ev.GetCostUsd(),
+		ModelCalls:     int(ev.GetModelCalls()),
+		ErrorKind:      ev.GetErrorKind(),
 		Stdout:         hideSecrets(ev.GetStdout()),
 		Stderr:         hideSecrets(ev.GetStderr()),
 		Traceback:      hideSecrets(ev.GetTraceback()),

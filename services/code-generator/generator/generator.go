@@ -223,6 +223,10 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 			if ctx.Err() != nil {
 				return nil, err
 			}
+			if agent.BudgetRefused(res.Outcome, err) {
+				res.Outcome.DurationMs = ms(time.Since(start))
+				return res, nil
+			}
 			g.log.WarnContext(ctx, "model call failed", "model", model, "err", err)
 			return fail(fmt.Sprintf("model %s failed: %v", model, err)), nil
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
@@ -592,5 +593,28 @@ func TestSearchDocumentationWithoutIndex(t *testing.T) {
 	}
 	if !strings.Contains(chats(srv)[1].Text(), "documentation index unavailable") {
 		t.Error("the model was not told the index is unavailable")
+	}
+}
+
+// TestBudgetRefusal: a generation whose call would not fit the step's
+// allowance is not made; the outcome says budget_exceeded with the limit.
+// An answer without code is asked again only while the allowance holds a
+// second call.
+func TestBudgetRefusal(t *testing.T) {
+	srv, client := modelServer(t, scripted.Rule{Respond: respond("I'm sorry, but I can't help with that.")})
+	g := newGenerator(t, client, nil)
+	limit := &novav1.BudgetLimit{Name: "max_model_calls", Scope: `workflow "w"`, Allowed: 3, Spent: 2}
+	ctx := llm.WithAllowance(t.Context(), &novav1.Allowance{ModelCalls: proto.Int32(1), CallsLimit: limit})
+	res, err := g.Generate(ctx, command(t, &novav1.TaskSpec{Task: "Calculate discount"}, map[string]any{"total": 1500}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := res.GetOutcome().GetBudgetExceeded()
+	if res.GetOutcome().GetStatus() != "error" || be.GetLimit().GetName() != "max_model_calls" || be.GetStepSpent() != 1 ||
+		res.GetOutcome().GetError() != `budget_exceeded: max_model_calls of workflow "w": 3 model calls made of 3 allowed` {
+		t.Errorf("outcome %v", res.GetOutcome())
+	}
+	if n, calls := len(chats(srv)), len(res.GetOutcome().GetModelCalls()); n != 1 || calls != 1 {
+		t.Errorf("%d requests, %d calls recorded; want the first call only", n, calls)
 	}
 }

@@ -61,13 +61,17 @@ type completion struct {
 	Path        []string         `json:"path"`
 	Nodes       []completionNode `json:"nodes"`
 	Error       string           `json:"error"`
+	CostUSD     float64          `json:"cost_usd"`
+	ModelCalls  int32            `json:"model_calls"`
 }
 
 type completionNode struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Attempts int32  `json:"attempts"`
-	Error    string `json:"error"`
+	ID         string  `json:"id"`
+	Status     string  `json:"status"`
+	Attempts   int32   `json:"attempts"`
+	Error      string  `json:"error"`
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int32   `json:"model_calls"`
 }
 
 func toCompletion(wc *novav1.WorkflowCompleted) completion {
@@ -78,12 +82,15 @@ func toCompletion(wc *novav1.WorkflowCompleted) completion {
 		Path:        wc.GetPath(),
 		Nodes:       []completionNode{},
 		Error:       wc.GetError(),
+		CostUSD:     wc.GetCostUsd(),
+		ModelCalls:  wc.GetModelCalls(),
 	}
 	if c.Path == nil {
 		c.Path = []string{}
 	}
 	for _, n := range wc.GetNodes() {
-		c.Nodes = append(c.Nodes, completionNode{ID: n.GetId(), Status: n.GetStatus(), Attempts: n.GetAttempts(), Error: n.GetError()})
+		c.Nodes = append(c.Nodes, completionNode{ID: n.GetId(), Status: n.GetStatus(), Attempts: n.GetAttempts(), Error: n.GetError(),
+			CostUSD: n.GetCostUsd(), ModelCalls: n.GetModelCalls()})
 	}
 	return c
 }
@@ -492,6 +499,8 @@ func fromState(st *novav1.ExecutionState) executionDoc {
 		Error:        redact.Scrub(st.GetError(), nil),
 		StartedAt:    timeOf(st.GetStartedAt()),
 		CompletedAt:  timeOf(st.GetCompletedAt()),
+		CostUSD:      st.GetSpend().GetUsd(),
+		ModelCalls:   int(st.GetSpend().GetModelCalls()),
 	}
 	ids := make([]string, 0, len(st.GetNodes()))
 	for id := range st.GetNodes() {
@@ -501,7 +510,8 @@ func fromState(st *novav1.ExecutionState) executionDoc {
 	for _, id := range ids {
 		n := st.GetNodes()[id]
 		doc.Nodes = append(doc.Nodes, store.NodeSummaryDoc{ID: id, Status: n.GetStatus(), Attempts: int(n.GetAttempts()),
-			Visits: int(n.GetVisits()), Error: redact.Scrub(n.GetError(), nil)})
+			Visits: int(n.GetVisits()), Error: redact.Scrub(n.GetError(), nil),
+			CostUSD: n.GetSpend().GetUsd(), ModelCalls: int(n.GetSpend().GetModelCalls())})
 	}
 	view := executionDoc{ExecutionDoc: doc}
 	if st.GetStatus() == store.StatusRunning {

@@ -159,7 +159,7 @@ func TestStartAndWait(t *testing.T) {
 				names = append(names, k)
 			}
 			slices.Sort(names)
-			if want := []string{"context", "error", "execution_id", "nodes", "path", "status"}; !slices.Equal(names, want) {
+			if want := []string{"context", "cost_usd", "error", "execution_id", "model_calls", "nodes", "path", "status"}; !slices.Equal(names, want) {
 				t.Errorf("fields %v, want %v (nova run --json)", names, want)
 			}
 		})

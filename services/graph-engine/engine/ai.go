@@ -185,6 +185,10 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 	ref := t.aiRef(node, phase)
 	spec := t.taskSpec(node)
 	input := t.st.NodeInput
+	rulesOnly := phase == phaseOutputValidate && ai.CacheHit && workflow.CacheValidate(t.st.Definition, node) != workflow.CacheValidateModel
+	if budgetPhase(phase) && !rulesOnly {
+		t.allow(node, ref)
+	}
 	switch phase {
 	case phaseInputAnalysis:
 		t.command(node, ref.StepId, bus.AgentInputAnalyzer, bus.TypeInputAnalyze, func(int32) proto.Message {
@@ -217,7 +221,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 		t.command(node, ref.StepId, bus.AgentOutputValidator, bus.TypeOutputValidate, func(int32) proto.Message {
 			return &novav1.ValidateOutput{Ref: ref, Spec: spec, ContextBefore: input,
 				Updates: r.GetContextUpdates(), DeletedKeys: r.DeletedKeys, Code: ai.Code, Stdout: shorten(r.Stdout, 4000),
-				RulesOnly: ai.CacheHit && workflow.CacheValidate(t.st.Definition, node) != workflow.CacheValidateModel}
+				RulesOnly: rulesOnly}
 		})
 	}
 }
@@ -269,6 +273,7 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 		Agent: names[1], StepName: names[0], Attempt: ref.Attempt, Status: status, Error: outcome.GetError(),
 		DurationMs: outcome.GetDurationMs(), ModelCalls: outcome.GetModelCalls(), StepNumber: ref.StepNumber,
 	})
+	t.account(node, ref, outcome.GetModelCalls())
 	errMsg := outcome.GetError()
 	if status == nodeSuccess && errMsg != "" {
 		// A successful agent may leave a note (a check it skipped); it is
@@ -309,6 +314,13 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 		}
 		output["model_calls"] = float64(len(calls))
 		output["cached_tokens"] = float64(sumCalls(calls, func(c *novav1.ModelCall) int64 { return c.CachedTokens }))
+		var estimated float64
+		for _, c := range calls {
+			estimated += c.EstimatedUsd
+		}
+		// The worst case the agent estimated before its calls (the budget's
+		// check), beside cost_usd, what they cost.
+		output["estimated_usd"] = estimated
 		output["scripted"] = calls[0].Scripted
 	}
 	step.InputData, _ = structpb.NewStruct(input)
@@ -334,6 +346,9 @@ func (t *transition) inputAnalyzed(r *novav1.InputAnalyzed) error {
 	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
 		map[string]any{"needs_analysis": r.NeedsAnalysis, "reasoning": r.Reasoning, "complexity": r.Complexity,
 			"decided_without_model": r.DecidedWithoutModel}, nil)
+	if t.budgetStopped(node, r.Outcome) {
+		return nil
+	}
 	if r.GetOutcome().GetStatus() == "error" {
 		t.nodeFailed(node, t.nodeState(node.Id), "input analysis failed: "+r.Outcome.Error, nil)
 		return nil
@@ -358,6 +373,9 @@ func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
 	ai.ToolCalls = append(ai.ToolCalls, r.ToolCalls...)
 	t.aiStep(node, r.Ref, r.Outcome, r.Code, map[string]any{"stage": stageOf(phase), "history_attempts": float64(len(ai.History))},
 		map[string]any{"stage": r.Stage, "prompt_bytes": float64(r.PromptBytes), "code_bytes": float64(len(r.Code))}, r.ToolCalls)
+	if t.budgetStopped(node, r.Outcome) {
+		return nil
+	}
 	failed := r.GetOutcome().GetStatus() == "error" || strings.TrimSpace(r.Code) == ""
 	reason := r.GetOutcome().GetError()
 	if reason == "" {
@@ -486,6 +504,9 @@ func (t *transition) outputValidated(r *novav1.OutputValidated) error {
 	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
 		map[string]any{"valid": r.Valid, "reason": r.Reason, "failed_checks": stringsToAny(r.FailedChecks),
 			"model_consulted": r.ModelConsulted}, nil)
+	if t.budgetStopped(node, r.Outcome) {
+		return nil
+	}
 	if r.GetOutcome().GetStatus() == "error" {
 		t.attemptFailed(node, "output_validation", "the output validator failed: "+r.Outcome.Error)
 		return nil
@@ -598,6 +619,10 @@ func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *struc
 	}
 	if status != nodeSuccess {
 		m["status"] = statusFailedAfterRetries
+		if be := t.budgetExceeded; be != nil {
+			m["status"] = errorKindBudgetExceeded
+			m["budget_exceeded"] = budgetMetadata(be)
+		}
 		all := []any{}
 		for _, h := range ai.History {
 			all = append(all, map[string]any{"attempt": float64(h.Attempt), "code": h.Code, "phase": h.Phase, "error": h.Error})

@@ -69,6 +69,9 @@ type Config struct {
 	// CodeCacheMaxBytes caps the cache bucket (default 256 MiB).
 	CodeCacheTTL      time.Duration
 	CodeCacheMaxBytes int64
+	// Budget is the deployment's default budget: each limit a workflow
+	// leaves unset (nil: none).
+	Budget *novav1.Budget
 }
 
 // Deps are what the engine needs, built by the caller.
@@ -92,8 +95,9 @@ type Engine struct {
 	cfg    Config
 	now    func() time.Time
 	tracer trace.Tracer
-	// codeCache is nil only in tests that build an Engine by hand.
+	// codeCache and days are nil only in tests that build an Engine by hand.
 	codeCache *codeCache
+	days      *dayCounters
 }
 
 // Run builds the engine and serves until ctx ends.
@@ -168,12 +172,16 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	days, err := openDayCounters(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
 	tp := deps.TracerProvider
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache}
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days}
 	for _, c := range e.consumers() {
 		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
 			return nil, err
@@ -300,6 +308,9 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	}
 	t.started()
 	t.enter(t.graph.Start().Id)
+	if err := e.applyBudget(ctx, t); err != nil {
+		return err
+	}
 	if err := e.publish(ctx, t.out); err != nil {
 		return err
 	}
@@ -409,6 +420,7 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 		}
 		return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error {
 			if t.st.Status == statusRunning {
+				t.releaseHold()
 				t.fail(fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason))
 			}
 			return nil
@@ -502,6 +514,9 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 			return nil
 		}
 		if err := e.shrink(ctx, t); err != nil {
+			return err
+		}
+		if err := e.applyBudget(ctx, t); err != nil {
 			return err
 		}
 		if err := e.publish(ctx, t.out); err != nil {

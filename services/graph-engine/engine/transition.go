@@ -36,6 +36,9 @@ const (
 	errorKindDeadLetter   = "dead_letter"
 	// errorKindRuntimeUnavailable: the sandbox cannot run the language at all.
 	errorKindRuntimeUnavailable = "runtime_unavailable"
+	// errorKindBudgetExceeded: a model call would not fit a budget (the
+	// agent's refusal, llm.BudgetError).
+	errorKindBudgetExceeded = "budget_exceeded"
 )
 
 // outEvent is an event a transition decided to publish.
@@ -63,6 +66,11 @@ type transition struct {
 	lookup  func(key string) *codecache.Entry
 	runtime string
 	cacheFx cacheEffects
+	// budgetFx are the day counters' shares to take and release, applied
+	// before the events are published; budgetExceeded is the refusal that
+	// failed the node.
+	budgetFx       budgetEffects
+	budgetExceeded *novav1.BudgetExceeded
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
@@ -343,6 +351,7 @@ func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 }
 
 func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {
+	t.releaseHold()
 	ns.Status, ns.Error = statusFailed, msg
 	t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
 	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
@@ -379,6 +388,15 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 		if t.st.Ai.Code != "" {
 			nc.CodeExecuted = t.st.Ai.Code
 		}
+		for _, s := range t.st.Ai.Steps {
+			for _, c := range s.ModelCalls {
+				nc.CostUsd += c.CostUsd
+				nc.ModelCalls++
+			}
+		}
+	}
+	if t.budgetExceeded != nil && status != nodeSuccess {
+		nc.ErrorKind = errorKindBudgetExceeded
 	}
 	t.emit(bus.KindNodeCompleted, fmt.Sprintf("%s/%s/%d/completed", t.st.ExecutionId, node.Id, visit), bus.TypeNodeCompleted, nc)
 }
@@ -446,10 +464,13 @@ func (t *transition) completed() {
 		Error:        t.st.Error,
 		StartedAt:    t.st.StartedAt,
 		CompletedAt:  t.st.CompletedAt,
+		CostUsd:      t.st.GetSpend().GetUsd(),
+		ModelCalls:   t.st.GetSpend().GetModelCalls(),
 	}
 	for _, id := range slices.Sorted(maps.Keys(t.st.Nodes)) {
 		ns := t.st.Nodes[id]
-		wc.Nodes = append(wc.Nodes, &novav1.NodeSummary{Id: id, Status: ns.Status, Attempts: ns.Attempts, Error: ns.Error, Visits: ns.Visits})
+		wc.Nodes = append(wc.Nodes, &novav1.NodeSummary{Id: id, Status: ns.Status, Attempts: ns.Attempts, Error: ns.Error, Visits: ns.Visits,
+			CostUsd: ns.GetSpend().GetUsd(), ModelCalls: ns.GetSpend().GetModelCalls()})
 	}
 	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, wc)
 }

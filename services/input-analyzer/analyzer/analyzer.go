@@ -135,6 +135,10 @@ func (a *Analyzer) Analyze(ctx context.Context, cmd *novav1.AnalyzeInput) (*nova
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("analyze input: %w", ctx.Err())
 		}
+		if agent.BudgetRefused(res.Outcome, err) {
+			// Not a question a rule should answer: the node stops at its budget.
+			return res, nil
+		}
 		why := shortErr(err) // "the model's answer was unusable: ..."
 		if !errors.Is(err, llm.ErrUnusableAnswer) {
 			why = "the model call failed: " + why

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -258,5 +259,32 @@ rules:
 	}
 	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("requests = %d; a 401 is not retried", n)
+	}
+}
+
+// TestBudgetRefusal: when the step's allowance holds no model call, the
+// analyzer does not call the model, nor decide by rule: the node stops at its
+// budget.
+func TestBudgetRefusal(t *testing.T) {
+	srv, client := modelServer(t, `
+rules:
+  - respond: {content: '{"needs_analysis": false, "reasoning": "flat data", "complexity": "low"}'}
+`)
+	a := analyzer.New(analyzer.Deps{LLM: client})
+	limit := &novav1.BudgetLimit{Name: "max_usd", Scope: `node "extract"`, Allowed: 0.01, Spent: 0.01}
+	ctx := llm.WithAllowance(t.Context(), &novav1.Allowance{Usd: proto.Float64(0), UsdLimit: limit})
+	res, err := a.Analyze(ctx, command(t, "Total the line items", "", map[string]any{
+		"invoice": map[string]any{"lines": []any{map[string]any{"qty": 2, "price": 3.5}}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := res.GetOutcome().GetBudgetExceeded()
+	if res.Outcome.Status != "error" || be.GetLimit().GetName() != "max_usd" || be.GetNeeded() <= 0 || res.Reasoning != "" ||
+		!strings.HasPrefix(res.Outcome.Error, `budget_exceeded: max_usd of node "extract": $0.010000 spent of $0.010000 allowed`) {
+		t.Errorf("got %+v", res)
+	}
+	if n := len(srv.Requests()); n != 0 {
+		t.Errorf("requests = %d, want none", n)
 	}
 }

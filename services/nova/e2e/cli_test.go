@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -257,6 +258,44 @@ edges:
 		}
 	})
 
+	t.Run("run prints the spend; a default budget stops it", func(t *testing.T) {
+		file := write("cli-ai.yaml", `
+name: cli-ai
+nodes:
+  - {id: start, type: start}
+  - {id: discount, type: action, prompt: "Calculate discount (10% if total > 1000)"}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: discount}
+  - {from: discount, to: done}
+`)
+		// The built-in scripted model answers: one generation and one
+		// verdict, priced by the built-in table.
+		r := nova(t, bin, "run", file, "--set", "total=1500", "--data-dir", t.TempDir(), "--progress=false")
+		if r.code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
+		}
+		if !regexp.MustCompile(`(?m)^spend      \$0\.\d{6} in 2 model calls \(discount \$0\.\d{6}\)$`).MatchString(r.stdout) {
+			t.Errorf("no spend line in\n%s", r.stdout)
+		}
+		// The deployment's default budget (the workflow sets none) allows
+		// one call: the verdict's is not made.
+		t.Setenv("NOVA_BUDGET_MAX_MODEL_CALLS", "1")
+		r = nova(t, bin, "run", file, "--set", "total=1500", "--data-dir", t.TempDir(), "--json")
+		if r.code != 1 {
+			t.Fatalf("exit code %d, want 1; stderr:\n%s", r.code, r.stderr)
+		}
+		res := decodeRunJSON(t, r.stdout)
+		want := `node "discount" failed: budget_exceeded: max_model_calls of workflow "cli-ai" (deployment default): 1 model calls made of 1 allowed`
+		if res.Error != want || res.ModelCalls != 1 || res.CostUSD <= 0 {
+			t.Errorf("error %q, %d calls, $%g; want %q after the one call", res.Error, res.ModelCalls, res.CostUSD, want)
+		}
+		t.Setenv("NOVA_BUDGET_MAX_MODEL_CALLS", "-1")
+		if r := nova(t, bin, "run", file, "--data-dir", t.TempDir()); r.code != 2 || !strings.Contains(r.stderr, `NOVA_BUDGET_MAX_MODEL_CALLS="-1"`) {
+			t.Errorf("a negative default: exit %d, stderr %q; want 2 naming the variable", r.code, r.stderr)
+		}
+	})
+
 	t.Run("run of a failing workflow exits 1", func(t *testing.T) {
 		r := nova(t, bin, "run", invoiceExample, "--json", "--set", "amount=-5", "--data-dir", t.TempDir())
 		if r.code != 1 {
@@ -288,10 +327,12 @@ edges:
 }
 
 type runNode struct {
-	ID       string `json:"id"`
-	Status   string `json:"status"`
-	Attempts int    `json:"attempts"`
-	Error    string `json:"error"`
+	ID         string  `json:"id"`
+	Status     string  `json:"status"`
+	Attempts   int     `json:"attempts"`
+	Error      string  `json:"error"`
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int     `json:"model_calls"`
 }
 
 type runJSON struct {
@@ -301,6 +342,8 @@ type runJSON struct {
 	Path        []string       `json:"path"`
 	Nodes       []runNode      `json:"nodes"`
 	Error       string         `json:"error"`
+	CostUSD     float64        `json:"cost_usd"`
+	ModelCalls  int            `json:"model_calls"`
 }
 
 // decodeRunJSON decodes `nova run --json`, checking it has exactly the
@@ -312,14 +355,14 @@ func decodeRunJSON(t *testing.T, out string) runJSON {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
 	}
 	keys := slices.Sorted(maps.Keys(raw))
-	if want := []string{"context", "error", "execution_id", "nodes", "path", "status"}; !slices.Equal(keys, want) {
+	if want := []string{"context", "cost_usd", "error", "execution_id", "model_calls", "nodes", "path", "status"}; !slices.Equal(keys, want) {
 		t.Errorf("JSON fields = %v, want %v", keys, want)
 	}
 	var nodes []map[string]json.RawMessage
 	_ = json.Unmarshal(raw["nodes"], &nodes)
 	for _, n := range nodes {
-		if keys := slices.Sorted(maps.Keys(n)); !slices.Equal(keys, []string{"attempts", "error", "id", "status"}) {
-			t.Errorf("node JSON fields = %v, want attempts, error, id, status", keys)
+		if keys := slices.Sorted(maps.Keys(n)); !slices.Equal(keys, []string{"attempts", "cost_usd", "error", "id", "model_calls", "status"}) {
+			t.Errorf("node JSON fields = %v, want attempts, cost_usd, error, id, model_calls, status", keys)
 		}
 	}
 	dec := json.NewDecoder(strings.NewReader(out))

@@ -27,6 +27,7 @@ import (
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/telemetry"
 	"github.com/novaflow/nova/pkg/valueref"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
@@ -134,6 +135,8 @@ type Options struct {
 	LLM LLMOptions
 	// MaxAttempts bounds code generation attempts of an AI node (default 3).
 	MaxAttempts int
+	// Budget is the deployment's default budget of every workflow (nil: none).
+	Budget *novav1.Budget
 	// Gateway configures the gateway module, when it runs.
 	Gateway GatewayOptions
 }
@@ -242,6 +245,9 @@ func DefaultModules(llm LLMOptions) []string {
 // Scripted is the offline model server the stack runs (nil when a real API
 // is configured).
 func (s *Stack) Scripted() *scripted.Server { return s.scripted }
+
+// Metrics gathers the metrics every module records (what /metrics serves).
+func (s *Stack) Metrics() prometheus.Gatherer { return s.registry }
 
 // Modules lists the modules this stack runs.
 func (s *Stack) Modules() []string { return slices.Clone(s.opts.Modules) }
@@ -383,7 +389,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		}
 		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
 			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts,
-				Replicas: s.opts.Replicas}})
+				Replicas: s.opts.Replicas, Budget: s.opts.Budget}})
 		if err != nil {
 			cleanup()
 			return nil, err

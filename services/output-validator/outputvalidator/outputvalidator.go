@@ -131,6 +131,10 @@ func (v *Validator) Validate(ctx context.Context, cmd *novav1.ValidateOutput) (*
 		return res, nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("validate output: %w", ctx.Err())
+	case agent.BudgetRefused(res.Outcome, err):
+		res.ModelConsulted = len(res.Outcome.ModelCalls) > 0 // the refused call was the first or the corrective one
+		res.Reason = res.Outcome.Error
+		return res, nil
 	case errors.Is(err, llm.ErrUnusableAnswer):
 		res.Outcome.Status = "error"
 		res.Outcome.Error = "the output validator's model gave no usable verdict after 2 answers: " + err.Error()

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -341,6 +342,34 @@ func TestRulesOnlyConsultsNoModel(t *testing.T) {
 			}
 			if res.Valid != tt.valid || res.ModelConsulted || len(srv.Requests()) != 0 || len(res.Outcome.ModelCalls) != 0 {
 				t.Errorf("valid=%v (want %v) consulted=%v requests=%d reason=%q", res.Valid, tt.valid, res.ModelConsulted, len(srv.Requests()), res.Reason)
+			}
+		})
+	}
+}
+
+// TestBudgetRefusal: the verdict's call is made only if it fits the step's
+// allowance; the corrective second call after an unusable answer too.
+func TestBudgetRefusal(t *testing.T) {
+	limit := &novav1.BudgetLimit{Name: "max_model_calls", Scope: `workflow "w"`, Allowed: 4, Spent: 3}
+	for _, tc := range []struct {
+		name     string
+		calls    int32
+		consumed bool
+	}{{"no call left", 0, false}, {"no second call", 1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, client := modelServer(t, content(`{"looks_good": "yes"}`))
+			v := outputvalidator.New(outputvalidator.Deps{LLM: client})
+			ctx := llm.WithAllowance(t.Context(), &novav1.Allowance{ModelCalls: proto.Int32(tc.calls), CallsLimit: limit})
+			res, err := v.Validate(ctx, command(t, discountTask, map[string]any{"total": 1500}, map[string]any{"discount": 150}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Valid || res.Outcome.Status != "error" || res.Outcome.GetBudgetExceeded() == nil || res.ModelConsulted != tc.consumed ||
+				!strings.HasPrefix(res.Reason, "budget_exceeded: max_model_calls") {
+				t.Errorf("got valid=%v status=%q consulted=%v reason=%q", res.Valid, res.Outcome.Status, res.ModelConsulted, res.Reason)
+			}
+			if n := len(srv.Requests()); n != int(tc.calls) {
+				t.Errorf("requests %d, want %d", n, tc.calls)
 			}
 		})
 	}
