@@ -64,6 +64,7 @@ help:
 	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200")'
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, beside plain python3 (BENCH_LOAD_FLAGS=...)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
+	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
@@ -223,6 +224,14 @@ BENCH_LOAD_FLAGS ?=
 bench-load: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./benchload
 	$(BIN)/nova-benchload -bin $(BIN) $(BENCH_LOAD_FLAGS)
+
+# The audit store as its history grows, on the embedded FerretDB: write time
+# and CPU per execution and reads of one execution at several history sizes,
+# beside FerretDB as shipped in the same run (BENCH_STORE_FLAGS="-sizes 500,5000").
+BENCH_STORE_FLAGS ?=
+.PHONY: bench-store
+bench-store:
+	cd services/nova && $(GO) run ./benchstore $(BENCH_STORE_FLAGS)
 
 .PHONY: bench-gateway
 bench-gateway: build

@@ -37,6 +37,10 @@ type Options struct {
 	NATSCluster int
 	// MongoPort is the MongoDB wire port on 127.0.0.1; 0 picks a free port.
 	MongoPort int
+	// NoIDIndex leaves out the index that lets FerretDB find a document by
+	// _id without scanning its collection (see Mongo.IndexIDs), for measuring
+	// what it saves. A data dir that has it keeps it.
+	NoIDIndex bool
 	// Logger receives NATS warnings and errors and FerretDB errors only; both are
 	// chatty below that. Nil discards them.
 	Logger *slog.Logger

@@ -16,9 +16,11 @@ import (
 )
 
 // Mongo is an in-process FerretDB on SQLite: the MongoDB wire protocol backed by files
-// in opts.DataDir/ferretdb.
+// in opts.DataDir/ferretdb, one per database, each collection indexed by _id
+// the way FerretDB looks documents up (see IndexIDs).
 type Mongo struct {
 	uri   string
+	dir   string
 	close func() error
 }
 
@@ -55,10 +57,13 @@ func StartMongo(ctx context.Context, opts Options) (*Mongo, error) {
 	go func() {
 		done <- f.Run(runCtx)
 	}()
+	var watching sync.WaitGroup
 	m := &Mongo{
 		uri: f.MongoDBURI(),
+		dir: dir,
 		close: sync.OnceValue(func() error {
 			cancel()
+			watching.Wait()
 			return <-done
 		}),
 	}
@@ -66,6 +71,14 @@ func StartMongo(ctx context.Context, opts Options) (*Mongo, error) {
 	if err := pingMongo(ctx, m.uri); err != nil {
 		_ = m.Close()
 		return nil, fmt.Errorf("start ferretdb: %w", err)
+	}
+	if !opts.NoIDIndex {
+		// Before the first client: an existing data dir may hold large collections.
+		if err := m.IndexIDs(ctx); err != nil {
+			_ = m.Close()
+			return nil, fmt.Errorf("start ferretdb: %w", err)
+		}
+		watching.Go(func() { m.watchIDs(runCtx, opts.quietLogger("ferretdb", slog.LevelError)) })
 	}
 	return m, nil
 }

@@ -138,29 +138,17 @@ func unescapeMap(m map[string]any) map[string]any {
 // appended at the end with status "running", so a chain read mid-run shows the work in
 // progress. An unknown execution has an empty chain.
 func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error) {
-	filter := bson.D{{Key: "execution_id", Value: executionID}}
-
-	var nodes []NodeDoc
-	cur, err := s.chain.Find(ctx, filter, options.Find().SetSort(bson.D{
-		{Key: "sequence", Value: 1}, {Key: "started_at", Value: 1}, {Key: "_id", Value: 1},
-	}))
+	indexed, err := s.indexReady(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("chain of %q: %w", executionID, err)
+		return nil, err
 	}
-	if err := cur.All(ctx, &nodes); err != nil {
-		return nil, fmt.Errorf("chain of %q: %w", executionID, err)
+	read := s.queriedChain
+	if indexed {
+		read = s.indexedChain
 	}
-
-	var steps []StepDoc
-	cur, err = s.steps.Find(ctx, filter, options.Find().SetSort(bson.D{
-		{Key: "node_id", Value: 1}, {Key: "visit", Value: 1},
-		{Key: "step_number", Value: 1}, {Key: "timestamp", Value: 1},
-	}))
+	nodes, steps, err := read(ctx, executionID)
 	if err != nil {
-		return nil, fmt.Errorf("steps of %q: %w", executionID, err)
-	}
-	if err := cur.All(ctx, &steps); err != nil {
-		return nil, fmt.Errorf("steps of %q: %w", executionID, err)
+		return nil, err
 	}
 
 	byNode := make(map[string]int, len(nodes))
@@ -194,9 +182,44 @@ func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error
 	return nodes, nil
 }
 
+// queriedChain reads an execution's node visits and steps with a query on
+// execution_id each.
+func (s *Store) queriedChain(ctx context.Context, executionID string) ([]NodeDoc, []StepDoc, error) {
+	filter := bson.D{{Key: "execution_id", Value: executionID}}
+
+	var nodes []NodeDoc
+	cur, err := s.chain.Find(ctx, filter, options.Find().SetSort(bson.D{
+		{Key: "sequence", Value: 1}, {Key: "started_at", Value: 1}, {Key: "_id", Value: 1},
+	}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("chain of %q: %w", executionID, err)
+	}
+	if err := cur.All(ctx, &nodes); err != nil {
+		return nil, nil, fmt.Errorf("chain of %q: %w", executionID, err)
+	}
+
+	var steps []StepDoc
+	cur, err = s.steps.Find(ctx, filter, options.Find().SetSort(bson.D{
+		{Key: "node_id", Value: 1}, {Key: "visit", Value: 1},
+		{Key: "step_number", Value: 1}, {Key: "timestamp", Value: 1},
+	}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("steps of %q: %w", executionID, err)
+	}
+	if err := cur.All(ctx, &steps); err != nil {
+		return nil, nil, fmt.Errorf("steps of %q: %w", executionID, err)
+	}
+	return nodes, steps, nil
+}
+
 // Counts returns how many documents each collection holds for an execution, keyed by
 // collection name.
 func (s *Store) Counts(ctx context.Context, executionID string) (map[string]int64, error) {
+	if indexed, err := s.indexReady(ctx); err != nil {
+		return nil, err
+	} else if indexed {
+		return s.indexedCounts(ctx, executionID)
+	}
 	counts := make(map[string]int64, 3)
 	for _, q := range []struct {
 		coll   *mongo.Collection

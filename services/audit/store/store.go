@@ -1,7 +1,12 @@
 // Package store keeps the chain of work in MongoDB: one document per execution, one per
-// node visit and one per agent step. Every write is an upsert under an id derived from
+// node visit and one per agent step. Every write is keyed by an id derived from
 // the event, so JetStream redelivery and replays never create duplicates, and events
 // arriving out of order still converge on the same documents.
+//
+// Every write and every read of one execution finds its documents by _id or,
+// on MongoDB, through an index, so that neither slows down as the history
+// grows. On FerretDB, which pushes down no filter but one on _id, the
+// documents of an execution are found through IndexCollection.
 package store
 
 import (
@@ -10,9 +15,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -49,16 +56,31 @@ type Store struct {
 	executions *mongo.Collection
 	chain      *mongo.Collection
 	steps      *mongo.Collection
+	index      *mongo.Collection
+
+	// indexed: the documents of an execution are listed in index, and
+	// read by _id through it (see IndexCollection).
+	indexed    bool
+	forceIndex *bool
+	positions  positions
+	backfilled atomic.Bool // see indexReady
+
+	monitor *event.CommandMonitor // tests watch the commands sent
 }
 
 // Open connects to the MongoDB at uri, checks it answers, and uses database (DefaultDatabase
 // when empty). It does not create indexes; call EnsureIndexes at start-up.
-func Open(ctx context.Context, uri, database string) (*Store, error) {
+func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, error) {
 	if database == "" {
 		database = DefaultDatabase
 	}
+	s := &Store{}
+	for _, o := range opts {
+		o(s)
+	}
 	client, err := mongo.Connect(options.Client().
 		ApplyURI(uri).
+		SetMonitor(s.monitor).
 		// Contexts and snapshots are read back as plain maps so the CLI can print them
 		// as JSON; the driver's default (bson.D) would print as key/value pairs.
 		SetBSONOptions(&options.BSONOptions{DefaultDocumentMap: true}))
@@ -69,13 +91,19 @@ func Open(ctx context.Context, uri, database string) (*Store, error) {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("open audit store: ping: %w", err)
 	}
+	if s.forceIndex != nil {
+		s.indexed = *s.forceIndex
+	} else if s.indexed, err = isFerretDB(ctx, client); err != nil {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("open audit store: %w", err)
+	}
 	db := client.Database(database)
-	return &Store{
-		client:     client,
-		executions: db.Collection(ExecutionsCollection),
-		chain:      db.Collection(ChainCollection),
-		steps:      db.Collection(StepsCollection),
-	}, nil
+	s.client = client
+	s.executions = db.Collection(ExecutionsCollection)
+	s.chain = db.Collection(ChainCollection)
+	s.steps = db.Collection(StepsCollection)
+	s.index = db.Collection(IndexCollection)
+	return s, nil
 }
 
 // Close disconnects, waiting for in-flight operations until ctx ends.
@@ -96,6 +124,8 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // EnsureIndexes creates the indexes the CLI's and the gateway's queries use. It is idempotent: existing
 // indexes with the same keys and names are left alone, so it runs at every start-up.
+// With IndexCollection in use, it lists there, once, the documents recorded
+// before (reading both collections whole).
 //
 // Each index is created with its own createIndexes command: FerretDB v1.24 panics (and
 // drops the connection) on a createIndexes command listing more than one index that
@@ -122,6 +152,9 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			return fmt.Errorf("create index on %s: %w", ix.coll.Name(), err)
 		}
 	}
+	if s.indexed {
+		return s.backfillIndex(ctx)
+	}
 	return nil
 }
 
@@ -132,6 +165,8 @@ func index(name string, keys bson.D) mongo.IndexModel {
 // RecordWorkflowStarted creates or completes the execution document with what is known
 // at the start. The status is only set when the document is created, so a started event
 // redelivered after the completed one cannot turn a finished execution back to running.
+// It inserts first, which needs no lookup; only when the document exists (a
+// redelivery, or the completion recorded first) does it update.
 func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowStarted) error {
 	id := ev.GetExecutionId()
 	if id == "" {
@@ -152,11 +187,16 @@ func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowSt
 	if t := timeOf(ev.GetStartedAt()); t != nil {
 		set = append(set, bson.E{Key: "started_at", Value: t})
 	}
-	update := bson.D{
-		{Key: "$set", Value: set},
-		{Key: "$setOnInsert", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+	insert := append(bson.D{{Key: "_id", Value: id}}, set...)
+	insert = append(insert, bson.E{Key: "status", Value: StatusRunning})
+	_, err = s.executions.InsertOne(ctx, insert)
+	if mongo.IsDuplicateKeyError(err) {
+		err = s.upsert(ctx, s.executions, id, bson.D{
+			{Key: "$set", Value: set},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+		})
 	}
-	if err := s.upsert(ctx, s.executions, id, update); err != nil {
+	if err != nil {
 		return fmt.Errorf("record workflow started %s: %w", id, err)
 	}
 	return nil
@@ -221,7 +261,11 @@ func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error 
 	}
 	doc := NodeDocOf(ev)
 	doc.InputContext, doc.OutputResult = bsonContext(doc.InputContext), bsonContext(doc.OutputResult)
-	if err := s.replace(ctx, s.chain, doc.ID, doc); err != nil {
+	first, err := s.replace(ctx, s.chain, doc.ID, doc)
+	if err == nil {
+		err = s.indexDoc(ctx, doc.ExecutionID, ChainCollection, doc.ID, first)
+	}
+	if err != nil {
 		return fmt.Errorf("record node %s: %w", doc.ID, err)
 	}
 	return nil
@@ -267,7 +311,11 @@ func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error 
 		return fmt.Errorf("record step: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
 	}
 	doc := StepDocOf(ev)
-	if err := s.replace(ctx, s.steps, doc.ID, doc); err != nil {
+	first, err := s.replace(ctx, s.steps, doc.ID, doc)
+	if err == nil {
+		err = s.indexDoc(ctx, doc.ExecutionID, StepsCollection, doc.ID, first)
+	}
+	if err != nil {
 		return fmt.Errorf("record step %s: %w", doc.ID, err)
 	}
 	return nil
@@ -331,17 +379,16 @@ func (s *Store) upsert(ctx context.Context, coll *mongo.Collection, id string, u
 	})
 }
 
-// replace writes doc as the document with id. The first delivery inserts;
-// only a redelivery (the id exists) replaces. Inserting first matters on the
-// embedded FerretDB/SQLite store, whose upserts scan the collection and slow
-// down as history grows, while inserts stay constant.
-func (s *Store) replace(ctx context.Context, coll *mongo.Collection, id string, doc any) error {
-	_, err := coll.InsertOne(ctx, doc)
+// replace writes doc as the document with id, and tells whether it was the
+// first to. The first delivery inserts; only a redelivery (the id exists)
+// replaces, which costs a lookup by _id besides.
+func (s *Store) replace(ctx context.Context, coll *mongo.Collection, id string, doc any) (first bool, err error) {
+	_, err = coll.InsertOne(ctx, doc)
 	if !mongo.IsDuplicateKeyError(err) {
-		return err
+		return err == nil, err
 	}
 	_, err = coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc, options.Replace().SetUpsert(true))
-	return err
+	return false, err
 }
 
 // retryDuplicate runs an upsert again once if it lost an insert race: two replicas

@@ -70,11 +70,11 @@ func dbName(t *testing.T) string {
 }
 
 // openStore opens a store on a database named after the test, with indexes.
-func openStore(t *testing.T) (context.Context, *store.Store) {
+func openStore(t *testing.T, opts ...store.Option) (context.Context, *store.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	s, err := store.Open(ctx, mongoURI, dbName(t))
+	s, err := store.Open(ctx, mongoURI, dbName(t), opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -90,6 +90,17 @@ func openStore(t *testing.T) (context.Context, *store.Store) {
 		t.Fatalf("EnsureIndexes: %v", err)
 	}
 	return ctx, s
+}
+
+// readModes are the two ways the store finds the documents of one
+// execution, both run here on FerretDB: through the execution index (what
+// Open picks on FerretDB) and with queries on execution_id (on MongoDB).
+var readModes = []struct {
+	name string
+	opt  store.Option
+}{
+	{"index", store.WithExecutionIndex(true)},
+	{"queries", store.WithExecutionIndex(false)},
 }
 
 func mustJSON(t *testing.T, m map[string]any) *novav1.JSONValue {
@@ -211,123 +222,131 @@ func (e events) record(ctx context.Context, t *testing.T, s *store.Store) {
 }
 
 func TestRecordAndReadChain(t *testing.T) {
-	ctx, s := openStore(t)
-	invoiceRun(t, "exec-1").record(ctx, t, s)
+	for _, mode := range readModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx, s := openStore(t, mode.opt)
+			invoiceRun(t, "exec-1").record(ctx, t, s)
 
-	exec, err := s.Execution(ctx, "exec-1")
-	if err != nil {
-		t.Fatalf("Execution: %v", err)
-	}
-	if exec.Status != "succeeded" || exec.WorkflowName != "invoice" {
-		t.Errorf("status, name = %q, %q; want succeeded, invoice", exec.Status, exec.WorkflowName)
-	}
-	if got := strings.Join(exec.Path, ","); got != "start,classify,end" {
-		t.Errorf("path = %s", got)
-	}
-	if exec.DurationMs != 4000 {
-		t.Errorf("duration_ms = %d, want 4000", exec.DurationMs)
-	}
-	if exec.StartedAt == nil || !exec.StartedAt.Equal(t0) || exec.CompletedAt == nil || !exec.CompletedAt.Equal(t0.Add(4*time.Second)) {
-		t.Errorf("started_at, completed_at = %v, %v", exec.StartedAt, exec.CompletedAt)
-	}
-	if len(exec.Nodes) != 2 || exec.Nodes[1] != (store.NodeSummaryDoc{ID: "classify", Status: "succeeded", Attempts: 1, Visits: 1}) {
-		t.Errorf("nodes = %+v", exec.Nodes)
-	}
-	if exec.FinalContext["category"] != "travel" || exec.InitialContext["amount"] != json.Number("120.5") {
-		t.Errorf("initial, final context = %v, %v", exec.InitialContext, exec.FinalContext)
-	}
-	if exec.Definition["name"] != "invoice" {
-		t.Errorf("definition = %v", exec.Definition)
-	}
-	if nodes, _ := exec.Definition["nodes"].(bson.A); len(nodes) != 3 {
-		t.Errorf("definition nodes = %v, want 3", exec.Definition["nodes"])
-	}
+			exec, err := s.Execution(ctx, "exec-1")
+			if err != nil {
+				t.Fatalf("Execution: %v", err)
+			}
+			if exec.Status != "succeeded" || exec.WorkflowName != "invoice" {
+				t.Errorf("status, name = %q, %q; want succeeded, invoice", exec.Status, exec.WorkflowName)
+			}
+			if got := strings.Join(exec.Path, ","); got != "start,classify,end" {
+				t.Errorf("path = %s", got)
+			}
+			if exec.DurationMs != 4000 {
+				t.Errorf("duration_ms = %d, want 4000", exec.DurationMs)
+			}
+			if exec.StartedAt == nil || !exec.StartedAt.Equal(t0) || exec.CompletedAt == nil || !exec.CompletedAt.Equal(t0.Add(4*time.Second)) {
+				t.Errorf("started_at, completed_at = %v, %v", exec.StartedAt, exec.CompletedAt)
+			}
+			if len(exec.Nodes) != 2 || exec.Nodes[1] != (store.NodeSummaryDoc{ID: "classify", Status: "succeeded", Attempts: 1, Visits: 1}) {
+				t.Errorf("nodes = %+v", exec.Nodes)
+			}
+			if exec.FinalContext["category"] != "travel" || exec.InitialContext["amount"] != json.Number("120.5") {
+				t.Errorf("initial, final context = %v, %v", exec.InitialContext, exec.FinalContext)
+			}
+			if exec.Definition["name"] != "invoice" {
+				t.Errorf("definition = %v", exec.Definition)
+			}
+			if nodes, _ := exec.Definition["nodes"].(bson.A); len(nodes) != 3 {
+				t.Errorf("definition nodes = %v, want 3", exec.Definition["nodes"])
+			}
 
-	chain, err := s.Chain(ctx, "exec-1")
-	if err != nil {
-		t.Fatalf("Chain: %v", err)
-	}
-	if len(chain) != 2 || chain[0].NodeID != "start" || chain[1].NodeID != "classify" {
-		t.Fatalf("chain = %+v, want start then classify", chain)
-	}
-	classify := chain[1]
-	if classify.ID != "exec-1/classify/1" || classify.OutputResult["category"] != "travel" ||
-		classify.ExecutionTime != 2000 || classify.CodeExecuted == "" || classify.Timestamp == nil {
-		t.Errorf("classify = %+v", classify)
-	}
-	if len(chain[0].Steps) != 0 {
-		t.Errorf("start has steps %+v", chain[0].Steps)
-	}
-	if len(classify.Steps) != 2 || classify.Steps[0].StepName != "generate" || classify.Steps[1].StepName != "execute" {
-		t.Fatalf("classify steps = %+v, want generate then execute", classify.Steps)
-	}
-	gen, exe := classify.Steps[0], classify.Steps[1]
-	if gen.ID != "exec-1/classify/1/1" || exe.ID != "exec-1/s-exec" {
-		t.Errorf("step ids = %q, %q; want position-based without step_id, step_id-based with", gen.ID, exe.ID)
-	}
-	if gen.ChainOfWorkID != classify.ID || gen.TokensInput != 300 || gen.TokensOutput != 40 || gen.CostUSD != 0.002 ||
-		gen.ModelUsed != "gpt-test" || len(gen.ToolCalls) != 1 {
-		t.Errorf("generate step = %+v", gen)
-	}
-	if exe.SandboxID != "sbx-1" || exe.OutputData["stdout"] != "ok" {
-		t.Errorf("execute step = %+v", exe)
-	}
+			chain, err := s.Chain(ctx, "exec-1")
+			if err != nil {
+				t.Fatalf("Chain: %v", err)
+			}
+			if len(chain) != 2 || chain[0].NodeID != "start" || chain[1].NodeID != "classify" {
+				t.Fatalf("chain = %+v, want start then classify", chain)
+			}
+			classify := chain[1]
+			if classify.ID != "exec-1/classify/1" || classify.OutputResult["category"] != "travel" ||
+				classify.ExecutionTime != 2000 || classify.CodeExecuted == "" || classify.Timestamp == nil {
+				t.Errorf("classify = %+v", classify)
+			}
+			if len(chain[0].Steps) != 0 {
+				t.Errorf("start has steps %+v", chain[0].Steps)
+			}
+			if len(classify.Steps) != 2 || classify.Steps[0].StepName != "generate" || classify.Steps[1].StepName != "execute" {
+				t.Fatalf("classify steps = %+v, want generate then execute", classify.Steps)
+			}
+			gen, exe := classify.Steps[0], classify.Steps[1]
+			if gen.ID != "exec-1/classify/1/1" || exe.ID != "exec-1/s-exec" {
+				t.Errorf("step ids = %q, %q; want position-based without step_id, step_id-based with", gen.ID, exe.ID)
+			}
+			if gen.ChainOfWorkID != classify.ID || gen.TokensInput != 300 || gen.TokensOutput != 40 || gen.CostUSD != 0.002 ||
+				gen.ModelUsed != "gpt-test" || len(gen.ToolCalls) != 1 {
+				t.Errorf("generate step = %+v", gen)
+			}
+			if exe.SandboxID != "sbx-1" || exe.OutputData["stdout"] != "ok" {
+				t.Errorf("execute step = %+v", exe)
+			}
 
-	counts, err := s.Counts(ctx, "exec-1")
-	if err != nil {
-		t.Fatalf("Counts: %v", err)
-	}
-	want := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}
-	if fmt.Sprint(counts) != fmt.Sprint(want) {
-		t.Errorf("counts = %v, want %v", counts, want)
+			counts, err := s.Counts(ctx, "exec-1")
+			if err != nil {
+				t.Fatalf("Counts: %v", err)
+			}
+			want := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}
+			if fmt.Sprint(counts) != fmt.Sprint(want) {
+				t.Errorf("counts = %v, want %v", counts, want)
+			}
+		})
 	}
 }
 
 func TestRedeliveryDoesNotDuplicate(t *testing.T) {
-	ctx, s := openStore(t)
-	run := invoiceRun(t, "exec-dup")
-	run.record(ctx, t, s)
-	first, err := s.Counts(ctx, "exec-dup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	chainBefore, err := s.Chain(ctx, "exec-dup")
-	if err != nil {
-		t.Fatal(err)
-	}
+	for _, mode := range readModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx, s := openStore(t, mode.opt)
+			run := invoiceRun(t, "exec-dup")
+			run.record(ctx, t, s)
+			first, err := s.Counts(ctx, "exec-dup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			chainBefore, err := s.Chain(ctx, "exec-dup")
+			if err != nil {
+				t.Fatal(err)
+			}
 
-	run.record(ctx, t, s)
+			run.record(ctx, t, s)
 
-	second, err := s.Counts(ctx, "exec-dup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(first) != fmt.Sprint(second) {
-		t.Errorf("counts after redelivery = %v, want %v", second, first)
-	}
-	all, err := s.AllCounts(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(all) != fmt.Sprint(map[string]map[string]int64{"exec-dup": second}) {
-		t.Errorf("AllCounts = %v, want exec-dup: %v", all, second)
-	}
-	if first[store.ChainCollection] != 2 || first[store.StepsCollection] != 2 {
-		t.Errorf("counts = %v; the test needs documents to duplicate", first)
-	}
-	chainAfter, err := s.Chain(ctx, "exec-dup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(chainBefore) != fmt.Sprint(chainAfter) {
-		t.Errorf("chain changed on redelivery:\n%+v\n%+v", chainBefore, chainAfter)
-	}
-	exec, err := s.Execution(ctx, "exec-dup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if exec.Status != "succeeded" {
-		t.Errorf("status after redelivery = %q, want succeeded", exec.Status)
+			second, err := s.Counts(ctx, "exec-dup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(first) != fmt.Sprint(second) {
+				t.Errorf("counts after redelivery = %v, want %v", second, first)
+			}
+			all, err := s.AllCounts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(all) != fmt.Sprint(map[string]map[string]int64{"exec-dup": second}) {
+				t.Errorf("AllCounts = %v, want exec-dup: %v", all, second)
+			}
+			if first[store.ChainCollection] != 2 || first[store.StepsCollection] != 2 {
+				t.Errorf("counts = %v; the test needs documents to duplicate", first)
+			}
+			chainAfter, err := s.Chain(ctx, "exec-dup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(chainBefore) != fmt.Sprint(chainAfter) {
+				t.Errorf("chain changed on redelivery:\n%+v\n%+v", chainBefore, chainAfter)
+			}
+			exec, err := s.Execution(ctx, "exec-dup")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exec.Status != "succeeded" {
+				t.Errorf("status after redelivery = %q, want succeeded", exec.Status)
+			}
+		})
 	}
 }
 
@@ -357,29 +376,33 @@ func TestStartedAfterCompletedKeepsOutcome(t *testing.T) {
 }
 
 func TestStartedOnlyIsRunning(t *testing.T) {
-	ctx, s := openStore(t)
-	run := invoiceRun(t, "exec-running")
-	if err := s.RecordWorkflowStarted(ctx, run.started); err != nil {
-		t.Fatal(err)
-	}
-	// A step recorded before its node completes shows up as a running visit.
-	if err := s.RecordStep(ctx, run.steps[1]); err != nil {
-		t.Fatal(err)
-	}
+	for _, mode := range readModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx, s := openStore(t, mode.opt)
+			run := invoiceRun(t, "exec-running")
+			if err := s.RecordWorkflowStarted(ctx, run.started); err != nil {
+				t.Fatal(err)
+			}
+			// A step recorded before its node completes shows up as a running visit.
+			if err := s.RecordStep(ctx, run.steps[1]); err != nil {
+				t.Fatal(err)
+			}
 
-	exec, err := s.Execution(ctx, "exec-running")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if exec.Status != store.StatusRunning || exec.CompletedAt != nil || exec.FinalContext != nil {
-		t.Errorf("execution = %+v, want running without outcome", exec)
-	}
-	chain, err := s.Chain(ctx, "exec-running")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(chain) != 1 || chain[0].ID != "exec-running/classify/1" || chain[0].Status != store.StatusRunning || len(chain[0].Steps) != 1 {
-		t.Errorf("chain = %+v, want one running classify visit with its step", chain)
+			exec, err := s.Execution(ctx, "exec-running")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exec.Status != store.StatusRunning || exec.CompletedAt != nil || exec.FinalContext != nil {
+				t.Errorf("execution = %+v, want running without outcome", exec)
+			}
+			chain, err := s.Chain(ctx, "exec-running")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(chain) != 1 || chain[0].ID != "exec-running/classify/1" || chain[0].Status != store.StatusRunning || len(chain[0].Steps) != 1 {
+				t.Errorf("chain = %+v, want one running classify visit with its step", chain)
+			}
+		})
 	}
 }
 
@@ -552,14 +575,18 @@ func listIndexes(ctx context.Context, coll *mongo.Collection) (map[string]string
 }
 
 func TestExecutionNotFound(t *testing.T) {
-	ctx, s := openStore(t)
-	_, err := s.Execution(ctx, "nope")
-	if !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("err = %v, want ErrNotFound", err)
-	}
-	chain, err := s.Chain(ctx, "nope")
-	if err != nil || len(chain) != 0 {
-		t.Errorf("Chain = %v, %v; want empty", chain, err)
+	for _, mode := range readModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx, s := openStore(t, mode.opt)
+			_, err := s.Execution(ctx, "nope")
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("err = %v, want ErrNotFound", err)
+			}
+			chain, err := s.Chain(ctx, "nope")
+			if err != nil || len(chain) != 0 {
+				t.Errorf("Chain = %v, %v; want empty", chain, err)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,388 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// IndexCollection lists, per execution, the chain_of_work and
+// chain_of_work_steps documents written for it, on a store that can only find
+// a document by _id without reading the whole collection (FerretDB 1.24 on
+// SQLite pushes no other filter down). There, Chain and Counts read an
+// execution's documents by _id through this list instead of with a query on
+// execution_id, whose cost grows with the history. On MongoDB it is not used.
+const IndexCollection = "chain_of_work_index"
+
+// indexEntry is an IndexCollection document: the n-th document recorded for
+// an execution, with _id "<execution id>#<n>". Positions are taken from 1 up
+// without gaps (each by an insert that fails if another writer took it
+// first), so a reader finds them all by reading 1, 2, ... up to the first
+// that does not exist.
+type indexEntry struct {
+	ID         string `bson:"_id"`
+	Collection string `bson:"collection"`
+	DocID      string `bson:"doc_id"`
+}
+
+// indexBackfilled marks an IndexCollection that lists every document
+// recorded before it existed (see backfillIndex). No entry has this _id: an
+// entry's ends in #<n>.
+const indexBackfilled = "backfilled"
+
+func entryID(executionID string, n int) string { return executionID + "#" + strconv.Itoa(n) }
+
+// Option changes how Open sets the store up.
+type Option func(*Store)
+
+// WithExecutionIndex forces the use of IndexCollection on or off. Without it,
+// Open uses it when the server is FerretDB, which reports ferretdbVersion in
+// buildInfo.
+func WithExecutionIndex(on bool) Option {
+	return func(s *Store) { s.forceIndex = &on }
+}
+
+// isFerretDB tells whether the server is FerretDB.
+func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
+	raw, err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
+	if err != nil {
+		return false, fmt.Errorf("buildInfo: %w", err)
+	}
+	_, err = raw.LookupErr("ferretdbVersion")
+	return err == nil, nil
+}
+
+// positions remembers per execution the next free position of its index
+// this process expects, so that appending usually takes one insert. It
+// forgets a random execution when full.
+type positions struct {
+	mu   sync.Mutex
+	next map[string]int
+}
+
+const maxPositions = 4096
+
+func (p *positions) get(executionID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next[executionID]
+}
+
+func (p *positions) set(executionID string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.next == nil {
+		p.next = map[string]int{}
+	}
+	if _, ok := p.next[executionID]; !ok && len(p.next) >= maxPositions {
+		for k := range p.next {
+			delete(p.next, k)
+			break
+		}
+	}
+	p.next[executionID] = max(n, p.next[executionID])
+}
+
+// indexDoc lists the document docID of coll in its execution's index. A
+// redelivered event (first is false: the document existed) is listed only
+// if it is not yet, so that the index holds each document once unless two
+// deliveries of one event race; readers ignore the repeats.
+func (s *Store) indexDoc(ctx context.Context, executionID, coll, docID string, first bool) error {
+	if !s.indexed {
+		return nil
+	}
+	if !first {
+		entries, _, err := s.indexOf(ctx, executionID)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(entries, func(e indexEntry) bool { return e.Collection == coll && e.DocID == docID }) {
+			return nil
+		}
+	}
+	entry := indexEntry{Collection: coll, DocID: docID}
+	// An execution this process has not written to is most often new: try
+	// position 1 before looking for the first free one.
+	n := max(s.positions.get(executionID), 1)
+	for searched := false; ; {
+		entry.ID = entryID(executionID, n)
+		_, err := s.index.InsertOne(ctx, entry)
+		if err == nil {
+			s.positions.set(executionID, n+1)
+			return nil
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("index %s: %w", docID, err)
+		}
+		if searched {
+			n++ // taken since the search: the next one is free unless taken too
+			continue
+		}
+		if n, err = s.firstFree(ctx, executionID, n); err != nil {
+			return err
+		}
+		searched = true
+	}
+}
+
+// firstFree finds the first free position of an execution's index, knowing
+// that taken is taken: positions are taken without gaps, so it doubles past
+// taken until a free one, then bisects.
+func (s *Store) firstFree(ctx context.Context, executionID string, taken int) (int, error) {
+	lo, hi := taken, 2*taken
+	for {
+		ok, err := s.positionTaken(ctx, executionID, hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		lo, hi = hi, 2*hi
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := s.positionTaken(ctx, executionID, mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi, nil
+}
+
+func (s *Store) positionTaken(ctx context.Context, executionID string, n int) (bool, error) {
+	err := s.index.FindOne(ctx, bson.D{{Key: "_id", Value: entryID(executionID, n)}}).Err()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return false, nil
+	}
+	return false, fmt.Errorf("read index of %q: %w", executionID, err)
+}
+
+// indexOf reads an execution's index, in order, each document once, and
+// tells its first free position.
+func (s *Store) indexOf(ctx context.Context, executionID string) ([]indexEntry, int, error) {
+	var entries []indexEntry
+	seen := map[indexEntry]bool{}
+	for n := 1; ; n++ {
+		var e indexEntry
+		err := s.index.FindOne(ctx, bson.D{{Key: "_id", Value: entryID(executionID, n)}}).Decode(&e)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return entries, n, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read index of %q: %w", executionID, err)
+		}
+		e.ID = ""
+		if !seen[e] {
+			seen[e] = true
+			entries = append(entries, e)
+		}
+	}
+}
+
+// indexReady tells whether reads of one execution can go through the index:
+// it is in use and lists the documents recorded before it (backfillIndex is
+// done). Until then, on a data dir of an older version read before the
+// audit service started, they use queries.
+func (s *Store) indexReady(ctx context.Context) (bool, error) {
+	if !s.indexed || s.backfilled.Load() {
+		return s.indexed, nil
+	}
+	err := s.index.FindOne(ctx, bson.D{{Key: "_id", Value: indexBackfilled}}).Err()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read %s: %w", IndexCollection, err)
+	}
+	s.backfilled.Store(true)
+	return true, nil
+}
+
+// indexedChain reads an execution's node visits and steps by _id through
+// its index, sorted as the queries of Chain sort them.
+func (s *Store) indexedChain(ctx context.Context, executionID string) ([]NodeDoc, []StepDoc, error) {
+	entries, _, err := s.indexOf(ctx, executionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	var nodes []NodeDoc
+	var steps []StepDoc
+	for _, e := range entries {
+		var err error
+		switch e.Collection {
+		case ChainCollection:
+			var n NodeDoc
+			if err = s.chain.FindOne(ctx, bson.D{{Key: "_id", Value: e.DocID}}).Decode(&n); err == nil {
+				nodes = append(nodes, n)
+			}
+		case StepsCollection:
+			var st StepDoc
+			if err = s.steps.FindOne(ctx, bson.D{{Key: "_id", Value: e.DocID}}).Decode(&st); err == nil {
+				steps = append(steps, st)
+			}
+		}
+		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, nil, fmt.Errorf("chain of %q: %s %s: %w", executionID, e.Collection, e.DocID, err)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b NodeDoc) int {
+		return cmp.Or(cmp.Compare(a.Sequence, b.Sequence), compareTimes(a.StartedAt, b.StartedAt), cmp.Compare(a.ID, b.ID))
+	})
+	slices.SortFunc(steps, func(a, b StepDoc) int {
+		return cmp.Or(cmp.Compare(a.NodeID, b.NodeID), cmp.Compare(a.Visit, b.Visit),
+			cmp.Compare(a.StepNumber, b.StepNumber), compareTimes(a.Timestamp, b.Timestamp))
+	})
+	return nodes, steps, nil
+}
+
+// compareTimes orders as MongoDB sorts dates ascending: null first.
+func compareTimes(a, b *time.Time) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return -1
+	case b == nil:
+		return 1
+	}
+	return a.Compare(*b)
+}
+
+// indexedCounts counts an execution's documents, those of chain_of_work and
+// chain_of_work_steps through its index.
+func (s *Store) indexedCounts(ctx context.Context, executionID string) (map[string]int64, error) {
+	n, err := s.executions.CountDocuments(ctx, bson.D{{Key: "_id", Value: executionID}})
+	if err != nil {
+		return nil, fmt.Errorf("count %s of %q: %w", ExecutionsCollection, executionID, err)
+	}
+	counts := map[string]int64{ExecutionsCollection: n, ChainCollection: 0, StepsCollection: 0}
+	entries, _, err := s.indexOf(ctx, executionID)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		counts[e.Collection]++
+	}
+	return counts, nil
+}
+
+// backfillIndex lists in the index, once, every document recorded before
+// it existed (a data dir of a version without it): it reads both
+// collections whole, so it marks when it is done.
+func (s *Store) backfillIndex(ctx context.Context) error {
+	if ready, err := s.indexReady(ctx); ready || err != nil {
+		return err
+	}
+	// An index that is empty needs no reading per execution.
+	err := s.index.FindOne(ctx, bson.D{}).Err()
+	empty := errors.Is(err, mongo.ErrNoDocuments)
+	if err != nil && !empty {
+		return fmt.Errorf("backfill %s: %w", IndexCollection, err)
+	}
+
+	docs := map[string][]indexEntry{} // by execution, in the order read
+	for _, coll := range []*mongo.Collection{s.chain, s.steps} {
+		if err := recordedDocs(ctx, coll, docs); err != nil {
+			return fmt.Errorf("backfill %s: read %s: %w", IndexCollection, coll.Name(), err)
+		}
+	}
+	const batch = 1000
+	var pending []indexEntry
+	for _, id := range slices.Sorted(maps.Keys(docs)) {
+		next := 1
+		if !empty {
+			listed, n, err := s.indexOf(ctx, id)
+			if err != nil {
+				return fmt.Errorf("backfill %s: %w", IndexCollection, err)
+			}
+			docs[id] = slices.DeleteFunc(docs[id], func(e indexEntry) bool { return slices.Contains(listed, e) })
+			next = n
+		}
+		for i, e := range docs[id] {
+			e.ID = entryID(id, next+i)
+			pending = append(pending, e)
+		}
+		if len(pending) >= batch {
+			if err := s.insertEntries(ctx, pending); err != nil {
+				return err
+			}
+			pending = pending[:0]
+		}
+	}
+	if err := s.insertEntries(ctx, pending); err != nil {
+		return err
+	}
+	_, err = s.index.InsertOne(ctx, bson.D{{Key: "_id", Value: indexBackfilled}, {Key: "at", Value: time.Now()}})
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("backfill %s: %w", IndexCollection, err)
+	}
+	s.backfilled.Store(true)
+	return nil
+}
+
+// recordedDocs adds the documents of coll to docs, by execution.
+func recordedDocs(ctx context.Context, coll *mongo.Collection, docs map[string][]indexEntry) error {
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "execution_id", Value: 1}}))
+	if err != nil {
+		return err
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var d struct {
+			ID          string `bson:"_id"`
+			ExecutionID string `bson:"execution_id"`
+		}
+		if err := cur.Decode(&d); err != nil || d.ExecutionID == "" {
+			continue // not a document this store wrote
+		}
+		docs[d.ExecutionID] = append(docs[d.ExecutionID], indexEntry{Collection: coll.Name(), DocID: d.ID})
+	}
+	return cur.Err()
+}
+
+// insertEntries inserts entries at the positions they name. One whose
+// position another writer took meanwhile is listed at the next free one.
+func (s *Store) insertEntries(ctx context.Context, entries []indexEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	_, err := s.index.InsertMany(ctx, entries, options.InsertMany().SetOrdered(false))
+	var bulk mongo.BulkWriteException
+	if err == nil || !errors.As(err, &bulk) {
+		if err != nil {
+			return fmt.Errorf("backfill %s: %w", IndexCollection, err)
+		}
+		return nil
+	}
+	for _, we := range bulk.WriteErrors {
+		if we.Code != 11000 || we.Index >= len(entries) { // 11000: duplicate key
+			return fmt.Errorf("backfill %s: %w", IndexCollection, err)
+		}
+		e := entries[we.Index]
+		id := e.ID[:strings.LastIndexByte(e.ID, '#')]
+		if err := s.indexDoc(ctx, id, e.Collection, e.DocID, false); err != nil {
+			return fmt.Errorf("backfill %s: %w", IndexCollection, err)
+		}
+	}
+	return nil
+}

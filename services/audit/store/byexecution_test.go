@@ -1,0 +1,298 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/audit/store"
+)
+
+// commandLog keeps the commands a store's client sends.
+type commandLog struct {
+	mu       sync.Mutex
+	commands []bson.Raw
+}
+
+func (l *commandLog) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.commands = append(l.commands, slices.Clone(e.Command))
+	}}
+}
+
+func (l *commandLog) take() []bson.Raw {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.commands
+	l.commands = nil
+	return c
+}
+
+// filters returns the filters of a command that selects documents, with
+// what it is.
+func filters(cmd bson.Raw) (name string, fs []bson.Raw) {
+	elems, _ := cmd.Elements()
+	if len(elems) == 0 {
+		return "", nil
+	}
+	name = elems[0].Key()
+	doc := func(v bson.RawValue) bson.Raw { d, _ := v.DocumentOK(); return d }
+	each := func(field, key string) {
+		arr, _ := cmd.Lookup(field).ArrayOK()
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			fs = append(fs, doc(doc(v).Lookup(key)))
+		}
+	}
+	switch name {
+	case "find":
+		fs = append(fs, doc(cmd.Lookup("filter")))
+	case "count":
+		fs = append(fs, doc(cmd.Lookup("query")))
+	case "findAndModify", "distinct":
+		fs = append(fs, doc(cmd.Lookup("query")))
+	case "update":
+		each("updates", "q")
+	case "delete":
+		each("deletes", "q")
+	case "aggregate":
+		each("pipeline", "$match")
+		fs = fs[:min(len(fs), 1)] // the first stage: what FerretDB pushes down
+	}
+	return name, fs
+}
+
+// On FerretDB, whose only filter pushed down to SQL is one on _id alone (a
+// lookup the embedded store indexes), recording an execution, recording it
+// again and reading it back send no other filter: no statement of them
+// reads the whole history.
+func TestOneExecutionIsFoundByIDOnly(t *testing.T) {
+	var log commandLog
+	ctx, s := openStore(t, store.WithCommandMonitor(log.monitor())) // the index as Open picks it
+	run := invoiceRun(t, "exec-by-id")
+	log.take() // EnsureIndexes reads everything once, on purpose
+
+	run.record(ctx, t, s)
+	run.record(ctx, t, s) // a redelivery of every event
+	if _, err := s.Execution(ctx, "exec-by-id"); err != nil {
+		t.Fatal(err)
+	}
+	chain, err := s.Chain(ctx, "exec-by-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, err := s.Counts(ctx, "exec-by-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != 2 || len(chain[1].Steps) != 2 || counts[store.ChainCollection] != 2 || counts[store.StepsCollection] != 2 {
+		t.Fatalf("chain %+v, counts %v; want 2 nodes, 2 steps", chain, counts)
+	}
+
+	selecting := 0
+	for _, cmd := range log.take() {
+		name, fs := filters(cmd)
+		for _, f := range fs {
+			selecting++
+			elems, _ := f.Elements()
+			if len(elems) != 1 || elems[0].Key() != "_id" || elems[0].Value().Type != bson.TypeString {
+				t.Errorf("%s filters by %s, want by _id alone", name, f)
+			}
+		}
+	}
+	if selecting == 0 {
+		t.Fatal("no command selected documents; the test watches nothing")
+	}
+}
+
+// Replicas record the steps of one execution at once, each event twice:
+// the index lists every document, its positions leave no gap, and reads
+// show each document once.
+func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
+	ctx, first := openStore(t, store.WithExecutionIndex(true))
+	const replicas, steps = 4, 12
+	stores := []*store.Store{first}
+	for range replicas - 1 {
+		s, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		stores = append(stores, s)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, replicas*steps*2)
+	for r, s := range stores {
+		wg.Go(func() {
+			for i := range steps * 2 { // every step twice, in a different order per replica
+				n := (i/2 + r*3) % steps
+				errs <- s.RecordStep(ctx, &novav1.StepCompleted{
+					ExecutionId: "exec-busy", NodeId: "n" + strconv.Itoa(n%3), Visit: 1, StepNumber: int32(n + 1),
+					StepName: "execute", AgentName: "sandbox", Status: "success",
+				})
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	counts, err := first.Counts(ctx, "exec-busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[store.StepsCollection] != steps {
+		t.Errorf("counts = %v, want %d steps", counts, steps)
+	}
+	chain, err := first.Chain(ctx, "exec-busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, n := range chain {
+		for _, st := range n.Steps {
+			seen = append(seen, st.ID)
+		}
+	}
+	if len(seen) != steps || len(slices.Compact(slices.Sorted(slices.Values(seen)))) != steps {
+		t.Errorf("chain steps = %v, want %d different", seen, steps)
+	}
+
+	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	cur, err := client.Database(dbName(t)).Collection(store.IndexCollection).Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &entries); err != nil {
+		t.Fatal(err)
+	}
+	var positions []int
+	for _, e := range entries {
+		if p, ok := strings.CutPrefix(e.ID, "exec-busy#"); ok {
+			n, _ := strconv.Atoi(p)
+			positions = append(positions, n)
+		}
+	}
+	slices.Sort(positions)
+	for i, p := range positions {
+		if p != i+1 {
+			t.Fatalf("index positions %v: want 1 to %d without gaps", positions, len(positions))
+		}
+	}
+	if len(positions) < steps {
+		t.Errorf("index has %d entries, want at least %d", len(positions), steps)
+	}
+}
+
+// Documents recorded before the store kept the index (a data dir of an
+// older version) are listed when the index is first set up, once.
+func TestExecutionIndexBackfill(t *testing.T) {
+	ctx, old := openStore(t, store.WithExecutionIndex(false))
+	invoiceRun(t, "exec-old").record(ctx, t, old)
+	want, err := old.Chain(ctx, "exec-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	// Read before the audit service has set the index up: by queries.
+	if chain, err := s.Chain(ctx, "exec-old"); err != nil || fmt.Sprint(chain) != fmt.Sprint(want) {
+		t.Errorf("chain before backfill = %+v, %v; want\n%+v", chain, err, want)
+	}
+	for range 2 { // start-up runs it at every boot
+		if err := s.EnsureIndexes(ctx); err != nil {
+			t.Fatalf("EnsureIndexes: %v", err)
+		}
+	}
+	invoiceRun(t, "exec-new").record(ctx, t, s)
+
+	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	listed, err := client.Database(dbName(t)).Collection(store.IndexCollection).CountDocuments(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listed != 2*4+1 { // two executions of two nodes and two steps, and the mark of the backfill
+		t.Errorf("%s holds %d documents, want 9", store.IndexCollection, listed)
+	}
+	chain, err := s.Chain(ctx, "exec-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(chain) != fmt.Sprint(want) {
+		t.Errorf("chain after backfill:\n%+v\nwant\n%+v", chain, want)
+	}
+	for _, id := range []string{"exec-old", "exec-new"} {
+		counts, err := s.Counts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
+			t.Errorf("counts of %s = %v, want %v", id, counts, w)
+		}
+	}
+}
+
+// A writer that died between recording a document and listing it leaves a
+// document the index lacks; the event's redelivery lists it.
+func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
+	ctx, s := openStore(t, store.WithExecutionIndex(true))
+	unlisting, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unlisting.Close(context.Background()) })
+	run := invoiceRun(t, "exec-died")
+	if err := unlisting.RecordStep(ctx, run.steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	if counts, err := s.Counts(ctx, "exec-died"); err != nil || counts[store.StepsCollection] != 0 {
+		t.Fatalf("counts = %v, %v; the test needs an unlisted step", counts, err)
+	}
+
+	if err := s.RecordStep(ctx, run.steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := s.Counts(ctx, "exec-died")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := s.Chain(ctx, "exec-died")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[store.StepsCollection] != 1 || len(chain) != 1 || len(chain[0].Steps) != 1 {
+		t.Errorf("after redelivery: counts %v, chain %+v; want the step once", counts, chain)
+	}
+}

@@ -1,0 +1,8 @@
+package store
+
+import "go.mongodb.org/mongo-driver/v2/event"
+
+// WithCommandMonitor has the store's client report the commands it sends.
+func WithCommandMonitor(m *event.CommandMonitor) Option {
+	return func(s *Store) { s.monitor = m }
+}
