@@ -5,7 +5,7 @@ import { cut, duration, h, replace, since } from "./dom.js";
 const statuses = ["", "running", "succeeded", "failed"];
 // statusBadge shows a status as a word and a symbol, not by colour alone.
 export function statusBadge(status) {
-    const symbol = { running: "◔", succeeded: "✓", failed: "✗", pending: "○", skipped: "–" };
+    const symbol = { running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–" };
     return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
 }
 // refreshEvery is how often the open list is read again.

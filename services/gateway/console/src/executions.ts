@@ -29,7 +29,7 @@ const statuses = ["", "running", "succeeded", "failed"];
 
 // statusBadge shows a status as a word and a symbol, not by colour alone.
 export function statusBadge(status: string): HTMLElement {
-  const symbol: Record<string, string> = { running: "◔", succeeded: "✓", failed: "✗", pending: "○", skipped: "–" };
+  const symbol: Record<string, string> = { running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–" };
   return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
 }
 

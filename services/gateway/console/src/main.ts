@@ -1,7 +1,8 @@
 // NOVA's console: a page of the gateway that uses only its public API.
 // Routes live in the URL's fragment: #/executions, #/executions/{id},
-// #/login. A link with #key=<API key> (as nova dev prints) stores the key
-// for this tab and takes it out of the address bar.
+// #/login. A link with #key=<API key> (as nova dev prints), optionally
+// &to=<route>, stores the key for this tab and takes it out of the address
+// bar.
 
 import { apiKey, getJSON, onUnauthorized, Problem, setAPIKey } from "./api.js";
 import { executionsPage, showError } from "./executions.js";
@@ -16,8 +17,11 @@ function route(): void {
   current = new AbortController();
   const hash = location.hash.replace(/^#/, "");
   if (hash.startsWith("key=")) {
-    setAPIKey(decodeURIComponent(hash.slice(4)));
-    history.replaceState(null, "", location.pathname + "#/executions");
+    // #key=<key>[&to=<route>]: keep the key, go to the route.
+    const link = new URLSearchParams(hash);
+    setAPIKey(link.get("key") ?? "");
+    const to = link.get("to") ?? "";
+    history.replaceState(null, "", location.pathname + "#" + (to.startsWith("/") ? to : "/executions"));
     route();
     return;
   }
