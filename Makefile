@@ -51,13 +51,18 @@ PYTHON_MODULES := fitz:python3-fitz pandas:python3-pandas requests:python3-reque
 
 # The JavaScript runtime's packages (axios, cheerio), installed by `make deps`.
 JS_RUNTIME := services/sandbox/jsrunner/runtime
+# The web console's TypeScript, compiled by tsc (installed by `make deps`)
+# into $(CONSOLE)/dist, which is committed and embedded in the gateway.
+CONSOLE := services/gateway/console
+TSC := /usr/bin/node $(CONSOLE)/node_modules/typescript/bin/tsc
 
 .PHONY: help
 help:
 	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store (installs system packages when missing)'
 	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
 	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit, bin/gateway, ... (static, CGO_ENABLED=0)'
-	@echo 'make check   generated proto code up to date, gofmt, go vet'
+	@echo 'make check   generated proto code up to date, gofmt, go vet, the console type-checked and its dist up to date'
+	@echo 'make console compile the console (services/gateway/console/src, TypeScript) into its dist/'
 	@echo 'make fuzz    run each fuzz target (parsers, event decoding, sandbox protocol) for FUZZTIME (default 3s); part of make test'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
@@ -151,7 +156,7 @@ test-go:
 	echo "all modules passed"
 
 .PHONY: check
-check: check-proto check-fmt vet check-modules
+check: check-proto check-fmt vet check-modules check-console
 
 # Each module must build on its own (GOWORK=off), as the Dockerfiles build
 # it: its go.mod and go.sum must be complete without the workspace.
@@ -161,6 +166,18 @@ check-modules:
 		(cd "$$m" && GOWORK=off GOFLAGS=-mod=readonly $(GO) build ./...) || { echo "$${m#$(CURDIR)/}: does not build without go.work; run GOWORK=off go mod tidy there" >&2; exit 1; }; \
 	done; \
 	echo "modules: each builds on its own"
+
+# The console's dist/ must be what its sources compile to (type-checked).
+.PHONY: console check-console
+console:
+	$(TSC) -p $(CONSOLE)
+	@echo "console: $(CONSOLE)/dist compiled from $(CONSOLE)/src"
+check-console:
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(TSC) -p $(CONSOLE) --outDir "$$tmp" || exit 1; \
+	if ! diff -r "$$tmp" $(CONSOLE)/dist >/dev/null; then \
+		echo "$(CONSOLE)/dist is not what $(CONSOLE)/src compiles to: run make console and commit it" >&2; exit 1; fi; \
+	echo "console: type-checked, dist up to date"
 
 .PHONY: check-proto
 check-proto: protoc-version
@@ -305,6 +322,12 @@ deps:
 		echo "npm ci --prefix $(JS_RUNTIME)"; \
 		npm ci --prefix $(JS_RUNTIME) --omit=dev --ignore-scripts --no-audit --no-fund; \
 	fi
+	@# TypeScript for the console, pinned by its lock file.
+	@if [ ! -f $(CONSOLE)/node_modules/.package-lock.json ] || \
+		[ $(CONSOLE)/package-lock.json -nt $(CONSOLE)/node_modules/.package-lock.json ]; then \
+		echo "npm ci --prefix $(CONSOLE)"; \
+		npm ci --prefix $(CONSOLE) --ignore-scripts --no-audit --no-fund; \
+	fi
 	@$(MAKE) --no-print-directory deps-check
 
 # Proves that every tool and file the build, the checks and the tests use is
@@ -339,6 +362,8 @@ deps-check:
 		if [ -x /usr/bin/node ] && (cd $(JS_RUNTIME) && /usr/bin/node -e "require.resolve('$$m')" 2>/dev/null); then ok "$$m" "$(JS_RUNTIME)/node_modules"; \
 		else fail "$$m" "not in $(JS_RUNTIME)/node_modules: npm ci --prefix $(JS_RUNTIME)"; fi; \
 	done; \
+	if v=$$($(TSC) --version 2>/dev/null); then ok tsc "$$v, $(CONSOLE)/node_modules"; \
+	else fail tsc "not in $(CONSOLE)/node_modules: npm ci --prefix $(CONSOLE)"; fi; \
 	if [ -x /usr/bin/prlimit ]; then ok prlimit /usr/bin/prlimit; else fail prlimit "/usr/bin/prlimit: Debian package util-linux"; fi; \
 	if command -v curl >/dev/null; then ok curl "$$(command -v curl)"; else fail curl "Debian package curl"; fi; \
 	if [ "$$bad" != 0 ]; then echo "make deps-check: something the build or the tests need is missing (above); 'make deps' installs it" >&2; exit 1; fi; \

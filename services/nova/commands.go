@@ -194,11 +194,13 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if u := s.GatewayURL(); u != "" {
 		switch {
 		case *noAuth:
-			fmt.Fprintf(stdout, "  HTTP API %s (no authentication: never expose this port)\n", u)
+			fmt.Fprintf(stdout, "  HTTP API %s (no authentication: never expose this port)\n  console: %s/\n", u, u)
 		case localKey != "":
-			fmt.Fprintf(stdout, "  HTTP API %s\n  NOVA_API_KEY=%s (admin; made for this run, shown once)\n", u, localKey)
+			// The key rides in the link's fragment, which a browser never sends.
+			fmt.Fprintf(stdout, "  HTTP API %s\n  NOVA_API_KEY=%s (admin; made for this run, shown once)\n  console: %s/#key=%s\n",
+				u, localKey, u, localKey)
 		default:
-			fmt.Fprintf(stdout, "  HTTP API %s (keys from %s)\n", u, os.Getenv(gatewayKeysEnv))
+			fmt.Fprintf(stdout, "  HTTP API %s (keys from %s)\n  console: %s/ (sign in with a key)\n", u, os.Getenv(gatewayKeysEnv), u)
 		}
 	}
 	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))

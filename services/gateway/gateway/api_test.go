@@ -273,7 +273,12 @@ func TestRoutes(t *testing.T) {
 		status       int
 		typ, allow   string
 	}{
-		{"GET", "/", 404, gateway.TypeNotFound, ""},
+		{"GET", "/index.html", 404, gateway.TypeNotFound, ""},
+		{"GET", "/console/", 404, gateway.TypeNotFound, ""},
+		{"GET", "/console/nothing.js", 404, gateway.TypeNotFound, ""},
+		{"GET", "/console/index.html", 404, gateway.TypeNotFound, ""},
+		{"GET", "/console/src/main.ts", 404, gateway.TypeNotFound, ""},
+		{"POST", "/", 405, gateway.TypeMethodNotAllowed, "GET, HEAD"},
 		{"GET", "/v1/nothing", 404, gateway.TypeNotFound, ""},
 		{"GET", "/v1/executions/a/b", 404, gateway.TypeNotFound, ""},
 		{"DELETE", "/v1/executions", 405, gateway.TypeMethodNotAllowed, "GET, HEAD, POST"},

@@ -32,6 +32,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/gateway/console"
 )
 
 const instrumentation = "github.com/novaflow/nova/services/gateway/gateway"
@@ -206,6 +207,14 @@ func New(d Deps) (*Gateway, error) {
 	}
 	g.routes = append(g.routes, "GET /v1/openapi.json")
 	g.mux.HandleFunc("GET /v1/openapi.json", g.serveOpenAPI)
+	// The console: static files, no key needed (they hold no data; the
+	// page asks for a key and sends it with every API request).
+	g.mux.HandleFunc("GET /{$}", console.Page)
+	g.mux.HandleFunc("GET "+console.Prefix, func(w http.ResponseWriter, r *http.Request) {
+		if !console.Asset(w, r) {
+			writeProblem(w, newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no console file %s", r.URL.Path)))
+		}
+	})
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)

@@ -1,0 +1,170 @@
+// The gateway's public HTTP API, the only way the console reads or changes
+// anything. The API key is kept in this tab's sessionStorage and sent as
+// Authorization: Bearer; it never goes into a URL the console requests.
+const keyItem = "nova.apiKey";
+export function apiKey() {
+    return sessionStorage.getItem(keyItem) ?? "";
+}
+export function setAPIKey(key) {
+    if (key)
+        sessionStorage.setItem(keyItem, key);
+    else
+        sessionStorage.removeItem(keyItem);
+}
+export class Problem extends Error {
+    status;
+    title;
+    detail;
+    errors;
+    constructor(status, title, detail, errors = []) {
+        super(detail ? `${title}: ${detail}` : title);
+        this.status = status;
+        this.title = title;
+        this.detail = detail;
+        this.errors = errors;
+    }
+    // unauthorized: the key is missing or wrong; the console asks for one.
+    get unauthorized() {
+        return this.status === 401;
+    }
+}
+const unauthorizedListeners = [];
+// onUnauthorized is called whenever the gateway refuses the key.
+export function onUnauthorized(l) {
+    unauthorizedListeners.push(l);
+}
+async function problemOf(resp) {
+    let title = resp.statusText || `HTTP ${resp.status}`;
+    let detail = "";
+    let errors = [];
+    try {
+        const doc = await resp.json();
+        if (typeof doc.title === "string")
+            title = doc.title;
+        if (typeof doc.detail === "string")
+            detail = doc.detail;
+        if (Array.isArray(doc.errors))
+            errors = doc.errors;
+    }
+    catch {
+        // Not a problem document: the status says enough.
+    }
+    const p = new Problem(resp.status, title, detail, errors);
+    if (p.unauthorized)
+        unauthorizedListeners.forEach((l) => l(p));
+    return p;
+}
+function headers(extra = {}) {
+    const hs = new Headers(extra);
+    const key = apiKey();
+    if (key)
+        hs.set("Authorization", `Bearer ${key}`);
+    return hs;
+}
+export async function getJSON(path, signal) {
+    const resp = await fetch(path, { headers: headers({ Accept: "application/json" }), signal });
+    if (!resp.ok)
+        throw await problemOf(resp);
+    return (await resp.json());
+}
+export async function postJSON(path, body, signal) {
+    const resp = await fetch(path, {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json", Accept: "application/json" }),
+        body: typeof body === "string" ? body : JSON.stringify(body),
+        signal,
+    });
+    if (!resp.ok)
+        throw await problemOf(resp);
+    return (await resp.json());
+}
+// stream reads a text/event-stream answer (GET, or POST with a body) and
+// calls onEvent for each event until the stream ends or signal aborts.
+// EventSource cannot send the Authorization header, so this reads the
+// body of a fetch.
+export async function stream(path, init, onEvent) {
+    const hs = headers({ Accept: "text/event-stream" });
+    if (init.body !== undefined)
+        hs.set("Content-Type", "application/json");
+    if (init.lastEventId)
+        hs.set("Last-Event-ID", init.lastEventId);
+    const resp = await fetch(path, {
+        method: init.method ?? "GET",
+        headers: hs,
+        body: init.body === undefined ? undefined : JSON.stringify(init.body),
+        signal: init.signal,
+    });
+    if (!resp.ok)
+        throw await problemOf(resp);
+    if (!resp.body)
+        return;
+    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    const parser = new EventParser(onEvent);
+    for (;;) {
+        const { value, done } = await reader.read();
+        if (done)
+            break;
+        parser.push(value);
+    }
+    parser.end();
+}
+// EventParser splits the text of an event stream into events, as the
+// HTML standard's "interpret an event stream" does (comments ignored,
+// data lines joined with newlines, CR, LF and CRLF line ends).
+export class EventParser {
+    onEvent;
+    buf = "";
+    id = "";
+    event = "";
+    data = [];
+    constructor(onEvent) {
+        this.onEvent = onEvent;
+    }
+    push(text) {
+        this.buf += text;
+        for (;;) {
+            const m = /\r\n|\r|\n/.exec(this.buf);
+            // A lone CR at the end may be the first half of CRLF.
+            if (!m || (m[0] === "\r" && m.index === this.buf.length - 1))
+                return;
+            const line = this.buf.slice(0, m.index);
+            this.buf = this.buf.slice(m.index + m[0].length);
+            this.line(line);
+        }
+    }
+    end() {
+        if (this.buf)
+            this.line(this.buf);
+        this.buf = "";
+        this.line("");
+    }
+    line(line) {
+        if (line === "") {
+            if (this.data.length > 0) {
+                this.onEvent({ id: this.id, event: this.event || "message", data: this.data.join("\n") });
+            }
+            this.event = "";
+            this.data = [];
+            return;
+        }
+        if (line.startsWith(":"))
+            return;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? "" : line.slice(colon + 1);
+        if (value.startsWith(" "))
+            value = value.slice(1);
+        switch (field) {
+            case "event":
+                this.event = value;
+                break;
+            case "data":
+                this.data.push(value);
+                break;
+            case "id":
+                if (!value.includes("\0"))
+                    this.id = value;
+                break;
+        }
+    }
+}

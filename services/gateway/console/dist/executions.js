@@ -1,0 +1,119 @@
+// The executions page: the list (kept up to date while it is open), its
+// filters, and a form that starts a registered workflow.
+import { getJSON, postJSON, Problem } from "./api.js";
+import { cut, duration, h, replace, since } from "./dom.js";
+const statuses = ["", "running", "succeeded", "failed"];
+// statusBadge shows a status as a word and a symbol, not by colour alone.
+export function statusBadge(status) {
+    const symbol = { running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–" };
+    return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
+}
+// refreshEvery is how often the open list is read again.
+const refreshEvery = 2000;
+export function executionsPage(root, params, signal) {
+    const workflow = h("select", { id: "filter-workflow", name: "workflow" }, h("option", { value: "" }, "all workflows"));
+    const status = h("select", { id: "filter-status", name: "status" }, statuses.map((s) => h("option", { value: s }, s || "any status")));
+    workflow.value = params.get("workflow") ?? "";
+    status.value = params.get("status") ?? "";
+    const rows = h("tbody");
+    const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
+    const table = h("table", { class: "executions" }, h("thead", null, h("tr", null, ["Execution", "Workflow", "Status", "Started", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))), rows);
+    const onFilter = () => {
+        const q = new URLSearchParams();
+        if (workflow.value)
+            q.set("workflow", workflow.value);
+        if (status.value)
+            q.set("status", status.value);
+        location.hash = `#/executions${q.size ? "?" + q : ""}`;
+    };
+    workflow.addEventListener("change", onFilter);
+    status.addEventListener("change", onFilter);
+    const start = startForm(signal);
+    replace(root, h("h1", null, "Executions"), start.form, h("div", { class: "filters" }, h("label", { for: "filter-workflow" }, "Workflow "), workflow, h("label", { for: "filter-status" }, " Status "), status), note, table);
+    getJSON("/v1/workflows", signal)
+        .then((doc) => {
+        for (const w of doc.workflows) {
+            workflow.append(h("option", { value: w.name }, w.name));
+        }
+        workflow.value = params.get("workflow") ?? "";
+        start.setWorkflows(doc.workflows);
+    })
+        .catch((e) => showError(note, e));
+    const load = async () => {
+        const q = new URLSearchParams({ limit: "50" });
+        if (params.get("workflow"))
+            q.set("workflow", params.get("workflow"));
+        if (params.get("status"))
+            q.set("status", params.get("status"));
+        try {
+            const doc = await getJSON(`/v1/executions?${q}`, signal);
+            replace(rows, doc.executions.map((e) => h("tr", { "data-execution": e.execution_id, "data-status": e.status }, h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}` }, e.execution_id.slice(0, 8))), h("td", null, e.workflow_name), h("td", null, statusBadge(e.status)), h("td", { title: e.started_at ?? "" }, since(e.started_at)), h("td", null, duration(e.duration_ms)), h("td", { class: "error" }, cut(e.error ?? "", 100)))));
+            replace(note, doc.executions.length ? "" : "No executions yet.");
+        }
+        catch (e) {
+            if (!signal.aborted)
+                showError(note, e);
+        }
+    };
+    void load();
+    const timer = setInterval(load, refreshEvery);
+    signal.addEventListener("abort", () => clearInterval(timer));
+}
+// startForm starts a registered workflow with a context typed as JSON,
+// checked before it is sent.
+function startForm(signal) {
+    const select = h("select", { id: "start-workflow", name: "workflow", required: true });
+    const context = h("textarea", { id: "start-context", name: "context", rows: 4, spellcheck: false }, "{}");
+    const message = h("p", { class: "form-message", role: "alert" });
+    const button = h("button", { type: "submit" }, "Start");
+    const form = h("form", { class: "start", "aria-label": "Start a workflow" }, h("h2", null, "Start a workflow"), h("label", { for: "start-workflow" }, "Workflow"), select, h("label", { for: "start-context" }, "Context (a JSON object)"), context, button, message);
+    form.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        replace(message);
+        let parsed;
+        try {
+            parsed = JSON.parse(context.value || "{}");
+        }
+        catch (e) {
+            replace(message, `The context is not JSON: ${e.message}`);
+            context.setAttribute("aria-invalid", "true");
+            return;
+        }
+        if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+            replace(message, "The context must be a JSON object, like {\"total\": 1500}.");
+            context.setAttribute("aria-invalid", "true");
+            return;
+        }
+        context.removeAttribute("aria-invalid");
+        button.disabled = true;
+        try {
+            // The context's text is sent as typed, so every number keeps its digits.
+            const body = `{"workflow": ${JSON.stringify(select.value)}, "context": ${context.value || "{}"}}`;
+            const accepted = await postJSON("/v1/executions", body, signal);
+            location.hash = `#/executions/${encodeURIComponent(accepted.execution_id)}`;
+        }
+        catch (e) {
+            showError(message, e);
+        }
+        finally {
+            button.disabled = false;
+        }
+    });
+    return {
+        form,
+        setWorkflows(ws) {
+            replace(select, ws.map((w) => h("option", { value: w.name }, `${w.name} (${w.node_count} nodes, revision ${w.revision})`)));
+            button.disabled = ws.length === 0;
+            if (ws.length === 0)
+                replace(message, "No workflow is registered yet: POST /v1/workflows or nova dev's examples.");
+        },
+    };
+}
+export function showError(el, e) {
+    if (e instanceof Problem) {
+        replace(el, h("strong", null, e.title), e.detail ? ` ${e.detail}` : "", e.errors.length ? h("ul", null, e.errors.map((fe) => h("li", null, h("code", null, fe.field), `: ${fe.detail}`))) : null);
+    }
+    else if (e instanceof Error && e.name !== "AbortError") {
+        replace(el, e.message);
+    }
+}

@@ -1,0 +1,94 @@
+// NOVA's console: a page of the gateway that uses only its public API.
+// Routes live in the URL's fragment: #/executions, #/executions/{id},
+// #/login. A link with #key=<API key> (as nova dev prints), optionally
+// &to=<route>, stores the key for this tab and takes it out of the address
+// bar.
+import { apiKey, getJSON, onUnauthorized, setAPIKey } from "./api.js";
+import { executionsPage, showError } from "./executions.js";
+import { executionPage } from "./execution.js";
+import { h, replace } from "./dom.js";
+const main = document.getElementById("main");
+let current = null;
+function route() {
+    current?.abort();
+    current = new AbortController();
+    const hash = location.hash.replace(/^#/, "");
+    if (hash.startsWith("key=")) {
+        // #key=<key>[&to=<route>]: keep the key, go to the route.
+        const link = new URLSearchParams(hash);
+        setAPIKey(link.get("key") ?? "");
+        const to = link.get("to") ?? "";
+        history.replaceState(null, "", location.pathname + "#" + (to.startsWith("/") ? to : "/executions"));
+        route();
+        return;
+    }
+    const [path, query] = hash.split("?", 2);
+    const params = new URLSearchParams(query ?? "");
+    const parts = (path || "/executions").split("/").filter(Boolean).map(decodeURIComponent);
+    markNav(parts[0] ?? "executions");
+    if (parts[0] === "login" || (!apiKey() && !noAuth)) {
+        loginPage(main);
+    }
+    else if (parts[0] === "executions" && parts.length === 2) {
+        executionPage(main, parts[1], current.signal);
+    }
+    else {
+        executionsPage(main, params, current.signal);
+    }
+}
+function markNav(section) {
+    for (const a of document.querySelectorAll("nav a[data-section]")) {
+        if (a.dataset.section === section)
+            a.setAttribute("aria-current", "page");
+        else
+            a.removeAttribute("aria-current");
+    }
+}
+// loginPage asks for an API key and checks it against the gateway.
+function loginPage(root, reason = "") {
+    const key = h("input", { id: "login-key", name: "key", type: "password", autocomplete: "off", required: true });
+    const message = h("p", { class: "form-message", role: "alert" }, reason);
+    const form = h("form", { class: "login", "aria-label": "Sign in" }, h("h1", null, "Sign in"), h("p", null, "The console uses the gateway's API with a key (nova dev prints one, and a link that fills it in)."), h("label", { for: "login-key" }, "API key"), key, h("button", { type: "submit" }, "Sign in"), message);
+    form.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        setAPIKey(key.value.trim());
+        try {
+            await getJSON("/v1/workflows");
+            location.hash = "#/executions";
+            if (location.hash === "#/executions")
+                route();
+        }
+        catch (e) {
+            setAPIKey("");
+            showError(message, e);
+        }
+    });
+    replace(root, form);
+    key.focus();
+}
+// noAuth: the gateway runs without keys (nova dev --no-auth); learnt from
+// a first request made without one.
+let noAuth = false;
+onUnauthorized((p) => {
+    setAPIKey("");
+    current?.abort();
+    loginPage(main, p.detail || "The API key was refused.");
+});
+document.getElementById("signout")?.addEventListener("click", () => {
+    setAPIKey("");
+    location.hash = "#/login";
+});
+async function boot() {
+    if (!apiKey() && !location.hash.startsWith("#key=")) {
+        try {
+            const resp = await fetch("/v1/workflows", { headers: { Accept: "application/json" } });
+            noAuth = resp.ok;
+        }
+        catch {
+            noAuth = false;
+        }
+    }
+    window.addEventListener("hashchange", route);
+    route();
+}
+void boot();
