@@ -51,11 +51,25 @@ func TestConsoleFiles(t *testing.T) {
 			}
 		}
 	}
-	// Every module main.js imports is served too.
-	main := h.do(t, h.url, request{method: "GET", path: "/console/dist/main.js"})
-	for _, m := range regexp.MustCompile(`from "\./([a-z]+\.js)"`).FindAllSubmatch(main.body, -1) {
-		if resp := h.do(t, h.url, request{method: "GET", path: "/console/dist/" + string(m[1])}); resp.status != 200 {
-			t.Errorf("main.js imports %s: GET = %d", m[1], resp.status)
+	// Every module main.js imports, and every module they import, is served.
+	imports := regexp.MustCompile(`from "\./([a-z]+\.js)"`)
+	seen := map[string]bool{"main.js": true}
+	for queue := []string{"main.js"}; len(queue) > 0; queue = queue[1:] {
+		resp := h.do(t, h.url, request{method: "GET", path: "/console/dist/" + queue[0]})
+		if resp.status != 200 {
+			t.Errorf("GET /console/dist/%s = %d", queue[0], resp.status)
+			continue
+		}
+		for _, m := range imports.FindAllSubmatch(resp.body, -1) {
+			if name := string(m[1]); !seen[name] {
+				seen[name] = true
+				queue = append(queue, name)
+			}
+		}
+	}
+	for _, want := range []string{"api.js", "dom.js", "exact.js", "execution.js", "executions.js", "graph.js"} {
+		if !seen[want] {
+			t.Errorf("%s is not reached from main.js (reached: %v)", want, seen)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // The gateway's public HTTP API, the only way the console reads or changes
 // anything. The API key is kept in this tab's sessionStorage and sent as
 // Authorization: Bearer; it never goes into a URL the console requests.
+import { parseExact } from "./exact.js";
 const keyItem = "nova.apiKey";
 export function apiKey() {
     return sessionStorage.getItem(keyItem) ?? "";
@@ -66,6 +67,13 @@ export async function getJSON(path, signal) {
     if (!resp.ok)
         throw await problemOf(resp);
     return (await resp.json());
+}
+// getExact is getJSON with every number kept as written (see exact.ts).
+export async function getExact(path, signal) {
+    const resp = await fetch(path, { headers: headers({ Accept: "application/json" }), signal });
+    if (!resp.ok)
+        throw await problemOf(resp);
+    return parseExact(await resp.text());
 }
 export async function postJSON(path, body, signal) {
     const resp = await fetch(path, {

@@ -2,6 +2,8 @@
 // anything. The API key is kept in this tab's sessionStorage and sent as
 // Authorization: Bearer; it never goes into a URL the console requests.
 
+import { parseExact } from "./exact.js";
+
 const keyItem = "nova.apiKey";
 
 export function apiKey(): string {
@@ -71,6 +73,13 @@ export async function getJSON<T>(path: string, signal?: AbortSignal): Promise<T>
   const resp = await fetch(path, { headers: headers({ Accept: "application/json" }), signal });
   if (!resp.ok) throw await problemOf(resp);
   return (await resp.json()) as T;
+}
+
+// getExact is getJSON with every number kept as written (see exact.ts).
+export async function getExact<T>(path: string, signal?: AbortSignal): Promise<T> {
+  const resp = await fetch(path, { headers: headers({ Accept: "application/json" }), signal });
+  if (!resp.ok) throw await problemOf(resp);
+  return parseExact(await resp.text()) as T;
 }
 
 export async function postJSON<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {

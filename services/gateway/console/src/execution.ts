@@ -1,9 +1,11 @@
 // One execution: its status, its nodes and the final context, kept up to
 // date from the execution's event stream while it runs.
 
-import { getJSON, stream } from "./api.js";
+import { getExact, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
+import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
+import { Definition, drawGraph } from "./graph.js";
 
 // NodeDoc is one visit of a node in the chain of work.
 export interface NodeDoc {
@@ -23,6 +25,9 @@ export interface ExecutionDoc {
   duration_ms?: number;
   initial_context?: unknown;
   final_context?: unknown;
+  definition?: Definition;
+  path?: string[];
+  current_node?: string;
 }
 
 // ExecutionView is GET /v1/executions/{id}.
@@ -33,6 +38,9 @@ export interface ExecutionView {
 
 export function executionPage(root: HTMLElement, id: string, signal: AbortSignal): void {
   const head = h("div", { class: "execution-head" });
+  const graph = h("div", { class: "graph-wrap" });
+  let selected = "";
+  let last: ExecutionView | null = null;
   const nodes = h("tbody");
   const context = h("pre", { class: "context" });
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
@@ -41,6 +49,8 @@ export function executionPage(root: HTMLElement, id: string, signal: AbortSignal
     h("p", null, h("a", { href: "#/executions" }, "← Executions")),
     head,
     note,
+    h("h2", null, "Graph"),
+    graph,
     h("h2", null, "Nodes"),
     h(
       "table",
@@ -53,7 +63,19 @@ export function executionPage(root: HTMLElement, id: string, signal: AbortSignal
   );
 
   const show = (view: ExecutionView) => {
+    last = view;
     const doc = view.execution;
+    // A node's status is that of its last visit; the engine's current
+    // node is running.
+    const status = new Map<string, string>();
+    for (const n of view.nodes) status.set(n.node_id, n.status);
+    if (doc.status === "running" && doc.current_node) status.set(doc.current_node, "running");
+    const select = (id: string) => {
+      selected = selected === id ? "" : id;
+      if (last) show(last);
+      document.querySelector<SVGElement>(`svg.graph [data-node="${CSS.escape(id)}"]`)?.focus();
+    };
+    replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
     replace(
       head,
       h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)),
@@ -62,7 +84,7 @@ export function executionPage(root: HTMLElement, id: string, signal: AbortSignal
     );
     replace(
       nodes,
-      view.nodes.map((n) =>
+      view.nodes.filter((n) => !selected || n.node_id === selected).map((n) =>
         h(
           "tr",
           { "data-node": n.node_id, "data-status": n.status },
@@ -75,11 +97,11 @@ export function executionPage(root: HTMLElement, id: string, signal: AbortSignal
         ),
       ),
     );
-    replace(context, JSON.stringify(doc.final_context ?? doc.initial_context ?? {}, null, 2));
+    replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));
   };
 
   const load = () =>
-    getJSON<ExecutionView>(`/v1/executions/${encodeURIComponent(id)}`, signal).then(show, (e) => {
+    getExact<ExecutionView>(`/v1/executions/${encodeURIComponent(id)}`, signal).then(show, (e) => {
       if (!signal.aborted) showError(note, e);
     });
 

@@ -1,0 +1,125 @@
+// The workflow drawn as a graph: dagre lays it out (left to right), the
+// console draws it as SVG. Each node shows its id, its type and its status
+// as a word and a symbol (not by colour alone); the edges the execution
+// took are drawn heavier; a decision's edges carry their conditions.
+
+import { s } from "./dom.js";
+
+// dagre is loaded by its own script tag (vendor/dagre), as a global.
+declare const dagre: any;
+
+export interface DefNode {
+  id: string;
+  type?: string; // NODE_TYPE_ACTION, ...
+  prompt?: string;
+  code?: string;
+  description?: string;
+}
+
+export interface DefEdge {
+  from: string;
+  to: string;
+  condition?: string;
+}
+
+export interface Definition {
+  name?: string;
+  nodes?: DefNode[];
+  edges?: DefEdge[];
+}
+
+export function typeName(t: string | undefined): string {
+  return (t ?? "").replace(/^NODE_TYPE_/, "").toLowerCase() || "action";
+}
+
+const symbols: Record<string, string> = {
+  succeeded: "✓", success: "✓", failed: "✗", error: "✗", running: "◔", pending: "○", skipped: "–",
+};
+
+const nodeW = 170;
+const nodeH = 52;
+
+// drawGraph returns the SVG of def; status maps a node id to its status
+// ("pending" when absent), taken lists the path the execution followed.
+export function drawGraph(
+  def: Definition,
+  status: Map<string, string>,
+  taken: string[],
+  onSelect: (id: string) => void,
+  selected = "",
+): SVGElement {
+  const g = new dagre.graphlib.Graph({ multigraph: true });
+  g.setGraph({ rankdir: "LR", nodesep: 24, ranksep: 56, edgesep: 16, marginx: 8, marginy: 8 });
+  g.setDefaultEdgeLabel(() => ({}));
+  const nodes = def.nodes ?? [];
+  const edges = def.edges ?? [];
+  for (const n of nodes) g.setNode(n.id, { width: nodeW, height: nodeH });
+  edges.forEach((e, i) => {
+    const label = e.condition ?? "";
+    g.setEdge(e.from, e.to, { label, width: label ? Math.min(160, 7 * label.length) : 0, height: label ? 16 : 0, labelpos: "c" }, `e${i}`);
+  });
+  dagre.layout(g);
+
+  const takenEdges = new Set<string>();
+  for (let i = 0; i + 1 < taken.length; i++) takenEdges.add(`${taken[i]}\u0000${taken[i + 1]}`);
+
+  const { width, height } = g.graph();
+  const svg = s(
+    "svg",
+    { class: "graph", viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": `Graph of ${def.name ?? "the workflow"}` },
+    s("defs", null, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
+      s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" }))),
+  );
+  edges.forEach((e, i) => {
+    const ed = g.edge({ v: e.from, w: e.to, name: `e${i}` });
+    if (!ed) return;
+    const pts: { x: number; y: number }[] = ed.points;
+    const d = pts.map((p, j) => `${j ? "L" : "M"} ${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" ");
+    const isTaken = takenEdges.has(`${e.from}\u0000${e.to}`);
+    svg.append(
+      s("path", { d, class: isTaken ? "edge taken" : "edge", "marker-end": "url(#arrow)", "data-from": e.from, "data-to": e.to }),
+    );
+    if (e.condition) {
+      svg.append(s("text", { x: ed.x, y: ed.y + 4, class: isTaken ? "edge-label taken" : "edge-label", "text-anchor": "middle" }, e.condition));
+    }
+  });
+  for (const n of nodes) {
+    const box = g.node(n.id);
+    const st = status.get(n.id) ?? "pending";
+    const x = box.x - nodeW / 2;
+    const y = box.y - nodeH / 2;
+    const label = `${n.id}: ${typeName(n.type)}, ${st}`;
+    const group = s(
+      "g",
+      {
+        class: `node status-${st}${n.id === selected ? " selected" : ""}`,
+        tabindex: 0,
+        role: "button",
+        "aria-label": label,
+        "data-node": n.id,
+        "data-status": st,
+        transform: `translate(${x.toFixed(1)} ${y.toFixed(1)})`,
+      },
+      s("title", null, label),
+      s("rect", { width: nodeW, height: nodeH, rx: typeName(n.type) === "decision" ? 14 : 5 }),
+      s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)),
+      s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`),
+      s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${st}`),
+    );
+    group.addEventListener("click", () => onSelect(n.id));
+    group.addEventListener("keydown", (ev) => {
+      const k = (ev as KeyboardEvent).key;
+      if (k === "Enter" || k === " ") {
+        ev.preventDefault();
+        onSelect(n.id);
+      }
+    });
+    svg.append(group);
+  }
+  return svg;
+}
+
+function clip(text: string, n: number): string {
+  const chars = Array.from(text);
+  return chars.length <= n ? text : chars.slice(0, n - 1).join("") + "…";
+}
