@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/llm/scripted"
@@ -481,6 +482,9 @@ func testAIDecision(t *testing.T, costs *aiCosts) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each case generates its code: with the code cache on, the second would
+	// reuse the first's whenever the sandbox's runtime was known in time.
+	def.Cache = proto.Bool(false)
 	tests := []struct {
 		total         float64
 		branch, queue string

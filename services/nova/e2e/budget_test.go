@@ -44,10 +44,13 @@ rules:
       content: '{"valid": true, "reason": "discount is 10% of the total over 1000 (scripted verdict)."}'
 `
 
+// The code cache is off: every execution must call the model, or the
+// budgets would have nothing to count.
 const budgetWorkflow = `
 name: NAME
 model: budget-model
 budget: BUDGET
+cache: false
 nodes:
   - {id: start, type: start}
   - {id: discount, type: action, prompt: "PROMPT"}
