@@ -289,12 +289,22 @@ func (b *Bus) publishRetrying(ctx context.Context, msg *nats.Msg) (*jetstream.Pu
 
 // retryable reports whether a failed publish or declaration may succeed
 // when tried again: no acknowledgement in time, nobody answering on the stream's
-// subject, or a connection being re-established.
+// subject, a connection being re-established, or a clustered JetStream
+// electing its leaders (503, "JetStream system temporarily unavailable").
 func retryable(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == jsErrCodeTemporarilyUnavailable)
 }
+
+// jsErrCodeTemporarilyUnavailable is the JetStream API's error code for
+// "JetStream system temporarily unavailable" (nats-server's
+// JSClusterNotAvailErr), answered while a cluster has no meta leader.
+const jsErrCodeTemporarilyUnavailable jetstream.ErrorCode = 10008
 
 // PublishProto builds an event from msg (see NewEvent) and publishes it.
 func (b *Bus) PublishProto(ctx context.Context, subject, id, typ string, msg proto.Message, extensions map[string]string) error {
