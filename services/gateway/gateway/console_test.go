@@ -67,7 +67,7 @@ func TestConsoleFiles(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"api.js", "dom.js", "exact.js", "execution.js", "executions.js", "graph.js"} {
+	for _, want := range []string{"api.js", "dom.js", "exact.js", "execution.js", "executions.js", "graph.js", "visits.js"} {
 		if !seen[want] {
 			t.Errorf("%s is not reached from main.js (reached: %v)", want, seen)
 		}

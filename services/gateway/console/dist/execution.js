@@ -5,15 +5,17 @@ import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
 import { drawGraph } from "./graph.js";
-export function executionPage(root, id, signal) {
+import { visitsPanel } from "./visits.js";
+export function executionPage(root, id, params, signal) {
     const head = h("div", { class: "execution-head" });
     const graph = h("div", { class: "graph-wrap" });
-    let selected = "";
+    const panel = h("div", { class: "panel" });
+    let selected = params.get("node") ?? "";
     let last = null;
     const nodes = h("tbody");
     const context = h("pre", { class: "context" });
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
-    replace(root, h("p", null, h("a", { href: "#/executions" }, "← Executions")), head, note, h("h2", null, "Graph"), graph, h("h2", null, "Nodes"), h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes), h("h2", null, "Context"), context);
+    replace(root, h("p", null, h("a", { href: "#/executions" }, "← Executions")), head, note, h("h2", null, "Graph"), graph, panel, h("h2", null, "Nodes"), h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes), h("h2", null, "Context"), context);
     const show = (view) => {
         last = view;
         const doc = view.execution;
@@ -30,6 +32,9 @@ export function executionPage(root, id, signal) {
                 show(last);
             document.querySelector(`svg.graph [data-node="${CSS.escape(id)}"]`)?.focus();
         };
+        replace(panel, selected
+            ? visitsPanel(doc.definition?.nodes?.find((n) => n.id === selected), selected, view.nodes.filter((n) => n.node_id === selected))
+            : h("p", { class: "note" }, "Select a node to see its visits."));
         replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
         replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : ""), doc.error ? h("p", { class: "error" }, doc.error) : null);
         replace(nodes, view.nodes.filter((n) => !selected || n.node_id === selected).map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", null, n.visit), h("td", null, duration(Math.round(n.execution_time))), h("td", { class: "error" }, n.error_message ?? ""))));

@@ -6,16 +6,10 @@ import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
 import { Definition, drawGraph } from "./graph.js";
+import { VisitDoc, visitsPanel } from "./visits.js";
 
 // NodeDoc is one visit of a node in the chain of work.
-export interface NodeDoc {
-  node_id: string;
-  node_type: string;
-  visit: number;
-  status: string;
-  execution_time: number; // ms
-  error_message?: string;
-}
+export type NodeDoc = VisitDoc;
 
 export interface ExecutionDoc {
   execution_id: string;
@@ -36,10 +30,11 @@ export interface ExecutionView {
   nodes: NodeDoc[];
 }
 
-export function executionPage(root: HTMLElement, id: string, signal: AbortSignal): void {
+export function executionPage(root: HTMLElement, id: string, params: URLSearchParams, signal: AbortSignal): void {
   const head = h("div", { class: "execution-head" });
   const graph = h("div", { class: "graph-wrap" });
-  let selected = "";
+  const panel = h("div", { class: "panel" });
+  let selected = params.get("node") ?? "";
   let last: ExecutionView | null = null;
   const nodes = h("tbody");
   const context = h("pre", { class: "context" });
@@ -51,6 +46,7 @@ export function executionPage(root: HTMLElement, id: string, signal: AbortSignal
     note,
     h("h2", null, "Graph"),
     graph,
+    panel,
     h("h2", null, "Nodes"),
     h(
       "table",
@@ -75,6 +71,16 @@ export function executionPage(root: HTMLElement, id: string, signal: AbortSignal
       if (last) show(last);
       document.querySelector<SVGElement>(`svg.graph [data-node="${CSS.escape(id)}"]`)?.focus();
     };
+    replace(
+      panel,
+      selected
+        ? visitsPanel(
+            doc.definition?.nodes?.find((n) => n.id === selected),
+            selected,
+            view.nodes.filter((n) => n.node_id === selected),
+          )
+        : h("p", { class: "note" }, "Select a node to see its visits."),
+    );
     replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
     replace(
       head,

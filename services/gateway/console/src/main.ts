@@ -1,6 +1,6 @@
 // NOVA's console: a page of the gateway that uses only its public API.
-// Routes live in the URL's fragment: #/executions, #/executions/{id},
-// #/login. A link with #key=<API key> (as nova dev prints), optionally
+// Routes live in the URL's fragment: #/executions, #/executions/{id}
+// (?node=<id> opens a node's visits), #/login. A link with #key=<API key> (as nova dev prints), optionally
 // &to=<route>, stores the key for this tab and takes it out of the address
 // bar.
 
@@ -32,7 +32,7 @@ function route(): void {
   if (parts[0] === "login" || (!apiKey() && !noAuth)) {
     loginPage(main);
   } else if (parts[0] === "executions" && parts.length === 2) {
-    executionPage(main, parts[1]!, current.signal);
+    executionPage(main, parts[1]!, params, current.signal);
   } else {
     executionsPage(main, params, current.signal);
   }

@@ -1,0 +1,51 @@
+// A node's visits: what ran (the code, and the prompt of an AI node), the
+// context before and after, what it printed, its error with the traceback,
+// and for an AI node each agent step: its code, the error that sent it
+// back, the model, tokens, cost and time.
+import { duration, h } from "./dom.js";
+import { pretty } from "./exact.js";
+import { statusBadge } from "./executions.js";
+import { typeName } from "./graph.js";
+export function visitsPanel(node, id, visits) {
+    const prompt = node?.prompt;
+    return h("section", { class: "visits", "aria-label": `Visits of node ${id}` }, h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt ? " · AI" : ""}`)), prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null, visits.length === 0 ? h("p", { class: "note" }, "Not visited in this execution.") : visits.map(visitView));
+}
+function visitView(v) {
+    const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
+    return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length ? stepsTable(v.steps) : null);
+}
+function block(title, text, cls = "") {
+    return [h("h4", null, title), h("pre", { class: cls }, text)];
+}
+// contextDiff lists the keys the visit added, changed or removed.
+function contextDiff(before, after) {
+    const rows = [];
+    const keys = Array.from(new Set([...Object.keys(before), ...Object.keys(after)])).sort();
+    for (const k of keys) {
+        const had = k in before;
+        const has = k in after;
+        const b = had ? pretty(before[k]) : "";
+        const a = has ? pretty(after[k]) : "";
+        if (had && has && a === b)
+            continue;
+        const change = !had ? "added" : !has ? "removed" : "changed";
+        rows.push(h("tr", { class: `diff-${change}` }, h("td", null, h("code", null, k)), h("td", null, change), h("td", null, had ? h("pre", null, b) : "—"), h("td", null, has ? h("pre", null, a) : "—")));
+    }
+    return [
+        h("h4", null, "Context, before → after"),
+        rows.length === 0
+            ? h("p", { class: "note" }, "No change to the context.")
+            : h("table", { class: "diff" }, h("thead", null, h("tr", null, ["Key", "Change", "Before", "After"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", null, rows)),
+    ];
+}
+function stepsTable(steps) {
+    return [
+        h("h4", null, "Agent steps"),
+        h("table", { class: "steps" }, h("thead", null, h("tr", null, ["#", "Agent", "Step", "Attempt", "Status", "Model", "Tokens in/out", "Cost", "Time"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", null, steps.map((st) => [
+            h("tr", { "data-step": String(st.step_number), "data-status": st.status }, h("td", null, st.step_number), h("td", null, st.agent_name), h("td", null, st.step_name), h("td", null, st.attempt_number), h("td", null, statusBadge(st.status)), h("td", null, st.model_used ?? ""), h("td", null, `${st.tokens_input} / ${st.tokens_output}`), h("td", null, `$${Number(st.cost_usd).toFixed(6)}`), h("td", null, duration(Math.round(Number(st.execution_time_ms))))),
+            st.generated_code || st.error_message
+                ? h("tr", { class: "step-detail" }, h("td", { colspan: 9 }, st.error_message ? h("p", { class: "error" }, st.error_message) : null, st.generated_code ? h("details", null, h("summary", null, "Code of this step"), h("pre", null, st.generated_code)) : null))
+                : null,
+        ]))),
+    ];
+}
