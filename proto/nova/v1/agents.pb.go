@@ -1169,8 +1169,11 @@ type FieldFeedback struct {
 	CorrectExpression string             `protobuf:"bytes,5,opt,name=correct_expression,json=correctExpression,proto3" json:"correct_expression,omitempty"`
 	Notes             string             `protobuf:"bytes,6,opt,name=notes,proto3" json:"notes,omitempty"`
 	Examples          []*FeedbackExample `protobuf:"bytes,7,rep,name=examples,proto3" json:"examples,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For analyzers: the pattern the field should be detected by (seed 004's
+	// correctPattern), in words or as a regular expression.
+	CorrectPattern string `protobuf:"bytes,8,opt,name=correct_pattern,json=correctPattern,proto3" json:"correct_pattern,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FieldFeedback) Reset() {
@@ -1250,6 +1253,13 @@ func (x *FieldFeedback) GetExamples() []*FeedbackExample {
 		return x.Examples
 	}
 	return nil
+}
+
+func (x *FieldFeedback) GetCorrectPattern() string {
+	if x != nil {
+		return x.CorrectPattern
+	}
+	return ""
 }
 
 type FeedbackExample struct {
@@ -1987,7 +1997,7 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\x0foutput_analysis\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x0eoutputAnalysis\x122\n" +
 	"\bfeedback\x18\x04 \x03(\v2\x16.nova.v1.FieldFeedbackR\bfeedback\x125\n" +
 	"\ftest_context\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\vtestContext\x122\n" +
-	"\battempts\x18\x06 \x03(\v2\x16.nova.v1.RefineAttemptR\battempts\"\x9a\x02\n" +
+	"\battempts\x18\x06 \x03(\v2\x16.nova.v1.RefineAttemptR\battempts\"\xc3\x02\n" +
 	"\rFieldFeedback\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
 	"\x05issue\x18\x02 \x01(\tR\x05issue\x127\n" +
@@ -1995,7 +2005,8 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\x10correct_selector\x18\x04 \x01(\tR\x0fcorrectSelector\x12-\n" +
 	"\x12correct_expression\x18\x05 \x01(\tR\x11correctExpression\x12\x14\n" +
 	"\x05notes\x18\x06 \x01(\tR\x05notes\x124\n" +
-	"\bexamples\x18\a \x03(\v2\x18.nova.v1.FeedbackExampleR\bexamples\"x\n" +
+	"\bexamples\x18\a \x03(\v2\x18.nova.v1.FeedbackExampleR\bexamples\x12'\n" +
+	"\x0fcorrect_pattern\x18\b \x01(\tR\x0ecorrectPattern\"x\n" +
 	"\x0fFeedbackExample\x12(\n" +
 	"\x05input\x18\x01 \x01(\v2\x12.nova.v1.JSONValueR\x05input\x12;\n" +
 	"\x0fexpected_output\x18\x02 \x01(\v2\x12.nova.v1.JSONValueR\x0eexpectedOutput\"\xcf\x01\n" +

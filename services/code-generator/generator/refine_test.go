@@ -207,3 +207,27 @@ func TestRefineRefusesWhatItCannotRefine(t *testing.T) {
 		t.Errorf("%d model calls for commands that cannot be refined", n)
 	}
 }
+
+// An analyzer's feedback can name the pattern the field is found by (seed
+// 004's correctPattern); the prompt carries it and says to use it.
+func TestRefineAnalyzerPattern(t *testing.T) {
+	fixed := "import re\ncontext['rows'] = [{'invoice': m} for m in re.findall(r'INV-\\d{4}', context['text'])]\n"
+	srv, client := modelServer(t, scripted.Rule{
+		Name:      "refine",
+		Match:     scripted.Match{Agent: "code-generator"},
+		Responses: []scripted.Response{{Content: "```python\n" + fixed + "```"}},
+	})
+	g := newGenerator(t, client, nil)
+	res := generate(t, g, refineCommand(t, "analyzer", "python", map[string]any{"text": "INV-0001 and INV-0002"},
+		&novav1.FieldFeedback{Field: "invoice", Issue: "missing", CorrectPattern: `INV- followed by four digits`}))
+	requireSuccess(t, res)
+	user := chats(srv)[0].LastUser()
+	for _, want := range []string{
+		"- Field \"invoice\": missing\n  Correct pattern: INV- followed by four digits",
+		"1. If correctPattern provided: Detect the field by that pattern",
+	} {
+		if !strings.Contains(user, want) {
+			t.Errorf("user prompt lacks %q:\n%s", want, user)
+		}
+	}
+}

@@ -165,9 +165,10 @@ func refineUserPrompt(in refineInput) string {
 		b.WriteString("ANALYSIS CONTEXT:\n")
 		b.WriteString(in.contextPart("context"))
 		b.WriteString("\nINSTRUCTIONS:\nFor each feedback item:\n" +
-			"1. If examples provided: Match the expected analysis pattern\n" +
-			"2. If notes provided: Adjust analysis criteria accordingly\n" +
-			"3. Update the analysis logic for that field\n\n" +
+			"1. If correctPattern provided: Detect the field by that pattern\n" +
+			"2. If examples provided: Match the expected analysis pattern\n" +
+			"3. If notes provided: Adjust analysis criteria accordingly\n" +
+			"4. Update the analysis logic for that field\n\n" +
 			"Return the complete improved analyzer code.\n\n")
 	case AgentTypeAPIClient:
 		fmt.Fprintf(&b, "ENDPOINT: %s\n", in.endpoint())
@@ -256,6 +257,9 @@ func writeFeedback(b *strings.Builder, f *novav1.FieldFeedback, in refineInput) 
 	}
 	if v := f.GetCorrectExpression(); v != "" {
 		fmt.Fprintf(b, "  Correct expression: %s\n", text(v))
+	}
+	if v := f.GetCorrectPattern(); v != "" {
+		fmt.Fprintf(b, "  Correct pattern: %s\n", text(v))
 	}
 	if ex := f.GetExamples(); len(ex) > 0 {
 		list := make([]any, 0, len(ex))

@@ -706,7 +706,7 @@ func feedbackProto(fb []fieldFeedback) []*novav1.FieldFeedback {
 	out := make([]*novav1.FieldFeedback, len(fb))
 	for i, f := range fb {
 		p := &novav1.FieldFeedback{Field: f.Field, Issue: f.Issue, CorrectSelector: f.CorrectSelector,
-			CorrectExpression: f.CorrectExpression, Notes: f.Notes, CorrectValue: jsonvalue.Proto(f.CorrectValue)}
+			CorrectExpression: f.CorrectExpression, CorrectPattern: f.CorrectPattern, Notes: f.Notes, CorrectValue: jsonvalue.Proto(f.CorrectValue)}
 		for _, e := range f.Examples {
 			p.Examples = append(p.Examples, &novav1.FeedbackExample{Input: jsonvalue.Proto(e.Input), ExpectedOutput: jsonvalue.Proto(e.ExpectedOutput)})
 		}

@@ -18,7 +18,7 @@ import (
 
 var (
 	refineFields   = []string{"agentType", "originalCode", "language", "outputAnalysis", "feedback", "testContext", "maxAttempts", "timeout", "model", "executionId", "nodeId"}
-	feedbackFields = []string{"field", "issue", "correctValue", "correctSelector", "correctExpression", "notes", "examples"}
+	feedbackFields = []string{"field", "issue", "correctValue", "correctSelector", "correctExpression", "correctPattern", "notes", "examples"}
 	analysisFields = []string{"type", "isStructured", "itemCount", "fields"}
 	fieldDefFields = []string{"name", "type", "required", "coverage", "examples"}
 	// nodeSources come from the node when a refinement names an execution's node.
@@ -296,7 +296,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 || len(items) > maxFeedbackItems {
-		add("feedback", "must be an array of 1 to %d field feedback objects (field, issue, correctValue, correctSelector, correctExpression, notes, examples)", maxFeedbackItems)
+		add("feedback", "must be an array of 1 to %d field feedback objects (field, issue, correctValue, correctSelector, correctExpression, correctPattern, notes, examples)", maxFeedbackItems)
 		return nil
 	}
 	out := make([]fieldFeedback, 0, len(items))
@@ -305,7 +305,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 		at := fmt.Sprintf("feedback[%d]", i)
 		m, err := jsonvalue.ParseObject(item)
 		if err != nil {
-			add(at, "must be an object: field, issue, correctValue, correctSelector, correctExpression, notes, examples")
+			add(at, "must be an object: field, issue, correctValue, correctSelector, correctExpression, correctPattern, notes, examples")
 			continue
 		}
 		for _, k := range m.Keys() {
@@ -341,6 +341,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 		}
 		text("correctSelector", &f.CorrectSelector, false)
 		text("correctExpression", &f.CorrectExpression, false)
+		text("correctPattern", &f.CorrectPattern, false)
 		text("notes", &f.Notes, false)
 		if v, ok := m["correctValue"]; ok {
 			switch d, err := jsonvalue.Decode(v); d.(type) {

@@ -62,6 +62,7 @@ type fieldFeedback struct {
 	CorrectValue      json.RawMessage   `json:"correctValue,omitempty"`
 	CorrectSelector   string            `json:"correctSelector,omitempty"`
 	CorrectExpression string            `json:"correctExpression,omitempty"`
+	CorrectPattern    string            `json:"correctPattern,omitempty"`
 	Notes             string            `json:"notes,omitempty"`
 	Examples          []feedbackExample `json:"examples,omitempty"`
 }
