@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -188,17 +189,19 @@ type (
 		Attempts int    `json:"attempts"`
 		Code     string `json:"code"`
 		// Output is the code under seed 004's name.
-		Output         string         `json:"output"`
-		Language       string         `json:"language"`
-		Analysis       map[string]any `json:"analysis"`
-		Resolved       []string       `json:"resolved"`
-		Remaining      []string       `json:"remaining"`
-		PartialSuccess bool           `json:"partialSuccess"`
-		Model          string         `json:"model,omitempty"`
-		Scripted       bool           `json:"scripted"`
-		Tokens         tokenCounts    `json:"tokens"`
-		CostUSD        float64        `json:"costUsd"`
-		Links          refineLinks    `json:"links"`
+		Output   string         `json:"output"`
+		Language string         `json:"language"`
+		Analysis map[string]any `json:"analysis"`
+		// Result is the attempt's result as POST /v1/execute answers it.
+		Result         json.RawMessage `json:"result,omitempty"`
+		Resolved       []string        `json:"resolved"`
+		Remaining      []string        `json:"remaining"`
+		PartialSuccess bool            `json:"partialSuccess"`
+		Model          string          `json:"model,omitempty"`
+		Scripted       bool            `json:"scripted"`
+		Tokens         tokenCounts     `json:"tokens"`
+		CostUSD        float64         `json:"costUsd"`
+		Links          refineLinks     `json:"links"`
 	}
 	refineError struct {
 		Type        string `json:"type"`
@@ -224,6 +227,7 @@ type refineAttempt struct {
 	resolved  []string
 	remaining []string
 	analysis  map[string]any
+	result    json.RawMessage
 	after     jsonvalue.Object
 	calls     []*novav1.ModelCall
 }
@@ -341,7 +345,7 @@ func (rf *refinement) attempt(ctx context.Context, n int) (*refineAttempt, error
 		}
 		return a, nil
 	}
-	a.ran, a.analysis = true, res.Analysis
+	a.ran, a.analysis, a.result = true, res.Analysis, res.Result
 	a.after, _ = jsonvalue.ParseObject(res.Context)
 	output, err := analysedOutput(res)
 	if err != nil {
@@ -573,7 +577,7 @@ func (rf *refinement) complete(a *refineAttempt, partial bool) {
 		analysis = map[string]any{}
 	}
 	rf.sse.send(refineComplete{Type: "complete", Message: msg, ExecutionID: rf.id, Attempt: a.n, Attempts: len(rf.attempts),
-		Code: a.code, Output: a.code, Language: rf.req.language, Analysis: analysis, Resolved: a.resolved, Remaining: a.remaining,
+		Code: a.code, Output: a.code, Language: rf.req.language, Analysis: analysis, Result: a.result, Resolved: a.resolved, Remaining: a.remaining,
 		PartialSuccess: partial, Model: u.model, Scripted: u.scripted, Tokens: u.tokens, CostUSD: u.cost,
 		Links: refineLinks{Execution: executionLinks(rf.id).Self}})
 	errMsg := ""

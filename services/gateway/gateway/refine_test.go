@@ -19,23 +19,24 @@ import (
 
 // refineMsg is one of seed 004's messages as a client reads it.
 type refineMsg struct {
-	Type           string         `json:"type"`
-	Message        string         `json:"message"`
-	ExecutionID    string         `json:"executionId"`
-	Attempt        int            `json:"attempt"`
-	Attempts       int            `json:"attempts"`
-	MaxAttempts    int            `json:"maxAttempts"`
-	Fixed          []string       `json:"fixed"`
-	Remaining      []string       `json:"remaining"`
-	Resolved       []string       `json:"resolved"`
-	PartialSuccess *bool          `json:"partialSuccess"`
-	Code           string         `json:"code"`
-	Output         string         `json:"output"`
-	Language       string         `json:"language"`
-	Analysis       map[string]any `json:"analysis"`
-	Error          string         `json:"error"`
-	Model          string         `json:"model"`
-	Scripted       *bool          `json:"scripted"`
+	Type           string          `json:"type"`
+	Message        string          `json:"message"`
+	ExecutionID    string          `json:"executionId"`
+	Attempt        int             `json:"attempt"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"maxAttempts"`
+	Fixed          []string        `json:"fixed"`
+	Remaining      []string        `json:"remaining"`
+	Resolved       []string        `json:"resolved"`
+	PartialSuccess *bool           `json:"partialSuccess"`
+	Code           string          `json:"code"`
+	Output         string          `json:"output"`
+	Language       string          `json:"language"`
+	Analysis       map[string]any  `json:"analysis"`
+	Result         json.RawMessage `json:"result"`
+	Error          string          `json:"error"`
+	Model          string          `json:"model"`
+	Scripted       *bool           `json:"scripted"`
 	Tokens         struct {
 		Prompt, Completion, Total int64
 	} `json:"tokens"`
@@ -229,6 +230,10 @@ func TestRefineFixesOneFieldPerAttempt(t *testing.T) {
 	fields, _ := c.Analysis["fields"].([]any)
 	if c.Analysis["itemCount"] != json.Number("3") || len(fields) != 2 {
 		t.Errorf("analysis %v, want the refined output's: 3 items, name and price", c.Analysis)
+	}
+	var items []map[string]any
+	if err := json.Unmarshal(c.Result, &items); err != nil || len(items) != 3 || items[0]["name"] != "Lamp" || items[0]["price"] == nil {
+		t.Errorf("result %s, want the refined output's 3 items, the first named Lamp with a price", c.Result)
 	}
 
 	reqs := modelRequests(t)
