@@ -1,6 +1,6 @@
 // One execution: its status, its nodes and the final context, kept up to
 // date from the execution's event stream while it runs.
-import { getExact, stream } from "./api.js";
+import { getExact, Problem, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
@@ -33,21 +33,42 @@ export function executionPage(root, id, params, signal) {
             document.querySelector(`svg.graph [data-node="${CSS.escape(id)}"]`)?.focus();
         };
         replace(panel, selected
-            ? visitsPanel(doc.definition?.nodes?.find((n) => n.id === selected), selected, view.nodes.filter((n) => n.node_id === selected))
+            ? visitsPanel(doc.definition?.nodes?.find((n) => n.id === selected), selected, view.nodes.filter((n) => n.node_id === selected), { executionId: doc.execution_id, workflow: doc.workflow_name, finished: doc.status !== "running" && doc.status !== "pending" })
             : h("p", { class: "note" }, "Select a node to see its visits."));
         replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
         replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : ""), doc.error ? h("p", { class: "error" }, doc.error) : null);
         replace(nodes, view.nodes.filter((n) => !selected || n.node_id === selected).map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", null, n.visit), h("td", null, duration(Math.round(n.execution_time))), h("td", { class: "error" }, n.error_message ?? ""))));
         replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));
     };
-    const load = () => getExact(`/v1/executions/${encodeURIComponent(id)}`, signal).then(show, (e) => {
-        if (!signal.aborted)
+    const load = () => getExact(`/v1/executions/${encodeURIComponent(id)}`, signal).then((view) => {
+        replace(note);
+        show(view);
+    }, (e) => {
+        if (signal.aborted)
+            return;
+        // A start just accepted is not recorded yet: its first event will
+        // load it.
+        if (e instanceof Problem && e.status === 404 && !last)
+            replace(note, "Waiting for the execution to start…");
+        else
             showError(note, e);
     });
+    // settle re-reads an ended execution until the audit store has recorded
+    // every visit's end (it writes a little after the engine's events).
+    const settle = async () => {
+        for (let i = 0; i < 40 && !signal.aborted; i++) {
+            const doc = last?.execution;
+            const ended = doc && doc.status !== "running" && doc.status !== "pending";
+            if (ended && !last.nodes.some((n) => n.status === "running"))
+                return;
+            await new Promise((r) => setTimeout(r, 250));
+            await load();
+        }
+    };
     void load().then(() => 
     // Each event of the execution re-reads it; the stream ends with the
     // completion.
-    stream(`/v1/executions/${encodeURIComponent(id)}/events`, { signal }, () => void load()).catch((e) => {
+    stream(`/v1/executions/${encodeURIComponent(id)}/events`, { signal }, () => void load()).then(settle, (e) => {
         if (!signal.aborted)
             showError(note, e);
     }));

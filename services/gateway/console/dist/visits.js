@@ -5,14 +5,32 @@
 import { duration, h } from "./dom.js";
 import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
+import { analysedValue, fieldTable, updatesOf } from "./fields.js";
+import { openFix } from "./fix.js";
 import { typeName } from "./graph.js";
-export function visitsPanel(node, id, visits) {
+export function visitsPanel(node, id, visits, of) {
     const prompt = node?.prompt;
-    return h("section", { class: "visits", "aria-label": `Visits of node ${id}` }, h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt ? " · AI" : ""}`)), prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null, visits.length === 0 ? h("p", { class: "note" }, "Not visited in this execution.") : visits.map(visitView));
+    return h("section", { class: "visits", "aria-label": `Visits of node ${id}` }, h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt ? " · AI" : ""}`)), prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null, visits.length === 0 ? h("p", { class: "note" }, "Not visited in this execution.") : visits.map((v) => visitView(v, node, of)));
 }
-function visitView(v) {
-    const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
-    return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length ? stepsTable(v.steps) : null);
+function visitView(v, node, of) {
+    const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
+    const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
+    const cache = v.ai_metadata?.cache_hit === true ? ` · code from the cache${v.ai_metadata.cached_from_execution ? ` (made by ${String(v.ai_metadata.cached_from_execution)})` : ""}` : "";
+    return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null, v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length ? stepsTable(v.steps) : null);
+}
+// outputFields is the visit's output as seed 004's field table, with Fix
+// buttons that refine this node of this execution.
+function outputFields(v, node, of) {
+    const analysis = v.output_analysis;
+    const language = node?.language || "python";
+    const output = analysedValue(updatesOf(v.input_context ?? {}, v.output_result ?? {}), language);
+    const canFix = of.finished && !!v.code_executed;
+    return [
+        h("h4", null, "Output fields"),
+        fieldTable(output, analysis, canFix
+            ? (f) => openFix({ code: v.code_executed ?? "", language, analysis, executionId: of.executionId, nodeId: v.node_id, workflow: of.workflow }, f)
+            : undefined),
+    ];
 }
 function block(title, text, cls = "") {
     return [h("h4", null, title), h("pre", { class: cls }, text)];
@@ -42,10 +60,32 @@ function stepsTable(steps) {
     return [
         h("h4", null, "Agent steps"),
         h("table", { class: "steps" }, h("thead", null, h("tr", null, ["#", "Agent", "Step", "Attempt", "Status", "Model", "Tokens in/out", "Cost", "Time"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", null, steps.map((st) => [
-            h("tr", { "data-step": String(st.step_number), "data-status": st.status }, h("td", null, st.step_number), h("td", null, st.agent_name), h("td", null, st.step_name), h("td", null, st.attempt_number), h("td", null, statusBadge(st.status)), h("td", null, st.model_used ?? ""), h("td", null, `${st.tokens_input} / ${st.tokens_output}`), h("td", null, `$${Number(st.cost_usd).toFixed(6)}`), h("td", null, duration(Math.round(Number(st.execution_time_ms))))),
-            st.generated_code || st.error_message
-                ? h("tr", { class: "step-detail" }, h("td", { colspan: 9 }, st.error_message ? h("p", { class: "error" }, st.error_message) : null, st.generated_code ? h("details", null, h("summary", null, "Code of this step"), h("pre", null, st.generated_code)) : null))
+            h("tr", { "data-step": String(st.step_number), "data-status": st.status }, h("td", null, st.step_number), h("td", null, st.agent_name), h("td", null, st.step_name), h("td", null, st.attempt_number), h("td", null, statusBadge(st.status)), h("td", null, st.model_used ?? "", st.output_data?.scripted === true ? h("span", { class: "meta" }, " (SCRIPTED)") : null), h("td", null, `${st.tokens_input} / ${st.tokens_output}`), h("td", null, `$${Number(st.cost_usd).toFixed(6)}`), h("td", null, duration(Math.round(Number(st.execution_time_ms))))),
+            st.generated_code || st.error_message || verdict(st)
+                ? h("tr", { class: "step-detail" }, h("td", { colspan: 9 }, st.error_message ? h("p", { class: "error" }, st.error_message) : null, verdict(st), st.generated_code ? h("details", null, h("summary", null, "Code of this step"), h("pre", null, st.generated_code)) : null))
                 : null,
         ]))),
     ];
+}
+// verdict is what a checking step found: a validator's findings or reason
+// (what sent the code back), or the run's error kind and traceback.
+function verdict(st) {
+    const out = st.output_data ?? {};
+    const lines = [];
+    if (out.valid === false) {
+        const findings = Array.isArray(out.findings) ? out.findings : [];
+        for (const f of findings)
+            lines.push(`line ${String(f.line ?? "?")}: ${String(f.message ?? "")}${f.rule ? ` [${String(f.rule)}]` : ""}`);
+        if (typeof out.reason === "string" && out.reason)
+            lines.push(out.reason);
+        if (Array.isArray(out.failed_checks) && out.failed_checks.length)
+            lines.push(`failed checks: ${out.failed_checks.join(", ")}`);
+        return h("div", { class: "verdict" }, h("strong", null, "Sent back: "), lines.length ? h("pre", { class: "error" }, lines.join("\n")) : "not valid");
+    }
+    if (typeof out.traceback === "string" && out.traceback) {
+        return h("details", null, h("summary", null, `Traceback${out.error_kind ? ` (${String(out.error_kind)})` : ""}`), h("pre", { class: "error" }, out.traceback));
+    }
+    if (typeof out.note === "string" && out.note)
+        return h("p", { class: "note" }, out.note);
+    return null;
 }

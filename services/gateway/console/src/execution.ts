@@ -1,7 +1,7 @@
 // One execution: its status, its nodes and the final context, kept up to
 // date from the execution's event stream while it runs.
 
-import { getExact, stream } from "./api.js";
+import { getExact, Problem, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
@@ -78,6 +78,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
             doc.definition?.nodes?.find((n) => n.id === selected),
             selected,
             view.nodes.filter((n) => n.node_id === selected),
+            { executionId: doc.execution_id, workflow: doc.workflow_name, finished: doc.status !== "running" && doc.status !== "pending" },
           )
         : h("p", { class: "note" }, "Select a node to see its visits."),
     );
@@ -107,14 +108,36 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   };
 
   const load = () =>
-    getExact<ExecutionView>(`/v1/executions/${encodeURIComponent(id)}`, signal).then(show, (e) => {
-      if (!signal.aborted) showError(note, e);
-    });
+    getExact<ExecutionView>(`/v1/executions/${encodeURIComponent(id)}`, signal).then(
+      (view) => {
+        replace(note);
+        show(view);
+      },
+      (e) => {
+        if (signal.aborted) return;
+        // A start just accepted is not recorded yet: its first event will
+        // load it.
+        if (e instanceof Problem && e.status === 404 && !last) replace(note, "Waiting for the execution to start…");
+        else showError(note, e);
+      },
+    );
+
+  // settle re-reads an ended execution until the audit store has recorded
+  // every visit's end (it writes a little after the engine's events).
+  const settle = async () => {
+    for (let i = 0; i < 40 && !signal.aborted; i++) {
+      const doc = last?.execution;
+      const ended = doc && doc.status !== "running" && doc.status !== "pending";
+      if (ended && !last!.nodes.some((n) => n.status === "running")) return;
+      await new Promise((r) => setTimeout(r, 250));
+      await load();
+    }
+  };
 
   void load().then(() =>
     // Each event of the execution re-reads it; the stream ends with the
     // completion.
-    stream(`/v1/executions/${encodeURIComponent(id)}/events`, { signal }, () => void load()).catch((e) => {
+    stream(`/v1/executions/${encodeURIComponent(id)}/events`, { signal }, () => void load()).then(settle, (e) => {
       if (!signal.aborted) showError(note, e);
     }),
   );

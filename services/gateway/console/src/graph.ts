@@ -14,6 +14,7 @@ export interface DefNode {
   prompt?: string;
   code?: string;
   description?: string;
+  language?: string;
 }
 
 export interface DefEdge {
