@@ -36,11 +36,13 @@ PROTOS = $(wildcard proto/nova/v1/*.proto)
 #   util-linux                              prlimit for the JavaScript sandbox
 #   curl                                    the README's HTTP API examples, run
 #                                           by a test
+#   chromium                                the console's browser test (headless,
+#                                           driven from Go with chromedp)
 # `make deps` installs what is missing, then `make deps-check` proves each tool
 # and file is usable and names any that is not.
 DEB_PACKAGES := bubblewrap python3 python3-fitz python3-pandas python3-requests \
 	python3-pil python3-bs4 python3-lxml python3-openpyxl python3-pypdf \
-	nodejs npm protobuf-compiler libprotobuf-dev util-linux curl
+	nodejs npm protobuf-compiler libprotobuf-dev util-linux curl chromium
 # Packages that count as present when their command is (package:command).
 DEB_SATISFIED_BY := npm:npm
 # What the sandbox's python3 must import (module:Debian package).
@@ -152,6 +154,8 @@ test-go:
 		echo "=== go test -count=1 ./... in $${m#$(CURDIR)/}"; \
 		(cd "$$m" && $(GO) test -count=1 ./...) || failed="$$failed $${m#$(CURDIR)/}"; \
 	done; \
+	if [ -x /usr/bin/chromium ] || [ -n "$$NOVA_CHROMIUM" ]; then echo "the console's browser test (TestConsoleInBrowser) ran in headless Chromium"; \
+	else echo "SKIPPED: the console's browser test (TestConsoleInBrowser): no chromium; make deps installs Debian package chromium"; fi; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed" >&2; exit 1; fi; \
 	echo "all modules passed"
 
@@ -370,6 +374,9 @@ deps-check:
 	else fail tsc "not in $(CONSOLE)/node_modules: npm ci --prefix $(CONSOLE)"; fi; \
 	if [ -x /usr/bin/prlimit ]; then ok prlimit /usr/bin/prlimit; else fail prlimit "/usr/bin/prlimit: Debian package util-linux"; fi; \
 	if command -v curl >/dev/null; then ok curl "$$(command -v curl)"; else fail curl "Debian package curl"; fi; \
+	if [ ! -x /usr/bin/chromium ]; then fail chromium "/usr/bin/chromium: Debian package chromium (the console's browser test)"; \
+	elif v=$$(/usr/bin/chromium --headless --no-sandbox --disable-gpu --version 2>/dev/null); then ok chromium "$$v"; \
+	else fail chromium "/usr/bin/chromium does not start: Debian package chromium"; fi; \
 	if [ "$$bad" != 0 ]; then echo "make deps-check: something the build or the tests need is missing (above); 'make deps' installs it" >&2; exit 1; fi; \
 	echo "everything the build, the checks and the tests use is present"
 

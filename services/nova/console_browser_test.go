@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -357,9 +356,6 @@ func TestConsoleInBrowser(t *testing.T) {
 		if checks[name] != want {
 			t.Errorf("console module check %s: got %q, want %q", name, checks[name], want)
 		}
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatal("the browser test ran out of time")
 	}
 }
 
