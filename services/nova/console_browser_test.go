@@ -90,6 +90,25 @@ func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel selects, again when the page redrew it
+// between finding and clicking it (the execution page redraws on events).
+func (b *browser) click(what, sel string) {
+	b.t.Helper()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 3 || !strings.Contains(err.Error(), "Could not find node") {
+			b.shot("failed-" + regexp.MustCompile(`\W+`).ReplaceAllString(what, "-"))
+			b.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // eval evaluates a JavaScript expression (awaiting a promise) into v.
 func eval[T any](b *browser, what, expr string) T {
 	b.t.Helper()
@@ -221,7 +240,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.shot("02-execution-graph")
 
 	// The AI node: its prompt and agent steps, and the field table.
-	b.do("open the products node", chromedp.Click(chromedp.CSS(`svg.graph [data-node="products"]`)))
+	b.click("open the products node", `svg.graph [data-node="products"]`)
 	b.until("the agent steps", `document.querySelectorAll("table.steps tbody tr[data-step]").length >= 3`)
 	agents := eval[string](b, "agents", `[...document.querySelectorAll("table.steps tbody tr[data-step] td:nth-child(2)")].map(td => td.textContent).join(",")`)
 	for _, want := range []string{"input-analyzer", "code-generator", "sandbox", "output-validator"} {
@@ -243,7 +262,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.shot("03-ai-node-field-table")
 
 	// Fix sku: the modal, the refinement's stream, the diff, Save.
-	b.do("open Fix on sku", chromedp.Click(chromedp.CSS(`table.fields th[data-field="sku"] button.fix`)))
+	b.click("open Fix on sku", `table.fields th[data-field="sku"] button.fix`)
 	b.until("the Fix modal", `document.querySelector("dialog.fix-modal")?.open === true`)
 	info := eval[string](b, "the modal's field info", `document.querySelector("dialog.fix-modal dl.field-info").innerText`)
 	for _, want := range []string{"30% (3/10)", "string", `item["sku"] = "SKU-%04d" % (i + 1)`} {
@@ -257,7 +276,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	b.do("fill an example", chromedp.SetValue(chromedp.CSS(`dialog.fix-modal .example textarea:nth-of-type(2)`), `"SKU-0002"`))
 	b.view("04-fix-modal")
-	b.do("refine", chromedp.Click(chromedp.CSS(`dialog.fix-modal form button[type=submit]`)))
+	b.click("refine", `dialog.fix-modal form button[type=submit]`)
 	b.until("the refinement's progress", `document.querySelectorAll("dialog.fix-modal ol.refine-log li").length > 0`)
 	b.until("the refinement complete", `!!document.querySelector("dialog.fix-modal ol.refine-log li.complete")`)
 	if cov := eval[string](b, "new sku coverage", `document.querySelector('dialog.fix-modal table.fields th[data-field="sku"] .coverage')?.textContent ?? ""`); cov != "100%" {
@@ -274,10 +293,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	if eval[bool](b, "the form folded", `getComputedStyle(document.querySelector("dialog.fix-modal form")).display === "none"`) != true {
 		t.Error("the modal's form is still open after it was sent")
 	}
-	b.do("save to workflow", chromedp.Click(chromedp.CSS(`dialog.fix-modal .refine-outcome .buttons button:not(.secondary)`)))
+	b.click("save to workflow", `dialog.fix-modal .refine-outcome .buttons button:not(.secondary)`)
 	b.until("saved", `document.querySelector("dialog.fix-modal .refine-outcome p.note")?.textContent.startsWith("Saved:")`)
 	b.view("06-fix-saved")
-	b.do("close the modal", chromedp.Click(chromedp.CSS(`dialog.fix-modal .refine-outcome button.secondary`)))
+	b.click("close the modal", `dialog.fix-modal .refine-outcome button.secondary`)
 
 	// Run again from the console: sku at 100%, no model call.
 	b.do("back to the list", chromedp.Navigate(base+"/#/executions"))
@@ -288,7 +307,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.start button[type=submit]`)))
 	b.until("the second execution's page", fmt.Sprintf(`location.hash.startsWith("#/executions/") && !location.hash.includes(%q)`, first))
 	b.until("the second run green", `document.querySelector('svg.graph [data-node="done"]')?.classList.contains("status-success")`)
-	b.do("open the products node again", chromedp.Click(chromedp.CSS(`svg.graph [data-node="products"]`)))
+	b.click("open the products node again", `svg.graph [data-node="products"]`)
 	b.until("the new field table", `document.querySelector('table.fields th[data-field="sku"] .coverage')?.textContent === "100%"`)
 	second := eval[string](b, "execution id", `decodeURIComponent(location.hash.split("/")[2].split("?")[0])`)
 	b.shot("07-rerun-full-coverage")
@@ -327,6 +346,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	default:
 	}
 
+	// The playground: the sample runs in the sandbox and shows its fields;
+	// code that raises shows its traceback.
+	b.do("open the playground", chromedp.Navigate(base+"/#/playground"))
+	b.click("run the sample", `form.playground button[type=submit]`)
+	b.until("the sample's field table", `document.querySelectorAll(".play-out table.fields tbody tr").length === 3`)
+	if got := eval[string](b, "first row", `[...document.querySelectorAll(".play-out table.fields tbody tr:first-child td")].map(td => td.textContent).join("|")`); got != "1|4|Lamp" {
+		t.Errorf("the playground's first row %q, want 1|4|Lamp (len, name)", got)
+	}
+	b.shot("09-playground")
+	b.do("run code that raises",
+		chromedp.SetValue(chromedp.CSS("#play-code"), "raise ValueError('no rows for ' + context['names'][0])\n"),
+		chromedp.Click(chromedp.CSS(`form.playground button[type=submit]`)))
+	b.until("the error", `document.querySelector(".play-out .error")?.textContent.includes("no rows for lamp")`)
+
 	// The console's modules, in the browser that runs them.
 	checks := eval[map[string]string](b, "the console's modules", `(async () => {
 		const exact = await import("/console/dist/exact.js");
@@ -334,6 +367,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		const fields = await import("/console/dist/fields.js");
 		const out = {};
 		out.exact = exact.pretty(exact.parseExact('{"a": 1500.0, "b": 18446744073709551616, "c": [1e3, -0.0]}'));
+		out.stringify = JSON.stringify(exact.parseExact('{"a": 1500.0, "b": [18446744073709551616]}'));
 		const events = [];
 		const p = new api.EventParser(e => events.push(e.event + "|" + e.id + "|" + e.data));
 		for (const chunk of ["id: 7\r", "\nevent: node\ndata: {\"a\":\n", "data: 1}\n\n: comment\n\ndata: x\r\n\r\n", "data: last"]) p.push(chunk);
@@ -347,6 +381,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	})()`)
 	for name, want := range map[string]string{
 		"exact":     "{\n  \"a\": 1500.0,\n  \"b\": 18446744073709551616,\n  \"c\": [\n    1e3,\n    -0.0\n  ]\n}",
+		"stringify": `{"a":1500.0,"b":[18446744073709551616]}`,
 		"sse":       "node|7|{\"a\":\n1} ; message|7|x ; message|7|last",
 		"diff":      " a,-b, c,+d",
 		"logic":     "item['sku'] = s | r.sku = 2",

@@ -13,6 +13,12 @@ export class ExactNumber {
     toString() {
         return this.text;
     }
+    // toJSON lets JSON.stringify write the number's own text (JSON.rawJSON,
+    // where the browser has it; else the nearest double).
+    toJSON() {
+        const raw = JSON.rawJSON;
+        return raw ? raw(this.text) : Number(this.text);
+    }
 }
 export function parseExact(text) {
     const reviver = (_key, value, context) => typeof value === "number" && context?.source !== undefined ? new ExactNumber(context.source) : value;

@@ -12,6 +12,7 @@ export function executionPage(root, id, params, signal) {
     const panel = h("div", { class: "panel" });
     let selected = params.get("node") ?? "";
     let last = null;
+    let lastText = "";
     const nodes = h("tbody");
     const context = h("pre", { class: "context" });
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
@@ -42,6 +43,12 @@ export function executionPage(root, id, params, signal) {
     };
     const load = () => getExact(`/v1/executions/${encodeURIComponent(id)}`, signal).then((view) => {
         replace(note);
+        // Drawn again only when something changed, so a node being
+        // clicked or focused stays in place.
+        const text = pretty(view);
+        if (text === lastText)
+            return;
+        lastText = text;
         show(view);
     }, (e) => {
         if (signal.aborted)

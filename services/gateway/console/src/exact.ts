@@ -11,6 +11,12 @@ export class ExactNumber {
   toString(): string {
     return this.text;
   }
+  // toJSON lets JSON.stringify write the number's own text (JSON.rawJSON,
+  // where the browser has it; else the nearest double).
+  toJSON(): unknown {
+    const raw = (JSON as unknown as { rawJSON?: (text: string) => unknown }).rawJSON;
+    return raw ? raw(this.text) : Number(this.text);
+  }
 }
 
 type Reviver = (this: unknown, key: string, value: unknown, context?: { source?: string }) => unknown;

@@ -36,6 +36,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   const panel = h("div", { class: "panel" });
   let selected = params.get("node") ?? "";
   let last: ExecutionView | null = null;
+  let lastText = "";
   const nodes = h("tbody");
   const context = h("pre", { class: "context" });
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
@@ -111,6 +112,11 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     getExact<ExecutionView>(`/v1/executions/${encodeURIComponent(id)}`, signal).then(
       (view) => {
         replace(note);
+        // Drawn again only when something changed, so a node being
+        // clicked or focused stays in place.
+        const text = pretty(view);
+        if (text === lastText) return;
+        lastText = text;
         show(view);
       },
       (e) => {

@@ -1,5 +1,5 @@
 // NOVA's console: a page of the gateway that uses only its public API.
-// Routes live in the URL's fragment: #/executions, #/executions/{id}
+// Routes live in the URL's fragment: #/executions, #/playground, #/executions/{id}
 // (?node=<id> opens a node's visits), #/login. A link with #key=<API key> (as nova dev prints), optionally
 // &to=<route>, stores the key for this tab and takes it out of the address
 // bar.
@@ -7,6 +7,7 @@
 import { apiKey, getJSON, onUnauthorized, Problem, setAPIKey } from "./api.js";
 import { executionsPage, showError } from "./executions.js";
 import { executionPage } from "./execution.js";
+import { playgroundPage } from "./playground.js";
 import { h, replace } from "./dom.js";
 
 const main = document.getElementById("main") as HTMLElement;
@@ -31,6 +32,8 @@ function route(): void {
   markNav(parts[0] ?? "executions");
   if (parts[0] === "login" || (!apiKey() && !noAuth)) {
     loginPage(main);
+  } else if (parts[0] === "playground") {
+    playgroundPage(main, current.signal);
   } else if (parts[0] === "executions" && parts.length === 2) {
     executionPage(main, parts[1]!, params, current.signal);
   } else {
