@@ -69,7 +69,7 @@ func run(ctx context.Context, env *service.Env, cfg config) error {
 	gw, err := gateway.New(gateway.Deps{
 		Bus: env.Bus, Store: st, Values: values, Keys: keys, NoAuth: cfg.NoAuth, Logger: log,
 		TracerProvider: env.Telemetry.TracerProvider, MeterProvider: env.Telemetry.MeterProvider,
-		Limits: cfg.Limits(), CORSOrigins: cfg.Origins(),
+		Limits: cfg.Limits(), CORSOrigins: cfg.Origins(), JaegerURL: cfg.JaegerURL,
 	})
 	if err != nil {
 		return err

@@ -262,7 +262,7 @@ func devGateway(opts *stack.Options, addr string, noAuth bool) (string, error) {
 	if err := config.Load(&settings, nil); err != nil {
 		return "", err
 	}
-	opts.Gateway.Limits, opts.Gateway.CORSOrigins = settings.Limits(), settings.Origins()
+	opts.Gateway.Limits, opts.Gateway.CORSOrigins, opts.Gateway.JaegerURL = settings.Limits(), settings.Origins(), settings.JaegerURL
 	if noAuth {
 		return "", nil
 	}

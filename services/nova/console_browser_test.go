@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,6 +197,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
+	t.Setenv("NOVA_JAEGER_URL", "http://jaeger.test:16686")
 	m, _ := startDev(t, ctx, regexp.MustCompile(`HTTP API (http://\S+)\n\s+NOVA_API_KEY=(\S+)`), "--gateway-addr", "127.0.0.1:0")
 	base, key := m[1], m[2]
 	catalog, err := os.ReadFile(filepath.Join("..", "..", "examples", "catalog.yaml"))
@@ -237,6 +239,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("products' status as drawn: %v; want it to change to success on the open page", seen)
 	}
 	first := eval[string](b, "execution id", `decodeURIComponent(location.hash.split("/")[2])`)
+	wantTrace := "http://jaeger.test:16686/search?service=sandbox&tags=" + url.QueryEscape(`{"execution.id":"`+first+`"}`)
+	if got := eval[string](b, "trace link", `[...document.querySelectorAll("a")].find(a => a.textContent === "Trace in Jaeger")?.href ?? ""`); got != strings.ReplaceAll(wantTrace, "+", "%20") {
+		t.Errorf("trace link %q, want %q", got, wantTrace)
+	}
 	b.shot("02-execution-graph")
 
 	// The AI node: its prompt and agent steps, and the field table.

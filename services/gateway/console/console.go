@@ -7,10 +7,14 @@
 package console
 
 import (
+	"bytes"
 	"embed"
+	"fmt"
+	"html"
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 )
@@ -31,9 +35,31 @@ var securityHeaders = map[string]string{
 	"X-Frame-Options":        "DENY",
 }
 
-// Page serves the console's page (GET /).
-func Page(w http.ResponseWriter, r *http.Request) {
-	serve(w, r, "index.html")
+// Settings are what the page tells the console about the deployment.
+type Settings struct {
+	// JaegerURL is Jaeger's UI: each execution links to its trace there.
+	JaegerURL string
+}
+
+// jaegerMeta is the page's line that carries Settings.JaegerURL.
+const jaegerMeta = `<meta name="nova-jaeger-url" content="">`
+
+// PageFor serves the console's page (GET /) with settings written into it
+// (HTML-escaped). A Jaeger URL must be an absolute http or https URL.
+func PageFor(settings Settings) (http.HandlerFunc, error) {
+	page, err := files.ReadFile("index.html")
+	if err != nil {
+		return nil, err
+	}
+	if settings.JaegerURL != "" {
+		u, err := url.Parse(settings.JaegerURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("the Jaeger URL %q is not an absolute http or https URL", settings.JaegerURL)
+		}
+		page = bytes.Replace(page, []byte(jaegerMeta), []byte(`<meta name="nova-jaeger-url" content="`+
+			html.EscapeString(strings.TrimRight(settings.JaegerURL, "/"))+`">`), 1)
+	}
+	return func(w http.ResponseWriter, r *http.Request) { write(w, r, "index.html", page) }, nil
 }
 
 // Asset serves a file under Prefix, and 404 for anything else (found is
@@ -56,6 +82,10 @@ func serve(w http.ResponseWriter, r *http.Request, name string) {
 		http.Error(w, "missing console asset", http.StatusInternalServerError)
 		return
 	}
+	write(w, r, name, data)
+}
+
+func write(w http.ResponseWriter, r *http.Request, name string, data []byte) {
 	for k, v := range securityHeaders {
 		w.Header().Set(k, v)
 	}

@@ -75,6 +75,9 @@ type Settings struct {
 	MaxExecuteTimeout time.Duration `env:"NOVA_GATEWAY_MAX_EXECUTE_TIMEOUT" default:"60s"`
 	// CORSOrigins (comma-separated) may call the API from a browser.
 	CORSOrigins string `env:"NOVA_GATEWAY_CORS_ORIGINS"`
+	// JaegerURL is Jaeger's UI (http://localhost:16686, say); the console
+	// links each execution to its trace there. None: no link.
+	JaegerURL string `env:"NOVA_JAEGER_URL"`
 }
 
 // Origins are the configured CORS origins.
@@ -135,7 +138,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// CORSOrigins may call the API from a browser ("*": any); none by
 	// default.
-	CORSOrigins    []string
+	CORSOrigins []string
+	// JaegerURL is Jaeger's UI, for the console's trace links (optional;
+	// an absolute http or https URL).
+	JaegerURL      string
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	Limits         Limits
@@ -202,6 +208,10 @@ func New(d Deps) (*Gateway, error) {
 	if d.NoAuth {
 		d.Logger.Warn("authentication is off: every request is served as if its key had every scope; never expose this gateway")
 	}
+	page, err := console.PageFor(console.Settings{JaegerURL: d.JaegerURL})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if g.openapi, err = OpenAPI(); err != nil {
 		return nil, err
 	}
@@ -209,7 +219,7 @@ func New(d Deps) (*Gateway, error) {
 	g.mux.HandleFunc("GET /v1/openapi.json", g.serveOpenAPI)
 	// The console: static files, no key needed (they hold no data; the
 	// page asks for a key and sends it with every API request).
-	g.mux.HandleFunc("GET /{$}", console.Page)
+	g.mux.HandleFunc("GET /{$}", page)
 	g.mux.HandleFunc("GET "+console.Prefix, func(w http.ResponseWriter, r *http.Request) {
 		if !console.Asset(w, r) {
 			writeProblem(w, newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no console file %s", r.URL.Path)))

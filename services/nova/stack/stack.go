@@ -72,6 +72,8 @@ type GatewayOptions struct {
 	Limits gateway.Limits
 	// CORSOrigins may call the API from a browser.
 	CORSOrigins []string
+	// JaegerURL is Jaeger's UI, for the console's trace links.
+	JaegerURL string
 }
 
 // DefaultGatewayAddr is where `nova dev` serves the HTTP API.
@@ -492,7 +494,7 @@ func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetr
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Deps{Bus: b, Store: s.Store, Values: values, Keys: o.Keys, NoAuth: o.NoAuth, Logger: log, CORSOrigins: o.CORSOrigins,
+	gw, err := gateway.New(gateway.Deps{Bus: b, Store: s.Store, Values: values, Keys: o.Keys, NoAuth: o.NoAuth, Logger: log, CORSOrigins: o.CORSOrigins, JaegerURL: o.JaegerURL,
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Limits: o.Limits})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,13 @@ import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
 import { drawGraph } from "./graph.js";
 import { visitsPanel } from "./visits.js";
+// jaeger is Jaeger's UI as the gateway was told it (NOVA_JAEGER_URL), or "".
+const jaeger = document.querySelector('meta[name="nova-jaeger-url"]')?.content ?? "";
+// traceLink searches Jaeger for the execution's trace: every sandbox run
+// and agent step carries the tag execution.id, and one workflow is one trace.
+export function traceLink(base, id) {
+    return `${base}/search?service=sandbox&tags=${encodeURIComponent(JSON.stringify({ "execution.id": id }))}`;
+}
 export function executionPage(root, id, params, signal) {
     const head = h("div", { class: "execution-head" });
     const graph = h("div", { class: "graph-wrap" });
@@ -37,7 +44,7 @@ export function executionPage(root, id, params, signal) {
             ? visitsPanel(doc.definition?.nodes?.find((n) => n.id === selected), selected, view.nodes.filter((n) => n.node_id === selected), { executionId: doc.execution_id, workflow: doc.workflow_name, finished: doc.status !== "running" && doc.status !== "pending" })
             : h("p", { class: "note" }, "Select a node to see its visits."));
         replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
-        replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : ""), doc.error ? h("p", { class: "error" }, doc.error) : null);
+        replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : "", jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.error ? h("p", { class: "error" }, doc.error) : null);
         replace(nodes, view.nodes.filter((n) => !selected || n.node_id === selected).map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", null, n.visit), h("td", null, duration(Math.round(n.execution_time))), h("td", { class: "error" }, n.error_message ?? ""))));
         replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));
     };

@@ -30,6 +30,15 @@ export interface ExecutionView {
   nodes: NodeDoc[];
 }
 
+// jaeger is Jaeger's UI as the gateway was told it (NOVA_JAEGER_URL), or "".
+const jaeger = document.querySelector<HTMLMetaElement>('meta[name="nova-jaeger-url"]')?.content ?? "";
+
+// traceLink searches Jaeger for the execution's trace: every sandbox run
+// and agent step carries the tag execution.id, and one workflow is one trace.
+export function traceLink(base: string, id: string): string {
+  return `${base}/search?service=sandbox&tags=${encodeURIComponent(JSON.stringify({ "execution.id": id }))}`;
+}
+
 export function executionPage(root: HTMLElement, id: string, params: URLSearchParams, signal: AbortSignal): void {
   const head = h("div", { class: "execution-head" });
   const graph = h("div", { class: "graph-wrap" });
@@ -87,7 +96,13 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     replace(
       head,
       h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)),
-      h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : ""),
+      h(
+        "p",
+        { class: "meta" },
+        h("code", null, doc.execution_id),
+        doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : "",
+        jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null,
+      ),
       doc.error ? h("p", { class: "error" }, doc.error) : null,
     );
     replace(
