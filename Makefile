@@ -71,6 +71,7 @@ help:
 	@echo 'make bench-sandbox  sandbox latency (p50, p99) and executions/s, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200")'
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, beside plain python3 (BENCH_LOAD_FLAGS=...)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
+	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
@@ -262,6 +263,16 @@ bench-store:
 bench-gateway: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchgateway ./benchgateway
 	$(BIN)/nova-benchgateway -bin $(BIN) $(BENCH_GATEWAY_FLAGS)
+
+# The generated-code cache (issue 11's figures): examples/ai-orders.yaml run
+# 100 times one at a time on the in-process stack with the scripted model
+# over HTTP, beside its AI nodes pinned to the cached code, alternately.
+# Exits 1 when a run after the first calls the model (BENCH_CACHE_FLAGS="-runs 20").
+BENCH_CACHE_FLAGS ?=
+.PHONY: bench-cache
+bench-cache:
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcache ./benchcache
+	$(BIN)/nova-benchcache -workflow examples/ai-orders.yaml $(BENCH_CACHE_FLAGS)
 
 .PHONY: bench-sandbox
 bench-sandbox:

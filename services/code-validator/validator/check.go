@@ -89,6 +89,9 @@ type Input struct {
 	// Runtime is the sandbox runtime's description; nil skips the
 	// installed-module check.
 	Runtime *runtimeinfo.Info
+	// Memo, when set, remembers the checker's answers, so a program checked
+	// again against the same input does not start python3 again.
+	Memo *Memo
 }
 
 // Finding is one problem, worded for the model that wrote the code.
@@ -168,11 +171,12 @@ func Check(ctx context.Context, in Input) ([]Finding, error) {
 		CheckBranch:    in.NodeType == "decision" && stage == StageTask,
 		DecisionValues: nonNil(in.DecisionValues),
 	}
-	res, err := runChecker(ctx, cmp.Or(in.Python, DefaultPython), req)
+	res, err := check(ctx, in.Memo, cmp.Or(in.Python, DefaultPython), req)
 	if err != nil {
 		return nil, err
 	}
-	findings := res.Findings
+	// A copy: the answer may be the memo's, and findings are added below.
+	findings := slices.Clone(res.Findings)
 	forbidden := in.Forbidden
 	if forbidden == nil {
 		forbidden = DefaultForbidden
@@ -215,6 +219,27 @@ func Check(ctx context.Context, in Input) ([]Finding, error) {
 	}
 	slices.SortStableFunc(findings, func(a, b Finding) int { return a.Line - b.Line })
 	return findings, nil
+}
+
+// check is the checker's answer to req, from memo when it has it (memo may
+// be nil). Only answers are remembered, never a checker that failed.
+func check(ctx context.Context, memo *Memo, python string, req checkRequest) (*checkResult, error) {
+	if memo == nil {
+		return runChecker(ctx, python, req)
+	}
+	key, err := memoKey(python, req)
+	if err != nil {
+		return nil, err
+	}
+	if res := memo.get(key); res != nil {
+		return res, nil
+	}
+	res, err := runChecker(ctx, python, req)
+	if err != nil {
+		return nil, err
+	}
+	memo.put(key, res)
+	return res, nil
 }
 
 func runChecker(ctx context.Context, python string, req checkRequest) (*checkResult, error) {

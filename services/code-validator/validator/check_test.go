@@ -665,3 +665,81 @@ func TestOtherLanguagesAreNotChecked(t *testing.T) {
 		t.Errorf("python spelled with a capital: %+v, %v", got, err)
 	}
 }
+
+// A program checked again against the same input is answered from the memo
+// (the interpreter is not started again), with the same findings, those
+// added after the checker included; another input runs the checker. An
+// interpreter that fails is not remembered.
+func TestMemo(t *testing.T) {
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("no %s: %v", python, err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	runs := dir + "/runs"
+	counting := dir + "/python3"
+	script := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", runs, python)
+	if err := os.WriteFile(counting, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	started := func() int {
+		b, err := os.ReadFile(runs)
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "run\n")
+	}
+	memo := validator.NewMemo(2)
+	// socket is found by the checker's imports, then judged in Go: the
+	// finding is added after the answer, which must stay as it was.
+	in := validator.Input{Code: "import socket\nx = context['a']\ny = context['b']\n", ContextKeys: []string{"a"}, Python: counting, Memo: memo}
+	first, err := validator.Check(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 2 {
+		t.Fatalf("findings %+v, want a forbidden import and an unknown context key", first)
+	}
+	for i := range 3 {
+		again, err := validator.Check(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(again) != fmt.Sprint(first) {
+			t.Errorf("check %d from the memo: %+v, want %+v", i+2, again, first)
+		}
+	}
+	if n := started(); n != 1 {
+		t.Errorf("the interpreter started %d times for one input, want 1", n)
+	}
+	other := in
+	other.ContextKeys = []string{"a", "b"}
+	if got, err := validator.Check(ctx, other); err != nil || len(got) != 1 {
+		t.Errorf("other context keys: %+v, %v; want the forbidden import only", got, err)
+	}
+	if n := started(); n != 2 {
+		t.Errorf("the interpreter started %d times for two inputs, want 2", n)
+	}
+	// Bounded: a third input pushes the least recently used out.
+	third := in
+	third.Code += "z = 1\n"
+	if _, err := validator.Check(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	if memo.Len() != 2 {
+		t.Errorf("memo holds %d answers, want at most 2", memo.Len())
+	}
+	failing := in
+	failing.Python = dir + "/missing-python3"
+	for range 2 {
+		if _, err := validator.Check(ctx, failing); !errors.Is(err, validator.ErrChecker) {
+			t.Errorf("missing interpreter with a memo: %v", err)
+		}
+	}
+	if memo.Len() != 2 {
+		t.Errorf("memo holds %d answers after failures, want 2", memo.Len())
+	}
+}

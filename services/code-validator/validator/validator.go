@@ -8,7 +8,9 @@
 // gets it back on the next attempt.
 //
 // The checks are Python's own parser and compiler (ast, compile) driven by
-// an embedded script in a short-lived python3 process (about 20 ms).
+// an embedded script in a short-lived python3 process (about 20 ms); its
+// answers are remembered (Memo), so code checked again against the same
+// input, as a code-cache hit's is, costs no process.
 package validator
 
 import (
@@ -52,8 +54,9 @@ type Deps struct {
 
 // Validator checks programs.
 type Validator struct {
-	d   Deps
-	log *slog.Logger
+	d    Deps
+	log  *slog.Logger
+	memo *Memo
 }
 
 // New builds a Validator.
@@ -61,7 +64,7 @@ func New(d Deps) *Validator {
 	if d.Runtime == nil && d.Bus != nil {
 		d.Runtime = runtimeinfo.NewCache(d.Bus.JetStream())
 	}
-	return &Validator{d: d, log: cmp.Or(d.Logger, slog.Default())}
+	return &Validator{d: d, log: cmp.Or(d.Logger, slog.Default()), memo: NewMemo(DefaultMemoEntries)}
 }
 
 // Run serves the code-validator queue until ctx ends.
@@ -125,6 +128,7 @@ func (v *Validator) Validate(ctx context.Context, cmd *novav1.ValidateCode) (*no
 		Forbidden:      v.d.Forbidden,
 		Prelude:        v.d.Prelude,
 		Runtime:        info,
+		Memo:           v.memo,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
