@@ -352,6 +352,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	default:
 	}
 
+	// 40 nodes and more: every node drawn apart from the others, at a size
+	// that reads (the graph scrolls instead of shrinking).
+	body, _ = json.Marshal(map[string]any{"definition": wideWorkflow(12), "context": map[string]any{"n": 6}})
+	api(t, base, key, "POST", "/v1/executions?wait=60s", "application/json", string(body), &started)
+	b.do("open the 50-node execution", chromedp.Navigate(base+"/#/executions/"+started.ExecutionID))
+	b.until("its graph", `document.querySelectorAll("svg.graph g.node").length === 50`)
+	layout := eval[map[string]float64](b, "the graph's layout", `(() => {
+		const boxes = [...document.querySelectorAll("svg.graph g.node rect")].map(r => r.getBoundingClientRect());
+		let overlaps = 0;
+		for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+			const a = boxes[i], b = boxes[j];
+			if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) overlaps++;
+		}
+		const text = document.querySelector("svg.graph .node-id").getBoundingClientRect();
+		return {overlaps, textHeight: text.height, nodeWidth: boxes[0].width};
+	})()`)
+	if layout["overlaps"] != 0 || layout["textHeight"] < 11 || layout["nodeWidth"] < 150 {
+		t.Errorf("50-node graph: %v overlapping node pairs, node id text %.1f px high, nodes %.0f px wide; want none overlapping, text at least 11 px, nodes drawn full size",
+			layout["overlaps"], layout["textHeight"], layout["nodeWidth"])
+	}
+	b.shot("10-graph-50-nodes")
+
 	// The playground: the sample runs in the sandbox and shows its fields;
 	// code that raises shows its traceback.
 	b.do("open the playground", chromedp.Navigate(base+"/#/playground"))
@@ -403,4 +425,26 @@ func TestConsoleInBrowser(t *testing.T) {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// wideWorkflow is a definition of 2+4n nodes: n decisions, each choosing one
+// of two actions that join again.
+func wideWorkflow(n int) map[string]any {
+	nodes := []map[string]any{{"id": "start", "type": "start"}}
+	var edges []map[string]any
+	prev := "start"
+	for i := 1; i <= n; i++ {
+		d, a, b, j := fmt.Sprintf("check_%d", i), fmt.Sprintf("step_%da", i), fmt.Sprintf("step_%db", i), fmt.Sprintf("join_%d", i)
+		nodes = append(nodes,
+			map[string]any{"id": d, "type": "decision", "code": fmt.Sprintf("context['branch_decision'] = 'high' if context['n'] %% %d == 0 else 'low'", i+1)},
+			map[string]any{"id": a, "type": "action", "code": fmt.Sprintf("context['s%d'] = 'a'", i)},
+			map[string]any{"id": b, "type": "action", "code": fmt.Sprintf("context['s%d'] = 'b'", i)},
+			map[string]any{"id": j, "type": "action", "code": fmt.Sprintf("context['j%d'] = True", i)})
+		edges = append(edges, map[string]any{"from": prev, "to": d}, map[string]any{"from": d, "to": a, "condition": "high"},
+			map[string]any{"from": d, "to": b, "condition": "low"}, map[string]any{"from": a, "to": j}, map[string]any{"from": b, "to": j})
+		prev = j
+	}
+	nodes = append(nodes, map[string]any{"id": "done", "type": "end"})
+	edges = append(edges, map[string]any{"from": prev, "to": "done"})
+	return map[string]any{"name": fmt.Sprintf("wide-%d", len(nodes)), "nodes": nodes, "edges": edges}
 }

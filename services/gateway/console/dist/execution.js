@@ -4,7 +4,7 @@ import { getExact, Problem, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
-import { drawGraph } from "./graph.js";
+import { chooseDirection, defaultDirection, drawGraph } from "./graph.js";
 import { visitsPanel } from "./visits.js";
 // jaeger is Jaeger's UI as the gateway was told it (NOVA_JAEGER_URL), or "".
 const jaeger = document.querySelector('meta[name="nova-jaeger-url"]')?.content ?? "";
@@ -20,6 +20,7 @@ export function executionPage(root, id, params, signal) {
     let selected = params.get("node") ?? "";
     let last = null;
     let lastText = "";
+    let direction = null;
     const nodes = h("tbody");
     const context = h("pre", { class: "context" });
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
@@ -43,7 +44,31 @@ export function executionPage(root, id, params, signal) {
         replace(panel, selected
             ? visitsPanel(doc.definition?.nodes?.find((n) => n.id === selected), selected, view.nodes.filter((n) => n.node_id === selected), { executionId: doc.execution_id, workflow: doc.workflow_name, finished: doc.status !== "running" && doc.status !== "pending" })
             : h("p", { class: "note" }, "Select a node to see its visits."));
-        replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
+        // Nodes an ended execution never reached did not run; they are not pending.
+        if (doc.status !== "running" && doc.status !== "pending") {
+            for (const n of doc.definition?.nodes ?? [])
+                if (!status.has(n.id))
+                    status.set(n.id, "skipped");
+        }
+        const def = doc.definition;
+        if (!def?.nodes?.length) {
+            replace(graph, "No definition recorded.");
+        }
+        else {
+            const dir = direction ?? defaultDirection(def);
+            const toggle = h("button", {
+                type: "button",
+                class: "secondary graph-direction",
+                "aria-label": dir === "LR" ? "Draw the graph top to bottom" : "Draw the graph left to right",
+                onclick: () => {
+                    direction = dir === "LR" ? "TB" : "LR";
+                    chooseDirection(direction);
+                    if (last)
+                        show(last);
+                },
+            }, dir === "LR" ? "↓ Top to bottom" : "→ Left to right");
+            replace(graph, h("div", { class: "graph-tools" }, toggle, h("span", { class: "meta" }, ` ${def.nodes.length} nodes`)), drawGraph(def, status, doc.path ?? [], select, selected, dir));
+        }
         replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : "", jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.error ? h("p", { class: "error" }, doc.error) : null);
         replace(nodes, view.nodes.filter((n) => !selected || n.node_id === selected).map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", null, n.visit), h("td", null, duration(Math.round(n.execution_time))), h("td", { class: "error" }, n.error_message ?? ""))));
         replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));

@@ -9,13 +9,26 @@ export function typeName(t) {
 const symbols = {
     succeeded: "✓", success: "✓", failed: "✗", error: "✗", running: "◔", pending: "○", skipped: "–",
 };
+const directionItem = "nova.graphDirection";
+// defaultDirection: a graph of up to 15 nodes left to right; a longer one
+// top to bottom, where it scrolls down the page instead of far sideways. A
+// person's choice, once made, is kept for this browser.
+export function defaultDirection(def) {
+    const chosen = localStorage.getItem(directionItem);
+    if (chosen === "LR" || chosen === "TB")
+        return chosen;
+    return (def.nodes?.length ?? 0) > 15 ? "TB" : "LR";
+}
+export function chooseDirection(d) {
+    localStorage.setItem(directionItem, d);
+}
 const nodeW = 170;
 const nodeH = 52;
 // drawGraph returns the SVG of def; status maps a node id to its status
 // ("pending" when absent), taken lists the path the execution followed.
-export function drawGraph(def, status, taken, onSelect, selected = "") {
+export function drawGraph(def, status, taken, onSelect, selected = "", direction = defaultDirection(def)) {
     const g = new dagre.graphlib.Graph({ multigraph: true });
-    g.setGraph({ rankdir: "LR", nodesep: 24, ranksep: 56, edgesep: 16, marginx: 8, marginy: 8 });
+    g.setGraph({ rankdir: direction, nodesep: 24, ranksep: direction === "LR" ? 56 : 40, edgesep: 16, marginx: 8, marginy: 8 });
     g.setDefaultEdgeLabel(() => ({}));
     const nodes = def.nodes ?? [];
     const edges = def.edges ?? [];

@@ -5,7 +5,7 @@ import { getExact, Problem, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
-import { Definition, drawGraph } from "./graph.js";
+import { chooseDirection, Definition, defaultDirection, Direction, drawGraph } from "./graph.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
 
 // NodeDoc is one visit of a node in the chain of work.
@@ -46,6 +46,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   let selected = params.get("node") ?? "";
   let last: ExecutionView | null = null;
   let lastText = "";
+  let direction: Direction | null = null;
   const nodes = h("tbody");
   const context = h("pre", { class: "context" });
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
@@ -92,7 +93,31 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           )
         : h("p", { class: "note" }, "Select a node to see its visits."),
     );
-    replace(graph, doc.definition?.nodes?.length ? drawGraph(doc.definition, status, doc.path ?? [], select, selected) : "No definition recorded.");
+    // Nodes an ended execution never reached did not run; they are not pending.
+    if (doc.status !== "running" && doc.status !== "pending") {
+      for (const n of doc.definition?.nodes ?? []) if (!status.has(n.id)) status.set(n.id, "skipped");
+    }
+    const def = doc.definition;
+    if (!def?.nodes?.length) {
+      replace(graph, "No definition recorded.");
+    } else {
+      const dir = direction ?? defaultDirection(def);
+      const toggle = h(
+        "button",
+        {
+          type: "button",
+          class: "secondary graph-direction",
+          "aria-label": dir === "LR" ? "Draw the graph top to bottom" : "Draw the graph left to right",
+          onclick: () => {
+            direction = dir === "LR" ? "TB" : "LR";
+            chooseDirection(direction);
+            if (last) show(last);
+          },
+        },
+        dir === "LR" ? "↓ Top to bottom" : "→ Left to right",
+      );
+      replace(graph, h("div", { class: "graph-tools" }, toggle, h("span", { class: "meta" }, ` ${def.nodes.length} nodes`)), drawGraph(def, status, doc.path ?? [], select, selected, dir));
+    }
     replace(
       head,
       h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)),

@@ -37,6 +37,24 @@ const symbols: Record<string, string> = {
   succeeded: "✓", success: "✓", failed: "✗", error: "✗", running: "◔", pending: "○", skipped: "–",
 };
 
+// Direction is dagre's rankdir: left to right, or top to bottom.
+export type Direction = "LR" | "TB";
+
+const directionItem = "nova.graphDirection";
+
+// defaultDirection: a graph of up to 15 nodes left to right; a longer one
+// top to bottom, where it scrolls down the page instead of far sideways. A
+// person's choice, once made, is kept for this browser.
+export function defaultDirection(def: Definition): Direction {
+  const chosen = localStorage.getItem(directionItem);
+  if (chosen === "LR" || chosen === "TB") return chosen;
+  return (def.nodes?.length ?? 0) > 15 ? "TB" : "LR";
+}
+
+export function chooseDirection(d: Direction): void {
+  localStorage.setItem(directionItem, d);
+}
+
 const nodeW = 170;
 const nodeH = 52;
 
@@ -48,9 +66,10 @@ export function drawGraph(
   taken: string[],
   onSelect: (id: string) => void,
   selected = "",
+  direction: Direction = defaultDirection(def),
 ): SVGElement {
   const g = new dagre.graphlib.Graph({ multigraph: true });
-  g.setGraph({ rankdir: "LR", nodesep: 24, ranksep: 56, edgesep: 16, marginx: 8, marginy: 8 });
+  g.setGraph({ rankdir: direction, nodesep: 24, ranksep: direction === "LR" ? 56 : 40, edgesep: 16, marginx: 8, marginy: 8 });
   g.setDefaultEdgeLabel(() => ({}));
   const nodes = def.nodes ?? [];
   const edges = def.edges ?? [];
