@@ -161,6 +161,29 @@ type Entry struct {
 	Tokens     int64   `json:"tokens"`
 	CostUSD    float64 `json:"cost_usd"`
 	ModelCalls int32   `json:"model_calls"`
+	// Embedding is set when the entry is in its group's semantic index;
+	// without it the entry is found by its exact key only.
+	Embedding *EntryEmbedding `json:"embedding,omitempty"`
+	// SemanticOrigin is set when the code was found by the semantic level
+	// for another task and, having passed again, stored under this task's
+	// key too. Execution and Node above are where it was first accepted.
+	SemanticOrigin *SemanticOrigin `json:"semantic_origin,omitempty"`
+}
+
+// EntryEmbedding says how an entry's task is indexed.
+type EntryEmbedding struct {
+	Model      string `json:"model"`
+	Dimensions int    `json:"dimensions"`
+	Group      string `json:"group"`
+}
+
+// SemanticOrigin is the entry a semantic hit took its code from.
+type SemanticOrigin struct {
+	Key        string  `json:"key"`
+	Task       string  `json:"task"`
+	Similarity float64 `json:"similarity"`
+	// Execution is the one whose semantic hit stored this entry.
+	Execution string `json:"execution_id"`
 }
 
 // Decode reads an entry stored by Encode.

@@ -176,11 +176,10 @@ func (a *allowance) admit(prices PriceTable, agent string, req *openai.ChatCompl
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	refuse := func(l *novav1.BudgetLimit, stepSpent, needed, given float64) error {
-		return &BudgetError{Exceeded: &novav1.BudgetExceeded{Limit: l, StepSpent: stepSpent, Needed: needed, Given: given,
-			Agent: agent, Model: req.Model}}
+		return refusal(l, stepSpent, needed, given, agent, req.Model)
 	}
-	if a.a.ModelCalls != nil && a.calls+1 > a.a.GetModelCalls() {
-		return 0, refuse(a.a.GetCallsLimit(), float64(a.calls), 1, float64(a.a.GetModelCalls()))
+	if err := a.callsLeft(agent, req.Model); err != nil {
+		return 0, err
 	}
 	if a.a.Usd != nil && completionCap(*req) == 0 {
 		setCompletionCap(req, DefaultBudgetMaxTokens)
@@ -202,6 +201,33 @@ func (a *allowance) admit(prices PriceTable, agent string, req *openai.ChatCompl
 		}
 	}
 	return 0, refuse(a.a.GetUsdLimit(), a.spent, est, a.a.GetUsd())
+}
+
+// admitCost decides whether a call whose worst case is known up front (an
+// embeddings call: no completion) may be made.
+func (a *allowance) admitCost(agent, model string, est float64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.callsLeft(agent, model); err != nil {
+		return err
+	}
+	if a.a.Usd != nil && est > a.a.GetUsd()-a.spent+1e-12 {
+		return refusal(a.a.GetUsdLimit(), a.spent, est, a.a.GetUsd(), agent, model)
+	}
+	return nil
+}
+
+// callsLeft refuses a call beyond max_model_calls.
+func (a *allowance) callsLeft(agent, model string) error {
+	if a.a.ModelCalls != nil && a.calls+1 > a.a.GetModelCalls() {
+		return refusal(a.a.GetCallsLimit(), float64(a.calls), 1, float64(a.a.GetModelCalls()), agent, model)
+	}
+	return nil
+}
+
+func refusal(l *novav1.BudgetLimit, stepSpent, needed, given float64, agent, model string) error {
+	return &BudgetError{Exceeded: &novav1.BudgetExceeded{Limit: l, StepSpent: stepSpent, Needed: needed, Given: given,
+		Agent: agent, Model: model}}
 }
 
 // record counts a call that was made.

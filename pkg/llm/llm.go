@@ -327,28 +327,41 @@ func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest)
 		span.End()
 	}()
 	start := time.Now()
+	retries, err := c.withRetries(ctx, req.Model, func() (err error) {
+		resp, err = c.oc.CreateChatCompletion(ctx, req)
+		return err
+	})
+	if err != nil {
+		return openai.ChatCompletionResponse{}, nil, fmt.Errorf("llm: %s: %w", req.Model, err)
+	}
+	return resp, c.account(req.Model, resp, time.Since(start), retries), nil
+}
+
+// withRetries makes a call of model, retrying transient errors with
+// backoff, and returns how many retries it took. A failed attempt counts in
+// nova.llm.calls as an error.
+func (c *Client) withRetries(ctx context.Context, model string, call func() error) (int, error) {
 	var lastErr error
 	for attempt := 0; attempt <= c.cfg.MaxRetries; attempt++ {
 		if attempt > 0 {
 			backoff := time.Duration(float64(250*time.Millisecond) * float64(int(1)<<(attempt-1)) * (0.75 + rand.Float64()/2))
 			if err := c.sleep(ctx, min(backoff, 8*time.Second)); err != nil {
-				return openai.ChatCompletionResponse{}, nil, err
+				return attempt, err
 			}
 		}
-		resp, err := c.oc.CreateChatCompletion(ctx, req)
+		err := call()
 		if err == nil {
-			call := c.account(req.Model, resp, time.Since(start), attempt)
-			return resp, call, nil
+			return attempt, nil
 		}
 		lastErr = err
 		c.metrics.calls.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("agent", c.cfg.Agent), attribute.String("model", req.Model), attribute.String("outcome", "error")))
+			attribute.String("agent", c.cfg.Agent), attribute.String("model", model), attribute.String("outcome", "error")))
 		if !IsTransient(err) || ctx.Err() != nil {
-			return openai.ChatCompletionResponse{}, nil, fmt.Errorf("llm: %s: %w", req.Model, err)
+			return attempt, err
 		}
-		c.cfg.Logger.WarnContext(ctx, "transient model error, retrying", "model", req.Model, "attempt", attempt+1, "err", err)
+		c.cfg.Logger.WarnContext(ctx, "transient model error, retrying", "model", model, "attempt", attempt+1, "err", err)
 	}
-	return openai.ChatCompletionResponse{}, nil, fmt.Errorf("llm: %s: gave up after %d retries: %w", req.Model, c.cfg.MaxRetries, lastErr)
+	return c.cfg.MaxRetries, fmt.Errorf("gave up after %d retries: %w", c.cfg.MaxRetries, lastErr)
 }
 
 // provider is gen_ai.provider.name: azure.ai.openai or openai (also for
@@ -425,7 +438,8 @@ func IsTransient(err error) bool {
 }
 
 func transientStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code >= 500
+	// 501 Not Implemented stays so.
+	return code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || (code >= 500 && code != http.StatusNotImplemented)
 }
 
 // IsReasoningModel reports whether model takes max_completion_tokens (and no

@@ -32,6 +32,10 @@ func DefaultPrices() PriceTable {
 		"gpt-5-nano":   {Input: 0.05, CachedInput: 0.005, Output: 0.40},
 		"o3":           {Input: 2.00, CachedInput: 0.50, Output: 8.00},
 		"o4-mini":      {Input: 1.10, CachedInput: 0.275, Output: 4.40},
+		// Embeddings bill their input only.
+		"text-embedding-3-small": {Input: 0.02},
+		"text-embedding-3-large": {Input: 0.13},
+		"text-embedding-ada-002": {Input: 0.10},
 	}
 }
 

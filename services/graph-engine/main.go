@@ -6,6 +6,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/codecache"
+	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -28,6 +31,12 @@ type config struct {
 	// The default budget of every workflow: NOVA_BUDGET_MAX_USD,
 	// NOVA_BUDGET_MAX_USD_PER_DAY, NOVA_BUDGET_MAX_MODEL_CALLS.
 	workflow.BudgetSettings
+	// The code cache's semantic level: NOVA_CODECACHE_SEMANTIC,
+	// NOVA_CODECACHE_SIMILARITY, NOVA_LLM_EMBEDDING_MODEL,
+	// NOVA_CODECACHE_EMBEDDING_TIMEOUT; with it on, the engine calls the
+	// model API's embeddings (OPENAI_*), and nothing else of it.
+	codecache.SemanticSettings
+	llm.Settings
 }
 
 func main() {
@@ -41,12 +50,19 @@ func main() {
 		if err != nil {
 			return err
 		}
+		var embedder *llm.Client
+		if cfg.SemanticSettings.Enabled {
+			if embedder, err = cfg.Settings.Client(bus.AgentGraphEngine, env.Logger, env.Telemetry.MeterProvider, env.Telemetry.TracerProvider); err != nil {
+				return err
+			}
+		}
 		return engine.Run(ctx, engine.Deps{
 			Bus:            env.Bus,
 			Values:         values,
 			Logger:         env.Logger,
 			TracerProvider: env.Telemetry.TracerProvider,
 			MeterProvider:  env.Telemetry.MeterProvider,
+			Embedder:       embedder,
 			Config: engine.Config{
 				DefaultNodeTimeout: cfg.NodeTimeout,
 				Workers:            cfg.Workers,
@@ -57,6 +73,7 @@ func main() {
 				CodeCacheTTL:       cfg.CodeCacheTTL,
 				CodeCacheMaxBytes:  cfg.CodeCacheMaxBytes,
 				Budget:             budget,
+				Semantic:           cfg.SemanticSettings,
 			},
 		})
 	}))

@@ -27,6 +27,8 @@ The code cache keeps the code AI nodes' pipelines accepted (the JetStream KV
 bucket nova_codecache), so that a repeated task calls no model. KEY is an
 entry's key, or any prefix of it that names one entry: list shows the first
 12 characters, ai_metadata.cache_key in the chain of work the whole key.
+show says whether an entry is in the semantic level's index; purge --all
+also removes that index and the kept embeddings of tasks.
 NATS_URL (and NATS credentials, as for the services) names the server;
 without it the embedded server of --data-dir is started, unless nova dev
 runs: then set NATS_URL=nats://127.0.0.1:4222 to use its server.
@@ -62,6 +64,9 @@ type cacheEntryView struct {
 	Tokens     int64   `json:"tokens"`
 	CostUSD    float64 `json:"cost_usd"`
 	ModelCalls int32   `json:"model_calls"`
+	// Embedding is set when the semantic level can find the entry.
+	Embedding      *codecache.EntryEmbedding `json:"embedding,omitempty"`
+	SemanticOrigin *codecache.SemanticOrigin `json:"semantic_origin,omitempty"`
 	// Unreadable says why an entry could not be decoded.
 	Unreadable string `json:"unreadable,omitempty"`
 }
@@ -81,6 +86,7 @@ func newCacheEntryView(key string, value []byte) *cacheEntryView {
 	v.NodeType, v.Model, v.Language, v.CreatedAt = e.NodeType, e.Model, e.Language, e.CreatedAt
 	v.Workflow, v.Node, v.Execution, v.Task, v.Shape, v.Runtime = e.Workflow, e.Node, e.Execution, e.Task, e.Shape, e.Runtime
 	v.Tokens, v.CostUSD, v.ModelCalls = e.Tokens, e.CostUSD, e.ModelCalls
+	v.Embedding, v.SemanticOrigin = e.Embedding, e.SemanticOrigin
 	if e.AnalysisCode != "" {
 		v.Stages = append(v.Stages, cacheStage{Stage: "analysis", Code: e.AnalysisCode})
 	}
@@ -173,14 +179,17 @@ func (c *codeCacheCLI) entries(ctx context.Context) ([]*cacheEntryView, error) {
 				})
 				return views, nil
 			}
-			byKey[e.Key()] = newCacheEntryView(e.Key(), e.Value())
+			if codecache.IsEntryKey(e.Key()) { // not a semantic index or a kept embedding
+				byKey[e.Key()] = newCacheEntryView(e.Key(), e.Value())
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// keys lists the keys of the entries.
+// keys lists every key of the bucket: entries, semantic indexes and kept
+// embeddings (codecache.IsEntryKey tells them apart).
 func (c *codeCacheCLI) keys(ctx context.Context) ([]string, error) {
 	if c.kv == nil {
 		return nil, nil
@@ -201,7 +210,7 @@ func resolveCacheKey(prefix string, keys []string) (string, error) {
 	}
 	var found []string
 	for _, k := range keys {
-		if strings.HasPrefix(k, p) {
+		if codecache.IsEntryKey(k) && strings.HasPrefix(k, p) {
 			found = append(found, k)
 		}
 	}
@@ -295,6 +304,16 @@ func (c *codeCacheCLI) show(ctx context.Context, prefix string, asJSON bool, std
 	fmt.Fprintf(stdout, "  model:         %s\n  language:      %s\n  runtime:       %s\n  size:          %s\n",
 		v.Model, v.Language, v.Runtime, byteSize(uint64(v.Size)))
 	fmt.Fprintf(stdout, "  each hit saves %d model call(s), %d tokens, $%.6f\n", v.ModelCalls, v.Tokens, v.CostUSD)
+	if em := v.Embedding; em != nil {
+		fmt.Fprintf(stdout, "  embedding:     %s, %d dimensions: the semantic level finds it for similar tasks (group %s)\n",
+			em.Model, em.Dimensions, em.Group[:min(len(em.Group), shortKey)])
+	} else {
+		fmt.Fprintln(stdout, "  embedding:     none: found by its exact key only")
+	}
+	if o := v.SemanticOrigin; o != nil {
+		fmt.Fprintf(stdout, "  reused from:   entry %s (similarity %.4f, semantic hit in execution %s), task %q\n",
+			o.Key[:min(len(o.Key), shortKey)], o.Similarity, o.Execution, oneLine(o.Task, 60))
+	}
 	fmt.Fprintf(stdout, "  context shape: %s\n", v.Shape)
 	fmt.Fprintf(stdout, "  task (prompt):\n%s", indent(v.Task, "    "))
 	for _, s := range v.Stages {
@@ -329,16 +348,47 @@ func (c *codeCacheCLI) purge(ctx context.Context, args []string, all bool, stdou
 			return exitInvalid
 		}
 	}
+	entries := 0
+	for _, key := range remove {
+		if codecache.IsEntryKey(key) {
+			entries++
+		}
+	}
 	removed := 0
 	for _, key := range remove {
+		if !all {
+			if err := c.unindex(ctx, key); err != nil {
+				fmt.Fprintf(stderr, "nova cache purge: %s: %v (removed %d of %d)\n", key, err, removed, entries)
+				return exitFailed
+			}
+		}
 		if err := c.kv.Purge(ctx, key); err != nil {
-			fmt.Fprintf(stderr, "nova cache purge: %s: %v (removed %d of %d)\n", key, err, removed, len(remove))
+			fmt.Fprintf(stderr, "nova cache purge: %s: %v (removed %d of %d)\n", key, err, removed, entries)
 			return exitFailed
 		}
-		removed++
+		if codecache.IsEntryKey(key) {
+			removed++
+		}
 	}
 	fmt.Fprintf(stdout, "removed %d %s from the code cache\n", removed, plural(removed, "entry", "entries"))
 	return exitOK
+}
+
+// unindex removes the entry of key from its semantic group's index, when it
+// is in one, so that the semantic level no longer finds it.
+func (c *codeCacheCLI) unindex(ctx context.Context, key string) error {
+	entry, err := c.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e, err := codecache.Decode(entry.Value())
+	if err != nil || e.Embedding == nil {
+		return nil
+	}
+	return codecache.UpdateIndex(ctx, c.kv, e.Embedding.Group, func(x *codecache.Index) bool { return x.Remove(key) })
 }
 
 func plural(n int, one, many string) string {

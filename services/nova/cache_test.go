@@ -68,6 +68,22 @@ func TestCache(t *testing.T) {
 	route := &codecache.Entry{Code: "# STAGE: TASK\ncontext['branch_decision'] = 'review'\n", AnalysisCode: "# STAGE: ANALYSIS\ncontext['_data_analysis'] = {}\n",
 		Language: "python", Model: "gpt-4o", Task: routeIn.Task, NodeType: "decision", Shape: routeIn.Shape, Runtime: routeIn.Runtime,
 		Workflow: "orders", Execution: "exec-route", Node: "route", CreatedAt: created.Add(time.Minute), Tokens: 2000, CostUSD: 0.01, ModelCalls: 3}
+	// The discount entry is in its semantic group's index, as the engine
+	// leaves an entry when the semantic level is on; beside it, the kept
+	// embedding of its task. Neither is an entry.
+	group := codecache.Group(discountIn, "text-embedding-3-small")
+	discount.Embedding = &codecache.EntryEmbedding{Model: "text-embedding-3-small", Dimensions: 3, Group: group}
+	if err := codecache.StoreEmbedding(ctx, kv, "text-embedding-3-small", discountIn.Task, []float32{1, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	err = codecache.UpdateIndex(ctx, kv, group, func(x *codecache.Index) bool {
+		x.Put(codecache.IndexEntry{Key: codecache.Key(discountIn), Vector: codecache.Quantize([]float32{1, 0, 0})})
+		x.Put(codecache.IndexEntry{Key: "another-member", Vector: codecache.Quantize([]float32{0, 1, 0})})
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	keys := map[string]string{}
 	sizes := map[string]int{}
 	for name, e := range map[string]struct {
@@ -145,8 +161,14 @@ func TestCache(t *testing.T) {
 			t.Errorf("show: exit %d, want %q in\n%s%s", code, want, out, errOut)
 		}
 	}
+	if want := "embedding:     text-embedding-3-small, 3 dimensions: the semantic level finds it for similar tasks (group " + group[:12] + ")\n"; !strings.Contains(out, want) {
+		t.Errorf("show of an indexed entry: want %q in\n%s", want, out)
+	}
 	if strings.Contains(out, "analysis code:") {
 		t.Errorf("show of an entry without analysis code shows one:\n%s", out)
+	}
+	if _, out, _ = run("show", keys["route"][:10]); !strings.Contains(out, "embedding:     none: found by its exact key only\n") {
+		t.Errorf("show of an entry without embedding:\n%s", out)
 	}
 	code, out, _ = run("show", keys["route"][:10], "--json")
 	var shown cacheEntryView
@@ -206,6 +228,9 @@ func TestCache(t *testing.T) {
 			t.Errorf("the %s entry after purge: %v, want it gone", name, err)
 		}
 	}
+	if x, err := codecache.LoadIndex(ctx, kv, group); err != nil || x == nil || len(x.Entries) != 1 || x.Entries[0].Key != "another-member" {
+		t.Errorf("semantic index after purging the discount entry: %+v, %v; want only the other member", x, err)
+	}
 	if code, _, errOut := run("show", keys["route"]); code != exitInvalid || !strings.Contains(errOut, "no entry of the code cache has a key starting with") {
 		t.Errorf("show of a purged entry: exit %d\n%s", code, errOut)
 	}
@@ -217,5 +242,8 @@ func TestCache(t *testing.T) {
 	}
 	if code, out, _ := run("list"); code != exitOK || out != "the code cache is empty\n" {
 		t.Errorf("list after purge --all: exit %d\n%s", code, out)
+	}
+	if left, err := kv.Keys(ctx); !errors.Is(err, jetstream.ErrNoKeysFound) {
+		t.Errorf("keys after purge --all: %v, %v; want none (the semantic index and the kept embedding too)", left, err)
 	}
 }

@@ -139,6 +139,19 @@ func printAI(w io.Writer, ai map[string]any) {
 		fmt.Fprintf(w, "   AI: tokens prompt %v, completion %v, cached %v; estimated cost $%.6f\n",
 			t["prompt"], t["completion"], t["cached"], ai["cost_usd"])
 	}
+	if hit, _ := ai["cache_hit"].(bool); hit {
+		how := "exact"
+		if m, _ := ai["cache_match"].(string); m != "" {
+			how = m
+		}
+		if how == "semantic" {
+			how = fmt.Sprintf("semantic, similarity %.4f to entry %.12s", ai["cache_similarity"], ai["cached_key"])
+		}
+		fmt.Fprintf(w, "   AI: code from the cache (%s), produced by execution %v; saved %v model calls, $%.6f\n",
+			how, ai["cached_from_execution"], ai["model_calls_saved"], ai["cost_usd_saved"])
+	} else if evicted, _ := ai["cache_evicted"].(bool); evicted {
+		fmt.Fprintln(w, "   AI: cached code failed and was evicted; the pipeline wrote new code")
+	}
 	if ia, ok := ai["input_analysis"].(map[string]any); ok {
 		fmt.Fprintf(w, "   AI: input analysis: needs_analysis %v (%v)\n", ia["needs_analysis"], ia["reasoning"])
 	}

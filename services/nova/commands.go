@@ -93,6 +93,12 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 		return opts, err
 	}
 	opts.Budget = b
+	if err := config.Load(&opts.Semantic, nil); err != nil {
+		return opts, err
+	}
+	if err := opts.Semantic.Validate(); err != nil {
+		return opts, err
+	}
 	prices, err := llm.ParsePrices(os.Getenv("NOVA_LLM_PRICES"), llm.DefaultPrices())
 	if err != nil {
 		return opts, fmt.Errorf("NOVA_LLM_PRICES: %w", err)
@@ -121,6 +127,20 @@ func jsNote(opts stack.Options) string {
 	}
 	return "JavaScript packages (axios, cheerio): none found; JavaScript nodes run without them (set " +
 		stack.NodeModulesEnv + " to a node_modules directory holding them, e.g. after npm ci in services/sandbox/jsrunner/runtime)"
+}
+
+// semanticNote says that the code cache's semantic level is on, and with
+// what; "" when it is off.
+func semanticNote(opts stack.Options) string {
+	sem := opts.Semantic
+	if !sem.Enabled {
+		return ""
+	}
+	note := fmt.Sprintf("code cache: semantic level on (%s embeddings, similarity >= %v)", sem.EmbeddingModel, sem.Similarity)
+	if opts.LLM.ScriptedRules != nil && opts.LLM.APIKey == "" && opts.LLM.BaseURL == "" {
+		note += ", embeddings SCRIPTED (hashed words, not a model's)"
+	}
+	return note
 }
 
 // modelNote says which model answers the AI nodes, so that scripted output
@@ -204,6 +224,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stdout, "  %s\n", modelNote(opts))
+	if n := semanticNote(opts); n != "" {
+		fmt.Fprintf(stdout, "  %s\n", n)
+	}
 	fmt.Fprintf(stdout, "  %s\n", jsNote(opts))
 	if c := s.Infra(); c != nil && c.Cluster != nil {
 		fmt.Fprintf(stdout, "  NATS cluster %s: %d servers, %d replicas of every stream, KV bucket and object store\n",
@@ -366,6 +389,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if hasPrompt(def) {
 			fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
+			if n := semanticNote(opts); n != "" {
+				fmt.Fprintf(stderr, "nova run: %s\n", n)
+			}
 		}
 		s, err := stack.Start(ctx, opts)
 		if err != nil {

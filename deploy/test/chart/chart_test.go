@@ -506,6 +506,8 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"audit without MongoDB", map[string]any{"mongodb": map[string]any{"uri": ""}}, "MongoDB"},
 		{"an API key without its hash", map[string]any{"services": map[string]any{"gateway": map[string]any{"apiKeys": map[string]any{
 			"keys": []any{map[string]any{"name": "ci", "scopes": []any{"admin"}}}}}}}, "each key needs name, sha256 and scopes"},
+		{"the semantic code cache without the LLM API", map[string]any{"services": map[string]any{"graph-engine": map[string]any{
+			"env": map[string]any{"NOVA_CODECACHE_SEMANTIC": "true"}}}}, "NOVA_CODECACHE_SEMANTIC needs llm: true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			chrt, err := loader.Load(chartDir)
@@ -520,6 +522,29 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 				t.Fatalf("error = %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSemanticCodeCache: with the code cache's semantic level on, the graph
+// engine gets what it needs to call the embeddings API, the key from the
+// LLM Secret and egress to the API, as the LLM agents do; by default it
+// gets neither (checkEveryService).
+func TestSemanticCodeCache(t *testing.T) {
+	r := render(t, map[string]any{
+		"llm": map[string]any{"existingSecret": "openai", "baseURL": "https://llm.internal/v1"},
+		"services": map[string]any{"graph-engine": map[string]any{"llm": true,
+			"env": map[string]any{"NOVA_CODECACHE_SEMANTIC": "true", "NOVA_CODECACHE_SIMILARITY": "0.9"}}},
+	})
+	d := r.deployments[fullname(bus.AgentGraphEngine)]
+	if ref := envVars(d)["OPENAI_API_KEY"]; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "openai" {
+		t.Errorf("graph-engine OPENAI_API_KEY from %+v", ref)
+	}
+	env := environment(t, r, d)
+	if env["NOVA_CODECACHE_SEMANTIC"] != "true" || env["NOVA_CODECACHE_SIMILARITY"] != "0.9" || env["OPENAI_BASE_URL"] != "https://llm.internal/v1" {
+		t.Errorf("graph-engine environment %v", env)
+	}
+	if !hasEgressPort(r.netpols[fullname(bus.AgentGraphEngine)], 443) {
+		t.Error("graph-engine: no egress to the LLM API")
 	}
 }
 

@@ -143,6 +143,9 @@ Kubernetes names only under the StatefulSet's headless service. */}}
 {{- end -}}
 {{- if .cfg.mongodb }}{{ $_ := set $env "MONGODB_DATABASE" $v.mongodb.database }}{{ end -}}
 {{- if .cfg.apiKeys }}{{ $_ := set $env "NOVA_GATEWAY_KEYS_FILE" "/etc/nova/gateway/keys.yaml" }}{{ end -}}
+{{- if and (eq (toString (index (.cfg.env | default dict) "NOVA_CODECACHE_SEMANTIC")) "true") (not .cfg.llm) -}}
+{{- fail (printf "services.%s: NOVA_CODECACHE_SEMANTIC needs llm: true (the engine calls the LLM API's embeddings: OPENAI_API_KEY and egress to it)" .service) -}}
+{{- end -}}
 {{- if .cfg.llm -}}
 {{- with $v.llm.baseURL }}{{ $_ := set $env "OPENAI_BASE_URL" . }}{{ end -}}
 {{- with $v.llm.apiVersion }}{{ $_ := set $env "OPENAI_API_VERSION" . }}{{ end -}}

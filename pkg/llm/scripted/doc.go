@@ -7,6 +7,9 @@
 //
 //	POST /v1/chat/completions   request and response shaped as OpenAI's, including tool calls
 //	                            and usage; stream=true is rejected with 400
+//	POST /v1/embeddings         OpenAI's request (input a string or strings; encoding_format
+//	                            float or base64; dimensions) and response, with usage; the
+//	                            vectors are Embed's, not a model's (no rules involved)
 //	GET  /v1/models             the models named in the rules
 //	GET  /v1/models/{id}
 //	GET  /_nova/requests        every recorded request as JSON; DELETE does what Reset does
@@ -47,11 +50,24 @@
 //	        delay: 250ms
 //	    times: 3             # optional; after 3 answers the rule stops matching
 //	models: [gpt-4o-mini]    # extra ids for /v1/models besides the exact models in the rules
+//	embeddings:              # optional: /v1/embeddings
+//	  dimensions: 512        # vector length unless a request asks for one (default 512)
+//	  disabled: true         # answer 404, as a server without embeddings
 //	fallback:                # answer when no rule matches; default: 500 "no scripted rule matches"
 //	  status: 500
 //
 // Token counts are estimated deterministically unless a rule gives them: a text costs
 // ceil(runes/4) tokens, each message 3 more, the tools' JSON schema counts as text.
+//
+// # Embeddings
+//
+// A scripted embedding (Embed) is a hashed bag of words and character trigrams, normalized:
+// texts that share most of their words are near (a rewording like "Calculate discount (10%
+// if total > 1000)" and "Calculate the discount (10% when total > 1000)" has a cosine
+// similarity of about 0.99), texts about other things are far (below 0.5). It is
+// deterministic, so tests of similarity-based features can assert exact outcomes. The
+// answer carries the X-Nova-Scripted header and, beyond OpenAI's fields, system_fingerprint
+// "nova-scripted".
 //
 // A rule's answer must be one a real model could give to that request, otherwise the server
 // answers 500 naming the rule: content for a json_object/json_schema response_format must be

@@ -25,6 +25,8 @@ type Recorded struct {
 	ResponseFormat      string
 	MaxTokens           int
 	MaxCompletionTokens int
+	// Input are the texts of an embeddings request.
+	Input []string
 	// Rule names the rule that answered, "fallback" for the fallback, "" when none did
 	// (an invalid request, or no rule and no fallback).
 	Rule string
@@ -80,12 +82,13 @@ func (r Recorded) MarshalJSON() ([]byte, error) {
 		ResponseFormat      string      `json:"response_format,omitempty"`
 		MaxTokens           int         `json:"max_tokens,omitempty"`
 		MaxCompletionTokens int         `json:"max_completion_tokens,omitempty"`
+		Input               []string    `json:"input,omitempty"`
 		Rule                string      `json:"rule,omitempty"`
 		Status              int         `json:"status"`
 		Response            any         `json:"response,omitempty"`
 	}{
 		r.Time, r.Method, r.Path, r.Header, jsonOrString(r.Body), r.Model, r.Agent, r.Messages,
-		r.Tools, r.ResponseFormat, r.MaxTokens, r.MaxCompletionTokens, r.Rule, r.Status,
+		r.Tools, r.ResponseFormat, r.MaxTokens, r.MaxCompletionTokens, r.Input, r.Rule, r.Status,
 		jsonOrString(r.Response),
 	})
 }

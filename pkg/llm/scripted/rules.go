@@ -21,6 +21,8 @@ type Rules struct {
 	Models []string `json:"models,omitempty"`
 	// Fallback answers requests no rule matches; nil means a 500 error that names the request.
 	Fallback *Response `json:"fallback,omitempty"`
+	// Embeddings configures POST /v1/embeddings, which answers without rules.
+	Embeddings *EmbeddingsSpec `json:"embeddings,omitempty"`
 }
 
 // Rule answers the requests its Match accepts, with Respond or with Responses in sequence.
@@ -221,6 +223,9 @@ func compileRules(r Rules) ([]*compiledRule, error) {
 		if _, err := compileResponse(*r.Fallback); err != nil {
 			return nil, fmt.Errorf("scripted fallback: %w", err)
 		}
+	}
+	if err := r.Embeddings.validate(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -46,8 +46,10 @@ type Server struct {
 	rules    []*compiledRule
 	models   []string
 	fallback *compiledResponse
-	records  []Recorded
-	url      string
+	// embeddings configures /v1/embeddings (nil: the defaults).
+	embeddings *EmbeddingsSpec
+	records    []Recorded
+	url        string
 }
 
 // Option configures a Server.
@@ -105,6 +107,7 @@ func (s *Server) SetRules(rules Rules) error {
 	s.rules = compiled
 	s.models = modelIDs(rules)
 	s.fallback = fallback
+	s.embeddings = rules.Embeddings
 	return nil
 }
 
@@ -246,6 +249,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case api == "/chat/completions":
 		method, handle = http.MethodPost, s.handleChat
+	case api == "/embeddings":
+		method, handle = http.MethodPost, s.handleEmbeddings
 	case api == "/models":
 		method, handle = http.MethodGet, s.handleModels
 	case strings.HasPrefix(api, "/models/") && len(api) > len("/models/"):

@@ -244,7 +244,18 @@ type AIRun struct {
 	HeldDayKeys []string `protobuf:"bytes,25,rep,name=held_day_keys,json=heldDayKeys,proto3" json:"held_day_keys,omitempty"`
 	// The share of max_usd_per_day a model step of this visit asks to hold
 	// (grown when a call needed more); 0: the default share.
-	DayShareUsd   float64 `protobuf:"fixed64,26,opt,name=day_share_usd,json=dayShareUsd,proto3" json:"day_share_usd,omitempty"`
+	DayShareUsd float64 `protobuf:"fixed64,26,opt,name=day_share_usd,json=dayShareUsd,proto3" json:"day_share_usd,omitempty"`
+	// How a hit was found: "exact" (this task's own key) or "semantic" (the
+	// entry of a similar task in the same group).
+	CacheMatch string `protobuf:"bytes,27,opt,name=cache_match,json=cacheMatch,proto3" json:"cache_match,omitempty"`
+	// A semantic hit's cosine similarity between the two tasks' embeddings.
+	CacheSimilarity float64 `protobuf:"fixed64,28,opt,name=cache_similarity,json=cacheSimilarity,proto3" json:"cache_similarity,omitempty"`
+	// The entry a semantic hit took its code from; cache_key stays this task's,
+	// where the code is stored once it passes.
+	CachedKey string `protobuf:"bytes,29,opt,name=cached_key,json=cachedKey,proto3" json:"cached_key,omitempty"`
+	// The semantic group of cache_key (codecache.Group); empty when the
+	// semantic level is off.
+	CacheGroup    string `protobuf:"bytes,30,opt,name=cache_group,json=cacheGroup,proto3" json:"cache_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +463,34 @@ func (x *AIRun) GetDayShareUsd() float64 {
 		return x.DayShareUsd
 	}
 	return 0
+}
+
+func (x *AIRun) GetCacheMatch() string {
+	if x != nil {
+		return x.CacheMatch
+	}
+	return ""
+}
+
+func (x *AIRun) GetCacheSimilarity() float64 {
+	if x != nil {
+		return x.CacheSimilarity
+	}
+	return 0
+}
+
+func (x *AIRun) GetCachedKey() string {
+	if x != nil {
+		return x.CachedKey
+	}
+	return ""
+}
+
+func (x *AIRun) GetCacheGroup() string {
+	if x != nil {
+		return x.CacheGroup
+	}
+	return ""
 }
 
 // AIStep is what the engine keeps of one agent step for ai_metadata.
@@ -717,7 +756,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xbd\a\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xc9\b\n" +
 	"\x05AIRun\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
@@ -747,7 +786,14 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x0esaved_cost_usd\x18\x17 \x01(\x01R\fsavedCostUsd\x12*\n" +
 	"\x11saved_model_calls\x18\x18 \x01(\x05R\x0fsavedModelCalls\x12\"\n" +
 	"\rheld_day_keys\x18\x19 \x03(\tR\vheldDayKeys\x12\"\n" +
-	"\rday_share_usd\x18\x1a \x01(\x01R\vdayShareUsdJ\x04\b\x06\x10\a\"\xfa\x01\n" +
+	"\rday_share_usd\x18\x1a \x01(\x01R\vdayShareUsd\x12\x1f\n" +
+	"\vcache_match\x18\x1b \x01(\tR\n" +
+	"cacheMatch\x12)\n" +
+	"\x10cache_similarity\x18\x1c \x01(\x01R\x0fcacheSimilarity\x12\x1d\n" +
+	"\n" +
+	"cached_key\x18\x1d \x01(\tR\tcachedKey\x12\x1f\n" +
+	"\vcache_group\x18\x1e \x01(\tR\n" +
+	"cacheGroupJ\x04\b\x06\x10\a\"\xfa\x01\n" +
 	"\x06AIStep\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1b\n" +
 	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x18\n" +

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -79,54 +80,133 @@ func (t *transition) startAI(node *novav1.Node) {
 
 // runCached looks the node's task up in the code cache and, on a hit, sends
 // the cached code to the code validator, skipping input analysis and
-// generation. The cache is used only for Python (the runtime with a
-// published fingerprint) and when the node or workflow does not opt out.
+// generation. After an exact miss the semantic level, when on, looks for
+// the code of a similar task in the same group. The cache is used only for
+// Python (the runtime with a published fingerprint) and when the node or
+// workflow does not opt out.
 func (t *transition) runCached(node *novav1.Node) bool {
 	if t.lookup == nil || t.runtime == "" || languageOf(node) != "python" || !workflow.CacheEnabled(t.st.Definition, node) {
 		return false
 	}
 	ai, spec := t.st.Ai, t.taskSpec(node)
-	ai.CacheKey = codecache.Key(codecache.Input{Task: spec.Task, NodeType: spec.NodeType, DecisionValues: spec.DecisionValues,
-		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Model: ai.Model, Language: spec.Language, Runtime: t.runtime})
-	entry := t.lookup(ai.CacheKey)
-	if entry == nil {
-		t.cacheFx.misses++
-		return false
+	in := codecache.Input{Task: spec.Task, NodeType: spec.NodeType, DecisionValues: spec.DecisionValues,
+		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Model: ai.Model, Language: spec.Language, Runtime: t.runtime}
+	ai.CacheKey = codecache.Key(in)
+	if t.semantic != nil {
+		ai.CacheGroup = codecache.Group(in, t.semanticModel)
 	}
-	t.cacheFx.hits++
-	ai.CacheHit, ai.CachedFromExecution, ai.CachedFromNode = true, entry.Execution, entry.Node
+	if entry := t.lookup(ai.CacheKey); entry != nil {
+		t.useCached(node, entry, nil)
+		return true
+	}
+	if t.semantic != nil {
+		allowance, _, _ := t.allowance(node)
+		res := t.semantic(semanticQuery{group: ai.CacheGroup, task: spec.Task, allowance: allowance})
+		if res.entry != nil {
+			t.useCached(node, res.entry, &res)
+			return true
+		}
+		if !res.quiet {
+			t.semanticMiss(node, res)
+		}
+	}
+	t.cacheFx.misses++
+	return false
+}
+
+// useCached runs entry's code: found by the task's own key, or by the
+// semantic level (sem).
+func (t *transition) useCached(node *novav1.Node, entry *codecache.Entry, sem *semanticResult) {
+	ai := t.st.Ai
+	ai.CacheHit, ai.CacheMatch, ai.CachedFromExecution, ai.CachedFromNode = true, matchExact, entry.Execution, entry.Node
 	ai.SavedTokens, ai.SavedCostUsd, ai.SavedModelCalls = entry.Tokens, entry.CostUSD, entry.ModelCalls
 	ai.Code, ai.Stage, ai.StagesUsed = entry.Code, stageTask, 1
 	t.nodeState(node.Id).Attempts = 1
+	input := map[string]any{"cache_key": ai.CacheKey}
+	output := map[string]any{"cache_hit": true, "cache_match": matchExact, "cached_from_execution": entry.Execution,
+		"cached_from_node": entry.Node, "tokens_saved": float64(entry.Tokens), "cost_usd_saved": entry.CostUSD}
+	outcome := &novav1.AgentOutcome{Status: nodeSuccess}
+	if sem != nil {
+		ai.CacheMatch, ai.CacheSimilarity, ai.CachedKey = matchSemantic, sem.match.Similarity, sem.match.Key
+		input["task"] = node.Prompt
+		output["cache_match"] = matchSemantic
+		output["similarity"] = sem.match.Similarity
+		output["threshold"] = t.e.cfg.Semantic.Similarity
+		output["compared"] = float64(sem.ranking.Compared)
+		output["matched_key"] = sem.match.Key
+		output["matched_task"] = entry.Task
+		outcome.ModelCalls, outcome.DurationMs = embeddingCalls(sem.call)
+	}
+	t.cacheFx.hit(ai.CacheMatch)
 	ref := t.aiRef(node, phaseCacheLookup)
-	t.aiStep(node, ref, &novav1.AgentOutcome{Status: nodeSuccess}, entry.Code, map[string]any{"cache_key": ai.CacheKey},
-		map[string]any{"cache_hit": true, "cached_from_execution": entry.Execution, "cached_from_node": entry.Node,
-			"tokens_saved": float64(entry.Tokens), "cost_usd_saved": entry.CostUSD}, nil)
+	t.aiStep(node, ref, outcome, entry.Code, input, output, nil)
 	t.aiNext(node, phaseValidate)
-	return true
+}
+
+// semanticMiss records what the semantic level compared, and the
+// embeddings call it made, as the visit's cache_lookup step.
+func (t *transition) semanticMiss(node *novav1.Node, res semanticResult) {
+	threshold := t.e.cfg.Semantic.Similarity
+	output := map[string]any{"cache_hit": false, "threshold": threshold, "compared": float64(res.ranking.Compared)}
+	if best := res.ranking.Best; best.Key != "" {
+		output["best_similarity"] = best.Similarity
+		output["best_key"] = best.Key
+		if res.ranking.OtherLiterals && best.Similarity >= threshold {
+			output["best_names_other_literals"] = true
+		}
+	}
+	outcome := &novav1.AgentOutcome{Status: nodeSuccess, Error: res.note}
+	outcome.ModelCalls, outcome.DurationMs = embeddingCalls(res.call)
+	ref := t.aiRef(node, phaseCacheLookup)
+	t.aiStep(node, ref, outcome, "", map[string]any{"cache_key": t.st.Ai.CacheKey, "task": node.Prompt}, output, nil)
+}
+
+func embeddingCalls(call *novav1.ModelCall) ([]*novav1.ModelCall, float64) {
+	if call == nil {
+		return nil, 0
+	}
+	return []*novav1.ModelCall{call}, call.DurationMs
+}
+
+func (fx *cacheEffects) hit(match string) {
+	if fx.hits == nil {
+		fx.hits = map[string]int64{}
+	}
+	fx.hits[match]++
 }
 
 // evictCached removes cached code that failed, records why as a step, and
-// starts the normal pipeline with that failure in the history.
+// starts the normal pipeline with that failure in the history. A semantic
+// hit's code is evicted from the entry it came from, as an exact hit's is.
 func (t *transition) evictCached(node *novav1.Node, phase, msg string) {
 	ai := t.st.Ai
+	key := cmp.Or(ai.CachedKey, ai.CacheKey)
 	ai.History = append(ai.History, &novav1.AttemptRecord{Attempt: 0, Code: ai.Code, Phase: "cached_code_" + phase, Error: msg})
-	t.cacheFx.deletes = append(t.cacheFx.deletes, ai.CacheKey)
+	t.cacheFx.deletes = append(t.cacheFx.deletes, cacheDelete{key: key, group: ai.CacheGroup})
 	t.cacheFx.evictions++
 	ref := t.aiRef(node, phaseCacheEvict)
 	t.aiStep(node, ref, &novav1.AgentOutcome{Status: nodeFailed, Error: "cached code failed " + phase + ": " + msg}, ai.Code,
-		map[string]any{"cache_key": ai.CacheKey}, map[string]any{"evicted": true, "cached_from_execution": ai.CachedFromExecution}, nil)
+		map[string]any{"cache_key": key}, map[string]any{"evicted": true, "cache_match": cmp.Or(ai.CacheMatch, matchExact),
+			"cached_from_execution": ai.CachedFromExecution}, nil)
 	ai.CacheHit, ai.CacheEvicted = false, true
+	ai.CacheMatch, ai.CacheSimilarity, ai.CachedKey = "", 0, ""
 	ai.Code, ai.Stage, ai.Execution, ai.StagesUsed = "", "", nil, 0
 	t.nodeState(node.Id).Attempts = 0
 	t.aiNext(node, phaseInputAnalysis)
 }
 
 // cacheAccepted stores the code the pipeline just accepted, with what it
-// cost to produce.
+// cost to produce. The code of a semantic hit that passed is stored under
+// this task's own key too, so that its next run hits exactly.
 func (t *transition) cacheAccepted(node *novav1.Node) {
 	ai := t.st.Ai
-	if ai.CacheKey == "" || ai.CacheHit {
+	if ai.CacheKey == "" {
+		return
+	}
+	if ai.CacheHit {
+		if ai.CacheMatch == matchSemantic {
+			t.cacheSemanticHit(node)
+		}
 		return
 	}
 	entry := &codecache.Entry{Code: ai.Code, Language: languageOf(node), Model: ai.Model, Task: node.Prompt, NodeType: nodeTypeName(node),
@@ -136,6 +216,9 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 		entry.AnalysisCode = ai.AnalysisCode
 	}
 	for _, s := range ai.Steps {
+		if s.Agent == bus.AgentGraphEngine {
+			continue // the lookup's embeddings call is not what producing the code cost
+		}
 		for _, c := range s.ModelCalls {
 			entry.Tokens += c.PromptTokens + c.CompletionTokens
 			entry.CostUSD += c.CostUsd
@@ -145,10 +228,31 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 			}
 		}
 	}
-	if t.cacheFx.puts == nil {
-		t.cacheFx.puts = map[string]*codecache.Entry{}
+	t.cachePut(ai.CacheKey, entry)
+}
+
+// cacheSemanticHit stores the entry a semantic hit took its code from under
+// this task's key (a read of that entry, then a put once the state is
+// stored); nothing when it is gone meanwhile.
+func (t *transition) cacheSemanticHit(node *novav1.Node) {
+	ai := t.st.Ai
+	src := t.lookup(ai.CachedKey)
+	if src == nil || src.Code != ai.Code {
+		return
 	}
-	t.cacheFx.puts[ai.CacheKey] = entry
+	entry := *src
+	entry.Task, entry.Shape, entry.Runtime, entry.CreatedAt = node.Prompt, codecache.Shape(t.st.NodeInput.GetRaw()), t.runtime, t.now.UTC()
+	entry.Workflow, entry.NodeType, entry.Embedding = t.st.Definition.GetName(), nodeTypeName(node), nil
+	entry.SemanticOrigin = &codecache.SemanticOrigin{Key: ai.CachedKey, Task: src.Task, Similarity: ai.CacheSimilarity,
+		Execution: t.st.ExecutionId}
+	t.cachePut(ai.CacheKey, &entry)
+}
+
+func (t *transition) cachePut(key string, entry *codecache.Entry) {
+	if t.cacheFx.puts == nil {
+		t.cacheFx.puts = map[string]cachePut{}
+	}
+	t.cacheFx.puts[key] = cachePut{entry: entry, group: t.st.Ai.CacheGroup}
 }
 
 // aiRef starts the next step of phase and returns its reference.
@@ -588,6 +692,11 @@ func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *struc
 		m["cache_key"] = ai.CacheKey
 	}
 	if ai.CacheHit {
+		m["cache_match"] = cmp.Or(ai.CacheMatch, matchExact)
+		if ai.CacheMatch == matchSemantic {
+			m["cache_similarity"] = ai.CacheSimilarity
+			m["cached_key"] = ai.CachedKey
+		}
 		m["attempts"] = 1.0
 		m["cached_from_execution"] = ai.CachedFromExecution
 		m["cached_from_node"] = ai.CachedFromNode

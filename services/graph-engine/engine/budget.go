@@ -322,15 +322,40 @@ func budgetPhase(phase string) bool {
 // allow gives the step ref of node the allowance its budgets leave, and
 // decides the day shares it must hold.
 func (t *transition) allow(node *novav1.Node, ref *novav1.StepRef) {
+	a, days, minDay := t.allowance(node)
+	if a == nil {
+		return
+	}
+	ref.Allowance = a
+	if len(days) == 0 {
+		return
+	}
+	want := t.st.Ai.GetDayShareUsd()
+	if want <= 0 {
+		want = minDay / dayShareParts
+	}
+	if a.Usd != nil {
+		want = min(want, a.GetUsd())
+	}
+	t.st.Ai.HeldDayKeys = nil
+	for _, d := range days {
+		t.st.Ai.HeldDayKeys = append(t.st.Ai.HeldDayKeys, d.key)
+	}
+	t.budgetFx.holds = append(t.budgetFx.holds, dayHold{step: ref.StepId, days: days, want: want, allowance: a})
+}
+
+// allowance is what node's limits leave: the remainders of max_usd and
+// max_model_calls, and the max_usd_per_day limits (days, the smallest
+// minDay) whose counters a step holds a share of. nil when no limit applies.
+func (t *transition) allowance(node *novav1.Node) (a *novav1.Allowance, days []dayLimit, minDay float64) {
 	limits := workflow.Limits(t.st.Definition, node, t.e.cfg.Budget)
 	if len(limits) == 0 {
-		return
+		return nil, nil, 0
 	}
 	name := t.st.Definition.GetName()
 	ns := t.nodeState(node.Id)
-	a := &novav1.Allowance{}
-	var days []dayLimit
-	minDay := math.Inf(1)
+	a = &novav1.Allowance{}
+	minDay = math.Inf(1)
 	for _, l := range limits {
 		spend := t.st.GetSpend()
 		if l.NodeID != "" {
@@ -354,22 +379,7 @@ func (t *transition) allow(node *novav1.Node, ref *novav1.StepRef) {
 			minDay = min(minDay, l.Value)
 		}
 	}
-	ref.Allowance = a
-	if len(days) == 0 {
-		return
-	}
-	want := t.st.Ai.GetDayShareUsd()
-	if want <= 0 {
-		want = minDay / dayShareParts
-	}
-	if a.Usd != nil {
-		want = min(want, a.GetUsd())
-	}
-	t.st.Ai.HeldDayKeys = nil
-	for _, d := range days {
-		t.st.Ai.HeldDayKeys = append(t.st.Ai.HeldDayKeys, d.key)
-	}
-	t.budgetFx.holds = append(t.budgetFx.holds, dayHold{step: ref.StepId, days: days, want: want, allowance: a})
+	return a, days, minDay
 }
 
 // account counts a step's model calls against the execution and the node,

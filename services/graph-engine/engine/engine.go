@@ -24,8 +24,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/eventjson"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -69,6 +71,9 @@ type Config struct {
 	// CodeCacheMaxBytes caps the cache bucket (default 256 MiB).
 	CodeCacheTTL      time.Duration
 	CodeCacheMaxBytes int64
+	// Semantic configures the code cache's semantic level (off by default;
+	// on, it needs Deps.Embedder).
+	Semantic codecache.SemanticSettings
 	// Budget is the deployment's default budget: each limit a workflow
 	// leaves unset (nil: none).
 	Budget *novav1.Budget
@@ -82,7 +87,10 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider receives nova.codecache.{hits,misses,evictions}.
 	MeterProvider metric.MeterProvider
-	Config        Config
+	// Embedder is the client of the model API whose embeddings the code
+	// cache's semantic level compares tasks with (Config.Semantic).
+	Embedder *llm.Client
+	Config   Config
 }
 
 // Engine runs workflows.
@@ -168,7 +176,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", BucketWorkflows, err)
 	}
-	cache, err := openCodeCache(ctx, js, cfg, deps.MeterProvider)
+	cache, err := openCodeCache(ctx, js, cfg, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +295,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		Nodes:       map[string]*novav1.NodeState{},
 	}
 	t := e.newTransition(st)
-	e.bindCache(ctx, t)
+	e.bindCache(ctx, t, embedMemo{})
 	if _, err := jsonvalue.FromProto(cmd.Context); err != nil {
 		// A producer's mistake: the execution fails and says why.
 		t.fail(fmt.Sprintf("the start event's context must be a JSON object: %v", err))
@@ -485,6 +493,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 	if !validKey.MatchString(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
+	memo := embedMemo{}
 	for range 10 {
 		entry, err := e.execs.Get(ctx, id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -501,7 +510,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		t := e.newTransition(st)
-		e.bindCache(ctx, t)
+		e.bindCache(ctx, t, memo)
 		if st.Ai != nil {
 			span.SetAttributes(attribute.Int("attempt", int(st.Ai.Attempt)), attribute.String("phase", st.Ai.Phase))
 		}

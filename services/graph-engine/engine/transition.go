@@ -49,9 +49,11 @@ type outEvent struct {
 
 // transition applies one event to an execution's state and collects the
 // events that follow from it. Its only I/O is reading the code cache
-// (lookup), so the same state, input and cache give the same events with the
-// same ids; what it decides about the cache is applied after the state is
-// stored (cacheFx).
+// (lookup, and the semantic level's lookup, which may also ask the model API
+// for a task's embedding and keep it: a write that is the same each time),
+// so the same state, input and cache give the same events with the same
+// ids; what it decides about the cache is applied after the state is stored
+// (cacheFx).
 type transition struct {
 	e     *Engine
 	st    *novav1.ExecutionState
@@ -65,7 +67,11 @@ type transition struct {
 	// fingerprint; both unset when the cache cannot be used.
 	lookup  func(key string) *codecache.Entry
 	runtime string
-	cacheFx cacheEffects
+	// semantic looks a task up by its embedding after an exact miss, with
+	// semanticModel; unset when the semantic level is off.
+	semantic      func(semanticQuery) semanticResult
+	semanticModel string
+	cacheFx       cacheEffects
 	// budgetFx are the day counters' shares to take and release, applied
 	// before the events are published; budgetExceeded is the refusal that
 	// failed the node.

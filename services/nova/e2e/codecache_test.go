@@ -90,6 +90,12 @@ func TestCodeCache(t *testing.T) {
 		})
 	}
 
+	// The semantic level is off unless configured: the reworded prompt
+	// ("changed prompt") missed, and nothing asked for embeddings.
+	if n := len(e.embeddingRequests()); n != 0 {
+		t.Errorf("%d embeddings requests with the semantic level off, want none", n)
+	}
+
 	t.Run("failing cached code is evicted, the pipeline takes over", func(t *testing.T) {
 		kv, err := e.bus.JetStream().KeyValue(e.ctx, codecache.Bucket)
 		if err != nil {

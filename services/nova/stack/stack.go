@@ -22,6 +22,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
@@ -139,6 +140,9 @@ type Options struct {
 	MaxAttempts int
 	// Budget is the deployment's default budget of every workflow (nil: none).
 	Budget *novav1.Budget
+	// Semantic configures the code cache's semantic level (off when zero);
+	// its embeddings come from the model API of LLM, or the scripted server.
+	Semantic codecache.SemanticSettings
 	// Gateway configures the gateway module, when it runs.
 	Gateway GatewayOptions
 }
@@ -389,9 +393,17 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			cleanup()
 			return nil, err
 		}
+		var embedder *llm.Client
+		if s.opts.Semantic.Enabled {
+			if embedder, err = s.llmClient(name, tel); err != nil {
+				cleanup()
+				return nil, err
+			}
+		}
 		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+			Embedder: embedder,
 			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts,
-				Replicas: s.opts.Replicas, Budget: s.opts.Budget}})
+				Replicas: s.opts.Replicas, Budget: s.opts.Budget, Semantic: s.opts.Semantic}})
 		if err != nil {
 			cleanup()
 			return nil, err
