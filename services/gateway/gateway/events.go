@@ -13,7 +13,6 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -196,7 +195,8 @@ func decodeData(ev *event.Event, msg proto.Message) *Problem {
 
 // startCommand is the StartWorkflow of a start event, checked for what
 // would fail the execution at once, with its execution id set: the one the
-// data names, else the event's id, made a valid id as the engine does.
+// data names, else the event's id, made an execution id as the engine makes
+// it (engine.ExecutionID).
 func (g *Gateway) startCommand(r *http.Request, ev *event.Event) (*novav1.StartWorkflow, *Problem) {
 	var cmd novav1.StartWorkflow
 	if p := decodeData(ev, &cmd); p != nil {
@@ -233,10 +233,7 @@ func (g *Gateway) startCommand(r *http.Request, ev *event.Event) (*novav1.StartW
 	if id == "" {
 		id = ev.ID()
 	}
-	if !engineKey.MatchString(id) {
-		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
-	}
-	cmd.ExecutionId = id
+	cmd.ExecutionId = engine.ExecutionID(id)
 	return &cmd, nil
 }
 

@@ -227,6 +227,9 @@ func New(d Deps) (*Gateway, error) {
 	})
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
+	// The literal path is more specific than {id}, so ServeMux gives it this
+	// route; no execution is named "events" (engine.ExecutionID).
+	g.handle("GET /v1/executions/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
 	// A run waits for a sandbox worker as well as for its own timeout.

@@ -145,12 +145,18 @@ func (g *Gateway) listExecutions(w http.ResponseWriter, r *http.Request) error {
 		page.NextCursor = encodeCursor(docs[limit-1].Position())
 	}
 	for _, d := range docs {
-		page.Executions = append(page.Executions, listItem{
-			ExecutionID: d.ExecutionID, WorkflowName: d.WorkflowName, Status: d.Status, Error: d.Error,
-			StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,
-			Links: itemLinks{Self: executionLinks(d.ExecutionID).Self},
-		})
+		page.Executions = append(page.Executions, listItemOf(&d))
 	}
 	writeJSON(w, http.StatusOK, page)
 	return nil
+}
+
+// listItemOf is an execution document as GET /v1/executions lists it (and
+// GET /v1/executions/events streams it).
+func listItemOf(d *store.ExecutionDoc) listItem {
+	return listItem{
+		ExecutionID: d.ExecutionID, WorkflowName: d.WorkflowName, Status: d.Status, Error: d.Error,
+		StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,
+		Links: itemLinks{Self: executionLinks(d.ExecutionID).Self},
+	}
 }

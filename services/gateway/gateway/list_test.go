@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,18 +14,29 @@ import (
 	"github.com/novaflow/nova/services/gateway/gateway"
 )
 
+// executionItem is one execution of GET /v1/executions, and the data of an
+// event of GET /v1/executions/events.
+type executionItem struct {
+	ExecutionID  string     `json:"execution_id"`
+	WorkflowName string     `json:"workflow_name"`
+	Status       string     `json:"status"`
+	Error        string     `json:"error"`
+	StartedAt    *time.Time `json:"started_at"`
+	CompletedAt  *time.Time `json:"completed_at"`
+	DurationMs   int64      `json:"duration_ms"`
+	Links        struct {
+		Self string `json:"self"`
+	} `json:"links"`
+}
+
+func (e executionItem) String() string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
 type listDoc struct {
-	Executions []struct {
-		ExecutionID  string    `json:"execution_id"`
-		WorkflowName string    `json:"workflow_name"`
-		Status       string    `json:"status"`
-		Error        string    `json:"error"`
-		StartedAt    time.Time `json:"started_at"`
-		Links        struct {
-			Self string `json:"self"`
-		} `json:"links"`
-	} `json:"executions"`
-	NextCursor string `json:"next_cursor"`
+	Executions []executionItem `json:"executions"`
+	NextCursor string          `json:"next_cursor"`
 }
 
 func (h *harness) list(t *testing.T, q url.Values) listDoc {
@@ -74,7 +86,7 @@ func TestListExecutions(t *testing.T) {
 				t.Fatalf("page %d has %d executions, want 2", pages, len(l.Executions))
 			}
 			for _, e := range l.Executions {
-				if e.WorkflowName != wfA || e.Links.Self != "/v1/executions/"+e.ExecutionID || e.StartedAt.IsZero() {
+				if e.WorkflowName != wfA || e.Links.Self != "/v1/executions/"+e.ExecutionID || e.StartedAt == nil {
 					t.Errorf("item %+v", e)
 				}
 			}

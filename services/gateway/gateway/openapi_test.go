@@ -111,6 +111,8 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{"get", request{method: "GET", path: "/v1/executions/" + a.ExecutionID, key: h.key["reader"]}, 200},
 		{"get unknown", request{method: "GET", path: "/v1/executions/nothing-here", key: h.key["reader"]}, 404},
 		{"no key", request{method: "GET", path: "/v1/executions", key: ""}, 401},
+		{"executions stream, an unknown parameter", request{method: "GET", path: "/v1/executions/events?status=running", key: h.key["reader"]}, 400},
+		{"executions stream, wrong scope", request{method: "GET", path: "/v1/executions/events", key: h.key["writer"]}, 403},
 		{"wrong scope", request{method: "GET", path: "/v1/executions", key: h.key["writer"]}, 403},
 		{"workflows", request{method: "GET", path: "/v1/workflows", key: h.key["reader"]}, 200},
 		{"workflow", request{method: "GET", path: "/v1/workflows/exact-numbers", key: h.key["reader"]}, 200},

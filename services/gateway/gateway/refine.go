@@ -112,50 +112,6 @@ func (g *Gateway) refine(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// sseWriter writes seed 004's messages as Server-Sent Events.
-type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	gone    bool
-}
-
-func startSSE(w http.ResponseWriter, timeout time.Duration) *sseWriter {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
-}
-
-// write sends b unless the client has gone; each write has its own deadline,
-// as a refinement outlives the server's write timeout.
-func (s *sseWriter) write(b []byte) {
-	if s.gone {
-		return
-	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	if _, err := s.w.Write(b); err != nil {
-		s.gone = true
-		return
-	}
-	if s.rc.Flush() != nil {
-		s.gone = true
-	}
-}
-
-// send is one message: `data: {"type": ...}`.
-func (s *sseWriter) send(msg any) {
-	body, err := marshalCompact(msg)
-	if err != nil {
-		return
-	}
-	s.write(fmt.Appendf(nil, "data: %s\n\n", body))
-}
-
-func (s *sseWriter) keepAlive() { s.write([]byte(": keep-alive\n\n")) }
-
 // Seed 004's messages.
 type (
 	refineInfo struct {

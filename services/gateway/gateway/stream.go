@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,10 +37,6 @@ var streamedKinds = map[string]bool{
 // just accepted) before it answers 404.
 const firstEventWait = 3 * time.Second
 
-// keepAlive is how often an idle stream sends a comment, so proxies and
-// clients can tell a quiet execution from a dead connection.
-const keepAlive = 15 * time.Second
-
 // streamView is the data of a workflow.started event.
 type startedView struct {
 	ExecutionID  string          `json:"execution_id"`
@@ -71,16 +65,7 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if p := checkQuery(r); p != nil {
 		return p
 	}
-	var after uint64
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return invalid("Last-Event-ID must be the id of an event of this stream",
-				FieldError{Field: "Last-Event-ID", Detail: fmt.Sprintf("%q is not an event id (a positive integer)", v)})
-		}
-		after = n
-	}
-	release, p := g.streams.acquire(keyName(r))
+	after, release, p := g.beginStream(r)
 	if p != nil {
 		return p
 	}
@@ -94,37 +79,11 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
-	cons, err := g.bus.JetStream().OrderedConsumer(ctx, bus.StreamEvents, cfg)
+	next, stop, err := g.followEvents(ctx, cfg)
 	if err != nil {
 		return g.unavailable(r, "the events cannot be read", err)
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return g.unavailable(r, "the events cannot be read", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	next := make(chan jetstream.Msg)
-	done := make(chan struct{})
-	defer func() {
-		cancel()
-		msgs.Stop()
-		<-done
-	}()
-	go func() {
-		defer close(done)
-		defer close(next)
-		for {
-			m, err := msgs.Next()
-			if err != nil {
-				return // stopped
-			}
-			select {
-			case next <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	defer stop()
 
 	var first jetstream.Msg
 	if !known || (finished && after == 0) {
@@ -148,56 +107,14 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) error {
-		// A stream outlives the server's write timeout; each write gets its
-		// own deadline, so a client that stops reading is let go.
-		_ = rc.SetWriteDeadline(time.Now().Add(g.limits.Timeout))
-		if _, err := w.Write(b); err != nil {
-			return err
+	g.relay(ctx, w, first, next, func(m jetstream.Msg) ([]byte, bool) {
+		frame, last, err := sseFrame(id, m)
+		if err != nil {
+			g.log.WarnContext(ctx, "event not streamed", "execution", id, "err", err)
 		}
-		return rc.Flush()
-	}
-	// retry tells EventSource clients how soon to reconnect.
-	if err := write([]byte("retry: 2000\n\n")); err != nil {
-		return nil
-	}
-	tick := time.NewTicker(keepAlive)
-	defer tick.Stop()
-	m := first
-	for {
-		if m != nil {
-			frame, last, err := sseFrame(id, m)
-			if err != nil {
-				g.log.WarnContext(ctx, "event not streamed", "execution", id, "err", err)
-			} else if frame != nil {
-				if err := write(frame); err != nil {
-					return nil // the client went away
-				}
-			}
-			if last {
-				return nil
-			}
-		}
-		m = nil
-		select {
-		case m = <-next:
-			if m == nil {
-				return nil
-			}
-		case <-tick.C:
-			if err := write([]byte(": keep-alive\n\n")); err != nil {
-				return nil
-			}
-		case <-ctx.Done():
-			return nil
-		}
-	}
+		return frame, last
+	})
+	return nil
 }
 
 // knownExecution tells whether the engine or the audit store knows the
@@ -270,24 +187,11 @@ func sseFrame(id string, m jetstream.Msg) ([]byte, bool, error) {
 		}
 		data = toCompletion(&s)
 	}
-	body, err := marshalCompact(data)
+	frame, err := eventFrame(md.Sequence.Stream, kind, data)
 	if err != nil {
 		return nil, false, err
 	}
-	frame := fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", md.Sequence.Stream, kind, body)
 	return frame, kind == bus.KindWorkflowCompleted, nil
-}
-
-// marshalCompact is v as one line of JSON (an SSE data line), numbers as
-// they are, without HTML escaping.
-func marshalCompact(v any) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
 }
 
 func timeOf(ts *timestamppb.Timestamp) *time.Time {

@@ -26,20 +26,33 @@ func (e sseEvent) String() string { return e.event + "#" + e.id }
 func readSSE(t *testing.T, body *bufio.Reader, each func(sseEvent)) []sseEvent {
 	t.Helper()
 	var events []sseEvent
+	for {
+		e, ok := readEvent(t, body)
+		if !ok {
+			return events
+		}
+		events = append(events, e)
+		if each != nil {
+			each(e)
+		}
+	}
+}
+
+// readEvent reads the next event of an SSE body, past comments and retry
+// lines; false when the body ends first.
+func readEvent(t *testing.T, body *bufio.Reader) (sseEvent, bool) {
+	t.Helper()
 	var cur sseEvent
 	for {
 		line, err := body.ReadString('\n')
 		if err != nil {
-			return events
+			return sseEvent{}, false
 		}
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "":
 			if cur.event != "" || cur.data != "" {
-				events = append(events, cur)
-				if each != nil {
-					each(cur)
-				}
+				return cur, true
 			}
 			cur = sseEvent{}
 		case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry: "):
@@ -58,7 +71,14 @@ func readSSE(t *testing.T, body *bufio.Reader, each func(sseEvent)) []sseEvent {
 // openStream opens GET /v1/executions/{id}/events on base.
 func openStream(t *testing.T, ctx context.Context, base, key, id, lastEventID string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/executions/"+id+"/events", nil)
+	return openSSE(t, ctx, base+"/v1/executions/"+id+"/events", key, lastEventID)
+}
+
+// openSSE opens an event stream at url with an API key and, when not
+// empty, a Last-Event-ID.
+func openSSE(t *testing.T, ctx context.Context, url, key, lastEventID string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,10 +25,9 @@ import (
 	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
-// engineKey is the graph engine's rule for execution ids and registered
-// workflow names (they are keys of its KV buckets): the engine replaces an
-// execution id that breaks it by a UUID derived from it, and refuses such a
-// workflow name.
+// engineKey is the graph engine's rule for registered workflow names (they
+// are keys of its KV buckets): the engine refuses a name that breaks it.
+// Execution ids follow it too, made so by engine.ExecutionID.
 var engineKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
 
 // workflowLinks are the URLs of a registered workflow.

@@ -233,6 +233,18 @@ func (e *Engine) handleCommand(ctx context.Context, ev event.Event) error {
 
 var validKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
 
+// ExecutionID is the id of the execution a start asks to be id: id itself
+// when it can be a key of the engine's buckets and is not "events" (the
+// gateway's GET /v1/executions/events is the stream of every execution, so
+// an execution of that id could not be read at /v1/executions/{id}), else a
+// UUID derived from it, so a repeated start still names one execution.
+func ExecutionID(id string) string {
+	if validKey.MatchString(id) && id != "events" {
+		return id
+	}
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
+}
+
 func (e *Engine) register(ctx context.Context, ev event.Event) error {
 	var cmd novav1.RegisterWorkflow
 	if err := bus.Decode(ev, &cmd); err != nil {
@@ -262,7 +274,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	var cmd novav1.StartWorkflow
 	if err := bus.Decode(ev, &cmd); err != nil {
 		// Tell whoever waits for this execution before dead-lettering.
-		if id, _ := ev.Extensions()[ExtensionExecutionID].(string); validKey.MatchString(id) {
+		if id, _ := ev.Extensions()[ExtensionExecutionID].(string); ExecutionID(id) == id {
 			st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning}
 			t := e.newTransition(st)
 			t.fail(fmt.Sprintf("start event %s could not be read: %v", ev.ID(), err))
@@ -276,9 +288,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	if id == "" {
 		id = ev.ID()
 	}
-	if !validKey.MatchString(id) {
-		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
-	}
+	id = ExecutionID(id)
 	ctx, span := e.tracer.Start(ctx, "graph-engine start", trace.WithAttributes(attribute.String("execution.id", id)))
 	defer span.End()
 	if _, err := e.execs.Get(ctx, id); err == nil {
