@@ -349,6 +349,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.shot("08-markup-as-text")
 	b.do("open the list", chromedp.Navigate(base+"/#/executions"))
 	b.until("the list", `document.querySelectorAll("table tbody tr").length >= 3`)
+	// The list is live: a run started elsewhere appears and ends on the
+	// open page, with no new read of the list.
+	reads := `performance.getEntriesByType("resource").filter(e => e.name.includes("/v1/executions?")).length`
+	before := eval[int](b, "list reads", reads)
+	api(t, base, key, "POST", "/v1/executions?wait=60s", "application/json", `{"workflow": "catalog", "context": {"category": "live"}}`, &started)
+	b.until("the new run in the list, succeeded", fmt.Sprintf(`document.querySelector('tr[data-execution=%q]')?.dataset.status === "succeeded"`, started.ExecutionID))
+	time.Sleep(2500 * time.Millisecond) // longer than the interval the list was once read again at
+	if after := eval[int](b, "list reads", reads); after != before {
+		t.Errorf("the list was read %d times while it waited for the run; want it kept up to date from its stream", after-before)
+	}
+	b.shot("11-executions-live")
 	if n := eval[int](b, "images", `document.querySelectorAll("img").length`); n != 0 {
 		t.Errorf("%d img elements: a context value became markup", n)
 	}

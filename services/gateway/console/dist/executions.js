@@ -1,6 +1,6 @@
-// The executions page: the list (kept up to date while it is open), its
+// The executions page: the list (kept up to date live while it is open), its
 // filters, and a form that starts a registered workflow.
-import { getJSON, postJSON, Problem } from "./api.js";
+import { getJSON, postJSON, Problem, stream } from "./api.js";
 import { cut, duration, h, replace, since } from "./dom.js";
 const statuses = ["", "running", "succeeded", "failed"];
 // statusBadge shows a status as a word and a symbol, not by colour alone.
@@ -8,8 +8,10 @@ export function statusBadge(status) {
     const symbol = { running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–" };
     return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
 }
-// refreshEvery is how often the open list is read again.
-const refreshEvery = 2000;
+// maxRows is how many executions the list shows.
+const maxRows = 50;
+// retryAfter is how long the list waits before it opens its stream again.
+const retryAfter = 2000;
 export function executionsPage(root, params, signal) {
     const workflow = h("select", { id: "filter-workflow", name: "workflow" }, h("option", { value: "" }, "all workflows"));
     const status = h("select", { id: "filter-status", name: "status" }, statuses.map((s) => h("option", { value: s }, s || "any status")));
@@ -39,24 +41,84 @@ export function executionsPage(root, params, signal) {
         start.setWorkflows(doc.workflows);
     })
         .catch((e) => showError(note, e));
-    const load = async () => {
-        const q = new URLSearchParams({ limit: "50" });
-        if (params.get("workflow"))
-            q.set("workflow", params.get("workflow"));
-        if (params.get("status"))
-            q.set("status", params.get("status"));
-        try {
-            const doc = await getJSON(`/v1/executions?${q}`, signal);
-            replace(rows, doc.executions.map((e) => h("tr", { "data-execution": e.execution_id, "data-status": e.status }, h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}` }, e.execution_id.slice(0, 8))), h("td", null, e.workflow_name), h("td", null, statusBadge(e.status)), h("td", { title: e.started_at ?? "" }, since(e.started_at)), h("td", null, duration(e.duration_ms)), h("td", { class: "error" }, cut(e.error ?? "", 100)))));
-            replace(note, doc.executions.length ? "" : "No executions yet.");
-        }
-        catch (e) {
-            if (!signal.aborted)
-                showError(note, e);
+    // The list is read once, then kept up to date from GET
+    // /v1/executions/events (every execution's start and end), opened first
+    // so that nothing between the two is missed; its events wait until the
+    // list is read. A finished execution never goes back to running (an
+    // event older than the list's answer).
+    const items = new Map();
+    const filterWorkflow = params.get("workflow") ?? "";
+    const filterStatus = params.get("status") ?? "";
+    const draw = () => {
+        const shown = [...items.values()]
+            .filter((e) => !filterStatus || e.status === filterStatus)
+            .sort((a, b) => (b.started_at ?? "").localeCompare(a.started_at ?? ""))
+            .slice(0, maxRows);
+        replace(rows, shown.map((e) => h("tr", { "data-execution": e.execution_id, "data-status": e.status }, h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}` }, e.execution_id.slice(0, 8))), h("td", null, e.workflow_name), h("td", null, statusBadge(e.status)), h("td", { title: e.started_at ?? "" }, since(e.started_at)), h("td", null, duration(e.duration_ms)), h("td", { class: "error" }, cut(e.error ?? "", 100)))));
+        if (shown.length)
+            replace(note);
+        else if (listed)
+            replace(note, "No executions yet.");
+    };
+    const upsert = (e) => {
+        const had = items.get(e.execution_id);
+        if (had && had.status !== "running" && e.status === "running")
+            return;
+        items.set(e.execution_id, e);
+    };
+    let listed = false;
+    let pending = [];
+    let lastEventId = "";
+    const follow = async () => {
+        const q = new URLSearchParams();
+        if (filterWorkflow)
+            q.set("workflow", filterWorkflow);
+        while (!signal.aborted) {
+            try {
+                await stream(`/v1/executions/events${q.size ? "?" + q : ""}`, { signal, lastEventId }, (ev) => {
+                    lastEventId = ev.id || lastEventId;
+                    let item;
+                    try {
+                        item = JSON.parse(ev.data);
+                    }
+                    catch {
+                        return;
+                    }
+                    if (!listed) {
+                        pending.push(item);
+                        return;
+                    }
+                    upsert(item);
+                    draw();
+                });
+            }
+            catch (e) {
+                if (signal.aborted || (e instanceof Problem && (e.status === 401 || e.status === 403)))
+                    return;
+            }
+            await new Promise((r) => setTimeout(r, retryAfter));
         }
     };
-    void load();
-    const timer = setInterval(load, refreshEvery);
+    void follow();
+    const q = new URLSearchParams({ limit: String(maxRows) });
+    if (filterWorkflow)
+        q.set("workflow", filterWorkflow);
+    if (filterStatus)
+        q.set("status", filterStatus);
+    getJSON(`/v1/executions?${q}`, signal).then((doc) => {
+        for (const e of doc.executions)
+            upsert(e);
+        listed = true;
+        for (const e of pending)
+            upsert(e);
+        pending = [];
+        draw();
+    }, (e) => {
+        if (!signal.aborted)
+            showError(note, e);
+    });
+    // "5 s ago" moves on without a request.
+    const timer = setInterval(draw, 10_000);
     signal.addEventListener("abort", () => clearInterval(timer));
 }
 // startForm starts a registered workflow with a context typed as JSON,
