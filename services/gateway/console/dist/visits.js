@@ -15,7 +15,10 @@ export function visitsPanel(node, id, visits, of) {
 function visitView(v, node, of) {
     const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
     const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
-    const cache = v.ai_metadata?.cache_hit === true ? ` · code from the cache${v.ai_metadata.cached_from_execution ? ` (made by ${String(v.ai_metadata.cached_from_execution)})` : ""}` : "";
+    const ai = v.ai_metadata;
+    const cache = ai?.cache_hit === true
+        ? ` · code from the cache${ai.cache_match === "semantic" ? ` (semantic match, similarity ${Number(ai.cache_similarity).toFixed(4)})` : ""}${ai.cached_from_execution ? `, made by ${String(ai.cached_from_execution)}` : ""}`
+        : "";
     return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null, v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length ? stepsTable(v.steps) : null);
 }
 // outputFields is the visit's output as seed 004's field table, with Fix

@@ -71,7 +71,13 @@ export function visitsPanel(node: DefNode | undefined, id: string, visits: Visit
 function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLElement {
   const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
   const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
-  const cache = v.ai_metadata?.cache_hit === true ? ` · code from the cache${v.ai_metadata.cached_from_execution ? ` (made by ${String(v.ai_metadata.cached_from_execution)})` : ""}` : "";
+  const ai = v.ai_metadata;
+  const cache =
+    ai?.cache_hit === true
+      ? ` · code from the cache${ai.cache_match === "semantic" ? ` (semantic match, similarity ${Number(ai.cache_similarity).toFixed(4)})` : ""}${
+          ai.cached_from_execution ? `, made by ${String(ai.cached_from_execution)}` : ""
+        }`
+      : "";
   return h(
     "article",
     { class: "visit", "data-visit": String(v.visit) },
