@@ -248,6 +248,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := eval[string](b, "trace link", `[...document.querySelectorAll("a")].find(a => a.textContent === "Trace in Jaeger")?.href ?? ""`); got != strings.ReplaceAll(wantTrace, "+", "%20") {
 		t.Errorf("trace link %q, want %q", got, wantTrace)
 	}
+	b.until("the timeline of the three visits", `document.querySelectorAll("svg.timeline .visit-bar").length === 3`)
 	b.shot("02-execution-graph")
 
 	// The AI node: its prompt and agent steps, and the field table.

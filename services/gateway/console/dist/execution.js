@@ -4,7 +4,7 @@ import { getExact, Problem, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
-import { chooseDirection, defaultDirection, drawGraph } from "./graph.js";
+import { chooseDirection, defaultDirection, drawGraph, drawTimeline } from "./graph.js";
 import { visitsPanel } from "./visits.js";
 // jaeger is Jaeger's UI as the gateway was told it (NOVA_JAEGER_URL), or "".
 const jaeger = document.querySelector('meta[name="nova-jaeger-url"]')?.content ?? "";
@@ -23,8 +23,9 @@ export function executionPage(root, id, params, signal) {
     let direction = null;
     const nodes = h("tbody");
     const context = h("pre", { class: "context" });
+    const timeline = h("div", { class: "timeline-wrap" });
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
-    replace(root, h("p", null, h("a", { href: "#/executions" }, "← Executions")), head, note, h("h2", null, "Graph"), graph, panel, h("h2", null, "Nodes"), h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes), h("h2", null, "Context"), context);
+    replace(root, h("p", null, h("a", { href: "#/executions" }, "← Executions")), head, note, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes), h("h2", null, "Context"), context);
     const show = (view) => {
         last = view;
         const doc = view.execution;
@@ -72,6 +73,7 @@ export function executionPage(root, id, params, signal) {
         replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : "", jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.error ? h("p", { class: "error" }, doc.error) : null);
         replace(nodes, view.nodes.filter((n) => !selected || n.node_id === selected).map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", null, n.visit), h("td", null, duration(Math.round(n.execution_time))), h("td", { class: "error" }, n.error_message ?? ""))));
         replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));
+        replace(timeline, drawTimeline(view.nodes, select) ?? h("p", { class: "note" }, "No visit has run yet."));
     };
     const load = () => getExact(`/v1/executions/${encodeURIComponent(id)}`, signal).then((view) => {
         replace(note);

@@ -5,7 +5,7 @@ import { getExact, Problem, stream } from "./api.js";
 import { duration, h, replace } from "./dom.js";
 import { pretty } from "./exact.js";
 import { showError, statusBadge } from "./executions.js";
-import { chooseDirection, Definition, defaultDirection, Direction, drawGraph } from "./graph.js";
+import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline } from "./graph.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
 
 // NodeDoc is one visit of a node in the chain of work.
@@ -49,6 +49,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   let direction: Direction | null = null;
   const nodes = h("tbody");
   const context = h("pre", { class: "context" });
+  const timeline = h("div", { class: "timeline-wrap" });
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
   replace(
     root,
@@ -58,6 +59,8 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     h("h2", null, "Graph"),
     graph,
     panel,
+    h("h2", null, "Timeline"),
+    timeline,
     h("h2", null, "Nodes"),
     h(
       "table",
@@ -146,6 +149,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
       ),
     );
     replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));
+    replace(timeline, drawTimeline(view.nodes, select) ?? h("p", { class: "note" }, "No visit has run yet."));
   };
 
   const load = () =>

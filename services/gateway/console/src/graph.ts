@@ -143,3 +143,63 @@ function clip(text: string, n: number): string {
   const chars = Array.from(text);
   return chars.length <= n ? text : chars.slice(0, n - 1).join("") + "…";
 }
+
+// TimelineVisit is what the timeline needs of a visit.
+export interface TimelineVisit {
+  node_id: string;
+  visit: number;
+  status: string;
+  started_at?: string;
+  completed_at?: string;
+  execution_time: number;
+}
+
+// drawTimeline draws each visit as a bar on one time axis, in the order
+// the visits started: where the execution's time went, and what waited.
+export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => void): SVGElement | null {
+  const timed = visits
+    .map((v) => {
+      const start = Date.parse(v.started_at ?? "");
+      const end = Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
+      return { v, start, end };
+    })
+    .filter((t) => Number.isFinite(t.start) && Number.isFinite(t.end))
+    .sort((a, b) => a.start - b.start);
+  if (timed.length === 0) return null;
+  const t0 = Math.min(...timed.map((t) => t.start));
+  const span = Math.max(1, Math.max(...timed.map((t) => t.end)) - t0);
+  const labelW = 180;
+  const barsW = 720;
+  const rowH = 22;
+  const width = labelW + barsW + 90;
+  const height = timed.length * rowH + 24;
+  const x = (ms: number) => labelW + (ms / span) * barsW;
+  const svg = s(
+    "svg",
+    { class: "timeline", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `Timeline of ${timed.length} visits over ${span} ms` },
+    s("line", { x1: labelW, y1: height - 18, x2: labelW + barsW, y2: height - 18, class: "axis" }),
+    s("text", { x: labelW, y: height - 4, class: "tick" }, "0 ms"),
+    s("text", { x: labelW + barsW, y: height - 4, class: "tick", "text-anchor": "end" }, `${span} ms`),
+  );
+  timed.forEach(({ v, start, end }, i) => {
+    const y = i * rowH;
+    const bar = s(
+      "g",
+      { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${v.status}, ${end - start} ms` },
+      s("title", null, `${v.node_id} #${v.visit}: ${v.status}, ${end - start} ms, from ${start - t0} ms`),
+      s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, 22)} #${v.visit}`),
+      s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }),
+      s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${end - start} ms`),
+    );
+    bar.addEventListener("click", () => onSelect(v.node_id));
+    bar.addEventListener("keydown", (ev) => {
+      const k = (ev as KeyboardEvent).key;
+      if (k === "Enter" || k === " ") {
+        ev.preventDefault();
+        onSelect(v.node_id);
+      }
+    });
+    svg.append(bar);
+  });
+  return svg;
+}

@@ -32,6 +32,8 @@ export interface VisitDoc {
   visit: number;
   status: string;
   execution_time: number;
+  started_at?: string;
+  completed_at?: string;
   code_executed?: string;
   input_context?: Record<string, unknown>;
   output_result?: Record<string, unknown>;
