@@ -105,13 +105,13 @@ export function drawTimeline(visits, onSelect) {
     const labelW = 180;
     const barsW = 720;
     const rowH = 22;
-    const width = labelW + barsW + 90;
+    const width = labelW + barsW + 170;
     const height = timed.length * rowH + 24;
     const x = (ms) => labelW + (ms / span) * barsW;
     const svg = s("svg", { class: "timeline", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `Timeline of ${timed.length} visits over ${span} ms` }, s("line", { x1: labelW, y1: height - 18, x2: labelW + barsW, y2: height - 18, class: "axis" }), s("text", { x: labelW, y: height - 4, class: "tick" }, "0 ms"), s("text", { x: labelW + barsW, y: height - 4, class: "tick", "text-anchor": "end" }, `${span} ms`));
     timed.forEach(({ v, start, end }, i) => {
         const y = i * rowH;
-        const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${v.status}, ${end - start} ms` }, s("title", null, `${v.node_id} #${v.visit}: ${v.status}, ${end - start} ms, from ${start - t0} ms`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, 22)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${end - start} ms`));
+        const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${v.status}, ${end - start} ms` }, s("title", null, `${v.node_id} #${v.visit}: ${v.status}, ${end - start} ms, from ${start - t0} ms`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, 22)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${v.status} · ${end - start} ms`));
         bar.addEventListener("click", () => onSelect(v.node_id));
         bar.addEventListener("keydown", (ev) => {
             const k = ev.key;

@@ -171,7 +171,7 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
   const labelW = 180;
   const barsW = 720;
   const rowH = 22;
-  const width = labelW + barsW + 90;
+  const width = labelW + barsW + 170;
   const height = timed.length * rowH + 24;
   const x = (ms: number) => labelW + (ms / span) * barsW;
   const svg = s(
@@ -189,7 +189,7 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
       s("title", null, `${v.node_id} #${v.visit}: ${v.status}, ${end - start} ms, from ${start - t0} ms`),
       s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, 22)} #${v.visit}`),
       s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }),
-      s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${end - start} ms`),
+      s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${v.status} · ${end - start} ms`),
     );
     bar.addEventListener("click", () => onSelect(v.node_id));
     bar.addEventListener("keydown", (ev) => {
