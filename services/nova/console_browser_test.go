@@ -401,7 +401,29 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the playground's first row %q, want 1|4|Lamp (len, name)", got)
 	}
 	b.shot("09-playground")
+	// Refined the same way: JavaScript whose names should be capitalised
+	// (the README's refinement example), fixed through the modal, and the
+	// accepted code back in the editor.
+	b.do("write JavaScript",
+		chromedp.SetValue(chromedp.CSS("#play-language"), "javascript"),
+		chromedp.SetValue(chromedp.CSS("#play-code"), "module.exports = async (ctx) => ctx.rows.map(r => ({name: r.n}))\n"),
+		chromedp.SetValue(chromedp.CSS("#play-context"), `{"rows": [{"n": "lamp"}, {"n": "desk"}, {"n": "rug"}]}`))
+	b.click("run it", `form.playground button[type=submit]`)
+	b.until("its field table", `document.querySelector(".play-out table.fields tbody tr td:nth-child(2)")?.textContent === "lamp"`)
+	b.click("fix name from the menu", `.play-out .fix-menu button`)
+	b.do("say names are capitalised",
+		chromedp.SetValue(chromedp.CSS(`dialog.fix-modal select[name=issue]`), "format"),
+		chromedp.SetValue(chromedp.CSS(`dialog.fix-modal input[name=correctValue]`), "Lamp"))
+	b.click("refine", `dialog.fix-modal form button[type=submit]`)
+	b.until("the refinement complete", `!!document.querySelector("dialog.fix-modal ol.refine-log li.complete")`)
+	b.click("use the code", `dialog.fix-modal .refine-outcome .buttons button:not(.secondary)`)
+	b.until("the refined code run", `document.querySelector(".play-out table.fields tbody tr td:nth-child(2)")?.textContent === "Lamp"`)
+	if code := eval[string](b, "the editor", `document.querySelector("#play-code").value`); !strings.Contains(code, "toUpperCase") {
+		t.Errorf("the editor holds %q, want the refined code", code)
+	}
 	b.do("run code that raises",
+		chromedp.SetValue(chromedp.CSS("#play-language"), "python"),
+		chromedp.SetValue(chromedp.CSS("#play-context"), `{"names": ["lamp"]}`),
 		chromedp.SetValue(chromedp.CSS("#play-code"), "raise ValueError('no rows for ' + context['names'][0])\n"),
 		chromedp.Click(chromedp.CSS(`form.playground button[type=submit]`)))
 	b.until("the error", `document.querySelector(".play-out .error")?.textContent.includes("no rows for lamp")`)
