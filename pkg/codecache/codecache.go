@@ -168,6 +168,22 @@ type Entry struct {
 	// for another task and, having passed again, stored under this task's
 	// key too. Execution and Node above are where it was first accepted.
 	SemanticOrigin *SemanticOrigin `json:"semantic_origin,omitempty"`
+	// Verdict is the code validator's pass of Code with every check, on
+	// Runtime; a hit reuses it while the same validator is deployed (nil:
+	// every hit sends the code to the validator).
+	Verdict *Verdict `json:"code_validation,omitempty"`
+}
+
+// Verdict names the validator that passed an entry's code.
+type Verdict struct {
+	// Validator is its fingerprint (validatorinfo).
+	Validator string `json:"validator"`
+	// Code is CodeDigest of the code it passed: an entry whose code was
+	// replaced does not carry the old code's verdict over.
+	Code string `json:"code_sha256"`
+	// Execution is the one whose validation step passed the code.
+	Execution string    `json:"execution_id"`
+	At        time.Time `json:"validated_at"`
 }
 
 // EntryEmbedding says how an entry's task is indexed.
@@ -184,6 +200,12 @@ type SemanticOrigin struct {
 	Similarity float64 `json:"similarity"`
 	// Execution is the one whose semantic hit stored this entry.
 	Execution string `json:"execution_id"`
+}
+
+// CodeDigest is the hex sha256 of code.
+func CodeDigest(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return hex.EncodeToString(sum[:])
 }
 
 // Decode reads an entry stored by Encode.

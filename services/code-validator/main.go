@@ -33,6 +33,7 @@ func main() {
 			Python:         cfg.Python,
 			Forbidden:      cfg.Forbidden,
 			Prelude:        cfg.Prelude,
+			Replicas:       cfg.StreamReplicas,
 		})
 	}))
 }

@@ -1632,13 +1632,21 @@ func (x *Finding) GetLine() int32 {
 
 // CodeValidated: type io.nova.agent.code.validated.v1.
 type CodeValidated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	Outcome       *AgentOutcome          `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Valid         bool                   `protobuf:"varint,3,opt,name=valid,proto3" json:"valid,omitempty"`
-	Findings      []*Finding             `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Ref      *StepRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Outcome  *AgentOutcome          `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Valid    bool                   `protobuf:"varint,3,opt,name=valid,proto3" json:"valid,omitempty"`
+	Findings []*Finding             `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
+	// The validator's fingerprint (validatorinfo: its checks, settings and
+	// build) when every check ran, the installed-module check included;
+	// empty when one was skipped. A code-cache entry keeps it with the
+	// verdict, so a hit can reuse a verdict of the same validator.
+	ValidatorFingerprint string `protobuf:"bytes,5,opt,name=validator_fingerprint,json=validatorFingerprint,proto3" json:"validator_fingerprint,omitempty"`
+	// The fingerprint of the sandbox runtime the imports were checked against
+	// (codecache.RuntimeFingerprint); empty when unknown.
+	RuntimeFingerprint string `protobuf:"bytes,6,opt,name=runtime_fingerprint,json=runtimeFingerprint,proto3" json:"runtime_fingerprint,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CodeValidated) Reset() {
@@ -1697,6 +1705,20 @@ func (x *CodeValidated) GetFindings() []*Finding {
 		return x.Findings
 	}
 	return nil
+}
+
+func (x *CodeValidated) GetValidatorFingerprint() string {
+	if x != nil {
+		return x.ValidatorFingerprint
+	}
+	return ""
+}
+
+func (x *CodeValidated) GetRuntimeFingerprint() string {
+	if x != nil {
+		return x.RuntimeFingerprint
+	}
+	return ""
 }
 
 // ValidateOutput: type io.nova.agent.output.validate.v1 on nova.cmd.output-validator.
@@ -2034,12 +2056,14 @@ const file_nova_v1_agents_proto_rawDesc = "" +
 	"\aFinding\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04line\x18\x03 \x01(\x05R\x04line\"\xa8\x01\n" +
+	"\x04line\x18\x03 \x01(\x05R\x04line\"\x8e\x02\n" +
 	"\rCodeValidated\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\v2\x15.nova.v1.AgentOutcomeR\aoutcome\x12\x14\n" +
 	"\x05valid\x18\x03 \x01(\bR\x05valid\x12,\n" +
-	"\bfindings\x18\x04 \x03(\v2\x10.nova.v1.FindingR\bfindings\"\xbe\x02\n" +
+	"\bfindings\x18\x04 \x03(\v2\x10.nova.v1.FindingR\bfindings\x123\n" +
+	"\x15validator_fingerprint\x18\x05 \x01(\tR\x14validatorFingerprint\x12/\n" +
+	"\x13runtime_fingerprint\x18\x06 \x01(\tR\x12runtimeFingerprint\"\xbe\x02\n" +
 	"\x0eValidateOutput\x12\"\n" +
 	"\x03ref\x18\x01 \x01(\v2\x10.nova.v1.StepRefR\x03ref\x12%\n" +
 	"\x04spec\x18\x02 \x01(\v2\x11.nova.v1.TaskSpecR\x04spec\x129\n" +

@@ -255,7 +255,14 @@ type AIRun struct {
 	CachedKey string `protobuf:"bytes,29,opt,name=cached_key,json=cachedKey,proto3" json:"cached_key,omitempty"`
 	// The semantic group of cache_key (codecache.Group); empty when the
 	// semantic level is off.
-	CacheGroup    string `protobuf:"bytes,30,opt,name=cache_group,json=cacheGroup,proto3" json:"cache_group,omitempty"`
+	CacheGroup string `protobuf:"bytes,30,opt,name=cache_group,json=cacheGroup,proto3" json:"cache_group,omitempty"`
+	// The fingerprint of the code validator that passed the current task code
+	// with every check, against the runtime of cache_key; kept with the code
+	// in the cache so a later hit can reuse the verdict. Empty when none did.
+	ValidatorFingerprint string `protobuf:"bytes,31,opt,name=validator_fingerprint,json=validatorFingerprint,proto3" json:"validator_fingerprint,omitempty"`
+	// A hit reused its entry's verdict instead of sending the code to the
+	// validator (the validator's fingerprint was the same).
+	VerdictReused bool `protobuf:"varint,32,opt,name=verdict_reused,json=verdictReused,proto3" json:"verdict_reused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +498,20 @@ func (x *AIRun) GetCacheGroup() string {
 		return x.CacheGroup
 	}
 	return ""
+}
+
+func (x *AIRun) GetValidatorFingerprint() string {
+	if x != nil {
+		return x.ValidatorFingerprint
+	}
+	return ""
+}
+
+func (x *AIRun) GetVerdictReused() bool {
+	if x != nil {
+		return x.VerdictReused
+	}
+	return false
 }
 
 // AIStep is what the engine keeps of one agent step for ai_metadata.
@@ -756,7 +777,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xc9\b\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xa5\t\n" +
 	"\x05AIRun\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
@@ -793,7 +814,9 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"cached_key\x18\x1d \x01(\tR\tcachedKey\x12\x1f\n" +
 	"\vcache_group\x18\x1e \x01(\tR\n" +
-	"cacheGroupJ\x04\b\x06\x10\a\"\xfa\x01\n" +
+	"cacheGroup\x123\n" +
+	"\x15validator_fingerprint\x18\x1f \x01(\tR\x14validatorFingerprint\x12%\n" +
+	"\x0everdict_reused\x18  \x01(\bR\rverdictReusedJ\x04\b\x06\x10\a\"\xfa\x01\n" +
 	"\x06AIStep\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1b\n" +
 	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x18\n" +

@@ -10,7 +10,13 @@
 // The checks are Python's own parser and compiler (ast, compile) driven by
 // an embedded script in a short-lived python3 process (about 20 ms); its
 // answers are remembered (Memo), so code checked again against the same
-// input, as a code-cache hit's is, costs no process.
+// input costs no process.
+//
+// At start it publishes its fingerprint (validatorinfo: the checker, the
+// Go checks' build, the interpreter, the forbidden list and the prelude),
+// and every complete verdict names it, so the graph engine can keep a
+// cached code's verdict and reuse it on a hit while this same validator is
+// deployed.
 package validator
 
 import (
@@ -19,6 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -27,7 +36,9 @@ import (
 
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/validatorinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -50,6 +61,8 @@ type Deps struct {
 	// Forbidden and Prelude replace DefaultForbidden and DefaultPrelude when not nil.
 	Forbidden []string
 	Prelude   []string
+	// Replicas of the fingerprint's bucket when it is created.
+	Replicas int
 }
 
 // Validator checks programs.
@@ -57,6 +70,9 @@ type Validator struct {
 	d    Deps
 	log  *slog.Logger
 	memo *Memo
+	// fingerprint names this validator in complete verdicts; empty until
+	// Run computed it, or when it could not.
+	fingerprint string
 }
 
 // New builds a Validator.
@@ -78,6 +94,14 @@ func Run(ctx context.Context, d Deps) error {
 			"err", err)
 	} else {
 		v.log.Info("sandbox runtime description loaded", "python", info.Python, "modules", len(info.Modules))
+	}
+	if fp, err := v.Fingerprint(ctx); err != nil {
+		v.log.Warn("validator fingerprint unknown; cached code is validated on every hit", "err", err)
+	} else if err := validatorinfo.Publish(ctx, d.Bus.JetStream(), fp, d.Replicas); err != nil {
+		v.log.Warn("validator fingerprint not published; cached code is validated on every hit", "err", err)
+	} else {
+		v.fingerprint = fp
+		v.log.Info("validator fingerprint published", "fingerprint", fp)
 	}
 	spec := agent.Spec{
 		Name:        bus.AgentCodeValidator,
@@ -144,8 +168,39 @@ func (v *Validator) Validate(ctx context.Context, cmd *novav1.ValidateCode) (*no
 		res.Findings = append(res.Findings, &novav1.Finding{Rule: f.Rule, Message: f.Message, Line: int32(f.Line)})
 		rules = append(rules, f.Rule)
 	}
+	if info != nil {
+		// Every check ran: a verdict another hit of this code may reuse.
+		res.ValidatorFingerprint, res.RuntimeFingerprint = v.fingerprint, codecache.RuntimeFingerprint(info)
+	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Bool("code.valid", res.Valid), attribute.StringSlice("code.findings", rules))
 	v.log.InfoContext(ctx, "code validated", "step", cmd.GetRef().GetStepId(), "valid", res.Valid, "findings", rules,
 		"runtime_known", info != nil)
 	return res, nil
+}
+
+// fingerprintVersion changes when what a verdict means changes in a way the
+// build's digest cannot show (never so far).
+const fingerprintVersion = "1"
+
+// Fingerprint names this validator: everything its verdict depends on
+// besides the command (the build, which holds the Go checks and the
+// embedded checker, the interpreter's version, the forbidden list and the
+// prelude). It runs the interpreter once.
+func (v *Validator) Fingerprint(ctx context.Context) (string, error) {
+	python := cmp.Or(v.d.Python, DefaultPython)
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, python, "-c", "import sys; print(sys.version)").Output()
+	if err != nil {
+		return "", fmt.Errorf("ask %s its version: %w", python, err)
+	}
+	forbidden, prelude := v.d.Forbidden, v.d.Prelude
+	if forbidden == nil {
+		forbidden = DefaultForbidden
+	}
+	if prelude == nil {
+		prelude = DefaultPrelude
+	}
+	return validatorinfo.Fingerprint(fingerprintVersion, checkerScript, python, strings.TrimSpace(string(out)),
+		strings.Join(forbidden, ","), strings.Join(prelude, ","), strconv.Itoa(MaxCodeBytes))
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -15,6 +16,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/outputcheck"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -41,6 +43,13 @@ const (
 	// The engine's own steps around the code cache.
 	phaseCacheLookup = "cache_lookup"
 	phaseCacheEvict  = "cache_evict"
+	// phaseVerdictReuse: a hit's code_validation step that reuses the
+	// verdict its entry keeps, of the same validator (validatorinfo);
+	// phaseOutputCheck: a rules-only hit's output_validation step, the
+	// deterministic checks (outputcheck) run in the engine. Neither is a
+	// trip over the bus.
+	phaseVerdictReuse = "verdict_reuse"
+	phaseOutputCheck  = "output_check"
 
 	stageAnalysis = "ANALYSIS"
 	stageTask     = "TASK"
@@ -63,6 +72,8 @@ var stepNames = map[string][2]string{
 	phaseOutputValidate:   {"output_validation", bus.AgentOutputValidator},
 	phaseCacheLookup:      {"cache_lookup", bus.AgentGraphEngine},
 	phaseCacheEvict:       {"cache_eviction", bus.AgentGraphEngine},
+	phaseVerdictReuse:     {"code_validation", bus.AgentGraphEngine},
+	phaseOutputCheck:      {"output_validation", bus.AgentGraphEngine},
 }
 
 func (t *transition) startAI(node *novav1.Node) {
@@ -78,9 +89,8 @@ func (t *transition) startAI(node *novav1.Node) {
 	t.aiNext(node, phaseInputAnalysis)
 }
 
-// runCached looks the node's task up in the code cache and, on a hit, sends
-// the cached code to the code validator, skipping input analysis and
-// generation. After an exact miss the semantic level, when on, looks for
+// runCached looks the node's task up in the code cache and, on a hit, runs
+// the cached code (useCached), skipping input analysis and generation. After an exact miss the semantic level, when on, looks for
 // the code of a similar task in the same group. The cache is used only for
 // Python (the runtime with a published fingerprint) and when the node or
 // workflow does not opt out.
@@ -115,7 +125,9 @@ func (t *transition) runCached(node *novav1.Node) bool {
 }
 
 // useCached runs entry's code: found by the task's own key, or by the
-// semantic level (sem).
+// semantic level (sem). The code goes to the sandbox at once when the entry
+// keeps a verdict of the deployed code validator (reuseVerdict), else to the
+// validator first.
 func (t *transition) useCached(node *novav1.Node, entry *codecache.Entry, sem *semanticResult) {
 	ai := t.st.Ai
 	ai.CacheHit, ai.CacheMatch, ai.CachedFromExecution, ai.CachedFromNode = true, matchExact, entry.Execution, entry.Node
@@ -140,7 +152,34 @@ func (t *transition) useCached(node *novav1.Node, entry *codecache.Entry, sem *s
 	t.cacheFx.hit(ai.CacheMatch)
 	ref := t.aiRef(node, phaseCacheLookup)
 	t.aiStep(node, ref, outcome, entry.Code, input, output, nil)
+	if t.reuseVerdict(node, entry) {
+		return
+	}
 	t.aiNext(node, phaseValidate)
+}
+
+// reuseVerdict records, as the hit's code_validation step, the verdict its
+// entry keeps, when that verdict is the deployed validator's (the same
+// fingerprint) on this runtime, and sends the code to the sandbox. The
+// validator's answer is a function of the code, the node's type and
+// decision values, the context's keys and the runtime, all of which the
+// cache key (or a semantic group) covers, and of the validator itself,
+// which the fingerprint names; so the same validator would say the same.
+func (t *transition) reuseVerdict(node *novav1.Node, entry *codecache.Entry) bool {
+	v := entry.Verdict
+	if v == nil || t.validator == "" || v.Validator != t.validator || entry.Runtime != t.runtime || v.Code != codecache.CodeDigest(entry.Code) {
+		return false
+	}
+	ai := t.st.Ai
+	ai.ValidatorFingerprint, ai.VerdictReused = v.Validator, true
+	ref := t.aiRef(node, phaseVerdictReuse)
+	t.aiStep(node, ref, &novav1.AgentOutcome{Status: nodeSuccess}, ai.Code, map[string]any{"stage": stageTask},
+		map[string]any{"valid": true, "findings": []any{}, "verdict_reused": true,
+			"reason":                 "verdict of the same validator on the same code, reused",
+			"validator_fingerprint":  v.Validator,
+			"verdict_from_execution": v.Execution}, nil)
+	t.aiNext(node, phaseExecute)
+	return true
 }
 
 // semanticMiss records what the semantic level compared, and the
@@ -190,6 +229,7 @@ func (t *transition) evictCached(node *novav1.Node, phase, msg string) {
 			"cached_from_execution": ai.CachedFromExecution}, nil)
 	ai.CacheHit, ai.CacheEvicted = false, true
 	ai.CacheMatch, ai.CacheSimilarity, ai.CachedKey = "", 0, ""
+	ai.ValidatorFingerprint, ai.VerdictReused = "", false
 	ai.Code, ai.Stage, ai.Execution, ai.StagesUsed = "", "", nil, 0
 	t.nodeState(node.Id).Attempts = 0
 	t.aiNext(node, phaseInputAnalysis)
@@ -206,6 +246,8 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 	if ai.CacheHit {
 		if ai.CacheMatch == matchSemantic {
 			t.cacheSemanticHit(node)
+		} else if !ai.VerdictReused && ai.ValidatorFingerprint != "" {
+			t.cacheVerdict()
 		}
 		return
 	}
@@ -215,6 +257,7 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 	if ai.StagesUsed == 2 && ai.DataInsights != nil {
 		entry.AnalysisCode = ai.AnalysisCode
 	}
+	entry.Verdict = t.verdict()
 	for _, s := range ai.Steps {
 		if s.Agent == bus.AgentGraphEngine {
 			continue // the lookup's embeddings call is not what producing the code cost
@@ -245,7 +288,35 @@ func (t *transition) cacheSemanticHit(node *novav1.Node) {
 	entry.Workflow, entry.NodeType, entry.Embedding = t.st.Definition.GetName(), nodeTypeName(node), nil
 	entry.SemanticOrigin = &codecache.SemanticOrigin{Key: ai.CachedKey, Task: src.Task, Similarity: ai.CacheSimilarity,
 		Execution: t.st.ExecutionId}
+	if v := t.verdict(); v != nil {
+		entry.Verdict = v
+	}
 	t.cachePut(ai.CacheKey, &entry)
+}
+
+// cacheVerdict keeps, in the entry of an exact hit whose code the
+// validator passed again (its entry had no verdict of the deployed
+// validator), that verdict, so the next hit reuses it.
+func (t *transition) cacheVerdict() {
+	ai := t.st.Ai
+	src := t.lookup(ai.CacheKey)
+	if src == nil || src.Code != ai.Code {
+		return
+	}
+	entry := *src
+	entry.Verdict = t.verdict()
+	t.cachePut(ai.CacheKey, &entry)
+}
+
+// verdict is the code validator's pass of the current task code, to keep
+// with it in the cache; nil when no complete check on this runtime passed it.
+func (t *transition) verdict() *codecache.Verdict {
+	ai := t.st.Ai
+	if ai.ValidatorFingerprint == "" {
+		return nil
+	}
+	return &codecache.Verdict{Validator: ai.ValidatorFingerprint, Code: codecache.CodeDigest(ai.Code), Execution: t.st.ExecutionId,
+		At: t.now.UTC()}
 }
 
 func (t *transition) cachePut(key string, entry *codecache.Entry) {
@@ -341,7 +412,7 @@ func (t *transition) generate(node *novav1.Node) {
 		return
 	}
 	ai.Attempt++
-	ai.Code, ai.Execution = "", nil
+	ai.Code, ai.Execution, ai.ValidatorFingerprint = "", nil, ""
 	t.nodeState(node.Id).Attempts = ai.Attempt
 	t.aiNext(node, phaseGenerate)
 }
@@ -541,6 +612,9 @@ func (t *transition) codeValidated(r *novav1.CodeValidated) error {
 	case phase == phaseAnalysisValidate:
 		t.skipAnalysis(node, "analysis code did not pass validation: "+reason)
 	case valid:
+		if r.ValidatorFingerprint != "" && r.RuntimeFingerprint == t.runtime {
+			ai.ValidatorFingerprint = r.ValidatorFingerprint
+		}
 		t.aiNext(node, phaseExecute)
 	default:
 		t.attemptFailed(node, "validation", "static checks failed:\n"+reason)
@@ -596,34 +670,61 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 		return nil
 	}
 	ai.Execution = r
+	if ai.CacheHit && workflow.CacheValidate(t.st.Definition, node) != workflow.CacheValidateModel {
+		t.checkOutput(node)
+		return nil
+	}
 	t.aiNext(node, phaseOutputValidate)
 	return nil
+}
+
+// checkOutput runs a rules-only hit's output checks (cache_validate: rules)
+// here: the same deterministic checks the output validator runs
+// (outputcheck), without the trip to it.
+func (t *transition) checkOutput(node *novav1.Node) {
+	ai := t.st.Ai
+	ref := t.aiRef(node, phaseOutputCheck)
+	start := time.Now()
+	findings := outputcheck.Run(t.taskSpec(node), ai.Execution.GetContextUpdates(), ai.Execution.DeletedKeys)
+	r := &novav1.OutputValidated{Ref: ref, Outcome: &novav1.AgentOutcome{Status: nodeSuccess}, Valid: len(findings) == 0,
+		Reason: "the deterministic checks passed; no model consulted (cached code, cache_validate: rules)"}
+	if !r.Valid {
+		r.Reason, r.FailedChecks = outputcheck.Reason(findings), outputcheck.Checks(findings)
+	}
+	r.Outcome.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+	t.outputChecked(node, r, bus.AgentGraphEngine)
 }
 
 func (t *transition) outputValidated(r *novav1.OutputValidated) error {
 	if err := t.checkAI(r.Ref); err != nil {
 		return err
 	}
-	node, ai := t.aiNode(r.Ref), t.st.Ai
+	t.outputChecked(t.aiNode(r.Ref), r, bus.AgentOutputValidator)
+	return nil
+}
+
+// outputChecked takes the output checks' verdict, from the output
+// validator or run here (checkedIn names which).
+func (t *transition) outputChecked(node *novav1.Node, r *novav1.OutputValidated, checkedIn string) {
+	ai := t.st.Ai
 	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
 		map[string]any{"valid": r.Valid, "reason": r.Reason, "failed_checks": stringsToAny(r.FailedChecks),
-			"model_consulted": r.ModelConsulted}, nil)
+			"model_consulted": r.ModelConsulted, "checked_in": checkedIn}, nil)
 	if t.budgetStopped(node, r.Outcome) {
-		return nil
+		return
 	}
 	if r.GetOutcome().GetStatus() == "error" {
 		t.attemptFailed(node, "output_validation", "the output validator failed: "+r.Outcome.Error)
-		return nil
+		return
 	}
 	if !r.Valid {
 		t.attemptFailed(node, "output_validation", r.Reason)
-		return nil
+		return
 	}
 	exec := ai.Execution
 	t.cacheAccepted(node)
 	t.merge(exec)
 	t.route(node, t.nodeState(node.Id), exec)
-	return nil
 }
 
 // checkAI is checkPending for agent results, which must also find an AI run.

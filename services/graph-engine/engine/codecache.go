@@ -17,6 +17,7 @@ import (
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/validatorinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -45,7 +46,9 @@ type codeCache struct {
 	kv      jetstream.KeyValue
 	runtime *runtimeinfo.Cache
 	// semantic is nil when the semantic level is off.
-	semantic                *semanticLevel
+	semantic *semanticLevel
+	// validators follows the deployed code validator's fingerprint.
+	validators              *validatorinfo.Follower
 	hits, misses, evictions metric.Int64Counter
 }
 
@@ -75,12 +78,16 @@ func openCodeCache(ctx context.Context, js jetstream.JetStream, cfg Config, deps
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", codecache.Bucket, err)
 	}
+	validators, err := validatorinfo.Declare(ctx, js, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
 	mp := deps.MeterProvider
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/novaflow/nova/services/graph-engine/engine")
-	c := &codeCache{kv: kv, runtime: runtimeinfo.NewCache(js)}
+	c := &codeCache{kv: kv, runtime: runtimeinfo.NewCache(js), validators: validatorinfo.NewFollower(validators)}
 	if cfg.Semantic.Enabled {
 		if err := cfg.Semantic.Validate(); err != nil {
 			return nil, err
@@ -171,6 +178,7 @@ func (e *Engine) bindCache(ctx context.Context, t *transition, memo embedMemo) {
 		return
 	}
 	t.runtime = codecache.RuntimeFingerprint(info)
+	t.validator = e.codeCache.validators.Current()
 	t.lookup = func(key string) *codecache.Entry {
 		entry, err := e.codeCache.kv.Get(ctx, key)
 		if err != nil {

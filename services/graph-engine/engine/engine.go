@@ -217,6 +217,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		h := handlers[i]
 		g.Go(func() error { return e.bus.Consume(ctx, c, h) })
 	}
+	if e.codeCache != nil {
+		g.Go(func() error { return e.codeCache.validators.Run(ctx) })
+	}
 	return g.Wait()
 }
 

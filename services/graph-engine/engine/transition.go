@@ -67,6 +67,9 @@ type transition struct {
 	// fingerprint; both unset when the cache cannot be used.
 	lookup  func(key string) *codecache.Entry
 	runtime string
+	// validator is the deployed code validator's fingerprint, "" when
+	// unknown: a hit then sends its code to the validator.
+	validator string
 	// semantic looks a task up by its embedding after an exact miss, with
 	// semanticModel; unset when the semantic level is off.
 	semantic      func(semanticQuery) semanticResult

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/novaflow/nova/pkg/codecache"
+	"github.com/novaflow/nova/pkg/validatorinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -17,6 +20,9 @@ import (
 func TestCodeCache(t *testing.T) {
 	e := startAIEnvFile(t, demoRules)
 	e.waitRuntimeDocs() // the runtime's fingerprint is part of the key
+	// The stack's code validator looks for the runtime every 100 ms until it
+	// has it; its verdicts are kept in the cache only once it checks imports.
+	time.Sleep(200 * time.Millisecond)
 	def := parseAI(t, discountWorkflow)
 
 	// runDiscount runs def and returns the discount node's ai_metadata and
@@ -60,8 +66,75 @@ func TestCodeCache(t *testing.T) {
 		}
 		n := nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
 		checkSteps(t, n, "cache_lookup@0", "code_validation@0", "code_execution@0", "output_validation@0")
-		if v := stepsNamed(n, "output_validation"); len(v) != 1 || v[0].OutputData["model_consulted"] != false {
-			t.Errorf("output validation of cached code: %+v, want the rules only", v)
+		if v := stepsNamed(n, "output_validation"); len(v) != 1 || v[0].OutputData["model_consulted"] != false ||
+			v[0].AgentName != "graph-engine" || v[0].OutputData["checked_in"] != "graph-engine" || v[0].Status != "success" {
+			t.Errorf("output validation of cached code: %+v, want the rules only, run in the engine", v)
+		}
+		// The entry keeps the validator's verdict from the first run: the
+		// hit reuses it rather than sending the code to the validator.
+		if v := stepsNamed(n, "code_validation"); len(v) != 1 || v[0].AgentName != "graph-engine" || v[0].OutputData["valid"] != true ||
+			v[0].OutputData["verdict_reused"] != true || v[0].OutputData["validator_fingerprint"] != e.validatorFingerprint() ||
+			v[0].OutputData["verdict_from_execution"] != wc1.ExecutionId {
+			t.Errorf("code validation of cached code: %+v, want the verdict of the deployed validator, reused", v)
+		}
+	})
+
+	t.Run("a verdict of another validator is not reused", func(t *testing.T) {
+		// As after the validator changed: the entry's verdict names a
+		// fingerprint that is no longer published.
+		e.editCacheEntry(t, key, func(c *codecache.Entry) { c.Verdict.Validator = "cv-an-older-validator" })
+		_, calls, wc := runDiscount(t, def, map[string]any{"total": 1200})
+		if len(calls) != 0 {
+			t.Errorf("model requests %v, want none", calls)
+		}
+		n := nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
+		checkSteps(t, n, "cache_lookup@0", "code_validation@0", "code_execution@0", "output_validation@0")
+		if v := stepsNamed(n, "code_validation"); len(v) != 1 || v[0].AgentName != "code-validator" || v[0].OutputData["valid"] != true ||
+			v[0].OutputData["verdict_reused"] != nil {
+			t.Errorf("code validation: %+v, want the code validator's", v)
+		}
+		// Its new verdict is kept, so the next hit reuses it.
+		if c := e.cacheEntry(t, key); c.Verdict == nil || c.Verdict.Validator != e.validatorFingerprint() || c.Verdict.Execution != wc.ExecutionId {
+			t.Errorf("entry's verdict after the validator passed the code again: %+v", c.Verdict)
+		}
+		_, _, wc = runDiscount(t, def, map[string]any{"total": 1300})
+		n = nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
+		if v := stepsNamed(n, "code_validation"); len(v) != 1 || v[0].OutputData["verdict_reused"] != true {
+			t.Errorf("code validation of the next hit: %+v, want the kept verdict reused", v)
+		}
+	})
+
+	t.Run("cached code that fails the output rules is evicted", func(t *testing.T) {
+		// Code that passes the validator (its verdict is current) and runs,
+		// but stores None: the engine's deterministic checks refuse it.
+		bad := "# STAGE: TASK\ncontext['final_total'] = None\n"
+		e.editCacheEntry(t, key, func(c *codecache.Entry) {
+			c.Code = bad
+			c.Verdict.Code = codecache.CodeDigest(bad)
+		})
+		meta, calls, wc := runDiscount(t, def, map[string]any{"total": 1500})
+		if meta["cache_hit"] != false || meta["cache_evicted"] != true || calls[codeGenerator] != 1 {
+			t.Errorf("cache_hit %v, cache_evicted %v, model requests %v", meta["cache_hit"], meta["cache_evicted"], calls)
+		}
+		if out := ctxMap(wc.Context); out["final_total"] != 1350.0 {
+			t.Errorf("final_total %v", out["final_total"])
+		}
+		n := nodeDoc(t, e.chain(wc.ExecutionId), "discount", 1)
+		checkSteps(t, n, "cache_lookup@0", "code_validation@0", "code_execution@0", "output_validation@0", "cache_eviction@0",
+			"input_analysis@0", "code_generation@1", "code_validation@1", "code_execution@1", "output_validation@1")
+		v := stepsNamed(n, "output_validation")
+		if len(v) != 2 || v[0].OutputData["valid"] != false || v[0].AgentName != "graph-engine" || fmt.Sprint(v[0].OutputData["failed_checks"]) != "[none_result]" ||
+			v[1].AgentName != "output-validator" || v[1].Status != "success" {
+			t.Errorf("output_validation steps %+v", v)
+		}
+		if ev := stepsNamed(n, "cache_eviction"); len(ev) != 1 || !strings.Contains(ev[0].ErrorMessage, "cached code failed output_validation") {
+			t.Errorf("cache_eviction step %+v", ev)
+		}
+		if len(withText(e.modelRequests(codeGenerator), "set to None")) != 1 {
+			t.Error("the code generator was not told how the cached code failed")
+		}
+		if c := e.cacheEntry(t, key); c.Code == bad || c.Execution != wc.ExecutionId || c.Verdict == nil || c.Verdict.Code != codecache.CodeDigest(c.Code) {
+			t.Errorf("entry after eviction %+v", c)
 		}
 	})
 
@@ -101,21 +174,10 @@ func TestCodeCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entry, err := kv.Get(e.ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cached, err := codecache.Decode(entry.Value())
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Code the validator passes and the sandbox fails: the eviction comes
-		// from the run.
-		cached.Code = "# STAGE: TASK\nraise ValueError('stale cached code')\n"
-		data, _ := cached.Encode()
-		if _, err := kv.Put(e.ctx, key, data); err != nil {
-			t.Fatal(err)
-		}
+		// from the run. The entry's verdict was of the code replaced, so
+		// the validator checks this one.
+		e.editCacheEntry(t, key, func(c *codecache.Entry) { c.Code = "# STAGE: TASK\nraise ValueError('stale cached code')\n" })
 		meta, calls, wc := runDiscount(t, def, map[string]any{"total": 1500})
 		if meta["cache_hit"] != false || meta["cache_evicted"] != true || calls[codeGenerator] != 1 {
 			t.Errorf("cache_hit %v, cache_evicted %v, model requests %v", meta["cache_hit"], meta["cache_evicted"], calls)
@@ -133,7 +195,7 @@ func TestCodeCache(t *testing.T) {
 			t.Error("the code generator was not told how the cached code failed")
 		}
 		// The pipeline's accepted code replaced the evicted entry.
-		entry, err = kv.Get(e.ctx, key)
+		entry, err := kv.Get(e.ctx, key)
 		if err != nil {
 			t.Fatalf("no entry after the pipeline accepted code: %v", err)
 		}
@@ -142,4 +204,50 @@ func TestCodeCache(t *testing.T) {
 			t.Errorf("entry after eviction %+v", again)
 		}
 	})
+}
+
+// cacheEntry reads the code cache's entry of key.
+func (e *env) cacheEntry(t *testing.T, key string) *codecache.Entry {
+	t.Helper()
+	kv, err := e.bus.JetStream().KeyValue(e.ctx, codecache.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(e.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := codecache.Decode(entry.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// editCacheEntry changes the code cache's entry of key.
+func (e *env) editCacheEntry(t *testing.T, key string, edit func(*codecache.Entry)) {
+	t.Helper()
+	c := e.cacheEntry(t, key)
+	if c.Verdict == nil {
+		t.Fatalf("entry %s keeps no validator verdict", key)
+	}
+	edit(c)
+	data, _ := c.Encode()
+	kv, _ := e.bus.JetStream().KeyValue(e.ctx, codecache.Bucket)
+	if _, err := kv.Put(e.ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// validatorFingerprint is the code validator's published fingerprint.
+func (e *env) validatorFingerprint() string {
+	kv, err := e.bus.JetStream().KeyValue(e.ctx, validatorinfo.Bucket)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	entry, err := kv.Get(e.ctx, validatorinfo.Key)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	return string(entry.Value())
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
+	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/telemetry"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -459,7 +460,12 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 			cleanup()
 			return nil, err
 		}
-		deps := validator.Deps{Bus: b, Logger: log, TracerProvider: tel.TracerProvider}
+		// The sandbox starts beside it and publishes its runtime within a
+		// second: looked for often until then, so that the first verdicts
+		// are complete ones a cache hit can reuse.
+		runtime := runtimeinfo.NewCache(b.JetStream())
+		runtime.RetryMissing = 100 * time.Millisecond
+		deps := validator.Deps{Bus: b, Logger: log, TracerProvider: tel.TracerProvider, Replicas: s.opts.Replicas, Runtime: runtime}
 		run = func(ctx context.Context) error { return validator.Run(ctx, deps) }
 	case InputAnalyzer, CodeGenerator, OutputValidator:
 		client, err := s.llmClient(name, tel)

@@ -28,6 +28,7 @@ import (
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/llm"
+	"github.com/novaflow/nova/pkg/outputcheck"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -91,13 +92,8 @@ func (v *Validator) Validate(ctx context.Context, cmd *novav1.ValidateOutput) (*
 	res := &novav1.OutputValidated{Ref: cmd.GetRef(), Outcome: &novav1.AgentOutcome{Status: "success"}}
 	defer func() { res.Outcome.DurationMs = float64(time.Since(start).Microseconds()) / 1000 }()
 
-	if findings := deterministic(cmd.GetSpec(), cmd.GetUpdates(), cmd.GetDeletedKeys()); len(findings) > 0 {
-		reasons := make([]string, len(findings))
-		for i, f := range findings {
-			res.FailedChecks = append(res.FailedChecks, f.check)
-			reasons[i] = f.check + ": " + f.reason
-		}
-		res.Reason = strings.Join(reasons, "\n")
+	if findings := outputcheck.Run(cmd.GetSpec(), cmd.GetUpdates(), cmd.GetDeletedKeys()); len(findings) > 0 {
+		res.FailedChecks, res.Reason = outputcheck.Checks(findings), outputcheck.Reason(findings)
 		return res, nil
 	}
 

@@ -92,3 +92,11 @@ func scrubber(contexts ...map[string]any) func(string) string {
 		})
 	}
 }
+
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

@@ -1,4 +1,11 @@
-package outputvalidator
+// Package outputcheck holds the deterministic checks of an AI node's
+// output: the code produced updates, they are JSON data, no error text or
+// None is passed off as a result, a decision's value matches an edge. They
+// are pure functions of the updates and the task, so the output validator
+// runs them before asking its model, and the graph engine runs them
+// in-process on a code-cache hit whose output check is rules-only
+// (cache_validate: rules), which saves that hit a trip over the bus.
+package outputcheck
 
 import (
 	"fmt"
@@ -32,11 +39,11 @@ const (
 	maxErrorTextScanDepth = 4
 )
 
-// finding is a failed deterministic check with a reason the code generator
+// Finding is a failed deterministic check with a reason the code generator
 // can act on.
-type finding struct {
-	check  string
-	reason string
+type Finding struct {
+	Check  string
+	Reason string
 }
 
 var (
@@ -50,23 +57,24 @@ var (
 	objectReprRe = regexp.MustCompile(`^<[\w.]+ object at 0x[0-9a-fA-F]+>$`)
 )
 
-// deterministic runs every check and returns the failed ones in order.
-func deterministic(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []string) []finding {
-	var out []finding
+// Run runs every check on a run's updates and deleted keys and returns the
+// failed ones in order; none means the output passed.
+func Run(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []string) []Finding {
+	var out []Finding
 	parsed, err := jsonvalue.FromProto(raw)
 	if err != nil {
-		return []finding{{CheckNotSerializable, "the context updates are not JSON data (" + err.Error() +
+		return []Finding{{CheckNotSerializable, "the context updates are not JSON data (" + err.Error() +
 			"); store plain strings, numbers, booleans, lists and dicts"}}
 	}
 	updates, err := parsed.Decoded()
 	if err != nil {
-		return []finding{{CheckNotSerializable, "the context updates are not JSON data (" + err.Error() +
+		return []Finding{{CheckNotSerializable, "the context updates are not JSON data (" + err.Error() +
 			"); store plain strings, numbers, booleans, lists and dicts"}}
 	}
 	keys := sortedKeys(updates)
 
 	if len(updates) == 0 && len(deleted) == 0 {
-		out = append(out, finding{CheckNoUpdates,
+		out = append(out, Finding{CheckNoUpdates,
 			"the task code produced no context updates and deleted no keys: store the results in context (for example context['result'] = value) so the workflow can use them"})
 	}
 
@@ -80,7 +88,7 @@ func deterministic(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []strin
 		}
 	}
 	if len(unserializable) > 0 {
-		out = append(out, finding{CheckNotSerializable, "values are not JSON data: " + joinLimited(unserializable) +
+		out = append(out, Finding{CheckNotSerializable, "values are not JSON data: " + joinLimited(unserializable) +
 			"; store plain strings, numbers, booleans, lists and dicts (extract the fields you need from objects)"})
 	}
 
@@ -92,7 +100,7 @@ func deterministic(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []strin
 		errorTexts = append(errorTexts, findErrorText(fmt.Sprintf("context[%q]", k), updates[k], 0)...)
 	}
 	if len(errorTexts) > 0 {
-		out = append(out, finding{CheckErrorText, "error text was stored as a result: " + joinLimited(errorTexts) +
+		out = append(out, Finding{CheckErrorText, "error text was stored as a result: " + joinLimited(errorTexts) +
 			"; fix the cause of the error instead of storing its message as the value"})
 	}
 
@@ -103,7 +111,7 @@ func deterministic(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []strin
 		}
 	}
 	if len(nones) > 0 {
-		out = append(out, finding{CheckNoneResult, joinLimited(nones) +
+		out = append(out, Finding{CheckNoneResult, joinLimited(nones) +
 			" set to None: a missing result passed off as a value; compute the value (check why it came out None, e.g. a regex or lookup that found nothing), or use `del context[key]` if removing the key is what the task asks"})
 	}
 
@@ -115,7 +123,7 @@ func deterministic(spec *novav1.TaskSpec, raw *novav1.JSONValue, deleted []strin
 	return out
 }
 
-func checkDecision(allowed []string, updates map[string]any) (finding, bool) {
+func checkDecision(allowed []string, updates map[string]any) (Finding, bool) {
 	quoted := make([]string, len(allowed))
 	for i, a := range allowed {
 		quoted[i] = strconv.Quote(a)
@@ -127,16 +135,16 @@ func checkDecision(allowed []string, updates map[string]any) (finding, bool) {
 		if len(allowed) > 0 {
 			reason += " to one of: " + list
 		}
-		return finding{CheckDecisionValue, reason}, false
+		return Finding{CheckDecisionValue, reason}, false
 	}
 	s, ok := workflow.DecisionString(v)
 	if !ok {
-		return finding{CheckDecisionValue, fmt.Sprintf("context['branch_decision'] is a %s; it must be one of: %s", jsonType(v), list)}, false
+		return Finding{CheckDecisionValue, fmt.Sprintf("context['branch_decision'] is a %s; it must be one of: %s", jsonType(v), list)}, false
 	}
 	if len(allowed) > 0 && !slices.Contains(allowed, s) {
-		return finding{CheckDecisionValue, fmt.Sprintf("context['branch_decision'] is %q, which matches no outgoing edge; it must be exactly one of: %s", s, list)}, false
+		return Finding{CheckDecisionValue, fmt.Sprintf("context['branch_decision'] is %q, which matches no outgoing edge; it must be exactly one of: %s", s, list)}, false
 	}
-	return finding{}, true
+	return Finding{}, true
 }
 
 // notJSON says why v (decoded JSON) is not plain data, or "". NaN and
@@ -198,6 +206,24 @@ func findErrorText(path string, v any, depth int) []string {
 // succeeded anyway is the model's judgement.
 func skipErrorScan(key string) bool {
 	return redact.IsSecretKey(key) || strings.Contains(strings.ToLower(key), "error")
+}
+
+// Reason is the findings' reasons, one line per check, each led by its id.
+func Reason(findings []Finding) string {
+	lines := make([]string, len(findings))
+	for i, f := range findings {
+		lines[i] = f.Check + ": " + f.Reason
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Checks are the findings' check ids, in order.
+func Checks(findings []Finding) []string {
+	ids := make([]string, len(findings))
+	for i, f := range findings {
+		ids[i] = f.Check
+	}
+	return ids
 }
 
 func jsonType(v any) string {
