@@ -76,6 +76,9 @@ func BudgetRefused(outcome *novav1.AgentOutcome, err error) bool {
 func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, spec Spec,
 	newCmd func() C, handle func(context.Context, C) (proto.Message, error)) error {
 	if err := b.EnsureStreams(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while it started: a clean stop
+		}
 		return err
 	}
 	if tp == nil {

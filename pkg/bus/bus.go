@@ -212,6 +212,83 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 // duplicate window stores it once. The caller's trace context travels in the
 // traceparent header and the CloudEvents distributed-tracing extension.
 func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error {
+	ctx, span, msg, err := b.prepare(ctx, subject, ev)
+	defer span.End()
+	if err != nil {
+		return err
+	}
+	ack, attempts, err := b.publishRetrying(ctx, msg)
+	return b.published(span, subject, ev, ack, attempts, err)
+}
+
+// Outgoing is one event for PublishAll.
+type Outgoing struct {
+	Subject string
+	Event   event.Event
+}
+
+// PublishAll publishes every event as Publish does, but sends them all at
+// once, in order, and then waits for their acknowledgements together: one
+// round trip to the streams instead of one per event. An event whose
+// acknowledgement fails or does not come in time is published again on its
+// own with Publish's retries (its id keeps it stored once). It returns the
+// first error; like a failed Publish, the caller publishes all again.
+func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
+	if len(out) == 1 {
+		return b.Publish(ctx, out[0].Subject, out[0].Event)
+	}
+	type pending struct {
+		span trace.Span
+		ctx  context.Context
+		msg  *nats.Msg
+		fut  jetstream.PubAckFuture
+	}
+	ps := make([]pending, 0, len(out))
+	defer func() {
+		for _, p := range ps {
+			p.span.End()
+		}
+	}()
+	for _, o := range out {
+		pctx, span, msg, err := b.prepare(ctx, o.Subject, o.Event)
+		ps = append(ps, pending{span: span, ctx: pctx, msg: msg})
+		if err != nil {
+			return err
+		}
+		// A message that cannot be sent now is published on its own below.
+		ps[len(ps)-1].fut, _ = b.js.PublishMsgAsync(msg)
+	}
+	// The acknowledgements are awaited for one attempt's time in all.
+	wait, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+	defer cancel()
+	var first error
+	for i, p := range ps {
+		var ack *jetstream.PubAck
+		attempts := 1
+		err := errors.New("not sent")
+		if p.fut != nil {
+			select {
+			case ack = <-p.fut.Ok():
+				err = nil
+			case err = <-p.fut.Err():
+			case <-wait.Done():
+				err = wait.Err()
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			var n int
+			ack, n, err = b.publishRetrying(p.ctx, p.msg)
+			attempts += n
+		}
+		if err = b.published(p.span, out[i].Subject, out[i].Event, ack, attempts, err); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// prepare starts the publish span of ev and builds its message.
+func (b *Bus) prepare(ctx context.Context, subject string, ev event.Event) (context.Context, trace.Span, *nats.Msg, error) {
 	ctx, span := b.tracer.Start(ctx, "publish "+ev.Type(),
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
@@ -220,8 +297,6 @@ func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error
 			attribute.String("messaging.message.id", ev.ID()),
 			attribute.String("cloudevents.event_type", ev.Type()),
 		))
-	defer span.End()
-
 	carrier := propagation.MapCarrier{}
 	b.prop.Inject(ctx, carrier)
 	if tp := carrier.Get("traceparent"); tp != "" {
@@ -231,13 +306,17 @@ func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		return err
+		return ctx, span, nil, err
 	}
 	for k, v := range carrier {
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, ev.ID())
-	ack, attempts, err := b.publishRetrying(ctx, msg)
+	return ctx, span, msg, nil
+}
+
+// published records a publish's outcome on its span.
+func (b *Bus) published(span trace.Span, subject string, ev event.Event, ack *jetstream.PubAck, attempts int, err error) error {
 	if attempts > 1 {
 		span.SetAttributes(attribute.Int("messaging.publish.attempts", attempts))
 	}
@@ -246,7 +325,7 @@ func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error
 		span.SetStatus(codes.Error, err.Error())
 		return fmt.Errorf("publish %s to %s: %w", ev.Type(), subject, err)
 	}
-	if ack.Duplicate {
+	if ack != nil && ack.Duplicate {
 		span.SetAttributes(attribute.Bool("messaging.duplicate", true))
 	}
 	return nil

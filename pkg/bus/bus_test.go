@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
@@ -418,5 +420,66 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	if calls.Load() != 1 {
 		t.Errorf("slow event redelivered: %d calls", calls.Load())
+	}
+}
+
+// PublishAll stores every event once, in order, across streams, and a
+// second PublishAll of the same events (a transition published again)
+// stores nothing more; an event for a subject no stream takes fails it.
+func TestPublishAll(t *testing.T) {
+	b := connect(t, startServer(t))
+	ctx := context.Background()
+	var out []bus.Outgoing
+	for i := range 5 {
+		ev, err := bus.NewEvent(fmt.Sprintf("ev-%d", i), bus.TypeSandboxExecuted, "test", &novav1.CodeExecuted{ExecutionId: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, bus.Outgoing{Subject: bus.EventSubject("exec-1", bus.KindSandboxResult), Event: ev})
+	}
+	cmd, err := bus.NewEvent("cmd-1", bus.TypeWorkflowStart, "test", &novav1.StartWorkflow{ExecutionId: "exec-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, bus.Outgoing{Subject: bus.CommandSubject(bus.AgentGraphEngine), Event: cmd})
+	for range 2 {
+		if err := b.PublishAll(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 5 {
+		t.Fatalf("events stream holds %d messages, want 5", info.State.Msgs)
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != fmt.Sprintf("ev-%d", seq-1) {
+			t.Errorf("message %d is %s, want ev-%d: the order was not kept", seq, id, seq-1)
+		}
+	}
+	cs, err := b.JetStream().Stream(ctx, bus.StreamCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := cs.Info(ctx); err != nil || ci.State.Msgs != 1 {
+		t.Fatalf("commands stream: %v, %+v; want the one command", err, ci)
+	}
+
+	bad, _ := bus.NewEvent("bad-1", bus.TypeSandboxExecuted, "test", &novav1.CodeExecuted{})
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err = b.PublishAll(short, append(out[:1:1], bus.Outgoing{Subject: "nowhere.at.all", Event: bad}))
+	if err == nil || !strings.Contains(err.Error(), "nowhere.at.all") {
+		t.Errorf("publishing to a subject no stream takes: %v, want an error naming it", err)
 	}
 }

@@ -563,12 +563,17 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 }
 
 func (e *Engine) publish(ctx context.Context, out []outEvent) error {
+	evs := make([]bus.Outgoing, 0, len(out))
 	for _, o := range out {
-		if err := e.bus.PublishProto(ctx, o.subject, o.id, o.typ, o.msg, map[string]string{ExtensionExecutionID: o.execution}); err != nil {
+		ev, err := bus.NewEvent(o.id, o.typ, e.bus.Source(), o.msg)
+		if err != nil {
 			return err
 		}
+		ev.SetExtension(ExtensionExecutionID, o.execution)
+		evs = append(evs, bus.Outgoing{Subject: o.subject, Event: ev})
 	}
-	return nil
+	// Sent together, acknowledged together: one round trip per transition.
+	return e.bus.PublishAll(ctx, evs)
 }
 
 // shrink keeps large values of the context in the object store before the
