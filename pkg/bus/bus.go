@@ -265,7 +265,7 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 	for i, p := range ps {
 		var ack *jetstream.PubAck
 		attempts := 1
-		err := errors.New("not sent")
+		err := errNotSent
 		if p.fut != nil {
 			select {
 			case ack = <-p.fut.Ok():
@@ -286,6 +286,9 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 	}
 	return first
 }
+
+// errNotSent marks a message PublishAll could not send at once.
+var errNotSent = errors.New("not sent")
 
 // prepare starts the publish span of ev and builds its message.
 func (b *Bus) prepare(ctx context.Context, subject string, ev event.Event) (context.Context, trace.Span, *nats.Msg, error) {
@@ -385,16 +388,26 @@ func retryable(err error) bool {
 // JSClusterNotAvailErr), answered while a cluster has no meta leader.
 const jsErrCodeTemporarilyUnavailable jetstream.ErrorCode = 10008
 
-// PublishProto builds an event from msg (see NewEvent) and publishes it.
+// PublishProto builds an event from msg (see ProtoEvent) and publishes it.
 func (b *Bus) PublishProto(ctx context.Context, subject, id, typ string, msg proto.Message, extensions map[string]string) error {
-	ev, err := NewEvent(id, typ, b.source, msg)
+	ev, err := b.ProtoEvent(id, typ, msg, extensions)
 	if err != nil {
 		return err
+	}
+	return b.Publish(ctx, subject, ev)
+}
+
+// ProtoEvent builds an event from msg (see NewEvent) with this bus as its
+// source and the given extensions, as PublishProto sends it.
+func (b *Bus) ProtoEvent(id, typ string, msg proto.Message, extensions map[string]string) (event.Event, error) {
+	ev, err := NewEvent(id, typ, b.source, msg)
+	if err != nil {
+		return ev, err
 	}
 	for k, v := range extensions {
 		ev.SetExtension(k, v)
 	}
-	return b.Publish(ctx, subject, ev)
+	return ev, nil
 }
 
 // ErrClosed is returned by Consume when the bus connection is closed.

@@ -565,11 +565,10 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 	evs := make([]bus.Outgoing, 0, len(out))
 	for _, o := range out {
-		ev, err := bus.NewEvent(o.id, o.typ, e.bus.Source(), o.msg)
+		ev, err := e.bus.ProtoEvent(o.id, o.typ, o.msg, map[string]string{ExtensionExecutionID: o.execution})
 		if err != nil {
 			return err
 		}
-		ev.SetExtension(ExtensionExecutionID, o.execution)
 		evs = append(evs, bus.Outgoing{Subject: o.subject, Event: ev})
 	}
 	// Sent together, acknowledged together: one round trip per transition.
