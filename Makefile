@@ -173,15 +173,14 @@ check-modules:
 	echo "modules: each builds on its own"
 
 # The console's dist/ must be what its sources compile to (type-checked).
-.PHONY: console check-console
-console:
+.PHONY: console check-console tsc-installed
+tsc-installed:
 	@test -f $(CONSOLE)/node_modules/typescript/bin/tsc || { \
-		echo "console: TypeScript is not installed in $(CONSOLE)/node_modules: run make deps" >&2; exit 1; }
+		echo "TypeScript is not installed in $(CONSOLE)/node_modules: run make deps" >&2; exit 1; }
+console: tsc-installed
 	$(TSC) -p $(CONSOLE)
 	@echo "console: $(CONSOLE)/dist compiled from $(CONSOLE)/src"
-check-console:
-	@test -f $(CONSOLE)/node_modules/typescript/bin/tsc || { \
-		echo "check-console: TypeScript is not installed in $(CONSOLE)/node_modules: run make deps" >&2; exit 1; }
+check-console: tsc-installed
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(TSC) -p $(CONSOLE) --outDir "$$tmp" || exit 1; \
 	if ! diff -r "$$tmp" $(CONSOLE)/dist >/dev/null; then \

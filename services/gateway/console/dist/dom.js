@@ -49,6 +49,18 @@ export function append(el, children) {
         }
     }
 }
+// activate makes el act on a click and, as a button does, on Enter or Space
+// (for elements that are not buttons, such as SVG groups with role=button).
+export function activate(el, act) {
+    el.addEventListener("click", act);
+    el.addEventListener("keydown", (ev) => {
+        const k = ev.key;
+        if (k === "Enter" || k === " ") {
+            ev.preventDefault();
+            act();
+        }
+    });
+}
 // replace empties el and puts children in its place.
 export function replace(el, ...children) {
     while (el.firstChild)

@@ -49,6 +49,10 @@ export function executionsPage(root, params, signal) {
     const items = new Map();
     const filterWorkflow = params.get("workflow") ?? "";
     const filterStatus = params.get("status") ?? "";
+    // listed: the list has been read; pending: events that came before it.
+    let listed = false;
+    let pending = [];
+    let lastEventId = "";
     const draw = () => {
         const shown = [...items.values()]
             .filter((e) => !filterStatus || e.status === filterStatus)
@@ -66,9 +70,6 @@ export function executionsPage(root, params, signal) {
             return;
         items.set(e.execution_id, e);
     };
-    let listed = false;
-    let pending = [];
-    let lastEventId = "";
     const follow = async () => {
         const q = new URLSearchParams();
         if (filterWorkflow)

@@ -157,9 +157,9 @@ export function openFix(target, field) {
         replace(outcome);
         abort = new AbortController();
         let done = false;
+        // maxAttempts comes with the info messages; the others name only their attempt.
         let max = 0;
         const attemptOf = (msg) => {
-            max = Number(msg.maxAttempts ?? 0) || max;
             const n = Number(msg.attempt ?? 0);
             return n ? (max ? `attempt ${n}/${max}: ` : `attempt ${n}: `) : "";
         };
@@ -167,9 +167,13 @@ export function openFix(target, field) {
             await stream("/v1/refine", { method: "POST", body, signal: abort.signal }, (e) => {
                 const msg = parseExact(e.data);
                 switch (msg.type) {
-                    case "info":
-                        progress.append(h("li", { class: "info" }, /^Refinement attempt/.test(String(msg.message)) ? (attemptOf(msg), "") : attemptOf(msg), String(msg.message ?? "")));
+                    case "info": {
+                        max = Number(msg.maxAttempts ?? 0) || max;
+                        const text = String(msg.message ?? "");
+                        // "Refinement attempt n/N" says its attempt itself.
+                        progress.append(h("li", { class: "info" }, /^Refinement attempt/.test(text) ? "" : attemptOf(msg), text));
                         break;
+                    }
                     case "progress":
                         progress.append(h("li", { class: "progress" }, attemptOf(msg), String(msg.message ?? ""), listOf(" · fixed: ", msg.fixed), listOf(" · remaining: ", msg.remaining), msg.error ? h("span", { class: "error" }, ` · ${String(msg.error)}`) : null));
                         break;

@@ -2,7 +2,7 @@
 // console draws it as SVG. Each node shows its id, its type and its status
 // as a word and a symbol (not by colour alone); the edges the execution
 // took are drawn heavier; a decision's edges carry their conditions.
-import { s } from "./dom.js";
+import { activate, s } from "./dom.js";
 export function typeName(t) {
     return (t ?? "").replace(/^NODE_TYPE_/, "").toLowerCase() || "action";
 }
@@ -71,14 +71,7 @@ export function drawGraph(def, status, taken, onSelect, selected = "", direction
             "data-status": st,
             transform: `translate(${x.toFixed(1)} ${y.toFixed(1)})`,
         }, s("title", null, label), s("rect", { width: nodeW, height: nodeH, rx: typeName(n.type) === "decision" ? 14 : 5 }), s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)), s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`), s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${st}`));
-        group.addEventListener("click", () => onSelect(n.id));
-        group.addEventListener("keydown", (ev) => {
-            const k = ev.key;
-            if (k === "Enter" || k === " ") {
-                ev.preventDefault();
-                onSelect(n.id);
-            }
-        });
+        activate(group, () => onSelect(n.id));
         svg.append(group);
     }
     return svg;
@@ -112,14 +105,7 @@ export function drawTimeline(visits, onSelect) {
     timed.forEach(({ v, start, end }, i) => {
         const y = i * rowH;
         const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${v.status}, ${end - start} ms` }, s("title", null, `${v.node_id} #${v.visit}: ${v.status}, ${end - start} ms, from ${start - t0} ms`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, 22)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${v.status} · ${end - start} ms`));
-        bar.addEventListener("click", () => onSelect(v.node_id));
-        bar.addEventListener("keydown", (ev) => {
-            const k = ev.key;
-            if (k === "Enter" || k === " ") {
-                ev.preventDefault();
-                onSelect(v.node_id);
-            }
-        });
+        activate(bar, () => onSelect(v.node_id));
         svg.append(bar);
     });
     return svg;

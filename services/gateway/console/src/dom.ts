@@ -58,6 +58,19 @@ export function append(el: Node, children: Child[]): void {
   }
 }
 
+// activate makes el act on a click and, as a button does, on Enter or Space
+// (for elements that are not buttons, such as SVG groups with role=button).
+export function activate(el: Element, act: () => void): void {
+  el.addEventListener("click", act);
+  el.addEventListener("keydown", (ev) => {
+    const k = (ev as KeyboardEvent).key;
+    if (k === "Enter" || k === " ") {
+      ev.preventDefault();
+      act();
+    }
+  });
+}
+
 // replace empties el and puts children in its place.
 export function replace(el: Node, ...children: Child[]): void {
   while (el.firstChild) el.removeChild(el.firstChild);

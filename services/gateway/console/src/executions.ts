@@ -99,6 +99,10 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   const items = new Map<string, ExecutionItem>();
   const filterWorkflow = params.get("workflow") ?? "";
   const filterStatus = params.get("status") ?? "";
+  // listed: the list has been read; pending: events that came before it.
+  let listed = false;
+  let pending: ExecutionItem[] = [];
+  let lastEventId = "";
   const draw = () => {
     const shown = [...items.values()]
       .filter((e) => !filterStatus || e.status === filterStatus)
@@ -127,9 +131,6 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     if (had && had.status !== "running" && e.status === "running") return;
     items.set(e.execution_id, e);
   };
-  let listed = false;
-  let pending: ExecutionItem[] = [];
-  let lastEventId = "";
 
   const follow = async () => {
     const q = new URLSearchParams();

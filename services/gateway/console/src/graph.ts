@@ -3,7 +3,7 @@
 // as a word and a symbol (not by colour alone); the edges the execution
 // took are drawn heavier; a decision's edges carry their conditions.
 
-import { s } from "./dom.js";
+import { activate, s } from "./dom.js";
 
 // dagre is loaded by its own script tag (vendor/dagre), as a global.
 declare const dagre: any;
@@ -126,14 +126,7 @@ export function drawGraph(
       s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`),
       s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${st}`),
     );
-    group.addEventListener("click", () => onSelect(n.id));
-    group.addEventListener("keydown", (ev) => {
-      const k = (ev as KeyboardEvent).key;
-      if (k === "Enter" || k === " ") {
-        ev.preventDefault();
-        onSelect(n.id);
-      }
-    });
+    activate(group, () => onSelect(n.id));
     svg.append(group);
   }
   return svg;
@@ -191,14 +184,7 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
       s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }),
       s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${v.status} · ${end - start} ms`),
     );
-    bar.addEventListener("click", () => onSelect(v.node_id));
-    bar.addEventListener("keydown", (ev) => {
-      const k = (ev as KeyboardEvent).key;
-      if (k === "Enter" || k === " ") {
-        ev.preventDefault();
-        onSelect(v.node_id);
-      }
-    });
+    activate(bar, () => onSelect(v.node_id));
     svg.append(bar);
   });
   return svg;
