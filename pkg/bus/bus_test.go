@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/internal/natstest"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -30,28 +30,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*diskIO).loop"),
 	)
-}
-
-// startServer runs an embedded JetStream server for one test.
-func startServer(t *testing.T) string {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
 }
 
 func connect(t *testing.T, url string, opts ...bus.Option) *bus.Bus {
@@ -139,7 +117,7 @@ func deadLetters(t *testing.T, b *bus.Bus, consumer string) func() []*novav1.Dea
 }
 
 func TestRoundTripBinaryMode(t *testing.T) {
-	url := startServer(t)
+	url := natstest.URL(t)
 	b := connect(t, url, bus.WithName("producer"))
 	ctx := context.Background()
 
@@ -191,7 +169,7 @@ func TestRoundTripBinaryMode(t *testing.T) {
 }
 
 func TestDuplicatePublishIsStoredOnce(t *testing.T) {
-	b := connect(t, startServer(t))
+	b := connect(t, natstest.URL(t))
 	ctx := context.Background()
 	for range 3 {
 		if err := b.PublishProto(ctx, bus.EventSubject("exec-1", bus.KindSandboxResult), "same-id",
@@ -240,7 +218,7 @@ func TestOutcomes(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := connect(t, startServer(t))
+			b := connect(t, natstest.URL(t))
 			agent := fmt.Sprintf("agent%d", i)
 			dlq := deadLetters(t, b, agent)
 			var calls atomic.Int32
@@ -279,7 +257,7 @@ func TestOutcomes(t *testing.T) {
 }
 
 func TestMalformedEventIsDeadLettered(t *testing.T) {
-	b := connect(t, startServer(t))
+	b := connect(t, natstest.URL(t))
 	dlq := deadLetters(t, b, "sandbox")
 	var calls atomic.Int32
 	var decodeErr atomic.Value
@@ -320,7 +298,7 @@ func TestMalformedEventIsDeadLettered(t *testing.T) {
 }
 
 func TestWorkQueueSharedByReplicas(t *testing.T) {
-	url := startServer(t)
+	url := natstest.URL(t)
 	var mu sync.Mutex
 	seen := map[string]int{}
 	perReplica := [2]atomic.Int32{}
@@ -362,7 +340,7 @@ func TestTraceContextCrossesTheBus(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
-	b := connect(t, startServer(t), bus.WithTracerProvider(tp))
+	b := connect(t, natstest.URL(t), bus.WithTracerProvider(tp))
 
 	handled := make(chan struct{})
 	consume(t, b, commandConsumer("sandbox"), func(ctx context.Context, ev event.Event) error {
@@ -401,7 +379,7 @@ func TestTraceContextCrossesTheBus(t *testing.T) {
 }
 
 func TestLongHandlerIsKeptAlive(t *testing.T) {
-	b := connect(t, startServer(t))
+	b := connect(t, natstest.URL(t))
 	var calls atomic.Int32
 	c := commandConsumer("sandbox")
 	c.AckWait = 300 * time.Millisecond
@@ -427,7 +405,7 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 // second PublishAll of the same events (a transition published again)
 // stores nothing more; an event for a subject no stream takes fails it.
 func TestPublishAll(t *testing.T) {
-	b := connect(t, startServer(t))
+	b := connect(t, natstest.URL(t))
 	ctx := context.Background()
 	var out []bus.Outgoing
 	for i := range 5 {

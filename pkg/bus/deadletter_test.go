@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/internal/natstest"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -32,7 +32,7 @@ func refuse(context.Context, event.Event) error { return bus.Permanent(errors.Ne
 // Two consumers that give up on the same stream message each get their dead
 // letter: the ids name the consumer, so JetStream does not drop the second.
 func TestTwoConsumersDeadLetterOneMessage(t *testing.T) {
-	b := connect(t, startServer(t))
+	b := connect(t, natstest.URL(t))
 	audit, results := deadLetters(t, b, "audit"), deadLetters(t, b, "graph-engine-results")
 	consume(t, b, eventConsumer("audit"), refuse)
 	consume(t, b, eventConsumer("graph-engine-results"), refuse)
@@ -61,7 +61,7 @@ func TestLargeMessageIsDeadLettered(t *testing.T) {
 		{"result on the events stream", eventConsumer("graph-engine-results"), bus.EventSubject("exec-1", bus.KindSandboxResult), bus.TypeSandboxExecuted},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := connect(t, startServer(t))
+			b := connect(t, natstest.URL(t))
 			dlq := deadLetters(t, b, tt.consumer.Durable)
 			consume(t, b, tt.consumer, refuse)
 			cmd := sample("big")
@@ -92,7 +92,7 @@ func TestLargeMessageIsDeadLettered(t *testing.T) {
 // and is dead-lettered at a later delivery, once that works again.
 func TestFailedDeadLetterIsTriedAgain(t *testing.T) {
 	// One attempt per dead-letter publish: the stream stays away longer.
-	b := connect(t, startServer(t), bus.WithPublishRetryBudget(0))
+	b := connect(t, natstest.URL(t), bus.WithPublishRetryBudget(0))
 	if err := b.JetStream().DeleteStream(t.Context(), bus.StreamDeadLetters); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestFailedDeadLetterIsTriedAgain(t *testing.T) {
 // short ack wait, not after a long one; a delivery beyond MaxDeliver is
 // dead-lettered without running the handler again.
 func TestCommandOfAStoppedReplica(t *testing.T) {
-	url := startServer(t)
+	url := natstest.URL(t)
 	for _, tt := range []struct {
 		name       string
 		maxDeliver int
@@ -203,7 +203,7 @@ func storedDeadLetter(t *testing.T, b *bus.Bus, consumer string) *novav1.DeadLet
 // sandbox's former 15 s ack wait (the baseline) and with the default one.
 // Run with -benchtime 1x (each iteration waits out an ack wait).
 func BenchmarkRedeliveryAfterReplicaStops(b *testing.B) {
-	url := startServerB(b)
+	url := natstest.URL(b)
 	for _, ackWait := range []time.Duration{15 * time.Second, bus.DefaultAckWait} {
 		b.Run("ackwait="+ackWait.String(), func(b *testing.B) {
 			var total time.Duration
@@ -258,25 +258,11 @@ func BenchmarkRedeliveryAfterReplicaStops(b *testing.B) {
 	}
 }
 
-func startServerB(b *testing.B) string {
-	b.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		b.Fatal("nats-server not ready")
-	}
-	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
-}
-
 // A publish while the stream cannot answer (a leader being elected, a
 // server restarting; here: the stream is not there yet) is tried again with
 // the same message id until it is stored, once.
 func TestPublishTriesAgainUntilTheStreamAnswers(t *testing.T) {
-	url := startServer(t)
+	url := natstest.URL(t)
 	b := connect(t, url)
 	if err := b.JetStream().DeleteStream(t.Context(), bus.StreamCommands); err != nil {
 		t.Fatal(err)

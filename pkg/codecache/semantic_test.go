@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/novaflow/nova/pkg/internal/natstest"
 )
 
 func TestLiterals(t *testing.T) {
@@ -195,25 +194,7 @@ func TestSemanticSettings(t *testing.T) {
 
 func keyValue(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: Bucket, History: 1})
+	kv, err := natstest.JetStream(t).CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: Bucket, History: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/novaflow/nova/pkg/internal/natstest"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 )
 
@@ -174,25 +173,7 @@ func TestFormat(t *testing.T) {
 // jetStream starts an embedded JetStream server for one test.
 func jetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return natstest.JetStream(t)
 }
 
 func TestPublishLoadRoundTrip(t *testing.T) {

@@ -6,34 +6,15 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/novaflow/nova/pkg/internal/natstest"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 )
 
 func openStore(t *testing.T, threshold int) *valueref.Store {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	st, err := valueref.Open(context.Background(), js, threshold, 1)
+	st, err := valueref.Open(context.Background(), natstest.JetStream(t), threshold, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
