@@ -207,9 +207,20 @@ edges:
 		if wc.Status != "succeeded" || ctxMap(wc.Context)["took"] != "high" {
 			t.Fatalf("status %q, error %q; want succeeded", wc.Status, wc.Error)
 		}
+		// An agent acknowledges its command just after it publishes the
+		// result, so the workflow can complete a moment before the last
+		// acknowledgement lands: wait for it, then nothing may be left.
 		for _, c := range []struct{ stream, durable string }{
 			{bus.StreamCommands, bus.AgentGraphEngine}, {bus.StreamCommands, bus.AgentSandbox},
 		} {
+			settled := func() bool {
+				info := e.consumerInfo(c.stream, c.durable)
+				return info.NumAckPending == 0 && info.NumPending == 0
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for !settled() && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
 			if info := e.consumerInfo(c.stream, c.durable); info.NumAckPending != 0 || info.NumPending != 0 {
 				t.Errorf("consumer %s: %d pending, %d unacknowledged; want every bad event terminated",
 					c.durable, info.NumPending, info.NumAckPending)
