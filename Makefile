@@ -155,7 +155,7 @@ test-go:
 		echo "=== go test -count=1 ./... in $${m#$(CURDIR)/}"; \
 		(cd "$$m" && $(GO) test -count=1 ./...) || failed="$$failed $${m#$(CURDIR)/}"; \
 	done; \
-	if [ -n "$$NOVA_CHROMIUM" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then echo "the console's browser test (TestConsoleInBrowser) ran in headless Chromium"; \
+	if [ -n "$${NOVA_CHROMIUM:-}" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then echo "the console's browser test (TestConsoleInBrowser) ran in headless Chromium"; \
 	else echo "SKIPPED: the console's browser test (TestConsoleInBrowser): no chromium; make deps installs Debian package chromium"; fi; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed" >&2; exit 1; fi; \
 	echo "all modules passed"
