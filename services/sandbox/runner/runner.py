@@ -8,8 +8,8 @@ Started by the Go runner in one of two modes:
                            network, fd 5 is the egress broker.
   runner.py zygote CONFIG  a warm template (fork server). It imports the heavy
                            modules once, never runs user code, and hands every
-                           job received on fd 3 to a pre-forked pair of
-                           processes in fresh namespaces (see "Warm start").
+                           job received on fd 3 to a pre-forked process in
+                           fresh namespaces (see "Warm start").
 
 Whatever the mode, the result is written as b"S" (once the user's code is about
 to run) followed by one JSON document and a newline, on a descriptor that only
@@ -68,6 +68,15 @@ def report_and_exit(result_fd, job):
             {"status": "error", "error_kind": "limit", "limit": "memory",
              "error": "MemoryError: result too large for the memory limit"}
         ).encode()
+    if os.getpid() == 1:
+        # A warm job's process: every other process of the job gets SIGKILL
+        # before the result leaves, so that once the service has the result
+        # nothing the code started runs again (the zygote answers the
+        # service's "done" at once, without waiting for the namespace to end).
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
     write_all(result_fd, payload)
     write_all(result_fd, b"\n")
     # Skip interpreter shutdown: threads or atexit hooks of the code must not delay the result.
@@ -88,8 +97,10 @@ def set_limits(limits, base_address_space=0):
         # some getting ready, so the code's allowance starts from there.
         usage = resource.getrusage(resource.RUSAGE_SELF)
         cpu = int(math.ceil(usage.ru_utime + usage.ru_stime + allowance))
-        # SIGXCPU at the soft limit; SIGKILL a little later if the code ignores it.
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
+        # SIGXCPU at the soft limit; SIGKILL a little later if the code ignores
+        # it. A warm job's process is pid 1 of its namespace, which SIGXCPU
+        # does not end: SIGKILL at the limit.
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu if os.getpid() == 1 else cpu + 2))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -418,28 +429,30 @@ def run_main(config):
 # bubblewrap starts the zygote as root of its own user namespace with
 # CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP and CAP_SETFCAP there (nothing on
 # the host), a read-only root and /dev, and no network. It imports the heavy
-# modules and keeps spare jobs ready. A spare is a process J, pid 1 of a new
+# modules and keeps spare jobs ready. A spare is one process P, pid 1 of a new
 # pid namespace, with new mount, network, ipc and uts namespaces, a fresh /proc,
 # /dev/shm, /dev/pts and /tmp (a tmpfs of the disk limit's size) and its own
-# loopback; and J's child U, in a nested user namespace of its own (its own
-# process count for RLIMIT_NPROC, its own keyrings) with every capability
-# dropped.
+# loopback. When its job comes, P enters a nested user namespace of its own
+# (its own process count for RLIMIT_NPROC, its own keyrings), drops every
+# capability, sets the rlimits and runs the code.
 #
-# What a job costs is mostly pages: every page a new process writes (and,
-# under virtual machines that shadow page tables, every page it touches) costs
-# a fault, tens of microseconds where faults are slow. So J and U do as little
-# Python as they can before the job: no rehearsal of the runner's path, no
-# at-fork handlers (fork), signals set once in the zygote.
+# What a job costs is mostly pages: every fork copies the page tables of the
+# zygote's memory (tens of megabytes with the preloaded modules) and every
+# page a new process writes costs a fault, tens of microseconds where faults
+# are slow (virtual machines), and every exit frees them again. So a job is
+# one fork, not two, and P does as little Python as it can before the job: no
+# rehearsal of the runner's path, no at-fork handlers (fork), signals set once
+# in the zygote.
 #
-# A job goes from the service to the zygote to J to U. U sets the rlimits and
-# runs the code; J is the job's reaper and watchdog: it enforces the wall time
-# and kills on the service's request. When U ends, J kills every process left
-# in the namespace, waits until none is left and reports. When the service
-# already has U's complete report, it tells J ("done"), which kills everything
-# and answers at once: every process of the job then has SIGKILL pending and
+# The zygote is every job's watchdog and reaper (Supervisor): it enforces the
+# wall time and kills on the service's request, by SIGKILL to P from outside
+# P's namespace; the kernel then kills every other process of the namespace
+# before P can be reaped, so the zygote reports once none is left. When the
+# service already has P's complete report, it says "done": the zygote kills P
+# and answers at once; every process of the job then has SIGKILL pending and
 # never runs again, and nobody waits for the kernel to free their memory.
 # Everything the code changes - files, processes, module state, environment -
-# lives in U's copy of the zygote's memory or in J's namespaces, and dies with
+# lives in P's copy of the zygote's memory or in P's namespaces, and dies with
 # them; the zygote itself never runs user code.
 
 CLONE_NEWNS = 0x00020000
@@ -450,7 +463,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
 PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 28, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE, each locked; KEEP_CAPS locked off.
@@ -484,13 +497,13 @@ def load_libc():
 
 
 def fork():
-    """fork(2) without Python's at-fork handlers, for the zygote's and J's
-    children. Those handlers repair what other threads may have left
-    half-done (locks, threading's bookkeeping); the zygote and J fork with a
-    single thread, holding no lock, so there is nothing to repair, and the
-    handlers cost a new process about 5 ms of page copies where a page fault
-    is expensive (virtual machines). Python's random module reseeds at fork:
-    U does that itself (reseed)."""
+    """fork(2) without Python's at-fork handlers, for the zygote's children.
+    Those handlers repair what other threads may have left half-done (locks,
+    threading's bookkeeping); the zygote forks with a single thread, holding
+    no lock, so there is nothing to repair, and the handlers cost a new
+    process about 5 ms of page copies where a page fault is expensive
+    (virtual machines). Python's random module reseeds at fork: P does that
+    itself (reseed)."""
     if threading.active_count() != 1:
         return os.fork()
     pid = libc.fork()
@@ -543,13 +556,6 @@ def drop_capabilities():
     check(libc.capset(*no_capabilities()), "capset")
 
 
-def drop_effective_capabilities():
-    """For the job's reaper: no capability left in any set, bounding set kept
-    (it runs no code of the user)."""
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    check(libc.capset(*no_capabilities()), "capset")
-
-
 def loopback_up():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
@@ -598,8 +604,9 @@ def zygote_main(config):
     gc.freeze()
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     # Every signal at its default but those Python itself sets up at start
-    # (SIGINT handled, SIGPIPE and SIGXFSZ ignored) and SIGCHLD: J and U
-    # start from this and change only SIGINT and SIGCHLD.
+    # (SIGINT handled, SIGPIPE and SIGXFSZ ignored): a job process starts from
+    # this and changes only SIGINT. The zygote learns of its children's ends
+    # through pidfds, not SIGCHLD.
     for sig in signal.valid_signals():
         if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
             try:
@@ -609,45 +616,175 @@ def zygote_main(config):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    signal.signal(signal.SIGCHLD, reap_children)
     try:
         ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed}).encode())
     except ConnectionError:  # EPIPE, ECONNRESET: the service closed the channel
         os._exit(0)
+    Supervisor(ctl, own_pidns, config).loop()
 
-    spares = []
-    while True:
-        # Spares are made ahead, so that a job finds its namespaces ready.
-        while len(spares) < config.get("spares", 2):
-            spares.append(new_spare(ctl, own_pidns, config))
-        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 16)
+
+class Job:
+    """A job the zygote supervises: its process (P, pid 1 of the job's pid
+    namespace), the service's control socket for it, its wall-time deadline."""
+
+    __slots__ = ("pid", "pidfd", "ctl", "deadline", "limit", "answered")
+
+    def __init__(self, pid, ctl, timeout):
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.ctl = ctl
+        self.deadline = time.monotonic() + timeout
+        self.limit = ""
+        self.answered = False  # "done" was answered: no report is due
+
+
+class Supervisor:
+    """The zygote's loop: hands jobs to spares, and is every job's watchdog
+    and reaper. One process per job (P, below) runs the code as pid 1 of the
+    job's namespaces; when P ends, the kernel kills whatever P left in its pid
+    namespace before P can be reaped, so the report sent after the reap says
+    that none of the job's processes is left."""
+
+    def __init__(self, ctl, own_pidns, config):
+        self.ctl = ctl
+        self.own_pidns = own_pidns
+        self.config = config
+        self.spares = []  # (socket, pid)
+        self.jobs = {}  # by fd watched: a job's pidfd and its control socket
+        self.poll = select.poll()
+        self.poll.register(ctl, select.POLLIN)
+
+    def loop(self):
+        while True:
+            # Spares are made ahead, so that a job finds its namespaces ready.
+            while len(self.spares) < self.config.get("spares", 2):
+                self.spares.append(new_spare(self.own_pidns, self.config))
+            pending = [j.deadline for j in self.jobs.values() if not j.limit]
+            timeout = max(0, math.ceil((min(pending) - time.monotonic()) * 1000)) if pending else None
+            for fd, _ in self.poll.poll(timeout):
+                if fd == self.ctl.fileno():
+                    self.take()
+                    continue
+                job = self.jobs.get(fd)
+                if job is None:
+                    continue
+                if fd == job.pidfd:
+                    self.reap(job)
+                else:
+                    self.request(job)
+            now = time.monotonic()
+            for job in list(self.jobs.values()):
+                if not job.limit and now >= job.deadline:
+                    self.kill(job, "wall_time")
+
+    def take(self):
+        msg, fds, _, _ = socket.recv_fds(self.ctl, 1 << 16, 16)
         if not msg:
             os._exit(0)  # the service closed the channel: bubblewrap takes everything down
         # A spare that died (it should not) is passed over; a fresh one gets
         # the last chance.
-        for attempt in range(len(spares) + 1):
-            spare = spares.pop(0) if spares else new_spare(ctl, own_pidns, config)
+        pid = 0
+        for attempt in range(len(self.spares) + 1):
+            sock, spare = self.spares.pop(0) if self.spares else new_spare(self.own_pidns, self.config)
             try:
-                socket.send_fds(spare, [msg], fds)
+                socket.send_fds(sock, [msg], fds[1:])
+                pid = spare
                 break
             except OSError:
-                pass
+                reap_quietly(spare)
             finally:
-                spare.close()
-        else:
-            fail_job(fds, "the zygote could not start the job")
-        for fd in fds:
+                sock.close()
+        for fd in fds[1:]:
             os.close(fd)
+        if not fds:
+            return
+        if not pid:
+            fail_job(fds, "the zygote could not start the job")
+            os.close(fds[0])
+            return
+        job = Job(pid, socket.socket(fileno=fds[0]), json.loads(msg).get("timeout", 30))
+        for fd in (job.pidfd, job.ctl.fileno()):
+            self.jobs[fd] = job
+            self.poll.register(fd, select.POLLIN)
 
-
-def reap_children(signum, frame):
-    while True:
+    def request(self, job):
+        """A message of the service: a kill with its reason, "done" (it has the
+        job's complete report), or the end of the socket (cancelled)."""
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
+            msg = job.ctl.recv(4096)
+        except OSError:
+            msg = b""
+        if not msg:
+            self.forget_ctl(job)
+            self.kill(job, "cancelled")
             return
-        if pid == 0:
+        try:
+            reason = json.loads(msg).get("kill") or "killed"
+        except ValueError:
+            reason = "killed"
+        if reason == "done":
+            # Every process of the job then has SIGKILL pending and never runs
+            # again: the service need not wait for their memory to be freed.
+            self.kill(job, "")
+            try:
+                job.ctl.send(b'{"done": true}')
+            except OSError:
+                pass
+            job.answered = True
+            self.forget_ctl(job)
             return
+        self.kill(job, reason)
+
+    def kill(self, job, limit):
+        if not job.limit:
+            job.limit = limit or "done"
+        try:
+            # SIGKILL from outside its namespace ends P, and with it every
+            # process of the job.
+            signal.pidfd_send_signal(job.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def forget_ctl(self, job):
+        if job.ctl is not None:
+            self.poll.unregister(job.ctl.fileno())
+            del self.jobs[job.ctl.fileno()]
+            if job.answered:
+                job.ctl.close()
+                job.ctl = None
+
+    def reap(self, job):
+        _, status, rusage = os.wait4(job.pid, 0)
+        self.poll.unregister(job.pidfd)
+        del self.jobs[job.pidfd]
+        os.close(job.pidfd)
+        if job.ctl is None:
+            return
+        if job.ctl.fileno() in self.jobs:
+            self.poll.unregister(job.ctl.fileno())
+            del self.jobs[job.ctl.fileno()]
+        if not job.answered:
+            out = {"limit": "" if job.limit == "done" else job.limit}
+            if os.WIFSIGNALED(status):
+                out["signal"] = os.WTERMSIG(status)
+            else:
+                out["exit"] = os.WEXITSTATUS(status)
+            out["cpu"] = rusage.ru_utime + rusage.ru_stime
+            out["maxrss_kb"] = rusage.ru_maxrss
+            try:
+                job.ctl.send(json.dumps(out).encode())
+            except OSError:
+                pass
+        job.ctl.close()
+        job.ctl = None
+
+
+def reap_quietly(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 
 
 def fail_job(fds, message):
@@ -659,7 +796,7 @@ def fail_job(fds, message):
             pass
 
 
-def new_spare(ctl, own_pidns, config):
+def new_spare(own_pidns, config):
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     check(libc.unshare(CLONE_NEWPID), "unshare pid namespace")
     try:
@@ -674,26 +811,29 @@ def new_spare(ctl, own_pidns, config):
     if pid == 0:
         code = 0
         try:
-            # Nothing of the zygote's: its control socket, the other spares'.
+            # Nothing of the zygote's: its control sockets, other jobs', spares'.
             close_stray_fds({child_end.fileno()})
-            job_init(child_end, config)
+            job_process(child_end, config)
         except BaseException:
             traceback.print_exc()
             code = 1
         flush_all()
         os._exit(code)
     child_end.close()
-    return parent_end
+    return parent_end, pid
 
 
-def job_init(zsock, config):
-    """J: pid 1 of the job's namespaces; runs no user code."""
-    # As pid 1 it gets no signal it does not handle from inside the namespace:
-    # of the zygote's handlers (see zygote_main), SIGINT is ignored and
-    # SIGCHLD back at its default, so the job's code cannot interrupt it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+def job_process(zsock, config):
+    """P: pid 1 of the job's namespaces, made ready ahead of its job; then the
+    job's only unprivileged process, which runs the code.
+
+    Being pid 1, P takes no signal sent from inside its namespace unless it
+    handles it (a job cannot kill itself by kill -9 -1 or by killing its
+    parent, which is outside); the CPU limit therefore ends P with SIGKILL
+    (see set_limits), and the wall time and the service's requests by
+    SIGKILL from the zygote, outside."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -703,161 +843,32 @@ def job_init(zsock, config):
             mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % config.get("shm", 64 << 20))
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-    # Owned by J's uid 0, which is the job's uid in U's user namespace; resized
-    # when a job asks for another size.
+    # Owned by uid 0 here, which is the job's uid in its own user namespace;
+    # resized when a job asks for another size.
     disk = max(config.get("disk", 0), 4096)
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700" % disk)
     socket.sethostname("nova-sandbox")
     loopback_up()
-
-    usock_parent, usock_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    user = fork()
-    if user == 0:
-        code = 0
-        try:
-            usock_parent.close()
-            zsock.close()
-            job_user(usock_child)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        flush_all()
-        os._exit(code)
-    usock_child.close()
-    # Not dumpable: the job's processes cannot read J's memory or /proc files.
-    prctl(PR_SET_DUMPABLE, 0)
 
     msg, fds, _, _ = socket.recv_fds(zsock, 1 << 16, 16)
     zsock.close()
     if not msg:
         os._exit(0)
     job = json.loads(msg)
-    ctl, stdout, stderr, result, code_fd, context_fd = fds[:6]
-    broker = fds[6] if len(fds) > 6 else -1
+    stdout, stderr, result, code_fd, context_fd = fds[:5]
+    broker = fds[5] if len(fds) > 5 else -1
     if max(job.get("disk", 0), 4096) != disk:
         mount(None, "/tmp", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % max(job.get("disk", 0), 4096))
-    drop_effective_capabilities()
-    if broker >= 0 and job.get("network"):
-        Forwarder(broker).start()
-    socket.send_fds(usock_parent, [msg], [stdout, stderr, result, code_fd, context_fd])
-    usock_parent.close()
-    for fd in (stdout, stderr, result, code_fd, context_fd):
-        os.close(fd)
-    supervise(socket.socket(fileno=ctl), user, job)
 
-
-def supervise(ctl, user, job):
-    """J's watchdog loop: ends the job on U's exit, the wall time or the
-    service's request, then kills and reaps everything and reports."""
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    deadline = time.monotonic() + job.get("timeout", 30)
-    limit, status, rusage = "", None, None
-    while True:
-        # Reap U and the orphans the namespace hands to its init.
-        while status is None:
-            try:
-                pid, st, ru = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid == user:
-                status, rusage = st, ru
-        if status is not None:
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            limit = "wall_time"
-            break
-        readable, _, _ = select.select([ctl, wake_r], [], [], left)
-        if wake_r in readable:
-            try:
-                os.read(wake_r, 512)
-            except BlockingIOError:
-                pass
-        if ctl in readable:
-            msg = ctl.recv(4096)
-            if not msg:
-                limit = "cancelled"
-                break
-            try:
-                limit = json.loads(msg).get("kill") or "killed"
-            except ValueError:
-                limit = "killed"
-            break
-
-    if limit == "done":
-        # The service has the complete report: everything left is killed, and
-        # the service need not wait for the processes' memory to be torn down,
-        # since none of them can run again.
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            ctl.send(b'{"done": true}')
-        except OSError:
-            pass
-        ctl.close()
-        limit = ""
-
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # U was the last one
-    while True:
-        try:
-            pid, st, ru = os.wait4(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        if pid == user:
-            status, rusage = st, ru
-    out = {"limit": limit}
-    if status is not None:
-        if os.WIFSIGNALED(status):
-            out["signal"] = os.WTERMSIG(status)
-        else:
-            out["exit"] = os.WEXITSTATUS(status)
-    if rusage is not None:
-        out["cpu"] = rusage.ru_utime + rusage.ru_stime
-        out["maxrss_kb"] = rusage.ru_maxrss
-    if ctl.fileno() >= 0:
-        try:
-            ctl.send(json.dumps(out).encode())
-        except OSError:
-            pass
-    # A message of the service that came after the last read ("done" once it
-    # has the result) stays unread: the kernel then signals ECONNRESET on the
-    # service's end ahead of the report, which the service reads past.
-    os._exit(0)
-
-
-def job_user(usock):
-    """U: becomes the job's unprivileged process, waits for the job, runs it."""
-    close_stray_fds({usock.fileno()})
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    os.setsid()
     # Its own user namespace: the job's own process count (RLIMIT_NPROC) and
-    # keyrings, and no capability over anything of J or the zygote.
+    # keyrings, and no capability over anything of the zygote's.
     check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
     write_file("/proc/self/setgroups", "deny")
     write_file("/proc/self/uid_map", "%d 0 1" % JOB_UID)
     write_file("/proc/self/gid_map", "%d 0 1" % JOB_UID)
     drop_capabilities()
-    # What Python itself sets up at start; J left the rest at their defaults.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     reseed()
 
-    msg, fds, _, _ = socket.recv_fds(usock, 1 << 16, 16)
-    usock.close()
-    if not msg:
-        os._exit(0)
-    job = json.loads(msg)
-    stdout, stderr, result, code_fd, context_fd = fds
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(stdout, 1)
@@ -867,7 +878,10 @@ def job_user(usock):
     os.set_inheritable(result, False)
     os.chdir("/tmp")
     os.environ["PWD"] = "/tmp"
-    if job.get("network"):
+    if broker >= 0 and job.get("network"):
+        # A thread of P, as in a cold run: started after unshare(CLONE_NEWUSER),
+        # which a process with threads cannot call.
+        Forwarder(broker).start()
         os.environ.update(proxy_env())
 
     def run():

@@ -29,10 +29,10 @@ import (
 // its control socket, a header and the job's descriptors (SCM_RIGHTS): a
 // control socket of the job, stdout, stderr, the result pipe, the code and the
 // context (memfds) and, with network, the egress broker. The zygote hands them
-// to a spare it forked in advance, in fresh pid, mount, network, ipc and uts
-// namespaces and a nested user namespace, which runs the code and reports on
-// the job's control socket once none of its processes is left (runner.py
-// explains the process layout).
+// to a spare process it forked in advance, pid 1 of fresh pid, mount, network,
+// ipc and uts namespaces, which enters a nested user namespace and runs the
+// code; the zygote keeps the job's control socket and reports there once none
+// of the job's processes is left (runner.py explains the process layout).
 
 const (
 	zygoteReadyTimeout = 60 * time.Second
@@ -461,7 +461,7 @@ wait:
 			break wait
 		case <-done:
 			done = nil
-			_ = jobCtl.CloseWrite() // the job's watchdog kills everything, then reports
+			_ = jobCtl.CloseWrite() // the zygote kills the job, then reports
 		case reason := <-j.killReq:
 			msg, _ := json.Marshal(map[string]string{"kill": reason})
 			_, _ = jobCtl.Write(msg)
@@ -534,11 +534,11 @@ wait:
 	return out, nil
 }
 
-// readReport reads the report of the job's supervisor (J) from the job's
-// control socket; nil when the socket closed without one.
+// readReport reads the report of the job's supervisor (the zygote) from the
+// job's control socket; nil when the socket closed without one.
 //
-// J sends its report and exits at once, and a message of ours ("done", a kill)
-// may reach it after it stopped reading. A SEQPACKET socket closed with
+// The zygote sends its report and closes the socket at once, and a message of
+// ours ("done", a kill) may reach it after it stopped reading. A SEQPACKET socket closed with
 // unread messages flags ECONNRESET on its peer, and the kernel reports that
 // error on the next read even when the report is queued before it: the read
 // after returns the report (or the end of the stream). Taking that error for
