@@ -4,8 +4,11 @@
 // at 1, 8 and 32 workflows in flight, and prints per run the workflows per
 // second, p50/p90/p99 latency from start to completion, the CPU per workflow
 // of the nova dev process (Go services and the store) and of its sandbox
-// processes, and the PSS of them all. Beside it, in the same run, a baseline:
-// three plain `python3 -c` subprocesses per workflow, no engine.
+// processes, and the PSS of them all. With -history N it then runs N more
+// workflows on the same data dir, unmeasured, and measures the 3-node runs
+// again: whether the cost per workflow stays flat as the history grows.
+// Beside it, in the same run, a baseline: three plain `python3 -c`
+// subprocesses per workflow, no engine.
 //
 // `make bench-load` builds the binaries and runs it; -h lists the knobs.
 package main
@@ -56,6 +59,7 @@ type config struct {
 	workflows int
 	inFlight  []int
 	long      int
+	history   int
 	limit     time.Duration
 }
 
@@ -66,7 +70,8 @@ func main() {
 	fs.IntVar(&cfg.workflows, "workflows", 300, "workflows per run")
 	inFlight := fs.String("in-flight", "1,8,32", "runs, by workflows in flight")
 	fs.IntVar(&cfg.long, "long", 30, "nodes of the long chain run once at 8 in flight (0: skip)")
-	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run")
+	fs.IntVar(&cfg.history, "history", 20000, "workflows run (unmeasured, 32 in flight) before the 3-node runs are measured again on the same data dir (0: skip)")
+	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run (the history's is scaled to its size)")
 	_ = fs.Parse(os.Args[1:])
 	for _, f := range strings.Split(*inFlight, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -162,6 +167,18 @@ func run(ctx context.Context, cfg config) error {
 		}
 		results = append(results, r)
 	}
+	if cfg.history > 0 {
+		if err := fill(ctx, cfg, b, three); err != nil {
+			return err
+		}
+		for _, n := range cfg.inFlight {
+			r, err := measure(ctx, cfg, b, dev.Pid(), fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history), three, 3, cfg.workflows, n)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+		}
+	}
 	base, err := baseline(ctx, cfg.workflows)
 	if err != nil {
 		return err
@@ -177,6 +194,35 @@ func run(ctx context.Context, cfg config) error {
 			ms(r.cpuMain), ms(r.cpuSandbox), ms(total), ms(total)/float64(r.nodes), pss(r.pssMiB))
 	}
 	return tw.Flush()
+}
+
+// fill runs cfg.history workflows of def at 32 in flight, unmeasured, and
+// says on stderr how it goes.
+func fill(ctx context.Context, cfg config, b *bus.Bus, def *novav1.WorkflowDefinition) error {
+	fmt.Fprintf(os.Stderr, "benchload: running %d more workflows on the same data dir (32 in flight, not measured)\n", cfg.history)
+	l := loadgen.NewLoad(b, def, cfg.history)
+	// At least 20 workflows a second, or the run's own limit if longer.
+	limit := max(cfg.limit, time.Duration(cfg.history)*50*time.Millisecond)
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	start := time.Now()
+	done := make(chan struct{})
+	go func() { l.Run(rctx, 32); close(done) }()
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			got := int(l.Completed.Load())
+			if got != cfg.history {
+				return fmt.Errorf("history: %d of %d workflows completed within %s", got, cfg.history, limit)
+			}
+			fmt.Fprintf(os.Stderr, "benchload: %d workflows in %s (%.1f wf/s)\n", got, time.Since(start).Round(time.Second), float64(got)/time.Since(start).Seconds())
+			return nil
+		case <-tick.C:
+			fmt.Fprintf(os.Stderr, "benchload: %d of %d after %s\n", l.Completed.Load(), cfg.history, time.Since(start).Round(time.Second))
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
