@@ -26,7 +26,8 @@ type config struct {
 	// Warm keeps zygotes (pre-imported interpreters) that fork every program;
 	// false starts a new bubblewrap and interpreter for each one.
 	Warm bool `env:"NOVA_SANDBOX_WARM" default:"true"`
-	// Zygotes is the size of the warm pool; 0 means one per worker.
+	// Zygotes is the size of the warm pool; 0 means one per four workers
+	// (runner.ZygotesFor).
 	Zygotes int `env:"NOVA_SANDBOX_ZYGOTES" default:"0"`
 	// Preload lists the modules zygotes import (comma-separated); empty: the
 	// runner's default list (pandas, numpy, fitz, PIL, requests, bs4, lxml, ...).
@@ -62,7 +63,7 @@ func main() {
 	os.Exit(service.Main("sandbox", &cfg, func(ctx context.Context, env *service.Env) error {
 		zygotes := 0
 		if cfg.Warm {
-			zygotes = cmp.Or(cfg.Zygotes, cfg.Workers, 1)
+			zygotes = cmp.Or(cfg.Zygotes, runner.ZygotesFor(cfg.Workers))
 		}
 		r, err := runner.New(runner.Config{
 			Backend:          cfg.Backend,

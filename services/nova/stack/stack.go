@@ -413,7 +413,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	case Sandbox:
 		zygotes := 0
 		if s.opts.WarmSandbox {
-			zygotes = s.opts.SandboxWorkers
+			zygotes = runner.ZygotesFor(s.opts.SandboxWorkers)
 		}
 		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes, Logger: log})
 		if err != nil {

@@ -147,7 +147,9 @@ type Config struct {
 	Bwrap   string // default /usr/bin/bwrap
 	Python  string // default /usr/bin/python3; must live under /usr, the tree mounted inside
 	// Zygotes is the number of warm zygotes; 0 runs every program cold (a new
-	// bubblewrap and interpreter each time).
+	// bubblewrap and interpreter each time). A zygote runs any number of
+	// programs at once (it only forks and supervises them); ZygotesFor sizes
+	// the pool for a number of workers.
 	Zygotes int
 	// Preload lists the modules the zygotes import; default runner.py's
 	// DEFAULT_PRELOAD (pandas, numpy, fitz, PIL, requests, bs4, lxml, openpyxl,
@@ -244,6 +246,12 @@ const (
 // New checks that bubblewrap and python exist and prepares a Runner; with
 // Zygotes > 0 it starts the warm pool in the background (runs are cold until a
 // zygote is ready).
+// ZygotesFor is the warm pool for workers programs at once: one zygote per
+// four. A zygote's own work per program is the fork (a few milliseconds for
+// the preloaded modules' page tables), so one keeps several workers busy,
+// while each holds its own copy of those modules (tens of MiB).
+func ZygotesFor(workers int) int { return max(1, (workers+3)/4) }
+
 func New(cfg Config) (*Runner, error) {
 	cfg = withDefaults(cfg)
 	switch cfg.Backend {
