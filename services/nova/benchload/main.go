@@ -57,6 +57,7 @@ type config struct {
 	inFlight  []int
 	long      int
 	limit     time.Duration
+	pprof     string
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	inFlight := fs.String("in-flight", "1,8,32", "runs, by workflows in flight")
 	fs.IntVar(&cfg.long, "long", 30, "nodes of the long chain run once at 8 in flight (0: skip)")
 	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run")
+	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	_ = fs.Parse(os.Args[1:])
 	for _, f := range strings.Split(*inFlight, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -117,6 +119,9 @@ func run(ctx context.Context, cfg config) error {
 	dev := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
 		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
 		Env:  loadgen.BaseEnv()}
+	if cfg.pprof != "" {
+		dev.Args = append(dev.Args, "--pprof", cfg.pprof)
+	}
 	if err := dev.Start(); err != nil {
 		return err
 	}
