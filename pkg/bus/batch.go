@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,37 +41,48 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 		if err != nil {
 			return nil, err
 		}
-		return fill(c, cons, first), nil
+		return fill(ctx, c, cons, first), nil
 	}
 	return b.run(ctx, c, take, func(ctx context.Context, msgs []jetstream.Msg) {
 		b.handleBatch(ctx, c, msgs, h)
 	})
 }
 
+// fillSlice is how long one pull request of fill waits: a batch whose
+// waiting ends early (Consumer.BatchFlush) is handed over at most this much
+// later.
+const fillSlice = 10 * time.Millisecond
+
 // fill adds to first the deliveries waiting for c, up to c.Batch in all,
-// waiting up to c.BatchWait for them. Until the batch is handed over,
-// nothing keeps first alive: c.BatchWait must be well below c.AckWait.
-func fill(c Consumer, cons jetstream.Consumer, first jetstream.Msg) []jetstream.Msg {
+// waiting up to c.BatchWait for them, and no more once one of them is one
+// c.BatchFlush names or ctx ends. Until the batch is handed over, nothing
+// keeps first alive: c.BatchWait must be well below c.AckWait.
+func fill(ctx context.Context, c Consumer, cons jetstream.Consumer, first jetstream.Msg) []jetstream.Msg {
 	msgs := []jetstream.Msg{first}
-	if c.Batch == 1 {
-		return msgs
-	}
-	var (
-		more jetstream.MessageBatch
-		err  error
-	)
-	if c.BatchWait > 0 {
-		more, err = cons.Fetch(c.Batch-1, jetstream.FetchMaxWait(c.BatchWait))
-	} else {
-		more, err = cons.FetchNoWait(c.Batch - 1)
-	}
-	if err != nil {
-		// The batch goes with what it has; the worker meets the error, if it
-		// lasts, when it next takes events.
-		return msgs
-	}
-	for msg := range more.Messages() {
-		msgs = append(msgs, msg)
+	flush := func(msg jetstream.Msg) bool { return c.BatchFlush != nil && c.BatchFlush(msg.Subject()) }
+	deadline := time.Now().Add(c.BatchWait)
+	for done := flush(first); !done && len(msgs) < c.Batch; {
+		var (
+			more jetstream.MessageBatch
+			err  error
+		)
+		// A pull request cannot be ended early without losing what it
+		// brings, so the wait is taken in slices.
+		if wait := min(time.Until(deadline), fillSlice); wait >= time.Millisecond && ctx.Err() == nil {
+			more, err = cons.Fetch(c.Batch-len(msgs), jetstream.FetchMaxWait(wait))
+		} else {
+			more, err = cons.FetchNoWait(c.Batch - len(msgs))
+			done = true
+		}
+		if err != nil {
+			// The batch goes with what it has; the worker meets the error, if
+			// it lasts, when it next takes events.
+			break
+		}
+		for msg := range more.Messages() {
+			msgs = append(msgs, msg)
+			done = done || flush(msg)
+		}
 	}
 	return msgs
 }

@@ -148,3 +148,35 @@ func TestConsumeBatchRefusesMiddleware(t *testing.T) {
 		t.Fatal("ConsumeBatch accepted middleware")
 	}
 }
+
+// A batch waits for more events no longer than until one that
+// Consumer.BatchFlush names: its reader need not wait for BatchWait.
+func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	got := make(chan []string, 4)
+	c := eventConsumer("flush")
+	c.Batch, c.BatchWait, c.AckWait = 10, time.Minute, 2*time.Minute
+	c.BatchFlush = func(subject string) bool { return strings.HasSuffix(subject, "."+bus.KindWorkflowCompleted) }
+	consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
+		var ids []string
+		for _, ev := range evs {
+			ids = append(ids, ev.ID())
+		}
+		got <- ids
+		return nil
+	})
+	for _, e := range []struct{ id, kind string }{{"node", bus.KindNodeCompleted}, {"done", bus.KindWorkflowCompleted}} {
+		if err := b.PublishProto(t.Context(), bus.EventSubject("exec-1", e.kind), e.id,
+			bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec-1"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case ids := <-got:
+		if strings.Join(ids, ",") != "node,done" {
+			t.Errorf("batch %v, want node and done", ids)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch waited on after the event that ends it")
+	}
+}

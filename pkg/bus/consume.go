@@ -51,6 +51,9 @@ type Consumer struct {
 	// for more before it handles a batch smaller than Batch. Zero takes only
 	// the events already waiting.
 	BatchWait time.Duration
+	// BatchFlush, when set, names by subject the events after which a batch
+	// waits no more (ConsumeBatch only): those that a reader waits for.
+	BatchFlush func(subject string) bool
 	// Middleware wraps the handler, outermost first, inside the bus's own
 	// recover, tracing, logging and metrics.
 	Middleware []Middleware

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -46,12 +47,15 @@ func Run(ctx context.Context, d Deps) error {
 // events wait in the stream while a batch is written and make the next one.
 func ConsumerSpec(workers int) bus.Consumer {
 	return bus.Consumer{
-		Stream:     bus.StreamEvents,
-		Durable:    Consumer,
-		Filters:    []string{"nova.evt.>"},
-		Workers:    max(workers, 2),
-		Batch:      BatchSize,
-		BatchWait:  BatchWait,
+		Stream:    bus.StreamEvents,
+		Durable:   Consumer,
+		Filters:   []string{"nova.evt.>"},
+		Workers:   max(workers, 2),
+		Batch:     BatchSize,
+		BatchWait: BatchWait,
+		// A client that saw a workflow complete reads its chain of work
+		// next (POST /v1/executions?wait, then GET): its batch goes at once.
+		BatchFlush: func(subject string) bool { return strings.HasSuffix(subject, "."+bus.KindWorkflowCompleted) },
 		MaxDeliver: 10,
 	}
 }
@@ -65,7 +69,8 @@ const (
 	// workflow's events come tens of milliseconds apart: a 3-node workflow's
 	// 16 events make about 2 batches at 1 in flight (3 with 50 ms). The
 	// chain of work is as much later in the store; `nova run --chain` and
-	// the tests wait for the consumer to be idle, which covers it.
+	// the tests wait for the consumer to be idle, which covers it, and a
+	// workflow's completion ends the wait (BatchFlush).
 	BatchWait = 100 * time.Millisecond
 )
 

@@ -58,12 +58,14 @@ func (s *Store) RecordAll(ctx context.Context, events []proto.Message) []error {
 		errs[i] = err
 	}
 
-	// The started events first: a completion then finds its document.
+	// The started events first: a completion then finds its document. The
+	// completions last: a reader who sees an execution completed finds the
+	// node visits and steps of the batch too.
 	s.writeStarted(ctx, started.list)
-	s.writeCompletedAll(ctx, completed.list)
 	s.writeDocs(ctx, s.chain, nodes.list, "record node")
 	s.writeDocs(ctx, s.steps, steps.list, "record step")
 	s.indexAll(ctx, slices.Concat(nodes.list, steps.list))
+	s.writeCompletedAll(ctx, completed.list)
 
 	for _, it := range slices.Concat(started.list, completed.list, nodes.list, steps.list) {
 		for _, i := range it.events {

@@ -147,8 +147,8 @@ func TestRecordAllWritesOncePerCollection(t *testing.T) {
 		}
 	}
 	want := []string{
-		"insert " + store.ExecutionsCollection, "update " + store.ExecutionsCollection,
-		"insert " + store.ChainCollection, "insert " + store.StepsCollection, "insert " + store.IndexCollection,
+		"insert " + store.ExecutionsCollection, "insert " + store.ChainCollection, "insert " + store.StepsCollection,
+		"insert " + store.IndexCollection, "update " + store.ExecutionsCollection,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("commands = %q, want %q", got, want)
