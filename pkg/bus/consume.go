@@ -41,8 +41,19 @@ type Consumer struct {
 	// Backoff is the Nak delay after the n-th failed delivery (the last
 	// value repeats).
 	Backoff []time.Duration
-	// Workers is how many events this process handles at once.
+	// Workers is how many events this process handles at once; with
+	// ConsumeBatch, how many batches.
 	Workers int
+	// Batch is the most events one call of a BatchHandler gets
+	// (ConsumeBatch only; default 1).
+	Batch int
+	// BatchWait is how long ConsumeBatch waits, after a batch's first event,
+	// for more before it handles a batch smaller than Batch. Zero takes only
+	// the events already waiting.
+	BatchWait time.Duration
+	// BatchFlush, when set, names by subject the events after which a batch
+	// waits no more (ConsumeBatch only): those that a reader waits for.
+	BatchFlush func(subject string) bool
 	// Middleware wraps the handler, outermost first, inside the bus's own
 	// recover, tracing, logging and metrics.
 	Middleware []Middleware
@@ -65,6 +76,9 @@ func (c *Consumer) defaults() {
 	if c.Workers <= 0 {
 		c.Workers = 1
 	}
+	if c.Batch <= 0 {
+		c.Batch = 1
+	}
 }
 
 // DeclareConsumer creates or updates the durable consumer without reading
@@ -78,7 +92,7 @@ func (b *Bus) DeclareConsumer(ctx context.Context, c Consumer) (jetstream.Consum
 		AckWait:        c.AckWait,
 		MaxDeliver:     -1, // counted by handle, see Consumer.MaxDeliver
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		MaxAckPending:  max(64, c.Workers*4),
+		MaxAckPending:  max(64, c.Workers*4, c.Workers*c.Batch),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("declare consumer %s on %s: %w", c.Durable, c.Stream, err)
@@ -95,16 +109,36 @@ func (b *Bus) DeclareConsumer(ctx context.Context, c Consumer) (jetstream.Consum
 // handled.
 func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	c.defaults()
-	cons, err := b.DeclareConsumer(ctx, c)
-	if err != nil {
-		return err
-	}
 	handler := h
 	for i := len(c.Middleware) - 1; i >= 0; i-- {
 		handler = c.Middleware[i](handler)
 	}
 	handler = b.instrument(c.Durable, handler)
+	return b.run(ctx, c, takeOne, func(ctx context.Context, msgs []jetstream.Msg) {
+		b.handle(ctx, c, msgs[0], handler)
+	})
+}
 
+// A taker takes the next deliveries of cons for a worker, waiting until ctx
+// ends for the first.
+type taker func(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error)
+
+func takeOne(ctx context.Context, _ Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+	msg, err := cons.Next(jetstream.FetchContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return []jetstream.Msg{msg}, nil
+}
+
+// run declares the durable consumer and runs c.Workers workers, each
+// taking deliveries when it is free and giving them to handle, until ctx is
+// cancelled.
+func (b *Bus) run(ctx context.Context, c Consumer, take taker, handle func(context.Context, []jetstream.Msg)) error {
+	cons, err := b.DeclareConsumer(ctx, c)
+	if err != nil {
+		return err
+	}
 	// Handlers finish the event they hold even when ctx ends, so that a
 	// shutdown never leaves half-done work.
 	handlerCtx := context.WithoutCancel(ctx)
@@ -115,7 +149,7 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	)
 	for range c.Workers {
 		wg.Go(func() {
-			if err := b.pull(ctx, handlerCtx, c, cons, handler); err != nil {
+			if err := b.pull(ctx, handlerCtx, c, cons, take, handle); err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
 				mu.Unlock()
@@ -129,18 +163,18 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 // pullWait bounds one pull request; an idle worker renews it.
 const pullWait = 5 * time.Second
 
-// pull is one worker: it fetches an event, handles it, and again, until ctx
+// pull is one worker: it takes events, handles them, and again, until ctx
 // ends. Errors of the connection (a server restarting) are retried.
-func (b *Bus) pull(ctx, handlerCtx context.Context, c Consumer, cons jetstream.Consumer, h Handler) error {
+func (b *Bus) pull(ctx, handlerCtx context.Context, c Consumer, cons jetstream.Consumer, take taker, handle func(context.Context, []jetstream.Msg)) error {
 	failures := 0
 	for ctx.Err() == nil {
 		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
-		msg, err := cons.Next(jetstream.FetchContext(pullCtx))
+		msgs, err := take(pullCtx, c, cons)
 		cancel()
 		switch {
 		case err == nil:
 			failures = 0
-			b.handle(handlerCtx, c, msg, h)
+			handle(handlerCtx, msgs)
 			continue
 		case ctx.Err() != nil:
 			return nil
@@ -168,11 +202,27 @@ func (b *Bus) pull(ctx, handlerCtx context.Context, c Consumer, cons jetstream.C
 }
 
 func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handler) {
+	ctx, ev, md, ok := b.accept(ctx, c, msg)
+	if !ok {
+		return
+	}
+	// In-progress acks keep the delivery while the handler runs, however
+	// long; a delivery whose process died comes back after AckWait.
+	stopHeartbeat := heartbeat(ctx, c.AckWait/4, msg)
+	err := h(ctx, *ev)
+	stopHeartbeat()
+	b.settle(ctx, c, msg, md, ev, err)
+}
+
+// accept reads a delivery before its handler runs: its event, and ctx with
+// the producer's trace. It settles a delivery no handler may have (without
+// metadata, beyond MaxDeliver, malformed) and then says not ok.
+func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (context.Context, *event.Event, *jetstream.MsgMetadata, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
 		b.log.Error("message without metadata", "consumer", c.Durable, "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
-		return
+		return ctx, nil, nil, false
 	}
 	if md.NumDelivered > 1 {
 		b.metrics.redelivered.Add(ctx, 1, consumerAttr(c.Durable))
@@ -184,21 +234,20 @@ func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handl
 		b.deadLetter(ctx, c, msg, md, fmt.Errorf(
 			"delivered %d times without being handled (limit %d): the handler failed, the process holding it stopped, or an earlier dead-letter publish failed",
 			md.NumDelivered, c.MaxDeliver))
-		return
+		return ctx, nil, nil, false
 	}
 	ev, err := fromNATS(ctx, msg.Headers(), msg.Data())
 	if err != nil {
 		b.deadLetter(ctx, c, msg, md, err)
-		return
+		return ctx, nil, nil, false
 	}
-	ctx = b.prop.Extract(ctx, headerCarrier(msg.Headers()))
+	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
+}
 
-	// In-progress acks keep the delivery while the handler runs, however
-	// long; a delivery whose process died comes back after AckWait.
-	stopHeartbeat := heartbeat(ctx, msg, c.AckWait/4)
-	err = h(ctx, *ev)
-	stopHeartbeat()
-
+// settle acks a delivery its handler handled (err nil), dead-letters one
+// that failed for good or for the last time, and naks any other with
+// backoff.
+func (b *Bus) settle(ctx context.Context, c Consumer, msg jetstream.Msg, md *jetstream.MsgMetadata, ev *event.Event, err error) {
 	switch {
 	case err == nil:
 		if ackErr := msg.DoubleAck(ctx); ackErr != nil {
@@ -213,8 +262,9 @@ func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handl
 	}
 }
 
-// heartbeat sends an in-progress ack for msg every interval until stopped.
-func heartbeat(ctx context.Context, msg jetstream.Msg, interval time.Duration) (stop func()) {
+// heartbeat sends an in-progress ack for each of msgs every interval until
+// stopped.
+func heartbeat(ctx context.Context, interval time.Duration, msgs ...jetstream.Msg) (stop func()) {
 	hbCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -226,7 +276,9 @@ func heartbeat(ctx context.Context, msg jetstream.Msg, interval time.Duration) (
 			case <-hbCtx.Done():
 				return
 			case <-t.C:
-				_ = msg.InProgress()
+				for _, msg := range msgs {
+					_ = msg.InProgress()
+				}
 			}
 		}
 	}()

@@ -61,39 +61,55 @@ func consumerAttr(c string) metric.MeasurementOption {
 // that continues the producer's trace, a log line per failure, and metrics.
 func (b *Bus) instrument(consumer string, h Handler) Handler {
 	return func(ctx context.Context, ev event.Event) (err error) {
-		start := time.Now()
-		ctx, span := b.tracer.Start(ctx, consumer+" handle "+ev.Type(),
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(
-				attribute.String("messaging.system", "nats"),
-				attribute.String("messaging.consumer.group.name", consumer),
-				attribute.String("messaging.message.id", ev.ID()),
-				attribute.String("cloudevents.event_type", ev.Type()),
-			))
+		ctx, done := b.observe(ctx, consumer, ev)
 		defer func() {
 			if r := recover(); r != nil {
-				b.log.ErrorContext(ctx, "handler panic", "consumer", consumer, "event_id", ev.ID(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = Permanent(fmt.Errorf("handler panic: %v", r))
+				err = b.recovered(ctx, r, "consumer", consumer, "event_id", ev.ID())
 			}
-			outcome := "ack"
-			if err != nil {
-				outcome = "retry"
-				if IsPermanent(err) {
-					outcome = "dead_letter"
-				}
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-				b.log.WarnContext(ctx, "handler failed",
-					"consumer", consumer, "event_type", ev.Type(), "event_id", ev.ID(), "outcome", outcome, "err", err)
-			}
-			span.End()
-			attrs := metric.WithAttributes(
-				attribute.String("consumer", consumer),
-				attribute.String("event_type", ev.Type()),
-				attribute.String("outcome", outcome))
-			b.metrics.handled.Add(ctx, 1, attrs)
-			b.metrics.duration.Record(ctx, time.Since(start).Seconds(), attrs)
+			done(err)
 		}()
 		return h(ctx, ev)
+	}
+}
+
+// recovered logs a handler's panic, with attrs, and returns it as a
+// permanent failure.
+func (b *Bus) recovered(ctx context.Context, r any, attrs ...any) error {
+	b.log.ErrorContext(ctx, "handler panic", append(attrs, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))...)
+	return Permanent(fmt.Errorf("handler panic: %v", r))
+}
+
+// observe starts the handling of ev: a consumer span that continues the
+// producer's trace. done ends it with the handler's error: the span's
+// status, a log line per failure, and metrics.
+func (b *Bus) observe(ctx context.Context, consumer string, ev event.Event) (_ context.Context, done func(error)) {
+	start := time.Now()
+	ctx, span := b.tracer.Start(ctx, consumer+" handle "+ev.Type(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.consumer.group.name", consumer),
+			attribute.String("messaging.message.id", ev.ID()),
+			attribute.String("cloudevents.event_type", ev.Type()),
+		))
+	return ctx, func(err error) {
+		outcome := "ack"
+		if err != nil {
+			outcome = "retry"
+			if IsPermanent(err) {
+				outcome = "dead_letter"
+			}
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			b.log.WarnContext(ctx, "handler failed",
+				"consumer", consumer, "event_type", ev.Type(), "event_id", ev.ID(), "outcome", outcome, "err", err)
+		}
+		span.End()
+		attrs := metric.WithAttributes(
+			attribute.String("consumer", consumer),
+			attribute.String("event_type", ev.Type()),
+			attribute.String("outcome", outcome))
+		b.metrics.handled.Add(ctx, 1, attrs)
+		b.metrics.duration.Record(ctx, time.Since(start).Seconds(), attrs)
 	}
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"google.golang.org/protobuf/proto"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/audit/store"
@@ -117,51 +119,98 @@ func TestOneExecutionIsFoundByIDOnly(t *testing.T) {
 	}
 }
 
-// Replicas record the steps of one execution at once, each event twice:
-// the index lists every document, its positions leave no gap, and reads
-// show each document once.
+// Replicas record the steps of one execution at once, each event twice,
+// one by one or in batches (two batches at once per replica, as the audit
+// service's workers write them): the index lists every document, its
+// positions leave no gap, and reads show each document once.
 func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
-	ctx, first := openStore(t, store.WithExecutionIndex(true))
 	const replicas, steps = 4, 12
-	stores := []*store.Store{first}
-	for range replicas - 1 {
-		s, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		stores = append(stores, s)
-	}
-
-	var wg sync.WaitGroup
-	errs := make(chan error, replicas*steps*2)
-	for r, s := range stores {
-		wg.Go(func() {
-			for i := range steps * 2 { // every step twice, in a different order per replica
-				n := (i/2 + r*3) % steps
-				errs <- s.RecordStep(ctx, &novav1.StepCompleted{
-					ExecutionId: "exec-busy", NodeId: "n" + strconv.Itoa(n%3), Visit: 1, StepNumber: int32(n + 1),
-					StepName: "execute", AgentName: "sandbox", Status: "success",
+	tests := []struct {
+		name  string
+		write func(ctx context.Context, s *store.Store, evs []*novav1.StepCompleted) error
+	}{
+		{"one by one", func(ctx context.Context, s *store.Store, evs []*novav1.StepCompleted) error {
+			for _, ev := range evs {
+				if err := s.RecordStep(ctx, ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"in batches", func(ctx context.Context, s *store.Store, evs []*novav1.StepCompleted) error {
+			var wg sync.WaitGroup
+			errs := make(chan error, len(evs))
+			for w := range 2 {
+				wg.Go(func() {
+					for i := w * 5; i < len(evs); i += 10 {
+						batch := make([]proto.Message, 0, 5)
+						for _, ev := range evs[i:min(i+5, len(evs))] {
+							batch = append(batch, ev)
+						}
+						errs <- errors.Join(s.RecordAll(ctx, batch)...)
+					}
 				})
 			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, first := openStore(t, store.WithExecutionIndex(true))
+			stores := []*store.Store{first}
+			for range replicas - 1 {
+				s, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(true))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close(context.Background()) })
+				stores = append(stores, s)
+			}
+
+			var wg sync.WaitGroup
+			errs := make(chan error, replicas)
+			for r, s := range stores {
+				var evs []*novav1.StepCompleted
+				for i := range steps * 2 { // every step twice, in a different order per replica
+					n := (i/2 + r*3) % steps
+					evs = append(evs, &novav1.StepCompleted{
+						ExecutionId: "exec-busy", NodeId: "n" + strconv.Itoa(n%3), Visit: 1, StepNumber: int32(n + 1),
+						StepName: "execute", AgentName: "sandbox", Status: "success",
+					})
+				}
+				wg.Go(func() { errs <- tt.write(ctx, s, evs) })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkIndex(ctx, t, first, "exec-busy", steps)
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+}
 
-	counts, err := first.Counts(ctx, "exec-busy")
+// checkIndex checks that an execution's index lists its steps steps, each
+// read once, at positions without gaps.
+func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, steps int) {
+	t.Helper()
+	counts, err := s.Counts(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[store.StepsCollection] != steps {
+	if counts[store.StepsCollection] != int64(steps) {
 		t.Errorf("counts = %v, want %d steps", counts, steps)
 	}
-	chain, err := first.Chain(ctx, "exec-busy")
+	chain, err := s.Chain(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +241,7 @@ func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
 	}
 	var positions []int
 	for _, e := range entries {
-		if p, ok := strings.CutPrefix(e.ID, "exec-busy#"); ok {
+		if p, ok := strings.CutPrefix(e.ID, id+"#"); ok {
 			n, _ := strconv.Atoi(p)
 			positions = append(positions, n)
 		}

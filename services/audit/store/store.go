@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,7 @@ type Store struct {
 	indexed    bool
 	forceIndex *bool
 	positions  positions
+	indexMu    sync.Mutex  // see indexAll
 	backfilled atomic.Bool // see indexReady
 
 	monitor *event.CommandMonitor // tests watch the commands sent
@@ -168,15 +170,38 @@ func index(name string, keys bson.D) mongo.IndexModel {
 // It inserts first, which needs no lookup; only when the document exists (a
 // redelivery, or the completion recorded first) does it update.
 func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowStarted) error {
-	id := ev.GetExecutionId()
+	id, set, err := startedFields(ev)
+	if err != nil {
+		return err
+	}
+	return s.startedAlone(ctx, id, set)
+}
+
+// startedAlone writes a started event's execution document on its own, as
+// RecordWorkflowStarted does.
+func (s *Store) startedAlone(ctx context.Context, id string, set bson.D) error {
+	_, err := s.executions.InsertOne(ctx, startedDoc(id, set))
+	if mongo.IsDuplicateKeyError(err) {
+		return s.startedExisting(ctx, id, set)
+	}
+	if err != nil {
+		return fmt.Errorf("record workflow started %s: %w", id, err)
+	}
+	return nil
+}
+
+// startedFields are the fields of the execution document a started event
+// sets.
+func startedFields(ev *novav1.WorkflowStarted) (id string, set bson.D, err error) {
+	id = ev.GetExecutionId()
 	if id == "" {
-		return fmt.Errorf("record workflow started: %w: no execution id", ErrInvalidEvent)
+		return "", nil, fmt.Errorf("record workflow started: %w: no execution id", ErrInvalidEvent)
 	}
 	def, err := protoToMap(ev.GetDefinition())
 	if err != nil {
-		return fmt.Errorf("record workflow started %s: definition: %w", id, err)
+		return "", nil, fmt.Errorf("record workflow started %s: definition: %w", id, err)
 	}
-	set := bson.D{
+	set = bson.D{
 		{Key: "execution_id", Value: id},
 		{Key: "initial_context", Value: contextDoc(ev.GetContext())},
 		{Key: "definition", Value: def},
@@ -187,15 +212,22 @@ func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowSt
 	if t := timeOf(ev.GetStartedAt()); t != nil {
 		set = append(set, bson.E{Key: "started_at", Value: t})
 	}
-	insert := append(bson.D{{Key: "_id", Value: id}}, set...)
-	insert = append(insert, bson.E{Key: "status", Value: StatusRunning})
-	_, err = s.executions.InsertOne(ctx, insert)
-	if mongo.IsDuplicateKeyError(err) {
-		err = s.upsert(ctx, s.executions, id, bson.D{
-			{Key: "$set", Value: set},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "status", Value: StatusRunning}}},
-		})
-	}
+	return id, set, nil
+}
+
+// startedDoc is the execution document a started event creates.
+func startedDoc(id string, set bson.D) bson.D {
+	doc := append(bson.D{{Key: "_id", Value: id}}, set...)
+	return append(doc, bson.E{Key: "status", Value: StatusRunning})
+}
+
+// startedExisting records a started event whose execution document exists
+// (or, after a lost race, is about to).
+func (s *Store) startedExisting(ctx context.Context, id string, set bson.D) error {
+	err := s.upsert(ctx, s.executions, id, bson.D{
+		{Key: "$set", Value: set},
+		{Key: "$setOnInsert", Value: bson.D{{Key: "status", Value: StatusRunning}}},
+	})
 	if err != nil {
 		return fmt.Errorf("record workflow started %s: %w", id, err)
 	}
@@ -205,9 +237,26 @@ func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowSt
 // RecordWorkflowCompleted sets the outcome on the execution document, creating it if the
 // started event has not been recorded yet.
 func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.WorkflowCompleted) error {
-	id := ev.GetExecutionId()
+	id, set, err := completedFields(ev)
+	if err != nil {
+		return err
+	}
+	return s.writeCompleted(ctx, id, set)
+}
+
+func (s *Store) writeCompleted(ctx context.Context, id string, set bson.D) error {
+	if err := s.upsert(ctx, s.executions, id, bson.D{{Key: "$set", Value: set}}); err != nil {
+		return fmt.Errorf("record workflow completed %s: %w", id, err)
+	}
+	return nil
+}
+
+// completedFields are the fields of the execution document a completed
+// event sets.
+func completedFields(ev *novav1.WorkflowCompleted) (id string, set bson.D, err error) {
+	id = ev.GetExecutionId()
 	if id == "" {
-		return fmt.Errorf("record workflow completed: %w: no execution id", ErrInvalidEvent)
+		return "", nil, fmt.Errorf("record workflow completed: %w: no execution id", ErrInvalidEvent)
 	}
 	nodes := make([]NodeSummaryDoc, 0, len(ev.GetNodes()))
 	for _, n := range ev.GetNodes() {
@@ -226,7 +275,7 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 		path = []string{}
 	}
 	started, completed := timeOf(ev.GetStartedAt()), timeOf(ev.GetCompletedAt())
-	set := bson.D{
+	set = bson.D{
 		{Key: "execution_id", Value: id},
 		{Key: "status", Value: ev.GetStatus()},
 		{Key: "final_context", Value: contextDoc(ev.GetContext())},
@@ -248,27 +297,29 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 			set = append(set, bson.E{Key: "duration_ms", Value: completed.Sub(*started).Milliseconds()})
 		}
 	}
-	if err := s.upsert(ctx, s.executions, id, bson.D{{Key: "$set", Value: set}}); err != nil {
-		return fmt.Errorf("record workflow completed %s: %w", id, err)
-	}
-	return nil
+	return id, set, nil
 }
 
 // RecordNode stores one node visit; a redelivery replaces the document with itself.
 func (s *Store) RecordNode(ctx context.Context, ev *novav1.NodeCompleted) error {
-	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
-		return fmt.Errorf("record node: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
-	}
-	doc := NodeDocOf(ev)
-	doc.InputContext, doc.OutputResult = bsonContext(doc.InputContext), bsonContext(doc.OutputResult)
-	first, err := s.replace(ctx, s.chain, doc.ID, doc)
-	if err == nil {
-		err = s.indexDoc(ctx, doc.ExecutionID, ChainCollection, doc.ID, first)
-	}
+	doc, err := nodeDoc(ev)
 	if err != nil {
+		return err
+	}
+	if err := s.record(ctx, s.chain, doc.ID, doc.ExecutionID, doc); err != nil {
 		return fmt.Errorf("record node %s: %w", doc.ID, err)
 	}
 	return nil
+}
+
+// nodeDoc is the chain_of_work document of a node visit as stored.
+func nodeDoc(ev *novav1.NodeCompleted) (NodeDoc, error) {
+	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
+		return NodeDoc{}, fmt.Errorf("record node: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
+	}
+	doc := NodeDocOf(ev)
+	doc.InputContext, doc.OutputResult = bsonContext(doc.InputContext), bsonContext(doc.OutputResult)
+	return doc, nil
 }
 
 // NodeDocOf is the chain_of_work document of a node visit as its event
@@ -307,18 +358,21 @@ func NodeDocOf(ev *novav1.NodeCompleted) NodeDoc {
 
 // RecordStep stores one agent step; a redelivery replaces the document with itself.
 func (s *Store) RecordStep(ctx context.Context, ev *novav1.StepCompleted) error {
-	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
-		return fmt.Errorf("record step: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
-	}
-	doc := StepDocOf(ev)
-	first, err := s.replace(ctx, s.steps, doc.ID, doc)
-	if err == nil {
-		err = s.indexDoc(ctx, doc.ExecutionID, StepsCollection, doc.ID, first)
-	}
+	doc, err := stepDoc(ev)
 	if err != nil {
+		return err
+	}
+	if err := s.record(ctx, s.steps, doc.ID, doc.ExecutionID, doc); err != nil {
 		return fmt.Errorf("record step %s: %w", doc.ID, err)
 	}
 	return nil
+}
+
+func stepDoc(ev *novav1.StepCompleted) (StepDoc, error) {
+	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
+		return StepDoc{}, fmt.Errorf("record step: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
+	}
+	return StepDocOf(ev), nil
 }
 
 // StepDocOf is the chain_of_work_steps document of one agent step as its
@@ -379,6 +433,16 @@ func (s *Store) upsert(ctx context.Context, coll *mongo.Collection, id string, u
 	})
 }
 
+// record writes doc as the document id of coll (a chain_of_work or
+// chain_of_work_steps document) and lists it in its execution's index.
+func (s *Store) record(ctx context.Context, coll *mongo.Collection, id, executionID string, doc any) error {
+	first, err := s.replace(ctx, coll, id, doc)
+	if err != nil {
+		return err
+	}
+	return s.indexDoc(ctx, executionID, coll.Name(), id, first)
+}
+
 // replace writes doc as the document with id, and tells whether it was the
 // first to. The first delivery inserts; only a redelivery (the id exists)
 // replaces, which costs a lookup by _id besides.
@@ -387,8 +451,13 @@ func (s *Store) replace(ctx context.Context, coll *mongo.Collection, id string, 
 	if !mongo.IsDuplicateKeyError(err) {
 		return err == nil, err
 	}
-	_, err = coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc, options.Replace().SetUpsert(true))
-	return false, err
+	return false, replaceExisting(ctx, coll, id, doc)
+}
+
+// replaceExisting replaces the document with id, which exists, by doc.
+func replaceExisting(ctx context.Context, coll *mongo.Collection, id string, doc any) error {
+	_, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}}, doc, options.Replace().SetUpsert(true))
+	return err
 }
 
 // retryDuplicate runs an upsert again once if it lost an insert race: two replicas

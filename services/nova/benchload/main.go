@@ -61,6 +61,7 @@ type config struct {
 	long      int
 	history   int
 	limit     time.Duration
+	pprof     string
 }
 
 func main() {
@@ -72,6 +73,7 @@ func main() {
 	fs.IntVar(&cfg.long, "long", 30, "nodes of the long chain run once at 8 in flight (0: skip)")
 	fs.IntVar(&cfg.history, "history", 20000, "workflows run (unmeasured, 32 in flight) before the 3-node runs are measured again on the same data dir (0: skip)")
 	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run (the history's is scaled to its size)")
+	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	_ = fs.Parse(os.Args[1:])
 	for _, f := range strings.Split(*inFlight, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -122,6 +124,9 @@ func run(ctx context.Context, cfg config) error {
 	dev := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
 		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
 		Env:  loadgen.BaseEnv()}
+	if cfg.pprof != "" {
+		dev.Args = append(dev.Args, "--pprof", cfg.pprof)
+	}
 	if err := dev.Start(); err != nil {
 		return err
 	}

@@ -8,10 +8,13 @@
 // (Execution, Chain, Counts). History between the sizes is filled with bulk
 // inserts of the same documents, not timed.
 //
-// Three set-ups are measured in the same run, each on its own data dir:
+// Four set-ups are measured in the same run, each on its own data dir:
 //
-//   - "indexed": as nova dev runs it, FerretDB with devstack's _id index and
-//     the store reading one execution through its execution index;
+//   - "indexed": FerretDB with devstack's _id index and the store reading
+//     one execution through its execution index, recording one event at a
+//     time (the Record methods);
+//   - "batched": the same, recording -batch events at a time (RecordAll),
+//     as nova dev's audit service records the events waiting for it;
 //   - "id only": the _id index, but reads of one execution by queries on
 //     execution_id, which FerretDB runs by reading the whole collection;
 //   - "shipped", the baseline: FerretDB as shipped (devstack.Options.NoIDIndex),
@@ -27,6 +30,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,6 +46,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/devstack"
@@ -56,6 +61,7 @@ type config struct {
 	reads    int
 	budget   time.Duration
 	nodes    int
+	batch    int
 	variants []variant
 }
 
@@ -67,7 +73,8 @@ func main() {
 	fs.IntVar(&cfg.reads, "reads", 10, "executions read back and timed at each size")
 	fs.DurationVar(&cfg.budget, "read-budget", 20*time.Second, "time the reads at one size may take; fewer are made when they are slower")
 	fs.IntVar(&cfg.nodes, "nodes", 3, "code nodes per execution (each with one step), between start and end")
-	names := fs.String("variants", "indexed,id only,shipped", "set-ups to measure, of "+strings.Join(variantNames(), ","))
+	fs.IntVar(&cfg.batch, "batch", 20, "events per write of the batched set-up")
+	names := fs.String("variants", "indexed,batched,id only,shipped", "set-ups to measure, of "+strings.Join(variantNames(), ","))
 	_ = fs.Parse(os.Args[1:])
 	for _, name := range strings.Split(*names, ",") {
 		i := slices.IndexFunc(allVariants, func(v variant) bool { return v.name == strings.TrimSpace(name) })
@@ -98,10 +105,12 @@ type variant struct {
 	name           string
 	noIDIndex      bool // devstack.Options.NoIDIndex
 	executionIndex bool // store.WithExecutionIndex
+	batched        bool // store.RecordAll
 }
 
 var allVariants = []variant{
 	{name: "indexed", executionIndex: true},
+	{name: "batched", executionIndex: true, batched: true},
 	{name: "id only"},
 	{name: "shipped", noIDIndex: true},
 }
@@ -195,11 +204,18 @@ func measureVariant(ctx context.Context, cfg config, v variant) ([]result, error
 		}
 		have = size
 		r := result{size: size}
+		runs := make([]execution, cfg.measure)
+		for i := range runs {
+			runs[i] = newRun(fmt.Sprintf("measured-%d-%d", size, i), cfg.nodes)
+		}
 		start, cpu0 := time.Now(), cpuTime()
-		for i := range cfg.measure {
-			if err := record(ctx, st, newRun(fmt.Sprintf("measured-%d-%d", size, i), cfg.nodes)); err != nil {
-				return nil, err
-			}
+		if v.batched {
+			err = recordBatched(ctx, st, runs, cfg.batch)
+		} else {
+			err = recordEach(ctx, st, runs)
+		}
+		if err != nil {
+			return nil, err
 		}
 		r.wall = time.Since(start) / time.Duration(cfg.measure)
 		r.cpu = (cpuTime() - cpu0) / time.Duration(cfg.measure)
@@ -324,7 +340,39 @@ func contextOf(m map[string]any) *novav1.JSONValue {
 	return o.Proto()
 }
 
-// record writes a run as the audit service does, event by event.
+// recordEach writes runs event by event.
+func recordEach(ctx context.Context, st *store.Store, runs []execution) error {
+	for _, e := range runs {
+		if err := record(ctx, st, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordBatched writes the events of runs, in the order record writes them,
+// batch at a time.
+func recordBatched(ctx context.Context, st *store.Store, runs []execution, batch int) error {
+	var events []proto.Message
+	for _, e := range runs {
+		events = append(events, e.started)
+		for i, n := range e.nodes {
+			if i > 0 && i <= len(e.steps) {
+				events = append(events, e.steps[i-1])
+			}
+			events = append(events, n)
+		}
+		events = append(events, e.completed)
+	}
+	for chunk := range slices.Chunk(events, max(batch, 1)) {
+		if err := errors.Join(st.RecordAll(ctx, chunk)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record writes a run event by event.
 func record(ctx context.Context, st *store.Store, e execution) error {
 	if err := st.RecordWorkflowStarted(ctx, e.started); err != nil {
 		return err

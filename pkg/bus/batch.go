@@ -1,0 +1,175 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BatchHandler handles events together (one write to a store for all of
+// them, say). It returns nil when it handled them all, else one error per
+// event, in order, nil for each it handled. An event's error means what a
+// Handler's does: Permanent dead-letters it, any other naks it with backoff
+// until MaxDeliver.
+type BatchHandler func(ctx context.Context, evs []event.Event) []error
+
+// ConsumeBatch is Consume for a handler of batches: a free worker takes the
+// events waiting, up to c.Batch (waiting c.BatchWait for more after the
+// first), and hands them to h at once. One worker takes a batch at a time,
+// so that events are not spread over batches that all wait; the others
+// meanwhile handle theirs. Each event is then settled on its own as Consume
+// settles it: acked only once h has handled it, retried or dead-lettered
+// alone when it failed. A batch whose handler panics is handled again one
+// event at a time, so that only an event that panics on its own is
+// dead-lettered.
+//
+// c.Middleware wraps one event's Handler; ConsumeBatch refuses it.
+func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) error {
+	c.defaults()
+	if len(c.Middleware) > 0 {
+		return fmt.Errorf("consume %s in batches: middleware wraps a handler of one event", c.Durable)
+	}
+	var taking sync.Mutex
+	take := func(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+		taking.Lock()
+		defer taking.Unlock()
+		first, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return fill(ctx, c, cons, first), nil
+	}
+	return b.run(ctx, c, take, func(ctx context.Context, msgs []jetstream.Msg) {
+		b.handleBatch(ctx, c, msgs, h)
+	})
+}
+
+// fillSlice is how long one pull request of fill waits: a batch whose
+// waiting ends early (Consumer.BatchFlush) is handed over at most this much
+// later.
+const fillSlice = 10 * time.Millisecond
+
+// fill adds to first the deliveries waiting for c, up to c.Batch in all,
+// waiting up to c.BatchWait for them, and no more once one of them is one
+// c.BatchFlush names or ctx ends. Until the batch is handed over, nothing
+// keeps first alive: c.BatchWait must be well below c.AckWait.
+func fill(ctx context.Context, c Consumer, cons jetstream.Consumer, first jetstream.Msg) []jetstream.Msg {
+	msgs := []jetstream.Msg{first}
+	flush := func(msg jetstream.Msg) bool { return c.BatchFlush != nil && c.BatchFlush(msg.Subject()) }
+	deadline := time.Now().Add(c.BatchWait)
+	for done := flush(first); !done && len(msgs) < c.Batch; {
+		var (
+			more jetstream.MessageBatch
+			err  error
+		)
+		// A pull request cannot be ended early without losing what it
+		// brings, so the wait is taken in slices.
+		if wait := min(time.Until(deadline), fillSlice); wait >= time.Millisecond && ctx.Err() == nil {
+			more, err = cons.Fetch(c.Batch-len(msgs), jetstream.FetchMaxWait(wait))
+		} else {
+			more, err = cons.FetchNoWait(c.Batch - len(msgs))
+			done = true
+		}
+		if err != nil {
+			// The batch goes with what it has; the worker meets the error, if
+			// it lasts, when it next takes events.
+			break
+		}
+		for msg := range more.Messages() {
+			msgs = append(msgs, msg)
+			done = done || flush(msg)
+		}
+	}
+	return msgs
+}
+
+// delivery is an event of a batch with what settling it needs.
+type delivery struct {
+	ctx context.Context // with the producer's trace, then the consumer's span
+	msg jetstream.Msg
+	md  *jetstream.MsgMetadata
+	ev  *event.Event
+}
+
+func (b *Bus) handleBatch(ctx context.Context, c Consumer, msgs []jetstream.Msg, h BatchHandler) {
+	held := make([]delivery, 0, len(msgs))
+	for _, msg := range msgs {
+		if dctx, ev, md, ok := b.accept(ctx, c, msg); ok {
+			held = append(held, delivery{ctx: dctx, msg: msg, md: md, ev: ev})
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	kept := make([]jetstream.Msg, len(held))
+	for i, d := range held {
+		kept[i] = d.msg
+	}
+	stopHeartbeat := heartbeat(ctx, c.AckWait/4, kept...)
+	errs := b.runBatch(ctx, c.Durable, held, h)
+	stopHeartbeat()
+	for i, d := range held {
+		b.settle(d.ctx, c, d.msg, d.md, d.ev, errs[i])
+	}
+}
+
+// runBatch runs h on the events held, each observed (span, log, metrics)
+// as Consume observes one, and returns one error per event.
+func (b *Bus) runBatch(ctx context.Context, consumer string, held []delivery, h BatchHandler) []error {
+	evs := make([]event.Event, len(held))
+	dones := make([]func(error), len(held))
+	for i := range held {
+		held[i].ctx, dones[i] = b.observe(held[i].ctx, consumer, *held[i].ev)
+		evs[i] = *held[i].ev
+	}
+	if len(held) == 1 {
+		ctx = held[0].ctx // the handling of one event continues its trace
+	}
+	errs, panicked := b.callBatch(ctx, consumer, evs, h)
+	if panicked && len(evs) > 1 {
+		// Which event made it panic is unknown: each is handled again on its
+		// own, and only one that panics alone fails.
+		for i := range evs {
+			one, _ := b.callBatch(held[i].ctx, consumer, evs[i:i+1], h)
+			errs[i] = one[0]
+		}
+	}
+	for i, done := range dones {
+		done(errs[i])
+	}
+	return errs
+}
+
+// callBatch calls h and returns one error per event. A panic is a
+// permanent failure of every event of the call.
+func (b *Bus) callBatch(ctx context.Context, consumer string, evs []event.Event, h BatchHandler) (errs []error, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			attrs := []any{"consumer", consumer, "event_id", evs[0].ID()}
+			if len(evs) > 1 {
+				attrs = []any{"consumer", consumer, "events", len(evs), "first_event_id", evs[0].ID()}
+			}
+			err := b.recovered(ctx, r, attrs...)
+			errs, panicked = make([]error, len(evs)), true
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+	}()
+	errs = h(ctx, evs)
+	switch {
+	case errs == nil:
+		return make([]error, len(evs)), false
+	case len(errs) != len(evs):
+		err := fmt.Errorf("batch handler of %s returned %d errors for %d events", consumer, len(errs), len(evs))
+		errs = make([]error, len(evs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs, false
+}

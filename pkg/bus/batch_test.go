@@ -1,0 +1,182 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/internal/natstest"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// consumeBatch runs ConsumeBatch in the background until the test ends.
+func consumeBatch(t *testing.T, b *bus.Bus, c bus.Consumer, h bus.BatchHandler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.ConsumeBatch(ctx, c, h) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consume returned %v", err)
+		}
+	})
+}
+
+// Events waiting are handled in batches, and each is settled on its own:
+// one that fails is retried or dead-lettered alone, without the others of
+// its batch being handled again, and a panic fails only the event that
+// panics when handled alone.
+func TestConsumeBatchOutcomes(t *testing.T) {
+	const events, odd = 10, "e3"
+	tests := []struct {
+		name string
+		// handle is what the handler does with the odd event at its n-th call.
+		handle func(n int) error
+		// panics: the handler panics on a batch that holds the odd event.
+		panics     bool
+		wantOdd    int // calls that saw the odd event
+		wantOthers int // calls that saw each other event
+		wantReason string
+	}{
+		{name: "all handled", handle: func(int) error { return nil }, wantOdd: 1, wantOthers: 1},
+		{name: "a transient failure is retried alone", handle: func(n int) error {
+			if n == 1 {
+				return errors.New("store unavailable")
+			}
+			return nil
+		}, wantOdd: 2, wantOthers: 1},
+		{name: "a lasting failure is dead-lettered alone", handle: func(int) error {
+			return errors.New("always down")
+		}, wantOdd: 2, wantOthers: 1, wantReason: "always down"},
+		{name: "a permanent failure is dead-lettered at once", handle: func(int) error {
+			return bus.Permanent(errors.New("invalid"))
+		}, wantOdd: 1, wantOthers: 1, wantReason: "invalid"},
+		{name: "a panic fails the event that panics alone", panics: true,
+			wantOdd: 2, wantOthers: 2, wantReason: "handler panic: boom"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := connect(t, natstest.URL(t))
+			durable := fmt.Sprintf("batch%d", i)
+			dlq := deadLetters(t, b, durable)
+			for e := range events {
+				id := fmt.Sprintf("e%d", e)
+				if err := b.PublishProto(t.Context(), bus.EventSubject("exec-1", bus.KindSandboxResult), id,
+					bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec-1", StepId: id}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			var mu sync.Mutex
+			calls := map[string]int{}
+			var sizes []int
+			c := eventConsumer(durable)
+			c.Batch = events
+			consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
+				mu.Lock()
+				defer mu.Unlock()
+				sizes = append(sizes, len(evs))
+				for _, ev := range evs {
+					calls[ev.ID()]++
+				}
+				errs := make([]error, len(evs))
+				for i, ev := range evs {
+					if ev.ID() == odd {
+						if tt.panics {
+							panic("boom")
+						}
+						errs[i] = tt.handle(calls[odd])
+					}
+				}
+				return errs
+			})
+
+			waitFor(t, "every event settled", func() bool {
+				cons, err := b.JetStream().Consumer(t.Context(), bus.StreamEvents, durable)
+				if err != nil {
+					return false
+				}
+				info, err := cons.Info(t.Context())
+				return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
+			})
+			if tt.wantReason != "" {
+				waitFor(t, "dead letter", func() bool { return len(dlq()) == 1 })
+				if dl := dlq()[0]; dl.Headers["ce-id"] != odd || !strings.HasPrefix(dl.Reason, tt.wantReason) {
+					t.Errorf("dead letter of %s, reason %q; want %s, %q", dl.Headers["ce-id"], dl.Reason, odd, tt.wantReason)
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // nothing more comes
+			mu.Lock()
+			defer mu.Unlock()
+			if len(dlq()) != 0 && tt.wantReason == "" || len(dlq()) > 1 {
+				t.Errorf("%d dead letters", len(dlq()))
+			}
+			for e := range events {
+				id := fmt.Sprintf("e%d", e)
+				want := tt.wantOthers
+				if id == odd {
+					want = tt.wantOdd
+				}
+				if calls[id] != want {
+					t.Errorf("%s handled %d times, want %d (calls %v)", id, calls[id], want, calls)
+				}
+			}
+			if slices.Max(sizes) < 2 {
+				t.Errorf("batch sizes %v: the events waiting were not handled together", sizes)
+			}
+		})
+	}
+}
+
+// Middleware wraps a handler of one event; ConsumeBatch says so rather
+// than leave it out.
+func TestConsumeBatchRefusesMiddleware(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	c := eventConsumer("batch")
+	c.Middleware = []bus.Middleware{func(h bus.Handler) bus.Handler { return h }}
+	err := b.ConsumeBatch(t.Context(), c, func(context.Context, []event.Event) []error { return nil })
+	if err == nil {
+		t.Fatal("ConsumeBatch accepted middleware")
+	}
+}
+
+// A batch waits for more events no longer than until one that
+// Consumer.BatchFlush names: its reader need not wait for BatchWait.
+func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	got := make(chan []string, 4)
+	c := eventConsumer("flush")
+	c.Batch, c.BatchWait, c.AckWait = 10, time.Minute, 2*time.Minute
+	c.BatchFlush = func(subject string) bool { return strings.HasSuffix(subject, "."+bus.KindWorkflowCompleted) }
+	consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
+		var ids []string
+		for _, ev := range evs {
+			ids = append(ids, ev.ID())
+		}
+		got <- ids
+		return nil
+	})
+	for _, e := range []struct{ id, kind string }{{"node", bus.KindNodeCompleted}, {"done", bus.KindWorkflowCompleted}} {
+		if err := b.PublishProto(t.Context(), bus.EventSubject("exec-1", e.kind), e.id,
+			bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec-1"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case ids := <-got:
+		if strings.Join(ids, ",") != "node,done" {
+			t.Errorf("batch %v, want node and done", ids)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch waited on after the event that ends it")
+	}
+}
