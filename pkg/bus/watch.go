@@ -3,11 +3,15 @@ package bus
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 )
+
+// watchInactive is how long the server keeps a stopped watch's consumer.
+const watchInactive = 10 * time.Second
 
 // Watch calls each with every message of an ordered consumer of stream
 // made from cfg, decoded as a CloudEvent (messages that are not one are
@@ -16,6 +20,15 @@ import (
 // a consumer request can go unanswered.
 func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.OrderedConsumerConfig,
 	each func(jetstream.Msg, *event.Event)) (stop func(), err error) {
+	if cfg.InactiveThreshold == 0 {
+		// Stopping a watch leaves its consumer on the server until it has
+		// been inactive this long (nats.go's default is 5 minutes): a process
+		// watching many executions would otherwise reach the server's limit
+		// of consumers (about 1,000 watches in 5 minutes). A live watch keeps
+		// its consumer active with its pull requests, and an ordered
+		// consumer that loses its consumer makes a new one where it was.
+		cfg.InactiveThreshold = watchInactive
+	}
 	var cons jetstream.Consumer
 	err = Declare(ctx, what, func(ctx context.Context) (err error) {
 		cons, err = b.js.OrderedConsumer(ctx, stream, cfg)

@@ -91,6 +91,9 @@ func (l *Load) one(ctx context.Context, i int) bool {
 	for ctx.Err() == nil {
 		oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
+			// Not kept for nats.go's default 5 minutes once stopped: thousands
+			// of workflows would reach the server's limit of consumers.
+			InactiveThreshold: 10 * time.Second,
 		})
 		if err == nil {
 			cc, err = oc.Consume(func(jetstream.Msg) {
