@@ -627,14 +627,15 @@ class Job:
     """A job the zygote supervises: its process (P, pid 1 of the job's pid
     namespace), the service's control socket for it, its wall-time deadline."""
 
-    __slots__ = ("pid", "pidfd", "ctl", "deadline", "limit", "answered")
+    __slots__ = ("pid", "pidfd", "ctl", "deadline", "killed", "limit", "answered")
 
     def __init__(self, pid, ctl, timeout):
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)
         self.ctl = ctl
         self.deadline = time.monotonic() + timeout
-        self.limit = ""
+        self.killed = False
+        self.limit = ""  # why it was killed, for the report ("" when "done")
         self.answered = False  # "done" was answered: no report is due
 
 
@@ -659,7 +660,7 @@ class Supervisor:
             # Spares are made ahead, so that a job finds its namespaces ready.
             while len(self.spares) < self.config.get("spares", 2):
                 self.spares.append(new_spare(self.own_pidns, self.config))
-            pending = [j.deadline for j in self.jobs.values() if not j.limit]
+            pending = [j.deadline for j in self.jobs.values() if not j.killed]
             timeout = max(0, math.ceil((min(pending) - time.monotonic()) * 1000)) if pending else None
             for fd, _ in self.poll.poll(timeout):
                 if fd == self.ctl.fileno():
@@ -674,7 +675,7 @@ class Supervisor:
                     self.request(job)
             now = time.monotonic()
             for job in list(self.jobs.values()):
-                if not job.limit and now >= job.deadline:
+                if not job.killed and now >= job.deadline:
                     self.kill(job, "wall_time")
 
     def take(self):
@@ -715,7 +716,7 @@ class Supervisor:
         except OSError:
             msg = b""
         if not msg:
-            self.forget_ctl(job)
+            self.unwatch(job.ctl.fileno())
             self.kill(job, "cancelled")
             return
         try:
@@ -731,13 +732,13 @@ class Supervisor:
             except OSError:
                 pass
             job.answered = True
-            self.forget_ctl(job)
+            self.unwatch(job.ctl.fileno())
             return
         self.kill(job, reason)
 
     def kill(self, job, limit):
-        if not job.limit:
-            job.limit = limit or "done"
+        if not job.killed:
+            job.killed, job.limit = True, limit
         try:
             # SIGKILL from outside its namespace ends P, and with it every
             # process of the job.
@@ -745,26 +746,17 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
-    def forget_ctl(self, job):
-        if job.ctl is not None:
-            self.poll.unregister(job.ctl.fileno())
-            del self.jobs[job.ctl.fileno()]
-            if job.answered:
-                job.ctl.close()
-                job.ctl = None
+    def unwatch(self, fd):
+        if self.jobs.pop(fd, None) is not None:
+            self.poll.unregister(fd)
 
     def reap(self, job):
         _, status, rusage = os.wait4(job.pid, 0)
-        self.poll.unregister(job.pidfd)
-        del self.jobs[job.pidfd]
+        self.unwatch(job.pidfd)
         os.close(job.pidfd)
-        if job.ctl is None:
-            return
-        if job.ctl.fileno() in self.jobs:
-            self.poll.unregister(job.ctl.fileno())
-            del self.jobs[job.ctl.fileno()]
+        self.unwatch(job.ctl.fileno())
         if not job.answered:
-            out = {"limit": "" if job.limit == "done" else job.limit}
+            out = {"limit": job.limit}
             if os.WIFSIGNALED(status):
                 out["signal"] = os.WTERMSIG(status)
             else:
@@ -776,7 +768,6 @@ class Supervisor:
             except OSError:
                 pass
         job.ctl.close()
-        job.ctl = None
 
 
 def reap_quietly(pid):
