@@ -37,6 +37,12 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 	take := func(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
 		taking.Lock()
 		defer taking.Unlock()
+		if err := ctx.Err(); err != nil {
+			// The pull's time ran out while another worker took its batch:
+			// an idle renewal, not a failure (nats.go refuses an ended
+			// context as an invalid option).
+			return nil, err
+		}
 		first, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			return nil, err

@@ -1,9 +1,11 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -179,4 +181,37 @@ func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the batch waited on after the event that ends it")
 	}
+}
+
+// Idle workers of a batch consumer renew their pulls quietly: one whose pull
+// time runs out while another holds the taking of batches meets no error.
+func TestConsumeBatchIdleWorkersRenewQuietly(t *testing.T) {
+	defer bus.SetPullWait(50 * time.Millisecond)()
+	var logs syncBuffer
+	b := connect(t, natstest.URL(t), bus.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	c := eventConsumer("idle")
+	c.Workers, c.Batch, c.BatchWait = 4, 10, 10*time.Millisecond
+	consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error { return nil })
+	time.Sleep(20 * 50 * time.Millisecond)
+	if got := logs.String(); strings.Contains(got, "level=WARN") {
+		t.Errorf("idle workers warned:\n%s", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that workers may write to together.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
 }

@@ -161,7 +161,7 @@ func (b *Bus) run(ctx context.Context, c Consumer, take taker, handle func(conte
 }
 
 // pullWait bounds one pull request; an idle worker renews it.
-const pullWait = 5 * time.Second
+var pullWait = 5 * time.Second
 
 // pull is one worker: it takes events, handles them, and again, until ctx
 // ends. Errors of the connection (a server restarting) are retried.
