@@ -24,6 +24,22 @@ type Mongo struct {
 	close func() error
 }
 
+// sqlitePragmas tune FerretDB's SQLite connections for the audit store's
+// writes:
+//
+//   - temp_store(memory): a statement's journal (kept while one INSERT of a
+//     transaction runs, so that it can be undone alone) stays in memory in small
+//     chunks. By default it spills to a temporary file past 64 KiB, which a
+//     document with its indexes and overflow pages passes: every insert then
+//     opened, wrote and dropped a file, and mapped and unmapped the 64 KiB
+//     buffer before it.
+//   - synchronous(normal): in WAL mode a commit is written to the log but the
+//     log is synced at checkpoints, not at every commit. A killed process loses
+//     nothing (the writes are in the kernel); a power cut may lose the last
+//     commits, never the database's integrity, the same bound as the embedded
+//     NATS file store, which syncs on an interval too.
+const sqlitePragmas = "_pragma=temp_store(memory)&_pragma=synchronous(normal)"
+
 // StartMongo starts FerretDB with its SQLite handler and returns once it answers a
 // MongoDB ping.
 func StartMongo(ctx context.Context, opts Options) (*Mongo, error) {
@@ -44,8 +60,9 @@ func StartMongo(ctx context.Context, opts Options) (*Mongo, error) {
 		Logger:  opts.quietLogger("ferretdb", slog.LevelError),
 		Handler: "sqlite",
 		// FerretDB requires a directory URI ending in "/"; building it as a URL escapes
-		// characters such as spaces or '#' in the path.
-		SQLiteURL: (&url.URL{Scheme: "file", Path: dir + "/", OmitHost: true}).String(),
+		// characters such as spaces or '#' in the path. FerretDB adds its own pragmas
+		// (WAL, busy timeout) to these.
+		SQLiteURL: (&url.URL{Scheme: "file", Path: dir + "/", OmitHost: true, RawQuery: sqlitePragmas}).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start ferretdb: %w", err)

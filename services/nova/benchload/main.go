@@ -153,43 +153,57 @@ func run(ctx context.Context, cfg config) error {
 	if _, err := measure(ctx, cfg, b, dev.Pid(), "warm-up", three, 3, 20, 4); err != nil {
 		return err
 	}
+	results, err := runs(ctx, cfg, b, dev.Pid(), three)
+	// What was measured is printed even when a later run failed.
+	if len(results) > 0 {
+		printResults(results)
+	}
+	return err
+}
+
+// runs measures the 3-node workflow at each number in flight, the long
+// chain, the same after the history, and the baseline, and returns what it
+// measured before any error.
+func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.WorkflowDefinition) ([]result, error) {
 	var results []result
 	for _, n := range cfg.inFlight {
-		r, err := measure(ctx, cfg, b, dev.Pid(), fmt.Sprintf("3 nodes, %d in flight", n), three, 3, cfg.workflows, n)
+		r, err := measure(ctx, cfg, b, pid, fmt.Sprintf("3 nodes, %d in flight", n), three, 3, cfg.workflows, n)
 		if err != nil {
-			return err
+			return results, err
 		}
 		results = append(results, r)
 	}
 	if cfg.long > 0 {
 		long, err := workflow.Parse([]byte(chain(cfg.long)))
 		if err != nil {
-			return err
+			return results, err
 		}
-		r, err := measure(ctx, cfg, b, dev.Pid(), fmt.Sprintf("%d nodes, 8 in flight", cfg.long), long, cfg.long, max(cfg.workflows/10, 10), 8)
+		r, err := measure(ctx, cfg, b, pid, fmt.Sprintf("%d nodes, 8 in flight", cfg.long), long, cfg.long, max(cfg.workflows/10, 10), 8)
 		if err != nil {
-			return err
+			return results, err
 		}
 		results = append(results, r)
 	}
 	if cfg.history > 0 {
 		if err := fill(ctx, cfg, b, three); err != nil {
-			return err
+			return results, err
 		}
 		for _, n := range cfg.inFlight {
-			r, err := measure(ctx, cfg, b, dev.Pid(), fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history), three, 3, cfg.workflows, n)
+			r, err := measure(ctx, cfg, b, pid, fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history), three, 3, cfg.workflows, n)
 			if err != nil {
-				return err
+				return results, err
 			}
 			results = append(results, r)
 		}
 	}
 	base, err := baseline(ctx, cfg.workflows)
 	if err != nil {
-		return err
+		return results, err
 	}
-	results = append(results, base)
+	return append(results, base), nil
+}
 
+func printResults(results []result) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tWORKFLOWS\tWF/S\tP50\tP90\tP99\tCPU/WF NOVA DEV\tCPU/WF SANDBOX PROCS\tCPU/WF TOTAL\tCPU/STEP\tPSS")
 	for _, r := range results {
@@ -198,34 +212,44 @@ func run(ctx context.Context, cfg config) error {
 			r.p50.Round(100*time.Microsecond), r.p90.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond),
 			ms(r.cpuMain), ms(r.cpuSandbox), ms(total), ms(total)/float64(r.nodes), pss(r.pssMiB))
 	}
-	return tw.Flush()
+	tw.Flush()
 }
 
 // fill runs cfg.history workflows of def at 32 in flight, unmeasured, and
-// says on stderr how it goes.
+// says on stderr how it goes, with the throughput of each half minute: how
+// it holds as the history grows. It gives up only when the workflows stop
+// completing for cfg.limit.
 func fill(ctx context.Context, cfg config, b *bus.Bus, def *novav1.WorkflowDefinition) error {
 	fmt.Fprintf(os.Stderr, "benchload: running %d more workflows on the same data dir (32 in flight, not measured)\n", cfg.history)
 	l := loadgen.NewLoad(b, def, cfg.history)
-	// At least 20 workflows a second, or the run's own limit if longer.
-	limit := max(cfg.limit, time.Duration(cfg.history)*50*time.Millisecond)
-	rctx, cancel := context.WithTimeout(ctx, limit)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
 	done := make(chan struct{})
 	go func() { l.Run(rctx, 32); close(done) }()
-	tick := time.NewTicker(30 * time.Second)
+	const every = 30 * time.Second
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var last int64
+	lastProgress := time.Now()
 	for {
 		select {
 		case <-done:
 			got := int(l.Completed.Load())
 			if got != cfg.history {
-				return fmt.Errorf("history: %d of %d workflows completed within %s", got, cfg.history, limit)
+				return fmt.Errorf("history: %d of %d workflows completed; none for %s", got, cfg.history, cfg.limit)
 			}
 			fmt.Fprintf(os.Stderr, "benchload: %d workflows in %s (%.1f wf/s)\n", got, time.Since(start).Round(time.Second), float64(got)/time.Since(start).Seconds())
 			return nil
-		case <-tick.C:
-			fmt.Fprintf(os.Stderr, "benchload: %d of %d after %s\n", l.Completed.Load(), cfg.history, time.Since(start).Round(time.Second))
+		case now := <-tick.C:
+			got := l.Completed.Load()
+			fmt.Fprintf(os.Stderr, "benchload: %d of %d after %s (%.1f wf/s in the last %s)\n", got, cfg.history,
+				time.Since(start).Round(time.Second), float64(got-last)/every.Seconds(), every)
+			if got > last {
+				last, lastProgress = got, now
+			} else if now.Sub(lastProgress) >= cfg.limit {
+				cancel()
+			}
 		}
 	}
 }
