@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -143,10 +144,15 @@ func (o Options) quietLogger(component string, min slog.Level) *slog.Logger {
 		With(slog.String("component", component))
 }
 
-// minLevelHandler drops records below min regardless of what the wrapped handler accepts.
+// minLevelHandler drops records below min regardless of what the wrapped handler
+// accepts. It applies With and WithGroup to the wrapped handler only when a record
+// reaches it: a text or JSON handler formats attributes as they are added, and the
+// loggers derived here (FerretDB derives one per query, with its SQL) seldom log a
+// record at min.
 type minLevelHandler struct {
 	min  slog.Level
 	next slog.Handler
+	ops  []func(slog.Handler) slog.Handler // not yet applied to next, in order
 }
 
 func (h minLevelHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -154,15 +160,30 @@ func (h minLevelHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h minLevelHandler) Handle(ctx context.Context, r slog.Record) error {
-	return h.next.Handle(ctx, r)
+	next := h.next
+	for _, op := range h.ops {
+		next = op(next)
+	}
+	return next.Handle(ctx, r)
 }
 
 func (h minLevelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevelHandler{min: h.min, next: h.next.WithAttrs(attrs)}
+	if len(attrs) == 0 {
+		return h
+	}
+	return h.with(func(next slog.Handler) slog.Handler { return next.WithAttrs(attrs) })
 }
 
 func (h minLevelHandler) WithGroup(name string) slog.Handler {
-	return minLevelHandler{min: h.min, next: h.next.WithGroup(name)}
+	if name == "" {
+		return h
+	}
+	return h.with(func(next slog.Handler) slog.Handler { return next.WithGroup(name) })
+}
+
+func (h minLevelHandler) with(op func(slog.Handler) slog.Handler) minLevelHandler {
+	h.ops = append(slices.Clip(h.ops), op)
+	return h
 }
 
 // readyDeadline returns ctx bounded by startTimeout unless it already has a deadline.
