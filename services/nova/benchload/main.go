@@ -17,6 +17,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -156,7 +157,7 @@ func run(ctx context.Context, cfg config) error {
 	results, err := runs(ctx, cfg, b, dev.Pid(), three)
 	// What was measured is printed even when a later run failed.
 	if len(results) > 0 {
-		printResults(results)
+		err = errors.Join(err, printResults(results))
 	}
 	return err
 }
@@ -203,7 +204,7 @@ func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.Wo
 	return append(results, base), nil
 }
 
-func printResults(results []result) {
+func printResults(results []result) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tWORKFLOWS\tWF/S\tP50\tP90\tP99\tCPU/WF NOVA DEV\tCPU/WF SANDBOX PROCS\tCPU/WF TOTAL\tCPU/STEP\tPSS")
 	for _, r := range results {
@@ -212,7 +213,7 @@ func printResults(results []result) {
 			r.p50.Round(100*time.Microsecond), r.p90.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond),
 			ms(r.cpuMain), ms(r.cpuSandbox), ms(total), ms(total)/float64(r.nodes), pss(r.pssMiB))
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
 // fill runs cfg.history workflows of def at 32 in flight, unmeasured, and
