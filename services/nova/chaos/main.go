@@ -294,7 +294,7 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	defer func() {
 		fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond))
 	}()
-	outcomes, err := loadgen.Completions(ctx, b.JetStream())
+	outcomes, err := loadgen.Completions(ctx, b.JetStream(), time.Time{})
 	if err != nil {
 		r.err = err
 		return r

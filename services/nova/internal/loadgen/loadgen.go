@@ -146,12 +146,15 @@ type Outcome struct {
 	At         time.Time
 }
 
-// Completions reads every workflow completion in the events stream; the
-// time of a completion is its event's time.
-func Completions(ctx context.Context, js jetstream.JetStream) (map[string]Outcome, error) {
-	oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowCompleted)},
-	})
+// Completions reads the workflow completions in the events stream, every
+// one, or with since set those stored from then on (a run's, without reading
+// the history before it); the time of a completion is its event's time.
+func Completions(ctx context.Context, js jetstream.JetStream, since time.Time) (map[string]Outcome, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowCompleted)}}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("read completions: %w", err)
 	}
