@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -85,33 +86,28 @@ func (l *Load) Run(ctx context.Context, inFlight int) {
 // one starts workflow i and waits for its completion.
 func (l *Load) one(ctx context.Context, i int) bool {
 	id := l.IDs[i]
-	js := l.b.JetStream()
+	subject := bus.EventSubject(id, bus.KindWorkflowCompleted)
 	done := make(chan struct{}, 1)
-	var cc jetstream.ConsumeContext
+	var stop func()
 	for ctx.Err() == nil {
-		oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{bus.EventSubject(id, bus.KindWorkflowCompleted)},
-			// Not kept for nats.go's default 5 minutes once stopped: thousands
-			// of workflows would reach the server's limit of consumers.
-			InactiveThreshold: 10 * time.Second,
-		})
-		if err == nil {
-			cc, err = oc.Consume(func(jetstream.Msg) {
+		var err error
+		stop, err = l.b.Watch(ctx, "watch "+subject, bus.StreamEvents,
+			jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
+			func(jetstream.Msg, *event.Event) {
 				select {
 				case done <- struct{}{}:
 				default:
 				}
 			})
-		}
 		if err == nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if cc == nil {
+	if stop == nil {
 		return false
 	}
-	defer cc.Stop()
+	defer stop()
 
 	initial, err := jsonvalue.ObjectOf(fmt.Sprintf(`{"n": %d}`, i))
 	if err != nil {
