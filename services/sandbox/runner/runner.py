@@ -19,7 +19,6 @@ the runner holds, so nothing the code prints can corrupt it.
 import builtins
 import datetime
 import errno
-import fcntl
 import json
 import linecache
 import math
@@ -107,17 +106,7 @@ def set_limits(limits, base_address_space=0):
 def execute(source, raw_context, limits, result_fd):
     """Runs the code against the context; returns the report (dict or bytes)."""
     pid = os.getpid()
-    sys.argv = [FILENAME]
-    sys.path[:] = [p for p in sys.path if p not in ("", "/nova", os.path.dirname(os.path.abspath(__file__)))]
-    sys.dont_write_bytecode = True
-    # Line buffering: what the code printed before a kill is not lost in a buffer.
-    sys.stdout.reconfigure(line_buffering=True)
-
     write_all(result_fd, b"S")
-    # Integers of any size travel in the context: no 4300-digit cap on reading
-    # or writing them.
-    if hasattr(sys, "set_int_max_str_digits"):
-        sys.set_int_max_str_digits(0)
     try:
         context = json.loads(raw_context)
         before = json.loads(raw_context)  # an independent copy to diff against
@@ -154,6 +143,20 @@ def execute(source, raw_context, limits, result_fd):
     if not isinstance(after, dict):
         return code_error("code_error", "context must be a dict, got %s" % type(after).__name__, "")
     return diff(before, after)
+
+
+def prepare_interpreter():
+    """The interpreter as the code finds it; done once in a zygote, before
+    its jobs (not in each: fewer of the zygote's pages for a job to write to)."""
+    sys.argv = [FILENAME]
+    sys.path[:] = [p for p in sys.path if p not in ("", "/nova", os.path.dirname(os.path.abspath(__file__)))]
+    sys.dont_write_bytecode = True
+    # Line buffering: what the code printed before a kill is not lost in a buffer.
+    sys.stdout.reconfigure(line_buffering=True)
+    # Integers of any size travel in the context: no 4300-digit cap on reading
+    # or writing them.
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
 
 
 def leave_if_forked(pid):
@@ -322,10 +325,10 @@ def read_fd(fd):
         os.close(fd)
 
 
-def write_file(path, text):
+def write_file(path, data):
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        write_all(fd, text.encode())
+        write_all(fd, data)
     finally:
         os.close(fd)
 
@@ -410,6 +413,7 @@ def run_main(config):
     close_stray_fds(keep)
 
     def job():
+        prepare_interpreter()
         set_limits(config)
         if broker_fd >= 0:
             Forwarder(broker_fd).start()
@@ -491,6 +495,9 @@ def load_libc():
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     libc.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p]
+    libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    libc.socket.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     global cap_last_cap
     with open("/proc/sys/kernel/cap_last_cap") as f:
         cap_last_cap = int(f.read())
@@ -528,15 +535,6 @@ def check(rc, what):
         raise OSError(e, "%s: %s" % (what, os.strerror(e)))
 
 
-def mount(source, target, fstype, flags, data=None):
-    enc = lambda s: s.encode() if s is not None else None
-    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount " + target)
-
-
-def prctl(option, arg2=0):
-    check(libc.prctl(option, arg2, 0, 0, 0), "prctl %d" % option)
-
-
 def no_capabilities():
     """capset(2)'s arguments for no capability in any set of this thread."""
     import ctypes
@@ -545,20 +543,98 @@ def no_capabilities():
     return header, (ctypes.c_uint32 * 6)()
 
 
-def drop_capabilities():
-    """Drops every capability of the calling thread for good: bounding set,
-    ambient set, securebits, then the effective, permitted and inheritable sets."""
-    for cap in range(cap_last_cap + 1):
-        check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop capability %d from the bounding set" % cap)
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
-    check(libc.capset(*no_capabilities()), "capset")
+class Call:
+    """One system call of a spare's setup, its arguments made in the zygote."""
+
+    __slots__ = ("what", "func", "args")
+
+    def __init__(self, what, func, *args):
+        self.what, self.func, self.args = what, func, args
+
+
+def spare_setup(config):
+    """The system calls that make a spare's namespaces, mounts and loopback
+    ready (job_process runs them), with every argument built once, here in
+    the zygote. A new process pays for every page of the zygote it writes to
+    (a copy and a fault, tens of microseconds each in a virtual machine);
+    building the arguments in each spare (string encodings, argument
+    conversions, path checks) wrote to many."""
+    ro = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    calls = [
+        Call("prctl PR_SET_PDEATHSIG", libc.prctl, PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0),
+        Call("unshare", libc.unshare, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+        Call("mount /", libc.mount, None, b"/", None, MS_REC | MS_PRIVATE, None),
+        Call("mount /proc", libc.mount, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+    ]
+    for p in (b"/proc/sys", b"/proc/sysrq-trigger", b"/proc/irq", b"/proc/bus"):
+        if os.path.exists(p):
+            calls.append(Call("mount " + p.decode(), libc.mount, p, p, None, MS_BIND | MS_REC, None))
+            calls.append(Call("remount read-only " + p.decode(), libc.mount, None, p, None, ro, None))
+    shm = b"size=%d,mode=1777" % config.get("shm", 64 << 20)
+    tmp = b"size=%d,mode=0700" % spare_disk(config)
+    calls += [
+        Call("mount /dev/shm", libc.mount, b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, shm),
+        Call("mount /dev/pts", libc.mount, b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | MS_NOEXEC,
+             b"newinstance,ptmxmode=0666,mode=0620"),
+        # Owned by uid 0 here, which is the job's uid in its own user
+        # namespace; resized when a job asks for another size.
+        Call("mount /tmp", libc.mount, b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, tmp),
+        Call("sethostname", libc.sethostname, b"nova-sandbox", len(b"nova-sandbox")),
+    ]
+    return tuple(calls)
+
+
+def spare_disk(config):
+    return max(config.get("disk", 0), 4096)
+
+
+def run_calls(calls):
+    for c in calls:
+        if c.func(*c.args) != 0:
+            check(-1, c.what)
+
+
+# A job's user namespace: its only uid and gid, JOB_UID, are 0 of the spare's.
+USER_MAPS = (
+    ("/proc/self/setgroups", b"deny"),
+    ("/proc/self/uid_map", b"%d 0 1" % JOB_UID),
+    ("/proc/self/gid_map", b"%d 0 1" % JOB_UID),
+)
+
+# The loopback's SIOCSIFFLAGS request (struct ifreq) and the socket it goes
+# through, made once (plain integers: the socket module's are enums, whose
+# operators are Python code).
+LOOPBACK_UP = struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING)
+LOOPBACK_SOCKET = (int(socket.AF_INET), int(socket.SOCK_DGRAM) | int(socket.SOCK_CLOEXEC), 0)
 
 
 def loopback_up():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
+    """Brings up the network namespace's loopback (libc's socket, not the
+    socket module's objects: fewer pages of the zygote to write to)."""
+    fd = libc.socket(*LOOPBACK_SOCKET)
+    if fd < 0:
+        check(-1, "socket for the loopback")
+    try:
+        if libc.ioctl(fd, SIOCSIFFLAGS, LOOPBACK_UP) != 0:
+            check(-1, "bring up the loopback")
+    finally:
+        os.close(fd)
+
+
+def capability_calls():
+    """The calls that drop every capability of the calling thread for good:
+    bounding set, ambient set, securebits, then the effective, permitted and
+    inheritable sets."""
+    header, data = no_capabilities()
+    calls = [Call("drop capability %d from the bounding set" % cap, libc.prctl, PR_CAPBSET_DROP, cap, 0, 0, 0)
+             for cap in range(cap_last_cap + 1)]
+    calls += [
+        Call("prctl PR_CAP_AMBIENT", libc.prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
+        Call("prctl PR_SET_SECUREBITS", libc.prctl, PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN, 0, 0, 0),
+        Call("prctl PR_SET_NO_NEW_PRIVS", libc.prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+        Call("capset", libc.capset, header, data),
+    ]
+    return tuple(calls)
 
 
 def preload(names, hung_up):
@@ -596,6 +672,7 @@ def zygote_main(config):
     if preloaded is None:
         os._exit(0)
     loaded, failed = preloaded
+    prepare_interpreter()
     import gc
 
     gc.collect()
@@ -651,6 +728,8 @@ class Supervisor:
         self.own_pidns = own_pidns
         self.config = config
         self.spares = []  # (socket, pid)
+        # What each spare runs to get ready, made once.
+        self.plan = (spare_setup(config), capability_calls())
         self.jobs = {}  # by fd watched: a job's pidfd and its control socket
         self.poll = select.poll()
         self.poll.register(ctl, select.POLLIN)
@@ -659,7 +738,7 @@ class Supervisor:
         while True:
             # Spares are made ahead, so that a job finds its namespaces ready.
             while len(self.spares) < self.config.get("spares", 2):
-                self.spares.append(new_spare(self.own_pidns, self.config))
+                self.spares.append(new_spare(self.own_pidns, self.config, self.plan))
             pending = [j.deadline for j in self.jobs.values() if not j.killed]
             timeout = max(0, math.ceil((min(pending) - time.monotonic()) * 1000)) if pending else None
             for fd, _ in self.poll.poll(timeout):
@@ -686,7 +765,7 @@ class Supervisor:
         # the last chance.
         pid = 0
         for attempt in range(len(self.spares) + 1):
-            sock, spare = self.spares.pop(0) if self.spares else new_spare(self.own_pidns, self.config)
+            sock, spare = self.spares.pop(0) if self.spares else new_spare(self.own_pidns, self.config, self.plan)
             try:
                 socket.send_fds(sock, [msg], fds[1:])
                 pid = spare
@@ -787,7 +866,7 @@ def fail_job(fds, message):
             pass
 
 
-def new_spare(own_pidns, config):
+def new_spare(own_pidns, config, plan):
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     check(libc.unshare(CLONE_NEWPID), "unshare pid namespace")
     try:
@@ -804,7 +883,7 @@ def new_spare(own_pidns, config):
         try:
             # Nothing of the zygote's: its control sockets, other jobs', spares'.
             close_stray_fds({child_end.fileno()})
-            job_process(child_end, config)
+            job_process(child_end, config, plan)
         except BaseException:
             traceback.print_exc()
             code = 1
@@ -814,7 +893,7 @@ def new_spare(own_pidns, config):
     return parent_end, pid
 
 
-def job_process(zsock, config):
+def job_process(zsock, config, plan):
     """P: pid 1 of the job's namespaces, made ready ahead of its job; then the
     job's only unprivileged process, which runs the code.
 
@@ -823,22 +902,9 @@ def job_process(zsock, config):
     parent, which is outside); the CPU limit therefore ends P with SIGKILL
     (see set_limits), and the wall time and the service's requests by
     SIGKILL from the zygote, outside."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    setup, caps = plan
+    run_calls(setup)
     os.setsid()
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for p in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"):
-        if os.path.exists(p):
-            mount(p, p, None, MS_BIND | MS_REC)
-            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=%d,mode=1777" % config.get("shm", 64 << 20))
-    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-    # Owned by uid 0 here, which is the job's uid in its own user namespace;
-    # resized when a job asks for another size.
-    disk = max(config.get("disk", 0), 4096)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,mode=0700" % disk)
-    socket.sethostname("nova-sandbox")
     loopback_up()
 
     msg, fds, _, _ = socket.recv_fds(zsock, 1 << 16, 16)
@@ -848,16 +914,16 @@ def job_process(zsock, config):
     job = json.loads(msg)
     stdout, stderr, result, code_fd, context_fd = fds[:5]
     broker = fds[5] if len(fds) > 5 else -1
-    if max(job.get("disk", 0), 4096) != disk:
-        mount(None, "/tmp", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % max(job.get("disk", 0), 4096))
+    if spare_disk(job) != spare_disk(config):
+        size = b"size=%d" % spare_disk(job)
+        check(libc.mount(None, b"/tmp", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, size), "mount /tmp")
 
     # Its own user namespace: the job's own process count (RLIMIT_NPROC) and
     # keyrings, and no capability over anything of the zygote's.
     check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
-    write_file("/proc/self/setgroups", "deny")
-    write_file("/proc/self/uid_map", "%d 0 1" % JOB_UID)
-    write_file("/proc/self/gid_map", "%d 0 1" % JOB_UID)
-    drop_capabilities()
+    for path, text in USER_MAPS:
+        write_file(path, text)
+    run_calls(caps)
     reseed()
 
     null = os.open("/dev/null", os.O_RDONLY)
