@@ -443,8 +443,10 @@ def run_main(config):
 # What a job costs is mostly pages: every fork copies the page tables of the
 # zygote's memory (tens of megabytes with the preloaded modules) and every
 # page a new process writes costs a fault, tens of microseconds where faults
-# are slow (virtual machines), and every exit frees them again. So a job is
-# one fork, not two, and P does as little Python as it can before the job: no
+# are slow (virtual machines), and every exit frees them again. So the
+# zygote's memory sits in huge pages where it can (collapse_into_huge_pages:
+# one page-table entry for 512 pages), a job is one fork, not two, and P
+# does as little Python as it can before the job: no
 # rehearsal of the runner's path, no at-fork handlers (fork), signals set once
 # in the zygote.
 #
@@ -498,6 +500,7 @@ def load_libc():
     libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p]
     libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     libc.socket.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     global cap_last_cap
     with open("/proc/sys/kernel/cap_last_cap") as f:
         cap_last_cap = int(f.read())
@@ -654,6 +657,43 @@ def preload(names, hung_up):
     return loaded, failed
 
 
+HUGE_PAGE = 2 << 20
+MADV_COLLAPSE = 25
+
+
+def collapse_into_huge_pages():
+    """Moves the zygote's private anonymous memory (the heap and the
+    interpreter's arenas, with every preloaded module's objects) into
+    transparent huge pages where whole aligned 2 MiB ranges of it exist,
+    and returns how many bytes it moved.
+
+    Every fork copies one page-table entry per 4 KiB page of this memory and
+    every exit frees them again: with tens of megabytes preloaded, most of a
+    warm job's CPU (perf: copy_page_range and unmap_page_range). A huge page
+    is one entry for 512 pages; a job that writes to one gets its own copy of
+    only the 4 KiB it writes. (A huge page that a process writes to while it
+    shares it goes back to 4 KiB entries in that process: the zygote keeps
+    in huge pages what its own loop does not touch, about half.)
+    MADV_COLLAPSE (Linux 6.1) works whatever the
+    system's THP setting but "never"; where it cannot (an older kernel, no
+    free huge page), memory stays as it was and jobs run as before."""
+    moved = 0
+    with open("/proc/self/maps") as f:
+        maps = f.read().splitlines()
+    for line in maps:
+        fields = line.split()
+        perms = fields[1]
+        path = fields[5] if len(fields) > 5 else ""
+        if perms[1] != "w" or perms[3] != "p" or path not in ("", "[heap]"):
+            continue
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        start = (low + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
+        end = high & ~(HUGE_PAGE - 1)
+        if end > start and libc.madvise(start, end - start, MADV_COLLAPSE) == 0:
+            moved += end - start
+    return moved
+
+
 def peer_closed(sock):
     """Whether the other end of sock has been closed."""
     poller = select.poll()
@@ -679,6 +719,7 @@ def zygote_main(config):
     # Objects of the template are never collected again: a job's collector does
     # not write to (and so copy) every page of the zygote.
     gc.freeze()
+    huge = collapse_into_huge_pages()
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     # Every signal at its default but those Python itself sets up at start
     # (SIGINT handled, SIGPIPE and SIGXFSZ ignored): a job process starts from
@@ -694,7 +735,8 @@ def zygote_main(config):
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed}).encode())
+        ctl.send(json.dumps({"ready": True, "pid": os.getpid(), "loaded": loaded, "failed": failed,
+                             "huge_pages_kb": huge >> 10}).encode())
     except ConnectionError:  # EPIPE, ECONNRESET: the service closed the channel
         os._exit(0)
     Supervisor(ctl, own_pidns, config).loop()

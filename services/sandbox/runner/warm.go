@@ -192,6 +192,8 @@ type zygote struct {
 	deadOnce sync.Once
 	reason   string // why it died, set before dead is closed
 	waited   chan struct{}
+
+	hugeKB int64 // of the zygote's memory, moved into huge pages once its modules were loaded
 }
 
 func (z *zygote) markDead(reason string) {
@@ -344,6 +346,7 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 		Ready  bool              `json:"ready"`
 		Loaded []string          `json:"loaded"`
 		Failed map[string]string `json:"failed"`
+		HugeKB int64             `json:"huge_pages_kb"`
 	}
 	if err == nil {
 		err = json.Unmarshal(buf[:n], &ready)
@@ -356,7 +359,8 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 		return nil, fmt.Errorf("zygote not ready: %w (output: %s)", err, stderr.tail())
 	}
 	_ = ctl.SetReadDeadline(time.Time{})
-	z.logger.Debug("sandbox zygote ready", "modules", ready.Loaded)
+	z.hugeKB = ready.HugeKB
+	z.logger.Debug("sandbox zygote ready", "modules", ready.Loaded, "huge_pages_kb", ready.HugeKB)
 	for name, why := range ready.Failed {
 		z.logger.Warn("module not importable in the sandbox", "module", name, "err", why)
 	}

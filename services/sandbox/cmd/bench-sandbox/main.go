@@ -38,6 +38,7 @@ func main() {
 type options struct {
 	n, callers, zygotes int
 	python, node        string
+	cases               string
 }
 
 // sample is what one case measured.
@@ -56,6 +57,7 @@ func run() error {
 	flag.IntVar(&o.zygotes, "zygotes", 2, "warm zygotes")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python interpreter (sandbox and baseline)")
 	flag.StringVar(&o.node, "node", "/usr/bin/node", "node (JavaScript sandbox and baseline)")
+	flag.StringVar(&o.cases, "cases", "abc", "the cases to run, by their letters")
 	flag.Parse()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -111,6 +113,9 @@ func run() error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tCPU/exec\tbaseline p50\tbaseline p99\tbaseline exec/s\tbaseline CPU/exec\tp50 ratio\texec/s ratio\tCPU ratio\t\n", o.callers)
 	for _, rw := range rows {
+		if !strings.Contains(o.cases, rw.name[1:2]) {
+			continue
+		}
 		if rw.unavailable != "" {
 			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
 			fmt.Fprintf(os.Stderr, "%s: %s\n", rw.name, rw.unavailable)
