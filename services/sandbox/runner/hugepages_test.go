@@ -1,13 +1,13 @@
 package runner
 
 import (
-	"bytes"
+	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The zygote moves its preloaded memory into huge pages (fewer page-table
@@ -58,24 +58,9 @@ func isZygote(pid int) bool {
 // processParents maps every host process to its parent.
 func processParents(t *testing.T) map[int]int {
 	t.Helper()
-	paths, err := filepath.Glob("/proc/[0-9]*/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	parents := make(map[int]int, len(paths))
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue // ended meanwhile
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		fields := strings.Fields(string(b[bytes.LastIndex(b, []byte(") "))+1:]))
-		if len(fields) < 2 {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		ppid, _ := strconv.Atoi(fields[1])
-		parents[pid] = ppid
+	parents := make(map[int]int)
+	for _, p := range processStats(t) {
+		parents[p.pid] = p.ppid
 	}
 	return parents
 }
@@ -88,7 +73,7 @@ func anonHugeKB(t *testing.T, pid int) int {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			kb, _ := strconv.Atoi(strings.Fields(v)[0]) // "<n> kB"
 			return kb
 		}
 	}
@@ -98,25 +83,14 @@ func anonHugeKB(t *testing.T, pid int) int {
 // noCollapse says why this kernel cannot move memory into huge pages on
 // request (MADV_COLLAPSE, Linux 6.1, THP not "never"), or "".
 func noCollapse() string {
-	var u syscall.Utsname
-	if err := syscall.Uname(&u); err != nil {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
 		return err.Error()
 	}
-	var release []byte
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		release = append(release, byte(c))
-	}
-	major, minor := 0, 0
-	parts := strings.SplitN(string(release), ".", 3)
-	if len(parts) >= 2 {
-		major, _ = strconv.Atoi(parts[0])
-		minor, _ = strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
-	}
-	if major < 6 || major == 6 && minor < 1 {
-		return "kernel " + string(release) + " has no MADV_COLLAPSE"
+	release := unix.ByteSliceToString(u.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil || major < 6 || major == 6 && minor < 1 {
+		return "kernel " + release + " has no MADV_COLLAPSE"
 	}
 	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil {

@@ -539,23 +539,47 @@ func testRunLeavesNoZombieForTheReaper(t *testing.T, r *Runner) {
 
 func zombieChildren(t *testing.T) []string {
 	t.Helper()
+	var zombies []string
+	for _, p := range processStats(t) {
+		if p.state == "Z" && p.ppid == os.Getpid() {
+			zombies = append(zombies, p.line)
+		}
+	}
+	return zombies
+}
+
+// procStat is what a test reads of a host process in /proc/<pid>/stat.
+type procStat struct {
+	pid, ppid int
+	state     string
+	line      string
+}
+
+// processStats reads every host process's /proc/<pid>/stat; a process that
+// ends meanwhile is left out.
+func processStats(t *testing.T) []procStat {
+	t.Helper()
 	paths, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var zombies []string
+	var stats []procStat
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		// Fields after the command name: state ppid ...
+		// Fields after the command name (which may hold spaces and
+		// parentheses): state ppid ...
 		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid()) {
-			zombies = append(zombies, string(b))
+		if len(fields) < 2 {
+			continue
 		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		ppid, _ := strconv.Atoi(fields[1])
+		stats = append(stats, procStat{pid: pid, ppid: ppid, state: fields[0], line: string(b)})
 	}
-	return zombies
+	return stats
 }
 
 func TestRunCancelled(t *testing.T) {
