@@ -45,9 +45,28 @@ type StreamOptions struct {
 	Replicas int
 	// EventsMaxAge bounds how long execution events are kept.
 	EventsMaxAge time.Duration
-	// DuplicateWindow is how long a Nats-Msg-Id is remembered for de-duplication.
+	// DuplicateWindow is how long NOVA_CMD, where producers publish their
+	// start events, remembers a Nats-Msg-Id to drop a repeated publish
+	// (default 10 minutes: a producer's own retries).
 	DuplicateWindow time.Duration
+	// EventsDuplicateWindow is the same for NOVA_EVT and NOVA_DLQ, which
+	// only NOVA's services publish to (default DefaultEventsDuplicateWindow).
+	EventsDuplicateWindow time.Duration
 }
+
+// DefaultEventsDuplicateWindow is the default StreamOptions.EventsDuplicateWindow.
+// A service publishes the same event id again when its handler runs again on
+// a redelivery: after a failed attempt's backoff (at most 7.6 s in all, see
+// Consumer.Backoff), after AckWait when the process that held the delivery
+// died (5 s each, at most MaxDeliver times), or while Publish retries (at most
+// DefaultPublishRetryBudget, 20 s). Two minutes cover each of these several
+// times over. The server keeps every id of the window in memory (about 160
+// bytes each, some 15 events per 3-node workflow), so at 30 workflows a
+// second this window holds 13 MB where NOVA_CMD's ten minutes would hold 65.
+// An id repeated after the window (a consumer down for longer) reaches
+// handlers that are idempotent anyway: the engine ignores what its stored
+// state has passed, the audit store keys documents by event id.
+const DefaultEventsDuplicateWindow = 2 * time.Minute
 
 type options struct {
 	name    string
@@ -107,6 +126,9 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 	}
 	if o.streams.DuplicateWindow <= 0 {
 		o.streams.DuplicateWindow = 10 * time.Minute
+	}
+	if o.streams.EventsDuplicateWindow <= 0 {
+		o.streams.EventsDuplicateWindow = DefaultEventsDuplicateWindow
 	}
 	natsOpts := append([]nats.Option{
 		nats.Name(o.name),
@@ -182,7 +204,7 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 			Storage:     jetstream.FileStorage,
 			Replicas:    b.streamCfg.Replicas,
 			MaxAge:      b.streamCfg.EventsMaxAge,
-			Duplicates:  b.streamCfg.DuplicateWindow,
+			Duplicates:  b.streamCfg.EventsDuplicateWindow,
 		},
 		{
 			Name:        StreamDeadLetters,
@@ -192,7 +214,7 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 			Storage:     jetstream.FileStorage,
 			Replicas:    b.streamCfg.Replicas,
 			MaxAge:      30 * 24 * time.Hour,
-			Duplicates:  b.streamCfg.DuplicateWindow,
+			Duplicates:  b.streamCfg.EventsDuplicateWindow,
 		},
 	}
 	for _, cfg := range streams {

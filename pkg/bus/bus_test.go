@@ -190,6 +190,39 @@ func TestDuplicatePublishIsStoredOnce(t *testing.T) {
 	}
 }
 
+// NOVA_CMD keeps the ten minutes promised to producers; the streams only
+// services publish to keep a shorter window, whose ids the server holds in
+// memory, also on a data dir whose streams were declared with the old one.
+func TestDuplicateWindows(t *testing.T) {
+	url := natstest.URL(t)
+	ctx := context.Background()
+	old := connect(t, url, bus.WithStreamOptions(bus.StreamOptions{
+		DuplicateWindow: 10 * time.Minute, EventsDuplicateWindow: 10 * time.Minute}))
+	connect(t, url) // declares the streams again, with the defaults
+	want := map[string]time.Duration{
+		bus.StreamCommands:    10 * time.Minute,
+		bus.StreamEvents:      bus.DefaultEventsDuplicateWindow,
+		bus.StreamDeadLetters: bus.DefaultEventsDuplicateWindow,
+	}
+	for name, window := range want {
+		s, err := old.JetStream().Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.Duplicates != window {
+			t.Errorf("%s remembers ids for %v, want %v", name, info.Config.Duplicates, window)
+		}
+	}
+	if bus.DefaultEventsDuplicateWindow < 2*(bus.DefaultPublishRetryBudget+5*bus.DefaultAckWait) {
+		t.Errorf("events' window %v does not cover twice a publish's retries and five redeliveries",
+			bus.DefaultEventsDuplicateWindow)
+	}
+}
+
 func TestOutcomes(t *testing.T) {
 	tests := []struct {
 		name        string
