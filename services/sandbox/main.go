@@ -29,6 +29,9 @@ type config struct {
 	// Zygotes is the size of the warm pool; 0 means one per four workers
 	// (runner.ZygotesFor).
 	Zygotes int `env:"NOVA_SANDBOX_ZYGOTES" default:"0"`
+	// LightZygotes is the number of zygotes beside them that import only
+	// standard modules, for programs that need nothing else; 0: none.
+	LightZygotes int `env:"NOVA_SANDBOX_LIGHT_ZYGOTES" default:"1"`
 	// Preload lists the modules zygotes import (comma-separated); empty: the
 	// runner's default list (pandas, numpy, fitz, PIL, requests, bs4, lxml, ...).
 	Preload         string        `env:"NOVA_SANDBOX_PRELOAD"`
@@ -70,6 +73,7 @@ func main() {
 			Bwrap:            cfg.Bwrap,
 			Python:           cfg.Python,
 			Zygotes:          zygotes,
+			LightZygotes:     cmp.Or(cfg.LightZygotes, -1),
 			Preload:          list(cfg.Preload),
 			DefaultTimeout:   cfg.Timeout,
 			AnalysisTimeout:  cfg.AnalysisTimeout,

@@ -17,7 +17,7 @@ func TestWarmZygoteMemoryInHugePages(t *testing.T) {
 	if why := noCollapse(); why != "" {
 		t.Skip(why)
 	}
-	r := newTestRunner(t, Config{Zygotes: 1})
+	r := newTestRunner(t, Config{Zygotes: 1, LightZygotes: -1})
 	for i := range 20 {
 		code := "import json\ncontext['i'] = " + strconv.Itoa(i)
 		wantSuccess(t, run(t, r, Request{Code: code}), `{"i": `+strconv.Itoa(i)+`}`)

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func newTestRunner(t testing.TB, cfg Config) *Runner {
 	t.Helper()
 	r := startTestRunner(t, cfg)
-	waitWarm(t, r, cfg.Zygotes)
+	waitWarm(t, r, r.WarmSize())
 	return r
 }
 
@@ -69,18 +69,35 @@ func waitWarm(t testing.TB, r *Runner, n int) {
 
 // modes are the ways every behaviour is tested: a bubblewrap per run, and
 // forked from a warm zygote.
+// modes are the ways every behaviour is tested: a bubblewrap per run, forked
+// from a warm zygote, and forked from a light one (its full zygote stopped,
+// so that every program falls back to the light zygote, whatever it imports).
 var modes = []struct {
 	name    string
 	zygotes int
-}{{"cold", 0}, {"warm", 1}}
+	light   bool
+}{{"cold", 0, false}, {"warm", 1, false}, {"warm-light", 1, true}}
 
-// forEachMode runs f against a cold and a warm runner built from cfg.
+// newModeRunner is newTestRunner for one of the modes: a light one runs
+// every program on its light zygote.
+func newModeRunner(t testing.TB, cfg Config, zygotes int, light bool) *Runner {
+	t.Helper()
+	cfg.Zygotes, cfg.LightZygotes = zygotes, -1
+	if light {
+		cfg.LightZygotes = 1
+	}
+	r := newTestRunner(t, cfg)
+	if light {
+		r.pool.close()
+	}
+	return r
+}
+
+// forEachMode runs f against a cold, a warm and a warm light runner built from cfg.
 func forEachMode(t *testing.T, cfg Config, f func(t *testing.T, r *Runner)) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			c := cfg
-			c.Zygotes = m.zygotes
-			f(t, newTestRunner(t, c))
+			f(t, newModeRunner(t, cfg, m.zygotes, m.light))
 		})
 	}
 }
@@ -760,7 +777,7 @@ func TestProtocolScanner(t *testing.T) {
 func BenchmarkRun(b *testing.B) {
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			r := newTestRunner(b, Config{Zygotes: m.zygotes})
+			r := newModeRunner(b, Config{}, m.zygotes, m.light)
 			ctx := context.Background()
 			req := Request{Code: "context['x'] = 1", Context: obj(b, map[string]any{"a": "b"})}
 			for b.Loop() {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ var errHandOver = errors.New("job not handed over to the zygote")
 
 type pool struct {
 	r      *Runner
+	light  bool // its zygotes import only standard modules
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -53,11 +55,19 @@ type pool struct {
 	mu    sync.Mutex
 	ready []*zygote
 	next  int
+	// modules is what its last ready zygote said it has loaded (nil before).
+	modules atomic.Pointer[zygoteModules]
 }
 
-func newPool(r *Runner, n int) *pool {
+// zygoteModules is what a zygote's ready message tells of the modules: the
+// top-level names it has loaded, and those of Python's standard library.
+type zygoteModules struct {
+	loaded, standard map[string]bool
+}
+
+func newPool(r *Runner, n int, light bool) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pool{r: r, ctx: ctx, cancel: cancel}
+	p := &pool{r: r, light: light, ctx: ctx, cancel: cancel}
 	for slot := range n {
 		p.wg.Go(func() { p.keep(slot) })
 	}
@@ -67,7 +77,7 @@ func newPool(r *Runner, n int) *pool {
 // keep runs one zygote slot: starts a zygote, and a new one whenever it dies,
 // backing off while they keep failing.
 func (p *pool) keep(slot int) {
-	log := p.r.cfg.Logger.With("zygote", slot)
+	log := p.r.cfg.Logger.With("zygote", p.name(slot))
 	const minBackoff = 100 * time.Millisecond
 	backoff := minBackoff
 	wait := func() bool {
@@ -81,7 +91,7 @@ func (p *pool) keep(slot int) {
 	}
 	for p.ctx.Err() == nil {
 		started := time.Now()
-		z, err := p.r.startZygote(p.ctx, slot)
+		z, err := p.r.startZygote(p.ctx, p, slot)
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return
@@ -93,6 +103,7 @@ func (p *pool) keep(slot int) {
 			continue
 		}
 		log.Debug("sandbox zygote ready", "startup", time.Since(started))
+		p.modules.Store(z.modules)
 		p.add(z)
 		select {
 		case <-z.dead:
@@ -159,8 +170,18 @@ func (p *pool) close() {
 	p.wg.Wait()
 }
 
-// run runs the job on a zygote, or cold when none is ready.
-func (p *pool) run(ctx context.Context, j *job) (outcome, error) {
+// name names a zygote of the pool in logs: its slot, "light-" before it in
+// the light pool.
+func (p *pool) name(slot int) string {
+	if p.light {
+		return "light-" + strconv.Itoa(slot)
+	}
+	return strconv.Itoa(slot)
+}
+
+// run runs the job on one of the pool's zygotes; ran is false when none of
+// them took it (none ready, or each refused it before anything ran).
+func (p *pool) run(ctx context.Context, j *job) (out outcome, err error, ran bool) {
 	for range 2 {
 		z := p.pick()
 		if z == nil {
@@ -168,13 +189,56 @@ func (p *pool) run(ctx context.Context, j *job) (outcome, error) {
 		}
 		out, err := z.run(ctx, j)
 		if errors.Is(err, errHandOver) {
-			p.r.cfg.Logger.Warn("sandbox zygote refused a job; trying elsewhere", "zygote", z.slot, "sandbox_id", j.id, "err", err)
+			p.r.cfg.Logger.Warn("sandbox zygote refused a job; trying elsewhere", "zygote", p.name(z.slot), "sandbox_id", j.id, "err", err)
 			continue
 		}
 		out.warm = true
-		return out, err
+		return out, err, true
 	}
-	return p.r.runCold(ctx, j)
+	return outcome{}, nil, false
+}
+
+// runWarm runs the job on a zygote, the light ones first when the program
+// fits them (fitsLight), or cold when no zygote is ready.
+func (r *Runner) runWarm(ctx context.Context, j *job) (outcome, error) {
+	pools := []*pool{r.pool}
+	if r.light != nil {
+		if r.fitsLight(j.req.Code) {
+			pools = []*pool{r.light, r.pool}
+		} else {
+			pools = append(pools, r.light)
+		}
+	}
+	for _, p := range pools {
+		if out, err, ran := p.run(ctx, j); ran {
+			return out, err
+		}
+	}
+	return r.runCold(ctx, j)
+}
+
+// fitsLight tells whether a program runs as fast on a light zygote as on a
+// full one: every module its import statements name is standard and either
+// loaded in the light zygotes or not in the full ones (nothing the full ones
+// preloaded for it). A program whose imports cannot be read for certain, or
+// that imports anything else, goes to the full ones, whose preloaded modules
+// it may need; either way it runs the same, only its imports' time differs.
+func (r *Runner) fitsLight(code string) bool {
+	light := r.light.modules.Load()
+	if light == nil {
+		return false
+	}
+	names, ok := importedModules(code)
+	if !ok {
+		return false
+	}
+	full := r.pool.modules.Load()
+	for _, name := range names {
+		if !light.standard[name] || !light.loaded[name] && full != nil && full.loaded[name] {
+			return false
+		}
+	}
+	return true
 }
 
 type zygote struct {
@@ -193,7 +257,8 @@ type zygote struct {
 	reason   string // why it died, set before dead is closed
 	waited   chan struct{}
 
-	hugeKB int64 // of the zygote's memory, moved into huge pages once its modules were loaded
+	hugeKB  int64 // of the zygote's memory, moved into huge pages once its modules were loaded
+	modules *zygoteModules
 }
 
 func (z *zygote) markDead(reason string) {
@@ -263,9 +328,10 @@ func (r *Runner) zygoteArgs(config string) []string {
 }
 
 // startZygote starts a zygote and waits until it is ready.
-func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
+func (r *Runner) startZygote(ctx context.Context, p *pool, slot int) (*zygote, error) {
 	config, err := json.Marshal(map[string]any{
 		"preload": r.cfg.Preload,
+		"light":   p.light,
 		"shm":     min(r.cfg.DiskBytes, 64<<20),
 		"disk":    r.cfg.DiskBytes,
 		"spares":  2,
@@ -301,7 +367,7 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 
 	z := &zygote{
 		slot:   slot,
-		logger: r.cfg.Logger.With("zygote", slot),
+		logger: r.cfg.Logger.With("zygote", p.name(slot)),
 		ctl:    ctl,
 		init:   isolation.NewPID1(),
 		dead:   make(chan struct{}),
@@ -343,10 +409,12 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 	n, err := ctl.Read(buf)
 	stop()
 	var ready struct {
-		Ready  bool              `json:"ready"`
-		Loaded []string          `json:"loaded"`
-		Failed map[string]string `json:"failed"`
-		HugeKB int64             `json:"huge_pages_kb"`
+		Ready    bool              `json:"ready"`
+		Loaded   []string          `json:"loaded"`
+		Failed   map[string]string `json:"failed"`
+		HugeKB   int64             `json:"huge_pages_kb"`
+		Modules  []string          `json:"modules"`
+		Standard []string          `json:"standard"`
 	}
 	if err == nil {
 		err = json.Unmarshal(buf[:n], &ready)
@@ -360,6 +428,7 @@ func (r *Runner) startZygote(ctx context.Context, slot int) (*zygote, error) {
 	}
 	_ = ctl.SetReadDeadline(time.Time{})
 	z.hugeKB = ready.HugeKB
+	z.modules = &zygoteModules{loaded: set(ready.Modules), standard: set(ready.Standard)}
 	z.logger.Debug("sandbox zygote ready", "modules", ready.Loaded, "huge_pages_kb", ready.HugeKB)
 	for name, why := range ready.Failed {
 		z.logger.Warn("module not importable in the sandbox", "module", name, "err", why)
@@ -624,4 +693,12 @@ func (l *lineLogger) tail() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Join(append(l.last, string(l.line)), "\n")
+}
+
+func set(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }

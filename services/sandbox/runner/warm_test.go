@@ -11,7 +11,10 @@ import (
 // One zygote serves every run below, so anything that leaked from one run to
 // the next would show.
 func TestWarmRunsShareNothing(t *testing.T) {
-	r := newTestRunner(t, Config{Zygotes: 1})
+	forEachZygoteKind(t, testWarmRunsShareNothing)
+}
+
+func testWarmRunsShareNothing(t *testing.T, r *Runner) {
 	tests := []struct {
 		name         string
 		first, check string
@@ -33,7 +36,7 @@ func TestWarmRunsShareNothing(t *testing.T) {
 		},
 		{
 			name:  "module state",
-			first: "import json, pandas, sys\njson.x = 1\npandas.DataFrame = None\nsys.modules['fitz'].open = None\nsys.path.append('/tmp')\nimport builtins\nbuiltins.len = None",
+			first: "import json, pandas, fitz, sys\njson.x = 1\npandas.DataFrame = None\nsys.modules['fitz'].open = None\nsys.path.append('/tmp')\nimport builtins\nbuiltins.len = None",
 			check: "import json, pandas, fitz, sys\ncontext['state'] = [hasattr(json, 'x'), pandas.DataFrame is None, fitz.open is None, '/tmp' in sys.path, len([1])]",
 			want:  `{"state": [false, false, false, false, 1]}`,
 		},
@@ -63,6 +66,18 @@ func TestWarmRunsShareNothing(t *testing.T) {
 	}
 }
 
+// forEachZygoteKind runs f against a runner with one full zygote and one
+// whose every program runs on its light zygote.
+func forEachZygoteKind(t *testing.T, f func(t *testing.T, r *Runner)) {
+	for _, light := range []bool{false, true} {
+		name := "full"
+		if light {
+			name = "light"
+		}
+		t.Run(name, func(t *testing.T) { f(t, newModeRunner(t, Config{}, 1, light)) })
+	}
+}
+
 // keyctl gives the code add_key and search for the kernel's key rings.
 const keyctl = `import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
@@ -77,7 +92,10 @@ def search(name, ring):
 // Two runs on the same zygote at once cannot see each other's processes,
 // files or loopback.
 func TestWarmConcurrentRunsAreApart(t *testing.T) {
-	r := newTestRunner(t, Config{Zygotes: 1})
+	forEachZygoteKind(t, testWarmConcurrentRunsAreApart)
+}
+
+func testWarmConcurrentRunsAreApart(t *testing.T, r *Runner) {
 	first := `import os, socket, subprocess, time
 srv = socket.socket()
 srv.bind(('127.0.0.1', 5000))
@@ -123,13 +141,16 @@ context['seen'] = {
 // The code runs without any capability, in a user namespace of its own where
 // only its uid exists, with no new privileges: what a cold sandbox gives.
 func TestWarmRunHasNoPrivilege(t *testing.T) {
-	r := newTestRunner(t, Config{Zygotes: 1})
+	forEachZygoteKind(t, testWarmRunHasNoPrivilege)
+}
+
+func testWarmRunHasNoPrivilege(t *testing.T, r *Runner) {
 	res := run(t, r, Request{Code: `import os, sys
 status = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
 context['caps'] = [status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')]
 context['nnp'] = status['NoNewPrivs'].strip()
 context['uid_map'] = open('/proc/self/uid_map').read().split()
-context['preloaded'] = 'pandas' in sys.modules
+context['preloaded'] = 'decimal' in sys.modules
 try:
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -150,7 +171,7 @@ except OSError as e:
 // A zygote that dies mid-run fails that run as a sandbox fault; the runner
 // goes on serving and a new zygote takes its place.
 func TestWarmZygoteCrash(t *testing.T) {
-	r := newTestRunner(t, Config{Zygotes: 1})
+	r := newTestRunner(t, Config{Zygotes: 1, LightZygotes: -1})
 	done := make(chan struct{})
 	var res Result
 	var err error
@@ -192,7 +213,7 @@ func runAny(t *testing.T, r *Runner, req Request) Result {
 // Without a ready zygote the run goes cold.
 func TestWarmFallsBackToCold(t *testing.T) {
 	r := newTestRunner(t, Config{})
-	r.pool = newPool(r, 0) // a pool without zygotes
+	r.pool = newPool(r, 0, false) // a pool without zygotes
 	res := runAny(t, r, Request{Code: "context['x'] = 1"})
 	wantSuccess(t, res, `{"x": 1}`)
 	if res.Warm {
@@ -215,5 +236,36 @@ func TestWarmRunsDrawTheirOwnRandomNumbers(t *testing.T) {
 			t.Fatalf("two runs drew the same random number %s", bits)
 		}
 		seen[bits] = true
+	}
+}
+
+// A program whose imports are standard runs on the light zygote, one that
+// imports a preloaded library (or imports in a way that cannot be read) on
+// the full one, where fitz (preloaded there only) is already loaded.
+func TestWarmProgramsGoWhereTheirModulesAre(t *testing.T) {
+	r := newTestRunner(t, Config{Zygotes: 1})
+	if r.WarmSize() != 2 {
+		t.Fatalf("%d zygotes by default, want a full one and a light one", r.WarmSize())
+	}
+	tests := []struct {
+		name, code string
+		full       bool
+	}{
+		{"no import", "", false},
+		{"standard modules", "import sys, json, decimal\nfrom collections import OrderedDict", false},
+		{"a preloaded library", "import sys\nimport pandas as pd", true},
+		{"a library after a standard module", "import sys\nfrom fitz import open as fitz_open", true},
+		{"a dynamic import", "sys = __import__('sys')", true},
+		{"an import it cannot read", "import sys  # the json module is loaded anyway\n# import nothing else", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code := tt.code + "\nimport sys\ncontext['full'] = 'fitz' in sys.modules"
+			want := `{"full": false}`
+			if tt.full {
+				want = `{"full": true}`
+			}
+			wantSuccess(t, run(t, r, Request{Code: code}), want)
+		})
 	}
 }

@@ -89,7 +89,7 @@ func startService(t *testing.T, cfg runner.Config) *harness {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for r.WarmReady() < cfg.Zygotes {
+	for r.WarmReady() < r.WarmSize() {
 		if time.Now().After(deadline) {
 			t.Fatal("zygotes not ready")
 		}
@@ -178,13 +178,16 @@ func TestAbuse(t *testing.T) {
 		MaxOutputBytes:   64 << 10,
 		OutputLimitBytes: 8 << 20,
 	}
+	// "warm" runs what imports only standard modules (most of the abuse
+	// below) on its light zygote, "warm-full" everything on full ones.
 	for _, mode := range []struct {
-		name    string
-		zygotes int
-	}{{"cold", 0}, {"warm", 2}} {
+		name         string
+		zygotes      int
+		lightZygotes int
+	}{{"cold", 0, 0}, {"warm", 2, 0}, {"warm-full", 2, -1}} {
 		t.Run(mode.name, func(t *testing.T) {
 			c := cfg
-			c.Zygotes = mode.zygotes
+			c.Zygotes, c.LightZygotes = mode.zygotes, mode.lightZygotes
 			testAbuse(t, startService(t, c), mode.zygotes > 0)
 		})
 	}

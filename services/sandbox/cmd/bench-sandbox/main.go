@@ -37,8 +37,10 @@ func main() {
 
 type options struct {
 	n, callers, zygotes int
+	light               int
 	python, node        string
 	cases               string
+	preload             string
 }
 
 // sample is what one case measured.
@@ -55,20 +57,26 @@ func run() error {
 	flag.IntVar(&o.n, "n", 100, "executions per measurement")
 	flag.IntVar(&o.callers, "callers", 2, "concurrent callers for the executions-per-second measurement")
 	flag.IntVar(&o.zygotes, "zygotes", 2, "warm zygotes")
+	flag.IntVar(&o.light, "light", 0, "light zygotes, for programs that import only standard modules (0: the runner's default, -1: none)")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python interpreter (sandbox and baseline)")
 	flag.StringVar(&o.node, "node", "/usr/bin/node", "node (JavaScript sandbox and baseline)")
 	flag.StringVar(&o.cases, "cases", "abc", "the cases to run, by their letters")
+	flag.StringVar(&o.preload, "preload", "", "comma-separated modules the zygotes import (default the runner's)")
 	flag.Parse()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	r, err := runner.New(runner.Config{Python: o.python, Zygotes: o.zygotes, MaxOutputBytes: 64 << 10, Logger: quiet})
+	var preload []string
+	if o.preload != "" {
+		preload = strings.Split(o.preload, ",")
+	}
+	r, err := runner.New(runner.Config{Python: o.python, Zygotes: o.zygotes, LightZygotes: o.light, Preload: preload, MaxOutputBytes: 64 << 10, Logger: quiet})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	deadline := time.Now().Add(time.Minute)
-	for r.WarmReady() < o.zygotes {
+	for r.WarmReady() < r.WarmSize() {
 		if time.Now().After(deadline) {
 			return errors.New("the warm zygotes did not become ready within a minute")
 		}
