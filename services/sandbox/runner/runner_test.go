@@ -67,8 +67,6 @@ func waitWarm(t testing.TB, r *Runner, n int) {
 	}
 }
 
-// modes are the ways every behaviour is tested: a bubblewrap per run, and
-// forked from a warm zygote.
 // modes are the ways every behaviour is tested: a bubblewrap per run, forked
 // from a warm zygote, and forked from a light one (its full zygote stopped,
 // so that every program falls back to the light zygote, whatever it imports).

@@ -181,21 +181,21 @@ func (p *pool) name(slot int) string {
 
 // run runs the job on one of the pool's zygotes; ran is false when none of
 // them took it (none ready, or each refused it before anything ran).
-func (p *pool) run(ctx context.Context, j *job) (out outcome, err error, ran bool) {
+func (p *pool) run(ctx context.Context, j *job) (out outcome, ran bool, err error) {
 	for range 2 {
 		z := p.pick()
 		if z == nil {
 			break
 		}
-		out, err := z.run(ctx, j)
+		out, err = z.run(ctx, j)
 		if errors.Is(err, errHandOver) {
 			p.r.cfg.Logger.Warn("sandbox zygote refused a job; trying elsewhere", "zygote", p.name(z.slot), "sandbox_id", j.id, "err", err)
 			continue
 		}
 		out.warm = true
-		return out, err, true
+		return out, true, err
 	}
-	return outcome{}, nil, false
+	return outcome{}, false, nil
 }
 
 // runWarm runs the job on a zygote, the light ones first when the program
@@ -210,7 +210,7 @@ func (r *Runner) runWarm(ctx context.Context, j *job) (outcome, error) {
 		}
 	}
 	for _, p := range pools {
-		if out, err, ran := p.run(ctx, j); ran {
+		if out, ran, err := p.run(ctx, j); ran {
 			return out, err
 		}
 	}
