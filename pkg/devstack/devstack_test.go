@@ -272,3 +272,63 @@ func (h *recordingHandler) below(level slog.Level) (slog.Record, bool) {
 	}
 	return slog.Record{}, false
 }
+
+// TestNATSDialer: a client of the same process reaches the server through a
+// pipe while it runs, keeps working over it, and once the server is replaced
+// by a new one on the same port reconnects over TCP.
+func TestNATSDialer(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	first, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dir})
+	if err != nil {
+		t.Fatalf("StartNATS: %v", err)
+	}
+	port := first.Port()
+	reconnected := make(chan struct{}, 1)
+	nc, err := nats.Connect(first.URL(), nats.SetCustomDialer(first.Dialer()), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	if err != nil {
+		first.Shutdown()
+		t.Fatalf("connect: %v", err)
+	}
+	defer nc.Close()
+	if got := nc.ConnectedAddr(); got != "pipe" {
+		t.Errorf("connected to %q while the server runs in this process, want pipe", got)
+	}
+	roundTrip := func() {
+		t.Helper()
+		sub, err := nc.SubscribeSync("dial.echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if err := nc.Publish("dial.echo", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		msg, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("message back: %v", err)
+		}
+		if string(msg.Data) != "hello" {
+			t.Errorf("got %q, want hello", msg.Data)
+		}
+	}
+	roundTrip()
+
+	first.Shutdown()
+	second, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dir, NATSPort: port})
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	defer second.Shutdown()
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnection to the restarted server within 10 s")
+	}
+	if got, want := nc.ConnectedAddr(), second.URL()[len("nats://"):]; got != want {
+		t.Errorf("after the restart connected to %q, want %s over TCP", got, want)
+	}
+	roundTrip()
+}

@@ -170,6 +170,22 @@ func TestRestartMidWorkflow(t *testing.T) {
 		}
 		e.waitRunning(exec.ID, "slow")
 		old := e.s.Infra().NATS
+		// The modules share the server's process, so they talk to it through
+		// pipes (nats-server's in-process connections, no address); once it
+		// restarts they reconnect over TCP.
+		connz, err := old.Server().Connz(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modules := map[string]string{}
+		for _, c := range connz.Conns {
+			modules[c.Name] = c.IP
+		}
+		for _, m := range e.s.Modules() {
+			if ip, ok := modules[m]; !ok || ip != "" {
+				t.Errorf("module %s: connection from %q (present %v), want one in-process (no address); connections: %v", m, ip, ok, modules)
+			}
+		}
 		port := old.Port()
 		old.Shutdown()
 		restarted, err := devstack.StartNATS(e.ctx, devstack.Options{DataDir: e.opts.DataDir, NATSPort: port})

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -344,7 +345,17 @@ func (s *Stack) closeInfra() error {
 
 // Connect opens a bus connection to the stack's NATS (for clients).
 func (s *Stack) Connect(ctx context.Context, name string, opts ...bus.Option) (*bus.Bus, error) {
-	return bus.Connect(ctx, s.natsURL, append([]bus.Option{bus.WithName(name), bus.WithLogger(s.opts.Logger)}, opts...)...)
+	return bus.Connect(ctx, s.natsURL, append([]bus.Option{bus.WithName(name), bus.WithLogger(s.opts.Logger), s.inProcess()}, opts...)...)
+}
+
+// inProcess connects a module to the embedded NATS server through memory
+// instead of a loopback socket (devstack.NATS.Dialer); with an external
+// server or an embedded cluster it changes nothing.
+func (s *Stack) inProcess() bus.Option {
+	if s.infra == nil || s.infra.NATS == nil || s.opts.NATSURL != "" {
+		return bus.WithNATSOptions()
+	}
+	return bus.WithNATSOptions(nats.SetCustomDialer(s.infra.NATS.Dialer()))
 }
 
 // llmClient builds an agent's model client: the configured API, or the
@@ -376,7 +387,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	log := s.opts.Logger.With("service", name)
 	b, err := bus.Connect(ctx, s.natsURL, bus.WithName(name), bus.WithLogger(log),
 		bus.WithTracerProvider(tel.TracerProvider), bus.WithMeterProvider(tel.MeterProvider),
-		bus.WithStreamOptions(bus.StreamOptions{Replicas: s.opts.Replicas}))
+		bus.WithStreamOptions(bus.StreamOptions{Replicas: s.opts.Replicas}), s.inProcess())
 	if err != nil {
 		return nil, err
 	}
