@@ -60,12 +60,18 @@ func (s *Store) RecordAll(ctx context.Context, events []proto.Message) []error {
 
 	// The started events first: a completion then finds its document. The
 	// completions last: a reader who sees an execution completed finds the
-	// node visits and steps of the batch too.
-	s.writeStarted(ctx, started.list)
+	// node visits and steps of the batch too. An execution that started and
+	// completed within the batch (one at a time, most do) is inserted whole
+	// with the completions instead: one insert where there were an insert
+	// and an update, which on FerretDB reads, rewrites and reindexes the
+	// document.
+	running, whole := splitWhole(started.list, completed.byID)
+	s.writeStarted(ctx, running)
 	s.writeDocs(ctx, s.chain, nodes.list, "record node")
 	s.writeDocs(ctx, s.steps, steps.list, "record step")
 	s.indexAll(ctx, slices.Concat(nodes.list, steps.list))
-	s.writeCompletedAll(ctx, completed.list)
+	s.writeStarted(ctx, whole)
+	s.writeCompletedAll(ctx, slices.DeleteFunc(slices.Clone(completed.list), func(it *item) bool { return it.written }))
 
 	for _, it := range slices.Concat(started.list, completed.list, nodes.list, steps.list) {
 		for _, i := range it.events {
@@ -88,6 +94,25 @@ type item struct {
 	coll     string // for the index: the collection it was inserted into
 	inserted bool   // by the batch's insert: a document to list in the index
 	err      error
+
+	// A started event's: the completion of the same execution in the batch,
+	// inserted with it; written: that completion is (by that insert).
+	completion *item
+	written    bool
+}
+
+// splitWhole tells the started events whose executions also completed in
+// the batch (whole, each with its completion) from the others (running).
+func splitWhole(started []*item, completed map[string]*item) (running, whole []*item) {
+	for _, it := range started {
+		if c, ok := completed[it.id]; ok {
+			it.completion = c
+			whole = append(whole, it)
+		} else {
+			running = append(running, it)
+		}
+	}
+	return running, whole
 }
 
 // items are a batch's documents of one kind, in the order of their events.
@@ -150,7 +175,11 @@ func (s *Store) writeStarted(ctx context.Context, list []*item) {
 	}
 	docs := make([]any, len(list))
 	for i, it := range list {
-		docs[i] = startedDoc(it.id, it.doc.(bson.D))
+		doc := startedDoc(it.id, it.doc.(bson.D))
+		if it.completion != nil {
+			doc = withFields(doc, it.completion.doc.(bson.D))
+		}
+		docs[i] = doc
 	}
 	_, err := s.executions.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if unreachable(ctx, err) {
@@ -159,14 +188,33 @@ func (s *Store) writeStarted(ctx context.Context, list []*item) {
 	}
 	inserted, dup, _ := insertResult(len(list), err, false)
 	for i, it := range list {
+		// Where the whole document could not be inserted, the completion
+		// is set by its update as usual.
 		switch set := it.doc.(bson.D); {
 		case inserted[i]:
+			if it.completion != nil {
+				it.completion.written = true
+			}
 		case dup[i]:
 			it.err = s.startedExisting(ctx, it.id, set)
 		default:
 			it.err = s.startedAlone(ctx, it.id, set)
 		}
 	}
+}
+
+// withFields is doc with set applied as $set applies it to top-level fields:
+// a field doc has takes set's value where it is, the others are appended.
+func withFields(doc, set bson.D) bson.D {
+	out := slices.Clone(doc)
+	for _, f := range set {
+		if i := slices.IndexFunc(out, func(e bson.E) bool { return e.Key == f.Key }); i >= 0 {
+			out[i].Value = f.Value
+		} else {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // writeCompletedAll sets the outcomes of completed events with one update

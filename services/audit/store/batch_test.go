@@ -123,44 +123,82 @@ func TestRecordAllFailsAnEventAlone(t *testing.T) {
 }
 
 // A batch costs one write per collection (and one for the index), each
-// finding documents by _id alone, however many executions it holds.
+// finding documents by _id alone, however many executions it holds. An
+// execution that starts and completes within one batch is inserted whole,
+// after its node visits and steps; one that started in an earlier batch is
+// completed by an update.
 func TestRecordAllWritesOncePerCollection(t *testing.T) {
 	var log commandLog
 	ctx, s := openStore(t, store.WithCommandMonitor(log.monitor()))
-	var batch []proto.Message
-	for i := range 3 {
-		batch = append(batch, invoiceRun(t, fmt.Sprint("exec-many-", i)).all()...)
+	runs := func(prefix string) (first, rest []proto.Message) {
+		for i := range 3 {
+			all := invoiceRun(t, fmt.Sprint(prefix, i)).all()
+			first = append(first, all[:len(all)-1]...)
+			rest = append(rest, all[len(all)-1])
+		}
+		return first, rest
 	}
-	log.take()
-	if errs := s.RecordAll(ctx, batch); errs != nil {
-		t.Fatalf("RecordAll: %v", errs)
-	}
-	var got []string
-	for _, cmd := range log.take() {
-		name, fs := filters(cmd)
-		got = append(got, name+" "+cmd.Lookup(name).StringValue())
-		for _, f := range fs {
-			elems, _ := f.Elements()
-			if len(elems) != 1 || elems[0].Key() != "_id" || elems[0].Value().Type != bson.TypeString {
-				t.Errorf("%s filters by %s, want by _id alone", name, f)
+	record := func(batch []proto.Message) []string {
+		t.Helper()
+		log.take()
+		if errs := s.RecordAll(ctx, batch); errs != nil {
+			t.Fatalf("RecordAll: %v", errs)
+		}
+		var got []string
+		for _, cmd := range log.take() {
+			name, fs := filters(cmd)
+			got = append(got, name+" "+cmd.Lookup(name).StringValue())
+			for _, f := range fs {
+				elems, _ := f.Elements()
+				if len(elems) != 1 || elems[0].Key() != "_id" || elems[0].Value().Type != bson.TypeString {
+					t.Errorf("%s filters by %s, want by _id alone", name, f)
+				}
 			}
 		}
+		return got
 	}
-	want := []string{
-		"insert " + store.ExecutionsCollection, "insert " + store.ChainCollection, "insert " + store.StepsCollection,
-		"insert " + store.IndexCollection, "update " + store.ExecutionsCollection,
+	tests := []struct {
+		name    string
+		batches func(first, rest []proto.Message) [][]proto.Message
+		want    []string // of the last batch
+	}{
+		{"started and completed in the batch", func(first, rest []proto.Message) [][]proto.Message {
+			return [][]proto.Message{slices.Concat(first, rest)}
+		}, []string{
+			"insert " + store.ChainCollection, "insert " + store.StepsCollection,
+			"insert " + store.IndexCollection, "insert " + store.ExecutionsCollection,
+		}},
+		{"started in an earlier batch", func(first, rest []proto.Message) [][]proto.Message {
+			return [][]proto.Message{first, rest}
+		}, []string{"update " + store.ExecutionsCollection}},
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("commands = %q, want %q", got, want)
-	}
-	for i := range 3 {
-		id := fmt.Sprint("exec-many-", i)
-		counts, err := s.Counts(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
-			t.Errorf("counts of %s = %v, want %v", id, counts, w)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prefix := "exec-" + strings.ReplaceAll(tt.name, " ", "-") + "-"
+			var got []string
+			for _, b := range tt.batches(runs(prefix)) {
+				got = record(b)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("commands = %q, want %q", got, tt.want)
+			}
+			for i := range 3 {
+				id := fmt.Sprint(prefix, i)
+				counts, err := s.Counts(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
+					t.Errorf("counts of %s = %v, want %v", id, counts, w)
+				}
+				exec, err := s.Execution(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if exec.Status == store.StatusRunning || exec.CompletedAt == nil {
+					t.Errorf("%s: status %q, completed at %v; want it completed", id, exec.Status, exec.CompletedAt)
+				}
+			}
+		})
 	}
 }
