@@ -44,7 +44,9 @@ type boundedBuffer struct {
 }
 
 func (b *boundedBuffer) readFrom(r io.Reader) {
-	chunk := make([]byte, 64<<10)
+	buf := readBuffers.Get().(*[readBufferSize]byte)
+	defer readBuffers.Put(buf)
+	chunk := buf[:]
 	for {
 		n, err := r.Read(chunk)
 		if n > 0 && b.complete != nil && bytes.IndexByte(chunk[:n], '\n') >= 0 {
