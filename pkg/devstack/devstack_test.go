@@ -108,14 +108,21 @@ func TestStartServesJetStreamAndMongo(t *testing.T) {
 	}
 }
 
+// startNATS starts a server on a fresh port storing in dir.
+func startNATS(ctx context.Context, t *testing.T, dir string) *devstack.NATS {
+	t.Helper()
+	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dir})
+	if err != nil {
+		t.Fatalf("StartNATS: %v", err)
+	}
+	return n
+}
+
 func TestNATSRestartKeepsStream(t *testing.T) {
 	ctx := testContext(t)
 	dir := t.TempDir()
 
-	first, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dir})
-	if err != nil {
-		t.Fatalf("StartNATS: %v", err)
-	}
+	first := startNATS(ctx, t, dir)
 	port := first.Port()
 	func() {
 		defer first.Shutdown()
@@ -279,10 +286,7 @@ func (h *recordingHandler) below(level slog.Level) (slog.Record, bool) {
 func TestNATSDialer(t *testing.T) {
 	ctx := testContext(t)
 	dir := t.TempDir()
-	first, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dir})
-	if err != nil {
-		t.Fatalf("StartNATS: %v", err)
-	}
+	first := startNATS(ctx, t, dir)
 	port := first.Port()
 	reconnected := make(chan struct{}, 1)
 	nc, err := nats.Connect(first.URL(), nats.SetCustomDialer(first.Dialer()), nats.MaxReconnects(-1),
