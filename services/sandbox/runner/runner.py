@@ -808,7 +808,12 @@ class Supervisor:
                     self.kill(job, "wall_time")
 
     def take(self):
-        msg, fds, _, _ = socket.recv_fds(self.ctl, 1 << 16, 16)
+        try:
+            msg, fds, _, _ = socket.recv_fds(self.ctl, 1 << 16, 16)
+        except ConnectionError:
+            # ECONNRESET: the service closed the channel before it read the
+            # ready message (it stopped while the zygote started).
+            msg, fds = b"", []
         if not msg:
             os._exit(0)  # the service closed the channel: bubblewrap takes everything down
         # A spare that died (it should not) is passed over; a fresh one gets

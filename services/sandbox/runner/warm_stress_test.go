@@ -203,7 +203,7 @@ func TestWarmStartUnderLoad(t *testing.T) {
 // (a zygote that finds the control channel closed leaves without a traceback)
 // and soon, whatever the moment.
 func TestWarmCloseDuringStartUp(t *testing.T) {
-	for _, after := range []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond} {
+	for _, after := range []time.Duration{0, 25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond} {
 		t.Run(after.String(), func(t *testing.T) {
 			logs := &lockedBuffer{}
 			r := startTestRunner(t, Config{Zygotes: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
