@@ -66,15 +66,13 @@ func testWarmRunsShareNothing(t *testing.T, r *Runner) {
 	}
 }
 
-// forEachZygoteKind runs f against a runner with one full zygote and one
-// whose every program runs on its light zygote.
+// forEachZygoteKind runs f against the warm modes: a runner with one full
+// zygote and one whose every program runs on its light zygote.
 func forEachZygoteKind(t *testing.T, f func(t *testing.T, r *Runner)) {
-	for _, light := range []bool{false, true} {
-		name := "full"
-		if light {
-			name = "light"
+	for _, m := range modes {
+		if m.zygotes > 0 {
+			t.Run(m.name, func(t *testing.T) { f(t, newModeRunner(t, Config{}, m.zygotes, m.light)) })
 		}
-		t.Run(name, func(t *testing.T) { f(t, newModeRunner(t, Config{}, 1, light)) })
 	}
 }
 
