@@ -124,6 +124,7 @@ FUZZ_TARGETS := \
 	pkg:./jsonvalue:FuzzParseObject \
 	pkg:./contextsummary:FuzzSummarize \
 	pkg:./bus:FuzzDecodeEvent \
+	pkg:./eventjson:FuzzUnmarshalMatchesReference \
 	services/sandbox:./runner:FuzzProtocolScanner \
 	services/sandbox:./outputschema:FuzzAnalyze
 

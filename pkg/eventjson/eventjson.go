@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -147,64 +148,91 @@ func writeValue(buf *bytes.Buffer, m protoreflect.Message) error {
 	return nil
 }
 
+// unmarshal is Unmarshal of a message, or of the JSONValue it leads to.
 func unmarshal(data []byte, m protoreflect.Message) error {
-	if m.Descriptor().FullName() == jsonValueName {
-		data = bytes.TrimSpace(data)
-		if !json.Valid(data) {
+	if !json.Valid(data) {
+		if m.Descriptor().FullName() == jsonValueName {
 			return fmt.Errorf("invalid JSON value")
 		}
-		m.Interface().(*novav1.JSONValue).Raw = append([]byte(nil), jsonvalue.Compact(data)...)
+		// protojson (or encoding/json) says where and why.
+		var probe any
+		err := json.Unmarshal(data, &probe)
+		return fmt.Errorf("%s: %w", m.Descriptor().FullName(), err)
+	}
+	return unmarshalValid(data, m)
+}
+
+// unmarshalValid is unmarshal of data that is valid JSON. The members of a
+// message with JSONValue fields are cut out of data as they are, not decoded
+// and encoded again: protojson reads the others, in one piece when no member
+// is special or repeated, and each special member is read as its text.
+func unmarshalValid(data []byte, m protoreflect.Message) error {
+	if m.Descriptor().FullName() == jsonValueName {
+		m.Interface().(*novav1.JSONValue).Raw = append([]byte(nil), jsonvalue.Compact(bytes.TrimSpace(data))...)
 		return nil
 	}
 	p := planOf(m.Descriptor())
 	if len(p.fields) == 0 {
 		return unmarshalOptions.Unmarshal(data, m.Interface())
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(data, &members); err != nil {
-		return fmt.Errorf("%s: %w", m.Descriptor().FullName(), err)
+	data = bytes.TrimSpace(data)
+	if string(data) == "null" {
+		return nil
 	}
-	type special struct {
-		fd  protoreflect.FieldDescriptor
-		raw json.RawMessage
+	if data[0] != '{' {
+		return fmt.Errorf("%s: a JSON object is needed, not %s", m.Descriptor().FullName(), jsonvalue.KindOf(data))
 	}
-	var specials []special
-	for name, raw := range members {
-		if fd := p.byName[name]; fd != nil {
-			delete(members, name)
-			if string(bytes.TrimSpace(raw)) != "null" {
-				specials = append(specials, special{fd, raw})
+	members := objectMembers(data)
+	over := overridden(members)
+	var specials []member
+	rest, whole := make([]byte, 0, len(data)), true
+	rest = append(rest, '{')
+	for i, mb := range members {
+		if over != nil && over[i] {
+			whole = false
+			continue
+		}
+		if fd := p.byName[mb.name]; fd != nil {
+			whole = false
+			if string(mb.value) != "null" {
+				specials = append(specials, mb)
 			}
+			continue
 		}
+		if len(rest) > 1 {
+			rest = append(rest, ',')
+		}
+		rest = append(append(append(rest, mb.key...), ':'), mb.value...)
 	}
-	if len(members) > 0 {
-		rest, err := json.Marshal(members)
-		if err != nil {
-			return err
-		}
+	if whole {
+		rest = data
+	} else {
+		rest = append(rest, '}')
+	}
+	if len(rest) > 2 {
 		if err := unmarshalOptions.Unmarshal(rest, m.Interface()); err != nil {
 			return err
 		}
 	}
 	for _, s := range specials {
-		if err := readField(s.raw, s.fd, m); err != nil {
-			return fmt.Errorf("%s.%s: %w", m.Descriptor().FullName(), s.fd.JSONName(), err)
+		fd := p.byName[s.name]
+		if err := readField(s.value, fd, m); err != nil {
+			return fmt.Errorf("%s.%s: %w", m.Descriptor().FullName(), fd.JSONName(), err)
 		}
 	}
 	return nil
 }
 
-func readField(raw json.RawMessage, fd protoreflect.FieldDescriptor, m protoreflect.Message) error {
+func readField(raw []byte, fd protoreflect.FieldDescriptor, m protoreflect.Message) error {
 	switch {
 	case fd.IsList():
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return err
+		if raw[0] != '[' {
+			return fmt.Errorf("a JSON array is needed, not %s", jsonvalue.KindOf(raw))
 		}
 		l := m.Mutable(fd).List()
-		for _, item := range items {
+		for _, item := range arrayItems(raw) {
 			e := l.NewElement()
-			if err := unmarshal(item, e.Message()); err != nil {
+			if err := unmarshalValid(item, e.Message()); err != nil {
 				return err
 			}
 			l.Append(e)
@@ -213,22 +241,147 @@ func readField(raw json.RawMessage, fd protoreflect.FieldDescriptor, m protorefl
 		if fd.MapKey().Kind() != protoreflect.StringKind {
 			return fmt.Errorf("map keys of kind %s are not supported", fd.MapKey().Kind())
 		}
-		var entries map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &entries); err != nil {
-			return err
+		if raw[0] != '{' {
+			return fmt.Errorf("a JSON object is needed, not %s", jsonvalue.KindOf(raw))
 		}
 		mp := m.Mutable(fd).Map()
-		for k, item := range entries {
+		entries := objectMembers(raw)
+		over := overridden(entries)
+		for i, entry := range entries {
+			if over != nil && over[i] {
+				continue
+			}
 			e := mp.NewValue()
-			if err := unmarshal(item, e.Message()); err != nil {
+			if err := unmarshalValid(entry.value, e.Message()); err != nil {
 				return err
 			}
-			mp.Set(protoreflect.ValueOfString(k).MapKey(), e)
+			mp.Set(protoreflect.ValueOfString(entry.name).MapKey(), e)
 		}
 	default:
-		return unmarshal(raw, m.Mutable(fd).Message())
+		return unmarshalValid(raw, m.Mutable(fd).Message())
 	}
 	return nil
+}
+
+// member is a member of a JSON object: its name, decoded, and the text of
+// its key and of its value (no white space around either).
+type member struct {
+	name       string
+	key, value []byte
+}
+
+// objectMembers lists the members of the valid JSON object data, which
+// starts with '{', in their order.
+func objectMembers(data []byte) []member {
+	var out []member
+	i := skipSpace(data, 1)
+	for data[i] != '}' {
+		end := skipString(data, i)
+		key := data[i:end]
+		name := string(key[1 : len(key)-1])
+		if bytes.IndexByte(key, '\\') >= 0 {
+			_ = json.Unmarshal(key, &name) // valid: checked with the whole
+		}
+		i = skipSpace(data, skipSpace(data, end)+1) // past ':'
+		end = skipValue(data, i)
+		out = append(out, member{name: name, key: key, value: data[i:end]})
+		i = skipSpace(data, end)
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+	return out
+}
+
+// overridden tells which members a later member of the same name overrides,
+// as in a JSON object read into a map (the last wins); nil when no name
+// repeats.
+func overridden(members []member) []bool {
+	var over []bool
+	mark := func(i int) {
+		if over == nil {
+			over = make([]bool, len(members))
+		}
+		over[i] = true
+	}
+	if len(members) <= 16 {
+		for i := range members {
+			for j := i + 1; j < len(members); j++ {
+				if members[j].name == members[i].name {
+					mark(i)
+					break
+				}
+			}
+		}
+		return over
+	}
+	last := make(map[string]int, len(members))
+	for i, mb := range members {
+		if j, ok := last[mb.name]; ok {
+			mark(j)
+		}
+		last[mb.name] = i
+	}
+	return over
+}
+
+// arrayItems lists the items of the valid JSON array data, which starts
+// with '['.
+func arrayItems(data []byte) [][]byte {
+	var out [][]byte
+	i := skipSpace(data, 1)
+	for data[i] != ']' {
+		end := skipValue(data, i)
+		out = append(out, data[i:end])
+		i = skipSpace(data, end)
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+	return out
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string that starts at data[i].
+func skipString(data []byte, i int) int {
+	for i++; data[i] != '"'; i++ {
+		if data[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the end of the valid JSON value that starts at data[i].
+func skipValue(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(data) && !strings.ContainsRune(",}] \t\n\r", rune(data[i])) {
+		i++
+	}
+	return i
 }
 
 // plan lists a message's fields that are, or lead to, a JSONValue.

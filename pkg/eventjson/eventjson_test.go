@@ -95,10 +95,15 @@ func TestRefusesInvalidJSON(t *testing.T) {
 		t.Error("Marshal of an invalid JSONValue did not fail")
 	}
 	var got novav1.StartWorkflow
-	for _, in := range []string{`{"context": {"a": }`, `not json`, `{"workflowName": 3}`} {
+	for _, in := range []string{`{"context": {"a": }`, `not json`, `{"workflowName": 3}`, `[1]`, `"s"`} {
 		if err := eventjson.Unmarshal([]byte(in), &got); err == nil {
 			t.Errorf("Unmarshal(%s) did not fail", in)
 		}
+	}
+	// What is wrong is named.
+	if err := eventjson.Unmarshal([]byte(` [{"context": 1}]`), &got); err == nil ||
+		!strings.Contains(err.Error(), "a JSON object is needed, not an array") {
+		t.Errorf("an array for an event: %v", err)
 	}
 	// Empty JSONValue is written as null, so the event stays valid JSON.
 	data, err := eventjson.Marshal(&novav1.StartWorkflow{Context: &novav1.JSONValue{}})

@@ -43,7 +43,7 @@ func ParseObject(raw []byte) (Object, error) {
 		if !json.Valid(raw) {
 			return nil, fmt.Errorf("invalid JSON: %w", syntaxError(raw))
 		}
-		return nil, fmt.Errorf("%w: got %s", ErrNotObject, kindOf(raw))
+		return nil, fmt.Errorf("%w: got %s", ErrNotObject, KindOf(raw))
 	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &members); err != nil {
@@ -391,8 +391,13 @@ func appendString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
-func kindOf(raw []byte) string {
+// KindOf names the kind of the JSON value raw ("an object", "an array", "a
+// string", "a boolean", "null" or "a number") by its first byte; raw is
+// valid JSON without leading white space.
+func KindOf(raw []byte) string {
 	switch raw[0] {
+	case '{':
+		return "an object"
 	case '[':
 		return "an array"
 	case '"':

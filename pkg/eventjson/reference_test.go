@@ -1,0 +1,217 @@
+package eventjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// referenceUnmarshal is the plain reading of the format that unmarshal
+// must agree with: the object decoded into a map, its special members taken
+// out, the rest encoded again for protojson.
+func referenceUnmarshal(data []byte, m protoreflect.Message) error {
+	if m.Descriptor().FullName() == jsonValueName {
+		data = bytes.TrimSpace(data)
+		if !json.Valid(data) {
+			return fmt.Errorf("invalid JSON value")
+		}
+		m.Interface().(*novav1.JSONValue).Raw = append([]byte(nil), jsonvalue.Compact(data)...)
+		return nil
+	}
+	p := planOf(m.Descriptor())
+	if len(p.fields) == 0 {
+		return unmarshalOptions.Unmarshal(data, m.Interface())
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return err
+	}
+	type special struct {
+		fd  protoreflect.FieldDescriptor
+		raw json.RawMessage
+	}
+	var specials []special
+	for name, raw := range members {
+		if fd := p.byName[name]; fd != nil {
+			delete(members, name)
+			if string(bytes.TrimSpace(raw)) != "null" {
+				specials = append(specials, special{fd, raw})
+			}
+		}
+	}
+	if len(members) > 0 {
+		rest, err := json.Marshal(members)
+		if err != nil {
+			return err
+		}
+		if err := unmarshalOptions.Unmarshal(rest, m.Interface()); err != nil {
+			return err
+		}
+	}
+	for _, s := range specials {
+		switch fd := s.fd; {
+		case fd.IsList():
+			var items []json.RawMessage
+			if err := json.Unmarshal(s.raw, &items); err != nil {
+				return err
+			}
+			l := m.Mutable(fd).List()
+			for _, item := range items {
+				e := l.NewElement()
+				if err := referenceUnmarshal(item, e.Message()); err != nil {
+					return err
+				}
+				l.Append(e)
+			}
+		case fd.IsMap():
+			var entries map[string]json.RawMessage
+			if err := json.Unmarshal(s.raw, &entries); err != nil {
+				return err
+			}
+			mp := m.Mutable(fd).Map()
+			for k, item := range entries {
+				e := mp.NewValue()
+				if err := referenceUnmarshal(item, e.Message()); err != nil {
+					return err
+				}
+				mp.Set(protoreflect.ValueOfString(k).MapKey(), e)
+			}
+		default:
+			if err := referenceUnmarshal(s.raw, m.Mutable(fd).Message()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ambiguous tells whether data names a special field of a message twice
+// (by its JSON and its proto name, or by an escaped name): the reference
+// then reads them in a map's random order.
+func ambiguous(data []byte, md protoreflect.MessageDescriptor) bool {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(data, &members) != nil {
+		return false
+	}
+	p := planOf(md)
+	seen := map[protoreflect.FieldDescriptor]bool{}
+	for name, raw := range members {
+		if fd := p.byName[name]; fd != nil {
+			if seen[fd] {
+				return true
+			}
+			seen[fd] = true
+			target := fd.Message()
+			if fd.IsMap() {
+				target = fd.MapValue().Message()
+			}
+			var items []json.RawMessage
+			if fd.IsList() {
+				_ = json.Unmarshal(raw, &items)
+			} else if fd.IsMap() {
+				var entries map[string]json.RawMessage
+				_ = json.Unmarshal(raw, &entries)
+				for _, e := range entries {
+					items = append(items, e)
+				}
+			} else {
+				items = []json.RawMessage{raw}
+			}
+			for _, item := range items {
+				if ambiguous(item, target) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+var referenceSeeds = []string{
+	`{"executionId":"e1","context":{"id":9007199254740993,"f":150.0}}`,
+	`{"execution_id":"e1","context":null,"workflowName":"w","workflowName":"v"}`,
+	`{"context":{"a":1},"context":{"b":[1,"]}",{"c":"\""}]}}`,
+	`{"con\u0074ext":{"a":1}, "unknown": {"x": [1, {"y": "}"}]}}`,
+	`{"ai":{"phase":"execute","execution":{"stepId":"s","contextUpdates":{"n":1},"result":[1,2.0]}},"nodes":{"x":{"visits":2},"x":{"visits":3}}}`,
+	`{"nodes":{"x":{"visits":"bad"},"x":{}}}`,
+	`{"nodes":[]}`,
+	`{"ai":{"execution":[1]}}`,
+	`[]`, `null`, `"s"`, `3`, `{}`, ` { } `, `{"context": }`,
+	// More members than overridden compares pairwise.
+	`{"a0":0,"a1":1,"a2":2,"a3":3,"a4":4,"a5":5,"a6":6,"a7":7,"a8":8,"a9":9,"context":{"v":1},` +
+		`"executionId":"e1","b0":0,"b1":1,"b2":2,"b3":3,"executionId":"e2","context":{"v":2}}`,
+}
+
+// FuzzUnmarshalMatchesReference: whatever the text, unmarshal reads the
+// same message as the reference, or fails where it fails.
+func FuzzUnmarshalMatchesReference(f *testing.F) {
+	for _, s := range referenceSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !utf8.Valid(data) {
+			t.Skip("the reference replaces invalid UTF-8 in names; unmarshal leaves it to protojson")
+		}
+		for _, newMsg := range []func() proto.Message{
+			func() proto.Message { return &novav1.ExecutionState{} },
+			func() proto.Message { return &novav1.StartWorkflow{} },
+		} {
+			got, want := newMsg(), newMsg()
+			if ambiguous(data, got.ProtoReflect().Descriptor()) {
+				continue
+			}
+			errGot := unmarshal(data, got.ProtoReflect())
+			errWant := referenceUnmarshal(data, want.ProtoReflect())
+			if (errGot == nil) != (errWant == nil) {
+				t.Fatalf("%T from %q: error %v, the reference's %v", got, data, errGot, errWant)
+			}
+			if errGot == nil && !proto.Equal(got, want) {
+				t.Fatalf("%T from %q:\n got %v\nwant %v", got, data, got, want)
+			}
+		}
+	})
+}
+
+// BenchmarkUnmarshal reads an engine state with a context, and a sandbox
+// result, with unmarshal and, as the baseline, with the reference reading.
+func BenchmarkUnmarshal(b *testing.B) {
+	events := map[string]proto.Message{
+		"state": &novav1.ExecutionState{
+			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b",
+			Context:     jsonvalue.Proto([]byte(`{"order":{"id":9007199254740993,"total":150.0,"items":[{"sku":"a-1","n":2},{"sku":"b-7","n":1}]},"x":1}`)),
+			Nodes:       map[string]*novav1.NodeState{"n0": {Visits: 1}, "n1": {Visits: 1}},
+		},
+		"result": &novav1.CodeExecuted{
+			StepId: "4f8e2a6c/n1/1/1", ContextUpdates: jsonvalue.Proto([]byte(`{"x":1}`)),
+			Result: jsonvalue.Proto([]byte(`{"ok":true}`)), Stdout: "done\n",
+		},
+	}
+	for name, msg := range events {
+		data, err := Marshal(msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, impl := range []struct {
+			name string
+			read func([]byte, protoreflect.Message) error
+		}{{"eventjson", unmarshal}, {"reference", referenceUnmarshal}} {
+			b.Run(name+"/"+impl.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					m := msg.ProtoReflect().New()
+					if err := impl.read(data, m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
