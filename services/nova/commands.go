@@ -168,8 +168,13 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cluster := fs.Int("cluster", 0, "run `N` (3 or more) clustered NATS servers on ports nats-port, +1, ... with 3 replicas of every stream, instead of one server")
 	gatewayAddr := fs.String("gateway-addr", stack.DefaultGatewayAddr, "`address` of the HTTP API (port 0 picks a free one; \"off\" runs no gateway)")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiles of nova dev (net/http/pprof) at `address`, e.g. 127.0.0.1:6060")
+	zygoteIdle := fs.Duration("zygote-idle", 5*time.Minute, "stop the sandbox's full Python zygote (pandas, numpy, ...: about 100 MiB) after this long without a program that needs it; the next one starts it again (0: keep it)")
 	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without API keys (local development only: anyone who reaches the port may do anything)")
 	if _, err := parseFlags(fs, args); err != nil {
+		return exitInvalid
+	}
+	if *zygoteIdle < 0 {
+		fmt.Fprintf(stderr, "nova dev: --zygote-idle %s: want a duration of 0 or more (0 keeps the zygote)\n", *zygoteIdle)
 		return exitInvalid
 	}
 	if *cluster == 1 || *cluster == 2 || *cluster < 0 {
@@ -188,6 +193,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	opts.NATSPort, opts.MongoPort, opts.NATSCluster = *natsPort, *mongoPort, *cluster
 	opts.WarmSandbox = true
+	opts.SandboxZygoteIdle = *zygoteIdle
 	var localKey string
 	if *gatewayAddr != "off" {
 		if localKey, err = devGateway(&opts, *gatewayAddr, *noAuth); err != nil {

@@ -154,3 +154,21 @@ edges:
 		t.Errorf("watch of an unknown execution: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// nova dev refuses settings it cannot honour, naming them, before it starts
+// anything.
+func TestDevRefusesBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--zygote-idle", "-1s"}, "--zygote-idle -1s: want a duration of 0 or more"},
+		{[]string{"--cluster", "2"}, "--cluster 2: a NATS cluster needs 3 or more servers"},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"--data-dir", t.TempDir()}, tc.args...)
+		if code := cmdDev(t.Context(), args, &stdout, &stderr); code != exitInvalid || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("nova dev %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr.String(), exitInvalid, tc.want)
+		}
+	}
+}

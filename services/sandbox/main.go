@@ -32,6 +32,9 @@ type config struct {
 	// LightZygotes is the number of zygotes beside them that import only
 	// standard modules, for programs that need nothing else; 0: none.
 	LightZygotes int `env:"NOVA_SANDBOX_LIGHT_ZYGOTES" default:"1"`
+	// ZygoteIdle stops a full zygote after this long without a program; the
+	// next program that needs it starts it again. 0: kept always.
+	ZygoteIdle time.Duration `env:"NOVA_SANDBOX_ZYGOTE_IDLE" default:"0s"`
 	// Preload lists the modules zygotes import (comma-separated); empty: the
 	// runner's default list (pandas, numpy, fitz, PIL, requests, bs4, lxml, ...).
 	Preload         string        `env:"NOVA_SANDBOX_PRELOAD"`
@@ -74,6 +77,7 @@ func main() {
 			Python:           cfg.Python,
 			Zygotes:          zygotes,
 			LightZygotes:     cmp.Or(cfg.LightZygotes, -1),
+			ZygoteIdle:       cfg.ZygoteIdle,
 			Preload:          list(cfg.Preload),
 			DefaultTimeout:   cfg.Timeout,
 			AnalysisTimeout:  cfg.AnalysisTimeout,

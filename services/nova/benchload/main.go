@@ -4,7 +4,8 @@
 // at 1, 8 and 32 workflows in flight, and prints per run the workflows per
 // second, p50/p90/p99 latency from start to completion, the CPU per workflow
 // of the nova dev process (Go services and the store) and of its sandbox
-// processes, and the PSS of them all. With -history N it then runs N more
+// processes, and the PSS of them all (also idle: after the warm-up and, with
+// -idle, after the runs). With -history N it then runs N more
 // workflows on the same data dir, unmeasured, and measures the 3-node runs
 // again: whether the cost per workflow stays flat as the history grows.
 // Beside it, in the same run, a baseline: three plain `python3 -c`
@@ -63,6 +64,10 @@ type config struct {
 	history   int
 	limit     time.Duration
 	pprof     string
+	// idle is how long to wait, nothing running, before the idle PSS is
+	// taken after the runs (0: not taken); zygoteIdle is nova dev's
+	// --zygote-idle (0: its default).
+	idle, zygoteIdle time.Duration
 }
 
 func main() {
@@ -75,6 +80,8 @@ func main() {
 	fs.IntVar(&cfg.history, "history", 20000, "workflows run (unmeasured, 32 in flight) before the 3-node runs are measured again on the same data dir (0: skip)")
 	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run (the history's is scaled to its size)")
 	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
+	fs.DurationVar(&cfg.idle, "idle", 0, "after the runs, wait this long with nothing running and take the PSS of idle nova dev (0: skip)")
+	fs.DurationVar(&cfg.zygoteIdle, "zygote-idle", 0, "nova dev --zygote-idle: how long its full zygote may go unused before it stops (0: nova dev's default)")
 	_ = fs.Parse(os.Args[1:])
 	for _, f := range strings.Split(*inFlight, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -129,6 +136,9 @@ func run(ctx context.Context, cfg config) error {
 	if cfg.pprof != "" {
 		dev.Args = append(dev.Args, "--pprof", cfg.pprof)
 	}
+	if cfg.zygoteIdle > 0 {
+		dev.Args = append(dev.Args, "--zygote-idle", cfg.zygoteIdle.String())
+	}
 	if err := dev.Start(); err != nil {
 		return err
 	}
@@ -155,7 +165,12 @@ func run(ctx context.Context, cfg config) error {
 	if _, err := measure(ctx, cfg, b, dev.Pid(), "warm-up", three, 3, 20, 4); err != nil {
 		return err
 	}
+	started, err := idlePSS(ctx, dev.Pid(), "idle, after the warm-up", 0)
+	if err != nil {
+		return err
+	}
 	results, err := runs(ctx, cfg, b, dev.Pid(), three)
+	results = append([]result{started}, results...)
 	// What was measured is printed even when a later run failed.
 	if len(results) > 0 {
 		err = errors.Join(err, printResults(results))
@@ -198,6 +213,13 @@ func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.Wo
 			results = append(results, r)
 		}
 	}
+	if cfg.idle > 0 {
+		r, err := idlePSS(ctx, pid, fmt.Sprintf("idle, %s after the runs", cfg.idle), cfg.idle)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+	}
 	base, err := baseline(ctx, cfg.workflows)
 	if err != nil {
 		return results, err
@@ -205,10 +227,29 @@ func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.Wo
 	return append(results, base), nil
 }
 
+// idlePSS waits for wait with nothing running and takes the PSS of nova dev
+// and its processes: a row with no workflow.
+func idlePSS(ctx context.Context, pid int, name string, wait time.Duration) (result, error) {
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+	s, err := sampleGroup(pid)
+	if err != nil {
+		return result{}, err
+	}
+	return result{name: name, pssMiB: s.pssMiB, pssMainMiB: s.pssMainMiB}, nil
+}
+
 func printResults(results []result) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tWORKFLOWS\tWF/S\tP50\tP90\tP99\tCPU/WF NOVA DEV\tCPU/WF SANDBOX PROCS\tCPU/WF TOTAL\tCPU/STEP\tPSS\tPSS NOVA DEV")
 	for _, r := range results {
+		if r.workflows == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", r.name, pss(r.pssMiB), pss(r.pssMainMiB))
+			continue
+		}
 		total := r.cpuMain + r.cpuSandbox
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%.1f ms\t%.1f ms\t%.1f ms\t%.2f ms\t%s\t%s\n", r.name, r.workflows, r.wfPerSec,
 			r.p50.Round(100*time.Microsecond), r.p90.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond),

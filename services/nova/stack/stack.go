@@ -127,6 +127,9 @@ type Options struct {
 	// WarmSandbox keeps a warm Python interpreter per sandbox worker (a
 	// long-running nova dev wants it; a one-shot run or a test does not).
 	WarmSandbox bool
+	// SandboxZygoteIdle stops a warm full zygote after this long without a
+	// program (runner.Config.ZygoteIdle); 0 keeps it.
+	SandboxZygoteIdle time.Duration
 	// NodeModules holds axios and cheerio for JavaScript nodes; empty looks
 	// for them (FindNodeModules).
 	NodeModules string
@@ -426,7 +429,8 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		if s.opts.WarmSandbox {
 			zygotes = runner.ZygotesFor(s.opts.SandboxWorkers)
 		}
-		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes, Logger: log})
+		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes,
+			ZygoteIdle: s.opts.SandboxZygoteIdle, Logger: log})
 		if err != nil {
 			cleanup()
 			return nil, err

@@ -163,6 +163,12 @@ type Config struct {
 	// memory; any other runs on a full one. Either takes the other's programs
 	// while it has no zygote ready. Default 1 when Zygotes > 0; <0 none.
 	LightZygotes int
+	// ZygoteIdle is how long a full zygote may go without a program before
+	// it is stopped, its memory (about 100 MiB with the default preloads)
+	// given back; the next program that would run on it starts it again and
+	// runs meanwhile on a light zygote, or cold. 0 (the default) keeps them
+	// always. Light zygotes are always kept.
+	ZygoteIdle time.Duration
 	// DefaultTimeout is the wall time of a task without its own; default 30s.
 	DefaultTimeout time.Duration
 	// AnalysisTimeout is the wall time of an analysis without its own; default 15s.

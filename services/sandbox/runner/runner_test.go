@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -58,10 +59,16 @@ func startTestRunner(t testing.TB, cfg Config) *Runner {
 
 func waitWarm(t testing.TB, r *Runner, n int) {
 	t.Helper()
+	waitFor(t, fmt.Sprintf("%d zygotes to be ready", n), func() bool { return r.WarmReady() >= n })
+}
+
+// waitFor waits up to 30 s for cond.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for r.WarmReady() < n {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d zygotes ready after 30s", r.WarmReady(), n)
+			t.Fatalf("waited 30s for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -52,6 +52,12 @@ type pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// idle is how long a zygote of the pool may go without a job before it
+	// is stopped (Config.ZygoteIdle; 0: never); wake asks a slot whose
+	// zygote was stopped so to start one again.
+	idle time.Duration
+	wake chan struct{}
+
 	mu    sync.Mutex
 	ready []*zygote
 	next  int
@@ -67,7 +73,10 @@ type zygoteModules struct {
 
 func newPool(r *Runner, n int, light bool) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pool{r: r, light: light, ctx: ctx, cancel: cancel}
+	p := &pool{r: r, light: light, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	if !light {
+		p.idle = r.cfg.ZygoteIdle
+	}
 	for slot := range n {
 		p.wg.Go(func() { p.keep(slot) })
 	}
@@ -105,14 +114,17 @@ func (p *pool) keep(slot int) {
 		log.Debug("sandbox zygote ready", "startup", time.Since(started))
 		p.modules.Store(z.modules)
 		p.add(z)
-		select {
-		case <-z.dead:
-			p.remove(z)
-			log.Warn("sandbox zygote ended; starting a new one", "reason", z.deathReason())
-		case <-p.ctx.Done():
-			p.remove(z)
-		}
+		idle := p.watch(z)
 		z.stop()
+		if idle {
+			log.Info("sandbox zygote stopped: no program needed it for a while; the next that does starts it again and runs meanwhile on a light zygote (or cold)",
+				"idle", p.idle)
+			backoff = minBackoff
+			if !p.awaitWake() {
+				return
+			}
+			continue
+		}
 		if time.Since(started) > time.Minute {
 			backoff = minBackoff
 		} else if p.ctx.Err() == nil && !wait() {
@@ -121,15 +133,76 @@ func (p *pool) keep(slot int) {
 	}
 }
 
+// watch waits until the ready zygote z dies, the pool closes or, with
+// p.idle set, z has run no job for p.idle (then true); z is no longer ready
+// when it returns.
+func (p *pool) watch(z *zygote) (idle bool) {
+	var tick <-chan time.Time
+	if p.idle > 0 {
+		t := time.NewTicker(max(p.idle/4, 10*time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-z.dead:
+			p.remove(z)
+			p.r.cfg.Logger.Warn("sandbox zygote ended; starting a new one", "zygote", p.name(z.slot), "reason", z.deathReason())
+			return false
+		case <-p.ctx.Done():
+			p.remove(z)
+			return false
+		case <-tick:
+			if p.removeIfIdle(z) {
+				return true
+			}
+		}
+	}
+}
+
+// removeIfIdle takes z out of the ready ones if it has no job and has had
+// none for p.idle. take counts a job on a zygote under the same lock, so none
+// can be handed to z after this.
+func (p *pool) removeIfIdle(z *zygote) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if z.inflight.Load() > 0 || time.Since(z.lastJob) < p.idle {
+		return false
+	}
+	p.removeLocked(z)
+	return true
+}
+
+// awaitWake waits for a program that wants a zygote of the pool (false when
+// the pool closes first).
+func (p *pool) awaitWake() bool {
+	select {
+	case <-p.wake:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
 func (p *pool) add(z *zygote) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	z.lastJob = time.Now()
 	p.ready = append(p.ready, z)
+	// A request for a zygote made while none was ready is served by this one.
+	select {
+	case <-p.wake:
+	default:
+	}
 }
 
 func (p *pool) remove(z *zygote) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.removeLocked(z)
+}
+
+func (p *pool) removeLocked(z *zygote) {
 	for i, x := range p.ready {
 		if x == z {
 			p.ready = append(p.ready[:i], p.ready[i+1:]...)
@@ -148,6 +221,29 @@ func (p *pool) readyCount() int {
 func (p *pool) pick() *zygote {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.pickLocked()
+}
+
+// take is pick with a job counted on the zygote it returns (the caller
+// releases it with z.inflight.Add(-1)). When none is ready it asks a slot
+// whose zygote was stopped for idleness to start one.
+func (p *pool) take() *zygote {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	z := p.pickLocked()
+	if z == nil {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	z.inflight.Add(1)
+	z.lastJob = time.Now()
+	return z
+}
+
+func (p *pool) pickLocked() *zygote {
 	var best *zygote
 	n := len(p.ready)
 	for i := range n {
@@ -183,11 +279,12 @@ func (p *pool) name(slot int) string {
 // them took it (none ready, or each refused it before anything ran).
 func (p *pool) run(ctx context.Context, j *job) (out outcome, ran bool, err error) {
 	for range 2 {
-		z := p.pick()
+		z := p.take()
 		if z == nil {
 			break
 		}
 		out, err = z.run(ctx, j)
+		z.inflight.Add(-1)
 		if errors.Is(err, errHandOver) {
 			p.r.cfg.Logger.Warn("sandbox zygote refused a job; trying elsewhere", "zygote", p.name(z.slot), "sandbox_id", j.id, "err", err)
 			continue
@@ -249,8 +346,10 @@ type zygote struct {
 	init   *isolation.PID1
 	wg     sync.WaitGroup // the goroutines watching the zygote
 
-	sendMu   sync.Mutex
+	sendMu sync.Mutex
+	// inflight counts the jobs handed to it or about to be (pool.take).
 	inflight atomic.Int32
+	lastJob  time.Time // when the last job was taken, guarded by the pool's mu
 
 	dead     chan struct{}
 	deadOnce sync.Once
@@ -443,9 +542,8 @@ func (r *Runner) startZygote(ctx context.Context, p *pool, slot int) (*zygote, e
 
 // run hands the job to the zygote and waits until its report says that none of
 // its processes is left.
+// run runs the job on z; the caller counts it in z.inflight (pool.take).
 func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
-	z.inflight.Add(1)
-	defer z.inflight.Add(-1)
 	out := outcome{exitCode: -1}
 
 	var readers, theirs []*os.File

@@ -267,3 +267,43 @@ func TestWarmProgramsGoWhereTheirModulesAre(t *testing.T) {
 		})
 	}
 }
+
+// With ZygoteIdle a full zygote that runs no program for that long is
+// stopped, its processes gone; programs that would run on it run on the
+// light zygote meanwhile, and the first of them starts it again. A zygote
+// with a program running is never stopped.
+func TestWarmIdleZygoteStopsAndComesBack(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	r := newTestRunner(t, Config{Zygotes: 1, LightZygotes: 1, ZygoteIdle: idle})
+	// __import__ cannot be read for sure: the program goes to the full zygote.
+	full := Request{Code: "context['x'] = __import__('json').dumps([1])"}
+	z := r.pool.pick()
+	wantSuccess(t, run(t, r, full), `{"x": "[1]"}`)
+
+	// A program running on it for several idle periods keeps it.
+	wantSuccess(t, run(t, r, Request{Code: "__import__('time').sleep(1.5)\ncontext['slept'] = True"}), `{"slept": true}`)
+	if r.pool.pick() != z {
+		t.Fatal("the full zygote was stopped while it ran a program")
+	}
+
+	waitFor(t, "the idle full zygote to stop", func() bool { return r.pool.readyCount() == 0 })
+	waitFor(t, "the stopped zygote's bubblewrap to end", func() bool {
+		select {
+		case <-z.waited:
+			return true
+		default:
+			return false
+		}
+	})
+	if r.light.readyCount() != 1 {
+		t.Fatal("the light zygote was stopped too")
+	}
+
+	// Meanwhile its programs run warm on the light zygote; the first starts it.
+	wantSuccess(t, run(t, r, full), `{"x": "[1]"}`)
+	waitFor(t, "the full zygote to start again", func() bool { return r.pool.readyCount() == 1 })
+	if r.pool.pick() == z {
+		t.Fatal("the stopped zygote is ready again")
+	}
+	wantSuccess(t, run(t, r, full), `{"x": "[1]"}`)
+}
