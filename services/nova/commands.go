@@ -216,6 +216,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer stopPprof()
 		fmt.Fprintf(stdout, "  Go profiles http://%s/debug/pprof/\n", *pprofAddr)
 	}
+	idle := make(chan struct{})
+	go func() { defer close(idle); returnMemoryWhenIdle(ctx) }()
+	defer func() { <-idle }() // every return below comes after ctx ended
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
 	if u := s.GatewayURL(); u != "" {
 		switch {
