@@ -150,6 +150,9 @@ func writeValue(buf *bytes.Buffer, m protoreflect.Message) error {
 
 // unmarshal is Unmarshal of a message, or of the JSONValue it leads to.
 func unmarshal(data []byte, m protoreflect.Message) error {
+	if m.Descriptor().FullName() != jsonValueName && len(planOf(m.Descriptor()).fields) == 0 {
+		return unmarshalOptions.Unmarshal(data, m.Interface()) // it checks the text itself
+	}
 	if !json.Valid(data) {
 		if m.Descriptor().FullName() == jsonValueName {
 			return fmt.Errorf("invalid JSON value")
