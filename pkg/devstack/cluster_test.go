@@ -91,13 +91,21 @@ func TestClusterKeepsAReplicatedStreamThroughLosingEachLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := cons.Fetch(published, jetstream.FetchMaxWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Right after the restarts the new consumer may still be electing its
+	// leader (under load, a fetch then ends empty): fetch until every message
+	// came or a minute passed, acknowledging each so none comes twice.
 	var got []string
-	for m := range batch.Messages() {
-		got = append(got, string(m.Data()))
+	for deadline := time.Now().Add(time.Minute); len(got) < published && time.Now().Before(deadline); {
+		batch, err := cons.Fetch(published-len(got), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			got = append(got, string(m.Data()))
+			if err := m.Ack(); err != nil {
+				t.Fatalf("ack %s: %v", m.Data(), err)
+			}
+		}
 	}
 	if len(got) != published {
 		t.Fatalf("read %d messages, want %d: %v", len(got), published, got)
