@@ -114,7 +114,7 @@ func (p *pool) keep(slot int) {
 		log.Debug("sandbox zygote ready", "startup", time.Since(started))
 		p.modules.Store(z.modules)
 		p.add(z)
-		idle := p.watch(z)
+		idle := p.watch(z, log)
 		z.stop()
 		if idle {
 			log.Info("sandbox zygote stopped: no program needed it for a while; the next that does starts it again and runs meanwhile on a light zygote (or cold)",
@@ -135,8 +135,8 @@ func (p *pool) keep(slot int) {
 
 // watch waits until the ready zygote z dies, the pool closes or, with
 // p.idle set, z has run no job for p.idle (then true); z is no longer ready
-// when it returns.
-func (p *pool) watch(z *zygote) (idle bool) {
+// when it returns. log is the slot's.
+func (p *pool) watch(z *zygote, log *slog.Logger) (idle bool) {
 	var tick <-chan time.Time
 	if p.idle > 0 {
 		t := time.NewTicker(max(p.idle/4, 10*time.Millisecond))
@@ -147,7 +147,7 @@ func (p *pool) watch(z *zygote) (idle bool) {
 		select {
 		case <-z.dead:
 			p.remove(z)
-			p.r.cfg.Logger.Warn("sandbox zygote ended; starting a new one", "zygote", p.name(z.slot), "reason", z.deathReason())
+			log.Warn("sandbox zygote ended; starting a new one", "reason", z.deathReason())
 			return false
 		case <-p.ctx.Done():
 			p.remove(z)
@@ -541,8 +541,7 @@ func (r *Runner) startZygote(ctx context.Context, p *pool, slot int) (*zygote, e
 }
 
 // run hands the job to the zygote and waits until its report says that none of
-// its processes is left.
-// run runs the job on z; the caller counts it in z.inflight (pool.take).
+// its processes is left; the caller counts the job in z.inflight (pool.take).
 func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
 	out := outcome{exitCode: -1}
 
