@@ -53,6 +53,13 @@ func WithExecutionIndex(on bool) Option {
 	return func(s *Store) { s.forceIndex = &on }
 }
 
+// WithQueryIndexes forces EnsureIndexes to create the indexes of the queries
+// (on) or to drop them (off). Without it, Open creates them unless the server
+// is FerretDB, which reads none of them (see EnsureIndexes).
+func WithQueryIndexes(on bool) Option {
+	return func(s *Store) { s.forceQueryIndexes = &on }
+}
+
 // isFerretDB tells whether the server is FerretDB.
 func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
 	raw, err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()

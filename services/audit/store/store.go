@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,9 +64,13 @@ type Store struct {
 	// read by _id through it (see IndexCollection).
 	indexed    bool
 	forceIndex *bool
-	positions  positions
-	indexMu    sync.Mutex  // see indexAll
-	backfilled atomic.Bool // see indexReady
+	// queryIndexes: EnsureIndexes creates the indexes of the queries
+	// (queryIndexes), else drops them (see WithQueryIndexes).
+	queryIndexes      bool
+	forceQueryIndexes *bool
+	positions         positions
+	indexMu           sync.Mutex  // see indexAll
+	backfilled        atomic.Bool // see indexReady
 
 	monitor *event.CommandMonitor // tests watch the commands sent
 }
@@ -93,11 +98,17 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("open audit store: ping: %w", err)
 	}
-	if s.forceIndex != nil {
-		s.indexed = *s.forceIndex
-	} else if s.indexed, err = isFerretDB(ctx, client); err != nil {
+	ferret, err := isFerretDB(ctx, client)
+	if err != nil {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("open audit store: %w", err)
+	}
+	s.indexed, s.queryIndexes = ferret, !ferret
+	if s.forceIndex != nil {
+		s.indexed = *s.forceIndex
+	}
+	if s.forceQueryIndexes != nil {
+		s.queryIndexes = *s.forceQueryIndexes
 	}
 	db := client.Database(database)
 	s.client = client
@@ -124,34 +135,25 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// EnsureIndexes creates the indexes the CLI's and the gateway's queries use. It is idempotent: existing
-// indexes with the same keys and names are left alone, so it runs at every start-up.
-// With IndexCollection in use, it lists there, once, the documents recorded
-// before (reading both collections whole).
+// EnsureIndexes creates the indexes the CLI's and the gateway's queries use
+// (queryIndexes). It is idempotent: existing indexes with the same keys and
+// names are left alone, so it runs at every start-up. With IndexCollection in
+// use, it lists there, once, the documents recorded before (reading both
+// collections whole).
+//
+// On FerretDB it creates none of them and drops those an earlier start
+// created: FerretDB 1.24 on SQLite runs every query but one by _id by reading
+// the whole collection, and sorts in memory, so it never reads these indexes,
+// but every insert and update writes each of them (on SQLite, an index entry
+// computed from the document's JSON for every key).
 //
 // Each index is created with its own createIndexes command: FerretDB v1.24 panics (and
 // drops the connection) on a createIndexes command listing more than one index that
 // already exists. It accepts all these indexes on SQLite, descending keys included.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
-	indexes := []struct {
-		coll  *mongo.Collection
-		model mongo.IndexModel
-	}{
-		{s.chain, index("execution_sequence", bson.D{{Key: "execution_id", Value: 1}, {Key: "sequence", Value: 1}})},
-		{s.steps, index("execution_node_visit_step", bson.D{
-			{Key: "execution_id", Value: 1}, {Key: "node_id", Value: 1},
-			{Key: "visit", Value: 1}, {Key: "step_number", Value: 1},
-		})},
-		{s.executions, index("started_at", bson.D{{Key: "started_at", Value: -1}})},
-		{s.executions, index("workflow_started_at", bson.D{{Key: "workflow_name", Value: 1}, {Key: "started_at", Value: -1}})},
-		// ListExecutions: newest first with the execution id as tie-breaker,
-		// and the same filtered by status.
-		{s.executions, index("started_at_id", bson.D{{Key: "started_at", Value: -1}, {Key: "_id", Value: -1}})},
-		{s.executions, index("status_started_at", bson.D{{Key: "status", Value: 1}, {Key: "started_at", Value: -1}})},
-	}
-	for _, ix := range indexes {
-		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
-			return fmt.Errorf("create index on %s: %w", ix.coll.Name(), err)
+	for _, ix := range s.queryIndexList() {
+		if err := s.ensureIndex(ctx, ix); err != nil {
+			return err
 		}
 	}
 	if s.indexed {
@@ -160,8 +162,52 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	return nil
 }
 
-func index(name string, keys bson.D) mongo.IndexModel {
-	return mongo.IndexModel{Keys: keys, Options: options.Index().SetName(name)}
+// queryIndex is an index of a query, on its collection.
+type queryIndex struct {
+	coll *mongo.Collection
+	name string
+	keys bson.D
+}
+
+// queryIndexList are the indexes of the queries of Chain, Counts and
+// ListExecutions on a server that uses them.
+func (s *Store) queryIndexList() []queryIndex {
+	return []queryIndex{
+		{s.chain, "execution_sequence", bson.D{{Key: "execution_id", Value: 1}, {Key: "sequence", Value: 1}}},
+		{s.steps, "execution_node_visit_step", bson.D{
+			{Key: "execution_id", Value: 1}, {Key: "node_id", Value: 1},
+			{Key: "visit", Value: 1}, {Key: "step_number", Value: 1},
+		}},
+		{s.executions, "started_at", bson.D{{Key: "started_at", Value: -1}}},
+		{s.executions, "workflow_started_at", bson.D{{Key: "workflow_name", Value: 1}, {Key: "started_at", Value: -1}}},
+		// ListExecutions: newest first with the execution id as tie-breaker,
+		// and the same filtered by status.
+		{s.executions, "started_at_id", bson.D{{Key: "started_at", Value: -1}, {Key: "_id", Value: -1}}},
+		{s.executions, "status_started_at", bson.D{{Key: "status", Value: 1}, {Key: "started_at", Value: -1}}},
+	}
+}
+
+// ensureIndex creates ix, or with queryIndexes off drops the index of its
+// name if there is one.
+func (s *Store) ensureIndex(ctx context.Context, ix queryIndex) error {
+	if s.queryIndexes {
+		model := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name)}
+		if _, err := ix.coll.Indexes().CreateOne(ctx, model); err != nil {
+			return fmt.Errorf("create index on %s: %w", ix.coll.Name(), err)
+		}
+		return nil
+	}
+	specs, err := ix.coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return fmt.Errorf("list indexes of %s: %w", ix.coll.Name(), err)
+	}
+	if !slices.ContainsFunc(specs, func(spec mongo.IndexSpecification) bool { return spec.Name == ix.name }) {
+		return nil
+	}
+	if err := ix.coll.Indexes().DropOne(ctx, ix.name); err != nil {
+		return fmt.Errorf("drop index %s of %s: %w", ix.name, ix.coll.Name(), err)
+	}
+	return nil
 }
 
 // RecordWorkflowStarted creates or completes the execution document with what is known

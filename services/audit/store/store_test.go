@@ -515,20 +515,10 @@ func TestSecretsAreRedactedByTheirLook(t *testing.T) {
 	}
 }
 
+// TestEnsureIndexes checks the indexes of the queries: created where the
+// server reads them (forced here, as on MongoDB), none on FerretDB, and
+// dropped there by the next start when an earlier one created them.
 func TestEnsureIndexes(t *testing.T) {
-	ctx, s := openStore(t)
-	// Again: start-up runs it on every boot.
-	if err := s.EnsureIndexes(ctx); err != nil {
-		t.Fatalf("EnsureIndexes twice: %v", err)
-	}
-
-	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = client.Disconnect(context.Background()) }()
-	db := client.Database(dbName(t))
-
 	want := map[string]map[string]string{
 		store.ChainCollection: {"execution_sequence": `[{execution_id 1} {sequence 1}]`},
 		store.StepsCollection: {"execution_node_visit_step": `[{execution_id 1} {node_id 1} {visit 1} {step_number 1}]`},
@@ -537,15 +527,49 @@ func TestEnsureIndexes(t *testing.T) {
 			"started_at_id": `[{started_at -1} {_id -1}]`, "status_started_at": `[{status 1} {started_at -1}]`,
 		},
 	}
-	for coll, indexes := range want {
+	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(dbName(t))
+	indexes := func(ctx context.Context, coll string) map[string]string {
+		t.Helper()
 		got, err := listIndexes(ctx, db.Collection(coll))
 		if err != nil {
 			t.Fatalf("list indexes of %s: %v", coll, err)
 		}
-		for name, keys := range indexes {
+		return got
+	}
+
+	ctx, s := openStore(t, store.WithQueryIndexes(true))
+	// Again: start-up runs it on every boot.
+	if err := s.EnsureIndexes(ctx); err != nil {
+		t.Fatalf("EnsureIndexes twice: %v", err)
+	}
+	for coll, want := range want {
+		got := indexes(ctx, coll)
+		for name, keys := range want {
 			if got[name] != keys {
 				t.Errorf("%s index %s keys = %q, want %q (all: %v)", coll, name, got[name], keys, got)
 			}
+		}
+	}
+
+	// The next start, on FerretDB as Open finds it.
+	ctx, s = openStore(t)
+	if err := s.EnsureIndexes(ctx); err != nil {
+		t.Fatalf("EnsureIndexes twice: %v", err)
+	}
+	for coll, want := range want {
+		got := indexes(ctx, coll)
+		for name := range want {
+			if _, ok := got[name]; ok {
+				t.Errorf("%s index %s is still there on FerretDB (all: %v)", coll, name, got)
+			}
+		}
+		if _, ok := got["_id_"]; !ok {
+			t.Errorf("%s lost its _id index: %v", coll, got)
 		}
 	}
 }
