@@ -19,9 +19,9 @@ type BatchHandler func(ctx context.Context, evs []event.Event) []error
 
 // ConsumeBatch is Consume for a handler of batches: a free worker takes the
 // events waiting, up to c.Batch (waiting c.BatchWait for more after the
-// first), and hands them to h at once. One worker takes a batch at a time,
-// so that events are not spread over batches that all wait; the others
-// meanwhile handle theirs. Each event is then settled on its own as Consume
+// first, and none after one c.BatchFlush names), and hands them to h at
+// once. One worker takes a batch at a time, so that events are not spread
+// over batches that all wait; the others meanwhile handle theirs. Each event is then settled on its own as Consume
 // settles it: acked only once h has handled it, retried or dead-lettered
 // alone when it failed. A batch whose handler panics is handled again one
 // event at a time, so that only an event that panics on its own is
@@ -33,64 +33,103 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 	if len(c.Middleware) > 0 {
 		return fmt.Errorf("consume %s in batches: middleware wraps a handler of one event", c.Durable)
 	}
-	var taking sync.Mutex
-	take := func(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
-		taking.Lock()
-		defer taking.Unlock()
-		if err := ctx.Err(); err != nil {
-			// The pull's time ran out while another worker took its batch:
-			// an idle renewal, not a failure (nats.go refuses an ended
-			// context as an invalid option).
-			return nil, err
-		}
-		first, err := cons.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return fill(ctx, c, cons, first), nil
-	}
-	return b.run(ctx, c, take, func(ctx context.Context, msgs []jetstream.Msg) {
+	f := &filler{c: c}
+	return b.run(ctx, c, f.take, func(ctx context.Context, msgs []jetstream.Msg) {
 		b.handleBatch(ctx, c, msgs, h)
 	})
 }
 
-// fillSlice is how long one pull request of fill waits: a batch whose
-// waiting ends early (Consumer.BatchFlush) is handed over at most this much
-// later.
+// fillSlice is how long one pull request of a filler waits: events come
+// into a batch in slices of it until c.BatchWait has passed.
 const fillSlice = 10 * time.Millisecond
 
-// fill adds to first the deliveries waiting for c, up to c.Batch in all,
-// waiting up to c.BatchWait for them, and no more once one of them is one
-// c.BatchFlush names or ctx ends. Until the batch is handed over, nothing
-// keeps first alive: c.BatchWait must be well below c.AckWait.
-func fill(ctx context.Context, c Consumer, cons jetstream.Consumer, first jetstream.Msg) []jetstream.Msg {
-	msgs := []jetstream.Msg{first}
-	flush := func(msg jetstream.Msg) bool { return c.BatchFlush != nil && c.BatchFlush(msg.Subject()) }
+// filler makes the batches of a consumer, one at a time.
+//
+// A batch ends at the event c.BatchFlush names, at once: the pull request
+// that brought it may bring more until it ends (it cannot be ended early
+// without losing what it brings), and what it brings begins the next
+// batch. So a batch neither waits on after that event nor takes in the
+// first events of what comes next (one at a time, the next workflow's
+// start, which then comes with the rest of that workflow).
+type filler struct {
+	c    Consumer
+	mu   sync.Mutex
+	rest jetstream.MessageBatch // the pull request a batch ended in, while it brings more
+}
+
+// take returns the next batch: the deliveries waiting for c, up to c.Batch
+// in all, waiting up to c.BatchWait for them after the first, and no more
+// after one that c.BatchFlush names or once ctx ends. Until the batch is
+// handled, nothing keeps its events alive: c.BatchWait and a handler's time
+// must be well below c.AckWait.
+func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		// The pull's time ran out while another worker took its batch:
+		// an idle renewal, not a failure (nats.go refuses an ended
+		// context as an invalid option).
+		return nil, err
+	}
+	var msgs []jetstream.Msg
+	if f.rest != nil {
+		var flushed bool
+		if msgs, flushed = f.read(f.rest, msgs); flushed {
+			return msgs, nil
+		}
+	}
+	if len(msgs) == 0 {
+		first, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if msgs = append(msgs, first); f.flush(first) {
+			return msgs, nil
+		}
+	}
 	deadline := time.Now().Add(c.BatchWait)
-	for done := flush(first); !done && len(msgs) < c.Batch; {
+	for len(msgs) < c.Batch {
 		var (
 			more jetstream.MessageBatch
 			err  error
+			last bool
 		)
-		// A pull request cannot be ended early without losing what it
-		// brings, so the wait is taken in slices.
 		if wait := min(time.Until(deadline), fillSlice); wait >= time.Millisecond && ctx.Err() == nil {
 			more, err = cons.Fetch(c.Batch-len(msgs), jetstream.FetchMaxWait(wait))
 		} else {
 			more, err = cons.FetchNoWait(c.Batch - len(msgs))
-			done = true
+			last = true
 		}
 		if err != nil {
 			// The batch goes with what it has; the worker meets the error, if
 			// it lasts, when it next takes events.
 			break
 		}
-		for msg := range more.Messages() {
-			msgs = append(msgs, msg)
-			done = done || flush(msg)
+		var flushed bool
+		if msgs, flushed = f.read(more, msgs); flushed || last {
+			break
 		}
 	}
-	return msgs
+	return msgs, nil
+}
+
+// read adds to msgs what the pull request more brings, until it ends or
+// brings an event that c.BatchFlush names (flushed): more is then kept for
+// the next batch.
+func (f *filler) read(more jetstream.MessageBatch, msgs []jetstream.Msg) (_ []jetstream.Msg, flushed bool) {
+	f.rest = nil
+	for msg := range more.Messages() {
+		msgs = append(msgs, msg)
+		if f.flush(msg) {
+			f.rest = more
+			return msgs, true
+		}
+	}
+	return msgs, false
+}
+
+func (f *filler) flush(msg jetstream.Msg) bool {
+	return f.c.BatchFlush != nil && f.c.BatchFlush(msg.Subject())
 }
 
 // delivery is an event of a batch with what settling it needs.

@@ -152,7 +152,9 @@ func TestConsumeBatchRefusesMiddleware(t *testing.T) {
 }
 
 // A batch waits for more events no longer than until one that
-// Consumer.BatchFlush names: its reader need not wait for BatchWait.
+// Consumer.BatchFlush names: its reader need not wait for BatchWait. And it
+// ends there: events after it, even those the same pull request brought,
+// begin the next batch.
 func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
 	b := connect(t, natstest.URL(t))
 	got := make(chan []string, 4)
@@ -167,19 +169,24 @@ func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
 		got <- ids
 		return nil
 	})
-	for _, e := range []struct{ id, kind string }{{"node", bus.KindNodeCompleted}, {"done", bus.KindWorkflowCompleted}} {
+	for _, e := range []struct{ id, kind string }{
+		{"node", bus.KindNodeCompleted}, {"done", bus.KindWorkflowCompleted},
+		{"next", bus.KindNodeCompleted}, {"done-next", bus.KindWorkflowCompleted},
+	} {
 		if err := b.PublishProto(t.Context(), bus.EventSubject("exec-1", e.kind), e.id,
 			bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec-1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case ids := <-got:
-		if strings.Join(ids, ",") != "node,done" {
-			t.Errorf("batch %v, want node and done", ids)
+	for _, want := range []string{"node,done", "next,done-next"} {
+		select {
+		case ids := <-got:
+			if strings.Join(ids, ",") != want {
+				t.Errorf("batch %v, want %s", ids, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the batch %s waited on after the event that ends it", want)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the batch waited on after the event that ends it")
 	}
 }
 

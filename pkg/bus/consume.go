@@ -51,8 +51,9 @@ type Consumer struct {
 	// for more before it handles a batch smaller than Batch. Zero takes only
 	// the events already waiting.
 	BatchWait time.Duration
-	// BatchFlush, when set, names by subject the events after which a batch
-	// waits no more (ConsumeBatch only): those that a reader waits for.
+	// BatchFlush, when set, names by subject the events that end a batch
+	// (ConsumeBatch only): those that a reader waits for. The batch is
+	// handled at once, and the events after it begin the next.
 	BatchFlush func(subject string) bool
 	// Middleware wraps the handler, outermost first, inside the bus's own
 	// recover, tracing, logging and metrics.

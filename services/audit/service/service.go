@@ -66,11 +66,13 @@ const (
 	BatchSize = 100
 	// BatchWait is how long a batch waits for more events after its first.
 	// A batch costs about what one event recorded alone costs, and a
-	// workflow's events come tens of milliseconds apart: a 3-node workflow's
-	// 16 events make about 2 batches at 1 in flight (3 with 50 ms). The
-	// chain of work is as much later in the store; `nova run --chain` and
-	// the tests wait for the consumer to be idle, which covers it, and a
-	// workflow's completion ends the wait (BatchFlush).
+	// workflow's events come tens of milliseconds apart. A workflow's
+	// completion ends the batch (BatchFlush), and the next workflow's events
+	// begin the next one: one at a time, a 3-node workflow that takes less
+	// than BatchWait is one batch, whose execution document is inserted
+	// whole (without an update for its completion). The chain of work is as
+	// much later in the store; `nova run --chain` and the tests wait for the
+	// consumer to be idle, which covers it.
 	BatchWait = 100 * time.Millisecond
 )
 
