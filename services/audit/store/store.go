@@ -64,8 +64,8 @@ type Store struct {
 	// read by _id through it (see IndexCollection).
 	indexed    bool
 	forceIndex *bool
-	// queryIndexes: EnsureIndexes creates the indexes of the queries
-	// (queryIndexes), else drops them (see WithQueryIndexes).
+	// queryIndexes: EnsureIndexes creates the indexes of the queries, else
+	// drops them (off on FerretDB, which reads none; see EnsureIndexes).
 	queryIndexes      bool
 	forceQueryIndexes *bool
 	positions         positions
