@@ -33,7 +33,7 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 	if len(c.Middleware) > 0 {
 		return fmt.Errorf("consume %s in batches: middleware wraps a handler of one event", c.Durable)
 	}
-	f := &filler{c: c}
+	var f filler
 	return b.run(ctx, c, f.take, func(ctx context.Context, msgs []jetstream.Msg) {
 		b.handleBatch(ctx, c, msgs, h)
 	})
@@ -52,7 +52,6 @@ const fillSlice = 10 * time.Millisecond
 // first events of what comes next (one at a time, the next workflow's
 // start, which then comes with the rest of that workflow).
 type filler struct {
-	c    Consumer
 	mu   sync.Mutex
 	rest jetstream.MessageBatch // the pull request a batch ended in, while it brings more
 }
@@ -74,7 +73,7 @@ func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) 
 	var msgs []jetstream.Msg
 	if f.rest != nil {
 		var flushed bool
-		if msgs, flushed = f.read(f.rest, msgs); flushed {
+		if msgs, flushed = f.read(c, f.rest, msgs); flushed {
 			return msgs, nil
 		}
 	}
@@ -83,7 +82,7 @@ func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) 
 		if err != nil {
 			return nil, err
 		}
-		if msgs = append(msgs, first); f.flush(first) {
+		if msgs = append(msgs, first); flushes(c, first) {
 			return msgs, nil
 		}
 	}
@@ -106,7 +105,7 @@ func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) 
 			break
 		}
 		var flushed bool
-		if msgs, flushed = f.read(more, msgs); flushed || last {
+		if msgs, flushed = f.read(c, more, msgs); flushed || last {
 			break
 		}
 	}
@@ -116,11 +115,11 @@ func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) 
 // read adds to msgs what the pull request more brings, until it ends or
 // brings an event that c.BatchFlush names (flushed): more is then kept for
 // the next batch.
-func (f *filler) read(more jetstream.MessageBatch, msgs []jetstream.Msg) (_ []jetstream.Msg, flushed bool) {
+func (f *filler) read(c Consumer, more jetstream.MessageBatch, msgs []jetstream.Msg) (_ []jetstream.Msg, flushed bool) {
 	f.rest = nil
 	for msg := range more.Messages() {
 		msgs = append(msgs, msg)
-		if f.flush(msg) {
+		if flushes(c, msg) {
 			f.rest = more
 			return msgs, true
 		}
@@ -128,8 +127,9 @@ func (f *filler) read(more jetstream.MessageBatch, msgs []jetstream.Msg) (_ []je
 	return msgs, false
 }
 
-func (f *filler) flush(msg jetstream.Msg) bool {
-	return f.c.BatchFlush != nil && f.c.BatchFlush(msg.Subject())
+// flushes tells whether msg ends its batch (c.BatchFlush names it).
+func flushes(c Consumer, msg jetstream.Msg) bool {
+	return c.BatchFlush != nil && c.BatchFlush(msg.Subject())
 }
 
 // delivery is an event of a batch with what settling it needs.
