@@ -19,7 +19,7 @@ type BatchHandler func(ctx context.Context, evs []event.Event) []error
 
 // ConsumeBatch is Consume for a handler of batches: a free worker takes the
 // events waiting, up to c.Batch (waiting c.BatchWait for more after the
-// first, and none after one c.BatchFlush names), and hands them to h at
+// first, and none once c.BatchFlush ends the batch), and hands them to h at
 // once. One worker takes a batch at a time, so that events are not spread
 // over batches that all wait; the others meanwhile handle theirs. Each event is then settled on its own as Consume
 // settles it: acked only once h has handled it, retried or dead-lettered
@@ -45,11 +45,11 @@ const fillSlice = 10 * time.Millisecond
 
 // filler makes the batches of a consumer, one at a time.
 //
-// A batch ends at the event c.BatchFlush names, at once: the pull request
-// that brought it may bring more until it ends (it cannot be ended early
-// without losing what it brings), and what it brings begins the next
-// batch. So a batch neither waits on after that event nor takes in the
-// first events of what comes next (one at a time, the next workflow's
+// A batch ends where c.BatchFlush ends it, at once: the pull request that
+// brought its last event may bring more until it ends (it cannot be ended
+// early without losing what it brings), and what it brings begins the
+// next batch. So a batch neither waits on after that event nor takes in
+// the first events of what comes next (one at a time, the next workflow's
 // start, which then comes with the rest of that workflow).
 type filler struct {
 	mu   sync.Mutex
@@ -58,7 +58,7 @@ type filler struct {
 
 // take returns the next batch: the deliveries waiting for c, up to c.Batch
 // in all, waiting up to c.BatchWait for them after the first, and no more
-// after one that c.BatchFlush names or once ctx ends. Until the batch is
+// once c.BatchFlush ends the batch or ctx ends. Until the batch is
 // handled, nothing keeps its events alive: c.BatchWait and a handler's time
 // must be well below c.AckWait.
 func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
@@ -70,33 +70,32 @@ func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) 
 		// context as an invalid option).
 		return nil, err
 	}
-	var msgs []jetstream.Msg
+	var bt batch
 	if f.rest != nil {
-		var flushed bool
-		if msgs, flushed = f.read(c, f.rest, msgs); flushed {
-			return msgs, nil
+		if f.read(c, f.rest, &bt) {
+			return bt.msgs, nil
 		}
 	}
-	if len(msgs) == 0 {
+	if len(bt.msgs) == 0 {
 		first, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
 			return nil, err
 		}
-		if msgs = append(msgs, first); flushes(c, first) {
-			return msgs, nil
+		if bt.add(c, first) {
+			return bt.msgs, nil
 		}
 	}
 	deadline := time.Now().Add(c.BatchWait)
-	for len(msgs) < c.Batch {
+	for len(bt.msgs) < c.Batch {
 		var (
 			more jetstream.MessageBatch
 			err  error
 			last bool
 		)
 		if wait := min(time.Until(deadline), fillSlice); wait >= time.Millisecond && ctx.Err() == nil {
-			more, err = cons.Fetch(c.Batch-len(msgs), jetstream.FetchMaxWait(wait))
+			more, err = cons.Fetch(c.Batch-len(bt.msgs), jetstream.FetchMaxWait(wait))
 		} else {
-			more, err = cons.FetchNoWait(c.Batch - len(msgs))
+			more, err = cons.FetchNoWait(c.Batch - len(bt.msgs))
 			last = true
 		}
 		if err != nil {
@@ -104,32 +103,41 @@ func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) 
 			// it lasts, when it next takes events.
 			break
 		}
-		var flushed bool
-		if msgs, flushed = f.read(c, more, msgs); flushed || last {
+		if f.read(c, more, &bt) || last {
 			break
 		}
 	}
-	return msgs, nil
+	return bt.msgs, nil
 }
 
-// read adds to msgs what the pull request more brings, until it ends or
-// brings an event that c.BatchFlush names (flushed): more is then kept for
-// the next batch.
-func (f *filler) read(c Consumer, more jetstream.MessageBatch, msgs []jetstream.Msg) (_ []jetstream.Msg, flushed bool) {
+// read adds to bt what the pull request more brings, until it ends or
+// c.BatchFlush ends the batch (flushed): more is then kept for the next
+// batch.
+func (f *filler) read(c Consumer, more jetstream.MessageBatch, bt *batch) (flushed bool) {
 	f.rest = nil
 	for msg := range more.Messages() {
-		msgs = append(msgs, msg)
-		if flushes(c, msg) {
+		if bt.add(c, msg) {
 			f.rest = more
-			return msgs, true
+			return true
 		}
 	}
-	return msgs, false
+	return false
 }
 
-// flushes tells whether msg ends its batch (c.BatchFlush names it).
-func flushes(c Consumer, msg jetstream.Msg) bool {
-	return c.BatchFlush != nil && c.BatchFlush(msg.Subject())
+// batch is a batch being filled.
+type batch struct {
+	msgs     []jetstream.Msg
+	subjects []string // of msgs, for c.BatchFlush
+}
+
+// add adds msg and tells whether c.BatchFlush ends the batch there.
+func (bt *batch) add(c Consumer, msg jetstream.Msg) (ends bool) {
+	bt.msgs = append(bt.msgs, msg)
+	if c.BatchFlush == nil {
+		return false
+	}
+	bt.subjects = append(bt.subjects, msg.Subject())
+	return c.BatchFlush(bt.subjects)
 }
 
 // delivery is an event of a batch with what settling it needs.

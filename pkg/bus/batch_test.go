@@ -157,18 +157,12 @@ func TestConsumeBatchRefusesMiddleware(t *testing.T) {
 // begin the next batch.
 func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
 	b := connect(t, natstest.URL(t))
-	got := make(chan []string, 4)
 	c := eventConsumer("flush")
 	c.Batch, c.BatchWait, c.AckWait = 10, time.Minute, 2*time.Minute
-	c.BatchFlush = func(subject string) bool { return strings.HasSuffix(subject, "."+bus.KindWorkflowCompleted) }
-	consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
-		var ids []string
-		for _, ev := range evs {
-			ids = append(ids, ev.ID())
-		}
-		got <- ids
-		return nil
-	})
+	c.BatchFlush = func(subjects []string) bool {
+		return strings.HasSuffix(subjects[len(subjects)-1], "."+bus.KindWorkflowCompleted)
+	}
+	got := batchIDs(t, b, c)
 	for _, e := range []struct{ id, kind string }{
 		{"node", bus.KindNodeCompleted}, {"done", bus.KindWorkflowCompleted},
 		{"next", bus.KindNodeCompleted}, {"done-next", bus.KindWorkflowCompleted},
@@ -178,16 +172,64 @@ func TestConsumeBatchFlushesOnAnEventNamed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, want := range []string{"node,done", "next,done-next"} {
+	wantBatches(t, got, "node,done", "next,done-next")
+}
+
+// batchIDs consumes c's events in batches and sends each batch's event ids.
+func batchIDs(t *testing.T, b *bus.Bus, c bus.Consumer) <-chan []string {
+	got := make(chan []string, 4)
+	consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
+		var ids []string
+		for _, ev := range evs {
+			ids = append(ids, ev.ID())
+		}
+		got <- ids
+		return nil
+	})
+	return got
+}
+
+// wantBatches checks the next batches of batchIDs, each ids joined by commas.
+func wantBatches(t *testing.T, got <-chan []string, want ...string) {
+	t.Helper()
+	for _, w := range want {
 		select {
 		case ids := <-got:
-			if strings.Join(ids, ",") != want {
-				t.Errorf("batch %v, want %s", ids, want)
+			if strings.Join(ids, ",") != w {
+				t.Errorf("batch %v, want %s", ids, w)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the batch %s waited on after the event that ends it", want)
+			t.Fatalf("the batch %s waited on after the event that ends it", w)
 		}
 	}
+}
+
+// Consumer.BatchFlush decides on the batch so far, not on one event: here a
+// batch ends at its second completion, and so holds two workflows.
+func TestConsumeBatchFlushSeesTheBatchSoFar(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	c := eventConsumer("flush-two")
+	c.Batch, c.BatchWait, c.AckWait = 10, time.Minute, 2*time.Minute
+	c.BatchFlush = func(subjects []string) bool {
+		completions := 0
+		for _, s := range subjects {
+			if strings.HasSuffix(s, "."+bus.KindWorkflowCompleted) {
+				completions++
+			}
+		}
+		return completions == 2
+	}
+	got := batchIDs(t, b, c)
+	for i, kind := range []string{
+		bus.KindNodeCompleted, bus.KindWorkflowCompleted, bus.KindNodeCompleted, bus.KindWorkflowCompleted,
+		bus.KindNodeCompleted, bus.KindWorkflowCompleted, bus.KindNodeCompleted, bus.KindWorkflowCompleted,
+	} {
+		if err := b.PublishProto(t.Context(), bus.EventSubject(fmt.Sprintf("exec-%d", i/2), kind), fmt.Sprint(i),
+			bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantBatches(t, got, "0,1,2,3", "4,5,6,7")
 }
 
 // Idle workers of a batch consumer renew their pulls quietly: one whose pull

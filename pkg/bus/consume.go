@@ -51,10 +51,12 @@ type Consumer struct {
 	// for more before it handles a batch smaller than Batch. Zero takes only
 	// the events already waiting.
 	BatchWait time.Duration
-	// BatchFlush, when set, names by subject the events that end a batch
-	// (ConsumeBatch only): those that a reader waits for. The batch is
-	// handled at once, and the events after it begin the next.
-	BatchFlush func(subject string) bool
+	// BatchFlush, when set, is asked as each event joins a batch whether the
+	// batch ends there (ConsumeBatch only): it gets the subjects of the
+	// batch's events so far, the newest last. A batch it ends is handled at
+	// once, and the events after it begin the next. It ends a batch that a
+	// reader waits for, when handling it now costs no more than waiting.
+	BatchFlush func(subjects []string) bool
 	// Middleware wraps the handler, outermost first, inside the bus's own
 	// recover, tracing, logging and metrics.
 	Middleware []Middleware

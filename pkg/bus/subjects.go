@@ -113,6 +113,24 @@ func EventKind(executionID, subject string) string {
 	return kind
 }
 
+// ParseEventSubject splits nova.evt.<execution>.<kind> into the
+// execution's subject token and the kind; ok is false for another subject.
+func ParseEventSubject(subject string) (execution, kind string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, "nova.evt.")
+	if !ok {
+		return "", "", false
+	}
+	execution, kind, ok = strings.Cut(rest, ".")
+	if !ok || execution == "" || kind == "" {
+		return "", "", false
+	}
+	return execution, kind, true
+}
+
+// IsReplyKind tells whether kind is an agent's reply to a run outside any
+// workflow (ReplyKind).
+func IsReplyKind(kind string) bool { return strings.HasPrefix(kind, replyPrefix) }
+
 // DeadLetterSubject is where a consumer's undeliverable events go.
 func DeadLetterSubject(consumer string) string { return "nova.dlq." + subjectToken(consumer) }
 

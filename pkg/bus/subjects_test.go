@@ -36,3 +36,24 @@ func TestEventKind(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEventSubject(t *testing.T) {
+	for _, c := range []struct {
+		subject, execution, kind string
+		ok                       bool
+	}{
+		{EventSubject("e1", KindNodeStarted), "e1", KindNodeStarted, true},
+		{EventSubject("a.b", ReplyKind(AgentSandbox)), "a_b", "reply.sandbox", true},
+		{CommandSubject(AgentSandbox), "", "", false},
+		{"nova.evt.e1", "", "", false},
+		{"nova.evt..node.started", "", "", false},
+	} {
+		execution, kind, ok := ParseEventSubject(c.subject)
+		if execution != c.execution || kind != c.kind || ok != c.ok {
+			t.Errorf("ParseEventSubject(%q) = %q, %q, %v; want %q, %q, %v", c.subject, execution, kind, ok, c.execution, c.kind, c.ok)
+		}
+	}
+	if !IsReplyKind(ReplyKind(AgentCodeGenerator)) || IsReplyKind(ResultKind(AgentSandbox)) {
+		t.Error("IsReplyKind tells replies from results wrongly")
+	}
+}

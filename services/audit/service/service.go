@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -47,17 +46,44 @@ func Run(ctx context.Context, d Deps) error {
 // events wait in the stream while a batch is written and make the next one.
 func ConsumerSpec(workers int) bus.Consumer {
 	return bus.Consumer{
-		Stream:    bus.StreamEvents,
-		Durable:   Consumer,
-		Filters:   []string{"nova.evt.>"},
-		Workers:   max(workers, 2),
-		Batch:     BatchSize,
-		BatchWait: BatchWait,
-		// A client that saw a workflow complete reads its chain of work
-		// next (POST /v1/executions?wait, then GET): its batch goes at once.
-		BatchFlush: func(subject string) bool { return strings.HasSuffix(subject, "."+bus.KindWorkflowCompleted) },
+		Stream:     bus.StreamEvents,
+		Durable:    Consumer,
+		Filters:    []string{"nova.evt.>"},
+		Workers:    max(workers, 2),
+		Batch:      BatchSize,
+		BatchWait:  BatchWait,
+		BatchFlush: EndsBatch,
 		MaxDeliver: 10,
 	}
+}
+
+// EndsBatch ends a batch at a workflow's completion when every execution
+// with events in the batch has completed in it: one at a time, each
+// workflow is then one batch, written at once (a client that saw it
+// complete reads its chain of work next: POST /v1/executions?wait, then
+// GET), its execution document inserted whole. While other executions run,
+// a completion does not end the batch: their documents are written running
+// and completed later whatever the batch, and a batch ended at every
+// completion (several a second) would cost its writes for each. The batch
+// then goes at Batch events or BatchWait, the completion with it. Agents'
+// replies to runs outside any workflow (gateway execute and refine), which
+// never complete, do not count.
+func EndsBatch(subjects []string) bool {
+	if _, kind, ok := bus.ParseEventSubject(subjects[len(subjects)-1]); !ok || kind != bus.KindWorkflowCompleted {
+		return false
+	}
+	completed := map[string]bool{} // of the executions with events in the batch
+	for _, s := range subjects {
+		if id, kind, ok := bus.ParseEventSubject(s); ok && !bus.IsReplyKind(kind) {
+			completed[id] = completed[id] || kind == bus.KindWorkflowCompleted
+		}
+	}
+	for _, done := range completed {
+		if !done {
+			return false
+		}
+	}
+	return true
 }
 
 const (
@@ -67,8 +93,9 @@ const (
 	// BatchWait is how long a batch waits for more events after its first.
 	// A batch costs about what one event recorded alone costs, and a
 	// workflow's events come tens of milliseconds apart. A workflow's
-	// completion ends the batch (BatchFlush), and the next workflow's events
-	// begin the next one: one at a time, a 3-node workflow that takes less
+	// completion ends the batch when no other execution runs in it
+	// (EndsBatch), and the next workflow's events begin the next one: one
+	// at a time, a 3-node workflow that takes less
 	// than BatchWait is one batch, whose execution document is inserted
 	// whole (without an update for its completion). The chain of work is as
 	// much later in the store; `nova run --chain` and the tests wait for the

@@ -24,6 +24,7 @@ import (
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 )
@@ -289,10 +290,10 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	// The start event's id follows from the execution's, so a retried POST
 	// publishes the same message id and JetStream stores it once.
 	eventID := "start-" + id
-	var done <-chan *novav1.WorkflowCompleted
+	var done <-chan bus.Stored[*novav1.WorkflowCompleted]
 	if wait > 0 {
 		// Watch before publishing, so that no outcome is missed.
-		ch, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
+		ch, stop, err := bus.FirstStored[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 		if err != nil {
 			return g.unavailable(r, "the completion of the execution cannot be watched", err)
 		}
@@ -316,7 +317,8 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 		defer timer.Stop()
 		select {
 		case wc := <-done:
-			writeJSON(w, http.StatusOK, toCompletion(wc))
+			g.awaitRecorded(ctx, wc.Seq)
+			writeJSON(w, http.StatusOK, toCompletion(wc.Msg))
 			return nil
 		case <-timer.C:
 		case <-ctx.Done():
@@ -325,6 +327,37 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: store.StatusRunning, Links: self})
 	return nil
+}
+
+// recordedWait bounds how long POST ?wait waits, once the execution has
+// completed, for the audit service to have recorded it.
+const recordedWait = time.Second
+
+// awaitRecorded waits until the audit service has acknowledged every event
+// of the events stream up to seq, an execution's completion: a GET that
+// follows then finds the execution completed, with its chain of work. The
+// audit service writes a completion at once when it is the only execution
+// running, and within its batch's wait (100 ms) while others run. It gives
+// up after recordedWait (an audit service that is down, or retrying an
+// event that fails) or when there is no audit consumer: the answer is the
+// completion itself, and the chain of work follows.
+func (g *Gateway) awaitRecorded(ctx context.Context, seq uint64) {
+	ctx, cancel := context.WithTimeout(ctx, recordedWait)
+	defer cancel()
+	cons, err := g.bus.JetStream().Consumer(ctx, bus.StreamEvents, auditservice.Consumer)
+	if err != nil {
+		return
+	}
+	for info := cons.CachedInfo(); info.AckFloor.Stream < seq; {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if info, err = cons.Info(ctx); err != nil {
+			return
+		}
+	}
 }
 
 func checkIdempotencyKey(k string) *Problem {
