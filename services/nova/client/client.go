@@ -46,7 +46,9 @@ type Execution struct {
 
 // Start publishes a StartWorkflow event (type io.nova.workflow.start.v1 on
 // nova.cmd.graph-engine). def may be nil when name is a registered workflow.
-// It subscribes to the completion before publishing, so no outcome is missed.
+// It watches for the completion once the start is published, from the
+// stream, so no outcome is missed and the engine starts without waiting for
+// the watches to be made.
 // initial is the initial context, in any form jsonvalue.ObjectOf takes; pass
 // JSON text or a jsonvalue.Object to control every number's text.
 func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name string, initial any) (*Execution, error) {
@@ -61,26 +63,33 @@ func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name
 	}
 	st := obj.Proto()
 	id := uuid.NewString()
-	exec, err := c.watch(ctx, id, "start-"+id)
-	if err != nil {
-		return nil, err
-	}
-	err = c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), exec.EventID, bus.TypeWorkflowStart,
+	eventID := "start-" + id
+	// Dead letters are read from a little before the publish: the server's
+	// clock, which stamps them, may be behind this one.
+	since := time.Now().Add(-deadLetterClockSlack)
+	err = c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, Definition: def, WorkflowName: name, Context: st},
 		map[string]string{"executionid": id})
 	if err != nil {
-		exec.stop()
 		return nil, err
+	}
+	exec, err := c.watch(ctx, id, eventID, since)
+	if err != nil {
+		return nil, fmt.Errorf("execution %s started, but its completion cannot be watched: %w", id, err)
 	}
 	return exec, nil
 }
+
+// deadLetterClockSlack is how far before a start the client reads dead
+// letters from (they are matched to the start by its event id).
+const deadLetterClockSlack = 10 * time.Second
 
 // Register stores a definition under its name for later starts by name. It
 // returns once the engine has stored it (so a start that follows finds it),
 // or with the engine's reason when the definition was refused.
 func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) error {
 	eventID := "register-" + uuid.NewString()
-	dead, stop, err := c.deadLetters(ctx, eventID)
+	dead, stop, err := c.deadLetters(ctx, eventID, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -112,12 +121,15 @@ func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) e
 // workflowsBucket is the engine's KV bucket of registered definitions.
 const workflowsBucket = "nova_workflows"
 
-func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, error) {
+// watch watches for the completion of execution id (kept in the stream,
+// so also one that came already) and the dead letter of its start event
+// eventID, one since then included.
+func (c *Client) watch(ctx context.Context, id, eventID string, since time.Time) (*Execution, error) {
 	done, stopDone, err := bus.First[novav1.WorkflowCompleted](ctx, c.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 	if err != nil {
 		return nil, err
 	}
-	dead, stopDead, err := c.deadLetters(ctx, eventID)
+	dead, stopDead, err := c.deadLetters(ctx, eventID, since)
 	if err != nil {
 		stopDone()
 		return nil, err
@@ -125,13 +137,18 @@ func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, err
 	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { stopDone(); stopDead() }}, nil
 }
 
-// deadLetters reports the engine's dead letter of the event eventID.
-func (c *Client) deadLetters(ctx context.Context, eventID string) (<-chan *novav1.DeadLetter, func(), error) {
+// deadLetters reports the engine's dead letter of the event eventID: one
+// stored since then, or with since zero, from now on.
+func (c *Client) deadLetters(ctx context.Context, eventID string, since time.Time) (<-chan *novav1.DeadLetter, func(), error) {
 	dead := make(chan *novav1.DeadLetter, 1)
-	stop, err := c.bus.Watch(ctx, "watch dead letters", bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	}, func(_ jetstream.Msg, ev *event.Event) {
+	}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	stop, err := c.bus.Watch(ctx, "watch dead letters", bus.StreamDeadLetters, cfg, func(_ jetstream.Msg, ev *event.Event) {
 		var dl novav1.DeadLetter
 		if bus.Decode(*ev, &dl) == nil && dl.Headers["ce-id"] == eventID {
 			select {
