@@ -290,16 +290,6 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	// The start event's id follows from the execution's, so a retried POST
 	// publishes the same message id and JetStream stores it once.
 	eventID := "start-" + id
-	var done <-chan bus.Stored[*novav1.WorkflowCompleted]
-	if wait > 0 {
-		// Watch before publishing, so that no outcome is missed.
-		ch, stop, err := bus.FirstStored[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
-		if err != nil {
-			return g.unavailable(r, "the completion of the execution cannot be watched", err)
-		}
-		defer stop()
-		done = ch
-	}
 	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, Definition: req.def, WorkflowName: req.workflow, Context: req.context.Proto()},
 		map[string]string{engine.ExtensionExecutionID: id})
@@ -313,20 +303,43 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	self := executionLinks(id)
 	w.Header().Set("Location", self.Self)
 	if wait > 0 {
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		select {
-		case wc := <-done:
-			g.awaitRecorded(ctx, wc.Seq)
-			writeJSON(w, http.StatusOK, toCompletion(wc.Msg))
+		wc, err := g.awaitCompletion(ctx, id, wait)
+		if err != nil {
+			return err
+		}
+		if wc != nil {
+			writeJSON(w, http.StatusOK, toCompletion(wc))
 			return nil
-		case <-timer.C:
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: store.StatusRunning, Links: self})
 	return nil
+}
+
+// awaitCompletion waits up to wait for the completion of the started
+// execution id and for the audit service to record it; nil when it did not
+// come in time. It watches once the start is published (the engine need not
+// wait for the watch): the stream keeps the completion, so none is missed.
+// When the completion cannot be watched it says so in the log and returns
+// nil: the answer is then as without ?wait.
+func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Duration) (*novav1.WorkflowCompleted, error) {
+	done, stop, err := bus.FirstStored[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
+	if err != nil {
+		g.log.WarnContext(ctx, "the completion of a started execution cannot be watched; answering without it", "execution", id, "err", err)
+		return nil, nil
+	}
+	defer stop()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case wc := <-done:
+		g.awaitRecorded(ctx, wc.Seq)
+		return wc.Msg, nil
+	case <-timer.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // recordedWait bounds how long POST ?wait waits, once the execution has
