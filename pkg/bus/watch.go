@@ -50,8 +50,8 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 
 // First watches subject of the events stream for its first event that
 // decodes as M, one stored before the call included; the channel gets it
-// once. Start watching before publishing what leads to the event, and call
-// stop when done.
+// once. The stream keeps its events, so the watch may begin after what
+// leads to the event is published. Call stop when done.
 func First[M any, PM interface {
 	*M
 	proto.Message
@@ -88,6 +88,8 @@ func FirstStored[M any, PM interface {
 	return got, stop, err
 }
 
+// watchFirst calls each with every event of subject that decodes as M, and
+// its stream sequence.
 func watchFirst[M any, PM interface {
 	*M
 	proto.Message
