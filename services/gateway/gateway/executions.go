@@ -361,11 +361,13 @@ func (g *Gateway) awaitRecorded(ctx context.Context, seq uint64) {
 	if err != nil {
 		return
 	}
-	for info := cons.CachedInfo(); info.AckFloor.Stream < seq; {
+	// Looked at every 5 ms at first, then less often: a wait that runs to
+	// its bound asks about 15 times.
+	for info, pause := cons.CachedInfo(), 5*time.Millisecond; info.AckFloor.Stream < seq; pause = min(2*pause, 100*time.Millisecond) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(pause):
 		}
 		if info, err = cons.Info(ctx); err != nil {
 			return

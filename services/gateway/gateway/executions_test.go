@@ -177,13 +177,18 @@ func TestWaitThenGetWhileOthersRun(t *testing.T) {
 	for range runs {
 		go func() {
 			errs <- func() error {
-				resp := h.do(t, h.url, request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"],
+				resp, err := h.try(t.Context(), h.url, request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"],
 					body: startBody(`"workflow": "exact-numbers"`, `"context": `+exactContext)})
+				if err != nil {
+					return err
+				}
 				var c completionDoc
 				if err := json.Unmarshal(resp.body, &c); err != nil || resp.status != http.StatusOK {
 					return fmt.Errorf("POST ?wait: %d %s", resp.status, resp.body)
 				}
-				resp = h.do(t, h.url, request{method: "GET", path: "/v1/executions/" + c.ExecutionID, key: h.key["reader"]})
+				if resp, err = h.try(t.Context(), h.url, request{method: "GET", path: "/v1/executions/" + c.ExecutionID, key: h.key["reader"]}); err != nil {
+					return err
+				}
 				var v executionDocView
 				if err := json.Unmarshal(resp.body, &v); err != nil || resp.status != http.StatusOK {
 					return fmt.Errorf("GET: %d %s", resp.status, resp.body)
