@@ -57,50 +57,19 @@ func First[M any, PM interface {
 	proto.Message
 }](ctx context.Context, b *Bus, subject string) (<-chan PM, func(), error) {
 	got := make(chan PM, 1)
-	stop, err := watchFirst[M, PM](ctx, b, subject, func(msg PM, _ uint64) {
-		select {
-		case got <- msg:
-		default:
-		}
-	})
-	return got, stop, err
-}
-
-// Stored is an event's message and its sequence in its stream.
-type Stored[PM any] struct {
-	Msg PM
-	Seq uint64
-}
-
-// FirstStored is First that also tells where the event is in the stream
-// (to wait for a consumer to have acknowledged it, say).
-func FirstStored[M any, PM interface {
-	*M
-	proto.Message
-}](ctx context.Context, b *Bus, subject string) (<-chan Stored[PM], func(), error) {
-	got := make(chan Stored[PM], 1)
-	stop, err := watchFirst[M, PM](ctx, b, subject, func(msg PM, seq uint64) {
-		select {
-		case got <- Stored[PM]{Msg: msg, Seq: seq}:
-		default:
-		}
-	})
-	return got, stop, err
-}
-
-// watchFirst calls each with every event of subject that decodes as M, and
-// its stream sequence.
-func watchFirst[M any, PM interface {
-	*M
-	proto.Message
-}](ctx context.Context, b *Bus, subject string, each func(PM, uint64)) (func(), error) {
-	return b.Watch(ctx, "watch "+subject, StreamEvents,
+	stop, err := b.Watch(ctx, "watch "+subject, StreamEvents,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
-		func(m jetstream.Msg, ev *event.Event) {
-			md, err := m.Metadata()
+		func(_ jetstream.Msg, ev *event.Event) {
 			msg := PM(new(M))
-			if err == nil && Decode(*ev, msg) == nil {
-				each(msg, md.Sequence.Stream)
+			if Decode(*ev, msg) == nil {
+				select {
+				case got <- msg:
+				default:
+				}
 			}
 		})
+	if err != nil {
+		return nil, nil, err
+	}
+	return got, stop, nil
 }

@@ -60,7 +60,7 @@ func ConsumerSpec(workers int) bus.Consumer {
 // EndsBatch ends a batch at a workflow's completion when every execution
 // with events in the batch has completed in it: one at a time, each
 // workflow is then one batch, written at once (a client that saw it
-// complete reads its chain of work next: POST /v1/executions?wait, then
+// complete may read its chain of work next: POST /v1/executions?wait, then
 // GET), its execution document inserted whole. While other executions run,
 // a completion does not end the batch: their documents are written running
 // and completed later whatever the batch, and a batch ended at every

@@ -187,16 +187,17 @@ func (g *Gateway) runCode(ctx context.Context, req *executeRequest) (*executeRes
 		u, _ := url.Parse(req.url)
 		cmd.Network, cmd.AllowHosts = true, []string{u.Host}
 	}
-	// Watch before publishing, so that no answer is missed.
+	if err := g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId+"/cmd", bus.TypeSandboxExecute, cmd,
+		map[string]string{"executionid": id}); err != nil {
+		return nil, fmt.Errorf("send the code to the sandbox: %w", err)
+	}
+	// Watched once published (the sandbox need not wait for the watch to be
+	// made): the stream keeps the answer, so none is missed.
 	done, stop, err := bus.First[novav1.CodeExecuted](ctx, g.bus, bus.EventSubject(id, cmd.ReplyKind))
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	if err := g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId+"/cmd", bus.TypeSandboxExecute, cmd,
-		map[string]string{"executionid": id}); err != nil {
-		return nil, fmt.Errorf("send the code to the sandbox: %w", err)
-	}
 	var r *novav1.CodeExecuted
 	select {
 	case r = <-done:

@@ -24,7 +24,6 @@ import (
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 )
@@ -317,13 +316,13 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 }
 
 // awaitCompletion waits up to wait for the completion of the started
-// execution id and for the audit service to record it; nil when it did not
-// come in time. It watches once the start is published (the engine need not
-// wait for the watch): the stream keeps the completion, so none is missed.
-// When the completion cannot be watched it says so in the log and returns
-// nil: the answer is then as without ?wait.
+// execution id; nil when it did not come in time. It watches once the start
+// is published (the engine need not wait for the watch): the stream keeps
+// the completion, so none is missed. When the completion cannot be watched
+// it says so in the log and returns nil: the answer is then as without
+// ?wait.
 func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Duration) (*novav1.WorkflowCompleted, error) {
-	done, stop, err := bus.FirstStored[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
+	done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 	if err != nil {
 		g.log.WarnContext(ctx, "the completion of a started execution cannot be watched; answering without it", "execution", id, "err", err)
 		return nil, nil
@@ -333,45 +332,11 @@ func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Dura
 	defer timer.Stop()
 	select {
 	case wc := <-done:
-		g.awaitRecorded(ctx, wc.Seq)
-		return wc.Msg, nil
+		return wc, nil
 	case <-timer.C:
 		return nil, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	}
-}
-
-// recordedWait bounds how long POST ?wait waits, once the execution has
-// completed, for the audit service to have recorded it.
-const recordedWait = time.Second
-
-// awaitRecorded waits until the audit service has acknowledged every event
-// of the events stream up to seq, an execution's completion: a GET that
-// follows then finds the execution completed, with its chain of work. The
-// audit service writes a completion at once when it is the only execution
-// running, and within its batch's wait (100 ms) while others run. It gives
-// up after recordedWait (an audit service that is down, or retrying an
-// event that fails) or when there is no audit consumer: the answer is the
-// completion itself, and the chain of work follows.
-func (g *Gateway) awaitRecorded(ctx context.Context, seq uint64) {
-	ctx, cancel := context.WithTimeout(ctx, recordedWait)
-	defer cancel()
-	cons, err := g.bus.JetStream().Consumer(ctx, bus.StreamEvents, auditservice.Consumer)
-	if err != nil {
-		return
-	}
-	// Looked at every 5 ms at first, then less often: a wait that runs to
-	// its bound asks about 15 times.
-	for info, pause := cons.CachedInfo(), 5*time.Millisecond; info.AckFloor.Stream < seq; pause = min(2*pause, 100*time.Millisecond) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(pause):
-		}
-		if info, err = cons.Info(ctx); err != nil {
-			return
-		}
 	}
 }
 

@@ -166,48 +166,6 @@ func TestStartAndWait(t *testing.T) {
 	}
 }
 
-// POST ?wait answers once the audit service has recorded the completion,
-// so a GET that follows finds the execution completed with its chain of
-// work, also while other executions run (the audit service then writes a
-// completion with its batch, up to 100 ms later, not at once).
-func TestWaitThenGetWhileOthersRun(t *testing.T) {
-	h.register(t, exactYAML)
-	const runs = 6
-	errs := make(chan error, runs)
-	for range runs {
-		go func() {
-			errs <- func() error {
-				resp, err := h.try(t.Context(), h.url, request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"],
-					body: startBody(`"workflow": "exact-numbers"`, `"context": `+exactContext)})
-				if err != nil {
-					return err
-				}
-				var c completionDoc
-				if err := json.Unmarshal(resp.body, &c); err != nil || resp.status != http.StatusOK {
-					return fmt.Errorf("POST ?wait: %d %s", resp.status, resp.body)
-				}
-				if resp, err = h.try(t.Context(), h.url, request{method: "GET", path: "/v1/executions/" + c.ExecutionID, key: h.key["reader"]}); err != nil {
-					return err
-				}
-				var v executionDocView
-				if err := json.Unmarshal(resp.body, &v); err != nil || resp.status != http.StatusOK {
-					return fmt.Errorf("GET: %d %s", resp.status, resp.body)
-				}
-				if v.Execution.Status != c.Status || len(v.Nodes) != len(c.Nodes) {
-					return fmt.Errorf("GET after POST ?wait: status %q with %d node visits, the completion said %q with %d",
-						v.Execution.Status, len(v.Nodes), c.Status, len(c.Nodes))
-				}
-				return nil
-			}()
-		}()
-	}
-	for range runs {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-}
-
 // exactJSON is exactYAML written as a JSON object.
 const exactJSON = `{"name": "exact-numbers", "nodes": [
 		{"id": "start", "type": "start"},

@@ -354,22 +354,13 @@ func (h *harness) do(t *testing.T, base string, req request) response {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	resp, err := h.try(ctx, base, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
-}
-
-// try makes the request, from any goroutine.
-func (h *harness) try(ctx context.Context, base string, req request) (response, error) {
 	var body io.Reader
 	if req.body != "" {
 		body = strings.NewReader(req.body)
 	}
 	r, err := http.NewRequestWithContext(ctx, req.method, base+req.path, body)
 	if err != nil {
-		return response{}, err
+		t.Fatal(err)
 	}
 	if req.key != "" {
 		r.Header.Set("Authorization", "Bearer "+req.key)
@@ -379,14 +370,14 @@ func (h *harness) try(ctx context.Context, base string, req request) (response, 
 	}
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
-		return response{}, fmt.Errorf("%s %s: %w", req.method, req.path, err)
+		t.Fatalf("%s %s: %v", req.method, req.path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return response{}, fmt.Errorf("%s %s: read body: %w", req.method, req.path, err)
+		t.Fatalf("%s %s: read body: %v", req.method, req.path, err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
 // problemDoc is an RFC 9457 problem as a client reads it.
