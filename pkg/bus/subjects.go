@@ -106,8 +106,8 @@ func ExecutionFilter(executionID string) string {
 // subject (the tail of nova.evt.<execution>.<kind>); "" for another
 // execution's subject.
 func EventKind(executionID, subject string) string {
-	kind, ok := strings.CutPrefix(subject, "nova.evt."+subjectToken(executionID)+".")
-	if !ok {
+	execution, kind, ok := ParseEventSubject(subject)
+	if !ok || execution != subjectToken(executionID) {
 		return ""
 	}
 	return kind
