@@ -21,9 +21,9 @@ type BatchHandler func(ctx context.Context, evs []event.Event) []error
 // events waiting, up to c.Batch (waiting c.BatchWait for more after the
 // first, and none once c.BatchFlush ends the batch), and hands them to h at
 // once. One worker takes a batch at a time, so that events are not spread
-// over batches that all wait; the others meanwhile handle theirs. Each event is then settled on its own as Consume
-// settles it: acked only once h has handled it, retried or dead-lettered
-// alone when it failed. A batch whose handler panics is handled again one
+// over batches that all wait; the others meanwhile handle theirs. Each
+// event is then settled on its own as Consume settles it: acked only once h
+// has handled it, retried or dead-lettered alone when it failed. A batch whose handler panics is handled again one
 // event at a time, so that only an event that panics on its own is
 // dead-lettered.
 //

@@ -95,11 +95,11 @@ const (
 	// workflow's events come tens of milliseconds apart. A workflow's
 	// completion ends the batch when no other execution runs in it
 	// (EndsBatch), and the next workflow's events begin the next one: one
-	// at a time, a 3-node workflow that takes less
-	// than BatchWait is one batch, whose execution document is inserted
-	// whole (without an update for its completion). The chain of work is as
-	// much later in the store; `nova run --chain` and the tests wait for the
-	// consumer to be idle, which covers it.
+	// at a time, a 3-node workflow that takes less than BatchWait is one
+	// batch, whose execution document is inserted whole (without an update
+	// for its completion). The chain of work is as much later in the store;
+	// `nova run --chain` and the tests wait for the consumer to be idle,
+	// which covers it.
 	BatchWait = 100 * time.Millisecond
 )
 
