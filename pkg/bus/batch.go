@@ -14,8 +14,63 @@ import (
 // them, say). It returns nil when it handled them all, else one error per
 // event, in order, nil for each it handled. An event's error means what a
 // Handler's does: Permanent dead-letters it, any other naks it with backoff
-// until MaxDeliver.
+// until MaxDeliver; a *Held keeps it for the handler to settle later.
 type BatchHandler func(ctx context.Context, evs []event.Event) []error
+
+// Held is what a BatchHandler returns for an event it handles later,
+// together with events still to come (a document it writes whole once the
+// rest of it arrives, say). The bus neither acks nor naks the delivery: it
+// keeps it alive with in-progress acks until the handler calls Settle,
+// and then settles it as it settles a handler's error (nil acks it). A
+// handler that keeps events must settle each within a bound of its own: a
+// held delivery counts against the consumer's acks pending, and until it
+// is settled nothing redelivers it (unless the process stops).
+type Held struct {
+	mu      sync.Mutex
+	settle  func(error) // the bus's, once it keeps the delivery
+	settled bool
+	err     error // what Settle was given before the bus kept the delivery
+}
+
+// Hold returns a Held for an event a BatchHandler keeps.
+func Hold() *Held { return &Held{} }
+
+func (h *Held) Error() string { return "held by the handler, to be settled later" }
+
+// Settle ends the hold: the delivery is acked (err nil), retried or
+// dead-lettered as a handler's err would have it. Only the first call
+// counts.
+func (h *Held) Settle(err error) {
+	h.mu.Lock()
+	if h.settled {
+		h.mu.Unlock()
+		return
+	}
+	h.settled, h.err = true, err
+	settle := h.settle
+	h.mu.Unlock()
+	if settle != nil {
+		settle(err)
+	}
+}
+
+// keep is the bus taking the delivery: settle runs at Settle, or at once
+// when the handler settled it already.
+func (h *Held) keep(settle func(error)) {
+	h.mu.Lock()
+	h.settle = settle
+	settled, err := h.settled, h.err
+	h.mu.Unlock()
+	if settled {
+		settle(err)
+	}
+}
+
+// heldBy tells the *Held an error is, if it is one.
+func heldBy(err error) (*Held, bool) {
+	h, ok := err.(*Held)
+	return h, ok
+}
 
 // ConsumeBatch is Consume for a handler of batches: a free worker takes the
 // events waiting, up to c.Batch (waiting c.BatchWait for more after the
@@ -149,45 +204,53 @@ type delivery struct {
 }
 
 func (b *Bus) handleBatch(ctx context.Context, c Consumer, msgs []jetstream.Msg, h BatchHandler) {
-	held := make([]delivery, 0, len(msgs))
+	ds := make([]delivery, 0, len(msgs))
 	for _, msg := range msgs {
 		if dctx, ev, md, ok := b.accept(ctx, c, msg); ok {
-			held = append(held, delivery{ctx: dctx, msg: msg, md: md, ev: ev})
+			ds = append(ds, delivery{ctx: dctx, msg: msg, md: md, ev: ev})
 		}
 	}
-	if len(held) == 0 {
+	if len(ds) == 0 {
 		return
 	}
-	kept := make([]jetstream.Msg, len(held))
-	for i, d := range held {
+	kept := make([]jetstream.Msg, len(ds))
+	for i, d := range ds {
 		kept[i] = d.msg
 	}
 	stopHeartbeat := heartbeat(ctx, c.AckWait/4, kept...)
-	errs := b.runBatch(ctx, c.Durable, held, h)
+	errs := b.runBatch(ctx, c.Durable, ds, h)
 	stopHeartbeat()
-	for i, d := range held {
+	for i, d := range ds {
+		if hold, ok := heldBy(errs[i]); ok {
+			stop := heartbeat(ctx, c.AckWait/4, d.msg)
+			hold.keep(func(err error) {
+				stop()
+				b.settle(d.ctx, c, d.msg, d.md, d.ev, err)
+			})
+			continue
+		}
 		b.settle(d.ctx, c, d.msg, d.md, d.ev, errs[i])
 	}
 }
 
-// runBatch runs h on the events held, each observed (span, log, metrics)
+// runBatch runs h on the deliveries ds, each observed (span, log, metrics)
 // as Consume observes one, and returns one error per event.
-func (b *Bus) runBatch(ctx context.Context, consumer string, held []delivery, h BatchHandler) []error {
-	evs := make([]event.Event, len(held))
-	dones := make([]func(error), len(held))
-	for i := range held {
-		held[i].ctx, dones[i] = b.observe(held[i].ctx, consumer, *held[i].ev)
-		evs[i] = *held[i].ev
+func (b *Bus) runBatch(ctx context.Context, consumer string, ds []delivery, h BatchHandler) []error {
+	evs := make([]event.Event, len(ds))
+	dones := make([]func(error), len(ds))
+	for i := range ds {
+		ds[i].ctx, dones[i] = b.observe(ds[i].ctx, consumer, *ds[i].ev)
+		evs[i] = *ds[i].ev
 	}
-	if len(held) == 1 {
-		ctx = held[0].ctx // the handling of one event continues its trace
+	if len(ds) == 1 {
+		ctx = ds[0].ctx // the handling of one event continues its trace
 	}
 	errs, panicked := b.callBatch(ctx, consumer, evs, h)
 	if panicked && len(evs) > 1 {
 		// Which event made it panic is unknown: each is handled again on its
 		// own, and only one that panics alone fails.
 		for i := range evs {
-			one, _ := b.callBatch(held[i].ctx, consumer, evs[i:i+1], h)
+			one, _ := b.callBatch(ds[i].ctx, consumer, evs[i:i+1], h)
 			errs[i] = one[0]
 		}
 	}

@@ -264,3 +264,82 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.buf.String()
 }
+
+// A handler may keep an event to settle later (a Held): its delivery is
+// kept alive past AckWait, neither acked nor redelivered, until Settle
+// acks it or, with an error, has it delivered again.
+func TestConsumeBatchHeldUntilSettled(t *testing.T) {
+	for i, settleErr := range []error{nil, errors.New("store unavailable")} {
+		t.Run(fmt.Sprint(settleErr), func(t *testing.T) {
+			b := connect(t, natstest.URL(t))
+			durable := fmt.Sprintf("held%d", i)
+			for _, id := range []string{"e0", "e1", "e2"} {
+				if err := b.PublishProto(t.Context(), bus.EventSubject("exec-1", bus.KindSandboxResult), id,
+					bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "exec-1", StepId: id}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			calls := map[string]int{}
+			var hold *bus.Held
+			c := eventConsumer(durable)
+			c.AckWait = time.Second
+			consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
+				mu.Lock()
+				defer mu.Unlock()
+				errs := make([]error, len(evs))
+				for i, ev := range evs {
+					calls[ev.ID()]++
+					if ev.ID() == "e1" && hold == nil {
+						hold = bus.Hold()
+						errs[i] = hold
+					}
+				}
+				return errs
+			})
+			// info is the consumer's counts; ok is false until it is declared.
+			info := func() (pending, ackPending, redelivered int, ok bool) {
+				cons, err := b.JetStream().Consumer(t.Context(), bus.StreamEvents, durable)
+				if err != nil {
+					return 0, 0, 0, false
+				}
+				ci, err := cons.Info(t.Context())
+				if err != nil {
+					return 0, 0, 0, false
+				}
+				return int(ci.NumPending), ci.NumAckPending, ci.NumRedelivered, true
+			}
+			waitFor(t, "the others acked", func() bool {
+				pending, ackPending, _, ok := info()
+				return ok && pending == 0 && ackPending == 1
+			})
+			time.Sleep(2500 * time.Millisecond) // over two AckWaits
+			if _, ackPending, redelivered, _ := info(); ackPending != 1 || redelivered != 0 {
+				t.Fatalf("while held: %d acks pending, %d redelivered; want 1, 0", ackPending, redelivered)
+			}
+			mu.Lock()
+			hold.Settle(settleErr)
+			hold.Settle(nil) // only the first counts
+			mu.Unlock()
+			waitFor(t, "settled", func() bool {
+				_, ackPending, _, ok := info()
+				return ok && ackPending == 0
+			})
+			want := 1
+			if settleErr != nil {
+				want = 2 // delivered again, and then handled
+			}
+			waitFor(t, "the held event's deliveries", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return calls["e1"] == want
+			})
+			time.Sleep(100 * time.Millisecond) // nothing more comes
+			mu.Lock()
+			defer mu.Unlock()
+			if calls["e0"] != 1 || calls["e1"] != want || calls["e2"] != 1 {
+				t.Errorf("handled %v; want e0 and e2 once, e1 %d times", calls, want)
+			}
+		})
+	}
+}

@@ -94,6 +94,9 @@ func (b *Bus) observe(ctx context.Context, consumer string, ev event.Event) (_ c
 		))
 	return ctx, func(err error) {
 		outcome := "ack"
+		if _, ok := heldBy(err); ok {
+			outcome, err = "held", nil
+		}
 		if err != nil {
 			outcome = "retry"
 			if IsPermanent(err) {
