@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -24,6 +25,11 @@ type chainView struct {
 
 func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID string, asJSON bool) error {
 	exec, err := st.Execution(ctx, executionID)
+	if errors.Is(err, store.ErrNotFound) {
+		// While other executions run, the audit service records a running
+		// one up to about 2 s after its start (auditservice.HoldFor).
+		return fmt.Errorf("execution %s: %w (one that started a moment ago may not be recorded yet: the audit store has a running execution within about 2 s)", executionID, err)
+	}
 	if err != nil {
 		return fmt.Errorf("execution %s: %w", executionID, err)
 	}

@@ -3,9 +3,11 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -25,6 +27,10 @@ type Deps struct {
 	Store   *store.Store
 	Logger  *slog.Logger
 	Workers int
+	// HoldFor and MaxHeld replace the defaults of the same names (0: the
+	// default).
+	HoldFor time.Duration
+	MaxHeld int
 }
 
 // Run records events until ctx ends.
@@ -35,9 +41,18 @@ func Run(ctx context.Context, d Deps) error {
 	if err := d.Store.EnsureIndexes(ctx); err != nil {
 		return err
 	}
-	return d.Bus.ConsumeBatch(ctx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
-		return record(ctx, d.Store, evs)
+	h := &holder{started: map[string]*heldStart{}, holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
+	stopExpiring := h.expire(ctx, d.Store)
+	err := d.Bus.ConsumeBatch(ctx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
+		return record(ctx, d.Store, h, evs)
 	})
+	stopExpiring()
+	// What is still held is written now, running, rather than left to a
+	// redelivery after AckWait.
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	h.write(flushCtx, d.Store, h.take(func(*heldStart) bool { return true }))
+	return err
 }
 
 // ConsumerSpec describes the audit consumer: every execution event, in
@@ -101,16 +116,139 @@ const (
 	// `nova run --chain` and the tests wait for the consumer to be idle,
 	// which covers it.
 	BatchWait = 100 * time.Millisecond
+
+	// HoldFor is how long the audit service keeps a started event whose
+	// execution has not completed in its batch, waiting for the
+	// completion: the execution's document is then inserted once, whole,
+	// where it would have been inserted running and updated at its
+	// completion (on FerretDB an update finds, rewrites and reindexes the
+	// document in a transaction of its own: at 32 workflows in flight the
+	// largest single cost of the store). Until then `GET /v1/executions`
+	// does not list the execution, whose node visits and steps are
+	// recorded as they come, and `GET /v1/executions/{id}` answers from the
+	// engine's state.
+	HoldFor = 1500 * time.Millisecond
+	// MaxHeld bounds the started events kept at once: each counts against
+	// the consumer's acks pending (ConsumerSpec's MaxAckPending is
+	// Workers × BatchSize), and beyond it a started event is written at
+	// once, running.
+	MaxHeld = 64
 )
+
+// holder keeps the started events of executions still running (HoldFor).
+type holder struct {
+	holdFor time.Duration
+	max     int
+
+	mu      sync.Mutex
+	started map[string]*heldStart // by execution id
+}
+
+// heldStart is a started event kept, with its delivery.
+type heldStart struct {
+	fact  *novav1.WorkflowStarted
+	hold  *bus.Held
+	until time.Time
+}
+
+// keep holds fact until its execution completes or h.holdFor passes, and
+// returns the bus's Held for its delivery; nil when h.max are held.
+// A repeated started event of an execution held (a redelivery) takes the
+// place of the one held, whose delivery is acked: the same fact is
+// recorded through the newer.
+func (h *holder) keep(fact *novav1.WorkflowStarted, now time.Time) *bus.Held {
+	h.mu.Lock()
+	id := fact.GetExecutionId()
+	old := h.started[id]
+	if old == nil && len(h.started) >= h.max {
+		h.mu.Unlock()
+		return nil
+	}
+	hs := &heldStart{fact: fact, hold: bus.Hold(), until: now.Add(h.holdFor)}
+	h.started[id] = hs
+	h.mu.Unlock()
+	if old != nil {
+		old.hold.Settle(nil)
+	}
+	return hs.hold
+}
+
+// take removes and returns the started events held for which release is
+// true.
+func (h *holder) take(release func(*heldStart) bool) []*heldStart {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*heldStart
+	for id, hs := range h.started {
+		if release(hs) {
+			out = append(out, hs)
+			delete(h.started, id)
+		}
+	}
+	return out
+}
+
+// write records started events taken from the holder and settles their
+// deliveries.
+func (h *holder) write(ctx context.Context, s *store.Store, list []*heldStart) {
+	if len(list) == 0 {
+		return
+	}
+	facts := make([]proto.Message, len(list))
+	for i, hs := range list {
+		facts[i] = hs.fact
+	}
+	errs := s.RecordAll(ctx, facts)
+	for i, hs := range list {
+		var err error
+		if errs != nil {
+			err = settleErr(errs[i])
+		}
+		hs.hold.Settle(err)
+	}
+}
+
+// expire writes, running, the started events held for h.holdFor whose
+// executions have not completed, also while no batch comes; until stopped.
+func (h *holder) expire(ctx context.Context, s *store.Store) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(h.holdFor / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				h.write(ctx, s, h.take(func(hs *heldStart) bool { return !now.Before(hs.until) }))
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// settleErr is how the bus is to settle an event the store did not record.
+func settleErr(err error) error {
+	if errors.Is(err, store.ErrInvalidEvent) {
+		return bus.Permanent(err) // no delivery will ever store it
+	}
+	return err
+}
 
 // record records the facts among evs; the others (agents' results, the
 // sandbox's among them) are recorded through the steps the engine derives
 // from them, and a newer producer's facts are kept in the stream until the
-// audit service learns them.
-func record(ctx context.Context, s *store.Store, evs []event.Event) []error {
+// audit service learns them. A started event whose execution does not
+// complete among evs is kept in h (HoldFor), and one kept there is recorded
+// with its execution's completion, so that the execution's document is
+// inserted whole; h nil keeps none.
+func record(ctx context.Context, s *store.Store, h *holder, evs []event.Event) []error {
 	errs := make([]error, len(evs))
 	facts := make([]proto.Message, 0, len(evs))
 	at := make([]int, 0, len(evs)) // the event of each fact
+	completed := map[string]bool{}
 	for i, ev := range evs {
 		var m proto.Message
 		switch ev.Type() {
@@ -129,15 +267,45 @@ func record(ctx context.Context, s *store.Store, evs []event.Event) []error {
 			errs[i] = err
 			continue
 		}
+		if c, ok := m.(*novav1.WorkflowCompleted); ok && c.GetExecutionId() != "" {
+			completed[c.GetExecutionId()] = true
+		}
 		facts = append(facts, m)
 		at = append(at, i)
 	}
-	if len(facts) > 0 {
-		for j, err := range s.RecordAll(ctx, facts) {
-			if errors.Is(err, store.ErrInvalidEvent) {
-				err = bus.Permanent(err) // no delivery will ever store it
+	var released []*heldStart
+	if h != nil {
+		now := time.Now()
+		kept, keptAt := facts[:0], at[:0] // the facts written now
+		for j, m := range facts {
+			if st, ok := m.(*novav1.WorkflowStarted); ok && st.GetExecutionId() != "" && !completed[st.GetExecutionId()] {
+				if hold := h.keep(st, now); hold != nil {
+					errs[at[j]] = hold
+					continue
+				}
 			}
-			errs[at[j]] = err
+			kept, keptAt = append(kept, m), append(keptAt, at[j])
+		}
+		facts, at = kept, keptAt
+		released = h.take(func(hs *heldStart) bool { return completed[hs.fact.GetExecutionId()] })
+		for _, hs := range released {
+			facts = append(facts, hs.fact)
+		}
+	}
+	if len(facts) == 0 {
+		return errs
+	}
+	recorded := s.RecordAll(ctx, facts)
+	for j, hs := range released {
+		var err error
+		if recorded != nil {
+			err = settleErr(recorded[len(at)+j])
+		}
+		hs.hold.Settle(err)
+	}
+	if recorded != nil {
+		for j, i := range at {
+			errs[i] = settleErr(recorded[j])
 		}
 	}
 	return errs

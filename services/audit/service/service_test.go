@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/devstack"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
@@ -33,27 +32,8 @@ type fact struct {
 func TestBatchRecordsWhatWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	stack, err := devstack.Start(ctx, devstack.Options{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stack.Close() })
-	b, err := bus.Connect(ctx, stack.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	if err := b.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, stack.MongoURI, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	if _, err := b.DeclareConsumer(ctx, auditservice.ConsumerSpec(0)); err != nil {
-		t.Fatal(err)
-	}
+	e := newAuditEnv(ctx, t)
+	b, st := e.b, e.st
 	var mu sync.Mutex
 	var deadLetters []string
 	sub, err := b.Conn().Subscribe(bus.DeadLetterSubject(auditservice.Consumer), func(m *nats.Msg) {
@@ -113,15 +93,7 @@ func TestBatchRecordsWhatWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- auditservice.Run(runCtx, auditservice.Deps{Bus: b, Store: st}) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	e.run(ctx, t, auditservice.Deps{})
 
 	cons, err := b.JetStream().Consumer(ctx, bus.StreamEvents, auditservice.Consumer)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 // ExecutionDoc is an executions document: one workflow run. Fields of the outcome are
@@ -273,6 +275,10 @@ func (s *Store) AllCounts(ctx context.Context) (map[string]map[string]int64, err
 	}
 	return all, nil
 }
+
+// DefinitionDoc is a workflow definition as an execution document holds it
+// (ExecutionDoc.Definition).
+func DefinitionDoc(def *novav1.WorkflowDefinition) (map[string]any, error) { return protoToMap(def) }
 
 // protoToMap stores a message as a document with the field names of its .proto file,
 // the same JSON a user sees from the API.

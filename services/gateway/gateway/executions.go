@@ -474,7 +474,21 @@ func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 	if st == nil {
 		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id))
 	}
-	writeJSON(w, http.StatusOK, executionView{Execution: fromState(st), Nodes: []store.NodeDoc{}})
+	view, err := fromState(st)
+	if err != nil {
+		return err
+	}
+	// The node visits recorded so far: the audit service records them as
+	// they come, the execution's document once it completes (or has run a
+	// while).
+	nodes, err := g.store.Chain(ctx, id)
+	if err != nil {
+		return g.unavailable(r, "the chain of work cannot be read", err)
+	}
+	if nodes == nil {
+		nodes = []store.NodeDoc{}
+	}
+	writeJSON(w, http.StatusOK, executionView{Execution: view, Nodes: nodes})
 	return nil
 }
 
@@ -502,9 +516,15 @@ func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionSt
 }
 
 // fromState describes an execution from the engine's state, in the audit
-// store's shape. Errors are scrubbed of secrets, as the store does.
-func fromState(st *novav1.ExecutionState) executionDoc {
+// store's shape, with its definition. Errors are scrubbed of secrets, as the
+// store does.
+func fromState(st *novav1.ExecutionState) (executionDoc, error) {
+	def, err := store.DefinitionDoc(st.GetDefinition())
+	if err != nil {
+		return executionDoc{}, fmt.Errorf("execution state %s: definition: %w", st.GetExecutionId(), err)
+	}
 	doc := &store.ExecutionDoc{
+		Definition:   def,
 		ExecutionID:  st.GetExecutionId(),
 		WorkflowName: st.GetDefinition().GetName(),
 		Status:       st.GetStatus(),
@@ -530,5 +550,5 @@ func fromState(st *novav1.ExecutionState) executionDoc {
 	if st.GetStatus() == store.StatusRunning {
 		view.CurrentNode = st.GetCurrentNode()
 	}
-	return view
+	return view, nil
 }

@@ -356,8 +356,12 @@ func TestGetExecution(t *testing.T) {
 		}
 	})
 	name := "get-" + uuid.NewString()[:8]
+	// step2 runs long enough for the audit service, started again while it
+	// runs, to record the execution running: it holds a started event up
+	// to auditservice.HoldFor and a quarter of it, waiting for the
+	// completion, before it writes it running.
 	resp := h.do(t, h.url, request{method: "POST", path: "/v1/executions", key: h.key["writer"],
-		body: startBody(`"definition": `+chain(name, `context["before"] = context["id"]`, "import time\ntime.sleep(4)\ncontext[\"slept\"] = True"),
+		body: startBody(`"definition": `+chain(name, `context["before"] = context["id"]`, "import time\ntime.sleep(6)\ncontext[\"slept\"] = True"),
 			`"context": `+exactContext)})
 	var a acceptedDoc
 	decode(t, resp, http.StatusAccepted, &a)
@@ -367,7 +371,7 @@ func TestGetExecution(t *testing.T) {
 		v, found := h.get(t, a.ExecutionID)
 		if found && v.Execution.CurrentNode == "step2" {
 			if v.Execution.Status != "running" || v.Execution.WorkflowName != name || v.Execution.StartedAt == nil ||
-				len(v.Nodes) != 0 || v.Execution.ExecutionID != a.ExecutionID {
+				len(v.Nodes) != 0 || v.Execution.ExecutionID != a.ExecutionID || v.Execution.Definition["name"] != name {
 				t.Fatalf("from the engine's state: %+v", v)
 			}
 			break
