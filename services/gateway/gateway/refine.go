@@ -345,16 +345,16 @@ func (rf *refinement) generate(ctx context.Context, n int) (*novav1.CodeGenerate
 			Feedback: feedbackProto(rf.req.feedback), TestContext: rf.input.Proto(), Attempts: rf.history(),
 		},
 	}
+	if err := rf.g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentCodeGenerator), ref.StepId+"/cmd", bus.TypeCodeGenerate, cmd,
+		map[string]string{"executionid": rf.id}); err != nil {
+		return nil, fmt.Errorf("send the refinement to the code generator: %w", err)
+	}
 	got, stop, err := awaitStep[novav1.CodeGenerated](ctx, rf.g.bus, bus.EventSubject(rf.id, ref.ReplyKind), ref.StepId,
 		func(m *novav1.CodeGenerated) string { return m.GetRef().GetStepId() })
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	if err := rf.g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentCodeGenerator), ref.StepId+"/cmd", bus.TypeCodeGenerate, cmd,
-		map[string]string{"executionid": rf.id}); err != nil {
-		return nil, fmt.Errorf("send the refinement to the code generator: %w", err)
-	}
 	res, err := rf.wait(ctx, got, refineGenerationWait, "the code generator")
 	if err != nil {
 		return nil, err
@@ -407,16 +407,16 @@ func (rf *refinement) execute(ctx context.Context, n int, a *refineAttempt) (*ex
 		Language: rf.req.language, Code: a.code, Context: rf.input.Proto(), TimeoutSeconds: rf.req.timeout.Seconds(),
 		Network: rf.req.network, AllowHosts: rf.req.allowHosts, Stage: "TASK", ReplyKind: bus.ReplyKind(bus.AgentSandbox),
 	}
+	if err := rf.g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), stepID+"/cmd", bus.TypeSandboxExecute, cmd,
+		map[string]string{"executionid": rf.id}); err != nil {
+		return nil, fmt.Errorf("send the code to the sandbox: %w", err)
+	}
 	got, stop, err := awaitStep[novav1.CodeExecuted](ctx, rf.g.bus, bus.EventSubject(rf.id, cmd.ReplyKind), stepID,
 		func(m *novav1.CodeExecuted) string { return m.GetStepId() })
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	if err := rf.g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), stepID+"/cmd", bus.TypeSandboxExecute, cmd,
-		map[string]string{"executionid": rf.id}); err != nil {
-		return nil, fmt.Errorf("send the code to the sandbox: %w", err)
-	}
 	m, err := rf.wait(ctx, got, rf.req.timeout+rf.g.limits.Timeout, "the sandbox")
 	if err != nil {
 		return nil, err
@@ -480,9 +480,11 @@ func (rf *refinement) wait(ctx context.Context, got <-chan proto.Message, limit 
 	}
 }
 
-// awaitStep watches subject of the events stream for the answer to step
-// stepID (earlier attempts' answers share the subject). Start it before
-// publishing the command.
+// awaitStep watches subject of the events stream, from its start, for the
+// answer to step stepID (earlier attempts' answers share the subject). It
+// may start after the command is published: the stream keeps the answer
+// (as POST /v1/execute and a start, the command goes first, without
+// waiting for a watch to be made).
 func awaitStep[M any, PM interface {
 	*M
 	proto.Message
