@@ -444,49 +444,39 @@ type executionDoc struct {
 
 // getExecution is GET /v1/executions/{id}: the audit store's document and
 // chain of work, or, before the audit service has recorded the execution,
-// what the engine's state says of it.
+// what the engine's state says of it with the node visits recorded so far
+// (the audit service records those as they come, the execution's document
+// once it completes or has run a while).
 func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
+	var view executionDoc
 	doc, err := g.store.Execution(ctx, id)
 	switch {
 	case err == nil:
-		nodes, err := g.store.Chain(ctx, id)
-		if err != nil {
-			return g.unavailable(r, "the chain of work cannot be read", err)
-		}
-		view := executionView{Execution: executionDoc{ExecutionDoc: doc}, Nodes: nodes}
+		view = executionDoc{ExecutionDoc: doc}
 		if doc.Status == store.StatusRunning {
 			if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() == store.StatusRunning {
-				view.Execution.CurrentNode = st.GetCurrentNode()
+				view.CurrentNode = st.GetCurrentNode()
 			}
 		}
-		writeJSON(w, http.StatusOK, view)
-		return nil
 	case errors.Is(err, store.ErrNotFound):
+		st, err := g.liveState(ctx, id)
+		if err != nil {
+			return g.unavailable(r, "the execution state cannot be read", err)
+		}
+		if st == nil {
+			return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id))
+		}
+		if view, err = fromState(st); err != nil {
+			return err
+		}
 	default:
 		return g.unavailable(r, "the audit store cannot be read", err)
 	}
-	st, err := g.liveState(ctx, id)
-	if err != nil {
-		return g.unavailable(r, "the execution state cannot be read", err)
-	}
-	if st == nil {
-		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id))
-	}
-	view, err := fromState(st)
-	if err != nil {
-		return err
-	}
-	// The node visits recorded so far: the audit service records them as
-	// they come, the execution's document once it completes (or has run a
-	// while).
 	nodes, err := g.store.Chain(ctx, id)
 	if err != nil {
 		return g.unavailable(r, "the chain of work cannot be read", err)
-	}
-	if nodes == nil {
-		nodes = []store.NodeDoc{}
 	}
 	writeJSON(w, http.StatusOK, executionView{Execution: view, Nodes: nodes})
 	return nil
