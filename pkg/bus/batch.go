@@ -78,9 +78,9 @@ func heldBy(err error) (*Held, bool) {
 // once. One worker takes a batch at a time, so that events are not spread
 // over batches that all wait; the others meanwhile handle theirs. Each
 // event is then settled on its own as Consume settles it: acked only once h
-// has handled it, retried or dead-lettered alone when it failed. A batch whose handler panics is handled again one
-// event at a time, so that only an event that panics on its own is
-// dead-lettered.
+// has handled it, retried or dead-lettered alone when it failed. A batch
+// whose handler panics is handled again one event at a time, so that only
+// an event that panics on its own is dead-lettered.
 //
 // c.Middleware wraps one event's Handler; ConsumeBatch refuses it.
 func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) error {

@@ -198,7 +198,12 @@ func (h *holder) write(ctx context.Context, s *store.Store, list []*heldStart) {
 	for i, hs := range list {
 		facts[i] = hs.fact
 	}
-	errs := s.RecordAll(ctx, facts)
+	settle(list, s.RecordAll(ctx, facts))
+}
+
+// settle settles the deliveries of started events taken from the holder
+// with what RecordAll returned for them (errs nil: all recorded).
+func settle(list []*heldStart, errs []error) {
 	for i, hs := range list {
 		var err error
 		if errs != nil {
@@ -296,17 +301,13 @@ func record(ctx context.Context, s *store.Store, h *holder, evs []event.Event) [
 		return errs
 	}
 	recorded := s.RecordAll(ctx, facts)
-	for j, hs := range released {
-		var err error
-		if recorded != nil {
-			err = settleErr(recorded[len(at)+j])
-		}
-		hs.hold.Settle(err)
+	if recorded == nil {
+		settle(released, nil)
+		return errs
 	}
-	if recorded != nil {
-		for j, i := range at {
-			errs[i] = settleErr(recorded[j])
-		}
+	settle(released, recorded[len(at):])
+	for j, i := range at {
+		errs[i] = settleErr(recorded[j])
 	}
 	return errs
 }
