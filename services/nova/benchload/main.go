@@ -33,6 +33,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -310,6 +312,9 @@ func pss(mib float64) string {
 // nova dev process group around it.
 func measure(ctx context.Context, cfg config, b *bus.Bus, pid int, name string, def *novav1.WorkflowDefinition, nodes, n, inFlight int) (result, error) {
 	r := result{name: name, workflows: n, nodes: nodes}
+	if err := settled(ctx, b.JetStream(), name+": before"); err != nil {
+		return r, err
+	}
 	before, err := sampleGroup(pid)
 	if err != nil {
 		return r, err
@@ -335,6 +340,9 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	if err := settled(ctx, b.JetStream(), name); err != nil {
+		return r, err
+	}
 	after, err := sampleGroup(pid)
 	if err != nil {
 		return r, err
@@ -363,6 +371,56 @@ wait:
 	r.cpuSandbox = (after.children - before.children) / time.Duration(n)
 	r.pssMiB, r.pssMainMiB = max(peak, after.pssMiB), max(peakMain, after.pssMainMiB)
 	return r, nil
+}
+
+// settled waits until no durable consumer of NOVA's streams has a message
+// pending or unacknowledged: the work of the workflows that completed (the
+// audit's writes among it) is done. A run's CPU is taken between two such
+// moments, so that it counts what its own workflows cost and nothing the
+// previous run (or the history) left behind. A wait longer than a second is
+// said on stderr: how far behind the services were.
+func settled(ctx context.Context, js jetstream.JetStream, what string) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		busy, err := backlog(ctx, js)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: consumers: %w", what, err)
+		case busy == "":
+			if waited := time.Since(start); waited > time.Second {
+				fmt.Fprintf(os.Stderr, "benchload: %s: the consumers took %s to catch up\n", what, waited.Round(100*time.Millisecond))
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: consumers still busy after %s: %s", what, time.Since(start).Round(time.Second), busy)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// backlog names the first durable consumer with messages pending or
+// unacknowledged, and their counts ("" when there is none).
+func backlog(ctx context.Context, js jetstream.JetStream) (string, error) {
+	for _, name := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		infos := s.ListConsumers(ctx)
+		for ci := range infos.Info() {
+			if ci.Config.Durable != "" && (ci.NumPending > 0 || ci.NumAckPending > 0) {
+				return fmt.Sprintf("%s on %s: %d pending, %d unacknowledged", ci.Name, name, ci.NumPending, ci.NumAckPending), nil
+			}
+		}
+		if err := infos.Err(); err != nil {
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 // groupSample is the CPU used so far by a process and its descendants: the
