@@ -23,33 +23,21 @@ import (
 // an expression that extracts the same value but that SQLite's planner does
 // not take for the same, so every one of those statements scans the table,
 // parsing each document, and reads and writes by _id slow down as the
-// collection grows. The embedded store therefore gives each collection a
-// unique index on the very expression FerretDB queries by (idPathExpr) and
-// drops FerretDB's own: the two hold the same value for every document (the
-// _id member's JSON), so the new one keeps _id unique (a duplicate fails with
-// SQLITE_CONSTRAINT_UNIQUE, which FerretDB answers as a duplicate key, E11000)
-// and every insert writes one _id index rather than two, each entry computed
-// by parsing the document's JSON. Ids chosen by producers (random UUIDs) land
-// anywhere in such an index, so as a collection grows each insert dirties a
-// page of each _id index that its commit and the next checkpoint write out.
-// FerretDB knows nothing of the change: it lists its _id_ index as before
-// (its uniqueness holds; collStats, which NOVA does not use, finds no size
-// for it), it never creates an index it lists again, and a dropped
-// collection drops the new index with its table.
+// collection grows. The embedded store therefore adds to each collection an
+// index on the very expression FerretDB queries by (idPathExpr). FerretDB
+// knows nothing of it: it does not list it and a dropped collection drops it.
 const (
-	idPathExpr     = `_ferretdb_sjson->'$._id'`
-	idIndexTable   = "_ferretdb_collections" // FerretDB's list of collection tables
-	idIndexName    = "devstack_uid_"         // + table name; unique
-	oldIDIndexName = "devstack_id_"          // + table name: the same index, not unique, of earlier data dirs
-	ferretIDIndex  = "__id_"                 // table name + this: FerretDB's (<table name>_<index name>)
+	idPathExpr   = `_ferretdb_sjson->'$._id'`
+	idIndexTable = "_ferretdb_collections" // FerretDB's list of collection tables
+	idIndexName  = "devstack_id_"          // + table name; FerretDB names its own <table name>_<index name>
 	// idIndexEvery is how often a running store looks for new collections.
 	// Until then a new collection's lookups scan, which costs nothing while
 	// it is small.
 	idIndexEvery = time.Second
 )
 
-// IndexIDs gives every collection of every database the unique _id index
-// FerretDB's queries can use, in place of FerretDB's own. The store does this on start and then
+// IndexIDs adds the _id index FerretDB's queries can use to every collection
+// that lacks it, in every database. The store does this on start and then
 // on its own within a second of a collection's creation; calling it makes it
 // happen now. Options.NoIDIndex turns both off.
 func (m *Mongo) IndexIDs(ctx context.Context) error {
@@ -95,74 +83,42 @@ func indexIDs(ctx context.Context, file string) error {
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 
-	tables, err := idIndexesToFix(ctx, db)
+	missing, err := tablesWithoutIDIndex(ctx, db)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || isMissingDB(err) {
 			return nil // dropped meanwhile, or FerretDB has not set it up yet
 		}
 		return err
 	}
-	for _, t := range tables {
-		// The unique index first: _id stays unique throughout.
-		stmts := []string{fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %q ON %q (%s)`, idIndexName+t.name, t.name, idPathExpr)}
-		for _, ix := range t.drop {
-			stmts = append(stmts, fmt.Sprintf(`DROP INDEX IF EXISTS %q`, ix))
-		}
-		for _, q := range stmts {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				if strings.Contains(err.Error(), "no such table") {
-					break // a table dropped meanwhile is fine
-				}
-				return fmt.Errorf("index %s: %w", t.name, err)
-			}
+	for _, table := range missing {
+		q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, idIndexName+table, table, idPathExpr)
+		if _, err := db.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "no such table") {
+			return fmt.Errorf("index %s: %w", table, err) // a table dropped meanwhile is fine
 		}
 	}
 	return nil
 }
 
-// tableIDIndexes is a collection table whose _id indexes are not yet as
-// IndexIDs leaves them: the unique index on idPathExpr is missing or other
-// _id indexes are left to drop.
-type tableIDIndexes struct {
-	name string
-	drop []string
-}
-
-// idIndexesToFix lists FerretDB's collection tables that lack a unique index
-// on idPathExpr (found by expression, so a renamed collection keeps its own)
-// or still have FerretDB's _id index or the earlier, not unique one.
-func idIndexesToFix(ctx context.Context, db *sql.DB) ([]tableIDIndexes, error) {
+// tablesWithoutIDIndex lists FerretDB's collection tables with no index on
+// idPathExpr (by expression, so a renamed collection keeps its own).
+func tablesWithoutIDIndex(ctx context.Context, db *sql.DB) ([]string, error) {
 	rows, err := db.QueryContext(ctx, fmt.Sprintf(`
-		SELECT c.table_name,
-			EXISTS (
-				SELECT 1 FROM sqlite_master m
-				WHERE m.type = 'index' AND m.tbl_name = c.table_name
-					AND m.sql LIKE 'CREATE UNIQUE INDEX %%' AND instr(m.sql, ?) > 0
-			),
-			(SELECT group_concat(m.name, char(10)) FROM sqlite_master m
-				WHERE m.type = 'index' AND m.tbl_name = c.table_name
-					AND m.name IN (c.table_name || ?, ? || c.table_name))
-		FROM %q c`, idIndexTable), idPathExpr, ferretIDIndex, oldIDIndexName)
+		SELECT c.table_name FROM %q c
+		WHERE NOT EXISTS (
+			SELECT 1 FROM sqlite_master m
+			WHERE m.type = 'index' AND m.tbl_name = c.table_name AND instr(m.sql, ?) > 0
+		)`, idIndexTable), idPathExpr)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var tables []tableIDIndexes
+	var tables []string
 	for rows.Next() {
-		var (
-			t      tableIDIndexes
-			unique bool
-			drop   sql.NullString
-		)
-		if err := rows.Scan(&t.name, &unique, &drop); err != nil {
+		var t string
+		if err := rows.Scan(&t); err != nil {
 			return nil, err
 		}
-		if drop.Valid {
-			t.drop = strings.Split(drop.String, "\n")
-		}
-		if !unique || len(t.drop) > 0 {
-			tables = append(tables, t)
-		}
+		tables = append(tables, t)
 	}
 	return tables, rows.Err()
 }
