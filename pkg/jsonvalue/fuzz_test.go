@@ -2,6 +2,9 @@ package jsonvalue_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -39,4 +42,55 @@ func FuzzParseObject(f *testing.F) {
 			}
 		}
 	})
+}
+
+// decoderDecode is what Decode gives by way of encoding/json's decoder
+// alone: the reference for its fast path.
+func decoderDecode(raw []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, errors.New("data after the value")
+	}
+	return v, nil
+}
+
+// FuzzDecode: Decode gives what encoding/json's decoder gives (numbers as
+// json.Number), and fails where it fails.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`null`, `true`, `false`, `0`, `-0`, `01`, `1.`, `.5`, `-`, `1e`, `1e+`, `1E-7`,
+		`9007199254740993`, `150.0`, `-0.0e+00`, `""`, `"a"`, `"é"`, `"a\"b"`, `"a\\"`, `"\u00e9"`, "\"a\x01\"",
+		"\"\xff\"", `"`, `"a`, ` 1`, `1 `, `nul`, `truex`, `[1]`, `{"a":1}`, `1 2`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := jsonvalue.Decode(raw)
+		want, wantErr := decoderDecode(raw)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("Decode(%q): error %v, the decoder's %v", raw, err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("Decode(%q) = %#v, the decoder gives %#v", raw, got, want)
+		}
+	})
+}
+
+// BenchmarkDecoded: a context's members decoded, as the audit store and the
+// agents do with every context they read.
+func BenchmarkDecoded(b *testing.B) {
+	o, err := jsonvalue.ParseObject([]byte(`{"x":1,"total":1234.5,"name":"orders-2026-11","ok":true,"note":null,` +
+		`"count":42,"region":"eu-west","id":9007199254740993,"items":[{"sku":"a","qty":2},{"sku":"b","qty":1}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := o.Decoded(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -199,6 +200,9 @@ func Proto(raw []byte) *novav1.JSONValue {
 // Decode parses one JSON value into Go values, with numbers as json.Number so
 // that no number passes through float64.
 func Decode(raw []byte) (any, error) {
+	if v, ok := decodeScalar(raw); ok {
+		return v, nil
+	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
@@ -209,6 +213,81 @@ func Decode(raw []byte) (any, error) {
 		return nil, errors.New("invalid JSON: data after the value")
 	}
 	return v, nil
+}
+
+// decodeScalar decodes, without a json.Decoder (which takes a buffer of
+// at least 512 bytes for each value), the values most context members are:
+// null, true, false, a number (json.Number of its text, as the decoder's
+// UseNumber gives) and a string without escapes or control characters,
+// valid UTF-8. ok is false for anything else, white space around it
+// included, which Decode hands to the decoder.
+func decodeScalar(raw []byte) (v any, ok bool) {
+	switch {
+	case len(raw) == 0:
+		return nil, false
+	case string(raw) == "null":
+		return nil, true
+	case string(raw) == "true":
+		return true, true
+	case string(raw) == "false":
+		return false, true
+	case raw[0] == '"':
+		if len(raw) < 2 || raw[len(raw)-1] != '"' || !utf8.Valid(raw) {
+			return nil, false
+		}
+		body := raw[1 : len(raw)-1]
+		for _, c := range body {
+			if c == '"' || c == '\\' || c < 0x20 {
+				return nil, false
+			}
+		}
+		return string(body), true
+	case isNumber(raw):
+		return json.Number(raw), true
+	}
+	return nil, false
+}
+
+// isNumber tells whether b is exactly one JSON number:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func isNumber(b []byte) bool {
+	digits := func(i int) int { // the end of the digits from i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(i)
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		if j := digits(i + 1); j > i+1 {
+			i = j
+		} else {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if j := digits(i); j > i {
+			i = j
+		} else {
+			return false
+		}
+	}
+	return i == len(b)
 }
 
 // Encode writes v as compact JSON without HTML escaping. json.Number and
