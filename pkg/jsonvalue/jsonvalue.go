@@ -203,6 +203,12 @@ func Decode(raw []byte) (any, error) {
 	if v, ok := decodeScalar(raw); ok {
 		return v, nil
 	}
+	return decodeAny(raw)
+}
+
+// decodeAny is Decode by way of encoding/json's decoder alone, for what
+// decodeScalar does not take.
+func decodeAny(raw []byte) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
