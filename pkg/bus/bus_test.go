@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 	)
 }
 
-func connect(t *testing.T, url string, opts ...bus.Option) *bus.Bus {
+func connect(t testing.TB, url string, opts ...bus.Option) *bus.Bus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -493,4 +494,88 @@ func TestPublishAll(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "nowhere.at.all") {
 		t.Errorf("publishing to a subject no stream takes: %v, want an error naming it", err)
 	}
+}
+
+// A stopped watch leaves no consumer behind: stop deletes it rather than
+// leaving it to the server's inactive threshold (10 s), within which a
+// process that watches each execution it starts would hold hundreds.
+func TestWatchStopDeletesItsConsumer(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	ctx := t.Context()
+	consumers := func() int {
+		info, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.CachedInfo().State.Consumers
+	}
+	subject := bus.EventSubject("exec-watch", bus.KindWorkflowCompleted)
+	got := make(chan struct{}, 1)
+	stop, err := b.Watch(ctx, "watch", bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
+		func(jetstream.Msg, *event.Event) { got <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := consumers(); n != 1 {
+		t.Fatalf("%d consumers of %s while watching, want 1", n, bus.StreamEvents)
+	}
+	if err := b.PublishProto(ctx, subject, "completed-1", bus.TypeWorkflowCompleted, &novav1.WorkflowCompleted{ExecutionId: "exec-watch"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	stop()
+	if n := consumers(); n != 0 {
+		t.Fatalf("%d consumers of %s right after stop, want 0", n, bus.StreamEvents)
+	}
+	stop() // a second stop is harmless
+}
+
+// BenchmarkConsumerLeftBehind prints what an ordered consumer that is
+// stopped but not deleted holds in the NATS server until its inactive
+// threshold passes (what Watch's stop saves), and what is left once it is
+// deleted: go test -run XXX -bench ConsumerLeftBehind -benchtime 500x
+func BenchmarkConsumerLeftBehind(b *testing.B) {
+	nb := connect(b, natstest.URL(b))
+	ctx := b.Context()
+	js := nb.JetStream()
+	type usage struct {
+		heap, stack int64
+		goroutines  int
+	}
+	measure := func() usage {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return usage{int64(m.HeapAlloc), int64(m.StackInuse), runtime.NumGoroutine()}
+	}
+	before := measure()
+	var names []string
+	for i := 0; b.Loop(); i++ {
+		subject := bus.EventSubject(fmt.Sprintf("e%d", i), bus.KindWorkflowCompleted)
+		cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject}, InactiveThreshold: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(func(jetstream.Msg) {})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc.Stop()
+		names = append(names, cons.CachedInfo().Name)
+	}
+	n := int64(len(names))
+	stopped := measure()
+	for _, name := range names {
+		if err := js.DeleteConsumer(ctx, bus.StreamEvents, name); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deleted := measure()
+	b.ReportMetric(float64((stopped.heap-before.heap)/n), "heap-B/stopped")
+	b.ReportMetric(float64((stopped.stack-before.stack)/n), "stack-B/stopped")
+	b.ReportMetric(float64(stopped.goroutines-before.goroutines)/float64(n), "goroutines/stopped")
+	b.ReportMetric(float64((deleted.heap-before.heap)/n), "heap-B/deleted")
+	b.ReportMetric(float64(deleted.goroutines-before.goroutines)/float64(n), "goroutines/deleted")
 }

@@ -10,23 +10,32 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// watchInactive is how long the server keeps a stopped watch's consumer.
+// watchInactive is how long the server keeps a watch's consumer that its
+// stop could not delete (the connection was gone).
 const watchInactive = 10 * time.Second
+
+// watchDeleteWait bounds the deletion of a stopped watch's consumer.
+const watchDeleteWait = 2 * time.Second
 
 // Watch calls each with every message of an ordered consumer of stream
 // made from cfg, decoded as a CloudEvent (messages that are not one are
 // skipped), until stop is called. The consumer is created with bounded
 // attempts (see Declare): on a cluster whose stream leader just went away,
-// a consumer request can go unanswered.
+// a consumer request can go unanswered. Stop deletes the consumer (one
+// request, at most watchDeleteWait): a consumer left to expire holds, for
+// its whole inactive threshold, about 28 KB of the server's heap and three
+// goroutines (BenchmarkConsumerLeftBehind), which a process that waits for
+// every execution it starts (the gateway, a load of producers) multiplies
+// by the executions of that time.
 func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.OrderedConsumerConfig,
 	each func(jetstream.Msg, *event.Event)) (stop func(), err error) {
 	if cfg.InactiveThreshold == 0 {
-		// Stopping a watch leaves its consumer on the server until it has
-		// been inactive this long (nats.go's default is 5 minutes): a process
-		// watching many executions would otherwise reach the server's limit
-		// of consumers (about 1,000 watches in 5 minutes). A live watch keeps
-		// its consumer active with its pull requests, and an ordered
-		// consumer that loses its consumer makes a new one where it was.
+		// A consumer that stop could not delete stays on the server until it
+		// has been inactive this long (nats.go's default is 5 minutes): a
+		// process watching many executions would otherwise reach the server's
+		// limit of consumers. A live watch keeps its consumer active with its
+		// pull requests, and an ordered consumer that loses its consumer
+		// makes a new one where it was.
 		cfg.InactiveThreshold = watchInactive
 	}
 	var cons jetstream.Consumer
@@ -45,7 +54,16 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return cc.Stop, nil
+	return func() {
+		cc.Stop()
+		// The ordered consumer's current one: it makes a new consumer
+		// after a gap, and deletes the one it leaves.
+		if info := cons.CachedInfo(); info != nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchDeleteWait)
+			defer cancel()
+			_ = b.js.DeleteConsumer(ctx, stream, info.Name)
+		}
+	}, nil
 }
 
 // First watches subject of the events stream for its first event that

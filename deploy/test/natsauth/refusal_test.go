@@ -112,6 +112,10 @@ func probes() []probe {
 		}
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.e1.workflow.completed", isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.MSG.NEXT.NOVA_EVT.watcher_1", isProducer(u))
+		// A stopped watch deletes its ordered consumer (never a durable, above).
+		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_EVT.watcher_1", isProducer(u))
+		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_DLQ.watcher_1", isProducer(u))
+		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_CMD.watcher_1", false)
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_CMD.watcher_1.nova.cmd.graph-engine", false)
 		// Streams: declared by the services, destroyed by no one.
 		for _, st := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
