@@ -235,7 +235,9 @@ func TestConsumeBatchFlushSeesTheBatchSoFar(t *testing.T) {
 // Idle workers of a batch consumer renew their pulls quietly: one whose pull
 // time runs out while another holds the taking of batches meets no error.
 func TestConsumeBatchIdleWorkersRenewQuietly(t *testing.T) {
-	defer bus.SetPullWait(50 * time.Millisecond)()
+	// Restored after the consumers this test starts have stopped (cleanups run
+	// last registered first), which read it until then.
+	t.Cleanup(bus.SetPullWait(50 * time.Millisecond))
 	var logs syncBuffer
 	b := connect(t, natstest.URL(t), bus.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	c := eventConsumer("idle")
