@@ -21,12 +21,14 @@ const watchDeleteWait = 2 * time.Second
 // made from cfg, decoded as a CloudEvent (messages that are not one are
 // skipped), until stop is called. The consumer is created with bounded
 // attempts (see Declare): on a cluster whose stream leader just went away,
-// a consumer request can go unanswered. Stop deletes the consumer (one
-// request, at most watchDeleteWait): a consumer left to expire holds, for
-// its whole inactive threshold, about 28 KB of the server's heap and three
-// goroutines (BenchmarkConsumerLeftBehind), which a process that waits for
-// every execution it starts (the gateway, a load of producers) multiplies
-// by the executions of that time.
+// a consumer request can go unanswered. Stop deletes the consumer in the
+// background (one request, at most watchDeleteWait; at once an error when
+// the connection is closed): a consumer left to expire holds, for its whole
+// inactive threshold, about
+// 28 KB of the server's heap and three goroutines
+// (BenchmarkConsumerLeftBehind), which a process that waits for every
+// execution it starts (the gateway, a load of producers) multiplies by the
+// executions of that time.
 func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.OrderedConsumerConfig,
 	each func(jetstream.Msg, *event.Event)) (stop func(), err error) {
 	if cfg.InactiveThreshold == 0 {
@@ -57,11 +59,14 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 	return func() {
 		cc.Stop()
 		// The ordered consumer's current one: it makes a new consumer
-		// after a gap, and deletes the one it leaves.
+		// after a gap, and deletes the one it leaves. The caller does not
+		// wait for the deletion (a round trip to the stream's leader).
 		if info := cons.CachedInfo(); info != nil {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchDeleteWait)
-			defer cancel()
-			_ = b.js.DeleteConsumer(ctx, stream, info.Name)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchDeleteWait)
+				defer cancel()
+				_ = b.js.DeleteConsumer(ctx, stream, info.Name)
+			}()
 		}
 	}, nil
 }
