@@ -24,8 +24,7 @@ const watchDeleteWait = 2 * time.Second
 // a consumer request can go unanswered. Stop deletes the consumer in the
 // background (one request, at most watchDeleteWait; at once an error when
 // the connection is closed): a consumer left to expire holds, for its whole
-// inactive threshold, about
-// 28 KB of the server's heap and three goroutines
+// inactive threshold, about 28 KB of the server's heap and three goroutines
 // (BenchmarkConsumerLeftBehind), which a process that waits for every
 // execution it starts (the gateway, a load of producers) multiplies by the
 // executions of that time.

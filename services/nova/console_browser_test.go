@@ -115,12 +115,12 @@ func (b *browser) click(what, sel string) {
 	}
 }
 
-// within says whether expr becomes true within d.
-func (b *browser) within(d time.Duration, expr string) bool {
+// poll waits up to d for a JavaScript condition to hold (every 50 ms).
+func (b *browser) poll(d time.Duration, expr string) error {
 	ctx, cancel := context.WithTimeout(b.ctx, d)
 	defer cancel()
 	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond)))
-	return err == nil
+	return err
 }
 
 // selectNode clicks a node of the execution's graph until its visits show.
@@ -132,7 +132,7 @@ func (b *browser) selectNode(what, node string) {
 	b.t.Helper()
 	for try := 1; ; try++ {
 		b.click(what, fmt.Sprintf(`svg.graph [data-node=%q]`, node))
-		if b.within(3*time.Second, `!document.querySelector(".panel")?.innerText.startsWith("Select a node")`) || try == 3 {
+		if b.poll(3*time.Second, `!document.querySelector(".panel")?.innerText.startsWith("Select a node")`) == nil || try == 3 {
 			return
 		}
 	}
@@ -153,9 +153,7 @@ func eval[T any](b *browser, what, expr string) T {
 // until waits for a JavaScript condition to hold.
 func (b *browser) until(what, expr string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+	if err := b.poll(90*time.Second, expr); err != nil {
 		b.shot("failed-" + regexp.MustCompile(`\W+`).ReplaceAllString(what, "-"))
 		b.t.Fatalf("waiting for %s: %v\npage text:\n%s", what, err, eval[string](b, "page text", "document.body.innerText"))
 	}
