@@ -421,6 +421,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	c := client.New(b, values)
+	defer c.Close()
 	exec, err := c.Start(ctx, def, "", initial)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)

@@ -111,6 +111,10 @@ func probes() []probe {
 			add(u, "pub", fmt.Sprintf("$JS.API.CONSUMER.DELETE.%s.%s", d.stream, d.name), false)
 		}
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.e1.workflow.completed", isProducer(u))
+		// One consumer for the completions (or the sandbox's answers) of
+		// every execution a producer waits for (bus.Waits).
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.*.workflow.completed", isProducer(u))
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.*.reply.sandbox", isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.MSG.NEXT.NOVA_EVT.watcher_1", isProducer(u))
 		// A stopped watch deletes its ordered consumer (never a durable, above).
 		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_EVT.watcher_1", isProducer(u))

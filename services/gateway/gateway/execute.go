@@ -187,17 +187,18 @@ func (g *Gateway) runCode(ctx context.Context, req *executeRequest) (*executeRes
 		u, _ := url.Parse(req.url)
 		cmd.Network, cmd.AllowHosts = true, []string{u.Host}
 	}
+	// Waited for before the command goes (the run's id is new, so its answer
+	// cannot come before), with the gateway's one consumer of the sandbox's
+	// answers (bus.Waits): a run costs the server no consumer of its own.
+	done, stop, err := bus.WaitFirst[novav1.CodeExecuted](ctx, g.sandboxReplies, bus.EventSubject(id, cmd.ReplyKind))
+	if err != nil {
+		return nil, fmt.Errorf("wait for the sandbox's answer: %w", err)
+	}
+	defer stop()
 	if err := g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId+"/cmd", bus.TypeSandboxExecute, cmd,
 		map[string]string{"executionid": id}); err != nil {
 		return nil, fmt.Errorf("send the code to the sandbox: %w", err)
 	}
-	// Watched once published (the sandbox need not wait for the watch to be
-	// made): the stream keeps the answer, so none is missed.
-	done, stop, err := bus.First[novav1.CodeExecuted](ctx, g.bus, bus.EventSubject(id, cmd.ReplyKind))
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
 	var r *novav1.CodeExecuted
 	select {
 	case r = <-done:

@@ -286,6 +286,11 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	if idem != "" {
 		id = uuid.NewSHA1(idempotencyNamespace, []byte(keyName(r)+"\x00"+idem)).String()
 	}
+	var early *completionWait
+	if wait > 0 && idem == "" {
+		// A new execution: its completion cannot come before this wait.
+		early = g.waitNewCompletion(ctx, id)
+	}
 	// The start event's id follows from the execution's, so a retried POST
 	// publishes the same message id and JetStream stores it once.
 	eventID := "start-" + id
@@ -293,6 +298,7 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 		&novav1.StartWorkflow{ExecutionId: id, Definition: req.def, WorkflowName: req.workflow, Context: req.context.Proto()},
 		map[string]string{engine.ExtensionExecutionID: id})
 	if err != nil {
+		early.end()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -302,7 +308,7 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	self := executionLinks(id)
 	w.Header().Set("Location", self.Self)
 	if wait > 0 {
-		wc, err := g.awaitCompletion(ctx, id, wait)
+		wc, err := g.awaitCompletion(ctx, id, wait, early)
 		if err != nil {
 			return err
 		}
@@ -315,23 +321,53 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// completionWait is a wait for the completion of one execution.
+type completionWait struct {
+	done   <-chan *novav1.WorkflowCompleted
+	cancel func()
+}
+
+// waitNewCompletion waits for the completion of a new execution, not yet
+// started, with the gateway's one consumer of completions (bus.Waits); nil
+// when the wait cannot be made (awaitCompletion then watches on its own).
+func (g *Gateway) waitNewCompletion(ctx context.Context, id string) *completionWait {
+	done, stop, err := bus.WaitFirst[novav1.WorkflowCompleted](ctx, g.completions, bus.EventSubject(id, bus.KindWorkflowCompleted))
+	if err != nil {
+		g.log.WarnContext(ctx, "the shared wait for completions cannot be made; watching this one on its own", "execution", id, "err", err)
+		return nil
+	}
+	return &completionWait{done: done, cancel: stop}
+}
+
+// end ends the wait (nothing for nil).
+func (c *completionWait) end() {
+	if c != nil {
+		c.cancel()
+	}
+}
+
 // awaitCompletion waits up to wait for the completion of the started
-// execution id; nil when it did not come in time. It watches once the start
-// is published (the engine need not wait for the watch): the stream keeps
+// execution id; nil when it did not come in time. early is the wait made
+// before a new execution's start; without it (an Idempotency-Key's
+// execution may have completed already) it watches once the start is
+// published (the engine need not wait for the watch): the stream keeps
 // the completion, so none is missed. When the completion cannot be watched
 // it says so in the log and returns nil: the answer is then as without
 // ?wait.
-func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Duration) (*novav1.WorkflowCompleted, error) {
-	done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
-	if err != nil {
-		g.log.WarnContext(ctx, "the completion of a started execution cannot be watched; answering without it", "execution", id, "err", err)
-		return nil, nil
+func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Duration, early *completionWait) (*novav1.WorkflowCompleted, error) {
+	if early == nil {
+		done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
+		if err != nil {
+			g.log.WarnContext(ctx, "the completion of a started execution cannot be watched; answering without it", "execution", id, "err", err)
+			return nil, nil
+		}
+		early = &completionWait{done: done, cancel: stop}
 	}
-	defer stop()
+	defer early.end()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case wc := <-done:
+	case wc := <-early.done:
 		return wc, nil
 	case <-timer.C:
 		return nil, nil

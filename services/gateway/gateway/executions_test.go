@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/gateway/gateway"
@@ -163,6 +164,57 @@ func TestStartAndWait(t *testing.T) {
 				t.Errorf("fields %v, want %v (nova run --json)", names, want)
 			}
 		})
+	}
+}
+
+// Requests waiting for their new executions share one consumer of
+// completions: a consumer per wait would cost the server about 0.7 ms of
+// CPU each (pkg/bus BenchmarkWaits).
+func TestWaitsShareOneConsumer(t *testing.T) {
+	const n = 5
+	body := startBody(`"definition": `+chain("shared-waits", "import time\ntime.sleep(1)\ncontext['slept'] = 1"), `"context": {}`)
+	consumers := func() int {
+		s, err := h.bus.JetStream().Stream(context.Background(), bus.StreamEvents)
+		if err != nil {
+			return -1
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			return -1
+		}
+		return info.State.Consumers
+	}
+	before := consumers()
+	most := make(chan int)
+	stop := make(chan struct{})
+	go func() {
+		m := 0
+		for {
+			m = max(m, consumers())
+			select {
+			case <-stop:
+				most <- m
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	t.Run("requests", func(t *testing.T) {
+		for i := range n {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				t.Parallel()
+				resp := h.do(t, h.url, request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"], body: body})
+				var c completionDoc
+				decode(t, resp, http.StatusOK, &c)
+				if c.Status != "succeeded" {
+					t.Errorf("completion = %s", resp.body)
+				}
+			})
+		}
+	})
+	close(stop)
+	if got := <-most - before; got > 1 {
+		t.Errorf("requests waiting at once (%d, -parallel at a time) made %d consumers of %s, want at most 1", n, got, bus.StreamEvents)
 	}
 }
 

@@ -172,6 +172,10 @@ type Gateway struct {
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
+
+	// One consumer each for the waits of new executions' completions and of
+	// POST /v1/execute's answers (bus.Waits).
+	completions, sandboxReplies *bus.Waits
 }
 
 // New builds the gateway.
@@ -202,8 +206,11 @@ func New(d Deps) (*Gateway, error) {
 		log: d.Logger, limits: d.Limits, mux: http.NewServeMux(),
 		tracer: d.TracerProvider.Tracer(instrumentation), prop: propagation.TraceContext{}, duration: duration,
 		buckets: map[string]jetstream.KeyValue{}, corsOrigins: d.CORSOrigins,
-		rates:   newRateLimits(d.Limits.Rate, d.Limits.Burst),
-		streams: newStreamSlots(d.Limits.MaxStreams, d.Limits.MaxStreamsPerKey),
+		rates:       newRateLimits(d.Limits.Rate, d.Limits.Burst),
+		streams:     newStreamSlots(d.Limits.MaxStreams, d.Limits.MaxStreamsPerKey),
+		completions: d.Bus.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey),
+		sandboxReplies: d.Bus.NewWaits(bus.StreamEvents, bus.EventFilter(bus.ReplyKind(bus.AgentSandbox)),
+			bus.SubjectKey),
 	}
 	if d.NoAuth {
 		d.Logger.Warn("authentication is off: every request is served as if its key had every scope; never expose this gateway")

@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -25,11 +23,26 @@ import (
 type Client struct {
 	bus    *bus.Bus
 	values *valueref.Store
+	// One consumer each for every wait of the client: the completions of
+	// the executions it starts, the dead letters of its commands.
+	completions, deadLetters *bus.Waits
 }
 
 // New returns a client. values, when set, carries large initial context
 // values by reference (events are limited to the server's max payload).
-func New(b *bus.Bus, values *valueref.Store) *Client { return &Client{bus: b, values: values} }
+func New(b *bus.Bus, values *valueref.Store) *Client {
+	return &Client{bus: b, values: values,
+		completions: b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey),
+		deadLetters: b.NewWaits(bus.StreamDeadLetters, bus.DeadLetterSubject(bus.AgentGraphEngine), bus.DeadLetterKey),
+	}
+}
+
+// Close deletes the client's consumers (made by its first Start or
+// Register); a client used again makes new ones.
+func (c *Client) Close() {
+	c.completions.Close()
+	c.deadLetters.Close()
+}
 
 // ErrDeadLettered is returned when the engine could not read the start event.
 var ErrDeadLettered = errors.New("start event dead-lettered")
@@ -46,9 +59,10 @@ type Execution struct {
 
 // Start publishes a StartWorkflow event (type io.nova.workflow.start.v1 on
 // nova.cmd.graph-engine). def may be nil when name is a registered workflow.
-// It watches for the completion once the start is published, from the
-// stream, so no outcome is missed and the engine starts without waiting for
-// the watches to be made.
+// Its completion and the start's dead letter are waited for with the
+// client's two consumers, shared by all its starts (made by the first Start
+// or Register, before its publish): a start costs the server no consumer of
+// its own, and its outcome cannot come before the wait.
 // initial is the initial context, in any form jsonvalue.ObjectOf takes; pass
 // JSON text or a jsonvalue.Object to control every number's text.
 func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name string, initial any) (*Execution, error) {
@@ -64,32 +78,26 @@ func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name
 	st := obj.Proto()
 	id := uuid.NewString()
 	eventID := "start-" + id
-	// Dead letters are read from a little before the publish: the server's
-	// clock, which stamps them, may be behind this one.
-	since := time.Now().Add(-deadLetterClockSlack)
+	exec, err := c.watch(ctx, id, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("execution %s: its completion cannot be watched: %w", id, err)
+	}
 	err = c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, Definition: def, WorkflowName: name, Context: st},
 		map[string]string{"executionid": id})
 	if err != nil {
+		exec.stop()
 		return nil, err
-	}
-	exec, err := c.watch(ctx, id, eventID, since)
-	if err != nil {
-		return nil, fmt.Errorf("execution %s started, but its completion cannot be watched: %w", id, err)
 	}
 	return exec, nil
 }
-
-// deadLetterClockSlack is how far before a start the client reads dead
-// letters from (they are matched to the start by its event id).
-const deadLetterClockSlack = 10 * time.Second
 
 // Register stores a definition under its name for later starts by name. It
 // returns once the engine has stored it (so a start that follows finds it),
 // or with the engine's reason when the definition was refused.
 func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) error {
 	eventID := "register-" + uuid.NewString()
-	dead, stop, err := c.deadLetters(ctx, eventID, time.Time{})
+	dead, stop, err := bus.WaitFirst[novav1.DeadLetter](ctx, c.deadLetters, eventID)
 	if err != nil {
 		return err
 	}
@@ -121,46 +129,20 @@ func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) e
 // workflowsBucket is the engine's KV bucket of registered definitions.
 const workflowsBucket = "nova_workflows"
 
-// watch watches for the completion of execution id (kept in the stream,
-// so also one that came already) and the dead letter of its start event
-// eventID, one since then included.
-func (c *Client) watch(ctx context.Context, id, eventID string, since time.Time) (*Execution, error) {
-	done, stopDone, err := bus.First[novav1.WorkflowCompleted](ctx, c.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
+// watch waits for the completion of execution id and the dead letter of
+// its start event eventID, both published after the call (the start is
+// published after it; the execution id is new).
+func (c *Client) watch(ctx context.Context, id, eventID string) (*Execution, error) {
+	done, stopDone, err := bus.WaitFirst[novav1.WorkflowCompleted](ctx, c.completions, bus.EventSubject(id, bus.KindWorkflowCompleted))
 	if err != nil {
 		return nil, err
 	}
-	dead, stopDead, err := c.deadLetters(ctx, eventID, since)
+	dead, stopDead, err := bus.WaitFirst[novav1.DeadLetter](ctx, c.deadLetters, eventID)
 	if err != nil {
 		stopDone()
 		return nil, err
 	}
 	return &Execution{ID: id, EventID: eventID, done: done, dead: dead, stop: func() { stopDone(); stopDead() }}, nil
-}
-
-// deadLetters reports the engine's dead letter of the event eventID: one
-// stored since then, or with since zero, from now on.
-func (c *Client) deadLetters(ctx context.Context, eventID string, since time.Time) (<-chan *novav1.DeadLetter, func(), error) {
-	dead := make(chan *novav1.DeadLetter, 1)
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.DeadLetterSubject(bus.AgentGraphEngine)},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	}
-	if !since.IsZero() {
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
-	}
-	stop, err := c.bus.Watch(ctx, "watch dead letters", bus.StreamDeadLetters, cfg, func(_ jetstream.Msg, ev *event.Event) {
-		var dl novav1.DeadLetter
-		if bus.Decode(*ev, &dl) == nil && dl.Headers["ce-id"] == eventID {
-			select {
-			case dead <- &dl:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return dead, stop, nil
 }
 
 // Wait blocks until the execution completes (or its start event is

@@ -45,6 +45,9 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 type Load struct {
 	b   *bus.Bus
 	def *novav1.WorkflowDefinition
+	// completions is one consumer for the completions of every workflow,
+	// as the client library waits (bus.Waits).
+	completions *bus.Waits
 	// IDs are the execution ids, one per workflow.
 	IDs []string
 	// Started is when each workflow's start was first published.
@@ -54,7 +57,8 @@ type Load struct {
 }
 
 func NewLoad(b *bus.Bus, def *novav1.WorkflowDefinition, n int) *Load {
-	l := &Load{b: b, def: def, IDs: make([]string, n), Started: make([]time.Time, n)}
+	l := &Load{b: b, def: def, IDs: make([]string, n), Started: make([]time.Time, n),
+		completions: b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey)}
 	for i := range n {
 		l.IDs[i] = uuid.NewString()
 	}
@@ -81,6 +85,7 @@ func (l *Load) Run(ctx context.Context, inFlight int) {
 	}
 	close(next)
 	wg.Wait()
+	l.completions.Close()
 }
 
 // one starts workflow i and waits for its completion.
@@ -91,14 +96,12 @@ func (l *Load) one(ctx context.Context, i int) bool {
 	var stop func()
 	for ctx.Err() == nil {
 		var err error
-		stop, err = l.b.Watch(ctx, "watch "+subject, bus.StreamEvents,
-			jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
-			func(jetstream.Msg, *event.Event) {
-				select {
-				case done <- struct{}{}:
-				default:
-				}
-			})
+		stop, err = l.completions.Add(ctx, subject, func(*event.Event) {
+			select {
+			case done <- struct{}{}:
+			default:
+			}
+		})
 		if err == nil {
 			break
 		}
