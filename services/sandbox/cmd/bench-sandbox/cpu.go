@@ -11,23 +11,32 @@ import (
 // clockTick is USER_HZ, the unit of the times in /proc/<pid>/stat.
 const clockTick = 100
 
-// descendantsCPU is the CPU time (user and system) used so far by every
-// process descended from this one: the live ones, including what their own
-// reaped children used, and those this process has reaped. Descendants are
-// found by parent pid, since sandboxed processes run in sessions and pid
-// namespaces of their own.
-func descendantsCPU() (time.Duration, error) {
+// usage is what processes used: CPU time (user and system) and minor page
+// faults (a fork's copy-on-write faults among them).
+type usage struct {
+	cpu    time.Duration
+	faults int64
+}
+
+func (u usage) plus(v usage) usage  { return usage{u.cpu + v.cpu, u.faults + v.faults} }
+func (u usage) minus(v usage) usage { return usage{u.cpu - v.cpu, u.faults - v.faults} }
+
+// descendantsUsage is the usage so far of every process descended from this
+// one: the live ones, including what their own reaped children used, and
+// those this process has reaped. Descendants are found by parent pid, since
+// sandboxed processes run in sessions and pid namespaces of their own.
+func descendantsUsage() (usage, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return usage{}, err
 	}
 	type stat struct {
 		ppid int
-		cpu  time.Duration // own and reaped children's
+		use  usage // own and reaped children's
 	}
 	stats := map[int]stat{}
 	kids := map[int][]int{}
-	var reaped time.Duration
+	var reaped usage
 	self := os.Getpid()
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -43,16 +52,19 @@ func descendantsCPU() (time.Duration, error) {
 		if len(f) < 15 {
 			continue
 		}
-		tick := func(i int) time.Duration {
+		num := func(i int) int64 {
 			v, _ := strconv.ParseInt(f[i], 10, 64)
-			return time.Duration(v) * time.Second / clockTick
+			return v
 		}
+		tick := func(i int) time.Duration { return time.Duration(num(i)) * time.Second / clockTick }
 		ppid, _ := strconv.Atoi(f[1])
+		// minflt, cminflt (fields 10 and 12 of proc(5)); utime, stime,
+		// cutime, cstime (14 to 17).
 		if pid == self {
-			reaped = tick(13) + tick(14)
+			reaped = usage{tick(13) + tick(14), num(8)}
 			continue
 		}
-		stats[pid] = stat{ppid: ppid, cpu: tick(11) + tick(12) + tick(13) + tick(14)}
+		stats[pid] = stat{ppid: ppid, use: usage{tick(11) + tick(12) + tick(13) + tick(14), num(7) + num(8)}}
 		kids[ppid] = append(kids[ppid], pid)
 	}
 	total := reaped
@@ -60,37 +72,37 @@ func descendantsCPU() (time.Duration, error) {
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		total += stats[pid].cpu
+		total = total.plus(stats[pid].use)
 		queue = append(queue, kids[pid]...)
 	}
 	return total, nil
 }
 
-// cpuMeter measures the CPU that descendants use between start and stop.
-type cpuMeter struct{ start time.Duration }
+// meter measures what descendants use between start and stop.
+type meter struct{ start usage }
 
-func startCPU() (cpuMeter, error) {
-	d, err := descendantsCPU()
-	return cpuMeter{start: d}, err
+func startMeter() (meter, error) {
+	u, err := descendantsUsage()
+	return meter{start: u}, err
 }
 
 // stop waits for the descendants to settle (a zygote prepares its next spare
-// after handing a job over) and returns the CPU used since start.
-func (m cpuMeter) stop() (time.Duration, error) {
-	last, err := descendantsCPU()
+// after handing a job over) and returns what they used since start.
+func (m meter) stop() (usage, error) {
+	last, err := descendantsUsage()
 	if err != nil {
-		return 0, err
+		return usage{}, err
 	}
 	for range 50 {
 		time.Sleep(100 * time.Millisecond)
-		now, err := descendantsCPU()
+		now, err := descendantsUsage()
 		if err != nil {
-			return 0, err
+			return usage{}, err
 		}
 		if now == last {
 			break
 		}
 		last = now
 	}
-	return last - m.start, nil
+	return last.minus(m.start), nil
 }

@@ -50,6 +50,8 @@ type sample struct {
 	// cpu is the CPU time of every process the executions started (bwrap,
 	// the interpreters and what they forked), per execution.
 	cpu time.Duration
+	// faults is their minor page faults per execution.
+	faults float64
 }
 
 func run() error {
@@ -119,13 +121,13 @@ func run() error {
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tCPU/exec\tbaseline p50\tbaseline p99\tbaseline exec/s\tbaseline CPU/exec\tp50 ratio\texec/s ratio\tCPU ratio\t\n", o.callers)
+	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tCPU/exec\tfaults/exec\tbaseline p50\tbaseline p99\tbaseline exec/s\tbaseline CPU/exec\tp50 ratio\texec/s ratio\tCPU ratio\t\n", o.callers)
 	for _, rw := range rows {
 		if !strings.Contains(o.cases, rw.name[1:2]) {
 			continue
 		}
 		if rw.unavailable != "" {
-			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
+			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
 			fmt.Fprintf(os.Stderr, "%s: %s\n", rw.name, rw.unavailable)
 			continue
 		}
@@ -137,14 +139,15 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("%s baseline: %w", rw.name, err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t%.0f\t%s\t%.2fx\t%.2fx\t%.2fx\t\n", rw.name,
-			ms(s.p50), ms(s.p99), s.perSec, ms(s.cpu), ms(b.p50), ms(b.p99), b.perSec, ms(b.cpu),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t%.2fx\t%.2fx\t%.2fx\t\n", rw.name,
+			ms(s.p50), ms(s.p99), s.perSec, ms(s.cpu), s.faults, ms(b.p50), ms(b.p99), b.perSec, ms(b.cpu),
 			float64(s.p50)/float64(b.p50), s.perSec/b.perSec, float64(s.cpu)/float64(b.cpu))
 	}
 	tw.Flush()
 	fmt.Printf("load average (1, 5, 15 min) at the end: %s; other work on the machine slows sandbox and baseline alike.\n", loadAverage())
 	fmt.Println("p50/p99: one caller, Run's wall time including the context in and the result out; ratios are sandbox/baseline (p50: lower is better, exec/s: higher is better).")
 	fmt.Println("CPU/exec: user and system time of every process the executions started (bwrap, zygotes and the processes they fork, interpreters and what they started), over the latency and throughput runs, per execution; not the time of this Go process.")
+	fmt.Println("faults/exec: minor page faults of those processes per execution (a fork's copy-on-write faults among them).")
 	fmt.Println("baseline: a plain interpreter subprocess (python3 -c / node -e) with no isolation, measured in this run.")
 	return nil
 }
@@ -182,7 +185,7 @@ func measure(o options, f func() error) (sample, error) {
 			return sample{}, err
 		}
 	}
-	meter, err := startCPU()
+	meter, err := startMeter()
 	if err != nil {
 		return sample{}, err
 	}
@@ -223,11 +226,12 @@ func measure(o options, f func() error) (sample, error) {
 		return sample{}, firstErr
 	}
 	s.perSec = float64(o.n) / time.Since(start).Seconds()
-	cpu, err := meter.stop()
+	used, err := meter.stop()
 	if err != nil {
 		return sample{}, err
 	}
-	s.cpu = cpu / time.Duration(2*o.n)
+	s.cpu = used.cpu / time.Duration(2*o.n)
+	s.faults = float64(used.faults) / float64(2*o.n)
 	return s, nil
 }
 
