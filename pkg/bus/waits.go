@@ -50,8 +50,9 @@ func (b *Bus) NewWaits(stream, filter string, key func(subject string, ev *event
 func SubjectKey(subject string, _ *event.Event) string { return subject }
 
 // Add calls each with every event for key stored from now on, until cancel
-// is called. The first Add makes the shared consumer; if that fails, Add
-// returns the error and the next Add tries again.
+// is called; each runs on the consumer's goroutine and must not block. The
+// first Add makes the shared consumer (other Adds wait for it); if that
+// fails, Add returns the error and the next Add tries again.
 func (w *Waits) Add(ctx context.Context, key string, each func(*event.Event)) (cancel func(), err error) {
 	wt := &waiter{each: each}
 	w.mu.Lock()

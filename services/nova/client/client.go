@@ -80,7 +80,7 @@ func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name
 	eventID := "start-" + id
 	exec, err := c.watch(ctx, id, eventID)
 	if err != nil {
-		return nil, fmt.Errorf("execution %s: its completion cannot be watched: %w", id, err)
+		return nil, fmt.Errorf("execution %s not started: its completion cannot be waited for: %w", id, err)
 	}
 	err = c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, Definition: def, WorkflowName: name, Context: st},
