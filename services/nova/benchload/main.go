@@ -1,7 +1,8 @@
 // Command benchload measures what a workflow costs a running `nova dev`,
 // from outside, the way a producer sees it: it starts `nova dev` on a fresh
 // data dir, publishes the documented start event from this separate process
-// at 1, 8 and 32 workflows in flight, and prints per run the workflows per
+// at 1, 8 and 32 workflows in flight (waiting for the completions with one
+// consumer of them all, bus.Waits), and prints per run the workflows per
 // second, p50/p90/p99 latency from start to completion, the CPU per workflow
 // of the nova dev process (Go services and the store) and of its sandbox
 // processes, and the PSS of them all (also idle: after the warm-up and, with
