@@ -92,15 +92,7 @@ func WaitFirst[M any, PM interface {
 	proto.Message
 }](ctx context.Context, w *Waits, key string) (<-chan PM, func(), error) {
 	got := make(chan PM, 1)
-	cancel, err := w.Add(ctx, key, func(ev *event.Event) {
-		msg := PM(new(M))
-		if Decode(*ev, msg) == nil {
-			select {
-			case got <- msg:
-			default:
-			}
-		}
-	})
+	cancel, err := w.Add(ctx, key, func(ev *event.Event) { offer(got, ev) })
 	if err != nil {
 		return nil, nil, err
 	}

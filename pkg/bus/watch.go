@@ -81,17 +81,23 @@ func First[M any, PM interface {
 	got := make(chan PM, 1)
 	stop, err := b.Watch(ctx, "watch "+subject, StreamEvents,
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
-		func(_ jetstream.Msg, ev *event.Event) {
-			msg := PM(new(M))
-			if Decode(*ev, msg) == nil {
-				select {
-				case got <- msg:
-				default:
-				}
-			}
-		})
+		func(_ jetstream.Msg, ev *event.Event) { offer(got, ev) })
 	if err != nil {
 		return nil, nil, err
 	}
 	return got, stop, nil
+}
+
+// offer decodes ev as M and gives it to got unless got already holds one.
+func offer[M any, PM interface {
+	*M
+	proto.Message
+}](got chan PM, ev *event.Event) {
+	msg := PM(new(M))
+	if Decode(*ev, msg) == nil {
+		select {
+		case got <- msg:
+		default:
+		}
+	}
 }
