@@ -502,13 +502,6 @@ func TestPublishAll(t *testing.T) {
 func TestWatchStopDeletesItsConsumer(t *testing.T) {
 	b := connect(t, natstest.URL(t))
 	ctx := t.Context()
-	consumers := func() int {
-		info, err := b.JetStream().Stream(ctx, bus.StreamEvents)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.CachedInfo().State.Consumers
-	}
 	subject := bus.EventSubject("exec-watch", bus.KindWorkflowCompleted)
 	got := make(chan struct{}, 1)
 	stop, err := b.Watch(ctx, "watch", bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}},
@@ -516,7 +509,7 @@ func TestWatchStopDeletesItsConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := consumers(); n != 1 {
+	if n := consumers(t, b, bus.StreamEvents); n != 1 {
 		t.Fatalf("%d consumers of %s while watching, want 1", n, bus.StreamEvents)
 	}
 	if err := b.PublishProto(ctx, subject, "completed-1", bus.TypeWorkflowCompleted, &novav1.WorkflowCompleted{ExecutionId: "exec-watch"}, nil); err != nil {
@@ -527,9 +520,9 @@ func TestWatchStopDeletesItsConsumer(t *testing.T) {
 	// Deleted in the background, within a round trip: well before the
 	// inactive threshold (10 s) would remove it.
 	deadline := time.Now().Add(2 * time.Second)
-	for consumers() != 0 {
+	for consumers(t, b, bus.StreamEvents) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d consumers of %s 2 s after stop, want 0", consumers(), bus.StreamEvents)
+			t.Fatalf("%d consumers of %s 2 s after stop, want 0", consumers(t, b, bus.StreamEvents), bus.StreamEvents)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -45,6 +45,13 @@ func (b *Bus) NewWaits(stream, filter string, key func(subject string, ev *event
 	return &Waits{b: b, stream: stream, filter: filter, key: key, waiters: map[string]map[*waiter]struct{}{}}
 }
 
+// CompletionWaits is the waits for workflow completions
+// (nova.evt.*.workflow.completed), each wait keyed by its completion's
+// subject (EventSubject(execution, KindWorkflowCompleted)).
+func (b *Bus) CompletionWaits() *Waits {
+	return b.NewWaits(StreamEvents, EventFilter(KindWorkflowCompleted), SubjectKey)
+}
+
 // SubjectKey is the key of Waits for events whose subject names the wait
 // (nova.evt.<execution>.workflow.completed).
 func SubjectKey(subject string, _ *event.Event) string { return subject }

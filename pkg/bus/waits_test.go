@@ -76,7 +76,7 @@ func nothing(t testing.TB, got <-chan string) {
 
 func TestWaitsShareOneConsumer(t *testing.T) {
 	b := connect(t, natstest.URL(t))
-	w := b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey)
+	w := b.CompletionWaits()
 	t.Cleanup(w.Close)
 	before := consumers(t, b, bus.StreamEvents)
 
@@ -104,7 +104,7 @@ func TestWaitsShareOneConsumer(t *testing.T) {
 
 func TestWaitsCancelAndClose(t *testing.T) {
 	b := connect(t, natstest.URL(t))
-	w := b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey)
+	w := b.CompletionWaits()
 	before := consumers(t, b, bus.StreamEvents)
 
 	first, cancelFirst := addCompletion(t, w, "a")
@@ -137,7 +137,7 @@ func TestWaitsCancelAndClose(t *testing.T) {
 func TestWaitsDeliverOnlyNewEvents(t *testing.T) {
 	b := connect(t, natstest.URL(t))
 	completed(t, b, "old", "before")
-	w := b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey)
+	w := b.CompletionWaits()
 	t.Cleanup(w.Close)
 	got, cancel := addCompletion(t, w, "old")
 	defer cancel()
@@ -220,7 +220,7 @@ func BenchmarkWaits(b *testing.B) {
 		var w *bus.Waits
 		run(b, func(nb *bus.Bus, id string) (<-chan string, func()) {
 			if w == nil {
-				w = nb.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey)
+				w = nb.CompletionWaits()
 				b.Cleanup(w.Close)
 			}
 			return addCompletion(b, w, id)

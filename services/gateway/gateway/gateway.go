@@ -208,7 +208,7 @@ func New(d Deps) (*Gateway, error) {
 		buckets: map[string]jetstream.KeyValue{}, corsOrigins: d.CORSOrigins,
 		rates:       newRateLimits(d.Limits.Rate, d.Limits.Burst),
 		streams:     newStreamSlots(d.Limits.MaxStreams, d.Limits.MaxStreamsPerKey),
-		completions: d.Bus.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey),
+		completions: d.Bus.CompletionWaits(),
 		sandboxReplies: d.Bus.NewWaits(bus.StreamEvents, bus.EventFilter(bus.ReplyKind(bus.AgentSandbox)),
 			bus.SubjectKey),
 	}

@@ -32,7 +32,7 @@ type Client struct {
 // values by reference (events are limited to the server's max payload).
 func New(b *bus.Bus, values *valueref.Store) *Client {
 	return &Client{bus: b, values: values,
-		completions: b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey),
+		completions: b.CompletionWaits(),
 		deadLetters: b.NewWaits(bus.StreamDeadLetters, bus.DeadLetterSubject(bus.AgentGraphEngine), bus.DeadLetterKey),
 	}
 }

@@ -58,7 +58,7 @@ type Load struct {
 
 func NewLoad(b *bus.Bus, def *novav1.WorkflowDefinition, n int) *Load {
 	l := &Load{b: b, def: def, IDs: make([]string, n), Started: make([]time.Time, n),
-		completions: b.NewWaits(bus.StreamEvents, bus.EventFilter(bus.KindWorkflowCompleted), bus.SubjectKey)}
+		completions: b.CompletionWaits()}
 	for i := range n {
 		l.IDs[i] = uuid.NewString()
 	}
