@@ -716,6 +716,11 @@ def zygote_main(config):
         os._exit(0)
     loaded, failed = preloaded
     prepare_interpreter()
+    # A process's first compile() makes the interpreter's AST types (some 640
+    # objects): made here, once, they are not made again by every job's
+    # compile of its code, which wrote to some 135 pages of the zygote's
+    # memory for them (a copy and a fault each).
+    compile("", FILENAME, "exec")
     import gc
 
     gc.collect()
