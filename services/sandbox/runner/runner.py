@@ -721,6 +721,11 @@ def zygote_main(config):
     # compile of its code, which wrote to some 135 pages of the zygote's
     # memory for them (a copy and a fault each).
     compile("", FILENAME, "exec")
+    # The traceback of a failing program is formatted with the ast module's
+    # help (the carets under the failing expression), which traceback imports
+    # on first use: imported here, it is not imported again by every failing
+    # run (about 1 ms each). The full zygote's libraries import it anyway.
+    import ast  # noqa: F401
     import gc
 
     gc.collect()

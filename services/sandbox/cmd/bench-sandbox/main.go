@@ -62,7 +62,7 @@ func run() error {
 	flag.IntVar(&o.light, "light", 0, "light zygotes, for programs that import only standard modules (0: the runner's default, -1: none)")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python interpreter (sandbox and baseline)")
 	flag.StringVar(&o.node, "node", "/usr/bin/node", "node (JavaScript sandbox and baseline)")
-	flag.StringVar(&o.cases, "cases", "abc", "the cases to run, by their letters")
+	flag.StringVar(&o.cases, "cases", "abcd", "the cases to run, by their letters")
 	flag.StringVar(&o.preload, "preload", "", "comma-separated modules the zygotes import (default the runner's)")
 	flag.Parse()
 	ctx := context.Background()
@@ -100,6 +100,15 @@ func run() error {
 			return err
 		}
 	}
+	pyFail := func(code string) func() error {
+		return func() error {
+			res, err := r.Run(ctx, runner.Request{Code: code, Context: jsonvalue.Object{"input": json.RawMessage(`"value"`)}})
+			if err == nil && (res.Status != runner.StatusError || res.ErrorKind != "code_error" || !res.Warm) {
+				err = fmt.Errorf("run: status %s, %s %s (warm %v), want a code error", res.Status, res.ErrorKind, res.Error, res.Warm)
+			}
+			return err
+		}
+	}
 	rows := []row{
 		{
 			name:     "(a) python context['x'] = 1",
@@ -119,6 +128,13 @@ func run() error {
 		rows = append(rows, row{name: "(c) javascript context.x = 1", sandbox: js,
 			baseline: []string{o.node, "-e", "const context = {input: 'value'}; context.x = 1"}})
 	}
+	rows = append(rows, row{
+		// A failing program: its error and traceback are the report.
+		name:    "(d) python context['x'] = {}['missing'] (fails)",
+		sandbox: pyFail("context['x'] = {}['missing']"),
+		baseline: []string{o.python, "-c", "import traceback\ncontext = {'input': 'value'}\n" +
+			"try:\n    context['x'] = {}['missing']\nexcept Exception:\n    traceback.format_exc()"},
+	})
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tCPU/exec\tfaults/exec\tbaseline p50\tbaseline p99\tbaseline exec/s\tbaseline CPU/exec\tp50 ratio\texec/s ratio\tCPU ratio\t\n", o.callers)
