@@ -726,6 +726,11 @@ def zygote_main(config):
     # on first use: imported here, it is not imported again by every failing
     # run (about 1 ms each). The full zygote's libraries import it anyway.
     import ast  # noqa: F401
+
+    # A process's first strptime imports _strptime (with calendar and locale)
+    # and builds the locale's tables and patterns, some 3 ms; programs parse
+    # dates often, so the zygote does it once for all of them.
+    datetime.datetime.strptime("2000-01-31", "%Y-%m-%d")
     import gc
 
     gc.collect()
