@@ -481,7 +481,13 @@ IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
 # the system is skipped. A light zygote imports only the standard ones: a
 # program that needs nothing else runs there, and its fork copies the page
 # tables of about a fifth of the memory.
-STANDARD_PRELOAD = ["json", "csv", "collections", "decimal", "statistics", "hashlib", "base64", "io", "zipfile"]
+STANDARD_PRELOAD = [
+    "json", "csv", "collections", "decimal", "statistics", "hashlib", "base64", "io", "zipfile",
+    # Small modules generated code imports often (type hints, dataclasses,
+    # logging boilerplate): loaded on the full zygote by its libraries, so a
+    # program importing them ran there while the light one lacked them.
+    "typing", "dataclasses", "copy", "string", "heapq", "uuid", "html", "unicodedata", "logging",
+]
 DEFAULT_PRELOAD = STANDARD_PRELOAD + [
     "numpy", "pandas", "fitz", "PIL.Image", "requests", "bs4", "lxml.etree", "lxml.html",
     "openpyxl", "pypdf",

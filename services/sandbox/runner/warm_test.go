@@ -251,6 +251,7 @@ func TestWarmProgramsGoWhereTheirModulesAre(t *testing.T) {
 	}{
 		{"no import", "", false},
 		{"standard modules", "import sys, json, decimal\nfrom collections import OrderedDict", false},
+		{"type hints, dataclasses, logging", "from typing import Dict\nfrom dataclasses import dataclass\nimport uuid, copy, logging", false},
 		{"a preloaded library", "import sys\nimport pandas as pd", true},
 		{"a library after a standard module", "import sys\nfrom fitz import open as fitz_open", true},
 		{"a dynamic import", "sys = __import__('sys')", true},
