@@ -9,6 +9,10 @@
 // -idle, after the runs). With -history N it then runs N more
 // workflows on the same data dir, unmeasured, and measures the 3-node runs
 // again: whether the cost per workflow stays flat as the history grows.
+// Each of those runs follows the same run on a second nova dev, started
+// fresh beside the first (-beside), so that the two are measured minutes
+// apart rather than a quarter of an hour: this machine's speed drifts by
+// more than the history's effect in that time.
 // Beside it, in the same run, a baseline: three plain `python3 -c`
 // subprocesses per workflow, no engine.
 //
@@ -65,6 +69,7 @@ type config struct {
 	inFlight  []int
 	long      int
 	history   int
+	beside    bool
 	limit     time.Duration
 	pprof     string
 	// idle is how long to wait, nothing running, before the idle PSS is
@@ -81,6 +86,7 @@ func main() {
 	inFlight := fs.String("in-flight", "1,8,32", "runs, by workflows in flight")
 	fs.IntVar(&cfg.long, "long", 30, "nodes of the long chain run once at 8 in flight (0: skip)")
 	fs.IntVar(&cfg.history, "history", 20000, "workflows run (unmeasured, 32 in flight) before the 3-node runs are measured again on the same data dir (0: skip)")
+	fs.BoolVar(&cfg.beside, "beside", true, "with -history, measure each run after the history right after the same run on a second nova dev started fresh")
 	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run (the history's is scaled to its size)")
 	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	fs.DurationVar(&cfg.idle, "idle", 0, "after the runs, wait this long with nothing running and take the PSS of idle nova dev (0: skip)")
@@ -116,63 +122,26 @@ type result struct {
 }
 
 func run(ctx context.Context, cfg config) error {
-	bin, err := filepath.Abs(cfg.bin)
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "nova-benchload-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	natsPort, err := loadgen.FreePort()
-	if err != nil {
-		return err
-	}
-	mongoPort, err := loadgen.FreePort()
-	if err != nil {
-		return err
-	}
-	dev := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
-		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
-		Env:  loadgen.BaseEnv()}
-	if cfg.pprof != "" {
-		dev.Args = append(dev.Args, "--pprof", cfg.pprof)
-	}
-	if cfg.zygoteIdle > 0 {
-		dev.Args = append(dev.Args, "--zygote-idle", cfg.zygoteIdle.String())
-	}
-	if err := dev.Start(); err != nil {
-		return err
-	}
-	defer dev.Stop()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	if err := loadgen.WaitDial(ctx, url); err != nil {
-		return err
-	}
-	b, err := bus.Connect(ctx, url, bus.WithName("benchload"), bus.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
-		return err
-	}
 	three, err := workflow.Parse([]byte(chain(3)))
 	if err != nil {
 		return err
 	}
-
-	fmt.Printf("benchload: nova dev (pid %d) on a fresh data dir; %d workflows per run\n\n", dev.Pid(), cfg.workflows)
-	// A warm-up run: interpreters, caches and the first streams.
-	if _, err := measure(ctx, cfg, b, dev.Pid(), "warm-up", three, 3, 20, 4); err != nil {
-		return err
-	}
-	started, err := idlePSS(ctx, dev.Pid(), "idle, after the warm-up", 0)
+	dev, err := startDev(ctx, cfg, filepath.Join(dir, "first"), cfg.pprof, three)
 	if err != nil {
 		return err
 	}
-	results, err := runs(ctx, cfg, b, dev.Pid(), three)
+	defer dev.stop()
+	fmt.Printf("benchload: nova dev (pid %d) on a fresh data dir; %d workflows per run\n\n", dev.pid(), cfg.workflows)
+	started, err := idlePSS(ctx, dev.pid(), "idle, after the warm-up", 0)
+	if err != nil {
+		return err
+	}
+	results, err := runs(ctx, cfg, dev, three, filepath.Join(dir, "beside"))
 	results = append([]result{started}, results...)
 	// What was measured is printed even when a later run failed.
 	if len(results) > 0 {
@@ -181,13 +150,118 @@ func run(ctx context.Context, cfg config) error {
 	return err
 }
 
+// dev is a nova dev that benchload started, and its connection to it.
+type dev struct {
+	proc *loadgen.Proc
+	bus  *bus.Bus
+}
+
+func (d *dev) pid() int { return d.proc.Pid() }
+
+func (d *dev) stop() {
+	d.bus.Close()
+	d.proc.Stop()
+}
+
+// startDev starts a nova dev on a fresh data dir under dir, serving its Go
+// profiles at pprof (none when empty), connects to it and warms it up with
+// a few workflows of def: interpreters, caches and the first streams.
+func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.WorkflowDefinition) (*dev, error) {
+	bin, err := filepath.Abs(cfg.bin)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	natsPort, err := loadgen.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	mongoPort, err := loadgen.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	proc := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
+		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
+		Env:  loadgen.BaseEnv()}
+	if pprof != "" {
+		proc.Args = append(proc.Args, "--pprof", pprof)
+	}
+	if cfg.zygoteIdle > 0 {
+		proc.Args = append(proc.Args, "--zygote-idle", cfg.zygoteIdle.String())
+	}
+	if err := proc.Start(); err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	b, err := connect(ctx, url)
+	if err != nil {
+		proc.Stop()
+		return nil, err
+	}
+	d := &dev{proc: proc, bus: b}
+	if _, err := measure(ctx, cfg, d, "warm-up", def, 3, 20, 4); err != nil {
+		d.stop()
+		return nil, err
+	}
+	if err := quiet(ctx, d.pid()); err != nil {
+		d.stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// quiet waits until the nova dev process group uses less than 5% of a CPU
+// over half a second: its full zygote imports its libraries for seconds
+// after start, which the first run would otherwise count. It gives up
+// waiting after a minute.
+func quiet(ctx context.Context, pid int) error {
+	const window = 500 * time.Millisecond
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		before, err := sampleGroup(pid)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-time.After(window):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		after, err := sampleGroup(pid)
+		if err != nil {
+			return err
+		}
+		if used := after.main + after.children - before.main - before.children; used < window/20 {
+			return nil
+		}
+	}
+	return nil
+}
+
+func connect(ctx context.Context, url string) (*bus.Bus, error) {
+	if err := loadgen.WaitDial(ctx, url); err != nil {
+		return nil, err
+	}
+	b, err := bus.Connect(ctx, url, bus.WithName("benchload"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, err
+	}
+	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
 // runs measures the 3-node workflow at each number in flight, the long
-// chain, the same after the history, and the baseline, and returns what it
-// measured before any error.
-func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.WorkflowDefinition) ([]result, error) {
+// chain, the same after the history (each after the same run on a nova dev
+// started fresh under besideDir, with cfg.beside), and the baseline, and
+// returns what it measured before any error.
+func runs(ctx context.Context, cfg config, d *dev, three *novav1.WorkflowDefinition, besideDir string) ([]result, error) {
 	var results []result
 	for _, n := range cfg.inFlight {
-		r, err := measure(ctx, cfg, b, pid, fmt.Sprintf("3 nodes, %d in flight", n), three, 3, cfg.workflows, n)
+		r, err := measure(ctx, cfg, d, fmt.Sprintf("3 nodes, %d in flight", n), three, 3, cfg.workflows, n)
 		if err != nil {
 			return results, err
 		}
@@ -198,26 +272,21 @@ func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.Wo
 		if err != nil {
 			return results, err
 		}
-		r, err := measure(ctx, cfg, b, pid, fmt.Sprintf("%d nodes, 8 in flight", cfg.long), long, cfg.long, max(cfg.workflows/10, 10), 8)
+		r, err := measure(ctx, cfg, d, fmt.Sprintf("%d nodes, 8 in flight", cfg.long), long, cfg.long, max(cfg.workflows/10, 10), 8)
 		if err != nil {
 			return results, err
 		}
 		results = append(results, r)
 	}
 	if cfg.history > 0 {
-		if err := fill(ctx, cfg, b, three); err != nil {
+		after, err := afterHistory(ctx, cfg, d, three, besideDir)
+		results = append(results, after...)
+		if err != nil {
 			return results, err
-		}
-		for _, n := range cfg.inFlight {
-			r, err := measure(ctx, cfg, b, pid, fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history), three, 3, cfg.workflows, n)
-			if err != nil {
-				return results, err
-			}
-			results = append(results, r)
 		}
 	}
 	if cfg.idle > 0 {
-		r, err := idlePSS(ctx, pid, fmt.Sprintf("idle, %s after the runs", cfg.idle), cfg.idle)
+		r, err := idlePSS(ctx, d.pid(), fmt.Sprintf("idle, %s after the runs", cfg.idle), cfg.idle)
 		if err != nil {
 			return results, err
 		}
@@ -228,6 +297,40 @@ func runs(ctx context.Context, cfg config, b *bus.Bus, pid int, three *novav1.Wo
 		return results, err
 	}
 	return append(results, base), nil
+}
+
+// afterHistory runs the history on d, then measures the 3-node workflow on
+// it at each number in flight; with cfg.beside each of those runs follows
+// the same run on a nova dev started fresh under besideDir, stopped before
+// it returns.
+func afterHistory(ctx context.Context, cfg config, d *dev, three *novav1.WorkflowDefinition, besideDir string) ([]result, error) {
+	if err := fill(ctx, cfg, d.bus, three); err != nil {
+		return nil, err
+	}
+	var fresh *dev
+	if cfg.beside {
+		var err error
+		if fresh, err = startDev(ctx, cfg, besideDir, "", three); err != nil {
+			return nil, fmt.Errorf("the fresh nova dev beside: %w", err)
+		}
+		defer fresh.stop()
+	}
+	var results []result
+	for _, n := range cfg.inFlight {
+		if fresh != nil {
+			r, err := measure(ctx, cfg, fresh, fmt.Sprintf("3 nodes, %d in flight, fresh nova dev beside", n), three, 3, cfg.workflows, n)
+			if err != nil {
+				return results, err
+			}
+			results = append(results, r)
+		}
+		r, err := measure(ctx, cfg, d, fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history), three, 3, cfg.workflows, n)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+	}
+	return results, nil
 }
 
 // idlePSS waits for wait with nothing running and takes the PSS of nova dev
@@ -311,7 +414,8 @@ func pss(mib float64) string {
 
 // measure runs n workflows of def at inFlight and samples the CPU of the
 // nova dev process group around it.
-func measure(ctx context.Context, cfg config, b *bus.Bus, pid int, name string, def *novav1.WorkflowDefinition, nodes, n, inFlight int) (result, error) {
+func measure(ctx context.Context, cfg config, d *dev, name string, def *novav1.WorkflowDefinition, nodes, n, inFlight int) (result, error) {
+	b, pid := d.bus, d.pid()
 	r := result{name: name, workflows: n, nodes: nodes}
 	if err := settled(ctx, b.JetStream(), name+": before"); err != nil {
 		return r, err
