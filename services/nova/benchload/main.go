@@ -174,17 +174,10 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	natsPort, err := loadgen.FreePort()
+	proc, natsPort, _, err := loadgen.NovaDev(bin, dir)
 	if err != nil {
 		return nil, err
 	}
-	mongoPort, err := loadgen.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	proc := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
-		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
-		Env:  loadgen.BaseEnv()}
 	if pprof != "" {
 		proc.Args = append(proc.Args, "--pprof", pprof)
 	}

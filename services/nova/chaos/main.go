@@ -417,17 +417,10 @@ func startSystem(ctx context.Context, cfg config, name, dir string) (*system, er
 // startWhole runs `nova dev` on fixed ports, so that after a restart the
 // clients find it where it was.
 func startWhole(ctx context.Context, cfg config, dir string) (*system, error) {
-	natsPort, err := loadgen.FreePort()
+	p, natsPort, mongoPort, err := loadgen.NovaDev(cfg.bin, dir)
 	if err != nil {
 		return nil, err
 	}
-	mongoPort, err := loadgen.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	p := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(cfg.bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
-		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort), "--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
-		Env:  loadgen.BaseEnv()}
 	if err := p.Start(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -270,6 +271,23 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// NovaDev is `nova dev` (the nova binary in bin) on free loopback ports,
+// without its gateway, its data dir and log under dir; not started. It
+// returns the ports of its NATS server and its store.
+func NovaDev(bin, dir string) (p *Proc, natsPort, mongoPort int, err error) {
+	if natsPort, err = FreePort(); err != nil {
+		return nil, 0, 0, err
+	}
+	if mongoPort, err = FreePort(); err != nil {
+		return nil, 0, 0, err
+	}
+	p = &Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
+		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(natsPort),
+			"--mongo-port", fmt.Sprint(mongoPort), "--gateway-addr", "off"},
+		Env: BaseEnv()}
+	return p, natsPort, mongoPort, nil
 }
 
 // Proc is a child process in its own process group, so that SIGKILL takes
