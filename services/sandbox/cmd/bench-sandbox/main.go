@@ -91,20 +91,17 @@ func run() error {
 		baseline    []string // argv
 		unavailable string
 	}
-	pyRun := func(code string) func() error {
-		return func() error {
-			res, err := r.Run(ctx, runner.Request{Code: code, Context: jsonvalue.Object{"input": json.RawMessage(`"value"`)}})
-			if err == nil && (res.Status != runner.StatusSuccess || !res.Warm) {
-				err = fmt.Errorf("run: %s %s (warm %v)", res.ErrorKind, res.Error, res.Warm)
-			}
-			return err
+	// pyRun is a warm run of code, which must end with the error kind
+	// wantKind, or succeed when it is "".
+	pyRun := func(code, wantKind string) func() error {
+		want := runner.StatusSuccess
+		if wantKind != "" {
+			want = runner.StatusError
 		}
-	}
-	pyFail := func(code string) func() error {
 		return func() error {
 			res, err := r.Run(ctx, runner.Request{Code: code, Context: jsonvalue.Object{"input": json.RawMessage(`"value"`)}})
-			if err == nil && (res.Status != runner.StatusError || res.ErrorKind != "code_error" || !res.Warm) {
-				err = fmt.Errorf("run: status %s, %s %s (warm %v), want a code error", res.Status, res.ErrorKind, res.Error, res.Warm)
+			if err == nil && (res.Status != want || res.ErrorKind != wantKind || !res.Warm) {
+				err = fmt.Errorf("run: status %s, %s %s (warm %v), want %s %s", res.Status, res.ErrorKind, res.Error, res.Warm, want, wantKind)
 			}
 			return err
 		}
@@ -112,12 +109,12 @@ func run() error {
 	rows := []row{
 		{
 			name:     "(a) python context['x'] = 1",
-			sandbox:  pyRun("context['x'] = 1"),
+			sandbox:  pyRun("context['x'] = 1", ""),
 			baseline: []string{o.python, "-c", "context = {'input': 'value'}\ncontext['x'] = 1"},
 		},
 		{
 			name:     "(b) python import pandas, fitz",
-			sandbox:  pyRun("import pandas, fitz\ncontext['rows'] = len(pandas.DataFrame({'a': [1, 2]}))\ncontext['pdf'] = fitz.open().is_pdf"),
+			sandbox:  pyRun("import pandas, fitz\ncontext['rows'] = len(pandas.DataFrame({'a': [1, 2]}))\ncontext['pdf'] = fitz.open().is_pdf", ""),
 			baseline: []string{o.python, "-c", "import pandas, fitz\nrows = len(pandas.DataFrame({'a': [1, 2]}))\npdf = fitz.open().is_pdf"},
 		},
 	}
@@ -131,7 +128,7 @@ func run() error {
 	rows = append(rows, row{
 		// A failing program: its error and traceback are the report.
 		name:    "(d) python context['x'] = {}['missing'] (fails)",
-		sandbox: pyFail("context['x'] = {}['missing']"),
+		sandbox: pyRun("context['x'] = {}['missing']", "code_error"),
 		baseline: []string{o.python, "-c", "import traceback\ncontext = {'input': 'value'}\n" +
 			"try:\n    context['x'] = {}['missing']\nexcept Exception:\n    traceback.format_exc()"},
 	})
