@@ -30,11 +30,11 @@ var jsonValueName = (&novav1.JSONValue{}).ProtoReflect().Descriptor().FullName()
 
 // Marshal encodes m as JSON.
 func Marshal(m proto.Message) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := marshal(&buf, m.ProtoReflect()); err != nil {
+	out, err := appendMessage(make([]byte, 0, 256), m.ProtoReflect())
+	if err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return out, nil
 }
 
 // Unmarshal decodes JSON into m, ignoring unknown fields.
@@ -46,107 +46,6 @@ var (
 	marshalOptions   = protojson.MarshalOptions{}
 	unmarshalOptions = protojson.UnmarshalOptions{DiscardUnknown: true}
 )
-
-func marshal(buf *bytes.Buffer, m protoreflect.Message) error {
-	p := planOf(m.Descriptor())
-	if m.Descriptor().FullName() == jsonValueName {
-		return writeValue(buf, m)
-	}
-	if len(p.fields) == 0 {
-		b, err := marshalOptions.Marshal(m.Interface())
-		if err != nil {
-			return err
-		}
-		buf.Write(b)
-		return nil
-	}
-	// protojson writes every other field (on a shallow copy without the
-	// special ones); the special fields are appended to its object.
-	rest := m.New()
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if !p.special(fd) {
-			rest.Set(fd, v)
-		}
-		return true
-	})
-	base, err := marshalOptions.Marshal(rest.Interface())
-	if err != nil {
-		return err
-	}
-	base = bytes.TrimSpace(base)
-	empty := len(bytes.TrimSpace(base[1:len(base)-1])) == 0
-	buf.Write(base[:len(base)-1])
-	for _, fd := range p.fields {
-		if !m.Has(fd) {
-			continue
-		}
-		if !empty {
-			buf.WriteByte(',')
-		}
-		empty = false
-		name, _ := json.Marshal(fd.JSONName())
-		buf.Write(name)
-		buf.WriteByte(':')
-		if err := writeField(buf, fd, m.Get(fd)); err != nil {
-			return fmt.Errorf("field %s: %w", fd.Name(), err)
-		}
-	}
-	buf.WriteByte('}')
-	return nil
-}
-
-func writeField(buf *bytes.Buffer, fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
-	switch {
-	case fd.IsList():
-		l := v.List()
-		buf.WriteByte('[')
-		for i := range l.Len() {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := marshal(buf, l.Get(i).Message()); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte(']')
-	case fd.IsMap():
-		buf.WriteByte('{')
-		first := true
-		var err error
-		v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
-			if !first {
-				buf.WriteByte(',')
-			}
-			first = false
-			name, _ := json.Marshal(k.String())
-			buf.Write(name)
-			buf.WriteByte(':')
-			err = marshal(buf, e.Message())
-			return err == nil
-		})
-		if err != nil {
-			return err
-		}
-		buf.WriteByte('}')
-	default:
-		return marshal(buf, v.Message())
-	}
-	return nil
-}
-
-// writeValue writes a JSONValue's text, checked, or null when it is empty.
-func writeValue(buf *bytes.Buffer, m protoreflect.Message) error {
-	raw := m.Interface().(*novav1.JSONValue).GetRaw()
-	if len(bytes.TrimSpace(raw)) == 0 {
-		buf.WriteString("null")
-		return nil
-	}
-	if !json.Valid(raw) {
-		return fmt.Errorf("JSONValue holds invalid JSON (%d bytes)", len(raw))
-	}
-	buf.Write(jsonvalue.Compact(raw))
-	return nil
-}
 
 // unmarshal is Unmarshal of a message, or of the JSONValue it leads to.
 func unmarshal(data []byte, m protoreflect.Message) error {

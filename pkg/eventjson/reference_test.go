@@ -14,6 +14,110 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
+// referenceMarshal is the writing marshal must agree with: protojson writes
+// the message without its special fields, which are appended to its
+// object.
+func referenceMarshal(buf *bytes.Buffer, m protoreflect.Message) error {
+	p := planOf(m.Descriptor())
+	if m.Descriptor().FullName() == jsonValueName {
+		return referenceWriteValue(buf, m)
+	}
+	if len(p.fields) == 0 {
+		b, err := marshalOptions.Marshal(m.Interface())
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		return nil
+	}
+	// protojson writes every other field (on a shallow copy without the
+	// special ones); the special fields are appended to its object.
+	rest := m.New()
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if !p.special(fd) {
+			rest.Set(fd, v)
+		}
+		return true
+	})
+	base, err := marshalOptions.Marshal(rest.Interface())
+	if err != nil {
+		return err
+	}
+	base = bytes.TrimSpace(base)
+	empty := len(bytes.TrimSpace(base[1:len(base)-1])) == 0
+	buf.Write(base[:len(base)-1])
+	for _, fd := range p.fields {
+		if !m.Has(fd) {
+			continue
+		}
+		if !empty {
+			buf.WriteByte(',')
+		}
+		empty = false
+		name, _ := json.Marshal(fd.JSONName())
+		buf.Write(name)
+		buf.WriteByte(':')
+		if err := referenceWriteField(buf, fd, m.Get(fd)); err != nil {
+			return fmt.Errorf("field %s: %w", fd.Name(), err)
+		}
+	}
+	buf.WriteByte('}')
+	return nil
+}
+
+func referenceWriteField(buf *bytes.Buffer, fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
+	switch {
+	case fd.IsList():
+		l := v.List()
+		buf.WriteByte('[')
+		for i := range l.Len() {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := referenceMarshal(buf, l.Get(i).Message()); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case fd.IsMap():
+		buf.WriteByte('{')
+		first := true
+		var err error
+		v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
+			if !first {
+				buf.WriteByte(',')
+			}
+			first = false
+			name, _ := json.Marshal(k.String())
+			buf.Write(name)
+			buf.WriteByte(':')
+			err = referenceMarshal(buf, e.Message())
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+		buf.WriteByte('}')
+	default:
+		return referenceMarshal(buf, v.Message())
+	}
+	return nil
+}
+
+// writeValue writes a JSONValue's text, checked, or null when it is empty.
+func referenceWriteValue(buf *bytes.Buffer, m protoreflect.Message) error {
+	raw := m.Interface().(*novav1.JSONValue).GetRaw()
+	if len(bytes.TrimSpace(raw)) == 0 {
+		buf.WriteString("null")
+		return nil
+	}
+	if !json.Valid(raw) {
+		return fmt.Errorf("JSONValue holds invalid JSON (%d bytes)", len(raw))
+	}
+	buf.Write(jsonvalue.Compact(raw))
+	return nil
+}
+
 // referenceUnmarshal is the plain reading of the format that unmarshal
 // must agree with: the object decoded into a map, its special members taken
 // out, the rest encoded again for protojson.
