@@ -46,7 +46,7 @@ func TestMarshalMatchesReference(t *testing.T) {
 		t.Fatalf("found %d nova.v1 messages; is the package registered?", len(messages))
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	var failed, compared int
+	var failed, compared, fast int
 	for _, md := range messages {
 		for range 300 {
 			m := dynamicFor(md)
@@ -65,6 +65,26 @@ func TestMarshalMatchesReference(t *testing.T) {
 			if !sameJSON(t, got, ref.Bytes()) {
 				t.Fatalf("%s:\n got %s\nwant %s", md.FullName(), got, ref.Bytes())
 			}
+			// Either writing reads (the fast way, or the general one where that
+			// gives up) as the reference reading reads it.
+			for _, text := range [][]byte{got, ref.Bytes()} {
+				a, b := m.New(), m.New()
+				errA, errB := unmarshal(text, a), referenceUnmarshal(text, b)
+				if (errA == nil) != (errB == nil) {
+					t.Fatalf("%s: reading %s: error %v, the reference's %v", md.FullName(), text, errA, errB)
+				}
+				if errA != nil {
+					continue
+				}
+				ja, errJA := Marshal(a.Interface())
+				jb, errJB := Marshal(b.Interface())
+				if errJA != nil || errJB != nil || !bytes.Equal(ja, jb) {
+					t.Fatalf("%s: reading %s:\n got %s\nwant %s", md.FullName(), text, ja, jb)
+				}
+			}
+			if decodeFast(got, m.New()) {
+				fast++
+			}
 			// And it reads back as the same message (but that a JSONValue
 			// written as null is read as not set, and then not written).
 			back := m.New()
@@ -79,15 +99,15 @@ func TestMarshalMatchesReference(t *testing.T) {
 	}
 	// Both kinds of case must have been met, or the filler is too tame or
 	// too wild to test anything.
-	if failed < 100 || compared < 1000 {
-		t.Fatalf("%d messages compared, %d refused by both", compared, failed)
+	if failed < 100 || compared < 1000 || fast < compared/3 {
+		t.Fatalf("%d messages compared (%d read the fast way), %d refused by both", compared, fast, failed)
 	}
 	// A JSONValue of white space is null; but JSON's white space only
 	// (the reference trimmed Unicode's too, and wrote null for U+2028).
 	if _, err := Marshal(&novav1.JSONValue{Raw: []byte("\u2028")}); err == nil {
 		t.Error("a JSONValue of U+2028 was written; it is not JSON")
 	}
-	t.Logf("%d message types, %d messages written alike, %d refused by both", len(messages), compared, failed)
+	t.Logf("%d message types, %d messages written alike (%d read back the fast way), %d refused by both", len(messages), compared, fast, failed)
 }
 
 // dynamicFor is a message of md's generated type (the JSONValue check

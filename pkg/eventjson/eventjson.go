@@ -49,10 +49,23 @@ var (
 
 // unmarshal is Unmarshal of a message, or of the JSONValue it leads to.
 func unmarshal(data []byte, m protoreflect.Message) error {
+	valid := json.Valid(data)
+	if valid && m.Descriptor().FullName() != jsonValueName {
+		if decodeFast(data, m) {
+			return nil
+		}
+		proto.Reset(m.Interface()) // what it read before it gave up
+	}
+	return unmarshalGeneral(data, m, valid)
+}
+
+// unmarshalGeneral is unmarshal without the fast reading; valid tells
+// whether data is valid JSON.
+func unmarshalGeneral(data []byte, m protoreflect.Message, valid bool) error {
 	if m.Descriptor().FullName() != jsonValueName && len(planOf(m.Descriptor()).fields) == 0 {
 		return unmarshalOptions.Unmarshal(data, m.Interface()) // it checks the text itself
 	}
-	if !json.Valid(data) {
+	if !valid {
 		if m.Descriptor().FullName() == jsonValueName {
 			return fmt.Errorf("invalid JSON value")
 		}

@@ -285,7 +285,8 @@ func FuzzUnmarshalMatchesReference(f *testing.F) {
 }
 
 // BenchmarkUnmarshal reads an engine state with a context, and a sandbox
-// result, with unmarshal and, as the baseline, with the reference reading.
+// result, with unmarshal and, as the baselines, with unmarshal without its
+// fast reading (general) and with the reference reading.
 func BenchmarkUnmarshal(b *testing.B) {
 	events := map[string]proto.Message{
 		"state": &novav1.ExecutionState{
@@ -306,7 +307,11 @@ func BenchmarkUnmarshal(b *testing.B) {
 		for _, impl := range []struct {
 			name string
 			read func([]byte, protoreflect.Message) error
-		}{{"eventjson", unmarshal}, {"reference", referenceUnmarshal}} {
+		}{
+			{"eventjson", unmarshal},
+			{"general", func(data []byte, m protoreflect.Message) error { return unmarshalGeneral(data, m, json.Valid(data)) }},
+			{"reference", referenceUnmarshal},
+		} {
 			b.Run(name+"/"+impl.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
