@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -17,7 +18,8 @@ import (
 // The fast reading: valid JSON in the forms the encoder writes (a member
 // once, by its JSON or proto name; 64-bit integers as strings of digits,
 // other numbers plain; enums by name; timestamps with 0, 3, 6 or 9
-// fractional digits and Z; no Struct, Value or ListValue, no float) is read
+// fractional digits and Z; no float, no well-known type but Timestamp,
+// Struct, Value and ListValue; object keys without escapes) is read
 // straight into the message. Anything else (an unknown member, a null
 // where a value is wanted, another spelling protojson accepts or refuses)
 // makes it give up, and the message is read the general way: protojson,
@@ -264,12 +266,130 @@ func (d *decoder) value(fd protoreflect.FieldDescriptor, newMessage func() proto
 				return v, true
 			}
 			return protoreflect.Value{}, false
+		case structName, valueName, listValueName:
+			if d.wellKnown(v.Message().Interface()) {
+				return v, true
+			}
+			return protoreflect.Value{}, false
 		}
 		if fd.Message().ParentFile().Package() != "google.protobuf" && d.message(v.Message()) {
 			return v, true
 		}
 	}
-	return protoreflect.Value{}, false // and a float, a Struct, a Value, a ListValue, ...
+	return protoreflect.Value{}, false // and a float, a Duration, an Any, ...
+}
+
+// wellKnown reads a Struct, Value or ListValue (of the generated types).
+func (d *decoder) wellKnown(m proto.Message) bool {
+	switch m := m.(type) {
+	case *structpb.Struct:
+		if d.peek() != '{' {
+			return false
+		}
+		fields, ok := d.object()
+		m.Fields = fields
+		return ok
+	case *structpb.Value:
+		v, ok := d.any()
+		if ok {
+			m.Kind = v.Kind
+		}
+		return ok
+	case *structpb.ListValue:
+		if d.peek() != '[' {
+			return false
+		}
+		values, ok := d.array()
+		m.Values = values
+		return ok
+	}
+	return false
+}
+
+// any reads a JSON value as a google.protobuf.Value.
+func (d *decoder) any() (*structpb.Value, bool) {
+	switch c := d.peek(); c {
+	case 'n':
+		d.i += len("null")
+		return structpb.NewNullValue(), true
+	case 't':
+		d.i += len("true")
+		return structpb.NewBoolValue(true), true
+	case 'f':
+		d.i += len("false")
+		return structpb.NewBoolValue(false), true
+	case '"':
+		s, ok := d.string()
+		return structpb.NewStringValue(s), ok
+	case '{':
+		fields, ok := d.object()
+		return structpb.NewStructValue(&structpb.Struct{Fields: fields}), ok
+	case '[':
+		values, ok := d.array()
+		return structpb.NewListValue(&structpb.ListValue{Values: values}), ok
+	}
+	end := skipValue(d.data, d.i)
+	n, err := strconv.ParseFloat(string(d.data[d.i:end]), 64)
+	if err != nil {
+		return nil, false
+	}
+	d.i = end
+	return structpb.NewNumberValue(n), true
+}
+
+// object reads a JSON object as a Struct's fields: keys without escapes,
+// each once.
+func (d *decoder) object() (map[string]*structpb.Value, bool) {
+	d.i++ // '{'
+	fields := map[string]*structpb.Value{}
+	for first := true; ; first = false {
+		d.space()
+		if d.peek() == '}' {
+			d.i++
+			return fields, true
+		}
+		if !first {
+			d.i++ // ','
+			d.space()
+		}
+		key, ok := d.plainString()
+		if !ok {
+			return nil, false
+		}
+		if _, dup := fields[key]; dup {
+			return nil, false
+		}
+		d.space()
+		d.i++ // ':'
+		d.space()
+		v, ok := d.any()
+		if !ok {
+			return nil, false
+		}
+		fields[key] = v
+	}
+}
+
+// array reads a JSON array as a ListValue's values.
+func (d *decoder) array() ([]*structpb.Value, bool) {
+	d.i++ // '['
+	var values []*structpb.Value
+	for first := true; ; first = false {
+		d.space()
+		if d.peek() == ']' {
+			d.i++
+			return values, true
+		}
+		if !first {
+			d.i++ // ','
+			d.space()
+		}
+		v, ok := d.any()
+		if !ok {
+			return nil, false
+		}
+		values = append(values, v)
+	}
 }
 
 // integer returns the text of an integer written as the encoder writes it

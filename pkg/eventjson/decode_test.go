@@ -24,6 +24,11 @@ func TestFastReadingGivesUp(t *testing.T) {
 		{"proto field names", dl, `{"consumer":"c","stream_sequence":"9"}`, true},
 		{"white space and escapes", dl, " {\n \"reason\" : \"a\\\"b\\\\c\\/d\\n\\u00e9\\u0000\" } ", true},
 		{"canonical node", node, `{"id":"n","type":"NODE_TYPE_ACTION","timeoutSeconds":1.5e-7,"maxVisits":-3,"allowHosts":["x","y"],"cache":false}`, true},
+		{"JSON in a Struct", result, `{"outputAnalysis":{"a":[1,"x\n",null,true,{"b":-0.0,"c":1e21}],"d":{}}}`, true},
+		{"a Struct's key twice", result, `{"outputAnalysis":{"a":1,"a":2}}`, false},
+		{"a Struct's number out of range", result, `{"outputAnalysis":{"a":1e400}}`, false},
+		{"a Struct's key escaped", result, `{"outputAnalysis":{"\u0061":1}}`, false},
+		{"null for a Struct", result, `{"outputAnalysis":null}`, false},
 		{"a member twice", dl, `{"consumer":"a","consumer":"b"}`, false},
 		{"a member by both names", dl, `{"streamSequence":"1","stream_sequence":"2"}`, false},
 		{"a map key twice", dl, `{"headers":{"a":"1","a":"2"}}`, false},
@@ -71,3 +76,5 @@ func TestFastReadingGivesUp(t *testing.T) {
 
 func dl() proto.Message   { return &novav1.DeadLetter{} }
 func node() proto.Message { return &novav1.Node{} }
+
+func result() proto.Message { return &novav1.CodeExecuted{} }

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -284,10 +287,15 @@ func FuzzUnmarshalMatchesReference(f *testing.F) {
 	})
 }
 
-// BenchmarkUnmarshal reads an engine state with a context, and a sandbox
-// result, with unmarshal and, as the baselines, with unmarshal without its
+// BenchmarkUnmarshal reads an engine state with a context, a sandbox
+// result with its output analysis (a Struct) and a node's completion, with unmarshal and, as the baselines, with unmarshal without its
 // fast reading (general) and with the reference reading.
 func BenchmarkUnmarshal(b *testing.B) {
+	at := timestamppb.New(time.Date(2026, 11, 27, 1, 2, 3, 456_000_000, time.UTC))
+	analysis, err := structpb.NewStruct(map[string]any{"isStructured": true, "itemCount": 2, "keys": []any{"ok", "x"}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	events := map[string]proto.Message{
 		"state": &novav1.ExecutionState{
 			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b",
@@ -297,6 +305,12 @@ func BenchmarkUnmarshal(b *testing.B) {
 		"result": &novav1.CodeExecuted{
 			StepId: "4f8e2a6c/n1/1/1", ContextUpdates: jsonvalue.Proto([]byte(`{"x":1}`)),
 			Result: jsonvalue.Proto([]byte(`{"ok":true}`)), Stdout: "done\n",
+			OutputAnalysis: analysis,
+		},
+		"completed": &novav1.NodeCompleted{
+			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b", NodeId: "n1", NodeType: "action", Visit: 1, Status: "success",
+			InputContext: jsonvalue.Proto([]byte(`{"x":1}`)), OutputResult: jsonvalue.Proto([]byte(`{"ok":true}`)),
+			ExecutionTimeMs: 3.25, Sequence: 2, StartedAt: at, CompletedAt: at, CostUsd: 0.0125,
 		},
 	}
 	for name, msg := range events {
