@@ -2,6 +2,7 @@ package eventjson
 
 import (
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -78,40 +79,20 @@ func decodePlanOf(md protoreflect.MessageDescriptor) *decodePlan {
 
 // message reads an object into m.
 func (d *decoder) message(m protoreflect.Message) bool {
-	p := decodePlanOf(m.Descriptor())
 	if d.peek() != '{' {
 		return false
 	}
-	d.i++
+	p := decodePlanOf(m.Descriptor())
 	var seen []protoreflect.FieldNumber
-	for first := true; ; first = false {
-		d.space()
-		if d.peek() == '}' {
-			d.i++
-			return true
-		}
-		if !first {
-			if d.peek() != ',' {
-				return false
-			}
-			d.i++
-			d.space()
-		}
-		name, ok := d.plainString()
+	d.i++
+	for first := true; d.more(&first, '}'); {
+		name, ok := d.key()
 		if !ok {
 			return false
 		}
-		d.space()
-		d.i++ // ':' (valid JSON)
-		d.space()
 		fd := p.byName[name]
-		if fd == nil {
-			return false
-		}
-		for _, n := range seen {
-			if n == fd.Number() {
-				return false // a member twice
-			}
+		if fd == nil || slices.Contains(seen, fd.Number()) {
+			return false // unknown, or a member twice
 		}
 		seen = append(seen, fd.Number())
 		if oneof := fd.ContainingOneof(); oneof != nil && !oneof.IsSynthetic() && m.WhichOneof(oneof) != nil {
@@ -121,6 +102,37 @@ func (d *decoder) message(m protoreflect.Message) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// more moves on to the next member or item of the object or array being
+// read (past the comma before it, none before the first) and reports
+// whether there is one; at the end it moves past end. Reading starts with
+// d.i past the opening bracket.
+func (d *decoder) more(first *bool, end byte) bool {
+	d.space()
+	if d.peek() == end {
+		d.i++
+		return false
+	}
+	if !*first {
+		d.i++ // ',' (the JSON is valid)
+		d.space()
+	}
+	*first = false
+	return true
+}
+
+// key reads a member's key, without escapes, and the colon after it.
+func (d *decoder) key() (string, bool) {
+	k, ok := d.plainString()
+	if !ok {
+		return "", false
+	}
+	d.space()
+	d.i++ // ':'
+	d.space()
+	return k, true
 }
 
 func (d *decoder) field(m protoreflect.Message, fd protoreflect.FieldDescriptor) bool {
@@ -136,41 +148,24 @@ func (d *decoder) field(m protoreflect.Message, fd protoreflect.FieldDescriptor)
 		if d.peek() != '[' {
 			return false
 		}
-		d.i++
 		l := m.Mutable(fd).List()
-		for first := true; ; first = false {
-			d.space()
-			if d.peek() == ']' {
-				d.i++
-				return true
-			}
-			if !first {
-				d.i++ // ',' (valid JSON)
-				d.space()
-			}
+		d.i++
+		for first := true; d.more(&first, ']'); {
 			v, ok := d.value(fd, l.NewElement)
 			if !ok {
 				return false
 			}
 			l.Append(v)
 		}
+		return true
 	case fd.IsMap():
 		if d.peek() != '{' || fd.MapKey().Kind() != protoreflect.StringKind {
 			return false
 		}
-		d.i++
 		mp := m.Mutable(fd).Map()
-		for first := true; ; first = false {
-			d.space()
-			if d.peek() == '}' {
-				d.i++
-				return true
-			}
-			if !first {
-				d.i++ // ','
-				d.space()
-			}
-			key, ok := d.plainString()
+		d.i++
+		for first := true; d.more(&first, '}'); {
+			key, ok := d.key()
 			if !ok {
 				return false
 			}
@@ -178,15 +173,13 @@ func (d *decoder) field(m protoreflect.Message, fd protoreflect.FieldDescriptor)
 			if mp.Has(k) {
 				return false // a key twice
 			}
-			d.space()
-			d.i++ // ':'
-			d.space()
 			v, ok := d.value(fd.MapValue(), mp.NewValue)
 			if !ok {
 				return false
 			}
 			mp.Set(k, v)
 		}
+		return true
 	}
 	v, ok := d.value(fd, func() protoreflect.Value { return m.NewField(fd) })
 	if !ok {
@@ -340,56 +333,32 @@ func (d *decoder) any() (*structpb.Value, bool) {
 // object reads a JSON object as a Struct's fields: keys without escapes,
 // each once.
 func (d *decoder) object() (map[string]*structpb.Value, bool) {
-	d.i++ // '{'
 	fields := map[string]*structpb.Value{}
-	for first := true; ; first = false {
-		d.space()
-		if d.peek() == '}' {
-			d.i++
-			return fields, true
-		}
-		if !first {
-			d.i++ // ','
-			d.space()
-		}
-		key, ok := d.plainString()
-		if !ok {
+	d.i++
+	for first := true; d.more(&first, '}'); {
+		key, ok := d.key()
+		if _, dup := fields[key]; !ok || dup {
 			return nil, false
 		}
-		if _, dup := fields[key]; dup {
+		if fields[key], ok = d.any(); !ok {
 			return nil, false
 		}
-		d.space()
-		d.i++ // ':'
-		d.space()
-		v, ok := d.any()
-		if !ok {
-			return nil, false
-		}
-		fields[key] = v
 	}
+	return fields, true
 }
 
 // array reads a JSON array as a ListValue's values.
 func (d *decoder) array() ([]*structpb.Value, bool) {
-	d.i++ // '['
 	var values []*structpb.Value
-	for first := true; ; first = false {
-		d.space()
-		if d.peek() == ']' {
-			d.i++
-			return values, true
-		}
-		if !first {
-			d.i++ // ','
-			d.space()
-		}
+	d.i++
+	for first := true; d.more(&first, ']'); {
 		v, ok := d.any()
 		if !ok {
 			return nil, false
 		}
 		values = append(values, v)
 	}
+	return values, true
 }
 
 // integer returns the text of an integer written as the encoder writes it
