@@ -1,10 +1,10 @@
 package eventjson
 
 import (
+	"bytes"
 	"encoding/base64"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -55,34 +55,12 @@ func (d *decoder) peek() byte {
 	return 0
 }
 
-// decodePlan finds a message's fields by the names protojson reads.
-type decodePlan struct {
-	byName map[string]protoreflect.FieldDescriptor
-}
-
-var decodePlans sync.Map // protoreflect.FullName -> *decodePlan
-
-func decodePlanOf(md protoreflect.MessageDescriptor) *decodePlan {
-	if p, ok := decodePlans.Load(md.FullName()); ok {
-		return p.(*decodePlan)
-	}
-	fields := md.Fields()
-	p := &decodePlan{byName: make(map[string]protoreflect.FieldDescriptor, 2*fields.Len())}
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		p.byName[fd.JSONName()] = fd
-		p.byName[string(fd.Name())] = fd
-	}
-	decodePlans.Store(md.FullName(), p)
-	return p
-}
-
 // message reads an object into m.
 func (d *decoder) message(m protoreflect.Message) bool {
 	if d.peek() != '{' {
 		return false
 	}
-	p := decodePlanOf(m.Descriptor())
+	p := fieldsPlanOf(m.Descriptor())
 	var seen []protoreflect.FieldNumber
 	d.i++
 	for first := true; d.more(&first, '}'); {
@@ -219,17 +197,9 @@ func (d *decoder) value(fd protoreflect.FieldDescriptor, newMessage func() proto
 			return protoreflect.ValueOfUint64(n), true
 		}
 	case protoreflect.DoubleKind:
-		c := d.peek()
-		if c != '-' && (c < '0' || c > '9') {
-			return protoreflect.Value{}, false // "NaN", "Infinity", a number as a string
+		if n, ok := d.number(); ok {
+			return protoreflect.ValueOfFloat64(n), true
 		}
-		end := skipValue(d.data, d.i)
-		n, err := strconv.ParseFloat(string(d.data[d.i:end]), 64)
-		if err != nil {
-			return protoreflect.Value{}, false
-		}
-		d.i = end
-		return protoreflect.ValueOfFloat64(n), true
 	case protoreflect.StringKind:
 		if s, ok := d.string(); ok {
 			return protoreflect.ValueOfString(s), true
@@ -321,13 +291,23 @@ func (d *decoder) any() (*structpb.Value, bool) {
 		values, ok := d.array()
 		return structpb.NewListValue(&structpb.ListValue{Values: values}), ok
 	}
+	n, ok := d.number()
+	return structpb.NewNumberValue(n), ok
+}
+
+// number reads a plain JSON number within a double's range ("NaN",
+// "Infinity" and a number in a string give up).
+func (d *decoder) number() (float64, bool) {
+	if c := d.peek(); c != '-' && (c < '0' || c > '9') {
+		return 0, false
+	}
 	end := skipValue(d.data, d.i)
 	n, err := strconv.ParseFloat(string(d.data[d.i:end]), 64)
 	if err != nil {
-		return nil, false
+		return 0, false
 	}
 	d.i = end
-	return structpb.NewNumberValue(n), true
+	return n, true
 }
 
 // object reads a JSON object as a Struct's fields: keys without escapes,
@@ -396,19 +376,21 @@ func (d *decoder) integer(quoted bool) []byte {
 	return text
 }
 
+// quoted returns the text between the quotes of the string at d.i, if it
+// is valid UTF-8, and the index past its closing quote.
+func (d *decoder) quoted() (raw []byte, end int, ok bool) {
+	if d.peek() != '"' {
+		return nil, 0, false
+	}
+	end = skipString(d.data, d.i)
+	raw = d.data[d.i+1 : end-1]
+	return raw, end, utf8.Valid(raw)
+}
+
 // plainString reads a string without escapes, valid UTF-8.
 func (d *decoder) plainString() (string, bool) {
-	if d.peek() != '"' {
-		return "", false
-	}
-	end := skipString(d.data, d.i)
-	raw := d.data[d.i+1 : end-1]
-	for _, c := range raw {
-		if c == '\\' {
-			return "", false
-		}
-	}
-	if !utf8.Valid(raw) {
+	raw, end, ok := d.quoted()
+	if !ok || bytes.IndexByte(raw, '\\') >= 0 {
 		return "", false
 	}
 	d.i = end
@@ -417,12 +399,8 @@ func (d *decoder) plainString() (string, bool) {
 
 // string reads a string, its escapes decoded; a surrogate escaped gives up.
 func (d *decoder) string() (string, bool) {
-	if d.peek() != '"' {
-		return "", false
-	}
-	end := skipString(d.data, d.i)
-	raw := d.data[d.i+1 : end-1]
-	if !utf8.Valid(raw) {
+	raw, end, ok := d.quoted()
+	if !ok {
 		return "", false
 	}
 	var out []byte

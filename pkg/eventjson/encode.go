@@ -29,10 +29,13 @@ import (
 // ListValue) are written here too; any other one, and any value protojson
 // would refuse, goes to protojson, which writes it or says why not.
 
-// encodePlan is how a message is written: its fields in declaration order
-// (protojson's order), each with its key `"jsonName":` ready.
-type encodePlan struct {
+// fieldsPlan is how the encoder writes a message and the fast reading
+// finds its members: its fields in declaration order (protojson's), each
+// with its key `"jsonName":` ready, and by the names protojson reads (JSON
+// and proto).
+type fieldsPlan struct {
 	fields []encodeField
+	byName map[string]protoreflect.FieldDescriptor
 }
 
 type encodeField struct {
@@ -40,20 +43,22 @@ type encodeField struct {
 	key []byte
 }
 
-var encodePlans sync.Map // protoreflect.FullName -> *encodePlan
+var fieldsPlans sync.Map // protoreflect.FullName -> *fieldsPlan
 
-func encodePlanOf(md protoreflect.MessageDescriptor) *encodePlan {
-	if p, ok := encodePlans.Load(md.FullName()); ok {
-		return p.(*encodePlan)
+func fieldsPlanOf(md protoreflect.MessageDescriptor) *fieldsPlan {
+	if p, ok := fieldsPlans.Load(md.FullName()); ok {
+		return p.(*fieldsPlan)
 	}
 	fields := md.Fields()
-	p := &encodePlan{fields: make([]encodeField, fields.Len())}
+	p := &fieldsPlan{fields: make([]encodeField, fields.Len()), byName: make(map[string]protoreflect.FieldDescriptor, 2*fields.Len())}
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		key, _ := json.Marshal(fd.JSONName())
 		p.fields[i] = encodeField{fd: fd, key: append(key, ':')}
+		p.byName[fd.JSONName()] = fd
+		p.byName[string(fd.Name())] = fd
 	}
-	encodePlans.Store(md.FullName(), p)
+	fieldsPlans.Store(md.FullName(), p)
 	return p
 }
 
@@ -86,7 +91,7 @@ func appendMessage(out []byte, m protoreflect.Message) ([]byte, error) {
 	}
 	out = append(out, '{')
 	first := true
-	for _, f := range encodePlanOf(md).fields {
+	for _, f := range fieldsPlanOf(md).fields {
 		if !m.Has(f.fd) {
 			continue
 		}
@@ -225,22 +230,13 @@ func appendSingular(out []byte, fd protoreflect.FieldDescriptor, v protoreflect.
 // empty.
 func appendJSONValue(out []byte, m protoreflect.Message) ([]byte, error) {
 	raw := m.Interface().(*novav1.JSONValue).GetRaw()
-	if len(raw) == 0 || isSpace(raw) {
+	if skipSpace(raw, 0) == len(raw) {
 		return append(out, "null"...), nil
 	}
 	if !json.Valid(raw) {
 		return out, fmt.Errorf("JSONValue holds invalid JSON (%d bytes)", len(raw))
 	}
 	return append(out, jsonvalue.Compact(raw)...), nil
-}
-
-func isSpace(b []byte) bool {
-	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return false
-		}
-	}
-	return true
 }
 
 // appendTimestamp writes RFC 3339 in UTC with 0, 3, 6 or 9 fractional

@@ -263,11 +263,35 @@ func scalar(rng *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value 
 	panic("kind " + fd.Kind().String())
 }
 
-// BenchmarkMarshal writes an engine state with a context, a sandbox result
-// and a node's completion (timestamps) with marshal and, as the baseline,
-// with the reference writing.
+// BenchmarkMarshal writes the benchmark events with marshal and, as the
+// baseline, with the reference writing.
 func BenchmarkMarshal(b *testing.B) {
+	benchEach(b, []benchImpl{
+		{"eventjson", func(_ *testing.B, m proto.Message) func() error {
+			return func() error { _, err := Marshal(m); return err }
+		}},
+		{"reference", func(_ *testing.B, m proto.Message) func() error {
+			return func() error { var buf bytes.Buffer; return referenceMarshal(&buf, m.ProtoReflect()) }
+		}},
+	})
+}
+
+// benchImpl is a way of writing or reading events: prepare turns one event
+// into one call of it.
+type benchImpl struct {
+	name    string
+	prepare func(*testing.B, proto.Message) func() error
+}
+
+// benchEach runs every implementation on each benchmark event (an engine
+// state with a context, a sandbox result with its output analysis, a
+// node's completion with timestamps), as sub-benchmarks event/implementation.
+func benchEach(b *testing.B, impls []benchImpl) {
 	at := timestamppb.New(time.Date(2026, 11, 27, 1, 2, 3, 456_000_000, time.UTC))
+	analysis, err := structpb.NewStruct(map[string]any{"isStructured": true, "itemCount": 2, "keys": []any{"ok", "x"}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	events := map[string]proto.Message{
 		"state": &novav1.ExecutionState{
 			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b",
@@ -277,6 +301,7 @@ func BenchmarkMarshal(b *testing.B) {
 		"result": &novav1.CodeExecuted{
 			StepId: "4f8e2a6c/n1/1/1", ContextUpdates: jsonvalue.Proto([]byte(`{"x":1}`)),
 			Result: jsonvalue.Proto([]byte(`{"ok":true}`)), Stdout: "done\n", DurationMs: 3.25,
+			OutputAnalysis: analysis,
 		},
 		"completed": &novav1.NodeCompleted{
 			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b", NodeId: "n1", NodeType: "action", Visit: 1, Status: "success",
@@ -285,17 +310,12 @@ func BenchmarkMarshal(b *testing.B) {
 		},
 	}
 	for name, msg := range events {
-		for _, impl := range []struct {
-			name  string
-			write func(proto.Message) error
-		}{
-			{"eventjson", func(m proto.Message) error { _, err := Marshal(m); return err }},
-			{"reference", func(m proto.Message) error { var buf bytes.Buffer; return referenceMarshal(&buf, m.ProtoReflect()) }},
-		} {
+		for _, impl := range impls {
+			call := impl.prepare(b, msg)
 			b.Run(name+"/"+impl.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := impl.write(msg); err != nil {
+					if err := call(); err != nil {
 						b.Fatal(err)
 					}
 				}

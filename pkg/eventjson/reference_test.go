@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -287,54 +284,22 @@ func FuzzUnmarshalMatchesReference(f *testing.F) {
 	})
 }
 
-// BenchmarkUnmarshal reads an engine state with a context, a sandbox
-// result with its output analysis (a Struct) and a node's completion, with unmarshal and, as the baselines, with unmarshal without its
-// fast reading (general) and with the reference reading.
+// BenchmarkUnmarshal reads the benchmark events with unmarshal and, as the
+// baselines, with unmarshal without its fast reading (general) and with the
+// reference reading.
 func BenchmarkUnmarshal(b *testing.B) {
-	at := timestamppb.New(time.Date(2026, 11, 27, 1, 2, 3, 456_000_000, time.UTC))
-	analysis, err := structpb.NewStruct(map[string]any{"isStructured": true, "itemCount": 2, "keys": []any{"ok", "x"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	events := map[string]proto.Message{
-		"state": &novav1.ExecutionState{
-			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b",
-			Context:     jsonvalue.Proto([]byte(`{"order":{"id":9007199254740993,"total":150.0,"items":[{"sku":"a-1","n":2},{"sku":"b-7","n":1}]},"x":1}`)),
-			Nodes:       map[string]*novav1.NodeState{"n0": {Visits: 1}, "n1": {Visits: 1}},
-		},
-		"result": &novav1.CodeExecuted{
-			StepId: "4f8e2a6c/n1/1/1", ContextUpdates: jsonvalue.Proto([]byte(`{"x":1}`)),
-			Result: jsonvalue.Proto([]byte(`{"ok":true}`)), Stdout: "done\n",
-			OutputAnalysis: analysis,
-		},
-		"completed": &novav1.NodeCompleted{
-			ExecutionId: "4f8e2a6c-2b1d-4c1e-9a57-0c1d2e3f4a5b", NodeId: "n1", NodeType: "action", Visit: 1, Status: "success",
-			InputContext: jsonvalue.Proto([]byte(`{"x":1}`)), OutputResult: jsonvalue.Proto([]byte(`{"ok":true}`)),
-			ExecutionTimeMs: 3.25, Sequence: 2, StartedAt: at, CompletedAt: at, CostUsd: 0.0125,
-		},
-	}
-	for name, msg := range events {
-		data, err := Marshal(msg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, impl := range []struct {
-			name string
-			read func([]byte, protoreflect.Message) error
-		}{
-			{"eventjson", unmarshal},
-			{"general", func(data []byte, m protoreflect.Message) error { return unmarshalGeneral(data, m, json.Valid(data)) }},
-			{"reference", referenceUnmarshal},
-		} {
-			b.Run(name+"/"+impl.name, func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					m := msg.ProtoReflect().New()
-					if err := impl.read(data, m); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+	reading := func(read func([]byte, protoreflect.Message) error) func(*testing.B, proto.Message) func() error {
+		return func(b *testing.B, msg proto.Message) func() error {
+			data, err := Marshal(msg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() error { return read(data, msg.ProtoReflect().New()) }
 		}
 	}
+	benchEach(b, []benchImpl{
+		{"eventjson", reading(unmarshal)},
+		{"general", reading(func(data []byte, m protoreflect.Message) error { return unmarshalGeneral(data, m, json.Valid(data)) })},
+		{"reference", reading(referenceUnmarshal)},
+	})
 }
