@@ -45,28 +45,36 @@ type StreamOptions struct {
 	Replicas int
 	// EventsMaxAge bounds how long execution events are kept.
 	EventsMaxAge time.Duration
-	// DuplicateWindow is how long NOVA_CMD, where producers publish their
-	// start events, remembers a Nats-Msg-Id to drop a repeated publish
-	// (default 10 minutes: a producer's own retries).
+	// DuplicateWindow is how long NOVA_CMD remembers a Nats-Msg-Id to drop a
+	// repeated publish (default DefaultDuplicateWindow).
 	DuplicateWindow time.Duration
-	// EventsDuplicateWindow is the same for NOVA_EVT and NOVA_DLQ, which
-	// only NOVA's services publish to (default DefaultEventsDuplicateWindow).
+	// EventsDuplicateWindow is the same for NOVA_EVT and NOVA_DLQ (default
+	// DefaultDuplicateWindow).
 	EventsDuplicateWindow time.Duration
 }
 
-// DefaultEventsDuplicateWindow is the default StreamOptions.EventsDuplicateWindow.
-// A service publishes the same event id again when its handler runs again on
-// a redelivery: after a failed attempt's backoff (at most 7.6 s in all, see
-// Consumer.Backoff), after AckWait when the process that held the delivery
-// died (5 s each, at most MaxDeliver times), or while Publish retries (at most
-// DefaultPublishRetryBudget, 20 s). Two minutes cover each of these several
-// times over. The server keeps every id of the window in memory (about 160
-// bytes each, some 15 events per 3-node workflow), so at 30 workflows a
-// second this window holds 13 MB where NOVA_CMD's ten minutes would hold 65.
-// An id repeated after the window (a consumer down for longer) reaches
-// handlers that are idempotent anyway: the engine ignores what its stored
-// state has passed, the audit store keys documents by event id.
-const DefaultEventsDuplicateWindow = 2 * time.Minute
+// DefaultDuplicateWindow is how long each stream remembers the ids of what
+// was published to it, by default.
+//
+// A service publishes the same event or command id again when its handler
+// runs again on a redelivery: after a failed attempt's backoff (at most 7.6 s
+// in all, see Consumer.Backoff), after AckWait when the process that held the
+// delivery died (5 s each, at most MaxDeliver times), or while Publish
+// retries (at most DefaultPublishRetryBudget, 20 s). Two minutes cover each of
+// these several times over. A producer's start repeated after the window
+// names the execution the first one started (its execution id, or its event
+// id), which the engine then finds in its state and does not start again; a
+// registration repeated registers the same definition, which the engine
+// leaves as it is.
+//
+// The server keeps every id of the window in memory (about 160 bytes each;
+// a 3-node workflow publishes some 16 events and 4 commands), so at 90
+// workflows a second two minutes hold about 35 MB, where ten minutes on
+// NOVA_CMD held 28 MB more. An id repeated after the window (a consumer down
+// for longer) reaches handlers that are idempotent anyway: the engine ignores
+// what its stored state has passed, the audit store keys documents by event
+// id.
+const DefaultDuplicateWindow = 2 * time.Minute
 
 type options struct {
 	name    string
@@ -125,10 +133,10 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 		o.streams.EventsMaxAge = 7 * 24 * time.Hour
 	}
 	if o.streams.DuplicateWindow <= 0 {
-		o.streams.DuplicateWindow = 10 * time.Minute
+		o.streams.DuplicateWindow = DefaultDuplicateWindow
 	}
 	if o.streams.EventsDuplicateWindow <= 0 {
-		o.streams.EventsDuplicateWindow = DefaultEventsDuplicateWindow
+		o.streams.EventsDuplicateWindow = DefaultDuplicateWindow
 	}
 	natsOpts := append([]nats.Option{
 		nats.Name(o.name),

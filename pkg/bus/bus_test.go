@@ -191,9 +191,9 @@ func TestDuplicatePublishIsStoredOnce(t *testing.T) {
 	}
 }
 
-// NOVA_CMD keeps the ten minutes promised to producers; the streams only
-// services publish to keep a shorter window, whose ids the server holds in
-// memory, also on a data dir whose streams were declared with the old one.
+// Every stream keeps the default window, whose ids the server holds in
+// memory, also on a data dir whose streams were declared with a longer one
+// (NOVA_CMD had ten minutes).
 func TestDuplicateWindows(t *testing.T) {
 	url := natstest.URL(t)
 	ctx := context.Background()
@@ -201,9 +201,9 @@ func TestDuplicateWindows(t *testing.T) {
 		DuplicateWindow: 10 * time.Minute, EventsDuplicateWindow: 10 * time.Minute}))
 	connect(t, url) // declares the streams again, with the defaults
 	want := map[string]time.Duration{
-		bus.StreamCommands:    10 * time.Minute,
-		bus.StreamEvents:      bus.DefaultEventsDuplicateWindow,
-		bus.StreamDeadLetters: bus.DefaultEventsDuplicateWindow,
+		bus.StreamCommands:    bus.DefaultDuplicateWindow,
+		bus.StreamEvents:      bus.DefaultDuplicateWindow,
+		bus.StreamDeadLetters: bus.DefaultDuplicateWindow,
 	}
 	for name, window := range want {
 		s, err := old.JetStream().Stream(ctx, name)
@@ -218,9 +218,9 @@ func TestDuplicateWindows(t *testing.T) {
 			t.Errorf("%s remembers ids for %v, want %v", name, info.Config.Duplicates, window)
 		}
 	}
-	if bus.DefaultEventsDuplicateWindow < 2*(bus.DefaultPublishRetryBudget+5*bus.DefaultAckWait) {
-		t.Errorf("events' window %v does not cover twice a publish's retries and five redeliveries",
-			bus.DefaultEventsDuplicateWindow)
+	if bus.DefaultDuplicateWindow < 2*(bus.DefaultPublishRetryBudget+5*bus.DefaultAckWait) {
+		t.Errorf("the window %v does not cover twice a publish's retries and five redeliveries",
+			bus.DefaultDuplicateWindow)
 	}
 }
 

@@ -266,6 +266,18 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
+	// The same definition registered again (a producer's retry, a deploy
+	// that registers at each start) is left as it is: another revision
+	// would push an older, different one out of the bucket's history.
+	if entry, err := e.defs.Get(ctx, cmd.Definition.Name); err == nil {
+		var stored novav1.WorkflowDefinition
+		if proto.Unmarshal(entry.Value(), &stored) == nil && proto.Equal(&stored, cmd.Definition) {
+			e.log.InfoContext(ctx, "workflow registered already", "workflow", cmd.Definition.Name, "revision", entry.Revision())
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("read workflow %q: %w", cmd.Definition.Name, err)
+	}
 	if _, err := e.defs.Put(ctx, cmd.Definition.Name, data); err != nil {
 		return fmt.Errorf("store workflow %q: %w", cmd.Definition.Name, err)
 	}

@@ -4,7 +4,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -106,14 +105,13 @@ func (c *Client) Register(ctx context.Context, def *novav1.WorkflowDefinition) e
 		bus.TypeWorkflowRegister, &novav1.RegisterWorkflow{Definition: def}, nil); err != nil {
 		return err
 	}
-	want, err := proto.Marshal(def)
-	if err != nil {
-		return err
-	}
 	for {
 		if kv, err := c.bus.JetStream().KeyValue(ctx, workflowsBucket); err == nil {
-			if entry, err := kv.Get(ctx, def.GetName()); err == nil && bytes.Equal(entry.Value(), want) {
-				return nil
+			if entry, err := kv.Get(ctx, def.GetName()); err == nil {
+				var stored novav1.WorkflowDefinition
+				if proto.Unmarshal(entry.Value(), &stored) == nil && proto.Equal(&stored, def) {
+					return nil
+				}
 			}
 		}
 		select {

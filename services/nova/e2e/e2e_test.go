@@ -15,9 +15,11 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 var invoiceExample = filepath.Join("..", "..", "..", "examples", "invoice-routing.yaml")
@@ -536,6 +538,83 @@ func TestRegisteredWorkflows(t *testing.T) {
 		}
 		nodes := e.chain(wc.ExecutionId)
 		checkChain(t, def, wc, nodes)
+	})
+
+	// Past the duplicate window a repeated start or registration is stored
+	// again, and so is what the engine publishes for it: the engine must not
+	// run or store anything twice.
+	t.Run("a start repeated after the duplicate window runs nothing again", func(t *testing.T) {
+		if err := e.client.Register(e.ctx, def); err != nil {
+			t.Fatal(err)
+		}
+		exec, err := e.client.Start(e.ctx, nil, def.Name, map[string]any{"amount": 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc, err := exec.Wait(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := wc.ExecutionId
+		e.busIdle()
+		before, docs := e.subjects(bus.StreamEvents, bus.ExecutionFilter(id)), e.counts(id)
+		if before[bus.EventSubject(id, bus.KindWorkflowCompleted)] != 1 {
+			t.Fatalf("events of the execution %v, want one completion", before)
+		}
+		e.pastDuplicateWindows()
+		again, err := jsonvalue.ObjectOf(map[string]any{"amount": 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.bus.PublishProto(e.ctx, bus.CommandSubject(bus.AgentGraphEngine), exec.EventID, bus.TypeWorkflowStart,
+			&novav1.StartWorkflow{ExecutionId: id, WorkflowName: def.Name, Context: again.Proto()},
+			map[string]string{"executionid": id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.busIdle()
+		if after := e.subjects(bus.StreamEvents, bus.ExecutionFilter(id)); !maps.Equal(after, before) {
+			t.Errorf("events of the execution after the repeated start %v, before %v", after, before)
+		}
+		if after := e.counts(id); !maps.Equal(after, docs) {
+			t.Errorf("audit documents %v after the repeated start, %v before", after, docs)
+		}
+	})
+
+	t.Run("the same definition registered again keeps its revision", func(t *testing.T) {
+		kv, err := e.bus.JetStream().KeyValue(e.ctx, engine.BucketWorkflows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revision := func() uint64 {
+			t.Helper()
+			entry, err := kv.Get(e.ctx, def.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return entry.Revision()
+		}
+		first := revision()
+		if err := e.client.Register(e.ctx, def); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.client.WaitConsumerIdle(e.ctx, bus.StreamCommands, engine.ConsumerCommands); err != nil {
+			t.Fatal(err)
+		}
+		if got := revision(); got != first {
+			t.Errorf("revision %d after registering the same definition, want %d", got, first)
+		}
+		changed := proto.Clone(def).(*novav1.WorkflowDefinition)
+		changed.TimeoutSeconds = 45
+		if err := e.client.Register(e.ctx, changed); err != nil {
+			t.Fatal(err)
+		}
+		if got := revision(); got == first {
+			t.Errorf("a changed definition kept revision %d", got)
+		}
+		if err := e.client.Register(e.ctx, def); err != nil { // back, for the subtests that follow
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("an invalid definition is refused with the reason", func(t *testing.T) {

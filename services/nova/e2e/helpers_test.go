@@ -140,6 +140,93 @@ func (e *env) counts(executionID string) map[string]int64 {
 	return c
 }
 
+// pastDuplicateWindows makes the streams forget the ids published so far, as
+// if their duplicate windows had passed: the windows are shortened to the
+// least the server takes, waited out, and set back.
+func (e *env) pastDuplicateWindows() {
+	e.t.Helper()
+	const short = 100 * time.Millisecond
+	js := e.bus.JetStream()
+	for _, name := range []string{bus.StreamCommands, bus.StreamEvents} {
+		stream, err := js.Stream(e.ctx, name)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		cfg := stream.CachedInfo().Config
+		window := cfg.Duplicates
+		cfg.Duplicates = short
+		if _, err := js.UpdateStream(e.ctx, cfg); err != nil {
+			e.t.Fatalf("shorten the duplicate window of %s: %v", name, err)
+		}
+		e.t.Cleanup(func() {
+			cfg.Duplicates = window
+			if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+				e.t.Errorf("set back the duplicate window of %s: %v", name, err)
+			}
+		})
+	}
+	time.Sleep(3 * short)
+}
+
+// busIdle waits until every consumer of the commands and the events has
+// handled all there is, and nothing was published while it looked.
+func (e *env) busIdle() {
+	e.t.Helper()
+	js := e.bus.JetStream()
+	streams := []string{bus.StreamCommands, bus.StreamEvents}
+	lastSeqs := func() []uint64 {
+		var seqs []uint64
+		for _, name := range streams {
+			stream, err := js.Stream(e.ctx, name)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			info, err := stream.Info(e.ctx)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			seqs = append(seqs, info.State.LastSeq)
+		}
+		return seqs
+	}
+	for {
+		seen := lastSeqs()
+		for _, name := range streams {
+			stream, err := js.Stream(e.ctx, name)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			names := stream.ConsumerNames(e.ctx)
+			for durable := range names.Name() {
+				if err := e.client.WaitConsumerIdle(e.ctx, name, durable); err != nil {
+					e.t.Fatal(err)
+				}
+			}
+			if err := names.Err(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		if slices.Equal(lastSeqs(), seen) {
+			return
+		}
+	}
+}
+
+// subjects counts a stream's messages by subject, of the subjects filter
+// matches.
+func (e *env) subjects(stream, filter string) map[string]uint64 {
+	e.t.Helper()
+	s, err := e.bus.JetStream().Stream(e.ctx, stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
 // consumerInfo reads a durable consumer's state.
 func (e *env) consumerInfo(stream, durable string) *jetstream.ConsumerInfo {
 	e.t.Helper()
