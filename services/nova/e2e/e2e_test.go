@@ -20,6 +20,7 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/nova/client"
 )
 
 var invoiceExample = filepath.Join("..", "..", "..", "examples", "invoice-routing.yaml")
@@ -515,7 +516,9 @@ func TestRegisteredWorkflows(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("start by name", func(t *testing.T) {
+	// runByName registers def and runs it by its name.
+	runByName := func(t *testing.T) (*client.Execution, *novav1.WorkflowCompleted) {
+		t.Helper()
 		if err := e.client.Register(e.ctx, def); err != nil {
 			t.Fatalf("register: %v", err)
 		}
@@ -529,6 +532,11 @@ func TestRegisteredWorkflows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		return exec, wc
+	}
+
+	t.Run("start by name", func(t *testing.T) {
+		exec, wc := runByName(t)
 		if wc.Status != "succeeded" || wc.WorkflowName != def.Name || wc.ExecutionId != exec.ID {
 			t.Fatalf("status %q (error %q), workflow %q, execution %q; want succeeded %s %s",
 				wc.Status, wc.Error, wc.WorkflowName, wc.ExecutionId, def.Name, exec.ID)
@@ -544,17 +552,7 @@ func TestRegisteredWorkflows(t *testing.T) {
 	// again, and so is what the engine publishes for it: the engine must not
 	// run or store anything twice.
 	t.Run("a start repeated after the duplicate window runs nothing again", func(t *testing.T) {
-		if err := e.client.Register(e.ctx, def); err != nil {
-			t.Fatal(err)
-		}
-		exec, err := e.client.Start(e.ctx, nil, def.Name, map[string]any{"amount": 200})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wc, err := exec.Wait(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		exec, wc := runByName(t)
 		id := wc.ExecutionId
 		e.busIdle()
 		before, docs := e.subjects(bus.StreamEvents, bus.ExecutionFilter(id)), e.counts(id)
