@@ -168,8 +168,8 @@ func (e *env) pastDuplicateWindows() {
 	time.Sleep(3 * short)
 }
 
-// busIdle waits until every consumer of the commands and the events has
-// handled all there is, and nothing was published while it looked.
+// busIdle waits until every durable consumer of the commands and the events
+// has handled all there is, and nothing was published while it looked.
 func (e *env) busIdle() {
 	e.t.Helper()
 	js := e.bus.JetStream()
@@ -196,13 +196,18 @@ func (e *env) busIdle() {
 			if err != nil {
 				e.t.Fatal(err)
 			}
-			names := stream.ConsumerNames(e.ctx)
-			for durable := range names.Name() {
-				if err := e.client.WaitConsumerIdle(e.ctx, name, durable); err != nil {
+			// The durable consumers: the services'. A client's ordered
+			// consumers come and go with its waits.
+			infos := stream.ListConsumers(e.ctx)
+			for ci := range infos.Info() {
+				if ci.Config.Durable == "" {
+					continue
+				}
+				if err := e.client.WaitConsumerIdle(e.ctx, name, ci.Config.Durable); err != nil {
 					e.t.Fatal(err)
 				}
 			}
-			if err := names.Err(); err != nil {
+			if err := infos.Err(); err != nil {
 				e.t.Fatal(err)
 			}
 		}
