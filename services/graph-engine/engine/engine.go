@@ -262,10 +262,6 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 	if !validKey.MatchString(cmd.Definition.Name) {
 		return bus.Permanent(fmt.Errorf("register: workflow name %q must be letters, digits, '-', '_' or '='", cmd.Definition.Name))
 	}
-	data, err := proto.Marshal(cmd.Definition)
-	if err != nil {
-		return bus.Permanent(err)
-	}
 	// The same definition registered again (a producer's retry, a deploy
 	// that registers at each start) is left as it is: another revision
 	// would push an older, different one out of the bucket's history.
@@ -277,6 +273,10 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("read workflow %q: %w", cmd.Definition.Name, err)
+	}
+	data, err := proto.Marshal(cmd.Definition)
+	if err != nil {
+		return bus.Permanent(err)
 	}
 	if _, err := e.defs.Put(ctx, cmd.Definition.Name, data); err != nil {
 		return fmt.Errorf("store workflow %q: %w", cmd.Definition.Name, err)
