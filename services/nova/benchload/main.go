@@ -43,6 +43,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
@@ -482,7 +483,7 @@ func settled(ctx context.Context, js jetstream.JetStream, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for {
-		busy, err := backlog(ctx, js)
+		busy, err := client.Backlog(ctx, js, bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters)
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s: consumers: %w", what, err)
@@ -498,27 +499,6 @@ func settled(ctx context.Context, js jetstream.JetStream, what string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// backlog names the first durable consumer with messages pending or
-// unacknowledged, and their counts ("" when there is none).
-func backlog(ctx context.Context, js jetstream.JetStream) (string, error) {
-	for _, name := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return "", err
-		}
-		infos := s.ListConsumers(ctx)
-		for ci := range infos.Info() {
-			if ci.Config.Durable != "" && (ci.NumPending > 0 || ci.NumAckPending > 0) {
-				return fmt.Sprintf("%s on %s: %d pending, %d unacknowledged", ci.Name, name, ci.NumPending, ci.NumAckPending), nil
-			}
-		}
-		if err := infos.Err(); err != nil {
-			return "", err
-		}
-	}
-	return "", nil
 }
 
 // groupSample is the CPU used so far by a process and its descendants: the

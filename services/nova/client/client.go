@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -171,6 +172,33 @@ func (c *Client) Run(ctx context.Context, def *novav1.WorkflowDefinition, initia
 		return nil, err
 	}
 	return exec.Wait(ctx)
+}
+
+// Backlog names the first durable consumer of streams with messages pending
+// or unacknowledged, and their counts ("" when there is none). A client's
+// ordered consumers, which come and go with its waits, are not looked at.
+func Backlog(ctx context.Context, js jetstream.JetStream, streams ...string) (string, error) {
+	for _, name := range streams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		// The lister's goroutine ends only once every info is taken.
+		busy := ""
+		infos := s.ListConsumers(ctx)
+		for ci := range infos.Info() {
+			if busy == "" && ci.Config.Durable != "" && (ci.NumPending > 0 || ci.NumAckPending > 0) {
+				busy = fmt.Sprintf("%s on %s: %d pending, %d unacknowledged", ci.Name, name, ci.NumPending, ci.NumAckPending)
+			}
+		}
+		if err := infos.Err(); err != nil {
+			return "", err
+		}
+		if busy != "" {
+			return busy, nil
+		}
+	}
+	return "", nil
 }
 
 // WaitConsumerIdle waits until a durable consumer has nothing pending and

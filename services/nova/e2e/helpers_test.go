@@ -168,8 +168,9 @@ func (e *env) pastDuplicateWindows() {
 	time.Sleep(3 * short)
 }
 
-// busIdle waits until every durable consumer of the commands and the events
-// has handled all there is, and nothing was published while it looked.
+// busIdle waits until no durable consumer of the commands and the events has
+// anything pending or unacknowledged, and nothing was published while it
+// looked.
 func (e *env) busIdle() {
 	e.t.Helper()
 	js := e.bus.JetStream()
@@ -181,38 +182,23 @@ func (e *env) busIdle() {
 			if err != nil {
 				e.t.Fatal(err)
 			}
-			info, err := stream.Info(e.ctx)
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			seqs = append(seqs, info.State.LastSeq)
+			seqs = append(seqs, stream.CachedInfo().State.LastSeq)
 		}
 		return seqs
 	}
 	for {
 		seen := lastSeqs()
-		for _, name := range streams {
-			stream, err := js.Stream(e.ctx, name)
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			// The durable consumers: the services'. A client's ordered
-			// consumers come and go with its waits.
-			infos := stream.ListConsumers(e.ctx)
-			for ci := range infos.Info() {
-				if ci.Config.Durable == "" {
-					continue
-				}
-				if err := e.client.WaitConsumerIdle(e.ctx, name, ci.Config.Durable); err != nil {
-					e.t.Fatal(err)
-				}
-			}
-			if err := infos.Err(); err != nil {
-				e.t.Fatal(err)
-			}
+		busy, err := client.Backlog(e.ctx, js, streams...)
+		if err != nil {
+			e.t.Fatal(err)
 		}
-		if slices.Equal(lastSeqs(), seen) {
+		if busy == "" && slices.Equal(lastSeqs(), seen) {
 			return
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatalf("the bus is still busy: %s", busy)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
