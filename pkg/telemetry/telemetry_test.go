@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/novaflow/nova/pkg/telemetry"
@@ -49,6 +50,59 @@ func TestLogsCarryTraceIDs(t *testing.T) {
 	}
 	if service != "graph-engine" {
 		t.Errorf("span resource service.name = %q", service)
+	}
+}
+
+// TestWithoutExporterSpansCarryContextOnly: with nothing to export to, a
+// root span starts a sampled trace, a span started inside it and one started
+// from its traceparent (the next hop) carry the same trace, nothing records,
+// and the logs carry the trace id.
+func TestWithoutExporterSpansCarryContextOnly(t *testing.T) {
+	var buf bytes.Buffer
+	tel, err := telemetry.Setup(context.Background(), "graph-engine", telemetry.WithLog(&buf, slog.LevelInfo, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	if _, ok := tel.TracerProvider.(telemetry.ContextOnly); !ok {
+		t.Fatalf("tracer provider without an exporter is %T, want telemetry.ContextOnly", tel.TracerProvider)
+	}
+	tracer := tel.TracerProvider.Tracer("test")
+
+	ctx, root := tracer.Start(context.Background(), "handle")
+	sc := root.SpanContext()
+	if !sc.IsValid() || !sc.IsSampled() || root.IsRecording() {
+		t.Fatalf("root span: context %v valid %v sampled %v, recording %v; want a valid sampled context, not recording",
+			sc, sc.IsValid(), sc.IsSampled(), root.IsRecording())
+	}
+	_, inner := tracer.Start(ctx, "publish")
+	if !inner.SpanContext().Equal(sc) || inner.IsRecording() {
+		t.Errorf("span inside the root carries %v (recording %v), want the root's %v", inner.SpanContext(), inner.IsRecording(), sc)
+	}
+
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; carrier["traceparent"] != want {
+		t.Errorf("traceparent %q, want %q", carrier["traceparent"], want)
+	}
+	next := propagation.TraceContext{}.Extract(context.Background(), carrier)
+	_, hop := tracer.Start(next, "next hop")
+	if hop.SpanContext().TraceID() != sc.TraceID() {
+		t.Errorf("the next hop's trace %s, want %s", hop.SpanContext().TraceID(), sc.TraceID())
+	}
+
+	_, other := tracer.Start(context.Background(), "handle")
+	if other.SpanContext().TraceID() == sc.TraceID() || other.SpanContext().SpanID() == sc.SpanID() {
+		t.Errorf("two roots share ids: %v and %v", other.SpanContext(), sc)
+	}
+
+	tel.Logger.InfoContext(ctx, "node dispatched")
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("log line %q: %v", buf.String(), err)
+	}
+	if rec["trace_id"] != sc.TraceID().String() || rec["span_id"] != sc.SpanID().String() {
+		t.Errorf("log record %v, want trace_id %s and span_id %s", rec, sc.TraceID(), sc.SpanID())
 	}
 }
 
