@@ -231,7 +231,10 @@ func (m *headerMessage) ReadBinary(_ context.Context, w binding.BinaryWriter) er
 		}
 	}
 	if len(m.data) > 0 {
-		return w.SetData(bytes.NewReader(m.data))
+		// The SDK's builder keeps a *bytes.Buffer's bytes as the data and
+		// copies any other reader: the body is the message's own (nats.go
+		// gives every message its own), so it is kept, not copied.
+		return w.SetData(bytes.NewBuffer(m.data))
 	}
 	return nil
 }

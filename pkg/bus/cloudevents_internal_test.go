@@ -91,3 +91,23 @@ func TestToNATSWritesWhatTheBindingWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestFromNATSKeepsTheBody: a decoded event's data is the message's body, not
+// a copy of it.
+func TestFromNATSKeepsTheBody(t *testing.T) {
+	ev, err := NewEvent("id-1", TypeWorkflowStarted, "nova/test", &novav1.WorkflowStarted{ExecutionId: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := toNATS(context.Background(), "nova.evt.e.workflow.started", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := fromNATS(context.Background(), m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Data()) == 0 || &back.Data()[0] != &m.Data[0] || len(back.Data()) != len(m.Data) {
+		t.Errorf("decoded data %q is a copy of the body %q", back.Data(), m.Data)
+	}
+}
