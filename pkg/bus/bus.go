@@ -45,38 +45,48 @@ type StreamOptions struct {
 	Replicas int
 	// EventsMaxAge bounds how long execution events are kept.
 	EventsMaxAge time.Duration
-	// DuplicateWindow is how long NOVA_CMD remembers a Nats-Msg-Id to drop a
-	// repeated publish (default DefaultDuplicateWindow).
+	// DuplicateWindow is how long NOVA_CMD and NOVA_DLQ remember a
+	// Nats-Msg-Id to drop a repeated publish (default DefaultDuplicateWindow).
 	DuplicateWindow time.Duration
-	// EventsDuplicateWindow is the same for NOVA_EVT and NOVA_DLQ (default
-	// DefaultDuplicateWindow).
+	// EventsDuplicateWindow is the same for NOVA_EVT (default
+	// DefaultEventsDuplicateWindow).
 	EventsDuplicateWindow time.Duration
 }
 
-// DefaultDuplicateWindow is how long each stream remembers the ids of what
-// was published to it, by default.
+// DefaultDuplicateWindow is how long NOVA_CMD and NOVA_DLQ remember the ids
+// of what was published to them, by default.
 //
-// A service publishes the same event or command id again when its handler
+// A service publishes the same command or event id again when its handler
 // runs again on a redelivery: after a failed attempt's backoff (at most 7.6 s
 // in all, see Consumer.Backoff), after AckWait when the process that held the
 // delivery died (5 s each, at most MaxDeliver times), or while Publish
 // retries (at most DefaultPublishRetryBudget, 20 s). Two minutes cover each of
-// these several times over. A producer's start repeated after the window
-// names the execution the first one started (its execution id, or its event
-// id), which the engine then finds in its state and does not start again; a
-// registration repeated registers the same definition, which the engine
-// leaves as it is.
-//
-// The server keeps every id of the window in memory (about 160 bytes each;
-// a 3-node workflow publishes some 16 events and 4 commands), so at 90
-// workflows a second two minutes hold about 35 MB, where ten minutes on
-// NOVA_CMD held 28 MB more. (nats-server 2.15 also keeps the entries of
-// expired ids in its list until the list is three times the live ones: a
-// heap profile after 20,000 workflows counted twice the window's ids.) An id
-// repeated after the window (a consumer down for longer) reaches handlers
-// that are idempotent anyway: the engine ignores what its stored state has
-// passed, the audit store keys documents by event id.
+// these several times over, so a command (work an agent would do again: a
+// program run, a model call) is not stored twice. A producer's start repeated
+// after the window names the execution the first one started (its execution
+// id, or its event id), which the engine then finds in its state and does not
+// start again; a registration repeated registers the same definition, which
+// the engine leaves as it is.
 const DefaultDuplicateWindow = 2 * time.Minute
+
+// DefaultEventsDuplicateWindow is how long NOVA_EVT remembers the ids of the
+// events published to it, by default: twice a publish's retries
+// (DefaultPublishRetryBudget), the one repetition that happens without a
+// failure (an acknowledgement that did not arrive in time while the stream
+// stored the event).
+//
+// The server keeps every id of a window in memory, in the Go heap of the
+// process it runs in (about 160 bytes each, and nats-server 2.15 keeps the
+// entries of expired ids in its list until it is three times the live ones),
+// and a 3-node workflow publishes some 16 events and 4 commands. With the
+// events' ids kept two minutes, like the commands', they were 80% of the ids:
+// some 33 MB at 90 workflows a second, which the embedded server's
+// process (nova dev) marked at every collection. An event repeated after
+// this window (a handler run again after a failure) is stored again and
+// handled as what it is: the engine ignores what its stored state has passed,
+// the audit store keys its documents by what they record; a reader following an
+// execution's events sees it twice, with the same ce-id.
+const DefaultEventsDuplicateWindow = 2 * DefaultPublishRetryBudget
 
 type options struct {
 	name    string
@@ -138,7 +148,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 		o.streams.DuplicateWindow = DefaultDuplicateWindow
 	}
 	if o.streams.EventsDuplicateWindow <= 0 {
-		o.streams.EventsDuplicateWindow = DefaultDuplicateWindow
+		o.streams.EventsDuplicateWindow = DefaultEventsDuplicateWindow
 	}
 	natsOpts := append([]nats.Option{
 		nats.Name(o.name),
@@ -224,7 +234,7 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 			Storage:     jetstream.FileStorage,
 			Replicas:    b.streamCfg.Replicas,
 			MaxAge:      30 * 24 * time.Hour,
-			Duplicates:  b.streamCfg.EventsDuplicateWindow,
+			Duplicates:  b.streamCfg.DuplicateWindow,
 		},
 	}
 	for _, cfg := range streams {

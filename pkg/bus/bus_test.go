@@ -191,9 +191,9 @@ func TestDuplicatePublishIsStoredOnce(t *testing.T) {
 	}
 }
 
-// Every stream keeps the default window, whose ids the server holds in
-// memory, also on a data dir whose streams were declared with a longer one
-// (NOVA_CMD had ten minutes).
+// Every stream keeps its default window, whose ids the server holds in
+// memory, also on a data dir whose streams were declared with longer ones
+// (NOVA_CMD had ten minutes, NOVA_EVT two).
 func TestDuplicateWindows(t *testing.T) {
 	url := natstest.URL(t)
 	ctx := context.Background()
@@ -202,7 +202,7 @@ func TestDuplicateWindows(t *testing.T) {
 	connect(t, url) // declares the streams again, with the defaults
 	want := map[string]time.Duration{
 		bus.StreamCommands:    bus.DefaultDuplicateWindow,
-		bus.StreamEvents:      bus.DefaultDuplicateWindow,
+		bus.StreamEvents:      bus.DefaultEventsDuplicateWindow,
 		bus.StreamDeadLetters: bus.DefaultDuplicateWindow,
 	}
 	for name, window := range want {
@@ -221,6 +221,10 @@ func TestDuplicateWindows(t *testing.T) {
 	if bus.DefaultDuplicateWindow < 2*(bus.DefaultPublishRetryBudget+5*bus.DefaultAckWait) {
 		t.Errorf("the window %v does not cover twice a publish's retries and five redeliveries",
 			bus.DefaultDuplicateWindow)
+	}
+	if bus.DefaultEventsDuplicateWindow < 2*bus.DefaultPublishRetryBudget {
+		t.Errorf("the events' window %v does not cover twice a publish's retries",
+			bus.DefaultEventsDuplicateWindow)
 	}
 }
 

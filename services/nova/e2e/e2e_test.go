@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -576,6 +577,46 @@ func TestRegisteredWorkflows(t *testing.T) {
 		}
 		if after := e.counts(id); !maps.Equal(after, docs) {
 			t.Errorf("audit documents %v after the repeated start, %v before", after, docs)
+		}
+	})
+
+	// Past the events' duplicate window (shorter than the commands') an event
+	// that a handler run again on a redelivery publishes again is stored
+	// again: the engine, whose state has passed it, must not run or publish
+	// anything for it, nor the audit service record anything twice.
+	t.Run("events repeated after the events' duplicate window change nothing", func(t *testing.T) {
+		_, wc := runByName(t)
+		id := wc.ExecutionId
+		e.busIdle()
+		before, docs := e.subjects(bus.StreamEvents, bus.ExecutionFilter(id)), e.counts(id)
+		if before[bus.EventSubject(id, bus.KindSandboxResult)] == 0 || before[bus.EventSubject(id, bus.KindStepCompleted)] == 0 {
+			t.Fatalf("events of the execution %v, want sandbox results and steps", before)
+		}
+		e.pastDuplicateWindows()
+		stream, err := e.bus.JetStream().Stream(e.ctx, bus.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := maps.Clone(before)
+		for subject := range before {
+			stored, err := stream.GetLastMsgForSubject(e.ctx, subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored.Header.Get(nats.MsgIdHdr) == "" {
+				t.Fatalf("%s has no %s", subject, nats.MsgIdHdr)
+			}
+			if _, err := e.bus.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subject, Header: stored.Header, Data: stored.Data}); err != nil {
+				t.Fatal(err)
+			}
+			want[subject]++
+		}
+		e.busIdle()
+		if after := e.subjects(bus.StreamEvents, bus.ExecutionFilter(id)); !maps.Equal(after, want) {
+			t.Errorf("events of the execution after the repeated ones %v, want %v", after, want)
+		}
+		if after := e.counts(id); !maps.Equal(after, docs) {
+			t.Errorf("audit documents %v after the repeated events, %v before", after, docs)
 		}
 	})
 
