@@ -253,8 +253,13 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 func (b *Bus) settle(ctx context.Context, c Consumer, msg jetstream.Msg, md *jetstream.MsgMetadata, ev *event.Event, err error) {
 	switch {
 	case err == nil:
-		if ackErr := msg.DoubleAck(ctx); ackErr != nil {
-			// The event will be redelivered; handlers are idempotent.
+		// The ack goes out on the connection before the worker's next pull
+		// request, which the server reads after it; waiting for the server
+		// to confirm it (a double ack) would cost a round trip per event for
+		// nothing: an ack lost with the connection is a redelivery after
+		// AckWait, which handlers are idempotent for, whether or not the
+		// loss is seen here.
+		if ackErr := msg.Ack(); ackErr != nil {
 			b.log.WarnContext(ctx, "ack failed", "consumer", c.Durable, "event_id", ev.ID(), "err", ackErr)
 		}
 	case IsPermanent(err) || int(md.NumDelivered) >= c.MaxDeliver:
