@@ -8,9 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/novaflow/nova/pkg/bus"
-	auditservice "github.com/novaflow/nova/services/audit/service"
 )
 
 // BenchmarkWorkflow3NodesMessages counts what one 3-node workflow, run one
@@ -26,9 +23,7 @@ func BenchmarkWorkflow3NodesMessages(b *testing.B) {
 	settle := func() {
 		ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
 		defer cancel()
-		if err := env.client.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
-			b.Fatal(err)
-		}
+		env.auditCaughtUp(ctx, b)
 	}
 	settle()
 	before, beforeConns := serverCounts(b, srv)

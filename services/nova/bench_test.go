@@ -125,6 +125,15 @@ func (e *benchEnv) try(ctx context.Context) (string, error) {
 	return wc.ExecutionId, nil
 }
 
+// auditCaughtUp waits until the audit consumer has handled every event
+// published so far.
+func (e *benchEnv) auditCaughtUp(ctx context.Context, b *testing.B) {
+	b.Helper()
+	if err := e.client.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // benchNodeTimes is what the chain of work says about one code node visit.
 type benchNodeTimes struct {
 	step  string  // execution/node
@@ -140,9 +149,7 @@ func (e *benchEnv) chainTimes(b *testing.B, ids []string) []benchNodeTimes {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
 	defer cancel()
-	if err := e.client.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
-		b.Fatal(err)
-	}
+	e.auditCaughtUp(ctx, b)
 	mc, err := mongo.Connect(options.Client().ApplyURI(e.stack.MongoURI()))
 	if err != nil {
 		b.Fatal(err)
