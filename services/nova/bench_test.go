@@ -286,6 +286,7 @@ func benchReport(b *testing.B, label string, elapsed, cpu time.Duration, workflo
 	b.ReportMetric(medOverhead, "overhead-ms/node")
 	b.ReportMetric(benchMedian(total), "node-ms")
 	b.ReportMetric(benchMedian(code), "code-ms")
+	b.ReportMetric(benchMS(cpu)/float64(workflows), "go-cpu-ms/op")
 
 	sandbox, python := benchMedian(bl.sandboxWall), benchMedian(bl.python)
 	var t strings.Builder
