@@ -283,51 +283,75 @@ func (s *Store) writeDocs(ctx context.Context, coll *mongo.Collection, list []*i
 }
 
 // indexAll lists the documents the batch inserted in their executions'
-// indexes with one ordered insert, at the positions this process expects
-// next. An ordered insert keeps each execution's positions without gaps:
-// it stops at the first that fails (taken by another writer), and the
-// entries from there on are listed one at a time, as indexDoc lists them.
+// indexes, one entry per execution, with one ordered insert at the
+// positions this process expects next. An ordered insert keeps each
+// execution's positions without gaps: it stops at the first that fails
+// (taken by another writer), and the entries from there on are listed one
+// at a time, as indexDocs lists them.
 func (s *Store) indexAll(ctx context.Context, list []*item) {
 	if !s.indexed {
 		return
 	}
-	list = slices.DeleteFunc(slices.Clone(list), func(it *item) bool { return !it.inserted })
-	if len(list) == 0 {
+	type group struct {
+		executionID string
+		docs        []indexedDoc
+		items       []*item
+	}
+	var groups []*group
+	byExecution := map[string]*group{}
+	for _, it := range list {
+		if !it.inserted {
+			continue
+		}
+		g := byExecution[it.executionID]
+		if g == nil || len(g.docs) == maxEntryDocs {
+			g = &group{executionID: it.executionID}
+			byExecution[it.executionID] = g
+			groups = append(groups, g)
+		}
+		g.docs = append(g.docs, indexedDoc{Collection: it.coll, DocID: it.id})
+		g.items = append(g.items, it)
+	}
+	if len(groups) == 0 {
 		return
 	}
 	// Batches of one process do not take each other's positions.
 	s.indexMu.Lock()
-	entries := make([]any, len(list))
-	positions := make([]int, len(list))
+	entries := make([]any, len(groups))
+	positions := make([]int, len(groups))
 	next := map[string]int{}
-	for i, it := range list {
-		n, ok := next[it.executionID]
+	for i, g := range groups {
+		n, ok := next[g.executionID]
 		if !ok {
-			n = max(s.positions.get(it.executionID), 1)
+			n = max(s.positions.get(g.executionID), 1)
 		}
-		entries[i] = indexEntry{ID: entryID(it.executionID, n), Collection: it.coll, DocID: it.id}
-		positions[i], next[it.executionID] = n, n+1
+		entries[i] = indexEntry{ID: entryID(g.executionID, n), Docs: g.docs}
+		positions[i], next[g.executionID] = n, n+1
 	}
 	_, err := s.index.InsertMany(ctx, entries, options.InsertMany().SetOrdered(true))
-	inserted, _, known := insertResult(len(list), err, true)
-	for i, it := range list {
+	inserted, _, known := insertResult(len(groups), err, true)
+	for i, g := range groups {
 		if inserted[i] {
-			s.positions.set(it.executionID, positions[i]+1)
+			s.positions.set(g.executionID, positions[i]+1)
 		}
 	}
 	s.indexMu.Unlock()
 	if unreachable(ctx, err) {
-		failAll(list, "index", err)
+		for _, g := range groups {
+			failAll(g.items, "index", err)
+		}
 		return
 	}
-	for i, it := range list {
+	for i, g := range groups {
 		if inserted[i] {
 			continue
 		}
-		// When the insert failed as a whole, some entries may be in: one is
-		// then added only if its document is not listed yet.
-		if err := s.indexDoc(ctx, it.executionID, it.coll, it.id, known); err != nil {
-			it.err = fmt.Errorf("index %s: %w", it.id, err)
+		// When the insert failed as a whole, its entry may be in: its
+		// documents are then listed only if they are not yet.
+		if err := s.indexDocs(ctx, g.executionID, g.docs, known); err != nil {
+			for _, it := range g.items {
+				it.err = fmt.Errorf("index %s: %w", it.id, err)
+			}
 		}
 	}
 }

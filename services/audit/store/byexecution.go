@@ -25,16 +25,38 @@ import (
 // execution_id, whose cost grows with the history. On MongoDB it is not used.
 const IndexCollection = "chain_of_work_index"
 
-// indexEntry is an IndexCollection document: the n-th document recorded for
-// an execution, with _id "<execution id>#<n>". Positions are taken from 1 up
-// without gaps (each by an insert that fails if another writer took it
-// first), so a reader finds them all by reading 1, 2, ... up to the first
-// that does not exist.
+// indexEntry is an IndexCollection document: the n-th entry of an
+// execution's index, with _id "<execution id>#<n>", listing documents
+// recorded for it: those of one batch of the audit service (Docs), one
+// when it recorded one event. Positions are taken from 1 up without gaps
+// (each by an insert that fails if another writer took it first), so a
+// reader finds them all by reading 1, 2, ... up to the first that does not
+// exist.
 type indexEntry struct {
-	ID         string `bson:"_id"`
+	ID   string       `bson:"_id"`
+	Docs []indexedDoc `bson:"docs,omitempty"`
+	// An entry of a version before Docs lists one document here.
+	Collection string `bson:"collection,omitempty"`
+	DocID      string `bson:"doc_id,omitempty"`
+}
+
+// indexedDoc is a document an index entry lists: its collection and _id.
+type indexedDoc struct {
 	Collection string `bson:"collection"`
 	DocID      string `bson:"doc_id"`
 }
+
+// docs are the documents e lists.
+func (e indexEntry) docs() []indexedDoc {
+	if e.DocID == "" {
+		return e.Docs
+	}
+	return append([]indexedDoc{{Collection: e.Collection, DocID: e.DocID}}, e.Docs...)
+}
+
+// maxEntryDocs is the most documents one entry lists (the backfill of an
+// execution with more writes several), far below a document's 16 MB.
+const maxEntryDocs = 1000
 
 // indexBackfilled marks an IndexCollection that lists every document
 // recorded before it existed (see backfillIndex). No entry has this _id: an
@@ -101,24 +123,32 @@ func (p *positions) set(executionID string, n int) {
 	p.next[executionID] = max(n, p.next[executionID])
 }
 
-// indexDoc lists the document docID of coll in its execution's index. A
-// redelivered event (first is false: the document existed) is listed only
-// if it is not yet, so that the index holds each document once unless two
-// deliveries of one event race; readers ignore the repeats.
+// indexDoc lists the document docID of coll in its execution's index, as
+// indexDocs does.
 func (s *Store) indexDoc(ctx context.Context, executionID, coll, docID string, first bool) error {
+	return s.indexDocs(ctx, executionID, []indexedDoc{{Collection: coll, DocID: docID}}, first)
+}
+
+// indexDocs lists docs in their execution's index, in one entry. When they
+// may be listed already (first is false: a redelivered event found its
+// document, or a batch's entry may be in), only those that are not yet
+// are, so that the index holds each document once unless two deliveries of
+// one event race; readers ignore the repeats.
+func (s *Store) indexDocs(ctx context.Context, executionID string, docs []indexedDoc, first bool) error {
 	if !s.indexed {
 		return nil
 	}
 	if !first {
-		entries, _, err := s.indexOf(ctx, executionID)
+		listed, _, err := s.indexOf(ctx, executionID)
 		if err != nil {
 			return err
 		}
-		if slices.ContainsFunc(entries, func(e indexEntry) bool { return e.Collection == coll && e.DocID == docID }) {
+		docs = slices.DeleteFunc(slices.Clone(docs), func(d indexedDoc) bool { return slices.Contains(listed, d) })
+		if len(docs) == 0 {
 			return nil
 		}
 	}
-	entry := indexEntry{Collection: coll, DocID: docID}
+	entry := indexEntry{Docs: docs}
 	// An execution this process has not written to is most often new: try
 	// position 1 before looking for the first free one.
 	n := max(s.positions.get(executionID), 1)
@@ -130,7 +160,7 @@ func (s *Store) indexDoc(ctx context.Context, executionID, coll, docID string, f
 			return nil
 		}
 		if !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("index %s: %w", docID, err)
+			return fmt.Errorf("index %s: %w", docs[0].DocID, err)
 		}
 		if searched {
 			n++ // taken since the search: the next one is free unless taken too
@@ -186,22 +216,23 @@ func (s *Store) positionTaken(ctx context.Context, executionID string, n int) (b
 
 // indexOf reads an execution's index, in order, each document once, and
 // tells its first free position.
-func (s *Store) indexOf(ctx context.Context, executionID string) ([]indexEntry, int, error) {
-	var entries []indexEntry
-	seen := map[indexEntry]bool{}
+func (s *Store) indexOf(ctx context.Context, executionID string) ([]indexedDoc, int, error) {
+	var docs []indexedDoc
+	seen := map[indexedDoc]bool{}
 	for n := 1; ; n++ {
 		var e indexEntry
 		err := s.index.FindOne(ctx, bson.D{{Key: "_id", Value: entryID(executionID, n)}}).Decode(&e)
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			return entries, n, nil
+			return docs, n, nil
 		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("read index of %q: %w", executionID, err)
 		}
-		e.ID = ""
-		if !seen[e] {
-			seen[e] = true
-			entries = append(entries, e)
+		for _, d := range e.docs() {
+			if !seen[d] {
+				seen[d] = true
+				docs = append(docs, d)
+			}
 		}
 	}
 }
@@ -307,13 +338,13 @@ func (s *Store) backfillIndex(ctx context.Context) error {
 		return fmt.Errorf("backfill %s: %w", IndexCollection, err)
 	}
 
-	docs := map[string][]indexEntry{} // by execution, in the order read
+	docs := map[string][]indexedDoc{} // by execution, in the order read
 	for _, coll := range []*mongo.Collection{s.chain, s.steps} {
 		if err := recordedDocs(ctx, coll, docs); err != nil {
 			return fmt.Errorf("backfill %s: read %s: %w", IndexCollection, coll.Name(), err)
 		}
 	}
-	const batch = 1000
+	const batch = 100 // entries per insert
 	var pending []indexEntry
 	for _, id := range slices.Sorted(maps.Keys(docs)) {
 		next := 1
@@ -322,12 +353,12 @@ func (s *Store) backfillIndex(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("backfill %s: %w", IndexCollection, err)
 			}
-			docs[id] = slices.DeleteFunc(docs[id], func(e indexEntry) bool { return slices.Contains(listed, e) })
+			docs[id] = slices.DeleteFunc(docs[id], func(d indexedDoc) bool { return slices.Contains(listed, d) })
 			next = n
 		}
-		for i, e := range docs[id] {
-			e.ID = entryID(id, next+i)
-			pending = append(pending, e)
+		for chunk := range slices.Chunk(docs[id], maxEntryDocs) {
+			pending = append(pending, indexEntry{ID: entryID(id, next), Docs: chunk})
+			next++
 		}
 		if len(pending) >= batch {
 			if err := s.insertEntries(ctx, pending); err != nil {
@@ -348,7 +379,7 @@ func (s *Store) backfillIndex(ctx context.Context) error {
 }
 
 // recordedDocs adds the documents of coll to docs, by execution.
-func recordedDocs(ctx context.Context, coll *mongo.Collection, docs map[string][]indexEntry) error {
+func recordedDocs(ctx context.Context, coll *mongo.Collection, docs map[string][]indexedDoc) error {
 	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "execution_id", Value: 1}}))
 	if err != nil {
 		return err
@@ -362,7 +393,7 @@ func recordedDocs(ctx context.Context, coll *mongo.Collection, docs map[string][
 		if err := cur.Decode(&d); err != nil || d.ExecutionID == "" {
 			continue // not a document this store wrote
 		}
-		docs[d.ExecutionID] = append(docs[d.ExecutionID], indexEntry{Collection: coll.Name(), DocID: d.ID})
+		docs[d.ExecutionID] = append(docs[d.ExecutionID], indexedDoc{Collection: coll.Name(), DocID: d.ID})
 	}
 	return cur.Err()
 }
@@ -387,7 +418,7 @@ func (s *Store) insertEntries(ctx context.Context, entries []indexEntry) error {
 		}
 		e := entries[we.Index]
 		id := e.ID[:strings.LastIndexByte(e.ID, '#')]
-		if err := s.indexDoc(ctx, id, e.Collection, e.DocID, false); err != nil {
+		if err := s.indexDocs(ctx, id, e.docs(), false); err != nil {
 			return fmt.Errorf("backfill %s: %w", IndexCollection, err)
 		}
 	}

@@ -234,16 +234,28 @@ func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, st
 		t.Fatal(err)
 	}
 	var entries []struct {
-		ID string `bson:"_id"`
+		ID         string         `bson:"_id"`
+		Docs       []testEntryDoc `bson:"docs"`
+		Collection string         `bson:"collection"` // an entry of an earlier version
+		DocID      string         `bson:"doc_id"`
 	}
 	if err := cur.All(ctx, &entries); err != nil {
 		t.Fatal(err)
 	}
 	var positions []int
+	listed := map[string]bool{}
 	for _, e := range entries {
 		if p, ok := strings.CutPrefix(e.ID, id+"#"); ok {
 			n, _ := strconv.Atoi(p)
 			positions = append(positions, n)
+			if e.Collection == store.StepsCollection {
+				listed[e.DocID] = true
+			}
+			for _, d := range e.Docs {
+				if d.Collection == store.StepsCollection {
+					listed[d.DocID] = true
+				}
+			}
 		}
 	}
 	slices.Sort(positions)
@@ -252,8 +264,8 @@ func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, st
 			t.Fatalf("index positions %v: want 1 to %d without gaps", positions, len(positions))
 		}
 	}
-	if len(positions) < steps {
-		t.Errorf("index has %d entries, want at least %d", len(positions), steps)
+	if len(listed) != steps {
+		t.Errorf("index lists %d steps in %d entries, want %d", len(listed), len(positions), steps)
 	}
 }
 
@@ -292,8 +304,10 @@ func TestExecutionIndexBackfill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if listed != 2*4+1 { // two executions of two nodes and two steps, and the mark of the backfill
-		t.Errorf("%s holds %d documents, want 9", store.IndexCollection, listed)
+	// The old execution's four documents in one entry, the new one's four
+	// recorded one at a time, and the mark of the backfill.
+	if listed != 1+4+1 {
+		t.Errorf("%s holds %d documents, want 6", store.IndexCollection, listed)
 	}
 	chain, err := s.Chain(ctx, "exec-old")
 	if err != nil {
@@ -343,5 +357,113 @@ func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
 	}
 	if counts[store.StepsCollection] != 1 || len(chain) != 1 || len(chain[0].Steps) != 1 {
 		t.Errorf("after redelivery: counts %v, chain %+v; want the step once", counts, chain)
+	}
+}
+
+// A batch lists each execution's documents in one entry of its index: a
+// whole workflow recorded at once is one entry, read back whole.
+func TestBatchListsAnExecutionInOneEntry(t *testing.T) {
+	ctx, s := openStore(t, store.WithExecutionIndex(true))
+	run := invoiceRun(t, "exec-batch")
+	if errs := s.RecordAll(ctx, run.all()); errs != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	entries := indexEntries(ctx, t, "exec-batch")
+	if len(entries) != 1 || len(entries[0].Docs) != 4 {
+		t.Errorf("index entries %+v, want one listing 2 node visits and 2 steps", entries)
+	}
+	checkIndex(ctx, t, s, "exec-batch", 2)
+	counts, err := s.Counts(ctx, "exec-batch")
+	if err != nil || counts[store.ChainCollection] != 2 {
+		t.Errorf("counts = %v, %v; want 2 node visits", counts, err)
+	}
+}
+
+// An index written by a version that listed one document per entry
+// (collection and doc_id at the top) is read as before, and documents
+// recorded after it are listed at the positions that follow.
+func TestIndexEntriesOfAnEarlierVersion(t *testing.T) {
+	ctx, s := openStore(t, store.WithExecutionIndex(true))
+	unlisting, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unlisting.Close(context.Background()) })
+	run := invoiceRun(t, "exec-v1")
+	if err := unlisting.RecordWorkflowStarted(ctx, run.started); err != nil {
+		t.Fatal(err)
+	}
+	var old []any
+	for _, n := range run.nodes {
+		if err := unlisting.RecordNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, bson.D{
+			{Key: "_id", Value: "exec-v1#" + strconv.Itoa(len(old)+1)},
+			{Key: "collection", Value: store.ChainCollection}, {Key: "doc_id", Value: store.NodeDocOf(n).ID},
+		})
+	}
+	if err := unlisting.RecordStep(ctx, run.steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	old = append(old, bson.D{
+		{Key: "_id", Value: "exec-v1#3"},
+		{Key: "collection", Value: store.StepsCollection}, {Key: "doc_id", Value: store.StepDocOf(run.steps[0]).ID},
+	})
+	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	if _, err := client.Database(dbName(t)).Collection(store.IndexCollection).InsertMany(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+
+	if errs := s.RecordAll(ctx, []proto.Message{run.steps[1], run.steps[0]}); errs != nil { // the first again: a redelivery
+		t.Fatal(errors.Join(errs...))
+	}
+	checkIndex(ctx, t, s, "exec-v1", 2)
+	chain, err := s.Chain(ctx, "exec-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != 2 || len(chain[1].Steps) != 2 {
+		t.Errorf("chain %+v; want 2 node visits, the second with 2 steps", chain)
+	}
+	entries := indexEntries(ctx, t, "exec-v1")
+	if len(entries) != 4 || len(entries[3].Docs) != 1 || entries[3].Docs[0].DocID != store.StepDocOf(run.steps[1]).ID {
+		t.Errorf("index entries %+v; want the three old ones and one listing the new step", entries)
+	}
+}
+
+type testEntry struct {
+	ID   string         `bson:"_id"`
+	Docs []testEntryDoc `bson:"docs"`
+}
+
+type testEntryDoc struct {
+	Collection string `bson:"collection"`
+	DocID      string `bson:"doc_id"`
+}
+
+// indexEntries reads the index entries of one execution, by position.
+func indexEntries(ctx context.Context, t *testing.T, id string) []testEntry {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	var entries []testEntry
+	for n := 1; ; n++ {
+		var e testEntry
+		err := client.Database(dbName(t)).Collection(store.IndexCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id + "#" + strconv.Itoa(n)}}).Decode(&e)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return entries
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
 	}
 }

@@ -404,13 +404,9 @@ func fill(ctx context.Context, db *mongo.Database, nodes, from, to int, indexed 
 				return err
 			}
 			execs = append(execs, doc)
-			listed := 0
+			var listed bson.A
 			list := func(coll, id string) {
-				listed++
-				index = append(index, bson.D{
-					{Key: "_id", Value: historyID(i) + "#" + strconv.Itoa(listed)},
-					{Key: "collection", Value: coll}, {Key: "doc_id", Value: id},
-				})
+				listed = append(listed, bson.D{{Key: "collection", Value: coll}, {Key: "doc_id", Value: id}})
 			}
 			for _, n := range e.nodes {
 				d := store.NodeDocOf(n)
@@ -422,6 +418,9 @@ func fill(ctx context.Context, db *mongo.Database, nodes, from, to int, indexed 
 				steps = append(steps, d)
 				list(store.StepsCollection, d.ID)
 			}
+			// One entry per execution, as the audit service's batches list a
+			// workflow recorded at once.
+			index = append(index, bson.D{{Key: "_id", Value: historyID(i) + "#1"}, {Key: "docs", Value: listed}})
 		}
 		writes := []struct {
 			coll string
