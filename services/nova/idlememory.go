@@ -12,10 +12,11 @@ import (
 // gives memory back only as later collections shrink that goal, which an
 // idle process seldom runs: nova dev held 170 MiB 40 s after a burst, twice
 // its size before. Once nova dev has been idle for a whole period, it
-// collects and returns its free memory to the system, and again every
-// idleRepeat periods while it stays idle: what it keeps of its recent
-// messages (the ids of the streams' duplicate windows, 40 s for the events
-// and 2 minutes for the commands) goes as time passes.
+// collects and returns its free memory to the system; again once what its
+// NATS server keeps of recent messages has expired (the ids of the
+// streams' duplicate windows, 40 s for the events and 2 minutes for the
+// commands, and the per-block subject state of the streams, dropped after
+// 2 minutes unused); then every idleRepeat periods while it stays idle.
 
 const (
 	// idleCheckPeriod is how long nova dev must be idle before its memory is
@@ -25,7 +26,12 @@ const (
 	// idle: idle, its servers' timers take about 0.5%; under load it uses
 	// most of a core.
 	idleCPUShare = 0.02
-	// idleRepeat is how many idle periods pass between two returns.
+	// idleExpired is the idle period at whose end memory is returned a
+	// second time: 150 to 180 s after the last activity, past the server's
+	// two minutes.
+	idleExpired = 5
+	// idleRepeat is how many idle periods pass between two returns after
+	// the first.
 	idleRepeat = 10
 )
 
@@ -49,7 +55,7 @@ func (r *idleReturner) tick() bool {
 		return false
 	}
 	r.idle++
-	if (r.idle-1)%idleRepeat != 0 {
+	if r.idle != idleExpired && (r.idle-1)%idleRepeat != 0 {
 		return false
 	}
 	r.free()

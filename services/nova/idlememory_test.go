@@ -12,8 +12,10 @@ type idleStep struct {
 	want bool
 }
 
-// Memory is returned when a busy period is followed by an idle one, then
-// every idleRepeat periods while idle lasts, and again after the next burst.
+// Memory is returned when a busy period is followed by an idle one, again
+// at the end of period idleExpired (what the server keeps two minutes has
+// gone), then every idleRepeat periods while idle lasts, and again after
+// the next burst.
 func TestIdleMemoryIsReturnedWhenIdle(t *testing.T) {
 	var used time.Duration
 	frees := 0
@@ -30,8 +32,8 @@ func TestIdleMemoryIsReturnedWhenIdle(t *testing.T) {
 		{2 * time.Second, false}, // a few workflows
 		{200 * time.Millisecond, true},
 	}
-	for i := range 2 * idleRepeat { // a long idle spell
-		steps = append(steps, idleStep{150 * time.Millisecond, (i+1)%idleRepeat == 0})
+	for i := range 2 * idleRepeat { // a long idle spell: periods 2, 3, ...
+		steps = append(steps, idleStep{150 * time.Millisecond, i+2 == idleExpired || (i+1)%idleRepeat == 0})
 	}
 	steps = append(steps, idleStep{5 * time.Second, false}, idleStep{100 * time.Millisecond, true})
 	for i, s := range steps {
@@ -40,8 +42,8 @@ func TestIdleMemoryIsReturnedWhenIdle(t *testing.T) {
 			t.Fatalf("period %d (%s busy): returned %v, want %v", i, s.busy, got, s.want)
 		}
 	}
-	if frees != 5 {
-		t.Fatalf("memory returned %d times, want 5", frees)
+	if frees != 6 {
+		t.Fatalf("memory returned %d times, want 6", frees)
 	}
 	if processCPU() <= 0 {
 		t.Fatal("processCPU read no CPU time for this process")
