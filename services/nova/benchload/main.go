@@ -188,20 +188,30 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 	if err := proc.Start(); err != nil {
 		return nil, err
 	}
+	// Until it is warm, a nova dev that exits (a port taken, a data dir
+	// locked) ends the waiting with what its log says where to look.
+	running, cancel := proc.WhileRunning(ctx)
+	defer cancel()
+	failed := func(err error) error {
+		if running.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w: %w", context.Cause(running), err)
+		}
+		return err
+	}
 	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	b, err := connect(ctx, url)
+	b, err := connect(running, url)
 	if err != nil {
 		proc.Stop()
-		return nil, err
+		return nil, failed(err)
 	}
 	d := &dev{proc: proc, bus: b}
-	if _, err := measure(ctx, cfg, d, "warm-up", def, 3, 20, 4); err != nil {
+	if _, err := measure(running, cfg, d, "warm-up", def, 3, 20, 4); err != nil {
 		d.stop()
-		return nil, err
+		return nil, failed(err)
 	}
-	if err := quiet(ctx, d.pid()); err != nil {
+	if err := quiet(running, d.pid()); err != nil {
 		d.stop()
-		return nil, err
+		return nil, failed(err)
 	}
 	return d, nil
 }

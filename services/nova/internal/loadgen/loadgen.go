@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,6 +345,37 @@ func (p *Proc) Stop() {
 	case <-time.After(10 * time.Second):
 		_ = p.Kill()
 	}
+}
+
+// WhileRunning returns a context that ends with ctx or when the process
+// exits, whichever comes first: a wait for something the process should do
+// (listen, answer) then stops at its exit instead of retrying until its own
+// time runs out. cancel releases it.
+func (p *Proc) WhileRunning(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if p.cmd == nil {
+		cancel(fmt.Errorf("%s is not started", p.Name))
+		return ctx, func() { cancel(nil) }
+	}
+	go func() {
+		select {
+		case <-p.done:
+			cancel(fmt.Errorf("%s exited (%v), its last output: %s", p.Describe(), p.cmd.ProcessState, lastLine(p.Log)))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// lastLine is the last line of the file at path, or what kept it from
+// being read.
+func lastLine(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strconv.Quote(lines[len(lines)-1])
 }
 
 func (p *Proc) Describe() string {

@@ -1,0 +1,52 @@
+package loadgen
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A wait tied to a process ends when the process exits, with its exit and
+// last line of output as the cause; while it runs, the wait goes on.
+func TestWhileRunningEndsAtExit(t *testing.T) {
+	p := &Proc{Name: "failing", Path: "/bin/sh", Args: []string{"-c", "echo starting; echo 'port taken'; sleep 0.2; exit 3"},
+		Log: filepath.Join(t.TempDir(), "out.log")}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := p.WhileRunning(t.Context())
+	defer cancel()
+	select {
+	case <-ctx.Done():
+		t.Fatalf("ended while the process ran: %v", context.Cause(ctx))
+	case <-time.After(50 * time.Millisecond):
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting 10 s after the process exited")
+	}
+	cause := context.Cause(ctx).Error()
+	for _, want := range []string{"failing (pid", "exit status 3", `"port taken"`} {
+		if !strings.Contains(cause, want) {
+			t.Errorf("cause %q lacks %q", cause, want)
+		}
+	}
+
+	// A process that keeps running leaves the wait to its own context.
+	long := &Proc{Name: "running", Path: "/bin/sh", Args: []string{"-c", "sleep 30"}, Log: filepath.Join(t.TempDir(), "out.log")}
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Kill() }()
+	parent, stop := context.WithCancel(t.Context())
+	ctx, cancel = long.WhileRunning(parent)
+	defer cancel()
+	stop()
+	<-ctx.Done()
+	if context.Cause(ctx) != context.Canceled {
+		t.Errorf("cause %v, want the parent's cancellation", context.Cause(ctx))
+	}
+}
