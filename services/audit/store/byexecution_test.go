@@ -327,15 +327,24 @@ func TestExecutionIndexBackfill(t *testing.T) {
 	}
 }
 
-// A writer that died between recording a document and listing it leaves a
-// document the index lacks; the event's redelivery lists it.
-func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
+// openWithUnlisting opens a store that keeps the execution index and,
+// on the same database, one that writes documents without listing them
+// (a writer that died before it listed them, or a version without the index).
+func openWithUnlisting(t *testing.T) (context.Context, *store.Store, *store.Store) {
+	t.Helper()
 	ctx, s := openStore(t, store.WithExecutionIndex(true))
 	unlisting, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unlisting.Close(context.Background()) })
+	return ctx, s, unlisting
+}
+
+// A writer that died between recording a document and listing it leaves a
+// document the index lacks; the event's redelivery lists it.
+func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
+	ctx, s, unlisting := openWithUnlisting(t)
 	run := invoiceRun(t, "exec-died")
 	if err := unlisting.RecordStep(ctx, run.steps[0]); err != nil {
 		t.Fatal(err)
@@ -383,12 +392,7 @@ func TestBatchListsAnExecutionInOneEntry(t *testing.T) {
 // (collection and doc_id at the top) is read as before, and documents
 // recorded after it are listed at the positions that follow.
 func TestIndexEntriesOfAnEarlierVersion(t *testing.T) {
-	ctx, s := openStore(t, store.WithExecutionIndex(true))
-	unlisting, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unlisting.Close(context.Background()) })
+	ctx, s, unlisting := openWithUnlisting(t)
 	run := invoiceRun(t, "exec-v1")
 	if err := unlisting.RecordWorkflowStarted(ctx, run.started); err != nil {
 		t.Fatal(err)
