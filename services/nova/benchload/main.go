@@ -189,7 +189,8 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 		return nil, err
 	}
 	// Until it is warm, a nova dev that exits (a port taken, a data dir
-	// locked) ends the waiting with what its log says where to look.
+	// locked) ends the waiting at once, and the error says so with the
+	// last line of its log.
 	running, cancel := proc.WhileRunning(ctx)
 	defer cancel()
 	failed := func(err error) error {

@@ -355,15 +355,15 @@ func (p *Proc) WhileRunning(ctx context.Context) (context.Context, context.Cance
 	ctx, cancel := context.WithCancelCause(ctx)
 	if p.cmd == nil {
 		cancel(fmt.Errorf("%s is not started", p.Name))
-		return ctx, func() { cancel(nil) }
+	} else {
+		go func() {
+			select {
+			case <-p.done:
+				cancel(fmt.Errorf("%s exited (%v), its last output: %s", p.Describe(), p.cmd.ProcessState, lastLine(p.Log)))
+			case <-ctx.Done():
+			}
+		}()
 	}
-	go func() {
-		select {
-		case <-p.done:
-			cancel(fmt.Errorf("%s exited (%v), its last output: %s", p.Describe(), p.cmd.ProcessState, lastLine(p.Log)))
-		case <-ctx.Done():
-		}
-	}()
 	return ctx, func() { cancel(nil) }
 }
 
