@@ -12,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
 )
 
 // startDev runs `nova dev` with args on fresh ports and data dir until the
@@ -146,6 +150,34 @@ edges:
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), strings.Join(strings.Fields(w), " ")) {
 			t.Errorf("nova watch does not show %q:\n%s", w, out.String())
 		}
+	}
+
+	// Once its events are purged (KeepEnded after the end), nova watch
+	// shows its nodes and outcome from the engine's state, and says so.
+	b, err := bus.Connect(ctx, m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	events, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Purge(ctx, jetstream.WithPurgeSubject(bus.ExecutionFilter(id[1]))); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := cmdWatch(ctx, []string{id[1]}, &out, &errOut); code != exitOK {
+		t.Fatalf("nova watch, events purged: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, w := range []string{"workflow   progress", "execution  " + id[1], "✓ add_one succeeded", "✓ double succeeded", "status     succeeded"} {
+		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), strings.Join(strings.Fields(w), " ")) {
+			t.Errorf("nova watch, events purged, does not show %q:\n%s", w, out.String())
+		}
+	}
+	if !strings.Contains(errOut.String(), "no longer kept") || !strings.Contains(errOut.String(), "nova chain "+id[1]) {
+		t.Errorf("nova watch, events purged, does not say so: %s", errOut.String())
 	}
 
 	out.Reset()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/nova/client"
 )
 
@@ -44,8 +45,17 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer b.Close()
 
+	c := client.New(b, nil)
+	wc, err := c.Purged(ctx, id)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova watch: %v\n", err)
+		return exitFailed
+	}
+	if wc != nil {
+		return showPurged(stdout, stderr, wc)
+	}
 	events := make(chan client.Progress, 64)
-	stop, err := client.New(b, nil).Follow(ctx, id, func(p client.Progress) {
+	stop, err := c.Follow(ctx, id, func(p client.Progress) {
 		select {
 		case events <- p:
 		case <-ctx.Done():
@@ -81,17 +91,57 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 			shown.print(p)
 			if wc := p.Completed; wc != nil {
-				fmt.Fprintf(stdout, "status     %s\n", wc.GetStatus())
-				if e := wc.GetError(); e != "" {
-					fmt.Fprintf(stdout, "error      %s\n", e)
-				}
-				if wc.GetStatus() != "succeeded" {
-					return exitFailed
-				}
-				return exitOK
+				return showOutcome(stdout, wc)
 			}
 		}
 	}
+}
+
+// showOutcome prints an execution's status (and error) and is its exit
+// code.
+func showOutcome(stdout io.Writer, wc *novav1.WorkflowCompleted) int {
+	fmt.Fprintf(stdout, "status     %s\n", wc.GetStatus())
+	if e := wc.GetError(); e != "" {
+		fmt.Fprintf(stdout, "error      %s\n", e)
+	}
+	if wc.GetStatus() != "succeeded" {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// showPurged shows an ended execution whose events are no longer kept: its
+// nodes and outcome from the engine's state, and where its chain of work
+// is.
+func showPurged(stdout, stderr io.Writer, wc *novav1.WorkflowCompleted) int {
+	id := wc.GetExecutionId()
+	fmt.Fprintf(stderr, "nova watch: the events of execution %s are no longer kept (the audit service purges them "+
+		"NOVA_KEEP_ENDED_EVENTS, by default %v, after the end): its outcome is from the engine's state; "+
+		"nova chain %s prints its chain of work\n", id, auditservice.KeepEnded, id)
+	fmt.Fprintf(stdout, "workflow   %s\nexecution  %s\nstarted    %s\n", wc.GetWorkflowName(), id,
+		wc.GetStartedAt().AsTime().Local().Format(time.RFC3339))
+	width := 8
+	for _, n := range wc.GetNodes() {
+		width = max(width, len(n.GetId()))
+	}
+	for _, n := range wc.GetNodes() {
+		mark := "✓"
+		if n.GetStatus() != "succeeded" {
+			mark = "✗"
+		}
+		line := fmt.Sprintf("  %s %-*s %s", mark, width, n.GetId(), n.GetStatus())
+		if n.GetVisits() > 1 {
+			line += fmt.Sprintf(", %d visits", n.GetVisits())
+		}
+		if n.GetAttempts() > 1 {
+			line += fmt.Sprintf(", %d attempts", n.GetAttempts())
+		}
+		if e := n.GetError(); e != "" {
+			line += "  " + firstLine(e)
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	return showOutcome(stdout, wc)
 }
 
 func maxNodeID(def *novav1.WorkflowDefinition) int {

@@ -356,6 +356,11 @@ func (c *completionWait) end() {
 // ?wait.
 func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Duration, early *completionWait) (*novav1.WorkflowCompleted, error) {
 	if early == nil {
+		// An execution that has ended (a repeat): its completion from the
+		// engine's state, as it was published; its events may be purged.
+		if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() != store.StatusRunning {
+			return engine.CompletionOf(st), nil
+		}
 		done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 		if err != nil {
 			g.log.WarnContext(ctx, "the completion of a started execution cannot be watched; answering without it", "execution", id, "err", err)

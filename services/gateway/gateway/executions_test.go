@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -373,6 +374,21 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	if n := h.startedEvents(t, first.ExecutionID); n != 1 {
 		t.Errorf("%d workflow.started events for %s, want 1", n, first.ExecutionID)
+	}
+	// Once its events are purged (KeepEnded after its end), a retry with a
+	// wait still answers its completion, from the engine's state.
+	events, err := h.bus.JetStream().Stream(t.Context(), bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Purge(t.Context(), jetstream.WithPurgeSubject(bus.ExecutionFilter(first.ExecutionID))); err != nil {
+		t.Fatal(err)
+	}
+	resp = post(h.key["writer"], "?wait=5s", idem)
+	var purged completionDoc
+	decode(t, resp, http.StatusOK, &purged)
+	if purged.ExecutionID != first.ExecutionID || string(purged.Context) != string(first.Context) || purged.Status != first.Status {
+		t.Errorf("retry with wait, events purged = %s, want the first completion %+v", resp.body, first)
 	}
 
 	// The key is per API key, and another key starts another execution.

@@ -75,6 +75,20 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return g.unavailable(r, "the execution cannot be looked up", err)
 	}
+	if finished {
+		kept, err := g.eventsKept(ctx, id)
+		if err != nil {
+			return g.unavailable(r, "the events cannot be read", err)
+		}
+		switch {
+		case !kept && after > 0:
+			return newProblem(http.StatusGone, TypeGone, fmt.Sprintf(
+				"the events of execution %q are no longer kept, so there is no event after %d; "+
+					"GET /v1/executions/%s/events without Last-Event-ID replays it from its chain of work", id, after, id))
+		case !kept:
+			return g.replayStored(w, r, id)
+		}
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.ExecutionFilter(id)}}
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
@@ -102,8 +116,8 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		case first == nil && !known:
 			return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id))
 		case first == nil:
-			return newProblem(http.StatusGone, TypeGone, fmt.Sprintf(
-				"the events of execution %q are no longer kept; GET /v1/executions/%s has its chain of work", id, id))
+			// Purged between the look above and the consumer's start.
+			return g.replayStored(w, r, id)
 		}
 	}
 
@@ -115,6 +129,129 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		return frame, last
 	})
 	return nil
+}
+
+// eventsKept tells whether the events stream still keeps the completion of
+// execution id (the audit service purges an ended execution's events
+// auditservice.KeepEnded after its completion, once recorded).
+func (g *Gateway) eventsKept(ctx context.Context, id string) (bool, error) {
+	s, err := g.bus.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, bus.EventSubject(id, bus.KindWorkflowCompleted))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// replayStored answers the event stream of an ended execution whose events
+// are no longer kept from the audit store: the same events, in the order
+// they happened, with the data the live ones carry as the store recorded
+// it, and without ids (they have no place in the events stream any more).
+func (g *Gateway) replayStored(w http.ResponseWriter, r *http.Request, id string) error {
+	ctx := r.Context()
+	doc, err := g.store.Execution(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return newProblem(http.StatusGone, TypeGone, fmt.Sprintf(
+			"the events of execution %q are no longer kept and the audit store has not recorded it", id))
+	}
+	if err != nil {
+		return g.unavailable(r, "the audit store cannot be read", err)
+	}
+	nodes, err := g.store.Chain(ctx, id)
+	if err != nil {
+		return g.unavailable(r, "the chain of work cannot be read", err)
+	}
+	frames, err := storedFrames(doc, nodes)
+	if err != nil {
+		return err
+	}
+	sse := startSSE(w, g.limits.Timeout)
+	for _, f := range frames {
+		sse.write(f)
+	}
+	return nil
+}
+
+// storedFrames are the SSE events of an ended execution made from its
+// documents in the audit store.
+func storedFrames(doc *store.ExecutionDoc, nodes []store.NodeDoc) ([][]byte, error) {
+	ai := map[string]bool{}
+	if defNodes, ok := doc.Definition["nodes"].([]any); ok {
+		for _, n := range defNodes {
+			if n, ok := n.(map[string]any); ok {
+				id, _ := n["id"].(string)
+				prompt, _ := n["prompt"].(string)
+				ai[id] = prompt != ""
+			}
+		}
+	}
+	ctxJSON := func(m map[string]any) (json.RawMessage, error) {
+		if m == nil {
+			return json.RawMessage("{}"), nil
+		}
+		return marshalCompact(m)
+	}
+	var frames [][]byte
+	add := func(kind string, data any) error {
+		body, err := marshalCompact(data)
+		if err != nil {
+			return fmt.Errorf("%s of execution %s: %w", kind, doc.ExecutionID, err)
+		}
+		frames = append(frames, fmt.Appendf(nil, "event: %s\ndata: %s\n\n", kind, body))
+		return nil
+	}
+	initial, err := ctxJSON(doc.InitialContext)
+	if err != nil {
+		return nil, err
+	}
+	if err := add(bus.KindWorkflowStarted, startedView{ExecutionID: doc.ExecutionID, WorkflowName: doc.WorkflowName,
+		StartedAt: doc.StartedAt, Context: initial}); err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.NodeType != "start" && n.NodeType != "end" {
+			// The engine announces the nodes it dispatches to an agent.
+			if err := add(bus.KindNodeStarted, nodeStartedView{ExecutionID: n.ExecutionID, NodeID: n.NodeID,
+				NodeType: n.NodeType, Visit: int32(n.Visit), AI: ai[n.NodeID], Sequence: int32(n.Sequence),
+				StartedAt: n.StartedAt}); err != nil {
+				return nil, err
+			}
+		}
+		for _, st := range n.Steps {
+			if err := add(bus.KindStepCompleted, st); err != nil {
+				return nil, err
+			}
+		}
+		if n.Status != store.StatusRunning {
+			n.Steps = nil
+			if err := add(bus.KindNodeCompleted, n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	final, err := ctxJSON(doc.FinalContext)
+	if err != nil {
+		return nil, err
+	}
+	c := completion{ExecutionID: doc.ExecutionID, Status: doc.Status, Context: final, Path: doc.Path,
+		Nodes: []completionNode{}, Error: doc.Error, CostUSD: doc.CostUSD, ModelCalls: int32(doc.ModelCalls)}
+	if c.Path == nil {
+		c.Path = []string{}
+	}
+	for _, n := range doc.Nodes {
+		c.Nodes = append(c.Nodes, completionNode{ID: n.ID, Status: n.Status, Attempts: int32(n.Attempts), Error: n.Error,
+			CostUSD: n.CostUSD, ModelCalls: int32(n.ModelCalls)})
+	}
+	if err := add(bus.KindWorkflowCompleted, c); err != nil {
+		return nil, err
+	}
+	return frames, nil
 }
 
 // knownExecution tells whether the engine or the audit store knows the

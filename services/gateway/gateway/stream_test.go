@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/services/gateway/gateway"
 )
 
@@ -181,6 +185,48 @@ func TestEventStream(t *testing.T) {
 	if got := replay(live[3].id); !slices.Equal(got, live[4:]) {
 		t.Errorf("replay after %s: %v\nwant %v", live[3].id, got, live[4:])
 	}
+
+	// Once its events are purged (the audit service does it KeepEnded
+	// after the end), the execution is replayed from the audit store: the
+	// same events with the same data (times to the millisecond, as the
+	// store keeps them), without ids; after a Last-Event-ID there is
+	// nothing to resume from, 410.
+	h.waitAudit(t)
+	events, err := h.bus.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Purge(ctx, jetstream.WithPurgeSubject(bus.ExecutionFilter(id))); err != nil {
+		t.Fatal(err)
+	}
+	stored := replay("")
+	if len(stored) != len(live) {
+		t.Fatalf("replayed from the store: %v\nwant %v", describe(t, stored), describe(t, live))
+	}
+	for i, e := range stored {
+		if e.id != "" || e.event != live[i].event || e.data != toMillis(t, live[i].data) {
+			t.Errorf("replayed from the store, event %d:\n%s #%s %s\nwant\n%s %s", i, e.event, e.id, e.data, live[i].event, live[i].data)
+		}
+	}
+	resp = openStream(t, ctx, h.url, h.key["reader"], id, live[3].id)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGone {
+		t.Errorf("after Last-Event-ID with the events purged: status %d, want 410", resp.StatusCode)
+	}
+}
+
+// rfc3339 matches the times in JSON data.
+var rfc3339 = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"`)
+
+// toMillis is data with its times truncated to the millisecond.
+func toMillis(t *testing.T, data string) string {
+	return rfc3339.ReplaceAllStringFunc(data, func(q string) string {
+		ts, err := time.Parse(time.RFC3339Nano, strings.Trim(q, `"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return `"` + ts.Truncate(time.Millisecond).Format(time.RFC3339Nano) + `"`
+	})
 }
 
 // describe names each event, with its node for node events.

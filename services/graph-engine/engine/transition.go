@@ -464,24 +464,30 @@ func (t *transition) complete() {
 
 func (t *transition) completed() {
 	t.st.CompletedAt = tsNow(t.now)
+	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, CompletionOf(t.st))
+}
+
+// CompletionOf is the completion event of an ended execution, from its
+// state: what the engine published when it ended.
+func CompletionOf(st *novav1.ExecutionState) *novav1.WorkflowCompleted {
 	wc := &novav1.WorkflowCompleted{
-		ExecutionId:  t.st.ExecutionId,
-		WorkflowName: t.st.Definition.GetName(),
-		Status:       t.st.Status,
-		Context:      t.st.Context,
-		Path:         t.st.Path,
-		Error:        t.st.Error,
-		StartedAt:    t.st.StartedAt,
-		CompletedAt:  t.st.CompletedAt,
-		CostUsd:      t.st.GetSpend().GetUsd(),
-		ModelCalls:   t.st.GetSpend().GetModelCalls(),
+		ExecutionId:  st.ExecutionId,
+		WorkflowName: st.Definition.GetName(),
+		Status:       st.Status,
+		Context:      st.Context,
+		Path:         st.Path,
+		Error:        st.Error,
+		StartedAt:    st.StartedAt,
+		CompletedAt:  st.CompletedAt,
+		CostUsd:      st.GetSpend().GetUsd(),
+		ModelCalls:   st.GetSpend().GetModelCalls(),
 	}
-	for _, id := range slices.Sorted(maps.Keys(t.st.Nodes)) {
-		ns := t.st.Nodes[id]
+	for _, id := range slices.Sorted(maps.Keys(st.Nodes)) {
+		ns := st.Nodes[id]
 		wc.Nodes = append(wc.Nodes, &novav1.NodeSummary{Id: id, Status: ns.Status, Attempts: ns.Attempts, Error: ns.Error, Visits: ns.Visits,
 			CostUsd: ns.GetSpend().GetUsd(), ModelCalls: ns.GetSpend().GetModelCalls()})
 	}
-	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, wc)
+	return wc
 }
 
 func languageOf(n *novav1.Node) string {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // Progress is one fact of an execution as it happens: exactly one of its
@@ -53,4 +56,45 @@ func (c *Client) Follow(ctx context.Context, id string, each func(Progress)) (st
 				each(p)
 			}
 		})
+}
+
+// Purged is the completion of execution id, from the engine's state, when
+// it has ended and its events are no longer kept (the audit service purges
+// them auditservice.KeepEnded after the end), so that Follow would show
+// nothing; nil when it runs, is unknown, or its events are kept.
+func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowCompleted, error) {
+	js := c.bus.JetStream()
+	kv, err := js.KeyValue(ctx, engine.BucketExecutions)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	entry, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st novav1.ExecutionState
+	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
+		return nil, fmt.Errorf("execution state %s: %w", id, err)
+	}
+	if st.GetStatus() == "running" {
+		return nil, nil
+	}
+	s, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, bus.EventSubject(id, bus.KindWorkflowCompleted))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return engine.CompletionOf(&st), nil
+	case err != nil:
+		return nil, err
+	}
+	return nil, nil
 }
