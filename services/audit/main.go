@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -16,11 +17,16 @@ type config struct {
 	MongoURI string `env:"MONGODB_URI" required:"true"`
 	Database string `env:"MONGODB_DATABASE" default:"nova"`
 	Workers  int    `env:"NOVA_WORKERS" default:"8"`
+	// KeepEnded is how long an ended execution's events stay in NOVA_EVT.
+	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_EVENTS" default:"2m"`
 }
 
 func main() {
 	var cfg config
 	os.Exit(service.Main("audit", &cfg, func(ctx context.Context, env *service.Env) error {
+		if cfg.KeepEnded <= 0 {
+			return fmt.Errorf("NOVA_KEEP_ENDED_EVENTS=%v: must be a positive duration (how long an ended execution's events stay)", cfg.KeepEnded)
+		}
 		st, err := store.Open(ctx, cfg.MongoURI, cfg.Database)
 		if err != nil {
 			return err
@@ -31,6 +37,7 @@ func main() {
 			_ = st.Close(cctx)
 		}()
 		env.AddReadiness("mongodb", st.Ping)
-		return auditservice.Run(ctx, auditservice.Deps{Bus: env.Bus, Store: st, Logger: env.Logger, Workers: cfg.Workers})
+		return auditservice.Run(ctx, auditservice.Deps{Bus: env.Bus, Store: st, Logger: env.Logger, Workers: cfg.Workers,
+			KeepEnded: cfg.KeepEnded})
 	}))
 }

@@ -29,6 +29,7 @@ func durables() []durable {
 		{bus.StreamDeadLetters, engine.ConsumerDeadLetters, userGraphEngine},
 		{bus.StreamCommands, sandboxservice.Consumer, userSandbox},
 		{bus.StreamEvents, auditservice.Consumer, userAudit},
+		{bus.StreamEvents, auditservice.RetentionConsumer, userAudit},
 	}
 	for _, a := range agents {
 		ds = append(ds, durable{bus.StreamCommands, a, a})
@@ -95,9 +96,11 @@ func probes() []probe {
 		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeStarted, bus.KindNodeCompleted, bus.KindStepCompleted} {
 			add(u, "pub", bus.EventSubject(exec, kind), u == userGraphEngine || u == userGateway && kind != bus.KindNodeStarted)
 		}
-		// Dead letters: a service writes those of its own consumers.
+		// Dead letters: a service writes those of its own consumers (but
+		// for the retention consumer, which tries a purge again rather than
+		// give up on it).
 		for _, d := range durables() {
-			add(u, "pub", bus.DeadLetterSubject(d.name), u == d.owner)
+			add(u, "pub", bus.DeadLetterSubject(d.name), u == d.owner && d.name != auditservice.RetentionConsumer)
 		}
 		// Durable consumers: only the owner declares, pulls and acknowledges.
 		// Producers' ordered consumers may read NOVA_EVT, never through a
@@ -121,19 +124,26 @@ func probes() []probe {
 		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_DLQ.watcher_1", isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_CMD.watcher_1", false)
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_CMD.watcher_1.nova.cmd.graph-engine", false)
-		// Streams: declared by the services, destroyed by no one.
+		// Streams: declared by the services, destroyed by no one; the audit
+		// service purges ended executions' events, once every durable
+		// consumer (it lists them) has read them.
 		for _, st := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
 			add(u, "pub", "$JS.API.STREAM.UPDATE."+st, !isProducer(u))
 			add(u, "pub", "$JS.API.STREAM.INFO."+st, true)
 			add(u, "pub", "$JS.API.STREAM.DELETE."+st, false)
-			add(u, "pub", "$JS.API.STREAM.PURGE."+st, false)
+			add(u, "pub", "$JS.API.STREAM.PURGE."+st, u == userAudit && st == bus.StreamEvents)
+			add(u, "pub", "$JS.API.CONSUMER.LIST."+st, u == userAudit && st == bus.StreamEvents)
 			add(u, "pub", "$JS.API.STREAM.MSG.DELETE."+st, false)
 		}
+		// Whether an ended execution's events are still kept (nova watch,
+		// the gateway's event stream).
+		add(u, "pub", "$JS.API.STREAM.MSG.GET."+bus.StreamEvents, isProducer(u))
 		add(u, "pub", "$JS.API.STREAM.CREATE.ANYTHING", false)
-		// Execution state: written by the engine, read by it and the gateway.
+		// Execution state: written by the engine, read by it, the gateway
+		// and nova watch (an ended execution whose events are purged).
 		add(u, "pub", "$KV.nova_executions."+exec, u == userGraphEngine)
 		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_executions.$KV.nova_executions."+exec,
-			u == userGraphEngine || u == userGateway)
+			u == userGraphEngine || isProducer(u))
 		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_executions", false)
 		// Definitions: registered through the engine, never written directly.
 		add(u, "pub", "$KV.nova_workflows.invoice", u == userGraphEngine)

@@ -156,7 +156,8 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 		t.Fatalf("audit declares its consumer: %v", err)
 	}
 	g.Go(func() error {
-		return auditservice.Run(gctx, auditservice.Deps{Bus: auditBus, Store: st, Logger: log.With("service", userAudit)})
+		return auditservice.Run(gctx, auditservice.Deps{Bus: auditBus, Store: st, Logger: log.With("service", userAudit),
+			KeepEnded: 500 * time.Millisecond})
 	})
 
 	producer := connect(userProducer)
@@ -200,6 +201,27 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	}
 	if doc.Status != "succeeded" || strings.Join(doc.Path, ",") != "start,measure,size,done" {
 		t.Errorf("chain of work: status %q path %v", doc.Status, doc.Path)
+	}
+
+	// The audit service purges the ended execution's events once every
+	// durable consumer has read them; a producer (nova watch) then gets its
+	// completion from the engine's state.
+	for {
+		wc, err := c.Purged(ctx, exec.ID)
+		if err != nil {
+			t.Fatalf("the ended execution as producer: %v", err)
+		}
+		if wc != nil {
+			if wc.GetStatus() != "succeeded" || wc.GetExecutionId() != exec.ID {
+				t.Errorf("the purged execution's completion: %v", wc)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the ended execution's events were not purged")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 
 	// The sandbox publishes its runtime's description; the code validator

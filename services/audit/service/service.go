@@ -31,6 +31,8 @@ type Deps struct {
 	// default).
 	HoldFor time.Duration
 	MaxHeld int
+	// KeepEnded replaces the default of the same name (0: the default).
+	KeepEnded time.Duration
 }
 
 // Run records events until ctx ends.
@@ -43,9 +45,22 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	h := &holder{started: map[string]*heldStart{}, holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
 	stopExpiring := h.expire(ctx, d.Store)
-	err := d.Bus.ConsumeBatch(ctx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
+	// The events of ended executions are purged beside the recording; a
+	// failure to purge (its consumer cannot be declared) ends both.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	purged := make(chan error, 1)
+	go func() {
+		r := &retention{js: d.Bus.JetStream(), keep: cmp.Or(d.KeepEnded, KeepEnded), log: d.Logger, poll: 200 * time.Millisecond}
+		err := r.run(runCtx)
+		stop()
+		purged <- err
+	}()
+	err := d.Bus.ConsumeBatch(runCtx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
 		return record(ctx, d.Store, h, evs)
 	})
+	stop()
+	err = errors.Join(err, <-purged)
 	stopExpiring()
 	// What is still held is written now, running, rather than left to a
 	// redelivery after AckWait.
