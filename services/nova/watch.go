@@ -115,8 +115,8 @@ func showOutcome(stdout io.Writer, wc *novav1.WorkflowCompleted) int {
 // is.
 func showPurged(stdout, stderr io.Writer, wc *novav1.WorkflowCompleted) int {
 	id := wc.GetExecutionId()
-	fmt.Fprintf(stderr, "nova watch: the events of execution %s are no longer kept (the audit service purges them "+
-		"NOVA_KEEP_ENDED_EVENTS, by default %v, after the end): its outcome is from the engine's state; "+
+	fmt.Fprintf(stderr, "nova watch: the events of execution %s are no longer kept (the audit service purges them once they are "+
+		"NOVA_KEEP_ENDED_EVENTS, by default %v, past the end): its outcome is from the engine's state; "+
 		"nova chain %s prints its chain of work\n", id, auditservice.KeepEnded, id)
 	fmt.Fprintf(stdout, "workflow   %s\nexecution  %s\nstarted    %s\n", wc.GetWorkflowName(), id,
 		wc.GetStartedAt().AsTime().Local().Format(time.RFC3339))

@@ -29,7 +29,6 @@ func durables() []durable {
 		{bus.StreamDeadLetters, engine.ConsumerDeadLetters, userGraphEngine},
 		{bus.StreamCommands, sandboxservice.Consumer, userSandbox},
 		{bus.StreamEvents, auditservice.Consumer, userAudit},
-		{bus.StreamEvents, auditservice.RetentionConsumer, userAudit},
 	}
 	for _, a := range agents {
 		ds = append(ds, durable{bus.StreamCommands, a, a})
@@ -96,11 +95,9 @@ func probes() []probe {
 		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeStarted, bus.KindNodeCompleted, bus.KindStepCompleted} {
 			add(u, "pub", bus.EventSubject(exec, kind), u == userGraphEngine || u == userGateway && kind != bus.KindNodeStarted)
 		}
-		// Dead letters: a service writes those of its own consumers (but
-		// for the retention consumer, which tries a purge again rather than
-		// give up on it).
+		// Dead letters: a service writes those of its own consumers.
 		for _, d := range durables() {
-			add(u, "pub", bus.DeadLetterSubject(d.name), u == d.owner && d.name != auditservice.RetentionConsumer)
+			add(u, "pub", bus.DeadLetterSubject(d.name), u == d.owner)
 		}
 		// Durable consumers: only the owner declares, pulls and acknowledges.
 		// Producers' ordered consumers may read NOVA_EVT, never through a
@@ -118,15 +115,18 @@ func probes() []probe {
 		// every execution a producer waits for (bus.Waits).
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.*.workflow.completed", isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.*.reply.sandbox", isProducer(u))
-		add(u, "pub", "$JS.API.CONSUMER.MSG.NEXT.NOVA_EVT.watcher_1", isProducer(u))
+		// The audit service reads the executions' starts and ends (two
+		// filters, named in the request's body) to purge the stream.
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1", u == userAudit)
+		add(u, "pub", "$JS.API.CONSUMER.MSG.NEXT.NOVA_EVT.watcher_1", isProducer(u) || u == userAudit)
 		// A stopped watch deletes its ordered consumer (never a durable, above).
-		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_EVT.watcher_1", isProducer(u))
+		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_EVT.watcher_1", isProducer(u) || u == userAudit)
 		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_DLQ.watcher_1", isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_CMD.watcher_1", false)
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_CMD.watcher_1.nova.cmd.graph-engine", false)
 		// Streams: declared by the services, destroyed by no one; the audit
-		// service purges ended executions' events, once every durable
-		// consumer (it lists them) has read them.
+		// service purges the events stream's front of what no one needs
+		// (it lists the consumers to know).
 		for _, st := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
 			add(u, "pub", "$JS.API.STREAM.UPDATE."+st, !isProducer(u))
 			add(u, "pub", "$JS.API.STREAM.INFO."+st, true)

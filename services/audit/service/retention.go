@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -12,145 +11,208 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 )
 
-// RetentionConsumer is the durable consumer through which the audit service
-// purges the events of ended executions. It holds each completion until
-// its execution's events are due to go, so it always has the last
-// KeepEnded's completions pending: that is its schedule, not a backlog.
-const RetentionConsumer = "audit-retention"
-
 // KeepEnded is how long the events of an ended execution stay in NOVA_EVT
 // after its completion. A follower that comes later (the gateway's event
 // stream, nova watch) gets the execution from the audit store and the
 // engine's state instead. The events stream's per-subject state, which
 // every kept execution adds to (about 1 KB each, in the NATS server's
-// heap), then holds the executions of the last KeepEnded, not of 7 days.
+// heap), then holds the executions of the last minutes, not of 7 days.
 const KeepEnded = 2 * time.Minute
 
-// retentionAckWait is how long a completion held by a replica that stopped
-// waits before another takes it; while one waits for its time, it says so
-// every retentionAckWait/3.
-const retentionAckWait = 30 * time.Second
+// HoldRunning is how long a running execution keeps the events published
+// after its start: one that runs longer (or never ends: a refinement whose
+// gateway stopped) no longer holds back the purge of the rest, and a late
+// follower of it sees its events from where the purge stopped.
+const HoldRunning = time.Hour
 
-// retention purges the events of ended executions: each completion, in
-// the order of the stream, once keep has passed since it was stored and
-// every durable consumer of the stream has acknowledged every message up
-// to it (the audit service has recorded the execution; the engine has read
-// its results; a consumer of the deployment's own, stopped for a while,
-// still gets its events). It purges the execution's events up to where
-// every consumer had read when it last looked; any published after that
-// (none in the normal course) stay until the stream's MaxAge.
+// retention purges NOVA_EVT from its front: every message before the
+// first one something still needs. The stream's front goes by whole blocks,
+// the way MaxAge would take it, with no work per message: what follows it
+// is kept whatever it is. Still needed is
+//
+//   - every event of an execution running (for up to holdRunning) or ended
+//     less than keep ago: what a follower replays;
+//   - every message less than keep old (an agent's reply to a run outside
+//     any workflow, which a request waits for);
+//   - every message a durable consumer of the stream has not yet
+//     acknowledged (the audit service's own, so that the chain of work is
+//     in the store; the engine's results; any of the deployment's own,
+//     stopped for a while).
+//
+// It learns the executions from their workflow.started and
+// workflow.completed events, read from the stream's front at start.
 type retention struct {
-	js   jetstream.JetStream
-	keep time.Duration
-	log  *slog.Logger
-	// poll is how often it looks again at consumers still behind.
-	poll time.Duration
-	// read is a stream sequence up to which every durable consumer had
-	// acknowledged every message when last looked at.
-	read uint64
+	js          jetstream.JetStream
+	keep        time.Duration
+	holdRunning time.Duration
+	log         *slog.Logger
+	// every is how often it purges.
+	every time.Duration
+
+	running map[string]mark // first event by execution token
+	ended   []endedExec     // in the order they ended
+	recent  []mark          // starts and completions, oldest first
+	// seen is the stream sequence of the last start or completion read.
+	seen uint64
+}
+
+// mark is a message of the stream: its sequence and when it was stored.
+type mark struct {
+	seq uint64
+	at  time.Time
+}
+
+// endedExec is an ended execution: its first event and its end.
+type endedExec struct {
+	first uint64
+	at    time.Time
+}
+
+func newRetention(js jetstream.JetStream, keep time.Duration, log *slog.Logger) *retention {
+	return &retention{js: js, keep: keep, holdRunning: HoldRunning, log: log, every: time.Second, running: map[string]mark{}}
 }
 
 // run purges until ctx ends.
 func (r *retention) run(ctx context.Context) error {
-	cons, err := r.declare(ctx)
-	if err != nil {
-		return err
-	}
 	stream, err := r.js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return fmt.Errorf("retention: stream %s: %w", bus.StreamEvents, err)
 	}
-	for {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-				if cons, err = r.declare(ctx); err != nil {
-					return err
-				}
-				continue
-			}
-			r.log.WarnContext(ctx, "retention: taking the next completion failed", "err", err)
-			if !sleep(ctx, time.Second) {
-				return nil
-			}
-			continue
-		}
-		if err := r.purge(ctx, stream, m); err != nil {
-			if ctx.Err() != nil {
-				_ = m.Nak() // for the next replica, or this one's next start, at once
-				return nil
-			}
-			r.log.WarnContext(ctx, "retention: the events of an ended execution were not purged; trying again",
-				"subject", m.Subject(), "err", err)
-			_ = m.NakWithDelay(5 * time.Second)
-			continue
-		}
-		_ = m.Ack()
-	}
-}
-
-func (r *retention) declare(ctx context.Context) (jetstream.Consumer, error) {
-	cons, err := r.js.CreateOrUpdateConsumer(ctx, bus.StreamEvents, jetstream.ConsumerConfig{
-		Durable:        RetentionConsumer,
-		Description:    "purges the events of ended executions once they are recorded and their time is up",
-		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowCompleted)},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        retentionAckWait,
-		MaxAckPending:  1, // in the stream's order, one replica at a time
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	cons, err := r.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowStarted), bus.EventFilter(bus.KindWorkflowCompleted)},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("declare consumer %s on %s: %w", RetentionConsumer, bus.StreamEvents, err)
+		return fmt.Errorf("retention: read the executions' starts and ends: %w", err)
 	}
-	return cons, nil
+	msgs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("retention: read the executions' starts and ends: %w", err)
+	}
+	defer msgs.Stop()
+	type seenMsg struct {
+		subject string
+		mark    mark
+	}
+	next := make(chan seenMsg, 256)
+	go func() {
+		defer close(next)
+		for {
+			m, err := msgs.Next()
+			if err != nil {
+				return // stopped
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			select {
+			case next <- seenMsg{m.Subject(), mark{md.Sequence.Stream, md.Timestamp}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(r.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-next:
+			if !ok {
+				return nil
+			}
+			r.see(m.subject, m.mark)
+		case now := <-tick.C:
+			if err := r.purge(ctx, stream, now); err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, "retention: the front of the events stream was not purged; trying again", "err", err)
+			}
+		}
+	}
 }
 
-// purge waits until the events of the execution that m completes are due
-// to go and every durable consumer has read past its completion, then
-// purges them up to where every consumer has read.
-func (r *retention) purge(ctx context.Context, stream jetstream.Stream, m jetstream.Msg) error {
-	md, err := m.Metadata()
+// see records a start or a completion.
+func (r *retention) see(subject string, m mark) {
+	execution, kind, ok := bus.ParseEventSubject(subject)
+	if !ok {
+		return
+	}
+	r.seen = max(r.seen, m.seq)
+	r.recent = append(r.recent, m)
+	switch kind {
+	case bus.KindWorkflowStarted:
+		if _, ok := r.running[execution]; !ok {
+			r.running[execution] = m
+		}
+	case bus.KindWorkflowCompleted:
+		first := m.seq
+		if start, ok := r.running[execution]; ok {
+			first = start.seq
+			delete(r.running, execution)
+		}
+		r.ended = append(r.ended, endedExec{first: first, at: m.at})
+	}
+}
+
+// floor is the first stream sequence still needed as far as the starts and
+// completions read say, at now: every message before it can go.
+func (r *retention) floor(now time.Time) uint64 {
+	old := now.Add(-r.keep)
+	for len(r.recent) > 0 && !r.recent[0].at.After(old) {
+		r.recent = r.recent[1:]
+	}
+	for len(r.ended) > 0 && !r.ended[0].at.After(old) {
+		r.ended = r.ended[1:]
+	}
+	floor := r.seen + 1 // what has not been read yet
+	if len(r.recent) > 0 {
+		floor = min(floor, r.recent[0].seq)
+	}
+	for _, e := range r.ended {
+		floor = min(floor, e.first)
+	}
+	tooLong := now.Add(-r.holdRunning)
+	for id, start := range r.running {
+		if !start.at.After(tooLong) {
+			delete(r.running, id)
+			continue
+		}
+		floor = min(floor, start.seq)
+	}
+	return floor
+}
+
+// purge purges the stream before the first message still needed.
+func (r *retention) purge(ctx context.Context, stream jetstream.Stream, now time.Time) error {
+	floor := r.floor(now)
+	info, err := stream.Info(ctx)
 	if err != nil {
 		return err
 	}
-	execution, _, ok := bus.ParseEventSubject(m.Subject())
-	if !ok {
-		return nil // not an execution's completion: nothing to purge
+	if floor <= info.State.FirstSeq {
+		return nil
 	}
-	held := time.Now()
-	if !r.hold(ctx, m, time.Until(md.Timestamp.Add(r.keep)), &held) {
-		return ctx.Err()
+	read, err := r.readUpTo(ctx, stream, info.State.LastSeq)
+	if err != nil {
+		return err
 	}
-	for r.read < md.Sequence.Stream {
-		read, err := r.readUpTo(ctx, stream)
-		if err != nil {
-			return err
-		}
-		r.read = max(r.read, read)
-		if r.read < md.Sequence.Stream && !r.hold(ctx, m, r.poll, &held) {
-			return ctx.Err()
-		}
+	floor = min(floor, read+1)
+	if floor <= info.State.FirstSeq {
+		return nil
 	}
-	return stream.Purge(ctx, jetstream.WithPurgeSubject("nova.evt."+execution+".>"), jetstream.WithPurgeSequence(r.read+1))
+	return stream.Purge(ctx, jetstream.WithPurgeSequence(floor))
 }
 
 // readUpTo is the stream sequence up to which every durable consumer of the
-// stream (other than the retention consumer) has acknowledged every
-// message: the least of their acknowledgement floors, where one with
-// nothing pending and nothing unacknowledged counts as having read the
-// whole stream.
-func (r *retention) readUpTo(ctx context.Context, stream jetstream.Stream) (uint64, error) {
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	read := info.State.LastSeq // read before the consumers, so each is at least there
+// stream has acknowledged every message: the least of their
+// acknowledgement floors, where one with nothing pending and nothing
+// unacknowledged counts as having read up to last (the stream's last
+// sequence, read before the consumers).
+func (r *retention) readUpTo(ctx context.Context, stream jetstream.Stream, last uint64) (uint64, error) {
+	read := last
 	infos := stream.ListConsumers(ctx)
 	for ci := range infos.Info() {
-		if ci.Config.Durable == "" || ci.Name == RetentionConsumer {
+		if ci.Config.Durable == "" {
 			continue
 		}
 		if ci.NumPending > 0 || ci.NumAckPending > 0 {
@@ -158,33 +220,4 @@ func (r *retention) readUpTo(ctx context.Context, stream jetstream.Stream) (uint
 		}
 	}
 	return read, infos.Err()
-}
-
-// hold waits d (nothing when d <= 0), telling the server that m is in
-// progress at least every retentionAckWait/3 since *since; false when ctx
-// ended first.
-func (r *retention) hold(ctx context.Context, m jetstream.Msg, d time.Duration, since *time.Time) bool {
-	for d > 0 {
-		step := min(d, retentionAckWait/3)
-		if !sleep(ctx, step) {
-			return false
-		}
-		d -= step
-		if time.Since(*since) >= retentionAckWait/3 {
-			_ = m.InProgress()
-			*since = time.Now()
-		}
-	}
-	return true
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

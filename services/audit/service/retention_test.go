@@ -16,10 +16,9 @@ import (
 	auditservice "github.com/novaflow/nova/services/audit/service"
 )
 
-// The events of an ended execution stay KeepEnded after its completion,
-// and then only until every durable consumer of the stream has read them;
-// then they are purged, the execution's chain of work in the store. A
-// running execution's events stay.
+// The stream is purged from its front of the events of executions ended
+// KeepEnded ago, once every durable consumer of the stream has read them;
+// a running execution keeps its events and what came after them.
 func TestEndedExecutionsEventsPurged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -36,16 +35,16 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(id string, complete bool) {
+	start := func(id string) {
 		publish(id, bus.KindWorkflowStarted, bus.TypeWorkflowStarted, &novav1.WorkflowStarted{
 			ExecutionId: id, WorkflowName: "kept", StartedAt: timestamppb.New(t0), Context: jsonvalue.Proto([]byte(`{"a": 1}`))})
 		publish(id, bus.KindNodeStarted, bus.TypeNodeStarted, &novav1.NodeStarted{
 			ExecutionId: id, NodeId: "start", NodeType: "start", Visit: 1, Sequence: 1, StartedAt: timestamppb.New(t0)})
-		if complete {
-			publish(id, bus.KindWorkflowCompleted, bus.TypeWorkflowCompleted, &novav1.WorkflowCompleted{
-				ExecutionId: id, WorkflowName: "kept", Status: "succeeded", Path: []string{"start"},
-				StartedAt: timestamppb.New(t0), CompletedAt: timestamppb.New(t0.Add(time.Second))})
-		}
+	}
+	complete := func(id string) {
+		publish(id, bus.KindWorkflowCompleted, bus.TypeWorkflowCompleted, &novav1.WorkflowCompleted{
+			ExecutionId: id, WorkflowName: "kept", Status: "succeeded", Path: []string{"start"},
+			StartedAt: timestamppb.New(t0), CompletedAt: timestamppb.New(t0.Add(time.Second))})
 	}
 	kept := func(id string) int {
 		t.Helper()
@@ -59,12 +58,24 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 		}
 		return n
 	}
+	waitGone := func(id string) {
+		t.Helper()
+		for kept(id) > 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the events of %s are still kept: %d", id, kept(id))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	const purges = 1500 * time.Millisecond // more than one purge's period
 
 	// Within KeepEnded, the events stay once recorded.
 	stop := e.run(ctx, t, auditservice.Deps{KeepEnded: time.Hour, HoldFor: time.Hour})
-	run("ended", true)
+	start("ended")
+	complete("ended")
 	e.waitAcks(ctx, t, 0)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(purges)
 	if n := kept("ended"); n != 3 {
 		t.Fatalf("within KeepEnded, %d events of the ended execution kept, want 3", n)
 	}
@@ -79,9 +90,9 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, HoldFor: time.Hour})
-	run("running", false)
+	start("running")
 	e.waitAcks(ctx, t, 1) // the running execution's started event is held
-	time.Sleep(time.Second)
+	time.Sleep(purges)
 	if n := kept("ended"); n != 3 {
 		t.Fatalf("with a durable consumer that has not read them, %d events of the ended execution kept, want 3", n)
 	}
@@ -94,24 +105,35 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
 	// Once it has, they go; the running execution's stay, the ended one's
 	// chain is in the store.
-	for kept("ended") > 0 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the ended execution's events are still kept: %d", kept("ended"))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitGone("ended")
 	if _, err := stream.GetLastMsgForSubject(ctx, bus.EventSubject("ended", bus.KindWorkflowCompleted)); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("the completion of the ended execution: %v, want it purged", err)
-	}
-	if n := kept("running"); n != 2 {
-		t.Fatalf("%d events of the running execution kept, want 2", n)
 	}
 	doc, err := e.st.Execution(ctx, "ended")
 	if err != nil || doc.Status != "succeeded" {
 		t.Fatalf("the ended execution in the store: %+v, %v", doc, err)
 	}
+
+	// An execution that started after the running one and ended stays
+	// while the running one runs: the stream goes from its front.
+	start("after")
+	complete("after")
+	time.Sleep(purges)
+	if n, m := kept("running"), kept("after"); n != 2 || m != 3 {
+		t.Fatalf("while one runs: %d of its events kept (want 2), %d of one ended after its start (want 3)", n, m)
+	}
+	complete("running")
+	batch, err = own.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitGone("running")
+	waitGone("after")
 }

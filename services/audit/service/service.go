@@ -45,14 +45,14 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	h := &holder{started: map[string]*heldStart{}, holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
 	stopExpiring := h.expire(ctx, d.Store)
-	// The events of ended executions are purged beside the recording; a
-	// failure to purge (its consumer cannot be declared) ends both.
+	// The events stream is purged of what no one needs any more beside the
+	// recording; a failure to start that (the stream cannot be read) ends
+	// both.
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	purged := make(chan error, 1)
 	go func() {
-		r := &retention{js: d.Bus.JetStream(), keep: cmp.Or(d.KeepEnded, KeepEnded), log: d.Logger, poll: 200 * time.Millisecond}
-		err := r.run(runCtx)
+		err := newRetention(d.Bus.JetStream(), cmp.Or(d.KeepEnded, KeepEnded), d.Logger).run(runCtx)
 		stop()
 		purged <- err
 	}()

@@ -17,7 +17,6 @@ import (
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	auditservice "github.com/novaflow/nova/services/audit/service"
 )
 
 // Client starts workflows and waits for them.
@@ -177,9 +176,7 @@ func (c *Client) Run(ctx context.Context, def *novav1.WorkflowDefinition, initia
 
 // Backlog names the first durable consumer of streams with messages pending
 // or unacknowledged, and their counts ("" when there is none). A client's
-// ordered consumers, which come and go with its waits, are not looked at,
-// nor the audit service's retention consumer, whose pending completions
-// are those whose events are not due to go yet.
+// ordered consumers, which come and go with its waits, are not looked at.
 func Backlog(ctx context.Context, js jetstream.JetStream, streams ...string) (string, error) {
 	for _, name := range streams {
 		s, err := js.Stream(ctx, name)
@@ -190,7 +187,7 @@ func Backlog(ctx context.Context, js jetstream.JetStream, streams ...string) (st
 		busy := ""
 		infos := s.ListConsumers(ctx)
 		for ci := range infos.Info() {
-			if busy == "" && ci.Config.Durable != "" && ci.Name != auditservice.RetentionConsumer && (ci.NumPending > 0 || ci.NumAckPending > 0) {
+			if busy == "" && ci.Config.Durable != "" && (ci.NumPending > 0 || ci.NumAckPending > 0) {
 				busy = fmt.Sprintf("%s on %s: %d pending, %d unacknowledged", ci.Name, name, ci.NumPending, ci.NumAckPending)
 			}
 		}
