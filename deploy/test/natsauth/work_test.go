@@ -157,7 +157,7 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	}
 	g.Go(func() error {
 		return auditservice.Run(gctx, auditservice.Deps{Bus: auditBus, Store: st, Logger: log.With("service", userAudit),
-			KeepEnded: 500 * time.Millisecond})
+			KeepEnded: 500 * time.Millisecond, PurgeEvery: 100 * time.Millisecond})
 	})
 
 	producer := connect(userProducer)

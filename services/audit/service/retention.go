@@ -25,8 +25,8 @@ const KeepEnded = 2 * time.Minute
 // follower of it sees its events from where the purge stopped.
 const HoldRunning = time.Hour
 
-// retention purges NOVA_EVT from its front: every message before the
-// first one something still needs. The stream's front goes by whole blocks,
+// retention purges NOVA_EVT from its front, every PurgeEvery: every
+// message before the first one something still needs. The stream's front goes by whole blocks,
 // the way MaxAge would take it, with no work per message: what follows it
 // is kept whatever it is. Still needed is
 //
@@ -68,8 +68,14 @@ type endedExec struct {
 	at    time.Time
 }
 
-func newRetention(js jetstream.JetStream, keep time.Duration, log *slog.Logger) *retention {
-	return &retention{js: js, keep: keep, holdRunning: HoldRunning, log: log, every: time.Second, running: map[string]mark{}}
+// PurgeEvery is how often the stream is purged: each purge also writes the
+// stream's whole state (every subject it holds) to its index file, a cost
+// of its own, and the block the purge stops in is rewritten once half of it
+// has gone. The stream holds up to PurgeEvery more than it must.
+const PurgeEvery = 30 * time.Second
+
+func newRetention(js jetstream.JetStream, keep, every time.Duration, log *slog.Logger) *retention {
+	return &retention{js: js, keep: keep, holdRunning: HoldRunning, log: log, every: every, running: map[string]mark{}}
 }
 
 // run purges until ctx ends.

@@ -68,10 +68,10 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 			}
 		}
 	}
-	const purges = 1500 * time.Millisecond // more than one purge's period
+	const every, purges = 100 * time.Millisecond, time.Second // a purge's period, and several
 
 	// Within KeepEnded, the events stay once recorded.
-	stop := e.run(ctx, t, auditservice.Deps{KeepEnded: time.Hour, HoldFor: time.Hour})
+	stop := e.run(ctx, t, auditservice.Deps{KeepEnded: time.Hour, PurgeEvery: every, HoldFor: time.Hour})
 	start("ended")
 	complete("ended")
 	e.waitAcks(ctx, t, 0)
@@ -89,7 +89,7 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, HoldFor: time.Hour})
+	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, PurgeEvery: every, HoldFor: time.Hour})
 	start("running")
 	e.waitAcks(ctx, t, 1) // the running execution's started event is held
 	time.Sleep(purges)

@@ -31,8 +31,10 @@ type Deps struct {
 	// default).
 	HoldFor time.Duration
 	MaxHeld int
-	// KeepEnded replaces the default of the same name (0: the default).
-	KeepEnded time.Duration
+	// KeepEnded and PurgeEvery replace the defaults of the same names (0:
+	// the default).
+	KeepEnded  time.Duration
+	PurgeEvery time.Duration
 }
 
 // Run records events until ctx ends.
@@ -52,7 +54,7 @@ func Run(ctx context.Context, d Deps) error {
 	defer stop()
 	purged := make(chan error, 1)
 	go func() {
-		err := newRetention(d.Bus.JetStream(), cmp.Or(d.KeepEnded, KeepEnded), d.Logger).run(runCtx)
+		err := newRetention(d.Bus.JetStream(), cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(runCtx)
 		stop()
 		purged <- err
 	}()
