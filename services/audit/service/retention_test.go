@@ -96,15 +96,19 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	if n := kept("ended"); n != 3 {
 		t.Fatalf("with a durable consumer that has not read them, %d events of the ended execution kept, want 3", n)
 	}
-	batch, err := own.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range batch.Messages() {
-		if err := m.DoubleAck(ctx); err != nil {
+	read := func(n int) { // n completions by the consumer of our own
+		t.Helper()
+		batch, err := own.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
 			t.Fatal(err)
 		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+	read(1)
 	// Once it has, they go; the running execution's stay, the ended one's
 	// chain is in the store.
 	waitGone("ended")
@@ -125,15 +129,7 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 		t.Fatalf("while one runs: %d of its events kept (want 2), %d of one ended after its start (want 3)", n, m)
 	}
 	complete("running")
-	batch, err = own.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range batch.Messages() {
-		if err := m.DoubleAck(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	read(2)
 	waitGone("running")
 	waitGone("after")
 }

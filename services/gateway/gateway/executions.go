@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -532,18 +531,7 @@ func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionSt
 	if err != nil {
 		return nil, err
 	}
-	entry, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var st novav1.ExecutionState
-	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
-		return nil, fmt.Errorf("execution state %s: %w", id, err)
-	}
-	return &st, nil
+	return engine.ReadState(ctx, kv, id)
 }
 
 // fromState describes an execution from the engine's state, in the audit

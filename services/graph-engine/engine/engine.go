@@ -631,3 +631,21 @@ func replaceValue(m protoreflect.Message, old, new *novav1.JSONValue) {
 		return true
 	})
 }
+
+// ReadState is the engine's state of execution id in kv (the bucket
+// BucketExecutions), nil when it has none, for readers other than the
+// engine.
+func ReadState(ctx context.Context, kv jetstream.KeyValue, id string) (*novav1.ExecutionState, error) {
+	entry, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st novav1.ExecutionState
+	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
+		return nil, fmt.Errorf("execution state %s: %w", id, err)
+	}
+	return &st, nil
+}

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,16 +70,9 @@ func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowComplet
 	if err != nil {
 		return nil, err
 	}
-	entry, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, nil
-	}
-	if err != nil {
+	st, err := engine.ReadState(ctx, kv, id)
+	if err != nil || st == nil {
 		return nil, err
-	}
-	var st novav1.ExecutionState
-	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
-		return nil, fmt.Errorf("execution state %s: %w", id, err)
 	}
 	if st.GetStatus() == "running" {
 		return nil, nil
@@ -92,7 +84,7 @@ func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowComplet
 	_, err = s.GetLastMsgForSubject(ctx, bus.EventSubject(id, bus.KindWorkflowCompleted))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return engine.CompletionOf(&st), nil
+		return engine.CompletionOf(st), nil
 	case err != nil:
 		return nil, err
 	}
