@@ -78,21 +78,41 @@ func newRetention(js jetstream.JetStream, keep, every time.Duration, log *slog.L
 	return &retention{js: js, keep: keep, holdRunning: HoldRunning, log: log, every: every, running: map[string]mark{}}
 }
 
-// run purges until ctx ends.
-func (r *retention) run(ctx context.Context) error {
+// run purges until ctx ends. When the stream cannot be read (a cluster
+// electing a leader), it says so and tries again, from where it was.
+func (r *retention) run(ctx context.Context) {
+	for {
+		err := r.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.WarnContext(ctx, "retention: reading the executions' starts and ends stopped; starting again", "err", err)
+		if !sleep(ctx, time.Second) {
+			return
+		}
+	}
+}
+
+// follow reads the starts and ends after those seen and purges, until ctx
+// ends or the reading stops.
+func (r *retention) follow(ctx context.Context) error {
 	stream, err := r.js.Stream(ctx, bus.StreamEvents)
 	if err != nil {
-		return fmt.Errorf("retention: stream %s: %w", bus.StreamEvents, err)
+		return fmt.Errorf("stream %s: %w", bus.StreamEvents, err)
 	}
-	cons, err := r.js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowStarted), bus.EventFilter(bus.KindWorkflowCompleted)},
-	})
+	}
+	if r.seen > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, r.seen+1
+	}
+	cons, err := r.js.OrderedConsumer(ctx, bus.StreamEvents, cfg)
 	if err != nil {
-		return fmt.Errorf("retention: read the executions' starts and ends: %w", err)
+		return err
 	}
 	msgs, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("retention: read the executions' starts and ends: %w", err)
+		return err
 	}
 	defer msgs.Stop()
 	type seenMsg struct {
@@ -100,12 +120,14 @@ func (r *retention) run(ctx context.Context) error {
 		mark    mark
 	}
 	next := make(chan seenMsg, 256)
+	stopped := make(chan error, 1)
 	go func() {
 		defer close(next)
 		for {
 			m, err := msgs.Next()
 			if err != nil {
-				return // stopped
+				stopped <- err
+				return
 			}
 			md, err := m.Metadata()
 			if err != nil {
@@ -126,7 +148,12 @@ func (r *retention) run(ctx context.Context) error {
 			return nil
 		case m, ok := <-next:
 			if !ok {
-				return nil
+				select {
+				case err := <-stopped:
+					return err
+				default:
+					return nil
+				}
 			}
 			r.see(m.subject, m.mark)
 		case now := <-tick.C:
@@ -226,4 +253,16 @@ func (r *retention) readUpTo(ctx context.Context, stream jetstream.Stream, last 
 		}
 	}
 	return read, infos.Err()
+}
+
+// sleep waits d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

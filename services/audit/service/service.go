@@ -48,21 +48,18 @@ func Run(ctx context.Context, d Deps) error {
 	h := &holder{started: map[string]*heldStart{}, holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
 	stopExpiring := h.expire(ctx, d.Store)
 	// The events stream is purged of what no one needs any more beside the
-	// recording; a failure to start that (the stream cannot be read) ends
-	// both.
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	purged := make(chan error, 1)
+	// recording.
+	purging, stopPurging := context.WithCancel(ctx)
+	purged := make(chan struct{})
 	go func() {
-		err := newRetention(d.Bus.JetStream(), cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(runCtx)
-		stop()
-		purged <- err
+		defer close(purged)
+		newRetention(d.Bus.JetStream(), cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(purging)
 	}()
-	err := d.Bus.ConsumeBatch(runCtx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
+	err := d.Bus.ConsumeBatch(ctx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
 		return record(ctx, d.Store, h, evs)
 	})
-	stop()
-	err = errors.Join(err, <-purged)
+	stopPurging()
+	<-purged
 	stopExpiring()
 	// What is still held is written now, running, rather than left to a
 	// redelivery after AckWait.
