@@ -201,7 +201,14 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 func (e *Engine) consumers() []bus.Consumer {
 	return []bus.Consumer{
 		{Stream: bus.StreamCommands, Durable: ConsumerCommands, Filters: []string{bus.CommandSubject(bus.AgentGraphEngine)}, Workers: e.cfg.Workers},
-		{Stream: bus.StreamEvents, Durable: ConsumerResults, Filters: []string{bus.EventFilter("result.>")}, Workers: e.cfg.Workers},
+		// A result can come before the state its dispatch stores (the engine
+		// publishes first); with replicas, a store write can time out while the
+		// bucket elects a leader and be stored at its redelivery, seconds
+		// later. So a result for an execution not stored yet is tried for
+		// about half a minute (deliveries after 0.1, 0.5 and 2 s, then every
+		// 5 s) before it is dead-lettered and fails the execution.
+		{Stream: bus.StreamEvents, Durable: ConsumerResults, Filters: []string{bus.EventFilter("result.>")}, Workers: e.cfg.Workers,
+			MaxDeliver: 10},
 		{Stream: bus.StreamDeadLetters, Durable: ConsumerDeadLetters, Workers: 1,
 			Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox), bus.DeadLetterSubject(ConsumerResults),
 				bus.DeadLetterSubject(bus.AgentInputAnalyzer), bus.DeadLetterSubject(bus.AgentCodeGenerator),
