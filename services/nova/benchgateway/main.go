@@ -140,21 +140,27 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer dev.Stop()
+	// Until it is ready, a nova dev that exits (a port taken, a data dir
+	// locked) ends the waiting at once, and the error says so with the
+	// last line of its log.
+	running, cancel := dev.WhileRunning(ctx)
+	defer cancel()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
-	if err := loadgen.WaitDial(ctx, url); err != nil {
-		return err
+	if err := loadgen.WaitDial(running, url); err != nil {
+		return loadgen.ExitedError(ctx, running, err)
 	}
-	if err := loadgen.WaitDial(ctx, strings.TrimPrefix(gw, "http://")); err != nil {
-		return err
+	if err := loadgen.WaitDial(running, strings.TrimPrefix(gw, "http://")); err != nil {
+		return loadgen.ExitedError(ctx, running, err)
 	}
-	b, err := bus.Connect(ctx, url, bus.WithName("benchgateway"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := bus.Connect(running, url, bus.WithName("benchgateway"), bus.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
-		return err
+		return loadgen.ExitedError(ctx, running, err)
 	}
 	defer b.Close()
-	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
-		return err
+	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
+		return loadgen.ExitedError(ctx, running, err)
 	}
+	cancel()
 	h := &httpClient{base: gw, key: key, c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	for _, def := range []string{codeWorkflow, emptyWorkflow} {
 		if _, err := h.do(ctx, "POST", "/v1/workflows", "application/yaml", def, http.StatusCreated); err != nil {

@@ -193,12 +193,7 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 	// last line of its log.
 	running, cancel := proc.WhileRunning(ctx)
 	defer cancel()
-	failed := func(err error) error {
-		if running.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("%w: %w", context.Cause(running), err)
-		}
-		return err
-	}
+	failed := func(err error) error { return loadgen.ExitedError(ctx, running, err) }
 	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	b, err := connect(running, url)
 	if err != nil {

@@ -367,6 +367,15 @@ func (p *Proc) WhileRunning(ctx context.Context) (context.Context, context.Cance
 	return ctx, func() { cancel(nil) }
 }
 
+// ExitedError is err, preceded by why running (a context WhileRunning
+// made from ctx) ended when that was the process's exit rather than ctx.
+func ExitedError(ctx, running context.Context, err error) error {
+	if running.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("%w: %w", context.Cause(running), err)
+	}
+	return err
+}
+
 // lastLine is the last line of the file at path, or what kept it from
 // being read.
 func lastLine(path string) string {

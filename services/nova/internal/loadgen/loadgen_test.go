@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,10 +29,10 @@ func TestWhileRunningEndsAtExit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("still waiting 10 s after the process exited")
 	}
-	cause := context.Cause(ctx).Error()
-	for _, want := range []string{"failing (pid", "exit status 3", `"port taken"`} {
+	cause := ExitedError(t.Context(), ctx, errors.New("no answer")).Error()
+	for _, want := range []string{"failing (pid", "exit status 3", `"port taken"`, ": no answer"} {
 		if !strings.Contains(cause, want) {
-			t.Errorf("cause %q lacks %q", cause, want)
+			t.Errorf("error %q lacks %q", cause, want)
 		}
 	}
 
@@ -48,5 +49,8 @@ func TestWhileRunningEndsAtExit(t *testing.T) {
 	<-ctx.Done()
 	if context.Cause(ctx) != context.Canceled {
 		t.Errorf("cause %v, want the parent's cancellation", context.Cause(ctx))
+	}
+	if err := ExitedError(parent, ctx, errors.New("no answer")); err.Error() != "no answer" {
+		t.Errorf("with the parent ended, the error is %q, want it as it was", err)
 	}
 }
