@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -42,7 +43,7 @@ const HoldRunning = time.Hour
 // It learns the executions from their workflow.started and
 // workflow.completed events, read from the stream's front at start.
 type retention struct {
-	js          jetstream.JetStream
+	b           *bus.Bus
 	keep        time.Duration
 	holdRunning time.Duration
 	log         *slog.Logger
@@ -74,8 +75,8 @@ type endedExec struct {
 // has gone. The stream holds up to PurgeEvery more than it must.
 const PurgeEvery = 30 * time.Second
 
-func newRetention(js jetstream.JetStream, keep, every time.Duration, log *slog.Logger) *retention {
-	return &retention{js: js, keep: keep, holdRunning: HoldRunning, log: log, every: every, running: map[string]mark{}}
+func newRetention(b *bus.Bus, keep, every time.Duration, log *slog.Logger) *retention {
+	return &retention{b: b, keep: keep, holdRunning: HoldRunning, log: log, every: every, running: map[string]mark{}}
 }
 
 // run purges until ctx ends. When the stream cannot be read (a cluster
@@ -86,17 +87,18 @@ func (r *retention) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.WarnContext(ctx, "retention: reading the executions' starts and ends stopped; starting again", "err", err)
+		r.log.WarnContext(ctx, "retention: the executions' starts and ends cannot be read; trying again", "err", err)
 		if !sleep(ctx, time.Second) {
 			return
 		}
 	}
 }
 
-// follow reads the starts and ends after those seen and purges, until ctx
-// ends or the reading stops.
+// follow reads the starts and ends after those seen (bus.Watch, whose
+// ordered consumer starts again where it was after a gap) and purges,
+// until ctx ends; it returns an error only when the reading cannot begin.
 func (r *retention) follow(ctx context.Context) error {
-	stream, err := r.js.Stream(ctx, bus.StreamEvents)
+	stream, err := r.b.JetStream().Stream(ctx, bus.StreamEvents)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", bus.StreamEvents, err)
 	}
@@ -106,55 +108,33 @@ func (r *retention) follow(ctx context.Context) error {
 	if r.seen > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, r.seen+1
 	}
-	cons, err := r.js.OrderedConsumer(ctx, bus.StreamEvents, cfg)
-	if err != nil {
-		return err
-	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer msgs.Stop()
 	type seenMsg struct {
 		subject string
 		mark    mark
 	}
 	next := make(chan seenMsg, 256)
-	stopped := make(chan error, 1)
-	go func() {
-		defer close(next)
-		for {
-			m, err := msgs.Next()
-			if err != nil {
-				stopped <- err
-				return
-			}
+	stop, err := r.b.Watch(ctx, "retention: the executions' starts and ends", bus.StreamEvents, cfg,
+		func(m jetstream.Msg, _ *event.Event) {
 			md, err := m.Metadata()
 			if err != nil {
-				continue
+				return
 			}
 			select {
 			case next <- seenMsg{m.Subject(), mark{md.Sequence.Stream, md.Timestamp}}:
 			case <-ctx.Done():
-				return
 			}
-		}
-	}()
+		})
+	if err != nil {
+		return err
+	}
+	defer stop()
 	tick := time.NewTicker(r.every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m, ok := <-next:
-			if !ok {
-				select {
-				case err := <-stopped:
-					return err
-				default:
-					return nil
-				}
-			}
+		case m := <-next:
 			r.see(m.subject, m.mark)
 		case now := <-tick.C:
 			if err := r.purge(ctx, stream, now); err != nil && ctx.Err() == nil {

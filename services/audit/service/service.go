@@ -53,7 +53,7 @@ func Run(ctx context.Context, d Deps) error {
 	purged := make(chan struct{})
 	go func() {
 		defer close(purged)
-		newRetention(d.Bus.JetStream(), cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(purging)
+		newRetention(d.Bus, cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(purging)
 	}()
 	err := d.Bus.ConsumeBatch(ctx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
 		return record(ctx, d.Store, h, evs)
