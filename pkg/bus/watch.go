@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,6 +69,25 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 			}()
 		}
 	}, nil
+}
+
+// CompletionKept tells whether the events stream still holds the
+// completion of execution executionID. An ended execution's events go a
+// while after its end (the audit service purges the stream's front); a
+// follower then reads it from the audit store or the engine's state.
+func (b *Bus) CompletionKept(ctx context.Context, executionID string) (bool, error) {
+	s, err := b.js.Stream(ctx, StreamEvents)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, EventSubject(executionID, KindWorkflowCompleted))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // First watches subject of the events stream for its first event that

@@ -76,7 +76,7 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		return g.unavailable(r, "the execution cannot be looked up", err)
 	}
 	if finished {
-		kept, err := g.eventsKept(ctx, id)
+		kept, err := g.bus.CompletionKept(ctx, id)
 		if err != nil {
 			return g.unavailable(r, "the events cannot be read", err)
 		}
@@ -129,24 +129,6 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		return frame, last
 	})
 	return nil
-}
-
-// eventsKept tells whether the events stream still keeps the completion of
-// execution id (the audit service purges an ended execution's events
-// auditservice.KeepEnded after its completion, once recorded).
-func (g *Gateway) eventsKept(ctx context.Context, id string) (bool, error) {
-	s, err := g.bus.JetStream().Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return false, err
-	}
-	_, err = s.GetLastMsgForSubject(ctx, bus.EventSubject(id, bus.KindWorkflowCompleted))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return true, nil
 }
 
 // replayStored answers the event stream of an ended execution whose events

@@ -62,8 +62,7 @@ func (c *Client) Follow(ctx context.Context, id string, each func(Progress)) (st
 // them auditservice.KeepEnded after the end), so that Follow would show
 // nothing; nil when it runs, is unknown, or its events are kept.
 func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowCompleted, error) {
-	js := c.bus.JetStream()
-	kv, err := js.KeyValue(ctx, engine.BucketExecutions)
+	kv, err := c.bus.JetStream().KeyValue(ctx, engine.BucketExecutions)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
@@ -77,16 +76,9 @@ func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowComplet
 	if st.GetStatus() == "running" {
 		return nil, nil
 	}
-	s, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
+	kept, err := c.bus.CompletionKept(ctx, id)
+	if err != nil || kept {
 		return nil, err
 	}
-	_, err = s.GetLastMsgForSubject(ctx, bus.EventSubject(id, bus.KindWorkflowCompleted))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return engine.CompletionOf(st), nil
-	case err != nil:
-		return nil, err
-	}
-	return nil, nil
+	return engine.CompletionOf(st), nil
 }
