@@ -212,6 +212,9 @@ type system struct {
 	mongoURI string
 	target   target
 	close    func()
+	// procs are the processes it started (the NATS servers of a cluster,
+	// the services, or nova dev).
+	procs []*loadgen.Proc
 }
 
 func runCase(ctx context.Context, cfg config, name string) report {
@@ -232,8 +235,12 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	}
 	defer sys.close()
 
-	if err := loadgen.WaitDial(ctx, sys.natsURL); err != nil {
-		r.err = err
+	// Until the services are ready, a process that exits ends the wait
+	// and is named.
+	running, stopRunning := loadgen.WhileAllRunning(ctx, sys.procs...)
+	defer stopRunning()
+	if err := loadgen.WaitDial(running, sys.natsURL); err != nil {
+		r.err = loadgen.ExitedError(ctx, running, err)
 		return r
 	}
 	b, err := bus.Connect(ctx, sys.natsURL, bus.WithName("chaos"), bus.WithLogger(slog.New(slog.DiscardHandler)))
@@ -242,10 +249,11 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		return r
 	}
 	defer b.Close()
-	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
-		r.err = err
+	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
+		r.err = loadgen.ExitedError(ctx, running, err)
 		return r
 	}
+	stopRunning()
 	redeliveries, stopCounting, err := countRedeliveries(b.Conn())
 	if err != nil {
 		r.err = err
@@ -288,6 +296,10 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	}
 	<-loadDone
 	r.elapsed = time.Since(start)
+	if exited := loadgen.Exited(sys.procs...); exited != "" {
+		r.err = fmt.Errorf("%d of %d workflows completed: %s", l.Completed.Load(), cfg.workflows, exited)
+		return r
+	}
 
 	// Outcomes from the events stream itself, not only what the load saw.
 	checkStart := time.Now()
@@ -430,6 +442,7 @@ func startWhole(ctx context.Context, cfg config, dir string) (*system, error) {
 		target: target{describe: p.Describe, kill: p.Kill, downtime: 0,
 			restart: func(context.Context) error { return p.Start() }},
 		close: p.Stop,
+		procs: []*loadgen.Proc{p},
 	}, nil
 }
 
@@ -487,14 +500,18 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 			nodes = append(nodes, p)
 		}
 		sys.natsURL = spec.URL()
-		if err := waitReadyFiles(ctx, spec); err != nil {
+		running, stopRunning := loadgen.WhileAllRunning(ctx, nodes...)
+		err = waitReadyFiles(running, spec)
+		if err == nil {
+			err = waitMetaLeader(running, sys.natsURL)
+		}
+		err = loadgen.ExitedError(ctx, running, err)
+		stopRunning()
+		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		if err := waitMetaLeader(ctx, sys.natsURL); err != nil {
-			closeAll()
-			return nil, err
-		}
+		sys.procs = append(sys.procs, nodes...)
 	}
 
 	procs := map[string]*loadgen.Proc{}
@@ -513,6 +530,7 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 		}
 		closers = append(closers, p.Stop)
 		procs[svc] = p
+		sys.procs = append(sys.procs, p)
 	}
 
 	switch victim {

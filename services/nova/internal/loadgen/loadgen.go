@@ -258,7 +258,7 @@ func WaitDial(ctx context.Context, url string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("nothing listens on %s: %w", addr, errors.Join(err, ctx.Err()))
+			return fmt.Errorf("nothing listens on %s (%v): %w", addr, err, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -352,14 +352,23 @@ func (p *Proc) Stop() {
 // (listen, answer) then stops at its exit instead of retrying until its own
 // time runs out. cancel releases it.
 func (p *Proc) WhileRunning(ctx context.Context) (context.Context, context.CancelFunc) {
+	return WhileAllRunning(ctx, p)
+}
+
+// WhileAllRunning is WhileRunning for several processes: the context ends
+// when the first of them exits, its cause naming that one.
+func WhileAllRunning(ctx context.Context, procs ...*Proc) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	if p.cmd == nil {
-		cancel(fmt.Errorf("%s is not started", p.Name))
-	} else {
+	for _, p := range procs {
+		if p.cmd == nil {
+			cancel(fmt.Errorf("%s is not started", p.Name))
+			break
+		}
+		cmd, done := p.cmd, p.done
 		go func() {
 			select {
-			case <-p.done:
-				cancel(fmt.Errorf("%s exited (%v), its last output: %s", p.Describe(), p.cmd.ProcessState, lastLine(p.Log)))
+			case <-done:
+				cancel(errors.New(exitLine(p, cmd)))
 			case <-ctx.Done():
 			}
 		}()
@@ -367,13 +376,37 @@ func (p *Proc) WhileRunning(ctx context.Context) (context.Context, context.Cance
 	return ctx, func() { cancel(nil) }
 }
 
+// Exited says, of the processes that have exited, which and how; "" when
+// none has.
+func Exited(procs ...*Proc) string {
+	var out []string
+	for _, p := range procs {
+		if p.cmd == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			out = append(out, exitLine(p, p.cmd))
+		default:
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // ExitedError is err, preceded by why running (a context WhileRunning
-// made from ctx) ended when that was the process's exit rather than ctx.
+// made from ctx) ended when that was the process's exit rather than ctx;
+// nil when err is.
 func ExitedError(ctx, running context.Context, err error) error {
-	if running.Err() != nil && ctx.Err() == nil {
+	if err != nil && running.Err() != nil && ctx.Err() == nil {
 		return fmt.Errorf("%w: %w", context.Cause(running), err)
 	}
 	return err
+}
+
+// exitLine says that cmd, a run of p that has ended, exited: how, and the
+// last line of p's log.
+func exitLine(p *Proc, cmd *exec.Cmd) string {
+	return fmt.Sprintf("%s (pid %d) exited (%v), its last output: %s", p.Name, cmd.Process.Pid, cmd.ProcessState, lastLine(p.Log))
 }
 
 // lastLine is the last line of the file at path, or what kept it from

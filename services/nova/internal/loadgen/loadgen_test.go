@@ -9,20 +9,28 @@ import (
 	"time"
 )
 
-// A wait tied to a process ends when the process exits, with its exit and
-// last line of output as the cause; while it runs, the wait goes on.
+// A wait tied to processes ends when the first of them exits, with its exit
+// and last line of output as the cause; while they run, the wait goes on.
 func TestWhileRunningEndsAtExit(t *testing.T) {
+	long := &Proc{Name: "running", Path: "/bin/sh", Args: []string{"-c", "echo up; sleep 30"}, Log: filepath.Join(t.TempDir(), "out.log")}
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Kill() }()
 	p := &Proc{Name: "failing", Path: "/bin/sh", Args: []string{"-c", "echo starting; echo 'port taken'; sleep 0.2; exit 3"},
 		Log: filepath.Join(t.TempDir(), "out.log")}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := p.WhileRunning(t.Context())
+	ctx, cancel := WhileAllRunning(t.Context(), long, p)
 	defer cancel()
 	select {
 	case <-ctx.Done():
-		t.Fatalf("ended while the process ran: %v", context.Cause(ctx))
+		t.Fatalf("ended while the processes ran: %v", context.Cause(ctx))
 	case <-time.After(50 * time.Millisecond):
+	}
+	if exited := Exited(long, p); exited != "" {
+		t.Errorf("Exited = %q while both run", exited)
 	}
 	select {
 	case <-ctx.Done():
@@ -35,13 +43,18 @@ func TestWhileRunningEndsAtExit(t *testing.T) {
 			t.Errorf("error %q lacks %q", cause, want)
 		}
 	}
+	if strings.Contains(cause, "running") {
+		t.Errorf("error %q names the process that still runs", cause)
+	}
+	if err := ExitedError(t.Context(), ctx, nil); err != nil {
+		t.Errorf("ExitedError of no error = %v", err)
+	}
+	exited := Exited(long, p)
+	if !strings.Contains(exited, "failing (pid") || !strings.Contains(exited, "exit status 3") || strings.Contains(exited, "running") {
+		t.Errorf("Exited = %q, want the failing process alone", exited)
+	}
 
 	// A process that keeps running leaves the wait to its own context.
-	long := &Proc{Name: "running", Path: "/bin/sh", Args: []string{"-c", "sleep 30"}, Log: filepath.Join(t.TempDir(), "out.log")}
-	if err := long.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = long.Kill() }()
 	parent, stop := context.WithCancel(t.Context())
 	ctx, cancel = long.WhileRunning(parent)
 	defer cancel()
