@@ -213,7 +213,13 @@ func (r *retention) purge(ctx context.Context, stream jetstream.Stream, now time
 	if floor <= info.State.FirstSeq {
 		return nil
 	}
-	return stream.Purge(ctx, jetstream.WithPurgeSequence(floor))
+	start := time.Now()
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(floor)); err != nil {
+		return err
+	}
+	r.log.InfoContext(ctx, "retention: purged the front of the events stream",
+		"first", info.State.FirstSeq, "up_to", floor-1, "took", time.Since(start).Round(time.Microsecond))
+	return nil
 }
 
 // readUpTo is the stream sequence up to which every durable consumer of the

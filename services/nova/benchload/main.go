@@ -22,6 +22,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -77,6 +78,11 @@ type config struct {
 	// taken after the runs (0: not taken); zygoteIdle is nova dev's
 	// --zygote-idle (0: its default).
 	idle, zygoteIdle time.Duration
+	// keep leaves the data dirs and nova dev's logs in place.
+	keep bool
+	// slowest is how many of each run's slowest workflows to name, with
+	// the wall time they started at (0: none).
+	slowest int
 }
 
 func main() {
@@ -92,6 +98,8 @@ func main() {
 	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	fs.DurationVar(&cfg.idle, "idle", 0, "after the runs, wait this long with nothing running and take the PSS of idle nova dev (0: skip)")
 	fs.DurationVar(&cfg.zygoteIdle, "zygote-idle", 0, "nova dev --zygote-idle: how long its full zygote may go unused before it stops (0: nova dev's default)")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the data dirs and nova dev's logs (their directory is printed)")
+	fs.IntVar(&cfg.slowest, "slowest", 0, "print each run's `n` slowest workflows with the time they started (to find them in nova dev's log and traces)")
 	_ = fs.Parse(os.Args[1:])
 	for _, f := range strings.Split(*inFlight, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -127,7 +135,11 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if cfg.keep {
+		fmt.Fprintf(os.Stderr, "benchload: data dirs and logs in %s, kept\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	three, err := workflow.Parse([]byte(chain(3)))
 	if err != nil {
 		return err
@@ -403,6 +415,20 @@ func fill(ctx context.Context, cfg config, b *bus.Bus, def *novav1.WorkflowDefin
 	}
 }
 
+// printSlowest names the n slowest of a run's workflows on stderr: when
+// each started, how long it took, its execution id.
+func printSlowest(run string, ids []string, started []time.Time, lat []time.Duration, n int) {
+	order := make([]int, len(lat))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(lat[b], lat[a]) })
+	for _, i := range order[:min(n, len(order))] {
+		fmt.Fprintf(os.Stderr, "benchload: %s: slow: started %s, took %s, execution %s\n",
+			run, started[i].UTC().Format("15:04:05.000"), lat[i].Round(100*time.Microsecond), ids[i])
+	}
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func pss(mib float64) string {
@@ -469,6 +495,9 @@ wait:
 			return r, fmt.Errorf("%s: workflow %s did not succeed", name, id)
 		}
 		lat = append(lat, o.At.Sub(l.Started[i]))
+	}
+	if cfg.slowest > 0 {
+		printSlowest(name, l.IDs, l.Started, lat, cfg.slowest)
 	}
 	r.wfPerSec = float64(n) / elapsed.Seconds()
 	r.p50, r.p90, r.p99 = loadgen.Percentile(lat, 0.50), loadgen.Percentile(lat, 0.90), loadgen.Percentile(lat, 0.99)
