@@ -76,6 +76,9 @@ type endedExec struct {
 const PurgeEvery = 30 * time.Second
 
 func newRetention(b *bus.Bus, keep, every time.Duration, log *slog.Logger) *retention {
+	if log == nil {
+		log = slog.Default()
+	}
 	return &retention{b: b, keep: keep, holdRunning: HoldRunning, log: log, every: every, running: map[string]mark{}}
 }
 

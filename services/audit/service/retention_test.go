@@ -1,8 +1,12 @@
 package service_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,7 +93,9 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, PurgeEvery: every, HoldFor: time.Hour})
+	var logs lockedBuffer
+	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, PurgeEvery: every, HoldFor: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	start("running")
 	e.waitAcks(ctx, t, 1) // the running execution's started event is held
 	time.Sleep(purges)
@@ -112,6 +118,10 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	// Once it has, they go; the running execution's stay, the ended one's
 	// chain is in the store.
 	waitGone("ended")
+	// Each purge is logged: from where, up to where, how long it took.
+	if l := logs.String(); !regexp.MustCompile(`msg="retention: purged the front of the events stream" first=\d+ up_to=\d+ took=\S+`).MatchString(l) {
+		t.Errorf("no purge in the audit service's log:\n%s", l)
+	}
 	if _, err := stream.GetLastMsgForSubject(ctx, bus.EventSubject("ended", bus.KindWorkflowCompleted)); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("the completion of the ended execution: %v, want it purged", err)
 	}
@@ -132,4 +142,23 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	read(2)
 	waitGone("running")
 	waitGone("after")
+}
+
+// lockedBuffer is a log's destination the test reads while the service
+// writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
