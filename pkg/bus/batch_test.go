@@ -1,7 +1,6 @@
 package bus_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/internal/natstest"
+	"github.com/novaflow/nova/pkg/syncbuf"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -238,7 +238,7 @@ func TestConsumeBatchIdleWorkersRenewQuietly(t *testing.T) {
 	// Restored after the consumers this test starts have stopped (cleanups run
 	// last registered first), which read it until then.
 	t.Cleanup(bus.SetPullWait(50 * time.Millisecond))
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	b := connect(t, natstest.URL(t), bus.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	c := eventConsumer("idle")
 	c.Workers, c.Batch, c.BatchWait = 4, 10, 10*time.Millisecond
@@ -247,24 +247,6 @@ func TestConsumeBatchIdleWorkersRenewQuietly(t *testing.T) {
 	if got := logs.String(); strings.Contains(got, "level=WARN") {
 		t.Errorf("idle workers warned:\n%s", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that workers may write to together.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // A handler may keep an event to settle later (a Held): its delivery is

@@ -16,15 +16,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/syncbuf"
 )
 
 // startDev runs `nova dev` with args on fresh ports and data dir until the
 // test ends, and returns what it printed once it printed want.
-func startDev(t *testing.T, ctx context.Context, want *regexp.Regexp, args ...string) (m []string, stderr *procsBuffer) {
+func startDev(t *testing.T, ctx context.Context, want *regexp.Regexp, args ...string) (m []string, stderr *syncbuf.Buffer) {
 	t.Helper()
 	devCtx, stop := context.WithCancel(ctx)
-	var stdout procsBuffer
-	stderr = &procsBuffer{}
+	var stdout syncbuf.Buffer
+	stderr = &syncbuf.Buffer{}
 	exit := make(chan int, 1)
 	dir := t.TempDir() // removed after nova dev stopped (cleanups run last first)
 	go func() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/llm/scripted"
+	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -91,7 +92,7 @@ func TestPin(t *testing.T) {
 	// A request no rule answers fails at once (no agent retries a 400).
 	rules.Fallback = &scripted.Response{Status: 400, Error: &scripted.ErrorSpec{
 		Message: "pin test: no scripted rule matches this request", Type: "invalid_request_error"}}
-	var logs procsBuffer
+	var logs syncbuf.Buffer
 	s, err := stack.Start(ctx, stack.Options{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		LLM: stack.LLMOptions{ScriptedRules: &rules}})
 	if err != nil {

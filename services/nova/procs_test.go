@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +29,7 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm/scripted"
+	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
@@ -443,13 +443,13 @@ type procsProcess struct {
 	name   string
 	addr   string
 	cmd    *exec.Cmd
-	stderr *procsBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{} // closed once the process has been waited for
 }
 
 func procsStart(t *testing.T, path, name string, env map[string]string) *procsProcess {
 	t.Helper()
-	p := &procsProcess{name: name, addr: env["HEALTH_ADDR"], stderr: &procsBuffer{}, done: make(chan struct{})}
+	p := &procsProcess{name: name, addr: env["HEALTH_ADDR"], stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(path)
 	p.cmd.Env = procsEnv(env)
 	p.cmd.Stdout = p.stderr
@@ -613,22 +613,4 @@ func procsGrep(text, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// procsBuffer collects a process's output while the test reads it.
-type procsBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *procsBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *procsBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

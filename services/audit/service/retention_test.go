@@ -1,12 +1,10 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/syncbuf"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 )
@@ -93,7 +92,7 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, PurgeEvery: every, HoldFor: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	start("running")
@@ -142,23 +141,4 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	read(2)
 	waitGone("running")
 	waitGone("after")
-}
-
-// lockedBuffer is a log's destination the test reads while the service
-// writes it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
+	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -53,7 +54,7 @@ type harness struct {
 	bus    *bus.Bus // the tests' own connection
 	store  *store.Store
 	values *valueref.Store
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	log    *slog.Logger
 	spans  *tracetest.SpanRecorder
 	// model is the scripted OpenAI-compatible server the code generator
@@ -105,7 +106,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	h = &harness{dir: dir, logs: &syncBuffer{}, modules: map[string]*module{}, spans: tracetest.NewSpanRecorder()}
+	h = &harness{dir: dir, logs: &syncbuf.Buffer{}, modules: map[string]*module{}, spans: tracetest.NewSpanRecorder()}
 	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	code := 1
 	if err := h.start(); err != nil {
@@ -519,21 +520,4 @@ func (h *harness) startedEvents(t *testing.T, id string) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Subjects[bus.EventSubject(id, bus.KindWorkflowStarted)]
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,13 +8,13 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -38,7 +37,7 @@ type env struct {
 	bus    *bus.Bus
 	values *valueref.Store
 	client *client.Client
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	opts   stack.Options
 	// afterClose runs once the stack is closed (e.g. a restarted NATS server).
 	afterClose []func()
@@ -50,7 +49,7 @@ func startEnv(t *testing.T, configure ...func(*stack.Options)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	t.Cleanup(cancel)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts := stack.Options{
 		DataDir: t.TempDir(),
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -340,24 +339,6 @@ func checkChain(t *testing.T, def *novav1.WorkflowDefinition, wc *novav1.Workflo
 			}
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer that goroutines may write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // mustContain fails the test unless s contains every want.

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/novaflow/nova/pkg/syncbuf"
 )
 
 // The supervisor of a job (J) sends its report and exits at once; a message
@@ -89,24 +90,6 @@ func TestReadReportAfterReset(t *testing.T) {
 	})
 }
 
-// lockedBuffer collects a logger's output from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // loadCPU keeps every CPU busy until the test ends: goroutines spinning in
 // this process (they delay the goroutines of the runner, as a loaded service
 // would be) and busy processes beside it (killed by pid at the end).
@@ -155,7 +138,7 @@ func TestWarmStartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test")
 	}
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	loadCPU(t)
 	r := startTestRunner(t, Config{Zygotes: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 
@@ -205,7 +188,7 @@ func TestWarmStartUnderLoad(t *testing.T) {
 func TestWarmCloseDuringStartUp(t *testing.T) {
 	for _, after := range []time.Duration{0, 25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond} {
 		t.Run(after.String(), func(t *testing.T) {
-			logs := &lockedBuffer{}
+			logs := &syncbuf.Buffer{}
 			r := startTestRunner(t, Config{Zygotes: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			time.Sleep(after)
 			start := time.Now()
