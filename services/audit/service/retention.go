@@ -27,9 +27,11 @@ const KeepEnded = 2 * time.Minute
 const HoldRunning = time.Hour
 
 // retention purges NOVA_EVT from its front, every PurgeEvery: every
-// message before the first one something still needs. The stream's front goes by whole blocks,
-// the way MaxAge would take it, with no work per message: what follows it
-// is kept whatever it is. Still needed is
+// message before the first one something still needs. The stream's front
+// goes by whole blocks, the way MaxAge would take it (the server still takes
+// each purged message's subject out of its per-subject state, the stream
+// held meanwhile: 50-170 ms for 30 s of events at 90 workflows a second);
+// what follows it is kept whatever it is. Still needed is
 //
 //   - every event of an execution running (for up to holdRunning) or ended
 //     less than keep ago: what a follower replays;
