@@ -18,7 +18,7 @@ type config struct {
 	Database string `env:"MONGODB_DATABASE" default:"nova"`
 	Workers  int    `env:"NOVA_WORKERS" default:"8"`
 	// KeepEnded is how long an ended execution's events stay in NOVA_EVT.
-	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_EVENTS" default:"2m"`
+	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_EVENTS" default:"30s"`
 }
 
 func main() {
