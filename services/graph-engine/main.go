@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -25,6 +26,8 @@ type config struct {
 	AllowPrompt     bool          `env:"NOVA_ALLOW_PROMPT" default:"true"`
 	MaxAttempts     int           `env:"NOVA_MAX_ATTEMPTS" default:"3"`
 	AnalysisTimeout time.Duration `env:"NOVA_ANALYSIS_TIMEOUT" default:"15s"`
+	// An ended execution's state is kept this long (engine.DefaultKeepEnded).
+	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_STATE" default:"168h"`
 	// The generated-code cache's entries live this long, within this cap.
 	CodeCacheTTL      time.Duration `env:"NOVA_CODECACHE_TTL" default:"720h"`
 	CodeCacheMaxBytes int64         `env:"NOVA_CODECACHE_MAX_BYTES" default:"268435456"`
@@ -42,6 +45,9 @@ type config struct {
 func main() {
 	var cfg config
 	os.Exit(service.Main("graph-engine", &cfg, func(ctx context.Context, env *service.Env) error {
+		if cfg.KeepEnded <= 0 {
+			return fmt.Errorf("NOVA_KEEP_ENDED_STATE=%v: must be a positive duration (how long an ended execution's state is kept)", cfg.KeepEnded)
+		}
 		budget, err := cfg.Budget()
 		if err != nil {
 			return err
@@ -70,6 +76,7 @@ func main() {
 				AllowPrompt:        cfg.AllowPrompt,
 				MaxAttempts:        cfg.MaxAttempts,
 				AnalysisTimeout:    cfg.AnalysisTimeout,
+				KeepEnded:          cfg.KeepEnded,
 				CodeCacheTTL:       cfg.CodeCacheTTL,
 				CodeCacheMaxBytes:  cfg.CodeCacheMaxBytes,
 				Budget:             budget,

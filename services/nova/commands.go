@@ -84,6 +84,13 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 		}
 		opts.Replicas = n
 	}
+	if v := os.Getenv("NOVA_KEEP_ENDED_STATE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return opts, fmt.Errorf("NOVA_KEEP_ENDED_STATE=%q: want a positive duration (how long an ended execution's state is kept), e.g. 168h", v)
+		}
+		opts.KeepEnded = d
+	}
 	var budget workflow.BudgetSettings
 	if err := config.Load(&budget, nil); err != nil {
 		return opts, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -67,6 +68,11 @@ type Config struct {
 	MaxAttempts int
 	// AnalysisTimeout bounds a run of analysis code (default 15s).
 	AnalysisTimeout time.Duration
+	// KeepEnded is how long an ended execution's state stays in
+	// BucketExecutions after it ended (default DefaultKeepEnded); a running
+	// execution's is kept until it ends. Within it a repeated start of the
+	// execution is recognised and not run again.
+	KeepEnded time.Duration
 	// CodeCacheTTL is how long a cached code is kept (default 30 days);
 	// CodeCacheMaxBytes caps the cache bucket (default 256 MiB).
 	CodeCacheTTL      time.Duration
@@ -78,6 +84,17 @@ type Config struct {
 	// leaves unset (nil: none).
 	Budget *novav1.Budget
 }
+
+// DefaultKeepEnded is how long an ended execution's state is kept by
+// default: a week. Each key the bucket holds costs the NATS server some 190
+// bytes and four objects of its heap for as long as it is kept, so kept for
+// ever they grow with every execution; past the keep, a start naming the
+// execution runs it again.
+const DefaultKeepEnded = 7 * 24 * time.Hour
+
+// stateMarkerTTL is how long the bucket keeps the marker the server leaves
+// where an ended execution's state expired (the least it takes).
+const stateMarkerTTL = time.Second
 
 // Deps are what the engine needs, built by the caller.
 type Deps struct {
@@ -135,6 +152,9 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if cfg.AnalysisTimeout <= 0 {
 		cfg.AnalysisTimeout = 15 * time.Second
 	}
+	if cfg.KeepEnded <= 0 {
+		cfg.KeepEnded = DefaultKeepEnded
+	}
 	if cfg.CodeCacheTTL <= 0 {
 		cfg.CodeCacheTTL = DefaultCodeCacheTTL
 	}
@@ -156,6 +176,8 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    max(cfg.Replicas, 1),
+			// Lets a state carry its own expiry (Config.KeepEnded).
+			LimitMarkerTTL: stateMarkerTTL,
 		})
 		return err
 	})
@@ -358,7 +380,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	if _, err := e.execs.Create(ctx, id, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(st))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("store execution %s: %w", id, err)
 	}
 	e.applyCache(ctx, t)
@@ -567,19 +589,46 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		_, err = e.execs.Update(ctx, id, data, entry.Revision())
+		err = e.store(ctx, id, data, entry.Revision(), e.keep(st))
 		if err == nil {
 			e.applyCache(ctx, t)
 			return nil
 		}
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		if !errors.As(err, &apiErr) || (apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence &&
+			apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			return fmt.Errorf("store execution %s: %w", id, err)
 		}
 		// Another replica moved this execution on; look again.
 	}
 	return fmt.Errorf("execution %s: too many concurrent updates", id)
 }
+
+// keep is how long st is to be kept once stored: an ended execution's
+// Config.KeepEnded, a running one's until it changes (0).
+func (e *Engine) keep(st *novav1.ExecutionState) time.Duration {
+	if st.GetStatus() == statusRunning {
+		return 0
+	}
+	return e.cfg.KeepEnded
+}
+
+// store replaces the state of execution id at revision with data, which
+// expires after ttl (0: never). It is KeyValue.Update with the message TTL
+// that Update does not take.
+func (e *Engine) store(ctx context.Context, id string, data []byte, revision uint64, ttl time.Duration) error {
+	if ttl <= 0 {
+		_, err := e.execs.Update(ctx, id, data, revision)
+		return err
+	}
+	msg := &nats.Msg{Subject: stateSubject(id), Data: data}
+	_, err := e.bus.JetStream().PublishMsg(ctx, msg,
+		jetstream.WithExpectLastSequencePerSubject(revision), jetstream.WithMsgTTL(ttl))
+	return err
+}
+
+// stateSubject is the subject of execution id's key in BucketExecutions.
+func stateSubject(id string) string { return "$KV." + BucketExecutions + "." + id }
 
 func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 	evs := make([]bus.Outgoing, 0, len(out))

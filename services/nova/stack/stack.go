@@ -143,6 +143,9 @@ type Options struct {
 	LLM LLMOptions
 	// MaxAttempts bounds code generation attempts of an AI node (default 3).
 	MaxAttempts int
+	// KeepEnded is how long an ended execution's state is kept
+	// (engine.Config.KeepEnded; default engine.DefaultKeepEnded).
+	KeepEnded time.Duration
 	// Budget is the deployment's default budget of every workflow (nil: none).
 	Budget *novav1.Budget
 	// Semantic configures the code cache's semantic level (off when zero);
@@ -418,7 +421,7 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
 			Embedder: embedder,
 			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts,
-				Replicas: s.opts.Replicas, Budget: s.opts.Budget, Semantic: s.opts.Semantic}})
+				Replicas: s.opts.Replicas, Budget: s.opts.Budget, Semantic: s.opts.Semantic, KeepEnded: s.opts.KeepEnded}})
 		if err != nil {
 			cleanup()
 			return nil, err
