@@ -3,7 +3,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"time"
 
@@ -26,14 +25,14 @@ type config struct {
 	AllowPrompt     bool          `env:"NOVA_ALLOW_PROMPT" default:"true"`
 	MaxAttempts     int           `env:"NOVA_MAX_ATTEMPTS" default:"3"`
 	AnalysisTimeout time.Duration `env:"NOVA_ANALYSIS_TIMEOUT" default:"15s"`
-	// An ended execution's state is kept this long (engine.DefaultKeepEnded).
-	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_STATE" default:"168h"`
 	// The generated-code cache's entries live this long, within this cap.
 	CodeCacheTTL      time.Duration `env:"NOVA_CODECACHE_TTL" default:"720h"`
 	CodeCacheMaxBytes int64         `env:"NOVA_CODECACHE_MAX_BYTES" default:"268435456"`
 	// The default budget of every workflow: NOVA_BUDGET_MAX_USD,
 	// NOVA_BUDGET_MAX_USD_PER_DAY, NOVA_BUDGET_MAX_MODEL_CALLS.
 	workflow.BudgetSettings
+	// How long an ended execution's state is kept: NOVA_KEEP_ENDED_STATE.
+	engine.KeepSettings
 	// The code cache's semantic level: NOVA_CODECACHE_SEMANTIC,
 	// NOVA_CODECACHE_SIMILARITY, NOVA_LLM_EMBEDDING_MODEL,
 	// NOVA_CODECACHE_EMBEDDING_TIMEOUT; with it on, the engine calls the
@@ -45,8 +44,9 @@ type config struct {
 func main() {
 	var cfg config
 	os.Exit(service.Main("graph-engine", &cfg, func(ctx context.Context, env *service.Env) error {
-		if cfg.KeepEnded <= 0 {
-			return fmt.Errorf("NOVA_KEEP_ENDED_STATE=%v: must be a positive duration (how long an ended execution's state is kept)", cfg.KeepEnded)
+		keep, err := cfg.Keep()
+		if err != nil {
+			return err
 		}
 		budget, err := cfg.Budget()
 		if err != nil {
@@ -76,7 +76,7 @@ func main() {
 				AllowPrompt:        cfg.AllowPrompt,
 				MaxAttempts:        cfg.MaxAttempts,
 				AnalysisTimeout:    cfg.AnalysisTimeout,
-				KeepEnded:          cfg.KeepEnded,
+				KeepEnded:          keep,
 				CodeCacheTTL:       cfg.CodeCacheTTL,
 				CodeCacheMaxBytes:  cfg.CodeCacheMaxBytes,
 				Budget:             budget,

@@ -31,6 +31,7 @@ import (
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/gateway/gateway"
+	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -84,13 +85,15 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 		}
 		opts.Replicas = n
 	}
-	if v := os.Getenv("NOVA_KEEP_ENDED_STATE"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return opts, fmt.Errorf("NOVA_KEEP_ENDED_STATE=%q: want a positive duration (how long an ended execution's state is kept), e.g. 168h", v)
-		}
-		opts.KeepEnded = d
+	var keep engine.KeepSettings
+	if err := config.Load(&keep, nil); err != nil {
+		return opts, err
 	}
+	keepEnded, err := keep.Keep()
+	if err != nil {
+		return opts, err
+	}
+	opts.KeepEnded = keepEnded
 	var budget workflow.BudgetSettings
 	if err := config.Load(&budget, nil); err != nil {
 		return opts, err

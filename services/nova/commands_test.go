@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // nova dev takes NOVA_KEEP_ENDED_STATE as the graph-engine binary does, and
@@ -25,7 +27,7 @@ func TestStackOptionsKeepEnded(t *testing.T) {
 		}
 	}
 	t.Setenv("NOVA_KEEP_ENDED_STATE", "")
-	if opts, err := stackOptions(t.TempDir(), "", nil); err != nil || opts.KeepEnded != 0 {
-		t.Errorf("unset: KeepEnded = %v, %v; want 0 (the engine's default)", opts.KeepEnded, err)
+	if opts, err := stackOptions(t.TempDir(), "", nil); err != nil || opts.KeepEnded != engine.DefaultKeepEnded {
+		t.Errorf("unset: KeepEnded = %v, %v; want the engine's default %v", opts.KeepEnded, err, engine.DefaultKeepEnded)
 	}
 }

@@ -92,6 +92,23 @@ type Config struct {
 // execution runs it again.
 const DefaultKeepEnded = 7 * 24 * time.Hour
 
+// KeepSettings is how long an ended execution's state is kept, as the
+// graph-engine binary and nova dev read it from the environment. The tag's
+// default is DefaultKeepEnded (a tag cannot name the constant; a test holds
+// them together).
+type KeepSettings struct {
+	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_STATE" default:"168h"`
+}
+
+// Keep is the setting, or an error naming the variable when it is no
+// positive duration.
+func (k KeepSettings) Keep() (time.Duration, error) {
+	if k.KeepEnded <= 0 {
+		return 0, fmt.Errorf("NOVA_KEEP_ENDED_STATE=%v: want a positive duration (how long an ended execution's state is kept), e.g. 168h", k.KeepEnded)
+	}
+	return k.KeepEnded, nil
+}
+
 // stateMarkerTTL is how long the bucket keeps the marker the server leaves
 // where an ended execution's state expired (the least it takes).
 const stateMarkerTTL = time.Second
@@ -621,14 +638,15 @@ func (e *Engine) store(ctx context.Context, id string, data []byte, revision uin
 		_, err := e.execs.Update(ctx, id, data, revision)
 		return err
 	}
-	msg := &nats.Msg{Subject: stateSubject(id), Data: data}
+	msg := &nats.Msg{Subject: StateSubject(id), Data: data}
 	_, err := e.bus.JetStream().PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(revision), jetstream.WithMsgTTL(ttl))
 	return err
 }
 
-// stateSubject is the subject of execution id's key in BucketExecutions.
-func stateSubject(id string) string { return "$KV." + BucketExecutions + "." + id }
+// StateSubject is the subject of execution id's key in BucketExecutions,
+// the one its state is stored on.
+func StateSubject(id string) string { return "$KV." + BucketExecutions + "." + id }
 
 func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 	evs := make([]bus.Outgoing, 0, len(out))

@@ -3,13 +3,33 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 )
+
+// KeepSettings' default (a struct tag, which cannot name the constant) is
+// DefaultKeepEnded, which the README gives and engines built without the
+// setting use; a keep that is no positive duration is refused by name.
+func TestKeepSettings(t *testing.T) {
+	var k KeepSettings
+	if err := config.Load(&k, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := k.Keep(); err != nil || got != DefaultKeepEnded {
+		t.Errorf("NOVA_KEEP_ENDED_STATE unset: %v, %v; want the engine's DefaultKeepEnded %v", got, err, DefaultKeepEnded)
+	}
+	for _, bad := range []time.Duration{0, -time.Hour} {
+		if _, err := (KeepSettings{KeepEnded: bad}).Keep(); err == nil || !strings.Contains(err.Error(), "NOVA_KEEP_ENDED_STATE") {
+			t.Errorf("keep %v: error %v, want one naming NOVA_KEEP_ENDED_STATE", bad, err)
+		}
+	}
+}
 
 // A bucket of executions stored before states could expire is changed in
 // place when the engine starts: its states stay, and ended ones stored from

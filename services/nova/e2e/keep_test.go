@@ -20,7 +20,7 @@ func (e *env) stateTTL(id string) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(e.ctx, "$KV."+engine.BucketExecutions+"."+id)
+	msg, err := stream.GetLastMsgForSubject(e.ctx, engine.StateSubject(id))
 	if err != nil {
 		e.t.Fatalf("state of %s: %v", id, err)
 	}
@@ -72,7 +72,7 @@ func TestEndedStateExpires(t *testing.T) {
 		t.Errorf("ReadState after the keep = %v, %v; want none", st, err)
 	}
 	e.eventually(5*time.Second, "the bucket holds no subject of the execution", func() bool {
-		return len(e.subjects("KV_"+engine.BucketExecutions, "$KV."+engine.BucketExecutions+"."+exec.ID)) == 0
+		return len(e.subjects("KV_"+engine.BucketExecutions, engine.StateSubject(exec.ID))) == 0
 	})
 	// What the audit store recorded stays: it is the record.
 	if got := e.counts(exec.ID); got["executions"] != 1 || got["chain_of_work"] != 5 {
