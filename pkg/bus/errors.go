@@ -1,6 +1,10 @@
 package bus
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // permanentError marks an error that retrying cannot fix: the message is
 // terminated and dead-lettered at once.
@@ -23,4 +27,20 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p) || errors.Is(err, ErrMalformedEvent)
+}
+
+// LostRace reports whether err is JetStream refusing a compare-and-set
+// because another writer got there first: a KV Create of a key that exists,
+// or an Update, Delete or publish whose expected last (subject) sequence was
+// passed. A replicated stream answers with another code (10164) than a
+// single server (10071), and only some of the client's calls map both to
+// its sentinel errors, so both codes are looked for here. The caller reads
+// again and retries.
+func LostRace(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

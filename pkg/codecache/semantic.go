@@ -18,6 +18,8 @@ import (
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
 )
 
 // The semantic level. After an exact miss, a task is compared with the tasks
@@ -364,8 +366,7 @@ func UpdateIndex(ctx context.Context, kv jetstream.KeyValue, group string, fn fu
 		if err == nil {
 			return nil
 		}
-		var apiErr *jetstream.APIError
-		if !errors.Is(err, jetstream.ErrKeyExists) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+		if !bus.LostRace(err) {
 			return fmt.Errorf("update semantic index %s: %w", group, err)
 		}
 		// Another writer got there first: read again.

@@ -167,8 +167,7 @@ func (d *dayCounters) modify(ctx context.Context, key string, fn func(*dayRecord
 		if err == nil {
 			return nil
 		}
-		var apiErr *jetstream.APIError
-		if !errors.Is(err, jetstream.ErrKeyExists) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+		if !bus.LostRace(err) {
 			return fmt.Errorf("update day counter %s: %w", key, err)
 		}
 		// Another step (of this or another replica) updated it; read again.

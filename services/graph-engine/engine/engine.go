@@ -611,9 +611,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 			e.applyCache(ctx, t)
 			return nil
 		}
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || (apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence &&
-			apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if !bus.LostRace(err) {
 			return fmt.Errorf("store execution %s: %w", id, err)
 		}
 		// Another replica moved this execution on; look again.
