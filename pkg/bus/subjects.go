@@ -29,6 +29,9 @@ const (
 	TypeStepCompleted     = "io.nova.node.step.completed.v1"
 	TypeDeadLetter        = "io.nova.deadletter.v1"
 
+	TypeRefinementStart    = "io.nova.refinement.start.v1"
+	TypeRefinementProgress = "io.nova.refinement.progress.v1"
+
 	TypeInputAnalyze    = "io.nova.agent.input.analyze.v1"
 	TypeInputAnalyzed   = "io.nova.agent.input.analyzed.v1"
 	TypeCodeGenerate    = "io.nova.agent.code.generate.v1"
@@ -54,7 +57,7 @@ const (
 func ResultKind(agent string) string { return "result." + agent }
 
 // ReplyKind is the event kind of an agent's results for a run outside any
-// workflow (the gateway's execute and refine): nova.evt.<id>.reply.<agent>,
+// workflow (the gateway's POST /v1/execute): nova.evt.<id>.reply.<agent>,
 // which the graph engine does not consume.
 func ReplyKind(agent string) string { return replyPrefix + agent }
 
@@ -83,6 +86,31 @@ const (
 	KindNodeCompleted     = "node.completed"
 	KindStepCompleted     = "step.completed"
 	KindSandboxResult     = "result.sandbox"
+	// KindRefinement carries a refinement's messages (RefinementProgress).
+	KindRefinement = "refinement"
+)
+
+// ExtensionExecutionID is the CloudEvents extension naming the execution an
+// event belongs to. Producers set it on start commands, so that even a start
+// whose data cannot be read ends in a completion event; every event of an
+// execution carries it.
+const ExtensionExecutionID = "executionid"
+
+// KV buckets the graph engine owns, read by the gateway, the CLI and the
+// producer library.
+const (
+	// BucketExecutions holds each execution's state (ExecutionState) under
+	// its id.
+	BucketExecutions = "nova_executions"
+	// BucketWorkflows holds registered definitions under their names.
+	BucketWorkflows = "nova_workflows"
+)
+
+// Durable consumers of the graph engine.
+const (
+	ConsumerEngineCommands    = "graph-engine"
+	ConsumerEngineResults     = "graph-engine-results"
+	ConsumerEngineDeadLetters = "graph-engine-dead-letters"
 )
 
 // CommandSubject is the work-queue subject of an agent.

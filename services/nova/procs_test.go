@@ -33,7 +33,6 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
@@ -44,7 +43,7 @@ var procsServices = []struct {
 	name      string
 	consumers []string
 }{
-	{"graph-engine", []string{engine.ConsumerCommands, engine.ConsumerResults, engine.ConsumerDeadLetters}},
+	{"graph-engine", []string{bus.ConsumerEngineCommands, bus.ConsumerEngineResults, bus.ConsumerEngineDeadLetters}},
 	{"sandbox", []string{sandboxservice.Consumer}},
 	{"audit", []string{auditservice.Consumer}},
 	{"input-analyzer", []string{bus.AgentInputAnalyzer}},
@@ -422,14 +421,25 @@ func (r *otlpReceiver) spans() []otlpSpan {
 // procsBuild builds the service binaries into a temporary directory.
 func procsBuild(t *testing.T, ctx context.Context) string {
 	t.Helper()
+	var names []string
+	for _, svc := range procsServices {
+		names = append(names, svc.name)
+	}
+	return procsBuildDirs(t, ctx, names)
+}
+
+// procsBuildDirs builds the binaries of the named services into a temporary
+// directory.
+func procsBuildDirs(t *testing.T, ctx context.Context, names []string) string {
+	t.Helper()
 	bin := t.TempDir()
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
 		goTool = "go"
 	}
 	args := []string{"build", "-o", bin + string(filepath.Separator)}
-	for _, svc := range procsServices {
-		args = append(args, "../"+svc.name)
+	for _, name := range names {
+		args = append(args, "../"+name)
 	}
 	out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput()
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
@@ -24,9 +23,9 @@ var agents = []string{userInputAnalyzer, userCodeGenerator, userCodeValidator, u
 
 func durables() []durable {
 	ds := []durable{
-		{bus.StreamCommands, engine.ConsumerCommands, userGraphEngine},
-		{bus.StreamEvents, engine.ConsumerResults, userGraphEngine},
-		{bus.StreamDeadLetters, engine.ConsumerDeadLetters, userGraphEngine},
+		{bus.StreamCommands, bus.ConsumerEngineCommands, userGraphEngine},
+		{bus.StreamEvents, bus.ConsumerEngineResults, userGraphEngine},
+		{bus.StreamDeadLetters, bus.ConsumerEngineDeadLetters, userGraphEngine},
 		{bus.StreamCommands, sandboxservice.Consumer, userSandbox},
 		{bus.StreamEvents, auditservice.Consumer, userAudit},
 	}
@@ -257,7 +256,7 @@ func TestNamedRefusals(t *testing.T) {
 		b, v := s.connectBus(t, t.Context(), userSandbox)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
-		_, err := b.DeclareConsumer(ctx, bus.Consumer{Stream: bus.StreamCommands, Durable: engine.ConsumerCommands,
+		_, err := b.DeclareConsumer(ctx, bus.Consumer{Stream: bus.StreamCommands, Durable: bus.ConsumerEngineCommands,
 			Filters: []string{bus.CommandSubject(bus.AgentGraphEngine)}})
 		if err == nil {
 			t.Fatal("the sandbox declared the graph engine's consumer")

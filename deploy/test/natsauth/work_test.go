@@ -263,7 +263,7 @@ func TestAgentsWorkAsTheirOwnUsers(t *testing.T) {
 	if err := engineBus.EnsureStreams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	results := bus.Consumer{Stream: bus.StreamEvents, Durable: engine.ConsumerResults, Filters: []string{bus.EventFilter("result.>")}}
+	results := bus.Consumer{Stream: bus.StreamEvents, Durable: bus.ConsumerEngineResults, Filters: []string{bus.EventFilter("result.>")}}
 	if _, err := engineBus.DeclareConsumer(ctx, results); err != nil {
 		t.Fatalf("graph-engine declares its results consumer: %v", err)
 	}

@@ -36,8 +36,8 @@ type StepRef struct {
 	StepNumber int32 `protobuf:"varint,7,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
 	// reply_kind is the event kind the result goes to,
 	// nova.evt.<execution_id>.<reply_kind>; empty means result.<agent>, which
-	// the graph engine consumes. Runs outside any workflow (the gateway's
-	// refine) name a kind of their own, e.g. reply.<agent>.
+	// the graph engine consumes. Runs outside any workflow name a kind of
+	// their own, e.g. reply.<agent>.
 	ReplyKind string `protobuf:"bytes,8,opt,name=reply_kind,json=replyKind,proto3" json:"reply_kind,omitempty"`
 	// What the step's model calls may still cost; absent: no limit.
 	Allowance     *Allowance `protobuf:"bytes,9,opt,name=allowance,proto3" json:"allowance,omitempty"`

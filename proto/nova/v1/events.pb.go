@@ -95,6 +95,348 @@ func (x *StartWorkflow) GetContext() *JSONValue {
 	return nil
 }
 
+// StartRefinement asks the graph engine to improve code from people's
+// feedback on the fields of its output: it generates a new version with the
+// code generator, runs it in the sandbox with the test context, checks every
+// feedback item against the output, and tries again with the history until
+// every item is resolved or the attempts run out. The refinement is an
+// execution of its own (workflow "refine", one node "refine"), recorded in
+// the chain of work like an AI node, and it tells how it goes with
+// RefinementProgress events.
+// CloudEvent type io.nova.refinement.start.v1 on subject nova.cmd.graph-engine.
+type StartRefinement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The refinement's execution id; reusing one is idempotent.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// The code, what it is (agent_type) and its language, the shape of its
+	// output, the feedback and the context it runs with.
+	Refinement *Refinement `protobuf:"bytes,2,opt,name=refinement,proto3" json:"refinement,omitempty"`
+	Language   string      `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
+	// The model the code generator asks; empty: its default.
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// At most this many attempts (1 to 10).
+	MaxAttempts int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Each run's limit in the sandbox, and its network access.
+	TimeoutSeconds float64  `protobuf:"fixed64,6,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	Network        bool     `protobuf:"varint,7,opt,name=network,proto3" json:"network,omitempty"`
+	AllowHosts     []string `protobuf:"bytes,8,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
+	// The execution and node whose code is refined, when the request named one.
+	RefinedExecution string `protobuf:"bytes,9,opt,name=refined_execution,json=refinedExecution,proto3" json:"refined_execution,omitempty"`
+	RefinedNode      string `protobuf:"bytes,10,opt,name=refined_node,json=refinedNode,proto3" json:"refined_node,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *StartRefinement) Reset() {
+	*x = StartRefinement{}
+	mi := &file_nova_v1_events_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRefinement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRefinement) ProtoMessage() {}
+
+func (x *StartRefinement) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRefinement.ProtoReflect.Descriptor instead.
+func (*StartRefinement) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StartRefinement) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *StartRefinement) GetRefinement() *Refinement {
+	if x != nil {
+		return x.Refinement
+	}
+	return nil
+}
+
+func (x *StartRefinement) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *StartRefinement) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *StartRefinement) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *StartRefinement) GetTimeoutSeconds() float64 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *StartRefinement) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
+}
+
+func (x *StartRefinement) GetAllowHosts() []string {
+	if x != nil {
+		return x.AllowHosts
+	}
+	return nil
+}
+
+func (x *StartRefinement) GetRefinedExecution() string {
+	if x != nil {
+		return x.RefinedExecution
+	}
+	return ""
+}
+
+func (x *StartRefinement) GetRefinedNode() string {
+	if x != nil {
+		return x.RefinedNode
+	}
+	return ""
+}
+
+// RefinementProgress is one message of a refinement's stream, in the order
+// the engine decided them: "info" (what happens next), "progress" (an
+// attempt's outcome), then "complete" (the best code) or "error" (why no
+// attempt could be kept).
+// Type io.nova.refinement.progress.v1 on nova.evt.<execution_id>.refinement.
+type RefinementProgress struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// info, progress, complete or error.
+	Type    string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Which attempt the message is about, out of max_attempts.
+	Attempt     int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	MaxAttempts int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// The message's place in the stream, from 1.
+	Sequence int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The fields the attempt's output resolved and the others.
+	Resolved  []string         `protobuf:"bytes,7,rep,name=resolved,proto3" json:"resolved,omitempty"`
+	Remaining []string         `protobuf:"bytes,8,rep,name=remaining,proto3" json:"remaining,omitempty"`
+	Error     string           `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	Code      string           `protobuf:"bytes,10,opt,name=code,proto3" json:"code,omitempty"`
+	Analysis  *structpb.Struct `protobuf:"bytes,11,opt,name=analysis,proto3" json:"analysis,omitempty"`
+	// The model that wrote the attempt's code, and whether the scripted model
+	// server answered (set on the messages that say who wrote code).
+	Model    string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
+	Scripted *bool  `protobuf:"varint,13,opt,name=scripted,proto3,oneof" json:"scripted,omitempty"`
+	// complete: how many attempts ran, whether feedback remains unresolved,
+	// the language, and what every model call cost together.
+	Attempts         int32   `protobuf:"varint,14,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	PartialSuccess   bool    `protobuf:"varint,15,opt,name=partial_success,json=partialSuccess,proto3" json:"partial_success,omitempty"`
+	Language         string  `protobuf:"bytes,16,opt,name=language,proto3" json:"language,omitempty"`
+	PromptTokens     int64   `protobuf:"varint,17,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CompletionTokens int64   `protobuf:"varint,18,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	CostUsd          float64 `protobuf:"fixed64,19,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// complete: the run of the attempt whose code is kept (its result).
+	Execution     *CodeExecuted `protobuf:"bytes,20,opt,name=execution,proto3" json:"execution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefinementProgress) Reset() {
+	*x = RefinementProgress{}
+	mi := &file_nova_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefinementProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefinementProgress) ProtoMessage() {}
+
+func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefinementProgress.ProtoReflect.Descriptor instead.
+func (*RefinementProgress) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RefinementProgress) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetResolved() []string {
+	if x != nil {
+		return x.Resolved
+	}
+	return nil
+}
+
+func (x *RefinementProgress) GetRemaining() []string {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
+func (x *RefinementProgress) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetAnalysis() *structpb.Struct {
+	if x != nil {
+		return x.Analysis
+	}
+	return nil
+}
+
+func (x *RefinementProgress) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetScripted() bool {
+	if x != nil && x.Scripted != nil {
+		return *x.Scripted
+	}
+	return false
+}
+
+func (x *RefinementProgress) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetPartialSuccess() bool {
+	if x != nil {
+		return x.PartialSuccess
+	}
+	return false
+}
+
+func (x *RefinementProgress) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *RefinementProgress) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *RefinementProgress) GetExecution() *CodeExecuted {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
 // RegisterWorkflow stores a definition under its name for later StartWorkflow events.
 // CloudEvent type io.nova.workflow.register.v1 on subject nova.cmd.graph-engine.
 type RegisterWorkflow struct {
@@ -106,7 +448,7 @@ type RegisterWorkflow struct {
 
 func (x *RegisterWorkflow) Reset() {
 	*x = RegisterWorkflow{}
-	mi := &file_nova_v1_events_proto_msgTypes[1]
+	mi := &file_nova_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +460,7 @@ func (x *RegisterWorkflow) String() string {
 func (*RegisterWorkflow) ProtoMessage() {}
 
 func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[1]
+	mi := &file_nova_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +473,7 @@ func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflow.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflow) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
@@ -156,7 +498,7 @@ type WorkflowStarted struct {
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[2]
+	mi := &file_nova_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +510,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[2]
+	mi := &file_nova_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +523,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -243,7 +585,7 @@ type WorkflowCompleted struct {
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[3]
+	mi := &file_nova_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +597,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[3]
+	mi := &file_nova_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +610,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -365,7 +707,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[4]
+	mi := &file_nova_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +719,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[4]
+	mi := &file_nova_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +732,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -471,7 +813,7 @@ type ExecuteCode struct {
 	// reply_kind is the event kind the result goes to,
 	// nova.evt.<execution_id>.<reply_kind>; empty means result.sandbox, which
 	// the graph engine consumes. Runs outside any workflow (the gateway's
-	// execute and refine) name a kind of their own, e.g. reply.sandbox.
+	// execute) name a kind of their own, e.g. reply.sandbox.
 	ReplyKind     string `protobuf:"bytes,16,opt,name=reply_kind,json=replyKind,proto3" json:"reply_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -479,7 +821,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[5]
+	mi := &file_nova_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +833,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[5]
+	mi := &file_nova_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +846,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -658,7 +1000,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[6]
+	mi := &file_nova_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +1012,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[6]
+	mi := &file_nova_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +1025,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -873,7 +1215,7 @@ type NodeStarted struct {
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1227,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1240,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -988,7 +1330,7 @@ type NodeCompleted struct {
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1342,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1355,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -1208,7 +1550,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1562,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1575,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -1420,7 +1762,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1774,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1787,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -1536,14 +1878,52 @@ var File_nova_v1_events_proto protoreflect.FileDescriptor
 
 const file_nova_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\"\xc8\x01\n" +
+	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\"\xc8\x01\n" +
 	"\rStartWorkflow\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
 	"definition\x18\x02 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
 	"definition\x12#\n" +
 	"\rworkflow_name\x18\x03 \x01(\tR\fworkflowName\x12,\n" +
-	"\acontext\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\acontextJ\x04\b\x04\x10\x05\"O\n" +
+	"\acontext\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\acontextJ\x04\b\x04\x10\x05\"\xf2\x02\n" +
+	"\x0fStartRefinement\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x123\n" +
+	"\n" +
+	"refinement\x18\x02 \x01(\v2\x13.nova.v1.RefinementR\n" +
+	"refinement\x12\x1a\n" +
+	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12'\n" +
+	"\x0ftimeout_seconds\x18\x06 \x01(\x01R\x0etimeoutSeconds\x12\x18\n" +
+	"\anetwork\x18\a \x01(\bR\anetwork\x12\x1f\n" +
+	"\vallow_hosts\x18\b \x03(\tR\n" +
+	"allowHosts\x12+\n" +
+	"\x11refined_execution\x18\t \x01(\tR\x10refinedExecution\x12!\n" +
+	"\frefined_node\x18\n" +
+	" \x01(\tR\vrefinedNode\"\x9e\x05\n" +
+	"\x12RefinementProgress\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequence\x12\x1a\n" +
+	"\bresolved\x18\a \x03(\tR\bresolved\x12\x1c\n" +
+	"\tremaining\x18\b \x03(\tR\tremaining\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x12\n" +
+	"\x04code\x18\n" +
+	" \x01(\tR\x04code\x123\n" +
+	"\banalysis\x18\v \x01(\v2\x17.google.protobuf.StructR\banalysis\x12\x14\n" +
+	"\x05model\x18\f \x01(\tR\x05model\x12\x1f\n" +
+	"\bscripted\x18\r \x01(\bH\x00R\bscripted\x88\x01\x01\x12\x1a\n" +
+	"\battempts\x18\x0e \x01(\x05R\battempts\x12'\n" +
+	"\x0fpartial_success\x18\x0f \x01(\bR\x0epartialSuccess\x12\x1a\n" +
+	"\blanguage\x18\x10 \x01(\tR\blanguage\x12#\n" +
+	"\rprompt_tokens\x18\x11 \x01(\x03R\fpromptTokens\x12+\n" +
+	"\x11completion_tokens\x18\x12 \x01(\x03R\x10completionTokens\x12\x19\n" +
+	"\bcost_usd\x18\x13 \x01(\x01R\acostUsd\x123\n" +
+	"\texecution\x18\x14 \x01(\v2\x15.nova.v1.CodeExecutedR\texecutionB\v\n" +
+	"\t_scripted\"O\n" +
 	"\x10RegisterWorkflow\x12;\n" +
 	"\n" +
 	"definition\x18\x01 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
@@ -1733,60 +2113,66 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
-	(*RegisterWorkflow)(nil),      // 1: nova.v1.RegisterWorkflow
-	(*WorkflowStarted)(nil),       // 2: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 3: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 4: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 5: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 6: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 7: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 8: nova.v1.NodeCompleted
-	(*StepCompleted)(nil),         // 9: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 10: nova.v1.DeadLetter
-	nil,                           // 11: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 12: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 13: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 16: google.protobuf.ListValue
+	(*StartRefinement)(nil),       // 1: nova.v1.StartRefinement
+	(*RefinementProgress)(nil),    // 2: nova.v1.RefinementProgress
+	(*RegisterWorkflow)(nil),      // 3: nova.v1.RegisterWorkflow
+	(*WorkflowStarted)(nil),       // 4: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 5: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 6: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 7: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 8: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 9: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 10: nova.v1.NodeCompleted
+	(*StepCompleted)(nil),         // 11: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 12: nova.v1.DeadLetter
+	nil,                           // 13: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 14: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 15: nova.v1.JSONValue
+	(*Refinement)(nil),            // 16: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 17: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*structpb.ListValue)(nil),    // 19: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	12, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	13, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
-	12, // 2: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	12, // 3: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	13, // 4: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	14, // 5: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	13, // 6: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	4,  // 7: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	14, // 8: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	14, // 9: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	13, // 10: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	13, // 11: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	15, // 12: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	13, // 13: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	13, // 14: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	14, // 15: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	13, // 16: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	13, // 17: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	15, // 18: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	14, // 19: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	14, // 20: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	15, // 21: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	15, // 22: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	15, // 23: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	16, // 24: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	14, // 25: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	11, // 26: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	14, // 27: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	14, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	15, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	16, // 2: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	17, // 3: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	8,  // 4: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	14, // 5: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	14, // 6: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	15, // 7: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	18, // 8: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	15, // 9: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	6,  // 10: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	18, // 11: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	18, // 12: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	15, // 13: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	15, // 14: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	17, // 15: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	15, // 16: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	15, // 17: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	18, // 18: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	15, // 19: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	15, // 20: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	17, // 21: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	18, // 22: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	18, // 23: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	17, // 24: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	17, // 25: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	17, // 26: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	19, // 27: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	18, // 28: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	13, // 29: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	18, // 30: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -1796,13 +2182,15 @@ func file_nova_v1_events_proto_init() {
 	}
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
+	file_nova_v1_agents_proto_init()
+	file_nova_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -22,6 +22,112 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ExecutionStatus is an execution's status. Its JSON spelling, in events,
+// the HTTP API and the chain of work, is the lower-case name after the
+// prefix: "running", "succeeded", "failed".
+type ExecutionStatus int32
+
+const (
+	ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED ExecutionStatus = 0
+	ExecutionStatus_EXECUTION_STATUS_RUNNING     ExecutionStatus = 1
+	ExecutionStatus_EXECUTION_STATUS_SUCCEEDED   ExecutionStatus = 2
+	ExecutionStatus_EXECUTION_STATUS_FAILED      ExecutionStatus = 3
+)
+
+// Enum value maps for ExecutionStatus.
+var (
+	ExecutionStatus_name = map[int32]string{
+		0: "EXECUTION_STATUS_UNSPECIFIED",
+		1: "EXECUTION_STATUS_RUNNING",
+		2: "EXECUTION_STATUS_SUCCEEDED",
+		3: "EXECUTION_STATUS_FAILED",
+	}
+	ExecutionStatus_value = map[string]int32{
+		"EXECUTION_STATUS_UNSPECIFIED": 0,
+		"EXECUTION_STATUS_RUNNING":     1,
+		"EXECUTION_STATUS_SUCCEEDED":   2,
+		"EXECUTION_STATUS_FAILED":      3,
+	}
+)
+
+func (x ExecutionStatus) Enum() *ExecutionStatus {
+	p := new(ExecutionStatus)
+	*p = x
+	return p
+}
+
+func (x ExecutionStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExecutionStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_nova_v1_state_proto_enumTypes[0].Descriptor()
+}
+
+func (ExecutionStatus) Type() protoreflect.EnumType {
+	return &file_nova_v1_state_proto_enumTypes[0]
+}
+
+func (x ExecutionStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExecutionStatus.Descriptor instead.
+func (ExecutionStatus) EnumDescriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{0}
+}
+
+// NodeStatus is the status of a node visit in the chain of work, spelt as
+// the lower-case name after the prefix: "success", "failed".
+type NodeStatus int32
+
+const (
+	NodeStatus_NODE_STATUS_UNSPECIFIED NodeStatus = 0
+	NodeStatus_NODE_STATUS_SUCCESS     NodeStatus = 1
+	NodeStatus_NODE_STATUS_FAILED      NodeStatus = 2
+)
+
+// Enum value maps for NodeStatus.
+var (
+	NodeStatus_name = map[int32]string{
+		0: "NODE_STATUS_UNSPECIFIED",
+		1: "NODE_STATUS_SUCCESS",
+		2: "NODE_STATUS_FAILED",
+	}
+	NodeStatus_value = map[string]int32{
+		"NODE_STATUS_UNSPECIFIED": 0,
+		"NODE_STATUS_SUCCESS":     1,
+		"NODE_STATUS_FAILED":      2,
+	}
+)
+
+func (x NodeStatus) Enum() *NodeStatus {
+	p := new(NodeStatus)
+	*p = x
+	return p
+}
+
+func (x NodeStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_nova_v1_state_proto_enumTypes[1].Descriptor()
+}
+
+func (NodeStatus) Type() protoreflect.EnumType {
+	return &file_nova_v1_state_proto_enumTypes[1]
+}
+
+func (x NodeStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeStatus.Descriptor instead.
+func (NodeStatus) EnumDescriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
 // ExecutionState is the graph engine's record of one execution, kept in the
 // JetStream KV bucket nova_executions under the execution id and updated with
 // compare-and-set.
@@ -49,7 +155,10 @@ type ExecutionState struct {
 	// The AI pipeline of the current node, when it has a prompt.
 	Ai *AIRun `protobuf:"bytes,16,opt,name=ai,proto3" json:"ai,omitempty"`
 	// What the execution's model calls cost, counted as each agent step ends.
-	Spend         *Spend `protobuf:"bytes,19,opt,name=spend,proto3" json:"spend,omitempty"`
+	Spend *Spend `protobuf:"bytes,19,opt,name=spend,proto3" json:"spend,omitempty"`
+	// The attempts of a refinement (StartRefinement); such an execution has
+	// no definition.
+	Refine        *RefineRun `protobuf:"bytes,20,opt,name=refine,proto3" json:"refine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +308,13 @@ func (x *ExecutionState) GetAi() *AIRun {
 func (x *ExecutionState) GetSpend() *Spend {
 	if x != nil {
 		return x.Spend
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetRefine() *RefineRun {
+	if x != nil {
+		return x.Refine
 	}
 	return nil
 }
@@ -746,11 +862,191 @@ func (x *Spend) GetModelCalls() int32 {
 	return 0
 }
 
+// RefineRun is the state of a refinement (StartRefinement): its request and
+// every attempt so far.
+type RefineRun struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *StartRefinement       `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// generate or execute: the step the refinement waits for.
+	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The attempt in progress, 1..max_attempts.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Agent steps issued so far.
+	StepNumber int32               `protobuf:"varint,4,opt,name=step_number,json=stepNumber,proto3" json:"step_number,omitempty"`
+	Attempts   []*RefineAttemptRun `protobuf:"bytes,5,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// Messages of the refinement's stream published so far.
+	Messages int32 `protobuf:"varint,6,opt,name=messages,proto3" json:"messages,omitempty"`
+	// The code of the attempt in progress, once generated.
+	Code          string       `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`
+	ModelCalls    []*ModelCall `protobuf:"bytes,8,rep,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefineRun) Reset() {
+	*x = RefineRun{}
+	mi := &file_nova_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefineRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefineRun) ProtoMessage() {}
+
+func (x *RefineRun) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
+func (*RefineRun) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RefineRun) GetRequest() *StartRefinement {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *RefineRun) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *RefineRun) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RefineRun) GetStepNumber() int32 {
+	if x != nil {
+		return x.StepNumber
+	}
+	return 0
+}
+
+func (x *RefineRun) GetAttempts() []*RefineAttemptRun {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *RefineRun) GetMessages() int32 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *RefineRun) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RefineRun) GetModelCalls() []*ModelCall {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return nil
+}
+
+// RefineAttemptRun is one finished attempt of a refinement.
+type RefineAttemptRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the next generation is told of it.
+	Outcome *RefineAttempt `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The code ran and its output could be read.
+	Ran bool `protobuf:"varint,2,opt,name=ran,proto3" json:"ran,omitempty"`
+	// What the attempt's generation cost.
+	ModelCalls []*ModelCall `protobuf:"bytes,3,rep,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	// The run, when the code ran.
+	Execution     *CodeExecuted `protobuf:"bytes,4,opt,name=execution,proto3" json:"execution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefineAttemptRun) Reset() {
+	*x = RefineAttemptRun{}
+	mi := &file_nova_v1_state_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefineAttemptRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefineAttemptRun) ProtoMessage() {}
+
+func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
+func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *RefineAttemptRun) GetRan() bool {
+	if x != nil {
+		return x.Ran
+	}
+	return false
+}
+
+func (x *RefineAttemptRun) GetModelCalls() []*ModelCall {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return nil
+}
+
+func (x *RefineAttemptRun) GetExecution() *CodeExecuted {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
 var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xae\x06\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xda\x06\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -773,7 +1069,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"node_input\x18\x12 \x01(\v2\x12.nova.v1.JSONValueR\tnodeInput\x12\x1a\n" +
 	"\bdispatch\x18\x0f \x01(\x05R\bdispatch\x12\x1e\n" +
 	"\x02ai\x18\x10 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x12$\n" +
-	"\x05spend\x18\x13 \x01(\v2\x0e.nova.v1.SpendR\x05spend\x1aL\n" +
+	"\x05spend\x18\x13 \x01(\v2\x0e.nova.v1.SpendR\x05spend\x12*\n" +
+	"\x06refine\x18\x14 \x01(\v2\x12.nova.v1.RefineRunR\x06refine\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
@@ -838,7 +1135,34 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x05Spend\x12\x10\n" +
 	"\x03usd\x18\x01 \x01(\x01R\x03usd\x12\x1f\n" +
 	"\vmodel_calls\x18\x02 \x01(\x05R\n" +
-	"modelCallsB/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
+	"modelCalls\"\xac\x02\n" +
+	"\tRefineRun\x122\n" +
+	"\arequest\x18\x01 \x01(\v2\x18.nova.v1.StartRefinementR\arequest\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1f\n" +
+	"\vstep_number\x18\x04 \x01(\x05R\n" +
+	"stepNumber\x125\n" +
+	"\battempts\x18\x05 \x03(\v2\x19.nova.v1.RefineAttemptRunR\battempts\x12\x1a\n" +
+	"\bmessages\x18\x06 \x01(\x05R\bmessages\x12\x12\n" +
+	"\x04code\x18\a \x01(\tR\x04code\x123\n" +
+	"\vmodel_calls\x18\b \x03(\v2\x12.nova.v1.ModelCallR\n" +
+	"modelCalls\"\xc0\x01\n" +
+	"\x10RefineAttemptRun\x120\n" +
+	"\aoutcome\x18\x01 \x01(\v2\x16.nova.v1.RefineAttemptR\aoutcome\x12\x10\n" +
+	"\x03ran\x18\x02 \x01(\bR\x03ran\x123\n" +
+	"\vmodel_calls\x18\x03 \x03(\v2\x12.nova.v1.ModelCallR\n" +
+	"modelCalls\x123\n" +
+	"\texecution\x18\x04 \x01(\v2\x15.nova.v1.CodeExecutedR\texecution*\x8e\x01\n" +
+	"\x0fExecutionStatus\x12 \n" +
+	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +
+	"\x1aEXECUTION_STATUS_SUCCEEDED\x10\x02\x12\x1b\n" +
+	"\x17EXECUTION_STATUS_FAILED\x10\x03*Z\n" +
+	"\n" +
+	"NodeStatus\x12\x1b\n" +
+	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13NODE_STATUS_SUCCESS\x10\x01\x12\x16\n" +
+	"\x12NODE_STATUS_FAILED\x10\x02B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
 
 var (
 	file_nova_v1_state_proto_rawDescOnce sync.Once
@@ -852,47 +1176,61 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 	return file_nova_v1_state_proto_rawDescData
 }
 
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_nova_v1_state_proto_goTypes = []any{
-	(*ExecutionState)(nil),        // 0: nova.v1.ExecutionState
-	(*AIRun)(nil),                 // 1: nova.v1.AIRun
-	(*AIStep)(nil),                // 2: nova.v1.AIStep
-	(*NodeState)(nil),             // 3: nova.v1.NodeState
-	(*Spend)(nil),                 // 4: nova.v1.Spend
-	nil,                           // 5: nova.v1.ExecutionState.NodesEntry
-	(*WorkflowDefinition)(nil),    // 6: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 7: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*AttemptRecord)(nil),         // 9: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 10: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 11: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 12: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 13: nova.v1.ModelCall
+	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
+	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
+	(*ExecutionState)(nil),        // 2: nova.v1.ExecutionState
+	(*AIRun)(nil),                 // 3: nova.v1.AIRun
+	(*AIStep)(nil),                // 4: nova.v1.AIStep
+	(*NodeState)(nil),             // 5: nova.v1.NodeState
+	(*Spend)(nil),                 // 6: nova.v1.Spend
+	(*RefineRun)(nil),             // 7: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 8: nova.v1.RefineAttemptRun
+	nil,                           // 9: nova.v1.ExecutionState.NodesEntry
+	(*WorkflowDefinition)(nil),    // 10: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 11: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*AttemptRecord)(nil),         // 13: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 14: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 15: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 16: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 17: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 18: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 19: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	6,  // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	7,  // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	5,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	8,  // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	8,  // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	8,  // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	7,  // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	1,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	4,  // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	9,  // 9: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	7,  // 10: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	10, // 11: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	2,  // 12: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	11, // 13: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	12, // 14: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	13, // 15: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	4,  // 16: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	3,  // 17: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	10, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	11, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	9,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	12, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	12, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	12, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	11, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	3,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	6,  // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	7,  // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	13, // 10: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	11, // 11: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	14, // 12: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	4,  // 13: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	15, // 14: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	16, // 15: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	17, // 16: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	6,  // 17: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	18, // 18: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	8,  // 19: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	17, // 20: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	19, // 21: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	17, // 22: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	15, // 23: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	5,  // 24: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -909,13 +1247,14 @@ func file_nova_v1_state_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   6,
+			NumEnums:      2,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_nova_v1_state_proto_goTypes,
 		DependencyIndexes: file_nova_v1_state_proto_depIdxs,
+		EnumInfos:         file_nova_v1_state_proto_enumTypes,
 		MessageInfos:      file_nova_v1_state_proto_msgTypes,
 	}.Build()
 	File_nova_v1_state_proto = out.File

@@ -95,7 +95,7 @@ func ConsumerSpec(workers int) bus.Consumer {
 // and completed later whatever the batch, and a batch ended at every
 // completion (several a second) would cost its writes for each. The batch
 // then goes at Batch events or BatchWait, the completion with it. Agents'
-// replies to runs outside any workflow (gateway execute and refine), which
+// replies to runs outside any workflow (the gateway's execute), which
 // never complete, do not count.
 func EndsBatch(subjects []string) bool {
 	if _, kind, ok := bus.ParseEventSubject(subjects[len(subjects)-1]); !ok || kind != bus.KindWorkflowCompleted {

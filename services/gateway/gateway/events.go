@@ -19,9 +19,9 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/eventjson"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // ingressTypes are the CloudEvents types POST /v1/events takes: the
@@ -90,7 +90,7 @@ func (g *Gateway) receiveEvent(w http.ResponseWriter, r *http.Request) error {
 		if p != nil {
 			return p
 		}
-		cmd, extensions = start, map[string]string{engine.ExtensionExecutionID: start.ExecutionId}
+		cmd, extensions = start, map[string]string{bus.ExtensionExecutionID: start.ExecutionId}
 		answer.ExecutionID = start.ExecutionId
 		links := executionLinks(start.ExecutionId)
 		answer.Links, location = links, links.Self
@@ -196,7 +196,7 @@ func decodeData(ev *event.Event, msg proto.Message) *Problem {
 // startCommand is the StartWorkflow of a start event, checked for what
 // would fail the execution at once, with its execution id set: the one the
 // data names, else the event's id, made an execution id as the engine makes
-// it (engine.ExecutionID).
+// it (execution.ID).
 func (g *Gateway) startCommand(r *http.Request, ev *event.Event) (*novav1.StartWorkflow, *Problem) {
 	var cmd novav1.StartWorkflow
 	if p := decodeData(ev, &cmd); p != nil {
@@ -233,7 +233,7 @@ func (g *Gateway) startCommand(r *http.Request, ev *event.Event) (*novav1.StartW
 	if id == "" {
 		id = ev.ID()
 	}
-	cmd.ExecutionId = engine.ExecutionID(id)
+	cmd.ExecutionId = execution.ID(id)
 	return &cmd, nil
 }
 

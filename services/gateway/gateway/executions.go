@@ -19,12 +19,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/audit/store"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // idempotencyNamespace derives execution ids from (API key name,
@@ -295,7 +295,7 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	eventID := "start-" + id
 	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, Definition: req.def, WorkflowName: req.workflow, Context: req.context.Proto()},
-		map[string]string{engine.ExtensionExecutionID: id})
+		map[string]string{bus.ExtensionExecutionID: id})
 	if err != nil {
 		early.end()
 		if ctx.Err() != nil {
@@ -358,7 +358,7 @@ func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Dura
 		// An execution that has ended (a repeat): its completion from the
 		// engine's state, as it was published; its events may be purged.
 		if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() != store.StatusRunning {
-			return engine.CompletionOf(st), nil
+			return execution.Completion(st), nil
 		}
 		done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 		if err != nil {
@@ -409,7 +409,7 @@ func (g *Gateway) checkRegistered(r *http.Request, name string) *Problem {
 	if g.registered.seen(name) {
 		return nil
 	}
-	kv, err := g.bucket(r.Context(), engine.BucketWorkflows)
+	kv, err := g.bucket(r.Context(), bus.BucketWorkflows)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return notRegistered
 	}
@@ -524,14 +524,14 @@ func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 
 // liveState is the engine's state of an execution, nil when it has none.
 func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionState, error) {
-	kv, err := g.bucket(ctx, engine.BucketExecutions)
+	kv, err := g.bucket(ctx, bus.BucketExecutions)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return engine.ReadState(ctx, kv, id)
+	return execution.ReadState(ctx, kv, id)
 }
 
 // fromState describes an execution from the engine's state, in the audit

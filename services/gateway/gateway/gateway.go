@@ -123,10 +123,22 @@ const (
 	DefaultTimeout = 30 * time.Second
 )
 
+// ChainReader reads the chain of work the audit service writes: all the
+// gateway needs of the audit store.
+type ChainReader interface {
+	// Execution is one execution's document, store.ErrNotFound when there
+	// is none.
+	Execution(ctx context.Context, id string) (*store.ExecutionDoc, error)
+	// Chain is an execution's node visits with their agent steps.
+	Chain(ctx context.Context, executionID string) ([]store.NodeDoc, error)
+	// ListExecutions is a page of executions, newest first.
+	ListExecutions(ctx context.Context, f store.ListFilter) ([]store.ExecutionDoc, error)
+}
+
 // Deps are what the gateway needs, built by the caller.
 type Deps struct {
 	Bus   *bus.Bus
-	Store *store.Store
+	Store ChainReader
 	// Values carries large initial context values by reference; nil sends
 	// them inline.
 	Values *valueref.Store
@@ -150,7 +162,7 @@ type Deps struct {
 // Gateway is the HTTP API.
 type Gateway struct {
 	bus    *bus.Bus
-	store  *store.Store
+	store  ChainReader
 	values *valueref.Store
 	keys   *Keys
 	noAuth bool
@@ -235,7 +247,7 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	// The literal path is more specific than {id}, so ServeMux gives it this
-	// route; no execution is named "events" (engine.ExecutionID).
+	// route; no execution is named "events" (execution.ID).
 	g.handle("GET /v1/executions/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
@@ -248,6 +260,7 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/workflows/{name}/nodes/{id}/code", ScopeAdmin, d.Limits.Timeout, g.saveNodeCode)
 	// A refinement streams its attempts, each a model call and a run.
 	g.handle("POST /v1/refine", ScopeRefine, d.Limits.StreamTimeout, g.refine)
+	g.handle("GET /v1/refine/{id}/events", ScopeRefine, d.Limits.StreamTimeout, g.refineEvents)
 	return g, nil
 }
 

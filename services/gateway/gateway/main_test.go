@@ -481,7 +481,7 @@ func (h *harness) register(t *testing.T, yamlText string) {
 	}
 	want, _ := proto.Marshal(def)
 	for {
-		if kv, err := h.bus.JetStream().KeyValue(ctx, engine.BucketWorkflows); err == nil {
+		if kv, err := h.bus.JetStream().KeyValue(ctx, bus.BucketWorkflows); err == nil {
 			if e, err := kv.Get(ctx, def.Name); err == nil && bytes.Equal(e.Value(), want) {
 				return
 			}

@@ -73,8 +73,11 @@ func refine(t *testing.T, key string, body any) []refineMsg {
 	}
 	var msgs []refineMsg
 	for _, e := range readSSE(t, bufio.NewReader(resp.Body), nil) {
-		if e.event != "" || e.id != "" {
-			t.Errorf("event %q id %q: seed 004's messages are data only", e.event, e.id)
+		if e.event != "" {
+			t.Errorf("event %q: the refinement's messages are data with an id", e.event)
+		}
+		if want := fmt.Sprint(len(msgs) + 1); e.id != want {
+			t.Errorf("message %d has id %q, want %s (its place in the stream)", len(msgs)+1, e.id, want)
 		}
 		var m refineMsg
 		dec := json.NewDecoder(strings.NewReader(e.data))
@@ -605,5 +608,59 @@ func TestRefineBadRequests(t *testing.T) {
 	}
 	if n := len(modelRequests(t)); n != 0 {
 		t.Errorf("%d model requests for refused refinements", n)
+	}
+}
+
+// TestRefineEventsReplayAndResume: a refinement's messages are kept with its
+// events; GET /v1/refine/{id}/events gives them again, and after the one
+// Last-Event-ID names.
+func TestRefineEventsReplayAndResume(t *testing.T) {
+	script(t,
+		scripted.Rule{Name: "second", Match: scripted.Match{Agent: "code-generator", UserContains: scripted.Strings{"Attempt 1: ran"}},
+			Respond: answer("javascript", pricedJS)},
+		scripted.Rule{Name: "first", Match: scripted.Match{Agent: "code-generator"}, Respond: answer("javascript", titledJS)},
+	)
+	msgs := refine(t, h.key["refiner"], transformerRequest())
+	id := last(t, msgs, "complete").ExecutionID
+	events := func(after string) []sseEvent {
+		t.Helper()
+		req := request{method: "GET", path: "/v1/refine/" + id + "/events", key: h.key["refiner"]}
+		if after != "" {
+			req.header = map[string]string{"Last-Event-ID": after}
+		}
+		resp := h.do(t, h.url, req)
+		if resp.status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", req.path, resp.status, resp.body)
+		}
+		return readSSE(t, bufio.NewReader(bytes.NewReader(resp.body)), nil)
+	}
+	all := events("")
+	if len(all) != len(msgs) {
+		t.Fatalf("replay has %d messages, the stream had %d", len(all), len(msgs))
+	}
+	for i, e := range all {
+		var m refineMsg
+		if err := json.Unmarshal([]byte(e.data), &m); err != nil {
+			t.Fatal(err)
+		}
+		if e.id != fmt.Sprint(i+1) || m.Type != msgs[i].Type || m.Attempt != msgs[i].Attempt || m.Message != msgs[i].Message {
+			t.Errorf("replayed message %d: id %s %+v, streamed %+v", i+1, e.id, m, msgs[i])
+		}
+	}
+	rest := events("4")
+	if len(rest) != len(msgs)-4 || rest[0].id != "5" {
+		t.Errorf("after Last-Event-ID 4: %d messages from id %q, want %d from 5", len(rest), rest[0].id, len(msgs)-4)
+	}
+	for _, c := range []struct{ path, why string }{
+		{"/v1/refine/refine-0b9f3c1e-8f0a-4d5e-9a61-2f3c1d7e9b42/events", "no refinement of that id"},
+		{"/v1/refine/" + strings.TrimPrefix(id, "refine-") + "/events", "no refinement id"},
+	} {
+		resp := h.do(t, h.url, request{method: "GET", path: c.path, key: h.key["refiner"]})
+		if resp.status != http.StatusNotFound {
+			t.Errorf("%s (%s): %d %s, want 404", c.path, c.why, resp.status, resp.body)
+		}
+	}
+	if resp := h.do(t, h.url, request{method: "GET", path: "/v1/refine/" + id + "/events", key: h.key["reader"]}); resp.status != http.StatusForbidden {
+		t.Errorf("a key without the refine scope: %d, want 403", resp.status)
 	}
 }

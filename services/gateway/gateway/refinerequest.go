@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/novaflow/nova/pkg/feedback"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/services/audit/store"
 )
@@ -32,7 +33,7 @@ type refineRequest struct {
 	language    string
 	code        string
 	analysis    map[string]any
-	feedback    []fieldFeedback
+	feedback    []feedback.Field
 	context     jsonvalue.Object
 	network     bool
 	allowHosts  []string
@@ -290,7 +291,7 @@ func parseTestContext(raw json.RawMessage, req *refineRequest, errs *[]FieldErro
 }
 
 // parseFeedback checks seed 004's FieldFeedback array.
-func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
+func parseFeedback(raw json.RawMessage, errs *[]FieldError) []feedback.Field {
 	add := func(field, format string, args ...any) {
 		*errs = append(*errs, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -299,7 +300,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 		add("feedback", "must be an array of 1 to %d field feedback objects (field, issue, correctValue, correctSelector, correctExpression, correctPattern, notes, examples)", maxFeedbackItems)
 		return nil
 	}
-	out := make([]fieldFeedback, 0, len(items))
+	out := make([]feedback.Field, 0, len(items))
 	seen := map[string]int{}
 	for i, item := range items {
 		at := fmt.Sprintf("feedback[%d]", i)
@@ -313,7 +314,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 				add(at+"."+k, "unknown field (known: %s)", strings.Join(feedbackFields, ", "))
 			}
 		}
-		var f fieldFeedback
+		var f feedback.Field
 		text := func(name string, dst *string, required bool) {
 			v, ok := m[name]
 			if !ok {
@@ -336,7 +337,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 		}
 		seen[f.Field] = i
 		text("issue", &f.Issue, true)
-		if _, ok := m["issue"]; ok && !slices.Contains(issues, f.Issue) {
+		if _, ok := m["issue"]; ok && !slices.Contains(feedback.Issues, f.Issue) {
 			add(at+".issue", "must be missing, wrong, partial or format")
 		}
 		text("correctSelector", &f.CorrectSelector, false)
@@ -358,7 +359,7 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 		if v, ok := m["examples"]; ok {
 			f.Examples = parseExamples(at+".examples", v, add)
 		}
-		if f.Issue == issueFormat && len(f.expected()) == 0 {
+		if f.Issue == feedback.IssueFormat && len(f.Expected()) == 0 {
 			add(at, "a format issue needs correctValue or examples with expectedOutput: the format to check the values against")
 		}
 		out = append(out, f)
@@ -366,13 +367,13 @@ func parseFeedback(raw json.RawMessage, errs *[]FieldError) []fieldFeedback {
 	return out
 }
 
-func parseExamples(at string, raw json.RawMessage, add func(string, string, ...any)) []feedbackExample {
+func parseExamples(at string, raw json.RawMessage, add func(string, string, ...any)) []feedback.Example {
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err != nil || len(list) > maxFeedbackExamples {
 		add(at, "must be an array of at most %d examples ({input, expectedOutput})", maxFeedbackExamples)
 		return nil
 	}
-	out := make([]feedbackExample, 0, len(list))
+	out := make([]feedback.Example, 0, len(list))
 	for i, e := range list {
 		where := fmt.Sprintf("%s[%d]", at, i)
 		m, err := jsonvalue.ParseObject(e)
@@ -385,7 +386,7 @@ func parseExamples(at string, raw json.RawMessage, add func(string, string, ...a
 				add(where+"."+k, "unknown field (known: input, expectedOutput)")
 			}
 		}
-		ex := feedbackExample{Input: m["input"], ExpectedOutput: m["expectedOutput"]}
+		ex := feedback.Example{Input: m["input"], ExpectedOutput: m["expectedOutput"]}
 		if ex.ExpectedOutput == nil {
 			add(where+".expectedOutput", "is required: the value the field should have for this input")
 		}
@@ -398,11 +399,11 @@ func parseExamples(at string, raw json.RawMessage, add func(string, string, ...a
 // without expected values, only a change from the values the analysis showed
 // tells that the field is right now.
 func (req *refineRequest) checkWrongFeedback() *Problem {
-	original := originalFields(req.analysis)
+	original := feedback.Originals(req.analysis)
 	var errs []FieldError
 	for i := range req.feedback {
 		f := &req.feedback[i]
-		if f.Issue == issueWrong && len(f.expected()) == 0 && len(original[f.Field].examples) == 0 {
+		if f.Issue == feedback.IssueWrong && len(f.Expected()) == 0 && len(original[f.Field].Examples) == 0 {
 			errs = append(errs, FieldError{Field: fmt.Sprintf("feedback[%d]", i), Detail: fmt.Sprintf(
 				"a wrong issue needs correctValue or examples with expectedOutput: the output analysis shows no values of %q to tell a change by", f.Field)})
 		}

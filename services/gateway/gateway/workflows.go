@@ -22,12 +22,11 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // engineKey is the graph engine's rule for registered workflow names (they
 // are keys of its KV buckets): the engine refuses a name that breaks it.
-// Execution ids follow it too, made so by engine.ExecutionID.
+// Execution ids follow it too, made so by execution.ID.
 var engineKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
 
 // workflowLinks are the URLs of a registered workflow.
@@ -97,7 +96,7 @@ func (g *Gateway) registerWorkflow(w http.ResponseWriter, r *http.Request) error
 // has stored it, so that a start by name that follows finds it.
 func (g *Gateway) register(r *http.Request, def *novav1.WorkflowDefinition) (jetstream.KeyValueEntry, error) {
 	ctx := r.Context()
-	kv, err := g.bucket(ctx, engine.BucketWorkflows)
+	kv, err := g.bucket(ctx, bus.BucketWorkflows)
 	if err != nil {
 		return nil, g.unavailable(r, "the workflow registry cannot be read; is the graph engine running?", err)
 	}
@@ -214,7 +213,7 @@ func validateDefinition(def *novav1.WorkflowDefinition, registering bool) *Probl
 func (g *Gateway) watchRefusal(ctx context.Context, eventID string) (<-chan *novav1.DeadLetter, func(), error) {
 	refused := make(chan *novav1.DeadLetter, 1)
 	cons, err := g.bus.JetStream().OrderedConsumer(ctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.DeadLetterSubject(engine.ConsumerCommands)},
+		FilterSubjects: []string{bus.DeadLetterSubject(bus.ConsumerEngineCommands)},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	})
 	if err != nil {
@@ -243,7 +242,7 @@ func (g *Gateway) listWorkflows(w http.ResponseWriter, r *http.Request) error {
 		return p
 	}
 	list := workflowList{Workflows: []workflowSummary{}}
-	kv, err := g.bucket(ctx, engine.BucketWorkflows)
+	kv, err := g.bucket(ctx, bus.BucketWorkflows)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		writeJSON(w, http.StatusOK, list) // the engine has not run yet
 		return nil
@@ -318,7 +317,7 @@ func (g *Gateway) registeredWorkflow(r *http.Request, name string) (jetstream.Ke
 	if !engineKey.MatchString(name) {
 		return nil, nil, notFound
 	}
-	kv, err := g.bucket(r.Context(), engine.BucketWorkflows)
+	kv, err := g.bucket(r.Context(), bus.BucketWorkflows)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil, notFound
 	}

@@ -540,6 +540,9 @@ func (t *transition) inputAnalyzed(r *novav1.InputAnalyzed) error {
 }
 
 func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
+	if t.st.Refine != nil {
+		return t.refineGenerated(r)
+	}
 	if err := t.checkAI(r.Ref); err != nil {
 		return err
 	}

@@ -9,11 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -27,6 +25,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/eventjson"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/valueref"
@@ -34,23 +33,14 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// KV buckets owned by the engine.
+// The engine's buckets and consumers, named in pkg/bus for their readers.
 const (
-	BucketExecutions = "nova_executions"
-	BucketWorkflows  = "nova_workflows"
+	BucketExecutions    = bus.BucketExecutions
+	BucketWorkflows     = bus.BucketWorkflows
+	ConsumerCommands    = bus.ConsumerEngineCommands
+	ConsumerResults     = bus.ConsumerEngineResults
+	ConsumerDeadLetters = bus.ConsumerEngineDeadLetters
 )
-
-// Durable consumers of the engine.
-const (
-	ConsumerCommands    = "graph-engine"
-	ConsumerResults     = "graph-engine-results"
-	ConsumerDeadLetters = "graph-engine-dead-letters"
-)
-
-// ExtensionExecutionID is the CloudEvents extension naming the execution an
-// event belongs to; producers set it on start commands so that even a start
-// event whose data cannot be read ends in a completion event.
-const ExtensionExecutionID = "executionid"
 
 // Config tunes the engine.
 type Config struct {
@@ -275,23 +265,11 @@ func (e *Engine) handleCommand(ctx context.Context, ev event.Event) error {
 		return e.start(ctx, ev)
 	case bus.TypeWorkflowRegister:
 		return e.register(ctx, ev)
+	case bus.TypeRefinementStart:
+		return e.startRefinement(ctx, ev)
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle event type %q", ev.Type()))
 	}
-}
-
-var validKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
-
-// ExecutionID is the id of the execution a start asks to be id: id itself
-// when it can be a key of the engine's buckets and is not "events" (the
-// gateway's GET /v1/executions/events is the stream of every execution, so
-// an execution of that id could not be read at /v1/executions/{id}), else a
-// UUID derived from it, so a repeated start still names one execution.
-func ExecutionID(id string) string {
-	if validKey.MatchString(id) && id != "events" {
-		return id
-	}
-	return uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
 }
 
 func (e *Engine) register(ctx context.Context, ev event.Event) error {
@@ -305,7 +283,7 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 	if err := workflow.Validate(cmd.Definition, workflow.ValidateOptions{AllowPrompt: e.cfg.AllowPrompt}); err != nil {
 		return bus.Permanent(fmt.Errorf("register: %w", err))
 	}
-	if !validKey.MatchString(cmd.Definition.Name) {
+	if !execution.ValidKey(cmd.Definition.Name) {
 		return bus.Permanent(fmt.Errorf("register: workflow name %q must be letters, digits, '-', '_' or '='", cmd.Definition.Name))
 	}
 	// The same definition registered again (a producer's retry, a deploy
@@ -335,7 +313,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	var cmd novav1.StartWorkflow
 	if err := bus.Decode(ev, &cmd); err != nil {
 		// Tell whoever waits for this execution before dead-lettering.
-		if id, _ := ev.Extensions()[ExtensionExecutionID].(string); ExecutionID(id) == id {
+		if id, _ := ev.Extensions()[bus.ExtensionExecutionID].(string); execution.ID(id) == id {
 			st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning}
 			t := e.newTransition(st)
 			t.fail(fmt.Sprintf("start event %s could not be read: %v", ev.ID(), err))
@@ -349,7 +327,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	if id == "" {
 		id = ev.ID()
 	}
-	id = ExecutionID(id)
+	id = execution.ID(id)
 	ctx, span := e.tracer.Start(ctx, "graph-engine start", trace.WithAttributes(attribute.String("execution.id", id)))
 	defer span.End()
 	if _, err := e.execs.Get(ctx, id); err == nil {
@@ -412,7 +390,7 @@ func (e *Engine) definition(ctx context.Context, cmd *novav1.StartWorkflow) (*no
 		if cmd.WorkflowName == "" {
 			return nil, fmt.Errorf("%w: the start event has neither a definition nor a workflow_name", errInvalidDefinition)
 		}
-		if !validKey.MatchString(cmd.WorkflowName) {
+		if !execution.ValidKey(cmd.WorkflowName) {
 			return nil, fmt.Errorf("%w: workflow name %q is not registered", errInvalidDefinition, cmd.WorkflowName)
 		}
 		entry, err := e.defs.Get(ctx, cmd.WorkflowName)
@@ -498,10 +476,16 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 			return nil
 		}
 		return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error {
-			if t.st.Status == statusRunning {
-				t.releaseHold()
-				t.fail(fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason))
+			if t.st.Status != statusRunning {
+				return nil
 			}
+			msg := fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason)
+			if t.st.Refine != nil {
+				t.refineFail(msg)
+				return nil
+			}
+			t.releaseHold()
+			t.fail(msg)
 			return nil
 		})
 	case bus.AgentInputAnalyzer, bus.AgentCodeGenerator, bus.AgentCodeValidator, bus.AgentOutputValidator:
@@ -525,6 +509,13 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 		}
 		ref := agentCmd.GetRef()
 		return e.update(ctx, ref.ExecutionId, ref.NodeId, func(t *transition) error {
+			if t.st.Refine != nil {
+				if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
+					return err
+				}
+				t.refineFail(fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason))
+				return nil
+			}
 			if err := t.checkAI(ref); err != nil {
 				return err
 			}
@@ -561,7 +552,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 	ctx, span := e.tracer.Start(ctx, "graph-engine advance", trace.WithAttributes(
 		attribute.String("execution.id", id), attribute.String("node.id", nodeID)))
 	defer span.End()
-	if !validKey.MatchString(id) {
+	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
 	memo := embedMemo{}
@@ -582,6 +573,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 		}
 		t := e.newTransition(st)
 		e.bindCache(ctx, t, memo)
+		e.bindValues(ctx, t)
 		if st.Ai != nil {
 			span.SetAttributes(attribute.Int("attempt", int(st.Ai.Attempt)), attribute.String("phase", st.Ai.Phase))
 		}
@@ -636,20 +628,16 @@ func (e *Engine) store(ctx context.Context, id string, data []byte, revision uin
 		_, err := e.execs.Update(ctx, id, data, revision)
 		return err
 	}
-	msg := &nats.Msg{Subject: StateSubject(id), Data: data}
+	msg := &nats.Msg{Subject: execution.StateSubject(id), Data: data}
 	_, err := e.bus.JetStream().PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(revision), jetstream.WithMsgTTL(ttl))
 	return err
 }
 
-// StateSubject is the subject of execution id's key in BucketExecutions,
-// the one its state is stored on.
-func StateSubject(id string) string { return "$KV." + BucketExecutions + "." + id }
-
 func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 	evs := make([]bus.Outgoing, 0, len(out))
 	for _, o := range out {
-		ev, err := e.bus.ProtoEvent(o.id, o.typ, o.msg, map[string]string{ExtensionExecutionID: o.execution})
+		ev, err := e.bus.ProtoEvent(o.id, o.typ, o.msg, map[string]string{bus.ExtensionExecutionID: o.execution})
 		if err != nil {
 			return err
 		}
@@ -702,22 +690,4 @@ func replaceValue(m protoreflect.Message, old, new *novav1.JSONValue) {
 		}
 		return true
 	})
-}
-
-// ReadState is the engine's state of execution id in kv (the bucket
-// BucketExecutions), nil when it has none, for readers other than the
-// engine.
-func ReadState(ctx context.Context, kv jetstream.KeyValue, id string) (*novav1.ExecutionState, error) {
-	entry, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var st novav1.ExecutionState
-	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
-		return nil, fmt.Errorf("execution state %s: %w", id, err)
-	}
-	return &st, nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/codecache"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -22,13 +22,13 @@ import (
 )
 
 const (
-	statusRunning   = "running"
-	statusSucceeded = "succeeded"
-	statusFailed    = "failed"
+	statusRunning   = execution.StatusRunning
+	statusSucceeded = execution.StatusSucceeded
+	statusFailed    = execution.StatusFailed
 
-	// Chain-of-work statuses, as in the original NOVA tables.
-	nodeSuccess = "success"
-	nodeFailed  = "failed"
+	// Chain-of-work statuses of a node visit.
+	nodeSuccess = execution.NodeSuccess
+	nodeFailed  = execution.NodeFailed
 
 	branchDecision = "branch_decision"
 
@@ -50,10 +50,11 @@ type outEvent struct {
 // transition applies one event to an execution's state and collects the
 // events that follow from it. Its only I/O is reading the code cache
 // (lookup, and the semantic level's lookup, which may also ask the model API
-// for a task's embedding and keep it: a write that is the same each time),
-// so the same state, input and cache give the same events with the same
-// ids; what it decides about the cache is applied after the state is stored
-// (cacheFx).
+// for a task's embedding and keep it: a write that is the same each time)
+// and reading large values back from the value store (a refinement's
+// output), so the same state, input, cache and values give the same events
+// with the same ids; what it decides about the cache is applied after the
+// state is stored (cacheFx).
 type transition struct {
 	e     *Engine
 	st    *novav1.ExecutionState
@@ -80,6 +81,10 @@ type transition struct {
 	// failed the node.
 	budgetFx       budgetEffects
 	budgetExceeded *novav1.BudgetExceeded
+	// expand and readValue read large values back from the value store;
+	// unset when there is none.
+	expand    func(jsonvalue.Object) error
+	readValue func([]byte) ([]byte, error)
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
@@ -274,6 +279,9 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 		return err
 	}
 	t.scrubSecrets(r)
+	if t.st.Refine != nil {
+		return t.refineExecuted(r)
+	}
 	if t.st.Ai != nil {
 		return t.aiExecuted(r)
 	}
@@ -464,30 +472,7 @@ func (t *transition) complete() {
 
 func (t *transition) completed() {
 	t.st.CompletedAt = tsNow(t.now)
-	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, CompletionOf(t.st))
-}
-
-// CompletionOf is the completion event of an ended execution, from its
-// state: what the engine published when it ended.
-func CompletionOf(st *novav1.ExecutionState) *novav1.WorkflowCompleted {
-	wc := &novav1.WorkflowCompleted{
-		ExecutionId:  st.ExecutionId,
-		WorkflowName: st.Definition.GetName(),
-		Status:       st.Status,
-		Context:      st.Context,
-		Path:         st.Path,
-		Error:        st.Error,
-		StartedAt:    st.StartedAt,
-		CompletedAt:  st.CompletedAt,
-		CostUsd:      st.GetSpend().GetUsd(),
-		ModelCalls:   st.GetSpend().GetModelCalls(),
-	}
-	for _, id := range slices.Sorted(maps.Keys(st.Nodes)) {
-		ns := st.Nodes[id]
-		wc.Nodes = append(wc.Nodes, &novav1.NodeSummary{Id: id, Status: ns.Status, Attempts: ns.Attempts, Error: ns.Error, Visits: ns.Visits,
-			CostUsd: ns.GetSpend().GetUsd(), ModelCalls: ns.GetSpend().GetModelCalls()})
-	}
-	return wc
+	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, execution.Completion(t.st))
 }
 
 func languageOf(n *novav1.Node) string {

@@ -48,7 +48,6 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/gateway/gateway"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
@@ -236,7 +235,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	idle := func() error {
-		if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamCommands, engine.ConsumerCommands); err != nil {
+		if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamCommands, bus.ConsumerEngineCommands); err != nil {
 			return err
 		}
 		// The audit service records what the last phase started; it may

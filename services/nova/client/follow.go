@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // Progress is one fact of an execution as it happens: exactly one of its
@@ -62,14 +62,14 @@ func (c *Client) Follow(ctx context.Context, id string, each func(Progress)) (st
 // them auditservice.KeepEnded after the end), so that Follow would show
 // nothing; nil when it runs, is unknown, or its events are kept.
 func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowCompleted, error) {
-	kv, err := c.bus.JetStream().KeyValue(ctx, engine.BucketExecutions)
+	kv, err := c.bus.JetStream().KeyValue(ctx, bus.BucketExecutions)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	st, err := engine.ReadState(ctx, kv, id)
+	st, err := execution.ReadState(ctx, kv, id)
 	if err != nil || st == nil {
 		return nil, err
 	}
@@ -80,5 +80,5 @@ func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowComplet
 	if err != nil || kept {
 		return nil, err
 	}
-	return engine.CompletionOf(st), nil
+	return execution.Completion(st), nil
 }

@@ -28,7 +28,6 @@ import (
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 	"github.com/novaflow/nova/services/nova/stack"
 	"github.com/novaflow/nova/services/output-validator/outputvalidator"
@@ -653,7 +652,7 @@ edges:
 
 	// Spans of every service, once each has finished its work.
 	for _, c := range []struct{ stream, durable string }{
-		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
+		{bus.StreamCommands, bus.ConsumerEngineCommands}, {bus.StreamEvents, bus.ConsumerEngineResults},
 		{bus.StreamCommands, bus.AgentSandbox}, {bus.StreamCommands, bus.AgentInputAnalyzer},
 		{bus.StreamCommands, bus.AgentCodeGenerator}, {bus.StreamCommands, bus.AgentCodeValidator},
 		{bus.StreamCommands, bus.AgentOutputValidator}, {bus.StreamEvents, auditservice.Consumer},

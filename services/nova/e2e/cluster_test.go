@@ -15,7 +15,6 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -134,7 +133,7 @@ func TestClusteredBusSurvivesLosingItsLeaders(t *testing.T) {
 
 	// The audit store has every document once.
 	e.auditIdle()
-	kv, err := e.bus.JetStream().KeyValue(e.ctx, engine.BucketExecutions)
+	kv, err := e.bus.JetStream().KeyValue(e.ctx, bus.BucketExecutions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +151,7 @@ func TestClusteredBusSurvivesLosingItsLeaders(t *testing.T) {
 	// of the object store did not lower it.
 	js := e.bus.JetStream()
 	for _, name := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters,
-		"KV_" + engine.BucketExecutions, "KV_" + engine.BucketWorkflows, "OBJ_" + valueref.Bucket} {
+		"KV_" + bus.BucketExecutions, "KV_" + bus.BucketWorkflows, "OBJ_" + valueref.Bucket} {
 		s, err := js.Stream(e.ctx, name)
 		if err != nil {
 			t.Errorf("stream %s: %v", name, err)
@@ -163,7 +162,7 @@ func TestClusteredBusSurvivesLosingItsLeaders(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ stream, durable string }{
-		{bus.StreamCommands, bus.AgentSandbox}, {bus.StreamEvents, engine.ConsumerResults},
+		{bus.StreamCommands, bus.AgentSandbox}, {bus.StreamEvents, bus.ConsumerEngineResults},
 	} {
 		info := e.consumerInfo(c.stream, c.durable)
 		if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {

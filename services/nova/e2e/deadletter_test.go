@@ -14,7 +14,6 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 )
 
 // ceHeaders are the binary-mode CloudEvents headers of an event.
@@ -188,7 +187,7 @@ edges:
 		// The sandbox's late result for that step is stale and changes nothing.
 		e.eventually(10*time.Second, "the sandbox's result is handled", func() bool {
 			s := e.consumerInfo(bus.StreamCommands, bus.AgentSandbox)
-			r := e.consumerInfo(bus.StreamEvents, engine.ConsumerResults)
+			r := e.consumerInfo(bus.StreamEvents, bus.ConsumerEngineResults)
 			return s.NumPending+uint64(s.NumAckPending) == 0 && r.NumPending+uint64(r.NumAckPending) == 0 && r.Delivered.Consumer > 0
 		})
 		nodes := e.chain(wc.ExecutionId)

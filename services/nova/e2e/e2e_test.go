@@ -20,7 +20,6 @@ import (
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 )
 
@@ -621,7 +620,7 @@ func TestRegisteredWorkflows(t *testing.T) {
 	})
 
 	t.Run("the same definition registered again keeps its revision", func(t *testing.T) {
-		kv, err := e.bus.JetStream().KeyValue(e.ctx, engine.BucketWorkflows)
+		kv, err := e.bus.JetStream().KeyValue(e.ctx, bus.BucketWorkflows)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -637,7 +636,7 @@ func TestRegisteredWorkflows(t *testing.T) {
 		if err := e.client.Register(e.ctx, def); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.client.WaitConsumerIdle(e.ctx, bus.StreamCommands, engine.ConsumerCommands); err != nil {
+		if err := e.client.WaitConsumerIdle(e.ctx, bus.StreamCommands, bus.ConsumerEngineCommands); err != nil {
 			t.Fatal(err)
 		}
 		if got := revision(); got != first {

@@ -7,8 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -16,11 +17,11 @@ import (
 // none); it fails the test when the state is not stored.
 func (e *env) stateTTL(id string) string {
 	e.t.Helper()
-	stream, err := e.bus.JetStream().Stream(e.ctx, "KV_"+engine.BucketExecutions)
+	stream, err := e.bus.JetStream().Stream(e.ctx, "KV_"+bus.BucketExecutions)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(e.ctx, engine.StateSubject(id))
+	msg, err := stream.GetLastMsgForSubject(e.ctx, execution.StateSubject(id))
 	if err != nil {
 		e.t.Fatalf("state of %s: %v", id, err)
 	}
@@ -64,15 +65,15 @@ func TestEndedStateExpires(t *testing.T) {
 	e.eventually(keep+10*time.Second, "the ended execution's state expires", func() bool {
 		return e.state(exec.ID) == nil
 	})
-	kv, err := e.bus.JetStream().KeyValue(e.ctx, engine.BucketExecutions)
+	kv, err := e.bus.JetStream().KeyValue(e.ctx, bus.BucketExecutions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := engine.ReadState(e.ctx, kv, exec.ID); err != nil || st != nil {
+	if st, err := execution.ReadState(e.ctx, kv, exec.ID); err != nil || st != nil {
 		t.Errorf("ReadState after the keep = %v, %v; want none", st, err)
 	}
 	e.eventually(5*time.Second, "the bucket holds no subject of the execution", func() bool {
-		return len(e.subjects("KV_"+engine.BucketExecutions, engine.StateSubject(exec.ID))) == 0
+		return len(e.subjects("KV_"+bus.BucketExecutions, execution.StateSubject(exec.ID))) == 0
 	})
 	// What the audit store recorded stays: it is the record.
 	if got := e.counts(exec.ID); got["executions"] != 1 || got["chain_of_work"] != 5 {

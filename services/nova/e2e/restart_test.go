@@ -13,7 +13,6 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -42,7 +41,7 @@ edges:
 // the execution is not stored.
 func (e *env) state(id string) *novav1.ExecutionState {
 	e.t.Helper()
-	kv, err := e.bus.JetStream().KeyValue(e.ctx, engine.BucketExecutions)
+	kv, err := e.bus.JetStream().KeyValue(e.ctx, bus.BucketExecutions)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -111,7 +110,7 @@ func TestRestartMidWorkflow(t *testing.T) {
 		}
 		// The sandbox finishes the node and its result waits for the engine.
 		e.eventually(10*time.Second, "the result of slow waits for the stopped engine", func() bool {
-			return e.consumerInfo(bus.StreamEvents, engine.ConsumerResults).NumPending == 1
+			return e.consumerInfo(bus.StreamEvents, bus.ConsumerEngineResults).NumPending == 1
 		})
 		if st := e.state(exec.ID); st.Status != "running" || st.CurrentNode != "slow" {
 			t.Fatalf("execution %s at %q while the engine is down; want running at slow", st.Status, st.CurrentNode)

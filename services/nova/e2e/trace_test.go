@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -38,8 +37,8 @@ func TestOneWorkflowIsOneTrace(t *testing.T) {
 	}
 	// Every consumer has finished (and so ended its spans).
 	for _, c := range []struct{ stream, durable string }{
-		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamCommands, bus.AgentSandbox},
-		{bus.StreamEvents, engine.ConsumerResults}, {bus.StreamEvents, "audit"},
+		{bus.StreamCommands, bus.ConsumerEngineCommands}, {bus.StreamCommands, bus.AgentSandbox},
+		{bus.StreamEvents, bus.ConsumerEngineResults}, {bus.StreamEvents, "audit"},
 	} {
 		if err := e.client.WaitConsumerIdle(e.ctx, c.stream, c.durable); err != nil {
 			t.Fatal(err)

@@ -30,7 +30,6 @@ import (
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
@@ -213,7 +212,7 @@ func WaitConsumer(ctx context.Context, js jetstream.JetStream, stream, durable s
 // producer publishes is kept for them.
 func WaitServices(ctx context.Context, js jetstream.JetStream) error {
 	for _, c := range []struct{ stream, durable string }{
-		{bus.StreamCommands, engine.ConsumerCommands}, {bus.StreamEvents, engine.ConsumerResults},
+		{bus.StreamCommands, bus.ConsumerEngineCommands}, {bus.StreamEvents, bus.ConsumerEngineResults},
 		{bus.StreamCommands, sandboxservice.Consumer}, {bus.StreamEvents, auditservice.Consumer},
 	} {
 		if err := WaitConsumer(ctx, js, c.stream, c.durable); err != nil {

@@ -1,4 +1,8 @@
-package gateway
+// Package feedback is people's feedback on the fields of a program's output,
+// as the field-feedback refinement takes it, and the rules that tell when
+// an output resolves it. The gateway reads it from requests; the graph
+// engine checks each refinement attempt's output against it.
+package feedback
 
 import (
 	"encoding/json"
@@ -8,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 // When is a field's feedback resolved? Each refinement attempt's output is
@@ -42,39 +47,41 @@ import (
 // Values compare as JSON values, and text with a number or a boolean by
 // its text ("19.99" equals 19.99), text trimmed of surrounding white space.
 
-// Feedback issues (seed 004's FieldFeedback.issue).
+// The kinds of feedback on a field (Field.Issue).
 const (
-	issueMissing = "missing"
-	issueWrong   = "wrong"
-	issuePartial = "partial"
-	issueFormat  = "format"
+	IssueMissing = "missing"
+	IssueWrong   = "wrong"
+	IssuePartial = "partial"
+	IssueFormat  = "format"
 )
 
-var issues = []string{issueMissing, issueWrong, issuePartial, issueFormat}
+// Issues are the kinds of feedback, as a request names them.
+var Issues = []string{IssueMissing, IssueWrong, IssuePartial, IssueFormat}
 
 // requiredShare is the share of records a missing field must be populated in.
 const requiredShare = 0.7
 
-// fieldFeedback is one of seed 004's FieldFeedback.
-type fieldFeedback struct {
-	Field             string            `json:"field"`
-	Issue             string            `json:"issue"`
-	CorrectValue      json.RawMessage   `json:"correctValue,omitempty"`
-	CorrectSelector   string            `json:"correctSelector,omitempty"`
-	CorrectExpression string            `json:"correctExpression,omitempty"`
-	CorrectPattern    string            `json:"correctPattern,omitempty"`
-	Notes             string            `json:"notes,omitempty"`
-	Examples          []feedbackExample `json:"examples,omitempty"`
+// Field is the feedback on one field of the output.
+type Field struct {
+	Field             string          `json:"field"`
+	Issue             string          `json:"issue"`
+	CorrectValue      json.RawMessage `json:"correctValue,omitempty"`
+	CorrectSelector   string          `json:"correctSelector,omitempty"`
+	CorrectExpression string          `json:"correctExpression,omitempty"`
+	CorrectPattern    string          `json:"correctPattern,omitempty"`
+	Notes             string          `json:"notes,omitempty"`
+	Examples          []Example       `json:"examples,omitempty"`
 }
 
-type feedbackExample struct {
+// Example is an input and the output the field should have for it.
+type Example struct {
 	Input          json.RawMessage `json:"input,omitempty"`
 	ExpectedOutput json.RawMessage `json:"expectedOutput,omitempty"`
 }
 
-// expected is what the feedback says the field's values should be (or look
+// Expected is what the feedback says the field's values should be (or look
 // like): correctValue and every example's expectedOutput.
-func (f *fieldFeedback) expected() []any {
+func (f *Field) Expected() []any {
 	var out []any
 	add := func(raw json.RawMessage) {
 		if len(raw) == 0 {
@@ -91,15 +98,18 @@ func (f *fieldFeedback) expected() []any {
 	return out
 }
 
-// originalField is what the original output analysis said of a field.
-type originalField struct {
-	coverage int
-	examples []any
+// Original is what the original output analysis said of a field.
+type Original struct {
+	// Coverage is the share of records the field was populated in, in
+	// whole percent.
+	Coverage int
+	// Examples are values the analysis showed for the field.
+	Examples []any
 }
 
-// originalFields reads an output analysis' fields by name.
-func originalFields(analysis map[string]any) map[string]originalField {
-	out := map[string]originalField{}
+// Originals reads an output analysis' fields by name.
+func Originals(analysis map[string]any) map[string]Original {
+	out := map[string]Original{}
 	list, _ := analysis["fields"].([]any)
 	for _, f := range list {
 		m, _ := f.(map[string]any)
@@ -107,16 +117,16 @@ func originalFields(analysis map[string]any) map[string]originalField {
 		if name == "" {
 			continue
 		}
-		of := originalField{}
+		of := Original{}
 		switch c := m["coverage"].(type) {
 		case float64:
-			of.coverage = int(math.Round(c))
+			of.Coverage = int(math.Round(c))
 		case json.Number:
 			if x, err := c.Float64(); err == nil {
-				of.coverage = int(math.Round(x))
+				of.Coverage = int(math.Round(x))
 			}
 		}
-		of.examples, _ = m["examples"].([]any)
+		of.Examples, _ = m["examples"].([]any)
 		out[name] = of
 	}
 	return out
@@ -186,16 +196,16 @@ func populated(v any) bool {
 
 // resolvedBy reports whether out resolves the feedback f, given what the
 // original analysis said of the field.
-func resolvedBy(f *fieldFeedback, out records, orig originalField) bool {
+func resolvedBy(f *Field, out records, orig Original) bool {
 	fv := out.field(f.Field)
 	if len(fv.values) == 0 {
 		return false
 	}
 	switch f.Issue {
-	case issueMissing:
+	case IssueMissing:
 		return float64(len(fv.values)) > requiredShare*float64(fv.items)
-	case issueWrong:
-		if want := f.expected(); len(want) > 0 {
+	case IssueWrong:
+		if want := f.Expected(); len(want) > 0 {
 			for _, w := range want {
 				if !containsValue(fv.values, w) {
 					return false
@@ -203,20 +213,20 @@ func resolvedBy(f *fieldFeedback, out records, orig originalField) bool {
 			}
 			return true
 		}
-		if len(orig.examples) == 0 {
+		if len(orig.Examples) == 0 {
 			return false // nothing tells right from wrong; requests are refused this way
 		}
-		for _, old := range orig.examples {
+		for _, old := range orig.Examples {
 			if containsValue(fv.values, old) {
 				return false
 			}
 		}
 		return true
-	case issuePartial:
+	case IssuePartial:
 		c := fv.coverage()
-		return c > orig.coverage || c == 100
-	case issueFormat:
-		refs := f.expected()
+		return c > orig.Coverage || c == 100
+	case IssueFormat:
+		refs := f.Expected()
 		if len(refs) == 0 {
 			return false
 		}
@@ -347,9 +357,9 @@ func textPattern(s string) string {
 	return b.String()
 }
 
-// checkFeedback resolves every item of feedback against an output, in the
+// Check resolves every item of feedback against an output, in the
 // order given.
-func checkFeedback(feedback []fieldFeedback, output any, original map[string]originalField) (resolved, remaining []string) {
+func Check(feedback []Field, output any, original map[string]Original) (resolved, remaining []string) {
 	out := recordsOf(output)
 	resolved, remaining = []string{}, []string{}
 	for i := range feedback {
@@ -361,4 +371,49 @@ func checkFeedback(feedback []fieldFeedback, output any, original map[string]ori
 		}
 	}
 	return resolved, remaining
+}
+
+// Names are the fields the feedback is on, in its order.
+func Names(fb []Field) []string {
+	out := make([]string, len(fb))
+	for i, f := range fb {
+		out[i] = f.Field
+	}
+	return out
+}
+
+// ToProto is the feedback as the code generator's command carries it.
+func ToProto(fb []Field) []*novav1.FieldFeedback {
+	out := make([]*novav1.FieldFeedback, len(fb))
+	for i, f := range fb {
+		p := &novav1.FieldFeedback{Field: f.Field, Issue: f.Issue, CorrectSelector: f.CorrectSelector,
+			CorrectExpression: f.CorrectExpression, CorrectPattern: f.CorrectPattern, Notes: f.Notes, CorrectValue: jsonvalue.Proto(f.CorrectValue)}
+		for _, e := range f.Examples {
+			p.Examples = append(p.Examples, &novav1.FeedbackExample{Input: jsonvalue.Proto(e.Input), ExpectedOutput: jsonvalue.Proto(e.ExpectedOutput)})
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// FromProto reads the feedback a command carries.
+func FromProto(pb []*novav1.FieldFeedback) []Field {
+	out := make([]Field, len(pb))
+	for i, p := range pb {
+		f := Field{Field: p.GetField(), Issue: p.GetIssue(), CorrectSelector: p.GetCorrectSelector(),
+			CorrectExpression: p.GetCorrectExpression(), CorrectPattern: p.GetCorrectPattern(), Notes: p.GetNotes(),
+			CorrectValue: rawOf(p.GetCorrectValue())}
+		for _, e := range p.GetExamples() {
+			f.Examples = append(f.Examples, Example{Input: rawOf(e.GetInput()), ExpectedOutput: rawOf(e.GetExpectedOutput())})
+		}
+		out[i] = f
+	}
+	return out
+}
+
+func rawOf(v *novav1.JSONValue) json.RawMessage {
+	if v == nil || len(v.GetRaw()) == 0 {
+		return nil
+	}
+	return json.RawMessage(v.GetRaw())
 }
