@@ -118,6 +118,6 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 			return err
 		}
 		return b.PublishProto(ctx, subject,
-			ref.StepId+"/result", spec.ResultType, res, map[string]string{"executionid": ref.ExecutionId})
+			ref.StepId+"/result", spec.ResultType, res, map[string]string{bus.ExtensionExecutionID: ref.ExecutionId})
 	})
 }

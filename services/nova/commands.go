@@ -20,6 +20,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/health"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm"
@@ -474,7 +475,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 	}
-	if res.Status != "succeeded" {
+	if res.Status != execution.StatusSucceeded {
 		return exitFailed
 	}
 	return exitOK

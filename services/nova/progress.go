@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/services/nova/client"
 )
 
@@ -82,9 +83,9 @@ func (p *progressPrinter) print(ev client.Progress) {
 		fmt.Fprintln(p.w, line)
 	case ev.NodeCompleted != nil:
 		n := ev.NodeCompleted
-		mark, status := "✓", "succeeded"
-		if n.GetStatus() != "success" {
-			mark, status = "✗", "failed"
+		mark, status := "✓", execution.StatusSucceeded
+		if n.GetStatus() != execution.NodeSuccess {
+			mark, status = "✗", execution.StatusFailed
 		}
 		line := fmt.Sprintf("  %s %-*s %-8s %.1f ms", mark, p.width, n.GetNodeId(), status, n.GetExecutionTimeMs())
 		if a := n.GetAiMetadata().GetFields()["attempts"]; a != nil && a.GetNumberValue() > 1 {

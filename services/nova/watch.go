@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/novaflow/nova/pkg/execution"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/nova/client"
@@ -104,7 +105,7 @@ func showOutcome(stdout io.Writer, wc *novav1.WorkflowCompleted) int {
 	if e := wc.GetError(); e != "" {
 		fmt.Fprintf(stdout, "error      %s\n", e)
 	}
-	if wc.GetStatus() != "succeeded" {
+	if wc.GetStatus() != execution.StatusSucceeded {
 		return exitFailed
 	}
 	return exitOK
@@ -126,7 +127,7 @@ func showPurged(stdout, stderr io.Writer, wc *novav1.WorkflowCompleted) int {
 	}
 	for _, n := range wc.GetNodes() {
 		mark := "✓"
-		if n.GetStatus() != "succeeded" {
+		if n.GetStatus() != execution.StatusSucceeded {
 			mark = "✗"
 		}
 		line := fmt.Sprintf("  %s %-*s %s", mark, width, n.GetId(), n.GetStatus())

@@ -196,7 +196,7 @@ func (g *Gateway) runCode(ctx context.Context, req *executeRequest) (*executeRes
 	}
 	defer stop()
 	if err := g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId+"/cmd", bus.TypeSandboxExecute, cmd,
-		map[string]string{"executionid": id}); err != nil {
+		map[string]string{bus.ExtensionExecutionID: id}); err != nil {
 		return nil, fmt.Errorf("send the code to the sandbox: %w", err)
 	}
 	var r *novav1.CodeExecuted

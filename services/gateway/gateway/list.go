@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/services/audit/store"
 )
 
@@ -19,7 +20,7 @@ const (
 )
 
 // statuses an execution can have.
-var statuses = []string{store.StatusRunning, "succeeded", "failed"}
+var statuses = []string{execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed}
 
 // listItem is one execution in GET /v1/executions.
 type listItem struct {

@@ -44,6 +44,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/codecache"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -175,7 +176,7 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return nil, err
 		}
-		if wc.GetStatus() != "succeeded" {
+		if wc.GetStatus() != execution.StatusSucceeded {
 			return nil, fmt.Errorf("workflow %s (total %d), execution %s %s: %s", def.GetName(), total, e.ID, wc.GetStatus(), wc.GetError())
 		}
 		r := &runRecord{id: e.ID, total: total, requests: s.Scripted().Requests()[before:]}

@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
@@ -180,7 +181,7 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return 0, err
 		}
-		if wc.GetStatus() != "succeeded" {
+		if wc.GetStatus() != execution.StatusSucceeded {
 			return 0, fmt.Errorf("execution %s %s: %s", wc.GetExecutionId(), wc.GetStatus(), wc.GetError())
 		}
 		return time.Since(start), nil
@@ -193,7 +194,7 @@ func run(ctx context.Context, cfg config) error {
 			return 0, err
 		}
 		var done struct{ Status string }
-		if err := json.Unmarshal(body, &done); err != nil || done.Status != "succeeded" {
+		if err := json.Unmarshal(body, &done); err != nil || done.Status != execution.StatusSucceeded {
 			return 0, fmt.Errorf("completion %s", body)
 		}
 		return time.Since(start), nil
@@ -227,7 +228,7 @@ func run(ctx context.Context, cfg config) error {
 	publish := func(ctx context.Context, i int) error {
 		s := empty(i)
 		return b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+s.ExecutionId, bus.TypeWorkflowStart, s,
-			map[string]string{"executionid": s.ExecutionId})
+			map[string]string{bus.ExtensionExecutionID: s.ExecutionId})
 	}
 	post := func(ctx context.Context, i int) error {
 		_, err := h.do(ctx, "POST", "/v1/executions", "application/json",

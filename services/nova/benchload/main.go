@@ -42,6 +42,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
@@ -491,7 +492,7 @@ wait:
 	var lat []time.Duration
 	for i, id := range l.IDs {
 		o, ok := outcomes[id]
-		if !ok || o.Completion.Status != "succeeded" {
+		if !ok || o.Completion.Status != execution.StatusSucceeded {
 			return r, fmt.Errorf("%s: workflow %s did not succeed", name, id)
 		}
 		lat = append(lat, o.At.Sub(l.Started[i]))

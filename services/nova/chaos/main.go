@@ -41,6 +41,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
@@ -318,7 +319,7 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		case !ok || l.Started[i].IsZero():
 			r.lost++
 			continue
-		case wc.Completion.Status != "succeeded" || string(jsonvalue.MustObject(wc.Completion.Context)["c"]) != strconv.Itoa((2*i+1)*3):
+		case wc.Completion.Status != execution.StatusSucceeded || string(jsonvalue.MustObject(wc.Completion.Context)["c"]) != strconv.Itoa((2*i+1)*3):
 			r.wrong++
 		default:
 			r.correct++

@@ -84,7 +84,7 @@ func (c *Client) Start(ctx context.Context, def *novav1.WorkflowDefinition, name
 	}
 	err = c.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, Definition: def, WorkflowName: name, Context: st},
-		map[string]string{"executionid": id})
+		map[string]string{bus.ExtensionExecutionID: id})
 	if err != nil {
 		exec.stop()
 		return nil, err

@@ -73,7 +73,7 @@ func (c *Client) Purged(ctx context.Context, id string) (*novav1.WorkflowComplet
 	if err != nil || st == nil {
 		return nil, err
 	}
-	if st.GetStatus() == "running" {
+	if st.GetStatus() == execution.StatusRunning {
 		return nil, nil
 	}
 	kept, err := c.bus.CompletionKept(ctx, id)

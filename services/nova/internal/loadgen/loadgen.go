@@ -123,7 +123,7 @@ func (l *Load) one(ctx context.Context, i int) bool {
 	// the server may be down for a moment.
 	for {
 		err := l.b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart, start,
-			map[string]string{"executionid": id})
+			map[string]string{bus.ExtensionExecutionID: id})
 		if err == nil {
 			break
 		}
