@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -81,14 +83,31 @@ func (c *Common) common() *Common { return c }
 // Config is a service config struct that embeds Common.
 type Config interface{ common() *Common }
 
-// Env is what a service's run function gets.
+// Env is what a service's constructor gets besides its own config: the bus
+// connection, telemetry and logger of the process or module it runs in.
 type Env struct {
 	Bus       *bus.Bus
 	Telemetry *telemetry.Telemetry
 	Logger    *slog.Logger
+	// Replicas of the streams, buckets and object stores the service
+	// declares (NOVA_STREAM_REPLICAS).
+	Replicas int
 
 	mu     sync.Mutex
 	checks []health.Check
+}
+
+// NewEnv is the Env of a service that runs inside another program (nova
+// dev's modules, tests); a nil logger is slog's default, a nil telemetry
+// one that exports nothing.
+func NewEnv(b *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger, replicas int) *Env {
+	if log == nil {
+		log = slog.Default()
+	}
+	if tel == nil {
+		tel = &telemetry.Telemetry{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider(), Logger: log}
+	}
+	return &Env{Bus: b, Telemetry: tel, Logger: log, Replicas: max(replicas, 1)}
 }
 
 // AddReadiness adds a condition to /readyz (the bus connection is one already).
@@ -151,7 +170,7 @@ func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Cont
 	}
 	defer b.Close()
 
-	env := &Env{Bus: b, Telemetry: tel, Logger: log}
+	env := &Env{Bus: b, Telemetry: tel, Logger: log, Replicas: max(c.StreamReplicas, 1)}
 	env.AddReadiness("nats", func(context.Context) error {
 		if !b.Conn().IsConnected() {
 			return errors.New("not connected")

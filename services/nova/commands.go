@@ -86,30 +86,16 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 		}
 		opts.Replicas = n
 	}
-	var keep engine.KeepSettings
-	if err := config.Load(&keep, nil); err != nil {
+	// The graph engine reads its settings as the graph-engine binary does;
+	// a wrong one is named before anything starts.
+	var es engine.Settings
+	if err := config.Load(&es, nil); err != nil {
 		return opts, err
 	}
-	keepEnded, err := keep.Keep()
-	if err != nil {
+	if _, err := es.Config(1); err != nil {
 		return opts, err
 	}
-	opts.KeepEnded = keepEnded
-	var budget workflow.BudgetSettings
-	if err := config.Load(&budget, nil); err != nil {
-		return opts, err
-	}
-	b, err := budget.Budget()
-	if err != nil {
-		return opts, err
-	}
-	opts.Budget = b
-	if err := config.Load(&opts.Semantic, nil); err != nil {
-		return opts, err
-	}
-	if err := opts.Semantic.Validate(); err != nil {
-		return opts, err
-	}
+	opts.Engine = &es
 	prices, err := llm.ParsePrices(os.Getenv("NOVA_LLM_PRICES"), llm.DefaultPrices())
 	if err != nil {
 		return opts, fmt.Errorf("NOVA_LLM_PRICES: %w", err)
@@ -143,7 +129,10 @@ func jsNote(opts stack.Options) string {
 // semanticNote says that the code cache's semantic level is on, and with
 // what; "" when it is off.
 func semanticNote(opts stack.Options) string {
-	sem := opts.Semantic
+	if opts.Engine == nil || !opts.Engine.SemanticSettings.Enabled {
+		return ""
+	}
+	sem := opts.Engine.SemanticSettings
 	if !sem.Enabled {
 		return ""
 	}

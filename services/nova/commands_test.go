@@ -16,8 +16,13 @@ func TestStackOptionsKeepEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.KeepEnded != 36*time.Hour {
-		t.Errorf("KeepEnded = %v, want 36h", opts.KeepEnded)
+	if opts.Engine.KeepEnded != 36*time.Hour {
+		t.Errorf("KeepEnded = %v, want 36h", opts.Engine.KeepEnded)
+	}
+	// Every setting of the engine is read as its binary reads it.
+	t.Setenv("NOVA_MAX_ATTEMPTS", "7")
+	if opts, err := stackOptions(t.TempDir(), "", nil); err != nil || opts.Engine.MaxAttempts != 7 {
+		t.Errorf("NOVA_MAX_ATTEMPTS=7: %v, %v", opts.Engine, err)
 	}
 	for _, bad := range []string{"a week", "0s", "-1h"} {
 		t.Setenv("NOVA_KEEP_ENDED_STATE", bad)
@@ -27,7 +32,7 @@ func TestStackOptionsKeepEnded(t *testing.T) {
 		}
 	}
 	t.Setenv("NOVA_KEEP_ENDED_STATE", "")
-	if opts, err := stackOptions(t.TempDir(), "", nil); err != nil || opts.KeepEnded != engine.DefaultKeepEnded {
-		t.Errorf("unset: KeepEnded = %v, %v; want the engine's default %v", opts.KeepEnded, err, engine.DefaultKeepEnded)
+	if opts, err := stackOptions(t.TempDir(), "", nil); err != nil || opts.Engine.KeepEnded != engine.DefaultKeepEnded {
+		t.Errorf("unset: KeepEnded = %v, %v; want the engine's default %v", opts.Engine.KeepEnded, err, engine.DefaultKeepEnded)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -117,13 +118,9 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	})
 
 	engineBus := connect(userGraphEngine)
-	engineValues, err := valueref.Open(ctx, engineBus.JetStream(), 0, 1)
+	e, err := engine.Start(ctx, engine.DefaultSettings(), service.NewEnv(engineBus, nil, log.With("service", userGraphEngine), 1))
 	if err != nil {
-		t.Fatalf("graph-engine opens the object store: %v", err)
-	}
-	e, err := engine.New(ctx, engine.Deps{Bus: engineBus, Values: engineValues, Logger: log.With("service", userGraphEngine)})
-	if err != nil {
-		t.Fatalf("graph-engine declares its streams, buckets and consumers: %v", err)
+		t.Fatalf("graph-engine opens the object store and declares its streams, buckets and consumers: %v", err)
 	}
 	g.Go(func() error { return e.Run(gctx) })
 

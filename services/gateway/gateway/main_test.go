@@ -27,6 +27,7 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
+	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -62,8 +63,9 @@ type harness struct {
 	model     *scripted.Server
 	stopModel func() error
 	modelHTTP *http.Transport
-	// engineConfig configures the graph engine when it (re)starts.
-	engineConfig engine.Config
+	// engine configures the graph engine when it (re)starts: its
+	// settings' defaults, without AI nodes until a test allows them.
+	engine engine.Settings
 
 	// url is the gateway with the default limits and the keys below.
 	url  string
@@ -107,6 +109,8 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	h = &harness{dir: dir, logs: &syncbuf.Buffer{}, modules: map[string]*module{}, spans: tracetest.NewSpanRecorder()}
+	h.engine = engine.DefaultSettings()
+	h.engine.AllowPrompt = false
 	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	code := 1
 	if err := h.start(); err != nil {
@@ -213,12 +217,7 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 	var run func(context.Context) error
 	switch name {
 	case "graph-engine":
-		values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, Config: h.engineConfig})
+		e, err := engine.Start(ctx, h.engine, service.NewEnv(b, nil, log, 1))
 		if err != nil {
 			closeAll()
 			return err

@@ -394,7 +394,7 @@ func TestSaveRefinedCode(t *testing.T) {
 		if err := h.stopModule("graph-engine"); err != nil {
 			t.Fatal(err)
 		}
-		h.engineConfig.AllowPrompt = allow
+		h.engine.AllowPrompt = allow
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := h.startModule(ctx, "graph-engine"); err != nil {

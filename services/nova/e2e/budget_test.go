@@ -125,7 +125,7 @@ func TestBudget(t *testing.T) {
 	e := startAIEnv(t, budgetRules, func(o *stack.Options) {
 		o.LLM.Prices = budgetPrices
 		// The budget, not the attempts, must stop the retries.
-		o.MaxAttempts = 10
+		engineOf(o).MaxAttempts = 10
 	})
 	t.Run("max_usd stops a retrying node", func(t *testing.T) { testMaxUSD(t, e) })
 	t.Run("max_usd_per_day holds across 20 executions at once", func(t *testing.T) { testMaxUSDPerDay(t, e) })

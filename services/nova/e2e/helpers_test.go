@@ -20,6 +20,7 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -384,4 +385,14 @@ func ctxMap(v *novav1.JSONValue) map[string]any {
 	m := map[string]any{}
 	_ = json.Unmarshal(v.GetRaw(), &m)
 	return m
+}
+
+// engineOf is the graph engine's settings of a stack's options, its
+// defaults until a test changes one.
+func engineOf(o *stack.Options) *engine.Settings {
+	if o.Engine == nil {
+		es := engine.DefaultSettings()
+		o.Engine = &es
+	}
+	return o.Engine
 }

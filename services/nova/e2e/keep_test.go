@@ -34,7 +34,7 @@ func (e *env) stateTTL(id string) string {
 // past the duplicate window).
 func TestEndedStateExpires(t *testing.T) {
 	const keep = 2 * time.Second
-	e := startEnv(t, func(o *stack.Options) { o.KeepEnded = keep })
+	e := startEnv(t, func(o *stack.Options) { engineOf(o).KeepEnded = keep })
 	def := parse(t, restartableWorkflow)
 
 	exec, err := e.client.Start(e.ctx, def, "", nil)
@@ -88,7 +88,7 @@ func TestEndedStateExpires(t *testing.T) {
 // is created ended, and expires as any ended one.
 func TestEndedAtStartExpires(t *testing.T) {
 	const keep = 2 * time.Second
-	e := startEnv(t, func(o *stack.Options) { o.KeepEnded = keep })
+	e := startEnv(t, func(o *stack.Options) { engineOf(o).KeepEnded = keep })
 	def := parse(t, `
 name: no-code
 nodes:

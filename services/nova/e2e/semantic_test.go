@@ -25,7 +25,7 @@ const (
 // semanticOn turns the code cache's semantic level on, with the scripted
 // server's embeddings.
 func semanticOn(o *stack.Options) {
-	o.Semantic = codecache.SemanticSettings{Enabled: true, Similarity: codecache.DefaultSimilarity, EmbeddingModel: embedModel,
+	engineOf(o).SemanticSettings = codecache.SemanticSettings{Enabled: true, Similarity: codecache.DefaultSimilarity, EmbeddingModel: embedModel,
 		Timeout: 10 * time.Second}
 }
 

@@ -11,9 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,14 +22,14 @@ import (
 
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/codecache"
+	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/telemetry"
 	"github.com/novaflow/nova/pkg/valueref"
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
@@ -133,24 +132,18 @@ type Options struct {
 	// NodeModules holds axios and cheerio for JavaScript nodes; empty looks
 	// for them (FindNodeModules).
 	NodeModules string
-	// NodeTimeout is the default node timeout (default 30s).
-	NodeTimeout time.Duration
-	// ValueThreshold is the size over which context values go by reference.
+	// ValueThreshold is the size over which context values go by reference
+	// (default: the engine's setting).
 	ValueThreshold int
 	// Modules to start (default all).
 	Modules []string
 	// LLM configures the AI agents.
 	LLM LLMOptions
-	// MaxAttempts bounds code generation attempts of an AI node (default 3).
-	MaxAttempts int
-	// KeepEnded is how long an ended execution's state is kept
-	// (engine.Config.KeepEnded; default engine.DefaultKeepEnded).
-	KeepEnded time.Duration
-	// Budget is the deployment's default budget of every workflow (nil: none).
-	Budget *novav1.Budget
-	// Semantic configures the code cache's semantic level (off when zero);
-	// its embeddings come from the model API of LLM, or the scripted server.
-	Semantic codecache.SemanticSettings
+	// Engine configures the graph engine, as the graph-engine binary reads
+	// it from the environment (nil: its settings' defaults). AI nodes are
+	// refused whatever it says when LLM configures no model; the semantic
+	// level's embeddings come from LLM's model API, or the scripted server.
+	Engine *engine.Settings
 	// Gateway configures the gateway module, when it runs.
 	Gateway GatewayOptions
 }
@@ -188,6 +181,13 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if opts.SandboxWorkers <= 0 {
 		opts.SandboxWorkers = 2
+	}
+	if opts.Engine == nil {
+		es := engine.DefaultSettings()
+		opts.Engine = &es
+	}
+	if opts.ValueThreshold <= 0 {
+		opts.ValueThreshold = opts.Engine.ValueThreshold
 	}
 	if len(opts.Modules) == 0 {
 		opts.Modules = DefaultModules(opts.LLM)
@@ -406,22 +406,19 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	var run func(context.Context) error
 	switch name {
 	case GraphEngine:
-		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, s.opts.Replicas)
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		var embedder *llm.Client
-		if s.opts.Semantic.Enabled {
-			if embedder, err = s.llmClient(name, tel); err != nil {
+		es := *s.opts.Engine
+		es.AllowPrompt = es.AllowPrompt && s.opts.LLM.configured()
+		es.ValueThreshold = s.opts.ValueThreshold
+		var opts []engine.StartOption
+		if es.SemanticSettings.Enabled {
+			embedder, err := s.llmClient(name, tel)
+			if err != nil {
 				cleanup()
 				return nil, err
 			}
+			opts = append(opts, engine.WithEmbedder(embedder))
 		}
-		e, err := engine.New(ctx, engine.Deps{Bus: b, Values: values, Logger: log, TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
-			Embedder: embedder,
-			Config: engine.Config{DefaultNodeTimeout: s.opts.NodeTimeout, AllowPrompt: s.opts.LLM.configured(), MaxAttempts: s.opts.MaxAttempts,
-				Replicas: s.opts.Replicas, Budget: s.opts.Budget, Semantic: s.opts.Semantic, KeepEnded: s.opts.KeepEnded}})
+		e, err := engine.Start(ctx, es, service.NewEnv(b, tel, log, s.opts.Replicas), opts...)
 		if err != nil {
 			cleanup()
 			return nil, err
@@ -432,13 +429,13 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		if s.opts.WarmSandbox {
 			zygotes = runner.ZygotesFor(s.opts.SandboxWorkers)
 		}
-		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes,
+		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.Engine.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes,
 			ZygoteIdle: s.opts.SandboxZygoteIdle, Logger: log})
 		if err != nil {
 			cleanup()
 			return nil, err
 		}
-		js, err := jsrunner.New(jsrunner.Config{DefaultTimeout: s.opts.NodeTimeout, MaxOutputBytes: 64 << 10,
+		js, err := jsrunner.New(jsrunner.Config{DefaultTimeout: s.opts.Engine.NodeTimeout, MaxOutputBytes: 64 << 10,
 			NodeModules: cmp.Or(s.opts.NodeModules, FindNodeModules()), Logger: log})
 		if err != nil {
 			log.Warn("no JavaScript runtime: JavaScript nodes will fail", "err", err)
@@ -526,39 +523,27 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 // requests in hand finish (bounded) before it closes.
 func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger) (func(context.Context) error, error) {
 	o := s.opts.Gateway
-	values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, s.opts.Replicas)
+	cfg := gateway.Config{Addr: cmp.Or(o.Addr, DefaultGatewayAddr), NoAuth: o.NoAuth, ValueThreshold: s.opts.ValueThreshold,
+		Settings: gateway.Settings{JaegerURL: o.JaegerURL, CORSOrigins: strings.Join(o.CORSOrigins, ",")}}
+	opts := []gateway.StartOption{gateway.WithStore(s.Store), gateway.WithLimits(o.Limits)}
+	if o.Keys != nil {
+		opts = append(opts, gateway.WithKeys(o.Keys))
+	}
+	gw, err := gateway.Start(ctx, cfg, service.NewEnv(b, tel, log, s.opts.Replicas), opts...)
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Deps{Bus: b, Store: s.Store, Values: values, Keys: o.Keys, NoAuth: o.NoAuth, Logger: log, CORSOrigins: o.CORSOrigins, JaegerURL: o.JaegerURL,
-		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Limits: o.Limits})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cmp.Or(o.Addr, DefaultGatewayAddr))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	srv := gw.Server()
-	url := "http://" + ln.Addr().String()
-	s.gatewayURL = url // StartModule holds s.mu
-	log.Info("serving the HTTP API", "url", url)
+	s.gatewayURL = gw.URL() // StartModule holds s.mu
 	return func(ctx context.Context) error {
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
-		select {
-		case err := <-served:
-			return err
-		case <-ctx.Done():
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
-		}
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		if err := gw.Run(ctx); !errors.Is(err, context.Canceled) {
 			return err
 		}
 		return nil
 	}, nil
+}
+
+// defaults fills cfg, a settings struct, with its tags' defaults: a stack
+// reads no environment itself (nova dev loads the settings it is given).
+func defaults(cfg any) error {
+	return config.Load(cfg, func(string) string { return "" })
 }
