@@ -97,6 +97,59 @@ type Env struct {
 	checks []health.Check
 }
 
+// setupTelemetry builds the service's logger, traces and metrics from the
+// common settings.
+func setupTelemetry(ctx context.Context, name string, c *Common) (*telemetry.Telemetry, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("LOG_LEVEL %q: %w", c.LogLevel, err)
+	}
+	return telemetry.Setup(ctx, name,
+		telemetry.WithOTLPEndpoint(c.OTLPEndpoint),
+		telemetry.WithLog(os.Stderr, level, !strings.EqualFold(c.LogFormat, "text")))
+}
+
+// connect opens the service's bus connection with its credentials.
+func connect(ctx context.Context, name string, c *Common, tel *telemetry.Telemetry) (*bus.Bus, error) {
+	natsOpts, err := c.NATSOptions()
+	if err != nil {
+		return nil, err
+	}
+	return bus.Connect(ctx, c.NATSURL,
+		bus.WithName(name),
+		bus.WithLogger(tel.Logger),
+		bus.WithTracerProvider(tel.TracerProvider),
+		bus.WithMeterProvider(tel.MeterProvider),
+		bus.WithNATSOptions(natsOpts...),
+		bus.WithStreamOptions(bus.StreamOptions{Replicas: c.StreamReplicas}))
+}
+
+// serveHealth listens on the health address: /healthz, /readyz (env's
+// checks, read per request, as the service adds them while it starts) and
+// /metrics, with Go's profiles when asked for.
+func serveHealth(c *Common, env *Env) (*health.Server, error) {
+	hs, err := health.Listen(c.HealthAddr, env.Telemetry.Registry, health.Check{Name: "service", Func: func(ctx context.Context) error {
+		env.mu.Lock()
+		checks := slices.Clone(env.checks)
+		env.mu.Unlock()
+		for _, ch := range checks {
+			if err := ch.Func(ctx); err != nil {
+				return fmt.Errorf("%s: %w", ch.Name, err)
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	env.Logger.Info("serving health and metrics", "addr", hs.Addr())
+	if c.Pprof {
+		hs.ServePprof()
+		env.Logger.Warn("serving Go's profiles on the health port (/debug/pprof/); keep the port private", "addr", hs.Addr())
+	}
+	return hs, nil
+}
+
 // NewEnv is the Env of a service that runs inside another program (nova
 // dev's modules, tests); a nil logger is slog's default, a nil telemetry
 // one that exports nothing.
@@ -136,13 +189,7 @@ func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Cont
 		return fmt.Errorf("configuration: %w", err)
 	}
 	c := cfg.common()
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return fmt.Errorf("LOG_LEVEL %q: %w", c.LogLevel, err)
-	}
-	tel, err := telemetry.Setup(ctx, name,
-		telemetry.WithOTLPEndpoint(c.OTLPEndpoint),
-		telemetry.WithLog(os.Stderr, level, !strings.EqualFold(c.LogFormat, "text")))
+	tel, err := setupTelemetry(ctx, name, c)
 	if err != nil {
 		return err
 	}
@@ -153,23 +200,11 @@ func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Cont
 	}()
 	log := tel.Logger
 	log.Info("starting", config.Attrs(cfg)...)
-
-	natsOpts, err := c.NATSOptions()
-	if err != nil {
-		return err
-	}
-	b, err := bus.Connect(ctx, c.NATSURL,
-		bus.WithName(name),
-		bus.WithLogger(log),
-		bus.WithTracerProvider(tel.TracerProvider),
-		bus.WithMeterProvider(tel.MeterProvider),
-		bus.WithNATSOptions(natsOpts...),
-		bus.WithStreamOptions(bus.StreamOptions{Replicas: c.StreamReplicas}))
+	b, err := connect(ctx, name, c, tel)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-
 	env := &Env{Bus: b, Telemetry: tel, Logger: log, Replicas: max(c.StreamReplicas, 1)}
 	env.AddReadiness("nats", func(context.Context) error {
 		if !b.Conn().IsConnected() {
@@ -177,28 +212,10 @@ func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Cont
 		}
 		return nil
 	})
-	// run adds its own checks before it blocks; the health server reads
-	// them per request.
-	hs, err := health.Listen(c.HealthAddr, tel.Registry, health.Check{Name: "service", Func: func(ctx context.Context) error {
-		env.mu.Lock()
-		checks := slices.Clone(env.checks)
-		env.mu.Unlock()
-		for _, ch := range checks {
-			if err := ch.Func(ctx); err != nil {
-				return fmt.Errorf("%s: %w", ch.Name, err)
-			}
-		}
-		return nil
-	}})
+	hs, err := serveHealth(c, env)
 	if err != nil {
 		return err
 	}
-	log.Info("serving health and metrics", "addr", hs.Addr())
-	if c.Pprof {
-		hs.ServePprof()
-		log.Warn("serving Go's profiles on the health port (/debug/pprof/); keep the port private", "addr", hs.Addr())
-	}
-
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return hs.Run(gctx) })
 	g.Go(func() error {

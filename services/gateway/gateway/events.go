@@ -80,28 +80,9 @@ func (g *Gateway) receiveEvent(w http.ResponseWriter, r *http.Request) error {
 		return p
 	}
 
-	answer := eventAccepted{ID: ev.ID(), Type: ev.Type()}
-	var cmd proto.Message
-	var extensions map[string]string
-	location := ""
-	switch ev.Type() {
-	case bus.TypeWorkflowStart:
-		start, p := g.startCommand(r, ev)
-		if p != nil {
-			return p
-		}
-		cmd, extensions = start, map[string]string{bus.ExtensionExecutionID: start.ExecutionId}
-		answer.ExecutionID = start.ExecutionId
-		links := executionLinks(start.ExecutionId)
-		answer.Links, location = links, links.Self
-	case bus.TypeWorkflowRegister:
-		reg, p := registerCommand(ev)
-		if p != nil {
-			return p
-		}
-		cmd = reg
-		answer.Workflow = reg.Definition.Name
-		answer.Links = workflowLinksOf(reg.Definition.Name)
+	cmd, extensions, answer, location, p := g.ingressCommand(r, ev)
+	if p != nil {
+		return p
 	}
 
 	// The producer's id, source and time travel on; the data is written
@@ -127,6 +108,32 @@ func (g *Gateway) receiveEvent(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusAccepted, answer)
 	return nil
+}
+
+// ingressCommand is the command an accepted event stands for, with the
+// extensions it carries on, the answer and the Location of what it names.
+func (g *Gateway) ingressCommand(r *http.Request, ev *event.Event) (cmd proto.Message, extensions map[string]string,
+	answer eventAccepted, location string, p *Problem) {
+	answer = eventAccepted{ID: ev.ID(), Type: ev.Type()}
+	switch ev.Type() {
+	case bus.TypeWorkflowStart:
+		start, p := g.startCommand(r, ev)
+		if p != nil {
+			return nil, nil, answer, "", p
+		}
+		answer.ExecutionID = start.ExecutionId
+		links := executionLinks(start.ExecutionId)
+		answer.Links = links
+		return start, map[string]string{bus.ExtensionExecutionID: start.ExecutionId}, answer, links.Self, nil
+	default: // bus.TypeWorkflowRegister: ingressTypes has no other
+		reg, p := registerCommand(ev)
+		if p != nil {
+			return nil, nil, answer, "", p
+		}
+		answer.Workflow = reg.Definition.Name
+		answer.Links = workflowLinksOf(reg.Definition.Name)
+		return reg, nil, answer, "", nil
+	}
 }
 
 // readEvent reads a request with its body as one CloudEvent and checks its

@@ -53,113 +53,144 @@ func parseRefine(body []byte, maxTimeout time.Duration) (*refineRequest, *Proble
 		return nil, invalid(fmt.Sprintf("the body is not a JSON object: %v", err),
 			FieldError{Field: "body", Detail: "a JSON object with agentType, originalCode, outputAnalysis, feedback and testContext is required"})
 	}
-	var errs []FieldError
-	add := func(field, format string, args ...any) {
-		errs = append(errs, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
-	}
+	p := &refineParser{members: members,
+		req: &refineRequest{language: "javascript", context: jsonvalue.Object{}, maxAttempts: defaultRefineAttempts, timeout: defaultExecuteTimeout}}
 	for _, k := range members.Keys() {
 		if !slices.Contains(refineFields, k) {
-			add(k, "unknown field (known: %s)", strings.Join(refineFields, ", "))
+			p.add(k, "unknown field (known: %s)", strings.Join(refineFields, ", "))
 		}
 	}
-	req := &refineRequest{language: "javascript", context: jsonvalue.Object{}, maxAttempts: defaultRefineAttempts, timeout: defaultExecuteTimeout}
-	// str reads a string member; ok says it is there and a string.
-	str := func(name string, required bool) (string, bool) {
-		raw, present := members[name]
-		if !present {
-			if required {
-				add(name, "is required")
-			}
-			return "", false
-		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			add(name, "must be a string")
-			return "", false
-		}
-		return s, true
-	}
-
-	if s, ok := str("agentType", true); ok {
-		req.agentType = strings.ToLower(strings.TrimSpace(s))
-		if !agentTypeRE.MatchString(req.agentType) {
-			add("agentType", "must be one word of letters, digits, '-' or '_' (up to 40), such as scraper, transformer, analyzer or api-client; got %q", s)
-		}
-	}
+	p.agentType()
 	_, hasExecution := members["executionId"]
 	_, hasNode := members["nodeId"]
 	if hasExecution || hasNode {
-		for _, f := range []struct {
-			name string
-			dst  *string
-		}{{"executionId", &req.executionID}, {"nodeId", &req.nodeID}} {
-			if s, ok := str(f.name, true); ok {
-				if strings.TrimSpace(s) == "" || len(s) > 200 {
-					add(f.name, "must be 1 to 200 characters")
-				}
-				*f.dst = s
-			}
-		}
-		for _, k := range nodeSources {
-			if _, ok := members[k]; ok {
-				add(k, "comes from the node of the execution named by executionId and nodeId; leave it out, or refine code of your own without executionId and nodeId")
-			}
-		}
+		p.executionNode()
 	} else {
-		if s, ok := str("originalCode", true); ok {
-			if strings.TrimSpace(s) == "" {
-				add("originalCode", "the code to refine is required")
-			}
-			req.code = s
-		}
-		if s, ok := str("language", false); ok {
-			req.language = s
-		}
-		if req.language != "python" && req.language != "javascript" {
-			add("language", "%q is not python or javascript", req.language)
-		}
-		if raw, ok := members["outputAnalysis"]; ok {
-			req.analysis = parseAnalysis(raw, &errs)
-		} else {
-			add("outputAnalysis", "is required: the output analysis of the original code (as POST /v1/execute answers it)")
-		}
-		if raw, ok := members["testContext"]; ok {
-			parseTestContext(raw, req, &errs)
-		}
+		p.ownCode()
 	}
 	if raw, ok := members["feedback"]; ok {
-		req.feedback = parseFeedback(raw, &errs)
+		p.req.feedback = parseFeedback(raw, &p.errs)
 	} else {
-		add("feedback", "is required: an array of field feedback (field, issue, ...)")
+		p.add("feedback", "is required: an array of field feedback (field, issue, ...)")
 	}
-	if raw, ok := members["maxAttempts"]; ok {
+	p.limits(maxTimeout)
+	if len(p.errs) > 0 {
+		return nil, invalid(problemsDetail("the request", len(p.errs)), p.errs...)
+	}
+	return p.req, nil
+}
+
+// refineParser reads a refine request's members into req, collecting every
+// problem.
+type refineParser struct {
+	members jsonvalue.Object
+	req     *refineRequest
+	errs    []FieldError
+}
+
+func (p *refineParser) add(field, format string, args ...any) {
+	p.errs = append(p.errs, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
+// str reads a string member; ok says it is there and a string.
+func (p *refineParser) str(name string, required bool) (string, bool) {
+	raw, present := p.members[name]
+	if !present {
+		if required {
+			p.add(name, "is required")
+		}
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		p.add(name, "must be a string")
+		return "", false
+	}
+	return s, true
+}
+
+func (p *refineParser) agentType() {
+	if s, ok := p.str("agentType", true); ok {
+		p.req.agentType = strings.ToLower(strings.TrimSpace(s))
+		if !agentTypeRE.MatchString(p.req.agentType) {
+			p.add("agentType", "must be one word of letters, digits, '-' or '_' (up to 40), such as scraper, transformer, analyzer or api-client; got %q", s)
+		}
+	}
+}
+
+// executionNode reads executionId and nodeId, which name the code, its
+// language, output analysis and test context.
+func (p *refineParser) executionNode() {
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"executionId", &p.req.executionID}, {"nodeId", &p.req.nodeID}} {
+		if s, ok := p.str(f.name, true); ok {
+			if strings.TrimSpace(s) == "" || len(s) > 200 {
+				p.add(f.name, "must be 1 to 200 characters")
+			}
+			*f.dst = s
+		}
+	}
+	for _, k := range nodeSources {
+		if _, ok := p.members[k]; ok {
+			p.add(k, "comes from the node of the execution named by executionId and nodeId; leave it out, or refine code of your own without executionId and nodeId")
+		}
+	}
+}
+
+// ownCode reads the code the request brings: originalCode, language,
+// outputAnalysis and testContext.
+func (p *refineParser) ownCode() {
+	if s, ok := p.str("originalCode", true); ok {
+		if strings.TrimSpace(s) == "" {
+			p.add("originalCode", "the code to refine is required")
+		}
+		p.req.code = s
+	}
+	if s, ok := p.str("language", false); ok {
+		p.req.language = s
+	}
+	if p.req.language != "python" && p.req.language != "javascript" {
+		p.add("language", "%q is not python or javascript", p.req.language)
+	}
+	if raw, ok := p.members["outputAnalysis"]; ok {
+		p.req.analysis = parseAnalysis(raw, &p.errs)
+	} else {
+		p.add("outputAnalysis", "is required: the output analysis of the original code (as POST /v1/execute answers it)")
+	}
+	if raw, ok := p.members["testContext"]; ok {
+		parseTestContext(raw, p.req, &p.errs)
+	}
+}
+
+// limits reads maxAttempts, timeout (each attempt's run, at most
+// maxTimeout) and model.
+func (p *refineParser) limits(maxTimeout time.Duration) {
+	if raw, ok := p.members["maxAttempts"]; ok {
 		var n json.Number
 		if err := json.Unmarshal(raw, &n); err != nil || !jsonvalue.IsInteger(n) {
-			add("maxAttempts", "must be a whole number from 1 to %d", maxRefineAttempts)
+			p.add("maxAttempts", "must be a whole number from 1 to %d", maxRefineAttempts)
 		} else if v, ok := jsonvalue.Int64(n); !ok || v < 1 || v > maxRefineAttempts {
-			add("maxAttempts", "must be a whole number from 1 to %d", maxRefineAttempts)
+			p.add("maxAttempts", "must be a whole number from 1 to %d", maxRefineAttempts)
 		} else {
-			req.maxAttempts = int(v)
+			p.req.maxAttempts = int(v)
 		}
 	}
-	if raw, ok := members["timeout"]; ok {
+	if raw, ok := p.members["timeout"]; ok {
 		var ms float64
 		if err := json.Unmarshal(raw, &ms); err != nil || ms <= 0 || time.Duration(ms*float64(time.Millisecond)) > maxTimeout {
-			add("timeout", "must be a number of milliseconds, more than 0 and at most %d (each attempt's run)", maxTimeout.Milliseconds())
+			p.add("timeout", "must be a number of milliseconds, more than 0 and at most %d (each attempt's run)", maxTimeout.Milliseconds())
 		} else {
-			req.timeout, req.timeoutSet = time.Duration(ms*float64(time.Millisecond)), true
+			p.req.timeout, p.req.timeoutSet = time.Duration(ms*float64(time.Millisecond)), true
 		}
 	}
-	if s, ok := str("model", false); ok {
+	if s, ok := p.str("model", false); ok {
 		if strings.TrimSpace(s) == "" || len(s) > 200 || strings.IndexFunc(s, unicode.IsControl) >= 0 {
-			add("model", "must be a model name, 1 to 200 printable characters")
+			p.add("model", "must be a model name, 1 to 200 printable characters")
 		}
-		req.model = s
+		p.req.model = s
 	}
-	if len(errs) > 0 {
-		return nil, invalid(problemsDetail("the request", len(errs)), errs...)
-	}
-	return req, nil
 }
 
 // parseAnalysis checks seed 004's OutputAnalysis.
@@ -468,6 +499,14 @@ func (g *Gateway) fromExecution(r *http.Request, req *refineRequest) error {
 	if req.context == nil {
 		req.context = jsonvalue.Object{}
 	}
+	g.fromDefinition(req, def)
+	return nil
+}
+
+// fromDefinition takes the node's language, model, network access and
+// timeout from the execution's definition, the node's own before the
+// workflow's; a request's own model and timeout are kept.
+func (g *Gateway) fromDefinition(req *refineRequest, def map[string]any) {
 	var nodeDef map[string]any
 	nodes, _ := def["nodes"].([]any)
 	for _, n := range nodes {
@@ -505,7 +544,6 @@ func (g *Gateway) fromExecution(r *http.Request, req *refineRequest) error {
 			}
 		}
 	}
-	return nil
 }
 
 // plainJSON is m as encoding/json reads it (json.Number numbers); nil is

@@ -143,7 +143,60 @@ func Run(ctx context.Context, deps Deps) error {
 
 // New declares the streams, buckets and durable consumers the engine needs.
 func New(ctx context.Context, deps Deps) (*Engine, error) {
-	cfg := deps.Config
+	cfg := deps.Config.withDefaults()
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if err := deps.Bus.EnsureStreams(ctx); err != nil {
+		return nil, err
+	}
+	js := deps.Bus.JetStream()
+	execs, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      BucketExecutions,
+		Description: "NOVA execution state, one key per execution",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+		// Lets a state carry its own expiry (Config.KeepEnded).
+		LimitMarkerTTL: stateMarkerTTL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defs, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      BucketWorkflows,
+		Description: "NOVA registered workflow definitions, by name",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	cache, err := openCodeCache(ctx, js, cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	days, err := openDayCounters(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	tp := deps.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days}
+	for _, c := range e.consumers() {
+		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// withDefaults is cfg with every setting left zero at its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.DefaultNodeTimeout <= 0 {
 		cfg.DefaultNodeTimeout = 30 * time.Second
 	}
@@ -168,63 +221,20 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if cfg.CodeCacheMaxBytes <= 0 {
 		cfg.CodeCacheMaxBytes = DefaultCodeCacheMaxBytes
 	}
-	if deps.Logger == nil {
-		deps.Logger = slog.Default()
-	}
-	if err := deps.Bus.EnsureStreams(ctx); err != nil {
-		return nil, err
-	}
-	js := deps.Bus.JetStream()
-	var execs jetstream.KeyValue
-	err := bus.Declare(ctx, "KV "+BucketExecutions, func(ctx context.Context) (err error) {
-		execs, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      BucketExecutions,
-			Description: "NOVA execution state, one key per execution",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(cfg.Replicas, 1),
-			// Lets a state carry its own expiry (Config.KeepEnded).
-			LimitMarkerTTL: stateMarkerTTL,
-		})
+	return cfg
+}
+
+// openBucket creates or updates a KV bucket of the engine, retried while a
+// cluster elects its leaders.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (kv jetstream.KeyValue, err error) {
+	err = bus.Declare(ctx, "KV "+cfg.Bucket, func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open KV %s: %w", BucketExecutions, err)
+		return nil, fmt.Errorf("open KV %s: %w", cfg.Bucket, err)
 	}
-	var defs jetstream.KeyValue
-	err = bus.Declare(ctx, "KV "+BucketWorkflows, func(ctx context.Context) (err error) {
-		defs, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      BucketWorkflows,
-			Description: "NOVA registered workflow definitions, by name",
-			History:     5,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(cfg.Replicas, 1),
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open KV %s: %w", BucketWorkflows, err)
-	}
-	cache, err := openCodeCache(ctx, js, cfg, deps)
-	if err != nil {
-		return nil, err
-	}
-	days, err := openDayCounters(ctx, js, cfg)
-	if err != nil {
-		return nil, err
-	}
-	tp := deps.TracerProvider
-	if tp == nil {
-		tp = tracenoop.NewTracerProvider()
-	}
-	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days}
-	for _, c := range e.consumers() {
-		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
-			return nil, err
-		}
-	}
-	return e, nil
+	return kv, nil
 }
 
 func (e *Engine) consumers() []bus.Consumer {
@@ -467,76 +477,94 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 		}
 		dl.Data = orig.Data
 	}
-	var r novav1.CodeExecuted
-	var cmd novav1.ExecuteCode
 	switch dl.Consumer {
 	case ConsumerResults:
-		if err := decodeData(dl.Data, &r); err != nil || r.ExecutionId == "" {
-			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
-			return nil
-		}
-		return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error {
-			if t.st.Status != statusRunning {
-				return nil
-			}
-			msg := fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason)
-			if t.st.Refine != nil {
-				t.refineFail(msg)
-				return nil
-			}
-			t.releaseHold()
-			t.fail(msg)
-			return nil
-		})
+		return e.resultDeadLettered(ctx, &dl)
 	case bus.AgentInputAnalyzer, bus.AgentCodeGenerator, bus.AgentCodeValidator, bus.AgentOutputValidator:
-		var agentCmd interface {
-			proto.Message
-			GetRef() *novav1.StepRef
-		}
-		switch dl.Headers["ce-type"] {
-		case bus.TypeInputAnalyze:
-			agentCmd = &novav1.AnalyzeInput{}
-		case bus.TypeCodeGenerate:
-			agentCmd = &novav1.GenerateCode{}
-		case bus.TypeCodeValidate:
-			agentCmd = &novav1.ValidateCode{}
-		case bus.TypeOutputValidate:
-			agentCmd = &novav1.ValidateOutput{}
-		}
-		if agentCmd == nil || decodeData(dl.Data, agentCmd) != nil || agentCmd.GetRef().GetExecutionId() == "" {
-			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+		return e.agentCommandDeadLettered(ctx, &dl)
+	default:
+		return e.sandboxCommandDeadLettered(ctx, &dl)
+	}
+}
+
+// resultDeadLettered fails the execution whose result the engine could not
+// apply.
+func (e *Engine) resultDeadLettered(ctx context.Context, dl *novav1.DeadLetter) error {
+	var r novav1.CodeExecuted
+	if err := decodeData(dl.Data, &r); err != nil || r.ExecutionId == "" {
+		e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+		return nil
+	}
+	return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error {
+		if t.st.Status != statusRunning {
 			return nil
 		}
-		ref := agentCmd.GetRef()
-		return e.update(ctx, ref.ExecutionId, ref.NodeId, func(t *transition) error {
-			if t.st.Refine != nil {
-				if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
-					return err
-				}
-				t.refineFail(fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason))
-				return nil
-			}
-			if err := t.checkAI(ref); err != nil {
+		msg := fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason)
+		if t.st.Refine != nil {
+			t.refineFail(msg)
+			return nil
+		}
+		t.releaseHold()
+		t.fail(msg)
+		return nil
+	})
+}
+
+// agentCommandDeadLettered fails the node (or ends the refinement) whose
+// command an AI agent could not handle.
+func (e *Engine) agentCommandDeadLettered(ctx context.Context, dl *novav1.DeadLetter) error {
+	var agentCmd interface {
+		proto.Message
+		GetRef() *novav1.StepRef
+	}
+	switch dl.Headers["ce-type"] {
+	case bus.TypeInputAnalyze:
+		agentCmd = &novav1.AnalyzeInput{}
+	case bus.TypeCodeGenerate:
+		agentCmd = &novav1.GenerateCode{}
+	case bus.TypeCodeValidate:
+		agentCmd = &novav1.ValidateCode{}
+	case bus.TypeOutputValidate:
+		agentCmd = &novav1.ValidateOutput{}
+	}
+	if agentCmd == nil || decodeData(dl.Data, agentCmd) != nil || agentCmd.GetRef().GetExecutionId() == "" {
+		e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+		return nil
+	}
+	ref := agentCmd.GetRef()
+	msg := fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason)
+	return e.update(ctx, ref.ExecutionId, ref.NodeId, func(t *transition) error {
+		if t.st.Refine != nil {
+			if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
 				return err
 			}
-			node := t.graph.Node(ref.NodeId)
-			t.nodeFailed(node, t.nodeState(node.Id), fmt.Sprintf("the %s could not handle the command after %d deliveries: %s",
-				dl.Consumer, dl.Deliveries, dl.Reason), nil)
-			return nil
-		})
-	default:
-		if err := decodeData(dl.Data, &cmd); err != nil || cmd.ExecutionId == "" {
-			e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+			t.refineFail(msg)
 			return nil
 		}
-		res := &novav1.CodeExecuted{
-			ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit, Attempt: cmd.Attempt,
-			Status:    "error",
-			ErrorKind: errorKindDeadLetter,
-			Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
+		if err := t.checkAI(ref); err != nil {
+			return err
 		}
-		return e.update(ctx, cmd.ExecutionId, cmd.NodeId, func(t *transition) error { return t.codeExecuted(res) })
+		node := t.graph.Node(ref.NodeId)
+		t.nodeFailed(node, t.nodeState(node.Id), msg, nil)
+		return nil
+	})
+}
+
+// sandboxCommandDeadLettered answers a program the sandbox could not run
+// with a failed run of kind dead_letter.
+func (e *Engine) sandboxCommandDeadLettered(ctx context.Context, dl *novav1.DeadLetter) error {
+	var cmd novav1.ExecuteCode
+	if err := decodeData(dl.Data, &cmd); err != nil || cmd.ExecutionId == "" {
+		e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+		return nil
 	}
+	res := &novav1.CodeExecuted{
+		ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit, Attempt: cmd.Attempt,
+		Status:    "error",
+		ErrorKind: errorKindDeadLetter,
+		Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
+	}
+	return e.update(ctx, cmd.ExecutionId, cmd.NodeId, func(t *transition) error { return t.codeExecuted(res) })
 }
 
 func decodeData(data []byte, msg proto.Message) error {
