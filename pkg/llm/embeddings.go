@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -45,6 +44,38 @@ func (c *Client) Embed(ctx context.Context, model string, texts []string) (*Embe
 	if len(texts) == 0 {
 		return nil, fmt.Errorf("llm: embeddings with %s: no text given", model)
 	}
+	estimate, err := c.admitEmbeddings(ctx, model, texts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, span := c.startSpan(ctx, "embeddings", model)
+	defer span.End()
+	start := time.Now()
+	resp, retries, err := c.createEmbeddings(ctx, model, texts)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(attribute.String("error.type", errorType(err)))
+		return nil, err
+	}
+	out := &Embeddings{Vectors: make([][]float32, len(texts))}
+	for _, d := range resp.Data {
+		out.Vectors[d.Index] = d.Embedding
+	}
+	out.Call = c.accountEmbeddings(ctx, model, resp, time.Since(start), retries, estimate)
+	span.SetAttributes(
+		attribute.String("gen_ai.response.model", out.Call.Model),
+		attribute.Int64("gen_ai.usage.input_tokens", out.Call.PromptTokens),
+		attribute.Int("gen_ai.embeddings.dimension.count", len(out.Vectors[0])),
+		attribute.Float64("nova.cost_usd", out.Call.CostUsd),
+		attribute.Bool("nova.scripted", out.Call.Scripted),
+		attribute.Int("nova.retries", retries))
+	return out, nil
+}
+
+// admitEmbeddings holds a call to the context's allowance, its worst case
+// estimated as every byte of the texts a token; it returns that estimate.
+func (c *Client) admitEmbeddings(ctx context.Context, model string, texts []string) (float64, error) {
 	var prompt int64
 	for _, s := range texts {
 		prompt += int64(len(s))
@@ -55,20 +86,15 @@ func (c *Client) Embed(ctx context.Context, model string, texts []string) (*Embe
 			be, _ := AsBudgetError(err)
 			c.metrics.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agent", c.cfg.Agent),
 				attribute.String("model", model), attribute.String("limit", be.GetLimit().GetName())))
-			return nil, err
+			return 0, err
 		}
 	}
-	ctx, span := c.tracer.Start(ctx, "embeddings "+model, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String("gen_ai.operation.name", "embeddings"),
-			attribute.String("gen_ai.provider.name", c.provider()),
-			attribute.String("gen_ai.request.model", model),
-			attribute.String("nova.agent", c.cfg.Agent)))
-	if attrs, ok := ctx.Value(spanAttrsKey{}).([]attribute.KeyValue); ok {
-		span.SetAttributes(attrs...)
-	}
-	defer span.End()
-	start := time.Now()
+	return estimate, nil
+}
+
+// createEmbeddings makes the call, retrying transient errors, and checks the
+// answer; it returns how many retries it took.
+func (c *Client) createEmbeddings(ctx context.Context, model string, texts []string) (openai.EmbeddingResponse, int, error) {
 	var resp openai.EmbeddingResponse
 	retries, err := c.withRetries(ctx, model, func() (err error) {
 		resp, err = c.oc.CreateEmbeddings(ctx, openai.EmbeddingRequest{Input: texts, Model: openai.EmbeddingModel(model),
@@ -80,19 +106,16 @@ func (c *Client) Embed(ctx context.Context, model string, texts []string) (*Embe
 	}
 	if err != nil {
 		if unsupportedEmbeddings(err) {
-			err = fmt.Errorf("llm: embeddings with %s: %w (%v)", model, ErrEmbeddingsUnsupported, err)
-		} else {
-			err = fmt.Errorf("llm: embeddings with %s: %w", model, err)
+			return resp, retries, fmt.Errorf("llm: embeddings with %s: %w (%v)", model, ErrEmbeddingsUnsupported, err)
 		}
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(attribute.String("error.type", errorType(err)))
-		return nil, err
+		return resp, retries, fmt.Errorf("llm: embeddings with %s: %w", model, err)
 	}
-	out := &Embeddings{Vectors: make([][]float32, len(texts))}
-	for _, d := range resp.Data {
-		out.Vectors[d.Index] = d.Embedding
-	}
+	return resp, retries, nil
+}
+
+// accountEmbeddings is the call's record, charged to the context's
+// allowance and counted in the metrics.
+func (c *Client) accountEmbeddings(ctx context.Context, model string, resp openai.EmbeddingResponse, d time.Duration, retries int, estimate float64) *novav1.ModelCall {
 	answered := model
 	if resp.Model != "" {
 		answered = string(resp.Model)
@@ -100,7 +123,7 @@ func (c *Client) Embed(ctx context.Context, model string, texts []string) (*Embe
 	call := &novav1.ModelCall{
 		Model:        answered,
 		PromptTokens: int64(resp.Usage.PromptTokens),
-		DurationMs:   float64(time.Since(start).Microseconds()) / 1000,
+		DurationMs:   float64(d.Microseconds()) / 1000,
 		Scripted:     resp.Header().Get(headerScripted) == "true",
 		Retries:      int32(retries),
 		EstimatedUsd: estimate,
@@ -109,19 +132,11 @@ func (c *Client) Embed(ctx context.Context, model string, texts []string) (*Embe
 	if budget := allowanceFrom(ctx); budget != nil {
 		budget.record(call)
 	}
-	out.Call = call
 	attrs := []attribute.KeyValue{attribute.String("agent", c.cfg.Agent), attribute.String("model", answered)}
 	c.metrics.calls.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("outcome", "ok"))...))
 	c.metrics.tokens.Add(ctx, call.PromptTokens, metric.WithAttributes(append(attrs, attribute.String("kind", "prompt"))...))
 	c.metrics.cost.Add(ctx, call.CostUsd, metric.WithAttributes(attrs...))
-	span.SetAttributes(
-		attribute.String("gen_ai.response.model", answered),
-		attribute.Int64("gen_ai.usage.input_tokens", call.PromptTokens),
-		attribute.Int("gen_ai.embeddings.dimension.count", len(out.Vectors[0])),
-		attribute.Float64("nova.cost_usd", call.CostUsd),
-		attribute.Bool("nova.scripted", call.Scripted),
-		attribute.Int("nova.retries", retries))
-	return out, nil
+	return call
 }
 
 // checkEmbeddings rejects an answer that does not hold one non-empty vector

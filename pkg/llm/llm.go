@@ -192,73 +192,19 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 		req.MaxToolRounds = 4
 	}
 	msgs := append([]openai.ChatCompletionMessage(nil), req.Messages...)
-	var tools []openai.Tool
-	handlers := map[string]Tool{}
-	for _, t := range req.Tools {
-		tools = append(tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
-		}})
-		handlers[t.Name] = t
-	}
+	tools, handlers := toolDefinitions(req.Tools)
 	res := &Response{}
 	for round := 0; ; round++ {
-		creq := openai.ChatCompletionRequest{Model: req.Model, Messages: msgs, Tools: tools}
-		if req.Temperature != nil && !IsReasoningModel(req.Model) {
-			creq.Temperature = *req.Temperature
-			if creq.Temperature == 0 {
-				// go-openai omits a zero temperature (omitempty) and the API
-				// then uses its default, 1: send the smallest positive one.
-				creq.Temperature = math.SmallestNonzeroFloat32
-			}
-		}
-		if req.MaxTokens > 0 {
-			if IsReasoningModel(req.Model) {
-				creq.MaxCompletionTokens = req.MaxTokens
-			} else {
-				creq.MaxTokens = req.MaxTokens
-			}
-		}
-		if req.JSON {
-			creq.ResponseFormat = &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONObject}
-		}
-		if round >= req.MaxToolRounds {
-			creq.Tools = nil // make it answer
-		}
-		estimate := c.cfg.Prices.EstimateCost(creq)
-		budget := allowanceFrom(ctx)
-		if budget != nil {
-			var err error
-			if estimate, err = budget.admit(c.cfg.Prices, c.cfg.Agent, &creq); err != nil {
-				be, _ := AsBudgetError(err)
-				c.metrics.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agent", c.cfg.Agent),
-					attribute.String("model", req.Model), attribute.String("limit", be.GetLimit().GetName())))
-				c.cfg.Logger.WarnContext(ctx, "model call not made: it would not fit the budget", "model", req.Model, "err", err)
-				return res, err
-			}
-		}
-		resp, call, err := c.complete(ctx, creq)
-		if call != nil {
-			if completionCap(creq) > 0 {
-				call.EstimatedUsd = estimate
-			}
-			if budget != nil {
-				budget.record(call)
-			}
-			res.Calls = append(res.Calls, call)
-			res.Scripted = res.Scripted || call.Scripted
-		}
+		lastRound := round >= req.MaxToolRounds
+		msg, err := c.callModel(ctx, completionRequest(req, msgs, tools, lastRound), res)
 		if err != nil {
 			return res, err
 		}
-		if len(resp.Choices) == 0 {
-			return res, fmt.Errorf("llm: %s answered no choices", req.Model)
-		}
-		msg := resp.Choices[0].Message
 		if len(msg.ToolCalls) == 0 {
 			res.Content = msg.Content
 			return res, nil
 		}
-		if round >= req.MaxToolRounds {
+		if lastRound {
 			return res, ErrToolRounds
 		}
 		msgs = append(msgs, msg)
@@ -270,6 +216,83 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: answer})
 		}
 	}
+}
+
+// toolDefinitions are the tools as the API declares them, and their
+// handlers by name.
+func toolDefinitions(ts []Tool) ([]openai.Tool, map[string]Tool) {
+	var tools []openai.Tool
+	handlers := map[string]Tool{}
+	for _, t := range ts {
+		tools = append(tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+		}})
+		handlers[t.Name] = t
+	}
+	return tools, handlers
+}
+
+// completionRequest is one call of the conversation so far; the last round
+// offers no tools, to make the model answer.
+func completionRequest(req Request, msgs []openai.ChatCompletionMessage, tools []openai.Tool, lastRound bool) openai.ChatCompletionRequest {
+	creq := openai.ChatCompletionRequest{Model: req.Model, Messages: msgs, Tools: tools}
+	if req.Temperature != nil && !IsReasoningModel(req.Model) {
+		creq.Temperature = *req.Temperature
+		if creq.Temperature == 0 {
+			// go-openai omits a zero temperature (omitempty) and the API
+			// then uses its default, 1: send the smallest positive one.
+			creq.Temperature = math.SmallestNonzeroFloat32
+		}
+	}
+	if req.MaxTokens > 0 {
+		if IsReasoningModel(req.Model) {
+			creq.MaxCompletionTokens = req.MaxTokens
+		} else {
+			creq.MaxTokens = req.MaxTokens
+		}
+	}
+	if req.JSON {
+		creq.ResponseFormat = &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONObject}
+	}
+	if lastRound {
+		creq.Tools = nil
+	}
+	return creq
+}
+
+// callModel makes one call held to the context's allowance, counts it in
+// res, and returns the message of its first choice.
+func (c *Client) callModel(ctx context.Context, creq openai.ChatCompletionRequest, res *Response) (openai.ChatCompletionMessage, error) {
+	estimate := c.cfg.Prices.EstimateCost(creq)
+	budget := allowanceFrom(ctx)
+	if budget != nil {
+		var err error
+		if estimate, err = budget.admit(c.cfg.Prices, c.cfg.Agent, &creq); err != nil {
+			be, _ := AsBudgetError(err)
+			c.metrics.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agent", c.cfg.Agent),
+				attribute.String("model", creq.Model), attribute.String("limit", be.GetLimit().GetName())))
+			c.cfg.Logger.WarnContext(ctx, "model call not made: it would not fit the budget", "model", creq.Model, "err", err)
+			return openai.ChatCompletionMessage{}, err
+		}
+	}
+	resp, call, err := c.complete(ctx, creq)
+	if call != nil {
+		if completionCap(creq) > 0 {
+			call.EstimatedUsd = estimate
+		}
+		if budget != nil {
+			budget.record(call)
+		}
+		res.Calls = append(res.Calls, call)
+		res.Scripted = res.Scripted || call.Scripted
+	}
+	if err != nil {
+		return openai.ChatCompletionMessage{}, err
+	}
+	if len(resp.Choices) == 0 {
+		return openai.ChatCompletionMessage{}, fmt.Errorf("llm: %s answered no choices", creq.Model)
+	}
+	return resp.Choices[0].Message, nil
 }
 
 func (c *Client) runTool(ctx context.Context, handlers map[string]Tool, tc openai.ToolCall) string {
@@ -296,15 +319,7 @@ func WithSpanAttributes(ctx context.Context, attrs ...attribute.KeyValue) contex
 // complete makes one call, retrying transient errors with backoff. Its span
 // carries the OpenTelemetry GenAI attributes (never the messages).
 func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest) (resp openai.ChatCompletionResponse, call *novav1.ModelCall, err error) {
-	ctx, span := c.tracer.Start(ctx, "chat "+req.Model, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String("gen_ai.operation.name", "chat"),
-			attribute.String("gen_ai.provider.name", c.provider()),
-			attribute.String("gen_ai.request.model", req.Model),
-			attribute.String("nova.agent", c.cfg.Agent)))
-	if attrs, ok := ctx.Value(spanAttrsKey{}).([]attribute.KeyValue); ok {
-		span.SetAttributes(attrs...)
-	}
+	ctx, span := c.startSpan(ctx, "chat", req.Model)
 	defer func() {
 		if err != nil {
 			span.RecordError(err)
@@ -335,6 +350,21 @@ func (c *Client) complete(ctx context.Context, req openai.ChatCompletionRequest)
 		return openai.ChatCompletionResponse{}, nil, fmt.Errorf("llm: %s: %w", req.Model, err)
 	}
 	return resp, c.account(req.Model, resp, time.Since(start), retries), nil
+}
+
+// startSpan starts the client span of a call of model with the
+// OpenTelemetry GenAI attributes and those of WithSpanAttributes.
+func (c *Client) startSpan(ctx context.Context, operation, model string) (context.Context, trace.Span) {
+	ctx, span := c.tracer.Start(ctx, operation+" "+model, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", operation),
+			attribute.String("gen_ai.provider.name", c.provider()),
+			attribute.String("gen_ai.request.model", model),
+			attribute.String("nova.agent", c.cfg.Agent)))
+	if attrs, ok := ctx.Value(spanAttrsKey{}).([]attribute.KeyValue); ok {
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
 }
 
 // withRetries makes a call of model, retrying transient errors with

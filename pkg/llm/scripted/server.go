@@ -737,65 +737,89 @@ func (s *Server) reply(in *input, req *chatRequest, resp *compiledResponse, rule
 		rep.body = newWireError(e)
 		return rep
 	}
-	ruleErr := func(format string, args ...any) reply {
+	content, err := renderContent(in, resp, call)
+	if err == nil {
+		err = checkAnswer(in, req, resp, content)
+	}
+	if err != nil {
+		// A rule that cannot answer this request is the script's mistake:
+		// say so rather than answer what no API would.
 		rep.status = http.StatusInternalServerError
 		rep.body = newWireError(ErrorSpec{
-			Message: fmt.Sprintf("scripted rule %q: ", rule) + fmt.Sprintf(format, args...),
+			Message: fmt.Sprintf("scripted rule %q: %v", rule, err),
 			Type:    "server_error",
 			Code:    "scripted_rule_error",
 		})
 		return rep
 	}
+	rep.status = http.StatusOK
+	rep.body = chatCompletion(in, resp, content)
+	return rep
+}
 
-	content := resp.Content
-	if resp.tmpl != nil {
-		var b strings.Builder
-		data := TemplateData{
-			Model: in.model, Agent: in.agent, System: in.system, LastUser: in.lastUser,
-			LastToolResult: in.lastToolResult, Messages: in.messages, Call: call,
-		}
-		if err := resp.tmpl.Execute(&b, data); err != nil {
-			return ruleErr("template: %v", err)
-		}
-		content = b.String()
+// renderContent is the answer's content: the response's, or its template
+// executed on the request.
+func renderContent(in *input, resp *compiledResponse, call int) (string, error) {
+	if resp.tmpl == nil {
+		return resp.Content, nil
 	}
+	var b strings.Builder
+	data := TemplateData{
+		Model: in.model, Agent: in.agent, System: in.system, LastUser: in.lastUser,
+		LastToolResult: in.lastToolResult, Messages: in.messages, Call: call,
+	}
+	if err := resp.tmpl.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("template: %v", err)
+	}
+	return b.String(), nil
+}
+
+// checkAnswer tells why the rule's answer does not fit the request: tool
+// calls it does not offer or allow, no tool call where one is required, or
+// content that is not the JSON its response_format asks for.
+func checkAnswer(in *input, req *chatRequest, resp *compiledResponse, content string) error {
 	choice, _ := parseToolChoice(req.ToolChoice) // validated already
-	if len(resp.toolCalls) > 0 {
-		if len(in.tools) == 0 {
-			return ruleErr("answers tool calls, but the request offers no tools")
-		}
-		if choice.mode == "none" {
-			return ruleErr("answers tool calls, but the request has tool_choice \"none\"")
-		}
-		for _, tc := range resp.toolCalls {
-			if !slices.Contains(in.tools, tc.Name) {
-				return ruleErr("calls tool %q, but the request offers only %v", tc.Name, in.tools)
-			}
-			if choice.function != "" && tc.Name != choice.function {
-				return ruleErr("calls tool %q, but tool_choice names %q", tc.Name, choice.function)
-			}
-		}
-	} else {
+	if len(resp.toolCalls) == 0 {
 		if choice.mode == "required" || choice.function != "" {
-			return ruleErr("answers without a tool call, but tool_choice requires one")
+			return errors.New("answers without a tool call, but tool_choice requires one")
 		}
 		if rf := req.ResponseFormat; rf != nil && (rf.Type == "json_object" || rf.Type == "json_schema") && !json.Valid([]byte(content)) {
-			return ruleErr("answers content that is not JSON to a request with response_format %q: %q", rf.Type, truncate(content, 200))
+			return fmt.Errorf("answers content that is not JSON to a request with response_format %q: %q", rf.Type, truncate(content, 200))
+		}
+		return nil
+	}
+	if len(in.tools) == 0 {
+		return errors.New("answers tool calls, but the request offers no tools")
+	}
+	if choice.mode == "none" {
+		return errors.New("answers tool calls, but the request has tool_choice \"none\"")
+	}
+	for _, tc := range resp.toolCalls {
+		if !slices.Contains(in.tools, tc.Name) {
+			return fmt.Errorf("calls tool %q, but the request offers only %v", tc.Name, in.tools)
+		}
+		if choice.function != "" && tc.Name != choice.function {
+			return fmt.Errorf("calls tool %q, but tool_choice names %q", tc.Name, choice.function)
 		}
 	}
+	return nil
+}
 
+// chatCompletion is the completion answering with content and the
+// response's tool calls, its usage estimated from the request.
+func chatCompletion(in *input, resp *compiledResponse, content string) chatResponse {
 	msg := wireAnswer{Role: "assistant", Annotations: []struct{}{}}
 	if content != "" || len(resp.toolCalls) == 0 {
 		msg.Content = &content
 	}
-	completion := estimateTokens(content)
+	completionTokens := estimateTokens(content)
 	for _, tc := range resp.toolCalls {
 		id := tc.ID
 		if id == "" {
 			id = "call_" + rand.Text()
 		}
 		msg.ToolCalls = append(msg.ToolCalls, wireToolCall{ID: id, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
-		completion += estimateTokens(tc.Name) + estimateTokens(tc.Arguments)
+		completionTokens += estimateTokens(tc.Name) + estimateTokens(tc.Arguments)
 	}
 	finish := resp.FinishReason
 	if finish == "" {
@@ -804,18 +828,16 @@ func (s *Server) reply(in *input, req *chatRequest, resp *compiledResponse, rule
 			finish = "tool_calls"
 		}
 	}
-	rep.status = http.StatusOK
-	rep.body = chatResponse{
+	return chatResponse{
 		ID:                "chatcmpl-" + rand.Text(),
 		Object:            "chat.completion",
 		Created:           time.Now().Unix(),
 		Model:             in.model,
 		Choices:           []wireChoice{{Index: 0, Message: msg, FinishReason: finish}},
-		Usage:             usage(in, completion, resp.Usage),
+		Usage:             usage(in, completionTokens, resp.Usage),
 		ServiceTier:       "default",
 		SystemFingerprint: Fingerprint,
 	}
-	return rep
 }
 
 // usage estimates token counts the way OpenAI's cookbook counts chat messages (3 tokens of

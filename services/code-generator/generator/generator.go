@@ -127,92 +127,155 @@ func Run(ctx context.Context, d Deps) error {
 // the returned error is only for work this replica could not do (the
 // context ended), so the command is redelivered.
 func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*novav1.CodeGenerated, error) {
-	start := time.Now()
-	res := &novav1.CodeGenerated{Ref: cmd.GetRef(), Outcome: &novav1.AgentOutcome{Status: "success"}}
-	fail := func(msg string) *novav1.CodeGenerated {
-		res.Outcome.Status = "error"
-		res.Outcome.Error = msg
-		res.Outcome.DurationMs = ms(time.Since(start))
-		return res
+	gen := &generation{
+		g:        g,
+		cmd:      cmd,
+		start:    time.Now(),
+		res:      &novav1.CodeGenerated{Ref: cmd.GetRef(), Outcome: &novav1.AgentOutcome{Status: "success"}},
+		stage:    requestedStage(cmd),
+		language: LanguagePython,
 	}
-	spec := cmd.GetSpec()
-	stage := requestedStage(cmd)
-	language := LanguagePython
-	var system, user string
-	var secrets []string
-	offerDocs := true
-	if stage == StageRefine {
-		r := cmd.GetRefinement()
-		switch strings.ToLower(spec.GetLanguage()) {
-		case "", "python", "python3":
-		case LanguageJavaScript, "js":
-			language, offerDocs = LanguageJavaScript, false // the documentation is the Python runtime's
-		default:
-			return fail(fmt.Sprintf("the code generator refines Python or JavaScript; language %q is not supported", spec.GetLanguage())), nil
-		}
-		if strings.TrimSpace(r.GetOriginalCode()) == "" || len(r.GetFeedback()) == 0 {
-			return fail("a refinement needs the original code and feedback on at least one field"), nil
-		}
-		in := refineInput{cmd: cmd, language: language, context: jsonvalue.Map(r.GetTestContext()), docs: offerDocs}
-		if offerDocs {
-			in.libraries = g.docs.libraries(ctx)
-		}
-		in.secrets = redact.SecretValues(map[string]any{"context": in.context})
-		secrets = in.secrets
-		system, user = buildRefinePrompt(in)
+	var p prompt
+	var problem string
+	if gen.stage == StageRefine {
+		p, problem = gen.refinePrompt(ctx)
 	} else {
-		if strings.TrimSpace(spec.GetTask()) == "" {
-			return fail("the node has no task (prompt) to write code for"), nil
-		}
-		switch strings.ToLower(spec.GetLanguage()) {
-		case "", "python", "python3":
-		default:
-			return fail(fmt.Sprintf("the code generator writes Python; language %q is not supported", spec.GetLanguage())), nil
-		}
-		in := promptInput{
-			cmd:       cmd,
-			context:   jsonvalue.Map(cmd.GetContext()),
-			insights:  jsonvalue.Map(cmd.GetDataInsights()),
-			libraries: g.docs.libraries(ctx),
-			docs:      true,
-		}
-		in.secrets = redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
-		secrets = in.secrets
-		system, user = buildPrompt(in)
+		p, problem = gen.taskPrompt(ctx)
 	}
-	model := spec.GetModel()
-	if model == "" {
-		model = g.defaultModel
+	if problem != "" {
+		return gen.fail(problem), nil
+	}
+	gen.model = cmd.GetSpec().GetModel()
+	if gen.model == "" {
+		gen.model = g.defaultModel
 	}
 	msgs := []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(system, secrets)},
-		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(user, secrets)},
+		{Role: openai.ChatMessageRoleSystem, Content: redact.Scrub(p.system, p.secrets)},
+		{Role: openai.ChatMessageRoleUser, Content: redact.Scrub(p.user, p.secrets)},
 	}
-
-	// prompt_bytes counts every message the generator adds to the
-	// conversation once: its own prompts and the tool's answers.
 	var tools []llm.Tool
-	if offerDocs {
-		tool := g.docs.tool()
-		search := tool.Handle
-		tool.Handle = func(ctx context.Context, args string) (string, error) {
-			answer, err := search(ctx, args)
-			res.PromptBytes += int64(len(answer))
-			return answer, err
-		}
-		tools = append(tools, tool)
+	if p.offerDocs {
+		tools = append(tools, gen.docsTool())
 	}
+	problem, err := gen.askForCode(ctx, msgs, tools)
+	switch {
+	case err != nil:
+		return gen.modelFailed(ctx, err)
+	case problem != "":
+		return gen.fail(problem), nil
+	}
+	gen.finish(ctx)
+	return gen.res, nil
+}
+
+// generation is the state of one Generate call: the command, the result it
+// builds, and the stage, language and model it writes with.
+type generation struct {
+	g        *Generator
+	cmd      *novav1.GenerateCode
+	start    time.Time
+	res      *novav1.CodeGenerated
+	stage    string
+	language string
+	model    string
+}
+
+// prompt is what the model is asked, and the secret values to scrub from it.
+type prompt struct {
+	system, user string
+	secrets      []string
+	// offerDocs offers the tool search_documentation (the Python runtime's).
+	offerDocs bool
+}
+
+// fail reports msg as the outcome's error.
+func (gen *generation) fail(msg string) *novav1.CodeGenerated {
+	gen.res.Outcome.Status = "error"
+	gen.res.Outcome.Error = msg
+	gen.res.Outcome.DurationMs = ms(time.Since(gen.start))
+	return gen.res
+}
+
+// refinePrompt asks to improve code that ran, from feedback on its output;
+// problem says why the command cannot be answered.
+func (gen *generation) refinePrompt(ctx context.Context) (p prompt, problem string) {
+	spec, r := gen.cmd.GetSpec(), gen.cmd.GetRefinement()
+	p.offerDocs = true
+	switch strings.ToLower(spec.GetLanguage()) {
+	case "", "python", "python3":
+	case LanguageJavaScript, "js":
+		gen.language, p.offerDocs = LanguageJavaScript, false // the documentation is the Python runtime's
+	default:
+		return p, fmt.Sprintf("the code generator refines Python or JavaScript; language %q is not supported", spec.GetLanguage())
+	}
+	if strings.TrimSpace(r.GetOriginalCode()) == "" || len(r.GetFeedback()) == 0 {
+		return p, "a refinement needs the original code and feedback on at least one field"
+	}
+	in := refineInput{cmd: gen.cmd, language: gen.language, context: jsonvalue.Map(r.GetTestContext()), docs: p.offerDocs}
+	if p.offerDocs {
+		in.libraries = gen.g.docs.libraries(ctx)
+	}
+	in.secrets = redact.SecretValues(map[string]any{"context": in.context})
+	p.secrets = in.secrets
+	p.system, p.user = buildRefinePrompt(in)
+	return p, ""
+}
+
+// taskPrompt asks for the Python of the node's task at the requested stage;
+// problem says why the command cannot be answered.
+func (gen *generation) taskPrompt(ctx context.Context) (p prompt, problem string) {
+	spec := gen.cmd.GetSpec()
+	if strings.TrimSpace(spec.GetTask()) == "" {
+		return p, "the node has no task (prompt) to write code for"
+	}
+	switch strings.ToLower(spec.GetLanguage()) {
+	case "", "python", "python3":
+	default:
+		return p, fmt.Sprintf("the code generator writes Python; language %q is not supported", spec.GetLanguage())
+	}
+	in := promptInput{
+		cmd:       gen.cmd,
+		context:   jsonvalue.Map(gen.cmd.GetContext()),
+		insights:  jsonvalue.Map(gen.cmd.GetDataInsights()),
+		libraries: gen.g.docs.libraries(ctx),
+		docs:      true,
+	}
+	in.secrets = redact.SecretValues(map[string]any{"context": in.context, "insights": in.insights})
+	p.secrets = in.secrets
+	p.system, p.user = buildPrompt(in)
+	p.offerDocs = true
+	return p, ""
+}
+
+// docsTool is search_documentation, its answers counted in prompt_bytes:
+// that counts every message the generator adds to the conversation once,
+// its own prompts and the tool's answers.
+func (gen *generation) docsTool() llm.Tool {
+	tool := gen.g.docs.tool()
+	search := tool.Handle
+	tool.Handle = func(ctx context.Context, args string) (string, error) {
+		answer, err := search(ctx, args)
+		gen.res.PromptBytes += int64(len(answer))
+		return answer, err
+	}
+	return tool
+}
+
+// askForCode asks the model for the code, and once more, with a correction,
+// when its answer holds none. err is the model call's failure; problem says
+// why there is no code otherwise.
+func (gen *generation) askForCode(ctx context.Context, msgs []openai.ChatCompletionMessage, tools []llm.Tool) (problem string, err error) {
+	res := gen.res
 	temperature := float32(0.2) // focused code; reasoning models ignore it
 	sent := 0
-	var answer string
 	for try := 1; ; try++ {
 		res.PromptBytes += messageBytes(msgs[sent:])
 		sent = len(msgs)
-		resp, err := g.llm.Chat(ctx, llm.Request{
-			Model:       model,
+		resp, err := gen.g.llm.Chat(ctx, llm.Request{
+			Model:       gen.model,
 			Messages:    msgs,
 			Tools:       tools,
-			MaxTokens:   maxTokens(model),
+			MaxTokens:   maxTokens(gen.model),
 			Temperature: &temperature,
 		})
 		if resp != nil {
@@ -220,47 +283,58 @@ func (g *Generator) Generate(ctx context.Context, cmd *novav1.GenerateCode) (*no
 			res.ToolCalls = append(res.ToolCalls, resp.ToolCalls...)
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			if agent.BudgetRefused(res.Outcome, err) {
-				res.Outcome.DurationMs = ms(time.Since(start))
-				return res, nil
-			}
-			g.log.WarnContext(ctx, "model call failed", "model", model, "err", err)
-			return fail(fmt.Sprintf("model %s failed: %v", model, err)), nil
+			return "", err
 		}
-		answer = resp.Content
-		if res.Code = extractCodeIn(answer, language); res.Code != "" {
-			break
+		answer := resp.Content
+		if res.Code = extractCodeIn(answer, gen.language); res.Code != "" {
+			return "", nil
 		}
 		if try == 2 {
-			return fail(fmt.Sprintf("model %s answered no %s code, also when asked again; last answer: %q",
-				model, languageName(language), shortenHead(strings.TrimSpace(answer), 300))), nil
+			return fmt.Sprintf("model %s answered no %s code, also when asked again; last answer: %q",
+				gen.model, languageName(gen.language), shortenHead(strings.TrimSpace(answer), 300)), nil
 		}
-		g.log.WarnContext(ctx, "model answered no code, asking again", "model", model)
+		gen.g.log.WarnContext(ctx, "model answered no code, asking again", "model", gen.model)
 		msgs = append(msgs,
 			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: answer},
-			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: correction(stage, language)})
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: correction(gen.stage, gen.language)})
 	}
-	if stage == StageRefine {
+}
+
+// modelFailed answers a failed model call: redelivery when the context
+// ended, the budget's refusal, or a failed outcome.
+func (gen *generation) modelFailed(ctx context.Context, err error) (*novav1.CodeGenerated, error) {
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	if agent.BudgetRefused(gen.res.Outcome, err) {
+		gen.res.Outcome.DurationMs = ms(time.Since(gen.start))
+		return gen.res, nil
+	}
+	gen.g.log.WarnContext(ctx, "model call failed", "model", gen.model, "err", err)
+	return gen.fail(fmt.Sprintf("model %s failed: %v", gen.model, err)), nil
+}
+
+// finish completes a result with code: its stage, duration, span attributes
+// and log line.
+func (gen *generation) finish(ctx context.Context) {
+	res, cmd := gen.res, gen.cmd
+	if gen.stage == StageRefine {
 		res.Stage = StageRefine
 	} else {
 		res.Stage = detectStage(res.Code)
 	}
-	res.Outcome.DurationMs = ms(time.Since(start))
+	res.Outcome.DurationMs = ms(time.Since(gen.start))
 
 	trace.SpanFromContext(ctx).SetAttributes(
-		attribute.String("llm.model", model),
+		attribute.String("llm.model", gen.model),
 		attribute.String("code.stage", res.Stage),
 		attribute.Int64("llm.prompt_bytes", res.PromptBytes),
 		attribute.Int("llm.calls", len(res.Outcome.ModelCalls)),
 		attribute.Int("llm.tool_calls", len(res.ToolCalls)))
-	g.log.InfoContext(ctx, "code generated",
+	gen.g.log.InfoContext(ctx, "code generated",
 		"execution_id", cmd.GetRef().GetExecutionId(), "node_id", cmd.GetRef().GetNodeId(),
-		"attempt", cmd.GetRef().GetAttempt(), "model", model, "requested_stage", stage, "stage", res.Stage,
+		"attempt", cmd.GetRef().GetAttempt(), "model", gen.model, "requested_stage", gen.stage, "stage", res.Stage,
 		"model_calls", len(res.Outcome.ModelCalls), "tool_calls", len(res.ToolCalls), "prompt_bytes", res.PromptBytes)
-	return res, nil
 }
 
 // correction asks again after an answer without code.

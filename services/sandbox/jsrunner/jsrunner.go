@@ -229,40 +229,20 @@ func withDefaults(cfg Config) Config {
 // did wrong is reported in the Result.
 func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
 	start := time.Now()
-	var (
-		res Result
-		err error
-	)
+	var res Result
 	res.SandboxID = runner.NewSandboxID()
 	finish := func(err error) (Result, error) {
 		res.Duration = time.Since(start)
 		return res, err
 	}
 
-	switch strings.ToLower(req.Language) {
-	case "", "javascript", "js", "node":
-	default:
-		res.Status, res.ErrorKind = runner.StatusError, runner.KindRuntimeUnavailable
-		res.Error = fmt.Sprintf("language %q is not available in the javascript sandbox", req.Language)
+	if refuse(&res, req) {
 		return finish(nil)
 	}
-	if unsafe := jsonvalue.UnsafeForJavaScript(req.Context); len(unsafe) > 0 {
-		// JSON.parse would round them: refuse rather than change a value.
-		res.Status, res.ErrorKind = runner.StatusError, runner.KindCodeError
-		res.Error = fmt.Sprintf("context holds integers that JavaScript cannot represent exactly (beyond ±%d): %s; "+
-			"a JavaScript node would round them, so it does not run (use a Python node, or carry such ids as strings)",
-			1<<53-1, strings.Join(unsafe, ", "))
-		return finish(nil)
-	}
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = r.cfg.DefaultTimeout
-		if strings.EqualFold(req.Stage, runner.StageAnalysis) {
-			timeout = r.cfg.AnalysisTimeout
-		}
-	}
+	timeout := r.timeoutFor(req)
 	var policy egress.Policy
 	if req.Network {
+		var err error
 		if policy, err = egress.NewPolicy(append(slices.Clone(r.cfg.EgressAllow), req.AllowHosts...)); err != nil {
 			res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindCodeError, err.Error()
 			return finish(nil)
@@ -294,6 +274,44 @@ func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
 		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, err.Error()
 		return finish(fmt.Errorf("sandbox %s: %w", res.SandboxID, err))
 	}
+	return finish(r.judge(ctx, &res, out, timeout))
+}
+
+// refuse fills res and returns true for a request this runner does not run:
+// another language, or a context that JavaScript would change.
+func refuse(res *Result, req runner.Request) bool {
+	switch strings.ToLower(req.Language) {
+	case "", "javascript", "js", "node":
+	default:
+		res.Status, res.ErrorKind = runner.StatusError, runner.KindRuntimeUnavailable
+		res.Error = fmt.Sprintf("language %q is not available in the javascript sandbox", req.Language)
+		return true
+	}
+	if unsafe := jsonvalue.UnsafeForJavaScript(req.Context); len(unsafe) > 0 {
+		// JSON.parse would round them: refuse rather than change a value.
+		res.Status, res.ErrorKind = runner.StatusError, runner.KindCodeError
+		res.Error = fmt.Sprintf("context holds integers that JavaScript cannot represent exactly (beyond ±%d): %s; "+
+			"a JavaScript node would round them, so it does not run (use a Python node, or carry such ids as strings)",
+			1<<53-1, strings.Join(unsafe, ", "))
+		return true
+	}
+	return false
+}
+
+// timeoutFor is the request's wall time, or the default of its stage.
+func (r *Runner) timeoutFor(req runner.Request) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
+	if strings.EqualFold(req.Stage, runner.StageAnalysis) {
+		return r.cfg.AnalysisTimeout
+	}
+	return r.cfg.DefaultTimeout
+}
+
+// judge fills res from what the run left: its output, and the runner's
+// report, else the limit, cancellation or crash that cut it short.
+func (r *Runner) judge(ctx context.Context, res *Result, out outcome, timeout time.Duration) error {
 	res.Stdout, res.StdoutDropped = out.stdout.String(), out.stdout.dropped
 	res.Stderr, res.StderrDropped = out.stderr.String(), out.stderr.dropped
 	res.Logs, res.LogsDropped = out.logs.entries, out.logs.dropped
@@ -311,24 +329,24 @@ func (r *Runner) Run(ctx context.Context, req runner.Request) (Result, error) {
 	case out.resultTooBig:
 		res.Status, res.ErrorKind, res.Limit = runner.StatusError, runner.KindLimit, runner.LimitOutput
 		res.Error = fmt.Sprintf("the result exceeds the limit of %d bytes", r.cfg.MaxResultBytes)
-		return finish(nil)
+		return nil
 	case complete:
 		// A complete report wins even when a deadline fired just after it.
-		return finish(r.interpret(&res, payload))
+		return r.interpret(res, payload)
 	case ctx.Err() != nil:
 		res.Status, res.ErrorKind, res.Error = runner.StatusError, runner.KindSandboxFault, "run cancelled"
-		return finish(fmt.Errorf("sandbox %s: run cancelled: %w", res.SandboxID, context.Cause(ctx)))
+		return fmt.Errorf("sandbox %s: run cancelled: %w", res.SandboxID, context.Cause(ctx))
 	case out.timedOut:
 		res.Status, res.ErrorKind, res.Limit = runner.StatusError, runner.KindTimeout, runner.LimitWallTime
 		res.Error = "timeout after " + timeout.String()
-		return finish(nil)
+		return nil
 	case !started:
 		res.Status, res.ErrorKind = runner.StatusError, runner.KindSandboxFault
 		res.Error = "sandbox did not start"
-		return finish(fmt.Errorf("sandbox %s did not start (%s): %s", res.SandboxID, exitText(out.exitCode), tail(res.Stderr, 2000)))
+		return fmt.Errorf("sandbox %s did not start (%s): %s", res.SandboxID, exitText(out.exitCode), tail(res.Stderr, 2000))
 	default:
-		r.classifyCrash(&res, out.exitCode)
-		return finish(nil)
+		r.classifyCrash(res, out.exitCode)
+		return nil
 	}
 }
 

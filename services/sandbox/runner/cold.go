@@ -40,51 +40,30 @@ func (r *Runner) runCold(ctx context.Context, j *job) (outcome, error) {
 // execute runs one runner process (bwrap or, for the process backend, python
 // itself) and waits until no process of it is left.
 func (r *Runner) execute(ctx context.Context, j *job, path string, args []string, dir string, sandboxed bool) (outcome, error) {
-	out := outcome{exitCode: -1}
 	runCtx, cancel := context.WithTimeout(ctx, j.limits.timeout)
 	defer cancel()
 
 	// Read ends for us, write ends for the child: stdout, stderr, result, info.
-	var readers, writers []*os.File
+	readers, writers, err := pipes(4)
+	if err != nil {
+		return outcome{exitCode: -1}, err
+	}
 	defer func() {
 		for _, f := range append(readers, writers...) {
 			f.Close()
 		}
 	}()
-	for range 4 {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return out, fmt.Errorf("pipe: %w", err)
-		}
-		readers, writers = append(readers, pr), append(writers, pw)
-	}
-	extra := []*os.File{writers[2], writers[3]}
-	if !sandboxed {
-		extra[1] = nil
-	}
-	if j.broker != nil {
-		extra = append(extra, j.broker)
-	}
 
 	pid1 := isolation.NewPID1()
 	defer pid1.Close()
-	cmd := exec.Command(path, args...)
-	cmd.Dir = dir
-	cmd.Env = r.env // also what /proc/1/environ shows inside
-	cmd.Stdout, cmd.Stderr = writers[0], writers[1]
-	cmd.ExtraFiles = extra
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
-		Credential: r.cred,
-	}
-	err := cmd.Start()
+	cmd := r.runnerCommand(path, args, dir, writers, j.broker, sandboxed)
+	err = cmd.Start()
 	for _, f := range writers {
 		f.Close()
 	}
 	writers = nil
 	if err != nil {
-		return out, fmt.Errorf("start %s: %w", filepath.Base(path), err)
+		return outcome{exitCode: -1}, fmt.Errorf("start %s: %w", filepath.Base(path), err)
 	}
 	killAll := func() {
 		if pid1.Kill() {
@@ -105,19 +84,7 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 	exited := make(chan struct{})
 	var limit string
 	var watcher sync.WaitGroup
-	watcher.Go(func() {
-		select {
-		case <-exited:
-		case <-runCtx.Done():
-			if ctx.Err() == nil {
-				limit = LimitWallTime
-			}
-			killAll()
-		case reason := <-j.killReq:
-			limit = reason
-			killAll()
-		}
-	})
+	watcher.Go(func() { limit = enforceLimits(ctx, runCtx, j.killReq, exited, killAll) })
 
 	waitErr := cmd.Wait()
 	if !sandboxed {
@@ -133,25 +100,91 @@ func (r *Runner) execute(ctx context.Context, j *job, path string, args []string
 	// No process of the sandbox may outlive Run, including those that let go of
 	// its output.
 	if err := pid1.End(deadline, waitDelay); err != nil {
-		return out, fmt.Errorf("wait for the sandbox to end: %w", err)
+		return outcome{exitCode: -1}, fmt.Errorf("wait for the sandbox to end: %w", err)
 	}
 	j.stdout.lines.endLine()
+	out := exitOutcome(cmd.ProcessState, sandboxed)
 	out.limit = limit
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		out.signal = ws.Signal()
-	} else {
-		out.exitCode = cmd.ProcessState.ExitCode()
-		// bwrap reports a program killed by a signal as 128+signal.
-		if sandboxed && out.exitCode > 128 && out.exitCode < 128+65 {
-			out.signal, out.exitCode = syscall.Signal(out.exitCode-128), -1
-		}
-	}
 	// An exit status is the program's business; anything else is a fault.
 	var exitErr *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &exitErr) && runCtx.Err() == nil {
 		return out, fmt.Errorf("wait for %s: %w", filepath.Base(path), waitErr)
 	}
 	return out, nil
+}
+
+// pipes opens n pipes; on an error it closes those it opened.
+func pipes(n int) (readers, writers []*os.File, err error) {
+	for range n {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			for _, f := range append(readers, writers...) {
+				f.Close()
+			}
+			return nil, nil, fmt.Errorf("pipe: %w", err)
+		}
+		readers, writers = append(readers, pr), append(writers, pw)
+	}
+	return readers, writers, nil
+}
+
+// runnerCommand is the runner process, writing to the write ends of its
+// stdout, stderr, result and (sandboxed only) bwrap's info pipe, with the
+// egress broker when the job has network.
+func (r *Runner) runnerCommand(path string, args []string, dir string, writers []*os.File, broker *os.File, sandboxed bool) *exec.Cmd {
+	extra := []*os.File{writers[2], writers[3]}
+	if !sandboxed {
+		extra[1] = nil
+	}
+	if broker != nil {
+		extra = append(extra, broker)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Dir = dir
+	cmd.Env = r.env // also what /proc/1/environ shows inside
+	cmd.Stdout, cmd.Stderr = writers[0], writers[1]
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: r.cred,
+	}
+	return cmd
+}
+
+// enforceLimits kills the runner's processes when its wall time runs out or
+// the job asks for it (killReq), until exited closes; it returns the limit
+// it enforced, "" when none (or when ctx itself ended).
+func enforceLimits(ctx, runCtx context.Context, killReq <-chan string, exited <-chan struct{}, killAll func()) string {
+	select {
+	case <-exited:
+		return ""
+	case <-runCtx.Done():
+		limit := ""
+		if ctx.Err() == nil {
+			limit = LimitWallTime
+		}
+		killAll()
+		return limit
+	case reason := <-killReq:
+		killAll()
+		return reason
+	}
+}
+
+// exitOutcome reads the runner's exit status or signal from its process state.
+func exitOutcome(ps *os.ProcessState, sandboxed bool) outcome {
+	out := outcome{exitCode: -1}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		out.signal = ws.Signal()
+		return out
+	}
+	out.exitCode = ps.ExitCode()
+	// bwrap reports a program killed by a signal as 128+signal.
+	if sandboxed && out.exitCode > 128 && out.exitCode < 128+65 {
+		out.signal, out.exitCode = syscall.Signal(out.exitCode-128), -1
+	}
+	return out
 }
 
 func (r *Runner) coldArgs(dir string, l limits, config string) []string {

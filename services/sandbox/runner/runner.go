@@ -538,20 +538,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 }
 
 func (r *Runner) run(ctx context.Context, req Request, res *Result) error {
-	j := &job{
-		id:      res.SandboxID,
-		req:     req,
-		limits:  r.limitsFor(req),
-		stdout:  &capture{max: r.cfg.MaxOutputBytes, lines: &protocolScanner{maxLine: int(r.cfg.MaxResultBytes)}},
-		stderr:  &capture{max: r.cfg.MaxOutputBytes},
-		result:  &boundedBuffer{max: r.cfg.MaxResultBytes},
-		killReq: make(chan string, 1),
-	}
-	if r.cfg.OutputLimitBytes > 0 {
-		for _, c := range []*capture{j.stdout, j.stderr} {
-			c.stopAt, c.stop = r.cfg.OutputLimitBytes, func() { j.requestKill(LimitOutput) }
-		}
-	}
+	j := r.newJob(res.SandboxID, req)
 	if req.Network {
 		policy, err := egress.NewPolicy(append(append([]string(nil), r.cfg.EgressAllow...), req.AllowHosts...))
 		if err != nil {
@@ -586,7 +573,31 @@ func (r *Runner) run(ctx context.Context, req Request, res *Result) error {
 		}
 		return fmt.Errorf("sandbox %s: %w", j.id, err)
 	}
+	return r.judge(ctx, j, out, res)
+}
 
+// newJob is the job of req, its output bounded as configured.
+func (r *Runner) newJob(id string, req Request) *job {
+	j := &job{
+		id:      id,
+		req:     req,
+		limits:  r.limitsFor(req),
+		stdout:  &capture{max: r.cfg.MaxOutputBytes, lines: &protocolScanner{maxLine: int(r.cfg.MaxResultBytes)}},
+		stderr:  &capture{max: r.cfg.MaxOutputBytes},
+		result:  &boundedBuffer{max: r.cfg.MaxResultBytes},
+		killReq: make(chan string, 1),
+	}
+	if r.cfg.OutputLimitBytes > 0 {
+		for _, c := range []*capture{j.stdout, j.stderr} {
+			c.stopAt, c.stop = r.cfg.OutputLimitBytes, func() { j.requestKill(LimitOutput) }
+		}
+	}
+	return j
+}
+
+// judge fills res from what the job left once it ended: the runner's
+// report, else the limit, cancellation or exit that cut it short.
+func (r *Runner) judge(ctx context.Context, j *job, out outcome, res *Result) error {
 	// The runner writes "S" before the code runs, then its report ending in a
 	// newline: a report without one was cut short.
 	payload := j.result.buf
@@ -624,19 +635,24 @@ func (r *Runner) run(ctx context.Context, req Request, res *Result) error {
 		}
 		return fmt.Errorf("sandbox %s did not start (%s): %s", res.SandboxID, exitText(out), tail(res.Stderr, 2000))
 	default:
-		// The program ended without letting the runner report: os._exit, a signal.
-		res.Status, res.ErrorKind = StatusError, KindCodeError
-		res.Error = "the program ended without a result (" + exitText(out) + ")"
-		switch {
-		case out.signal == syscall.SIGXCPU,
-			out.signal == syscall.SIGKILL && out.cpuKnown && j.limits.cpu > 0 && out.cpu >= j.limits.cpu:
-			res.ErrorKind, res.Limit = KindLimit, LimitCPUTime
-			res.Error = fmt.Sprintf("the program used more than its CPU time limit of %s and was killed", j.limits.cpu)
-		case out.signal == syscall.SIGXFSZ:
-			res.ErrorKind, res.Limit = KindLimit, LimitFileSize
-			res.Error = fmt.Sprintf("the program wrote a file beyond the file size limit of %d bytes and was killed", j.limits.fileSize)
-		}
+		explainMissingResult(res, j.limits, out)
 		return nil
+	}
+}
+
+// explainMissingResult explains a program that ended without letting the
+// runner report (os._exit, a signal): a limit's signal, or the code's doing.
+func explainMissingResult(res *Result, l limits, out outcome) {
+	res.Status, res.ErrorKind = StatusError, KindCodeError
+	res.Error = "the program ended without a result (" + exitText(out) + ")"
+	switch {
+	case out.signal == syscall.SIGXCPU,
+		out.signal == syscall.SIGKILL && out.cpuKnown && l.cpu > 0 && out.cpu >= l.cpu:
+		res.ErrorKind, res.Limit = KindLimit, LimitCPUTime
+		res.Error = fmt.Sprintf("the program used more than its CPU time limit of %s and was killed", l.cpu)
+	case out.signal == syscall.SIGXFSZ:
+		res.ErrorKind, res.Limit = KindLimit, LimitFileSize
+		res.Error = fmt.Sprintf("the program wrote a file beyond the file size limit of %d bytes and was killed", l.fileSize)
 	}
 }
 

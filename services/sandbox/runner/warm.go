@@ -438,59 +438,113 @@ func (r *Runner) startZygote(ctx context.Context, p *pool, slot int) (*zygote, e
 	if err != nil {
 		return nil, err
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	files, err := openZygoteFiles()
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote-control"), os.NewFile(uintptr(fds[1]), "zygote-control")
-	defer theirs.Close()
-	c, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	ctl := c.(*net.UnixConn)
-	infoR, infoW, err := os.Pipe()
-	if err != nil {
-		ctl.Close()
-		return nil, fmt.Errorf("info pipe: %w", err)
-	}
-	defer infoW.Close()
-	script, err := memfd("runner.py", runnerScript)
-	if err != nil {
-		ctl.Close()
-		infoR.Close()
 		return nil, err
 	}
-	defer script.Close()
+	defer files.closeChildEnds()
 
 	z := &zygote{
 		slot:   slot,
 		logger: r.cfg.Logger.With("zygote", p.name(slot)),
-		ctl:    ctl,
+		ctl:    files.ctl,
 		init:   isolation.NewPID1(),
 		dead:   make(chan struct{}),
 		waited: make(chan struct{}),
 	}
 	stderr := &lineLogger{logger: z.logger, msg: "sandbox zygote output"}
-	z.cmd = exec.Command(r.cfg.Bwrap, r.zygoteArgs(string(config))...)
+	if err := z.start(r, string(config), files, stderr); err != nil {
+		files.ctl.Close()
+		files.infoR.Close()
+		return nil, err
+	}
+	ready, err := z.awaitReady(ctx)
+	if err != nil {
+		z.stop()
+		return nil, fmt.Errorf("zygote not ready: %w (output: %s)", err, stderr.tail())
+	}
+	z.hugeKB = ready.HugeKB
+	z.modules = &zygoteModules{loaded: set(ready.Modules), standard: set(ready.Standard)}
+	z.logger.Debug("sandbox zygote ready", "modules", ready.Loaded, "huge_pages_kb", ready.HugeKB)
+	for name, why := range ready.Failed {
+		z.logger.Warn("module not importable in the sandbox", "module", name, "err", why)
+	}
+	z.wg.Go(func() {
+		// The zygote sends nothing more: a read ends when it does.
+		_, err := z.ctl.Read(make([]byte, 1))
+		z.markDead(fmt.Sprintf("control channel closed (%v)", err))
+	})
+	return z, nil
+}
+
+// zygoteFiles are the descriptors a zygote starts with, and our ends of them.
+type zygoteFiles struct {
+	ctl    *net.UnixConn // our end of its control socket
+	theirs *os.File      // its end of the control socket (fd 3)
+	infoR  *os.File      // where bwrap's --info-fd tells the sandbox's pid 1
+	infoW  *os.File      // bwrap's --info-fd (fd 4)
+	script *os.File      // runner.py for --ro-bind-data (fd 5)
+}
+
+// openZygoteFiles opens a zygote's descriptors; on an error it closes those
+// it opened.
+func openZygoteFiles() (*zygoteFiles, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote-control"), os.NewFile(uintptr(fds[1]), "zygote-control")
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	f := &zygoteFiles{ctl: c.(*net.UnixConn), theirs: theirs}
+	f.infoR, f.infoW, err = os.Pipe()
+	if err != nil {
+		f.ctl.Close()
+		f.theirs.Close()
+		return nil, fmt.Errorf("info pipe: %w", err)
+	}
+	f.script, err = memfd("runner.py", runnerScript)
+	if err != nil {
+		f.ctl.Close()
+		f.infoR.Close()
+		f.closeChildEnds()
+		return nil, err
+	}
+	return f, nil
+}
+
+// closeChildEnds closes the zygote's ends: once it has them, ours must be
+// the only ones left so that its end shows as the end of our reads.
+func (f *zygoteFiles) closeChildEnds() {
+	f.theirs.Close()
+	f.infoW.Close()
+	if f.script != nil {
+		f.script.Close()
+	}
+}
+
+// start starts the zygote's bubblewrap with files and the goroutines that
+// read its pid 1 and wait for its end.
+func (z *zygote) start(r *Runner, config string, files *zygoteFiles, stderr *lineLogger) error {
+	z.cmd = exec.Command(r.cfg.Bwrap, r.zygoteArgs(config)...)
 	z.cmd.Dir = "/"
 	z.cmd.Env = r.env
 	z.cmd.Stdout, z.cmd.Stderr = stderr, stderr
-	z.cmd.ExtraFiles = []*os.File{theirs, infoW, script}
+	z.cmd.ExtraFiles = []*os.File{files.theirs, files.infoW, files.script}
 	z.cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:    true,
 		Pdeathsig:  syscall.SIGKILL,
 		Credential: r.cred,
 	}
 	if err := z.cmd.Start(); err != nil {
-		ctl.Close()
-		infoR.Close()
-		return nil, fmt.Errorf("start bwrap: %w", err)
+		return fmt.Errorf("start bwrap: %w", err)
 	}
-	theirs.Close()
-	infoW.Close()
-	script.Close()
+	files.closeChildEnds()
+	infoR := files.infoR
 	z.wg.Go(func() {
 		defer infoR.Close()
 		z.init.ReadInfo(infoR)
@@ -500,21 +554,28 @@ func (r *Runner) startZygote(ctx context.Context, p *pool, slot int) (*zygote, e
 		z.markDead(fmt.Sprintf("exited (%v)", err))
 		close(z.waited)
 	})
+	return nil
+}
 
-	// The first message says the modules are loaded.
-	_ = ctl.SetReadDeadline(time.Now().Add(zygoteReadyTimeout))
-	stop := context.AfterFunc(ctx, func() { _ = ctl.SetReadDeadline(time.Now()) })
+// zygoteReady is a zygote's first message: its modules are loaded.
+type zygoteReady struct {
+	Ready    bool              `json:"ready"`
+	Loaded   []string          `json:"loaded"`
+	Failed   map[string]string `json:"failed"`
+	HugeKB   int64             `json:"huge_pages_kb"`
+	Modules  []string          `json:"modules"`
+	Standard []string          `json:"standard"`
+}
+
+// awaitReady reads the zygote's ready message, giving up after
+// zygoteReadyTimeout or when ctx ends.
+func (z *zygote) awaitReady(ctx context.Context) (zygoteReady, error) {
+	var ready zygoteReady
+	_ = z.ctl.SetReadDeadline(time.Now().Add(zygoteReadyTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = z.ctl.SetReadDeadline(time.Now()) })
 	buf := make([]byte, 64<<10)
-	n, err := ctl.Read(buf)
+	n, err := z.ctl.Read(buf)
 	stop()
-	var ready struct {
-		Ready    bool              `json:"ready"`
-		Loaded   []string          `json:"loaded"`
-		Failed   map[string]string `json:"failed"`
-		HugeKB   int64             `json:"huge_pages_kb"`
-		Modules  []string          `json:"modules"`
-		Standard []string          `json:"standard"`
-	}
 	if err == nil {
 		err = json.Unmarshal(buf[:n], &ready)
 	}
@@ -522,70 +583,84 @@ func (r *Runner) startZygote(ctx context.Context, p *pool, slot int) (*zygote, e
 		err = errors.New("no ready message")
 	}
 	if err != nil {
-		z.stop()
-		return nil, fmt.Errorf("zygote not ready: %w (output: %s)", err, stderr.tail())
+		return ready, err
 	}
-	_ = ctl.SetReadDeadline(time.Time{})
-	z.hugeKB = ready.HugeKB
-	z.modules = &zygoteModules{loaded: set(ready.Modules), standard: set(ready.Standard)}
-	z.logger.Debug("sandbox zygote ready", "modules", ready.Loaded, "huge_pages_kb", ready.HugeKB)
-	for name, why := range ready.Failed {
-		z.logger.Warn("module not importable in the sandbox", "module", name, "err", why)
-	}
-	z.wg.Go(func() {
-		// The zygote sends nothing more: a read ends when it does.
-		_, err := ctl.Read(make([]byte, 1))
-		z.markDead(fmt.Sprintf("control channel closed (%v)", err))
-	})
-	return z, nil
+	_ = z.ctl.SetReadDeadline(time.Time{})
+	return ready, nil
 }
 
 // run hands the job to the zygote and waits until its report says that none of
 // its processes is left; the caller counts the job in z.inflight (pool.take).
 func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
-	out := outcome{exitCode: -1}
+	files := &jobFiles{}
+	defer files.close()
+	if err := files.open(j); err != nil {
+		return outcome{exitCode: -1}, err
+	}
+	if err := z.handOver(j, files); err != nil {
+		return outcome{exitCode: -1}, err
+	}
+	report, rep, repErr := z.supervise(ctx, j, files)
+	return reportOutcome(j, report, rep, repErr)
+}
 
-	var readers, theirs []*os.File
-	defer func() {
-		for _, f := range append(readers, theirs...) {
-			f.Close()
-		}
-	}()
+// jobFiles are the descriptors of one job on a zygote.
+type jobFiles struct {
+	ctl *net.UnixConn // our end of the job's control socket
+	// readers are our ends of the job's stdout, stderr and result pipes.
+	readers []*os.File
+	// theirs go to the zygote: the job's control socket, the write ends of
+	// the pipes, the code and the context; closed once handed over.
+	theirs []*os.File
+}
+
+func (f *jobFiles) open(j *job) error {
 	ctlFDs, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return out, fmt.Errorf("job control socket: %w", err)
+		return fmt.Errorf("job control socket: %w", err)
 	}
 	ctlOurs := os.NewFile(uintptr(ctlFDs[0]), "job-control")
-	theirs = append(theirs, os.NewFile(uintptr(ctlFDs[1]), "job-control"))
+	f.theirs = append(f.theirs, os.NewFile(uintptr(ctlFDs[1]), "job-control"))
 	c, err := net.FileConn(ctlOurs)
 	ctlOurs.Close()
 	if err != nil {
-		return out, fmt.Errorf("job control socket: %w", err)
+		return fmt.Errorf("job control socket: %w", err)
 	}
-	jobCtl := c.(*net.UnixConn)
-	defer jobCtl.Close()
+	f.ctl = c.(*net.UnixConn)
 	for range 3 { // stdout, stderr, result
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			return out, fmt.Errorf("pipe: %w", err)
+			return fmt.Errorf("pipe: %w", err)
 		}
-		readers, theirs = append(readers, pr), append(theirs, pw)
+		f.readers, f.theirs = append(f.readers, pr), append(f.theirs, pw)
 	}
 	code, err := memfd("code", []byte(j.req.Code))
 	if err != nil {
-		return out, err
+		return err
 	}
-	theirs = append(theirs, code)
+	f.theirs = append(f.theirs, code)
 	contextFile, err := memfd("context", nil)
 	if err != nil {
-		return out, err
+		return err
 	}
-	theirs = append(theirs, contextFile)
-	if err := encodeContext(contextFile, j.req.Context); err != nil {
-		return out, err
+	f.theirs = append(f.theirs, contextFile)
+	return encodeContext(contextFile, j.req.Context)
+}
+
+func (f *jobFiles) close() {
+	if f.ctl != nil {
+		f.ctl.Close()
 	}
+	for _, x := range append(f.readers, f.theirs...) {
+		x.Close()
+	}
+}
+
+// handOver sends the job's header and descriptors to the zygote. A zygote
+// that cannot take them is given up: errHandOver says nothing of the job ran.
+func (z *zygote) handOver(j *job, files *jobFiles) error {
 	fds := make([]int, 0, 7)
-	for _, f := range theirs {
+	for _, f := range files.theirs {
 		fds = append(fds, int(f.Fd()))
 	}
 	if j.broker != nil {
@@ -593,7 +668,7 @@ func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
 	}
 	header, err := json.Marshal(j.limits.config(j.id, j.broker != nil))
 	if err != nil {
-		return out, err
+		return err
 	}
 
 	z.sendMu.Lock()
@@ -602,57 +677,43 @@ func (z *zygote) run(ctx context.Context, j *job) (outcome, error) {
 	if err != nil {
 		z.markDead("job hand-over failed: " + err.Error())
 		z.kill()
-		return out, fmt.Errorf("%w: %v", errHandOver, err)
+		return fmt.Errorf("%w: %v", errHandOver, err)
 	}
-	for _, f := range theirs {
+	for _, f := range files.theirs {
 		f.Close()
 	}
-	theirs = nil
+	files.theirs = nil
+	return nil
+}
 
+// jobReport is the report of a job's supervisor (the zygote).
+type jobReport struct {
+	Fault  string   `json:"fault"`
+	Done   bool     `json:"done"`
+	Limit  string   `json:"limit"`
+	Exit   *int     `json:"exit"`
+	Signal int      `json:"signal"`
+	CPU    *float64 `json:"cpu"`
+}
+
+// supervise collects the job's output while it runs, passes the end of ctx,
+// kill requests and the end of its result on to the zygote, and returns the
+// zygote's report (nil without one) once the output is collected.
+func (z *zygote) supervise(ctx context.Context, j *job, files *jobFiles) (report []byte, rep jobReport, repErr error) {
 	complete := make(chan struct{})
 	j.result.complete = func() { close(complete) }
 	defer func() { j.result.complete = nil }() // a cold retry must not call it
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	readers := files.readers
 	wg.Go(func() { drainTo(j.stdout, readers[0]) })
 	wg.Go(func() { drainTo(j.stderr, readers[1]) })
 	wg.Go(func() { j.result.readFrom(readers[2]) })
 	reports := make(chan []byte, 1)
-	wg.Go(func() { reports <- readReport(jobCtl) })
+	wg.Go(func() { reports <- readReport(files.ctl) })
 
-	watchdog := time.NewTimer(j.limits.timeout + watchdogGrace)
-	defer watchdog.Stop()
-	done := ctx.Done()
-	var report []byte
-wait:
-	for {
-		select {
-		case report = <-reports:
-			break wait
-		case <-done:
-			done = nil
-			_ = jobCtl.CloseWrite() // the zygote kills the job, then reports
-		case reason := <-j.killReq:
-			msg, _ := json.Marshal(map[string]string{"kill": reason})
-			_, _ = jobCtl.Write(msg)
-		case <-complete:
-			complete = nil
-			_, _ = jobCtl.Write([]byte(`{"kill":"done"}`))
-		case <-watchdog.C:
-			z.logger.Error("sandbox job watchdog did not end the job in time; killing the zygote", "sandbox_id", j.id)
-			z.markDead("job watchdog unresponsive")
-			z.kill()
-		}
-	}
-	var rep struct {
-		Fault  string   `json:"fault"`
-		Done   bool     `json:"done"`
-		Limit  string   `json:"limit"`
-		Exit   *int     `json:"exit"`
-		Signal int      `json:"signal"`
-		CPU    *float64 `json:"cpu"`
-	}
-	repErr := json.Unmarshal(report, &rep)
+	report = z.awaitReport(ctx, j, files.ctl, reports, complete)
+	repErr = json.Unmarshal(report, &rep)
 	if rep.Done {
 		// Every process of the job has SIGKILL pending and will not run again;
 		// take what the pipes hold and do not wait for the processes to be torn down.
@@ -676,7 +737,41 @@ wait:
 		<-pipes
 	}
 	j.stdout.lines.endLine()
+	return report, rep, repErr
+}
 
+// awaitReport waits for the zygote's report on the job's control socket
+// jobCtl, telling the zygote meanwhile what the service wants of the job; a
+// zygote whose job outlives its watchdog is killed.
+func (z *zygote) awaitReport(ctx context.Context, j *job, jobCtl *net.UnixConn, reports <-chan []byte, complete <-chan struct{}) []byte {
+	watchdog := time.NewTimer(j.limits.timeout + watchdogGrace)
+	defer watchdog.Stop()
+	done := ctx.Done()
+	for {
+		select {
+		case report := <-reports:
+			return report
+		case <-done:
+			done = nil
+			_ = jobCtl.CloseWrite() // the zygote kills the job, then reports
+		case reason := <-j.killReq:
+			msg, _ := json.Marshal(map[string]string{"kill": reason})
+			_, _ = jobCtl.Write(msg)
+		case <-complete:
+			complete = nil
+			_, _ = jobCtl.Write([]byte(`{"kill":"done"}`))
+		case <-watchdog.C:
+			z.logger.Error("sandbox job watchdog did not end the job in time; killing the zygote", "sandbox_id", j.id)
+			z.markDead("job watchdog unresponsive")
+			z.kill()
+		}
+	}
+}
+
+// reportOutcome turns the zygote's report (rep, decoded from report with
+// repErr) into the job's outcome.
+func reportOutcome(j *job, report []byte, rep jobReport, repErr error) (outcome, error) {
+	out := outcome{exitCode: -1}
 	if len(report) == 0 {
 		if len(j.result.buf) == 0 && j.stdout.buf.Len() == 0 && j.stderr.buf.Len() == 0 {
 			// The zygote died before the program started: it can run elsewhere.

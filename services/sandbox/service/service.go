@@ -188,7 +188,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 			return nil, fmt.Errorf("resolve context references: %w", err)
 		}
 	}
-	req := runner.Request{
+	res, js, err := s.run(ctx, runner.Request{
 		Code:       cmd.Code,
 		Context:    input,
 		Timeout:    time.Duration(cmd.TimeoutSeconds * float64(time.Second)),
@@ -196,22 +196,7 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		Network:    cmd.Network,
 		AllowHosts: cmd.AllowHosts,
 		Language:   cmd.Language,
-	}
-	var res runner.Result
-	var js *jsrunner.Result
-	switch strings.ToLower(cmd.Language) {
-	case "javascript", "js", "node":
-		if s.JS == nil {
-			out.Status, out.ErrorKind = "error", runner.KindRuntimeUnavailable
-			out.Error = "this sandbox has no JavaScript runtime"
-			return out, nil
-		}
-		var r jsrunner.Result
-		r, err = s.JS.Run(ctx, req)
-		res, js = r.Result, &r
-	default:
-		res, err = s.Runner.Run(ctx, req)
-	}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", cmd.StepId, err)
 	}
@@ -231,7 +216,33 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 	if res.Status != "success" {
 		return out, nil
 	}
-	updates := res.Updates
+	if err := s.addUpdates(ctx, out, res.Updates, js); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// run runs req on the runner of its language; js is the JavaScript runner's
+// full result, nil for Python. Without a JavaScript runtime a JavaScript
+// program gets a runtime_unavailable result.
+func (s *server) run(ctx context.Context, req runner.Request) (res runner.Result, js *jsrunner.Result, err error) {
+	switch strings.ToLower(req.Language) {
+	case "javascript", "js", "node":
+		if s.JS == nil {
+			return runner.Result{Status: "error", ErrorKind: runner.KindRuntimeUnavailable,
+				Error: "this sandbox has no JavaScript runtime"}, nil, nil
+		}
+		r, err := s.JS.Run(ctx, req)
+		return r.Result, &r, err
+	default:
+		res, err = s.Runner.Run(ctx, req)
+		return res, nil, err
+	}
+}
+
+// addUpdates carries a successful run's context updates, large values by
+// reference, and the analysis of its output's shape.
+func (s *server) addUpdates(ctx context.Context, out *novav1.CodeExecuted, updates jsonvalue.Object, js *jsrunner.Result) error {
 	var analysis outputschema.Analysis
 	if js != nil && js.HasValue {
 		v, _ := jsonvalue.Decode(js.Value)
@@ -244,11 +255,11 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 	}
 	if s.Values != nil {
 		if err := s.Values.Shrink(ctx, updates); err != nil {
-			return nil, fmt.Errorf("store large results: %w", err)
+			return fmt.Errorf("store large results: %w", err)
 		}
 	}
 	out.ContextUpdates = updates.Proto()
-	return out, nil
+	return nil
 }
 
 // maxValueBytes bounds the JavaScript value carried in the result event;

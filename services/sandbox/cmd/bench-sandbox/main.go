@@ -55,16 +55,7 @@ type sample struct {
 }
 
 func run() error {
-	var o options
-	flag.IntVar(&o.n, "n", 100, "executions per measurement")
-	flag.IntVar(&o.callers, "callers", 2, "concurrent callers for the executions-per-second measurement")
-	flag.IntVar(&o.zygotes, "zygotes", 2, "warm zygotes")
-	flag.IntVar(&o.light, "light", 0, "light zygotes, for programs that import only standard modules (0: the runner's default, -1: none)")
-	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python interpreter (sandbox and baseline)")
-	flag.StringVar(&o.node, "node", "/usr/bin/node", "node (JavaScript sandbox and baseline)")
-	flag.StringVar(&o.cases, "cases", "abcd", "the cases to run, by their letters")
-	flag.StringVar(&o.preload, "preload", "", "comma-separated modules the zygotes import (default the runner's)")
-	flag.Parse()
+	o := parseFlags()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -77,6 +68,37 @@ func run() error {
 		return err
 	}
 	defer r.Close()
+	if err := awaitWarm(r); err != nil {
+		return err
+	}
+	if err := printTable(o, benchCases(ctx, o, r, quiet)); err != nil {
+		return err
+	}
+	fmt.Printf("load average (1, 5, 15 min) at the end: %s; other work on the machine slows sandbox and baseline alike.\n", loadAverage())
+	fmt.Println("p50/p99: one caller, Run's wall time including the context in and the result out; ratios are sandbox/baseline (p50: lower is better, exec/s: higher is better).")
+	fmt.Println("CPU/exec: user and system time of every process the executions started (bwrap, zygotes and the processes they fork, interpreters and what they started), over the latency and throughput runs, per execution; not the time of this Go process.")
+	fmt.Println("faults/exec: minor page faults of those processes per execution (a fork's copy-on-write faults among them).")
+	fmt.Println("baseline: a plain interpreter subprocess (python3 -c / node -e) with no isolation, measured in this run.")
+	return nil
+}
+
+func parseFlags() options {
+	var o options
+	flag.IntVar(&o.n, "n", 100, "executions per measurement")
+	flag.IntVar(&o.callers, "callers", 2, "concurrent callers for the executions-per-second measurement")
+	flag.IntVar(&o.zygotes, "zygotes", 2, "warm zygotes")
+	flag.IntVar(&o.light, "light", 0, "light zygotes, for programs that import only standard modules (0: the runner's default, -1: none)")
+	flag.StringVar(&o.python, "python", "/usr/bin/python3", "python interpreter (sandbox and baseline)")
+	flag.StringVar(&o.node, "node", "/usr/bin/node", "node (JavaScript sandbox and baseline)")
+	flag.StringVar(&o.cases, "cases", "abcd", "the cases to run, by their letters")
+	flag.StringVar(&o.preload, "preload", "", "comma-separated modules the zygotes import (default the runner's)")
+	flag.Parse()
+	return o
+}
+
+// awaitWarm waits until every zygote of r is ready, so that the cases
+// measure warm runs.
+func awaitWarm(r *runner.Runner) error {
 	deadline := time.Now().Add(time.Minute)
 	for r.WarmReady() < r.WarmSize() {
 		if time.Now().After(deadline) {
@@ -84,13 +106,19 @@ func run() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return nil
+}
 
-	type row struct {
-		name        string
-		sandbox     func() error
-		baseline    []string // argv
-		unavailable string
-	}
+// benchCase is one row of the table: a program in the sandbox and the same
+// work in a plain interpreter, or why the case cannot run here.
+type benchCase struct {
+	name        string
+	sandbox     func() error
+	baseline    []string // argv
+	unavailable string
+}
+
+func benchCases(ctx context.Context, o options, r *runner.Runner, quiet *slog.Logger) []benchCase {
 	// pyRun is a warm run of code, which must end with the error kind
 	// wantKind, or succeed when it is "".
 	pyRun := func(code, wantKind string) func() error {
@@ -106,7 +134,7 @@ func run() error {
 			return err
 		}
 	}
-	rows := []row{
+	cases := []benchCase{
 		{
 			name:     "(a) python context['x'] = 1",
 			sandbox:  pyRun("context['x'] = 1", ""),
@@ -120,48 +148,46 @@ func run() error {
 	}
 	js, jsErr := javaScript(ctx, o, quiet)
 	if jsErr != nil {
-		rows = append(rows, row{name: "(c) javascript context.x = 1", unavailable: jsErr.Error()})
+		cases = append(cases, benchCase{name: "(c) javascript context.x = 1", unavailable: jsErr.Error()})
 	} else {
-		rows = append(rows, row{name: "(c) javascript context.x = 1", sandbox: js,
+		cases = append(cases, benchCase{name: "(c) javascript context.x = 1", sandbox: js,
 			baseline: []string{o.node, "-e", "const context = {input: 'value'}; context.x = 1"}})
 	}
-	rows = append(rows, row{
+	return append(cases, benchCase{
 		// A failing program: its error and traceback are the report.
 		name:    "(d) python context['x'] = {}['missing'] (fails)",
 		sandbox: pyRun("context['x'] = {}['missing']", "code_error"),
 		baseline: []string{o.python, "-c", "import traceback\ncontext = {'input': 'value'}\n" +
 			"try:\n    context['x'] = {}['missing']\nexcept Exception:\n    traceback.format_exc()"},
 	})
+}
 
+// printTable measures the cases o.cases selects and prints a row for each.
+func printTable(o options, cases []benchCase) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "case\tp50\tp99\texec/s (%d callers)\tCPU/exec\tfaults/exec\tbaseline p50\tbaseline p99\tbaseline exec/s\tbaseline CPU/exec\tp50 ratio\texec/s ratio\tCPU ratio\t\n", o.callers)
-	for _, rw := range rows {
-		if !strings.Contains(o.cases, rw.name[1:2]) {
+	for _, c := range cases {
+		if !strings.Contains(o.cases, c.name[1:2]) {
 			continue
 		}
-		if rw.unavailable != "" {
-			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", rw.name)
-			fmt.Fprintf(os.Stderr, "%s: %s\n", rw.name, rw.unavailable)
+		if c.unavailable != "" {
+			fmt.Fprintf(tw, "%s\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\tn/a\t\n", c.name)
+			fmt.Fprintf(os.Stderr, "%s: %s\n", c.name, c.unavailable)
 			continue
 		}
-		s, err := measure(o, rw.sandbox)
+		s, err := measure(o, c.sandbox)
 		if err != nil {
-			return fmt.Errorf("%s: %w", rw.name, err)
+			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		b, err := measure(o, func() error { return exec.Command(rw.baseline[0], rw.baseline[1:]...).Run() })
+		b, err := measure(o, func() error { return exec.Command(c.baseline[0], c.baseline[1:]...).Run() })
 		if err != nil {
-			return fmt.Errorf("%s baseline: %w", rw.name, err)
+			return fmt.Errorf("%s baseline: %w", c.name, err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t%.2fx\t%.2fx\t%.2fx\t\n", rw.name,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t%.2fx\t%.2fx\t%.2fx\t\n", c.name,
 			ms(s.p50), ms(s.p99), s.perSec, ms(s.cpu), s.faults, ms(b.p50), ms(b.p99), b.perSec, ms(b.cpu),
 			float64(s.p50)/float64(b.p50), s.perSec/b.perSec, float64(s.cpu)/float64(b.cpu))
 	}
 	tw.Flush()
-	fmt.Printf("load average (1, 5, 15 min) at the end: %s; other work on the machine slows sandbox and baseline alike.\n", loadAverage())
-	fmt.Println("p50/p99: one caller, Run's wall time including the context in and the result out; ratios are sandbox/baseline (p50: lower is better, exec/s: higher is better).")
-	fmt.Println("CPU/exec: user and system time of every process the executions started (bwrap, zygotes and the processes they fork, interpreters and what they started), over the latency and throughput runs, per execution; not the time of this Go process.")
-	fmt.Println("faults/exec: minor page faults of those processes per execution (a fork's copy-on-write faults among them).")
-	fmt.Println("baseline: a plain interpreter subprocess (python3 -c / node -e) with no isolation, measured in this run.")
 	return nil
 }
 
