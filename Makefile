@@ -34,7 +34,7 @@ PROTOS = $(wildcard proto/nova/v1/*.proto)
 #                                           files (google/protobuf/*.proto) for
 #                                           `make proto` and the drift check
 #   util-linux                              prlimit for the JavaScript sandbox
-#   curl                                    the README's HTTP API examples, run
+#   curl                                    the HTTP API examples of docs/, run
 #                                           by a test
 #   chromium                                the console's browser test (headless,
 #                                           driven from Go with chromedp)
@@ -63,7 +63,8 @@ help:
 	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store (installs system packages when missing)'
 	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
 	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit, bin/gateway, ... (static, CGO_ENABLED=0)'
-	@echo 'make check   generated proto code up to date, gofmt, go vet, the console type-checked and its dist up to date'
+	@echo 'make check   generated proto code up to date, gofmt, go vet, the console type-checked and its dist up to date, docs/reference/configuration.md up to date'
+	@echo 'make config-doc  regenerate docs/reference/configuration.md from the config structs of the services (env tags, doc comments)'
 	@echo 'make console compile the console (services/gateway/console/src, TypeScript) into its dist/'
 	@echo 'make fuzz    run each fuzz target (parsers, event decoding, sandbox protocol) for FUZZTIME (default 20000x inputs); part of make test'
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
@@ -165,7 +166,15 @@ test-go:
 	echo "all modules passed"
 
 .PHONY: check
-check: check-proto check-fmt vet check-modules check-console
+check: check-proto check-fmt vet check-modules check-console check-config-doc
+
+# docs/reference/configuration.md is generated from the config structs'
+# tags and doc comments; the check fails, with a diff, when it is stale.
+.PHONY: config-doc check-config-doc
+config-doc:
+	$(GO) run github.com/novaflow/nova/pkg/config/cmd/configdoc -root $(CURDIR) -out docs/reference/configuration.md
+check-config-doc:
+	@$(GO) run github.com/novaflow/nova/pkg/config/cmd/configdoc -root $(CURDIR) -out docs/reference/configuration.md -check
 
 # Each module must build on its own (GOWORK=off), as the Dockerfiles build
 # it: its go.mod and go.sum must be complete without the workspace.
@@ -267,7 +276,7 @@ bench-gateway: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchgateway ./benchgateway
 	$(BIN)/nova-benchgateway -bin $(BIN) $(BENCH_GATEWAY_FLAGS)
 
-# The generated-code cache (issue 11's figures): examples/ai-orders.yaml run
+# The generated-code cache: examples/ai-orders.yaml run
 # 100 times one at a time on the in-process stack with the scripted model
 # over HTTP, beside its AI nodes pinned to the cached code, alternately.
 # Exits 1 when a run after the first calls the model (BENCH_CACHE_FLAGS="-runs 20").

@@ -70,24 +70,8 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-
-	// The StartWorkflow message (proto/nova/v1/events.proto) in its JSON
-	// form: an inline definition (or the name of a registered one) and the
-	// initial context, which is plain JSON whose numbers reach every node
-	// exactly as written here.
 	executionID := uuid.NewString()
-	start := startWorkflow{ExecutionID: executionID, WorkflowName: *name}
-	if *name == "" {
-		def, err := protojson.Marshal(greeting())
-		if err != nil {
-			return err
-		}
-		start.Definition = def
-	}
-	if start.Context, err = json.Marshal(map[string]any{"name": *who}); err != nil {
-		return err
-	}
-	data, err := json.Marshal(start)
+	data, err := startWorkflowJSON(executionID, *name, *who)
 	if err != nil {
 		return err
 	}
@@ -104,8 +88,47 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("watch completion: %w", err)
 	}
 
-	// The CloudEvent. Every context attribute travels as a ce-* header
-	// (binary content mode), the data as the message body.
+	ev, err := startEvent(executionID, data)
+	if err != nil {
+		return err
+	}
+	// Nats-Msg-Id = event id: publishing the same event again (a retry after
+	// a lost acknowledgement) starts the workflow once.
+	if _, err := js.PublishMsg(ctx, natsMessage(ev, executionID), jetstream.WithMsgID(ev.ID())); err != nil {
+		return fmt.Errorf("publish start: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "started execution %s\n", executionID)
+
+	done, err := awaitCompletion(ctx, completion, executionID, *timeout)
+	if err != nil {
+		return err
+	}
+	return printCompletion(done)
+}
+
+// startWorkflowJSON is the StartWorkflow message (proto/nova/v1/events.proto)
+// in its JSON form: an inline definition (or the name of a registered one)
+// and the initial context, which is plain JSON whose numbers reach every
+// node exactly as written here.
+func startWorkflowJSON(executionID, workflowName, who string) ([]byte, error) {
+	start := startWorkflow{ExecutionID: executionID, WorkflowName: workflowName}
+	if workflowName == "" {
+		def, err := protojson.Marshal(greeting())
+		if err != nil {
+			return nil, err
+		}
+		start.Definition = def
+	}
+	var err error
+	if start.Context, err = json.Marshal(map[string]any{"name": who}); err != nil {
+		return nil, err
+	}
+	return json.Marshal(start)
+}
+
+// startEvent is the CloudEvent that starts execution executionID with the
+// StartWorkflow JSON data.
+func startEvent(executionID string, data []byte) (*event.Event, error) {
 	ev := event.New() // specversion 1.0
 	ev.SetID(uuid.NewString())
 	ev.SetSource("example/producer")
@@ -116,11 +139,17 @@ func run(ctx context.Context) error {
 	// whose data it cannot read as a failed execution.
 	ev.SetExtension("executionid", executionID)
 	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
-		return err
+		return nil, err
 	}
 	if err := ev.Validate(); err != nil {
-		return err
+		return nil, err
 	}
+	return &ev, nil
+}
+
+// natsMessage is ev in binary content mode: every context attribute
+// travels as a ce-* header, the data as the message body.
+func natsMessage(ev *event.Event, executionID string) *nats.Msg {
 	msg := nats.NewMsg(startSubject)
 	msg.Header.Set("ce-specversion", ev.SpecVersion())
 	msg.Header.Set("ce-id", ev.ID())
@@ -131,28 +160,32 @@ func run(ctx context.Context) error {
 	msg.Header.Set("ce-executionid", executionID)
 	msg.Header.Set("content-type", ev.DataContentType())
 	msg.Data = ev.Data()
-	// Nats-Msg-Id = event id: publishing the same event again (a retry after
-	// a lost acknowledgement) starts the workflow once.
-	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID())); err != nil {
-		return fmt.Errorf("publish start: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "started execution %s\n", executionID)
+	return msg
+}
 
+// awaitCompletion waits for execution executionID's completion event on
+// completion; ctx ends after timeout, which the error then names.
+func awaitCompletion(ctx context.Context, completion jetstream.Consumer, executionID string, timeout time.Duration) (*workflowCompleted, error) {
 	m, err := completion.Next(jetstream.FetchContext(ctx))
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("no completion of %s within %s", executionID, *timeout)
+			return nil, fmt.Errorf("no completion of %s within %s", executionID, timeout)
 		}
-		return fmt.Errorf("wait for completion: %w", err)
+		return nil, fmt.Errorf("wait for completion: %w", err)
 	}
 	if t := m.Headers().Get("ce-type"); t != completedType {
-		return fmt.Errorf("unexpected event type %q", t)
+		return nil, fmt.Errorf("unexpected event type %q", t)
 	}
 	var done workflowCompleted
 	if err := json.Unmarshal(m.Data(), &done); err != nil {
-		return fmt.Errorf("decode completion: %w", err)
+		return nil, fmt.Errorf("decode completion: %w", err)
 	}
+	return &done, nil
+}
 
+// printCompletion prints the result as JSON; an execution that did not
+// succeed is an error.
+func printCompletion(done *workflowCompleted) error {
 	out, _ := json.MarshalIndent(map[string]any{
 		"execution_id": done.ExecutionID,
 		"status":       done.Status,

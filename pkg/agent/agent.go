@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
@@ -120,4 +122,58 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		return b.PublishProto(ctx, subject,
 			ref.StepId+"/result", spec.ResultType, res, map[string]string{bus.ExtensionExecutionID: ref.ExecutionId})
 	})
+}
+
+// Service is an agent whose work-queue consumer is declared, so commands
+// published from now on are kept for it; Run serves them.
+type Service struct {
+	run func(context.Context) error
+}
+
+// Run serves commands until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.run(ctx) }
+
+// Start declares the agent's streams and its durable consumer, and returns
+// the Service that serves them as Serve does. Every agent's constructor
+// ends with it.
+func Start[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, spec Spec,
+	newCmd func() C, handle func(context.Context, C) (proto.Message, error)) (*Service, error) {
+	if err := b.EnsureStreams(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := b.DeclareConsumer(ctx, spec.Consumer()); err != nil {
+		return nil, err
+	}
+	return &Service{run: func(ctx context.Context) error { return Serve(ctx, b, tp, spec, newCmd, handle) }}, nil
+}
+
+// Option gives an agent's constructor what its caller already holds.
+type Option func(*Options)
+
+// Options are what the options gave.
+type Options struct {
+	// LLM is the model client to call instead of one built from the
+	// settings (nova dev's, shared with its scripted server).
+	LLM *llm.Client
+}
+
+// WithLLM calls the model through c.
+func WithLLM(c *llm.Client) Option { return func(o *Options) { o.LLM = c } }
+
+// Apply is the options given.
+func Apply(opts []Option) Options {
+	var o Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// Client is the model client of an agent: the one WithLLM gave, else one
+// built from s for agent.
+func (o Options) Client(s llm.Settings, agent string, log *slog.Logger, mp metric.MeterProvider, tp trace.TracerProvider) (*llm.Client, error) {
+	if o.LLM != nil {
+		return o.LLM, nil
+	}
+	return s.Client(agent, log, mp, tp)
 }

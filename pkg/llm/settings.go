@@ -11,8 +11,12 @@ import (
 // Settings is the model API configuration every agent service reads from
 // the environment; embed it in the service's config struct.
 type Settings struct {
-	APIKey     string `env:"OPENAI_API_KEY" secret:"true"`
-	BaseURL    string `env:"OPENAI_BASE_URL"`
+	// APIKey authenticates with the model API.
+	APIKey string `env:"OPENAI_API_KEY" secret:"true"`
+	// BaseURL is an OpenAI-compatible API (Azure, Ollama, vLLM, llama.cpp);
+	// unset: OpenAI's.
+	BaseURL string `env:"OPENAI_BASE_URL"`
+	// APIVersion selects Azure OpenAI, with its API version.
 	APIVersion string `env:"OPENAI_API_VERSION"`
 	// Prices overrides the built-in price table: "model=input/cached/output;...".
 	Prices string `env:"NOVA_LLM_PRICES"`

@@ -30,22 +30,33 @@ import (
 // Common is the configuration every service shares. Embed it in a service's
 // config struct.
 type Common struct {
-	NATSURL      string `env:"NATS_URL" default:"nats://127.0.0.1:4222"`
-	NATSCreds    string `env:"NATS_CREDS"`
+	// NATSURL is the NATS server (or servers, comma-separated) to connect to.
+	NATSURL string `env:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	// NATSCreds is a credentials file (user JWT and NKey seed).
+	NATSCreds string `env:"NATS_CREDS"`
+	// NATSNKeySeed is a file holding the user's NKey seed.
 	NATSNKeySeed string `env:"NATS_NKEY_SEED_FILE"`
+	// NATSUser and NATSPassword authenticate with a user and password.
 	NATSUser     string `env:"NATS_USER"`
 	NATSPassword string `env:"NATS_PASSWORD" secret:"true"`
+	// NATSCAFile verifies the server's TLS certificate; NATSCertFile and
+	// NATSKeyFile are the client's certificate for mutual TLS.
 	NATSCAFile   string `env:"NATS_TLS_CA"`
 	NATSCertFile string `env:"NATS_TLS_CERT"`
 	NATSKeyFile  string `env:"NATS_TLS_KEY"`
 	// NATSInboxPrefix is where replies come back; with per-service users each
 	// may read only its own inbox (_INBOX.<user>).
 	NATSInboxPrefix string `env:"NATS_INBOX_PREFIX"`
-	StreamReplicas  int    `env:"NOVA_STREAM_REPLICAS" default:"1"`
-	HealthAddr      string `env:"HEALTH_ADDR" default:":8080"`
-	OTLPEndpoint    string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
-	LogLevel        string `env:"LOG_LEVEL" default:"info"`
-	LogFormat       string `env:"LOG_FORMAT" default:"json"`
+	// StreamReplicas of the streams, buckets and object stores the service
+	// declares (3 on a production cluster).
+	StreamReplicas int `env:"NOVA_STREAM_REPLICAS" default:"1"`
+	// HealthAddr serves /healthz, /readyz and /metrics.
+	HealthAddr string `env:"HEALTH_ADDR" default:":8080"`
+	// OTLPEndpoint receives traces over OTLP/HTTP; unset: none are exported.
+	OTLPEndpoint string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
+	// LogLevel is debug, info, warn or error; LogFormat json or text.
+	LogLevel  string `env:"LOG_LEVEL" default:"info"`
+	LogFormat string `env:"LOG_FORMAT" default:"json"`
 	// Pprof serves Go's profiles on the health port (/debug/pprof/).
 	Pprof bool `env:"NOVA_PPROF"`
 }

@@ -21,8 +21,13 @@ const (
 // budget field by field overrides; embed them in a service's config. An
 // empty variable sets no default.
 type BudgetSettings struct {
-	MaxUSD        string `env:"NOVA_BUDGET_MAX_USD"`
-	MaxUSDPerDay  string `env:"NOVA_BUDGET_MAX_USD_PER_DAY"`
+	// MaxUSD caps what one execution's model calls may cost, in USD, for
+	// every workflow that sets no max_usd of its own; unset: no cap.
+	MaxUSD string `env:"NOVA_BUDGET_MAX_USD"`
+	// MaxUSDPerDay caps what all executions of a workflow (or an AI node)
+	// may spend in a UTC day, in USD; unset: no cap.
+	MaxUSDPerDay string `env:"NOVA_BUDGET_MAX_USD_PER_DAY"`
+	// MaxModelCalls caps the model calls of one execution; unset: no cap.
 	MaxModelCalls string `env:"NOVA_BUDGET_MAX_MODEL_CALLS"`
 }
 

@@ -9,7 +9,7 @@ import (
 
 // The audit binary's default for NOVA_KEEP_ENDED_EVENTS (a struct tag,
 // which cannot name the constant) is the service's KeepEnded, which nova dev
-// uses and the README gives.
+// uses and docs/reference/configuration.md gives.
 func TestKeepEndedDefault(t *testing.T) {
 	var cfg config
 	err := envconfig.Load(&cfg, func(name string) string {

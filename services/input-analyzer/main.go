@@ -7,32 +7,22 @@ import (
 	"os"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 )
 
 type config struct {
 	service.Common
-	llm.Settings
-	Model   string `env:"NOVA_INPUT_ANALYZER_MODEL" default:"gpt-4o-mini"`
-	Workers int    `env:"NOVA_WORKERS" default:"4"`
+	analyzer.Config
 }
 
 func main() {
 	var cfg config
-	os.Exit(service.Main("input-analyzer", &cfg, func(ctx context.Context, env *service.Env) error {
-		client, err := cfg.Settings.Client(bus.AgentInputAnalyzer, env.Logger, env.Telemetry.MeterProvider, env.Telemetry.TracerProvider)
+	os.Exit(service.Main(bus.AgentInputAnalyzer, &cfg, func(ctx context.Context, env *service.Env) error {
+		s, err := analyzer.Start(ctx, cfg.Config, env)
 		if err != nil {
 			return err
 		}
-		return analyzer.Run(ctx, analyzer.Deps{
-			Bus:            env.Bus,
-			LLM:            client,
-			Logger:         env.Logger,
-			TracerProvider: env.Telemetry.TracerProvider,
-			DefaultModel:   cfg.Model,
-			Workers:        cfg.Workers,
-		})
+		return s.Run(ctx)
 	}))
 }

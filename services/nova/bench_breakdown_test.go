@@ -35,7 +35,7 @@ func benchmarkBreakdown(b *testing.B, warm bool) {
 		b.Fatal(err)
 	}
 	spans := tracetest.NewInMemoryExporter()
-	s, err := stack.Start(ctx, stack.Options{DataDir: b.TempDir(), SpanExporter: spans, WarmSandbox: warm})
+	s, err := stack.Start(ctx, stack.Options{DataDir: b.TempDir(), SpanExporter: spans, Sandbox: stack.SandboxConfig(warm)})
 	if err != nil {
 		b.Fatalf("start stack: %v", err)
 	}

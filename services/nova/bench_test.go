@@ -70,7 +70,7 @@ func benchStartStack(b *testing.B, warm bool) *benchEnv {
 	if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	s, err := stack.Start(ctx, stack.Options{DataDir: b.TempDir(), WarmSandbox: warm})
+	s, err := stack.Start(ctx, stack.Options{DataDir: b.TempDir(), Sandbox: stack.SandboxConfig(warm)})
 	if err != nil {
 		b.Fatalf("start stack: %v", err)
 	}

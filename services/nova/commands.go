@@ -13,9 +13,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
+
+	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/config"
@@ -31,10 +32,14 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/services/code-generator/generator"
+	"github.com/novaflow/nova/services/code-validator/validator"
 	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/graph-engine/engine"
+	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
+	"github.com/novaflow/nova/services/output-validator/outputvalidator"
 )
 
 // setFlags collects repeated --set key=value.
@@ -63,40 +68,49 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 // rulesHelp describes --llm-rules.
 const rulesHelp = "scripted model rules `FILE` when no OPENAI_API_KEY/OPENAI_BASE_URL (default: the built-in rules, as in examples/scripted-llm.yaml)"
 
+// devSettings are what nova dev and nova run read from the environment
+// besides each service's configuration: where NATS and the store are (none:
+// the embedded ones), where traces go, and the model API.
+type devSettings struct {
+	// NATSURL is a NATS server to use instead of the embedded one.
+	NATSURL string `env:"NATS_URL"`
+	// MongoURI is a MongoDB to keep the chain of work in instead of the
+	// embedded store.
+	MongoURI string `env:"MONGODB_URI"`
+	// OTLPEndpoint receives traces over OTLP/HTTP; unset: none are exported.
+	OTLPEndpoint string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
+	// Replicas of every stream and bucket (default 1, 3 on an embedded
+	// cluster).
+	Replicas int `env:"NOVA_STREAM_REPLICAS"`
+	llm.Settings
+}
+
+// stackOptions are the stack's options from the environment: every
+// service's configuration read as its binary reads it, each wrong setting
+// named before anything starts.
 func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, error) {
-	opts := stack.Options{
-		DataDir:      dataDir,
-		NATSURL:      os.Getenv("NATS_URL"),
-		MongoURI:     os.Getenv("MONGODB_URI"),
-		OTLPEndpoint: os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"),
-		Logger:       log,
-		LLM: stack.LLMOptions{
-			APIKey:               os.Getenv("OPENAI_API_KEY"),
-			BaseURL:              os.Getenv("OPENAI_BASE_URL"),
-			APIVersion:           os.Getenv("OPENAI_API_VERSION"),
-			InputAnalyzerModel:   os.Getenv("NOVA_INPUT_ANALYZER_MODEL"),
-			CodeGeneratorModel:   os.Getenv("NOVA_CODE_GENERATOR_MODEL"),
-			OutputValidatorModel: os.Getenv("NOVA_OUTPUT_VALIDATOR_MODEL"),
-		},
-	}
-	if r := os.Getenv("NOVA_STREAM_REPLICAS"); r != "" {
-		n, err := strconv.Atoi(r)
-		if err != nil || n < 1 {
-			return opts, fmt.Errorf("NOVA_STREAM_REPLICAS=%q: want a positive number of replicas", r)
+	var env devSettings
+	opts := stack.Options{DataDir: dataDir, Logger: log, Engine: &engine.Settings{}, Sandbox: &sandboxservice.Config{},
+		Audit: &auditservice.Config{}, InputAnalyzer: &analyzer.Config{}, CodeGenerator: &generator.Config{},
+		CodeValidator: &validator.Config{}, OutputValidator: &outputvalidator.Config{}}
+	for _, cfg := range []any{&env, opts.Engine, opts.Sandbox, opts.Audit, opts.InputAnalyzer, opts.CodeGenerator, opts.CodeValidator,
+		opts.OutputValidator} {
+		if err := config.Load(cfg, nil); err != nil {
+			return opts, err
 		}
-		opts.Replicas = n
 	}
-	// The graph engine reads its settings as the graph-engine binary does;
-	// a wrong one is named before anything starts.
-	var es engine.Settings
-	if err := config.Load(&es, nil); err != nil {
+	if env.Replicas < 0 {
+		return opts, fmt.Errorf("NOVA_STREAM_REPLICAS=%d: want a positive number of replicas", env.Replicas)
+	}
+	if _, err := opts.Engine.Config(1); err != nil {
 		return opts, err
 	}
-	if _, err := es.Config(1); err != nil {
-		return opts, err
+	if opts.Sandbox.NodeModules == "" {
+		opts.Sandbox.NodeModules = stack.FindNodeModules()
 	}
-	opts.Engine = &es
-	prices, err := llm.ParsePrices(os.Getenv("NOVA_LLM_PRICES"), llm.DefaultPrices())
+	opts.NATSURL, opts.MongoURI, opts.OTLPEndpoint, opts.Replicas = env.NATSURL, env.MongoURI, env.OTLPEndpoint, env.Replicas
+	opts.LLM = stack.LLMOptions{APIKey: env.APIKey, BaseURL: env.BaseURL, APIVersion: env.APIVersion}
+	prices, err := llm.ParsePrices(env.Prices, llm.DefaultPrices())
 	if err != nil {
 		return opts, fmt.Errorf("NOVA_LLM_PRICES: %w", err)
 	}
@@ -119,7 +133,7 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 // jsNote says where JavaScript nodes find their packages, or how to give
 // them some.
 func jsNote(opts stack.Options) string {
-	if p := cmp.Or(opts.NodeModules, stack.FindNodeModules()); p != "" {
+	if p := cmp.Or(opts.Sandbox.NodeModules, stack.FindNodeModules()); p != "" {
 		return "JavaScript packages (axios, cheerio): " + p
 	}
 	return "JavaScript packages (axios, cheerio): none found; JavaScript nodes run without them (set " +
@@ -158,71 +172,110 @@ func modelNote(opts stack.Options) string {
 	}
 }
 
+// devFlags are nova dev's flags.
+type devFlags struct {
+	dataDir, rules, gatewayAddr, pprofAddr string
+	natsPort, mongoPort, cluster           int
+	zygoteIdle                             time.Duration
+	noAuth                                 bool
+}
+
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
-	natsPort := fs.Int("nats-port", 4222, "port of the embedded NATS server")
-	mongoPort := fs.Int("mongo-port", 27017, "port of the embedded MongoDB-compatible store")
-	rules := fs.String("llm-rules", "", rulesHelp)
-	cluster := fs.Int("cluster", 0, "run `N` (3 or more) clustered NATS servers on ports nats-port, +1, ... with 3 replicas of every stream, instead of one server")
-	gatewayAddr := fs.String("gateway-addr", stack.DefaultGatewayAddr, "`address` of the HTTP API (port 0 picks a free one; \"off\" runs no gateway)")
-	pprofAddr := fs.String("pprof", "", "serve Go's profiles of nova dev (net/http/pprof) at `address`, e.g. 127.0.0.1:6060")
-	zygoteIdle := fs.Duration("zygote-idle", 5*time.Minute, "stop the sandbox's full Python zygote (pandas, numpy, ...: about 100 MiB) after this long without a program that needs it; the next one starts it again (0: keep it)")
-	noAuth := fs.Bool("no-auth", false, "serve the HTTP API without API keys (local development only: anyone who reaches the port may do anything)")
-	if _, err := parseFlags(fs, args); err != nil {
-		return exitInvalid
-	}
-	if *zygoteIdle < 0 {
-		fmt.Fprintf(stderr, "nova dev: --zygote-idle %s: want a duration of 0 or more (0 keeps the zygote)\n", *zygoteIdle)
-		return exitInvalid
-	}
-	if *cluster == 1 || *cluster == 2 || *cluster < 0 {
-		fmt.Fprintf(stderr, "nova dev: --cluster %d: a NATS cluster needs 3 or more servers (a majority must survive losing one)\n", *cluster)
+	f, ok := parseDevFlags(args, stderr)
+	if !ok {
 		return exitInvalid
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts, err := stackOptions(*dataDir, *rules, log)
+	opts, localKey, err := devStackOptions(f, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitInvalid
-	}
-	if *cluster > 0 && opts.NATSURL != "" {
-		fmt.Fprintf(stderr, "nova dev: --cluster runs embedded NATS servers, but NATS_URL points at %s; unset one\n", opts.NATSURL)
-		return exitInvalid
-	}
-	opts.NATSPort, opts.MongoPort, opts.NATSCluster = *natsPort, *mongoPort, *cluster
-	opts.WarmSandbox = true
-	opts.SandboxZygoteIdle = *zygoteIdle
-	var localKey string
-	if *gatewayAddr != "off" {
-		if localKey, err = devGateway(&opts, *gatewayAddr, *noAuth); err != nil {
-			fmt.Fprintf(stderr, "nova dev: %v\n", err)
-			return exitInvalid
-		}
 	}
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitFailed
 	}
-	if *pprofAddr != "" {
-		stopPprof, err := servePprof(ctx, *pprofAddr)
+	if f.pprofAddr != "" {
+		stopPprof, err := servePprof(ctx, f.pprofAddr)
 		if err != nil {
 			_ = s.Close()
 			fmt.Fprintf(stderr, "nova dev: --pprof: %v\n", err)
 			return exitInvalid
 		}
 		defer stopPprof()
-		fmt.Fprintf(stdout, "  Go profiles http://%s/debug/pprof/\n", *pprofAddr)
+		fmt.Fprintf(stdout, "  Go profiles http://%s/debug/pprof/\n", f.pprofAddr)
 	}
 	idle := make(chan struct{})
 	go func() { defer close(idle); returnMemoryWhenIdle(ctx) }()
 	defer func() { <-idle }() // every return below comes after ctx ended
+	printDevRunning(stdout, s, opts, localKey, f.noAuth)
+	<-ctx.Done()
+	if err := s.Close(); err != nil {
+		fmt.Fprintf(stderr, "nova dev: stop: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// parseDevFlags reads nova dev's flags and refuses, on stderr, values it
+// cannot run with; false means exit with exitInvalid.
+func parseDevFlags(args []string, stderr io.Writer) (devFlags, bool) {
+	var f devFlags
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.dataDir, "data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
+	fs.IntVar(&f.natsPort, "nats-port", 4222, "port of the embedded NATS server")
+	fs.IntVar(&f.mongoPort, "mongo-port", 27017, "port of the embedded MongoDB-compatible store")
+	fs.StringVar(&f.rules, "llm-rules", "", rulesHelp)
+	fs.IntVar(&f.cluster, "cluster", 0, "run `N` (3 or more) clustered NATS servers on ports nats-port, +1, ... with 3 replicas of every stream, instead of one server")
+	fs.StringVar(&f.gatewayAddr, "gateway-addr", stack.DefaultGatewayAddr, "`address` of the HTTP API (port 0 picks a free one; \"off\" runs no gateway)")
+	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiles of nova dev (net/http/pprof) at `address`, e.g. 127.0.0.1:6060")
+	fs.DurationVar(&f.zygoteIdle, "zygote-idle", 5*time.Minute, "stop the sandbox's full Python zygote (pandas, numpy, ...: about 100 MiB) after this long without a program that needs it; the next one starts it again (0: keep it)")
+	fs.BoolVar(&f.noAuth, "no-auth", false, "serve the HTTP API without API keys (local development only: anyone who reaches the port may do anything)")
+	if _, err := parseFlags(fs, args); err != nil {
+		return f, false
+	}
+	if f.zygoteIdle < 0 {
+		fmt.Fprintf(stderr, "nova dev: --zygote-idle %s: want a duration of 0 or more (0 keeps the zygote)\n", f.zygoteIdle)
+		return f, false
+	}
+	if f.cluster == 1 || f.cluster == 2 || f.cluster < 0 {
+		fmt.Fprintf(stderr, "nova dev: --cluster %d: a NATS cluster needs 3 or more servers (a majority must survive losing one)\n", f.cluster)
+		return f, false
+	}
+	return f, true
+}
+
+// devStackOptions are the options of the stack nova dev runs, and the admin
+// key made for this run when its gateway needs one.
+func devStackOptions(f devFlags, log *slog.Logger) (stack.Options, string, error) {
+	opts, err := stackOptions(f.dataDir, f.rules, log)
+	if err != nil {
+		return opts, "", err
+	}
+	if f.cluster > 0 && opts.NATSURL != "" {
+		return opts, "", fmt.Errorf("--cluster runs embedded NATS servers, but NATS_URL points at %s; unset one", opts.NATSURL)
+	}
+	opts.NATSPort, opts.MongoPort, opts.NATSCluster = f.natsPort, f.mongoPort, f.cluster
+	opts.Sandbox.Warm = true
+	opts.Sandbox.ZygoteIdle = f.zygoteIdle
+	var localKey string
+	if f.gatewayAddr != "off" {
+		if localKey, err = devGateway(&opts, f.gatewayAddr, f.noAuth); err != nil {
+			return opts, "", err
+		}
+	}
+	return opts, localKey, nil
+}
+
+// printDevRunning says what nova dev runs, where to reach it and how to
+// start a workflow on it.
+func printDevRunning(stdout io.Writer, s *stack.Stack, opts stack.Options, localKey string, noAuth bool) {
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
 	if u := s.GatewayURL(); u != "" {
 		switch {
-		case *noAuth:
+		case noAuth:
 			fmt.Fprintf(stdout, "  HTTP API %s (no authentication: never expose this port)\n  console: %s/\n", u, u)
 		case localKey != "":
 			// The key rides in the link's fragment, which a browser never sends.
@@ -244,7 +297,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "  NATS_URL=%s\n  MONGODB_URI=%s\n", s.NATSURL(), s.MongoURI())
 	if u := s.GatewayURL(); u != "" {
 		auth := ` -H "Authorization: Bearer $NOVA_API_KEY"`
-		if *noAuth {
+		if noAuth {
 			auth = ""
 		}
 		fmt.Fprintf(stdout, "Start a workflow with curl%s %s/v1/executions -d '{\"workflow\": \"NAME\", \"context\": {...}}',\n", auth, u)
@@ -253,12 +306,6 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Start a workflow by publishing %s on %s; press Ctrl-C to stop.\n",
 			bus.TypeWorkflowStart, bus.CommandSubject(bus.AgentGraphEngine))
 	}
-	<-ctx.Done()
-	if err := s.Close(); err != nil {
-		fmt.Fprintf(stderr, "nova dev: stop: %v\n", err)
-		return exitFailed
-	}
-	return exitOK
 }
 
 // servePprof serves Go's profiles at addr until stop is called.
@@ -336,91 +383,156 @@ type runNodeResult struct {
 	ModelCalls int32   `json:"model_calls"`
 }
 
+// runFlags are nova run's flags and its workflow file.
+type runFlags struct {
+	file                        string
+	sets                        setFlags
+	contextFile, dataDir, rules string
+	asJSON, withChain, verbose  bool
+	remote, progress            bool
+	timeout                     time.Duration
+}
+
+// runServices are the bus and audit store nova run starts its workflow
+// with; release closes them and whatever was started for them.
+type runServices struct {
+	bus     *bus.Bus
+	store   *store.Store
+	release func()
+}
+
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var sets setFlags
-	fs.Var(&sets, "set", "initial context value key=value (JSON when valid JSON, else a string); repeatable")
-	contextFile := fs.String("context-file", "", "JSON object with the initial context")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	withChain := fs.Bool("chain", false, "also print the chain of work from the audit store")
-	dataDir := fs.String("data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up waiting after this long")
-	verbose := fs.Bool("v", false, "show the services' logs")
-	rules := fs.String("llm-rules", "", rulesHelp)
-	remote := fs.Bool("remote", false, "only start the workflow and wait for it: the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
-	progress := fs.Bool("progress", isTerminal(stdout), "show each node as it starts and ends (default on a terminal)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	f, ok := parseRunFlags(args, stdout, stderr)
+	if !ok {
 		return exitInvalid
 	}
-	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "nova run: want exactly one workflow FILE")
-		return exitInvalid
-	}
-	def, err := workflow.Load(pos[0], workflow.ValidateOptions{AllowPrompt: true})
+	def, err := workflow.Load(f.file, workflow.ValidateOptions{AllowPrompt: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitInvalid
 	}
-	initial, err := initialContext(*contextFile, sets)
+	initial, err := initialContext(f.contextFile, f.sets)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitInvalid
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
+	var svc runServices
+	var code int
+	if f.remote {
+		svc, code = connectRunRemote(ctx, f.withChain, stderr)
+	} else {
+		svc, code = startRunStack(ctx, f, def, stderr)
+	}
+	if code != exitOK {
+		return code
+	}
+	defer svc.release()
+	return runAndReport(ctx, f, def, initial, svc, stdout, stderr)
+}
+
+// parseRunFlags reads nova run's flags and its one workflow file; false
+// means exit with exitInvalid, having said why on stderr.
+func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
+	var f runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var(&f.sets, "set", "initial context value key=value (JSON when valid JSON, else a string); repeatable")
+	fs.StringVar(&f.contextFile, "context-file", "", "JSON object with the initial context")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	fs.BoolVar(&f.withChain, "chain", false, "also print the chain of work from the audit store")
+	fs.StringVar(&f.dataDir, "data-dir", "./.nova", "directory of the embedded NATS and MongoDB-compatible store")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
+	fs.BoolVar(&f.verbose, "v", false, "show the services' logs")
+	fs.StringVar(&f.rules, "llm-rules", "", rulesHelp)
+	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it: the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
+	fs.BoolVar(&f.progress, "progress", isTerminal(stdout), "show each node as it starts and ends (default on a terminal)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return f, false
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "nova run: want exactly one workflow FILE")
+		return f, false
+	}
+	f.file = pos[0]
+	return f, true
+}
+
+// connectRunRemote connects to the services of a deployment elsewhere
+// (--remote). Every failure is the user's setup: exitInvalid.
+func connectRunRemote(ctx context.Context, withChain bool, stderr io.Writer) (runServices, int) {
 	var b *bus.Bus
 	var st *store.Store
-	if *remote {
-		if os.Getenv("NATS_URL") == "" {
-			err = errors.New("--remote needs NATS_URL")
-		} else {
-			b, st, err = connectRemote(ctx, *withChain)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "nova run: %v\n", err)
-			return exitInvalid
-		}
-		if st != nil {
-			defer st.Close(context.WithoutCancel(ctx))
-		}
+	var err error
+	if os.Getenv("NATS_URL") == "" {
+		err = errors.New("--remote needs NATS_URL")
 	} else {
-		logOut := io.Discard
-		if *verbose {
-			logOut = stderr
-		}
-		opts, err := stackOptions(*dataDir, *rules, slog.New(slog.NewTextHandler(logOut, nil)))
-		if err != nil {
-			fmt.Fprintf(stderr, "nova run: %v\n", err)
-			return exitInvalid
-		}
-		if hasPrompt(def) {
-			fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
-			if n := semanticNote(opts); n != "" {
-				fmt.Fprintf(stderr, "nova run: %s\n", n)
-			}
-		}
-		s, err := stack.Start(ctx, opts)
-		if err != nil {
-			fmt.Fprintf(stderr, "nova run: %v\n", err)
-			return exitFailed
-		}
-		defer s.Close()
-		if b, err = s.Connect(ctx, "nova-cli"); err != nil {
-			fmt.Fprintf(stderr, "nova run: %v\n", err)
-			return exitFailed
-		}
-		st = s.Store
+		b, st, err = connectRemote(ctx, withChain)
 	}
-	defer b.Close()
-	values, err := valueref.Open(ctx, b.JetStream(), 0, 0)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return runServices{}, exitInvalid
+	}
+	release := func() {
+		b.Close()
+		if st != nil {
+			st.Close(context.WithoutCancel(ctx))
+		}
+	}
+	return runServices{bus: b, store: st, release: release}, exitOK
+}
+
+// startRunStack starts the services in this process for one run of def,
+// their logs shown only with -v.
+func startRunStack(ctx context.Context, f runFlags, def *novav1.WorkflowDefinition, stderr io.Writer) (runServices, int) {
+	logOut := io.Discard
+	if f.verbose {
+		logOut = stderr
+	}
+	opts, err := stackOptions(f.dataDir, f.rules, slog.New(slog.NewTextHandler(logOut, nil)))
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return runServices{}, exitInvalid
+	}
+	// Only a workflow that calls a model needs to be told which one answers.
+	if hasPrompt(def) {
+		fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
+		if n := semanticNote(opts); n != "" {
+			fmt.Fprintf(stderr, "nova run: %s\n", n)
+		}
+	}
+	s, err := stack.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return runServices{}, exitFailed
+	}
+	b, err := s.Connect(ctx, "nova-cli")
+	if err != nil {
+		s.Close()
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return runServices{}, exitFailed
+	}
+	release := func() {
+		b.Close()
+		s.Close()
+	}
+	return runServices{bus: b, store: s.Store, release: release}, exitOK
+}
+
+// runAndReport starts def with initial, waits for it to end (showing its
+// progress when asked), prints the result and, with --chain, its chain of
+// work. It exits exitOK only when the execution succeeded.
+func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinition, initial jsonvalue.Object,
+	svc runServices, stdout, stderr io.Writer) int {
+	values, err := valueref.Open(ctx, svc.bus.JetStream(), 0, 0)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitFailed
 	}
-	c := client.New(b, values)
+	c := client.New(svc.bus, values)
 	defer c.Close()
 	exec, err := c.Start(ctx, def, "", initial)
 	if err != nil {
@@ -428,7 +540,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	var shown *progressPrinter
-	if *progress && !*asJSON {
+	if f.progress && !f.asJSON {
 		shown = newProgressPrinter(stdout, nodeIDs(def))
 		stop, err := c.Follow(ctx, exec.ID, shown.print)
 		if err != nil {
@@ -446,7 +558,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		shown.wait(2 * time.Second)
 	}
 	res := toRunResult(wc)
-	if *asJSON {
+	if f.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
@@ -454,12 +566,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		printRun(stdout, def, res)
 	}
-	if *withChain {
+	if f.withChain {
 		if err := c.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
 			fmt.Fprintf(stderr, "nova run: %v\n", err)
 			return exitFailed
 		}
-		if err := printChain(ctx, stdout, st, res.ExecutionID, *asJSON); err != nil {
+		if err := printChain(ctx, stdout, svc.store, res.ExecutionID, f.asJSON); err != nil {
 			fmt.Fprintf(stderr, "nova run: %v\n", err)
 			return exitFailed
 		}

@@ -101,6 +101,30 @@ func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // workflow.PinCode. A node that does not exist, is not an AI node or did not
 // succeed is a *pinError naming it.
 func pinExecution(ctx context.Context, st *store.Store, executionID string, wanted []string) (*pinned, error) {
+	def, err := finishedDefinition(ctx, st, executionID)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := st.Chain(ctx, executionID)
+	if err != nil {
+		return nil, fmt.Errorf("chain of work of %s: %w", executionID, err)
+	}
+	src := pinSource{executionID: executionID, last: lastVisits(chain)}
+	p := &pinned{def: def}
+	if len(wanted) == 0 {
+		if wanted, err = src.succeededAINodes(p); err != nil {
+			return nil, err
+		}
+	}
+	if err := src.pinNodes(p, wanted); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// finishedDefinition is the definition execution executionID ran, once it
+// has finished: a running one's nodes may still change their code.
+func finishedDefinition(ctx context.Context, st *store.Store, executionID string) (*novav1.WorkflowDefinition, error) {
 	exec, err := st.Execution(ctx, executionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("no execution %q in the chain of work: %w", executionID, store.ErrNotFound)
@@ -111,66 +135,84 @@ func pinExecution(ctx context.Context, st *store.Store, executionID string, want
 	if exec.Status == store.StatusRunning {
 		return nil, &pinError{fmt.Sprintf("execution %s is still running; pin its nodes once it has finished", executionID)}
 	}
-	def, err := definitionOf(exec)
-	if err != nil {
-		return nil, err
-	}
-	chain, err := st.Chain(ctx, executionID)
-	if err != nil {
-		return nil, fmt.Errorf("chain of work of %s: %w", executionID, err)
-	}
-	// A node's last visit decides: its code is the one proven last.
+	return definitionOf(exec)
+}
+
+// lastVisits maps each node of chain to its last finished visit. A node's
+// last visit decides: its code is the one proven last.
+func lastVisits(chain []store.NodeDoc) map[string]*store.NodeDoc {
 	last := map[string]*store.NodeDoc{}
 	for i := range chain {
 		if n := &chain[i]; n.Status != store.StatusRunning && (last[n.NodeID] == nil || n.Visit > last[n.NodeID].Visit) {
 			last[n.NodeID] = n
 		}
 	}
-	// code is what the AI node id ran, or why it cannot be pinned.
-	code := func(id string) (string, string) {
-		n := last[id]
-		switch {
-		case n == nil:
-			return "", "did not run in execution " + executionID
-		case n.Status != nodeSucceeded:
-			why := fmt.Sprintf("did not succeed in execution %s (visit %d %s", executionID, n.Visit, n.Status)
-			if n.ErrorMessage != "" {
-				why += ": " + firstLine(n.ErrorMessage)
-			}
-			return "", why + ")"
-		}
-		c, _ := n.AIMetadata["generated_code"].(string)
-		switch {
-		case strings.TrimSpace(c) == "":
-			return "", "has no generated code in the chain of work of " + executionID
-		case strings.Contains(c, redact.Placeholder):
-			return "", fmt.Sprintf("has secrets hidden (%s) in its code in the chain of work of %s, so the code that ran is not known; keep secrets in the context, not in the code",
-				redact.Placeholder, executionID)
-		}
-		return c, ""
-	}
+	return last
+}
 
-	ai := func(n *novav1.Node) bool { return strings.TrimSpace(n.GetPrompt()) != "" }
-	p := &pinned{def: def}
-	var problems []string
-	if len(wanted) == 0 {
-		for _, n := range def.GetNodes() {
-			if !ai(n) {
-				continue
-			}
-			if _, why := code(n.GetId()); why != "" {
-				p.left = append(p.left, fmt.Sprintf("%q an AI node: it %s", n.GetId(), why))
-				continue
-			}
-			wanted = append(wanted, n.GetId())
+// isAINode says whether n asks a model for its code.
+func isAINode(n *novav1.Node) bool { return strings.TrimSpace(n.GetPrompt()) != "" }
+
+// pinSource is the code an execution's nodes ran, by their last visits.
+type pinSource struct {
+	executionID string
+	last        map[string]*store.NodeDoc
+}
+
+// code is what the AI node id ran, or why it cannot be pinned.
+func (s pinSource) code(id string) (string, string) {
+	n := s.last[id]
+	switch {
+	case n == nil:
+		return "", "did not run in execution " + s.executionID
+	case n.Status != nodeSucceeded:
+		why := fmt.Sprintf("did not succeed in execution %s (visit %d %s", s.executionID, n.Visit, n.Status)
+		if n.ErrorMessage != "" {
+			why += ": " + firstLine(n.ErrorMessage)
 		}
-		if len(wanted) == 0 {
-			if len(p.left) == 0 {
-				return nil, &pinError{fmt.Sprintf("workflow %q of execution %s has no AI node to pin", def.GetName(), executionID)}
-			}
-			return nil, &pinError{fmt.Sprintf("no AI node of execution %s succeeded, so there is nothing to pin: %s", executionID, strings.Join(p.left, "; "))}
-		}
+		return "", why + ")"
 	}
+	c, _ := n.AIMetadata["generated_code"].(string)
+	switch {
+	case strings.TrimSpace(c) == "":
+		return "", "has no generated code in the chain of work of " + s.executionID
+	case strings.Contains(c, redact.Placeholder):
+		return "", fmt.Sprintf("has secrets hidden (%s) in its code in the chain of work of %s, so the code that ran is not known; keep secrets in the context, not in the code",
+			redact.Placeholder, s.executionID)
+	}
+	return c, ""
+}
+
+// succeededAINodes is every AI node of p's definition that can be pinned;
+// those that cannot go to p.left with why, so that pinning them all still
+// says what it left. None to pin is a *pinError.
+func (s pinSource) succeededAINodes(p *pinned) ([]string, error) {
+	var ids []string
+	for _, n := range p.def.GetNodes() {
+		if !isAINode(n) {
+			continue
+		}
+		if _, why := s.code(n.GetId()); why != "" {
+			p.left = append(p.left, fmt.Sprintf("%q an AI node: it %s", n.GetId(), why))
+			continue
+		}
+		ids = append(ids, n.GetId())
+	}
+	if len(ids) > 0 {
+		return ids, nil
+	}
+	if len(p.left) == 0 {
+		return nil, &pinError{fmt.Sprintf("workflow %q of execution %s has no AI node to pin", p.def.GetName(), s.executionID)}
+	}
+	return nil, &pinError{fmt.Sprintf("no AI node of execution %s succeeded, so there is nothing to pin: %s", s.executionID, strings.Join(p.left, "; "))}
+}
+
+// pinNodes pins each node of wanted in p to the code it ran. Every node
+// that cannot be pinned is named in one *pinError, so that one try shows
+// all the mistakes.
+func (s pinSource) pinNodes(p *pinned, wanted []string) error {
+	def := p.def
+	var problems []string
 	seen := map[string]bool{}
 	for _, id := range wanted {
 		if seen[id] {
@@ -182,27 +224,28 @@ func pinExecution(ctx context.Context, st *store.Store, executionID string, want
 		case n == nil:
 			problems = append(problems, fmt.Sprintf("workflow %q has no node %q (its nodes: %s)", def.GetName(), id, strings.Join(nodeIDs(def), ", ")))
 			continue
-		case !ai(n) && strings.TrimSpace(n.GetCode()) != "":
+		case !isAINode(n) && strings.TrimSpace(n.GetCode()) != "":
 			problems = append(problems, fmt.Sprintf("node %q is not an AI node: it runs code as written already", id))
 			continue
-		case !ai(n):
+		case !isAINode(n):
 			problems = append(problems, fmt.Sprintf("node %q is not an AI node: it is a %s node", id, workflow.TypeName(n.GetType())))
 			continue
 		}
-		c, why := code(id)
+		c, why := s.code(id)
 		if why != "" {
 			problems = append(problems, fmt.Sprintf("AI node %q %s", id, why))
 			continue
 		}
+		var err error
 		if p.def, err = workflow.PinCode(p.def, id, c, ""); err != nil {
-			return nil, fmt.Errorf("pin node %q: %w", id, err)
+			return fmt.Errorf("pin node %q: %w", id, err)
 		}
 		p.nodes = append(p.nodes, id)
 	}
 	if len(problems) > 0 {
-		return nil, &pinError{"cannot pin: " + strings.Join(problems, "; ")}
+		return &pinError{"cannot pin: " + strings.Join(problems, "; ")}
 	}
-	return p, nil
+	return nil
 }
 
 // definitionOf is the definition an execution ran, as the audit store

@@ -13,31 +13,32 @@ import (
 	"time"
 )
 
-// example is a ```bash block of the README: its script, and the answers
-// it shows (the "# " lines), each a pattern in which … stands for anything.
+// example is a ```bash block of a documentation page: its script, and the
+// answers it shows (the "# " lines), each a pattern in which … stands for
+// anything.
 type example struct {
 	script   string
 	patterns []string
 }
 
-// readmeExamples are the ```bash blocks of the README's section.
-func readmeExamples(t *testing.T, section string) []example {
+// httpExamplePages are the pages whose ```bash blocks are run, in this
+// order, against one nova dev: the HTTP API reference, then the refinement
+// guide's example.
+var httpExamplePages = []string{
+	filepath.Join("docs", "reference", "http-api.md"),
+	filepath.Join("docs", "guides", "refinement.md"),
+}
+
+// docExamples are the ```bash blocks of page (a path from the repository's
+// root).
+func docExamples(t *testing.T, page string) []example {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(data)
-	start := strings.Index(text, "\n## "+section+"\n")
-	if start < 0 {
-		t.Fatalf("README has no section %q", section)
-	}
-	text = text[start+1:]
-	if end := strings.Index(text[3:], "\n## "); end >= 0 {
-		text = text[:end+3]
-	}
 	var out []example
-	for _, block := range regexp.MustCompile("(?s)\n```bash\n(.*?)\n```").FindAllStringSubmatch(text, -1) {
+	for _, block := range regexp.MustCompile("(?s)\n```bash\n(.*?)\n```").FindAllStringSubmatch(string(data), -1) {
 		var ex example
 		var script []string
 		for _, line := range strings.Split(block[1], "\n") {
@@ -49,6 +50,9 @@ func readmeExamples(t *testing.T, section string) []example {
 		}
 		ex.script = strings.Join(script, "\n")
 		out = append(out, ex)
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no bash example", page)
 	}
 	return out
 }
@@ -71,15 +75,19 @@ func match(out string, patterns []string) error {
 	return nil
 }
 
-// TestREADMEHTTPExamples runs the README's HTTP API examples as written, in
-// order, with curl against a nova dev, and checks the answers they show.
+// TestREADMEHTTPExamples runs the documentation's HTTP API examples (the
+// pages of httpExamplePages, which the README links to) as written, in order,
+// with curl against a nova dev, and checks the answers they show.
 func TestREADMEHTTPExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed (Debian package curl; make deps installs it)")
 	}
-	examples := readmeExamples(t, "HTTP API (gateway)")
+	var examples []example
+	for _, page := range httpExamplePages {
+		examples = append(examples, docExamples(t, page)...)
+	}
 	if len(examples) < 5 {
-		t.Fatalf("found %d bash examples in the README's HTTP API section", len(examples))
+		t.Fatalf("found %d bash examples in %v", len(examples), httpExamplePages)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -107,7 +115,7 @@ func TestREADMEHTTPExamples(t *testing.T) {
 	}
 	for i, ex := range examples {
 		if err := match(outputs[i+1], ex.patterns); err != nil {
-			t.Errorf("example %d:\n%s\nanswered otherwise than the README shows: %v", i, ex.script, err)
+			t.Errorf("example %d:\n%s\nanswered otherwise than the documentation shows: %v", i, ex.script, err)
 		}
 	}
 }

@@ -75,13 +75,12 @@ func probes() []probe {
 		ps = append(ps, probe{user, op, subject, allowed})
 	}
 	for _, u := range serviceUsers {
-		// Commands: producers start workflows, only the engine commands agents,
-		// but for the gateway running code outside any workflow (POST
-		// /v1/execute) in the sandbox and refining code (POST /v1/refine)
-		// with the code generator.
+		// Commands: producers start workflows and refinements, only the
+		// engine commands agents, but for the gateway running code outside
+		// any workflow (POST /v1/execute) in the sandbox.
 		add(u, "pub", bus.CommandSubject(bus.AgentGraphEngine), isProducer(u))
 		for _, a := range resultSenders {
-			add(u, "pub", bus.CommandSubject(a), u == userGraphEngine || u == userGateway && (a == userSandbox || a == userCodeGenerator))
+			add(u, "pub", bus.CommandSubject(a), u == userGraphEngine || u == userGateway && a == userSandbox)
 		}
 		// Results: each agent answers only as itself, to the engine or as a
 		// reply; the engine cannot forge one.
@@ -89,10 +88,11 @@ func probes() []probe {
 			add(u, "pub", bus.EventSubject(exec, bus.ResultKind(a)), u == a)
 			add(u, "pub", bus.EventSubject(exec, bus.ReplyKind(a)), u == a)
 		}
-		// Facts of executions come from the engine, and from the gateway
-		// for refinements, which run no graph (so no node.started).
-		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeStarted, bus.KindNodeCompleted, bus.KindStepCompleted} {
-			add(u, "pub", bus.EventSubject(exec, kind), u == userGraphEngine || u == userGateway && kind != bus.KindNodeStarted)
+		// Facts of executions, refinements' included, come from the engine
+		// only: no producer can forge a chain of work.
+		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeStarted, bus.KindNodeCompleted,
+			bus.KindStepCompleted, bus.KindRefinement} {
+			add(u, "pub", bus.EventSubject(exec, kind), u == userGraphEngine)
 		}
 		// Dead letters: a service writes those of its own consumers.
 		for _, d := range durables() {

@@ -173,7 +173,7 @@ func (s *natsServer) connectBus(t *testing.T, ctx context.Context, user string, 
 	return b, v
 }
 
-// TestConfigIsProduction checks the settings the README promises of
+// TestConfigIsProduction checks the settings docs/operations/nats-security.md promises of
 // deploy/nats: JetStream fsyncs every write, the NOVA account has
 // JetStream, SYS is the system account, and there is no anonymous access.
 func TestConfigIsProduction(t *testing.T) {

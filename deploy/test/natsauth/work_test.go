@@ -29,6 +29,7 @@ import (
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/syncbuf"
+	"github.com/novaflow/nova/pkg/telemetry"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -36,7 +37,6 @@ import (
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
-	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
@@ -125,38 +125,25 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	g.Go(func() error { return e.Run(gctx) })
 
 	sandboxBus := connect(userSandbox)
-	r, err := runner.New(runner.Config{Logger: log})
-	if err != nil {
-		t.Fatalf("sandbox runner: %v", err)
-	}
-	sandboxValues, err := valueref.Open(ctx, sandboxBus.JetStream(), 0, 1)
-	if err != nil {
-		t.Fatalf("sandbox opens the object store: %v", err)
-	}
-	if err := sandboxBus.EnsureStreams(ctx); err != nil {
-		t.Fatalf("sandbox declares the streams: %v", err)
-	}
-	if _, err := sandboxBus.DeclareConsumer(ctx, sandboxservice.ConsumerSpec(2)); err != nil {
-		t.Fatalf("sandbox declares its consumer: %v", err)
-	}
 	sandboxMetrics := sdkmetric.NewManualReader()
-	g.Go(func() error {
-		return sandboxservice.Run(gctx, sandboxservice.Deps{Bus: sandboxBus, Runner: r, Values: sandboxValues,
-			Logger: log.With("service", userSandbox), Workers: 2,
-			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(sandboxMetrics))})
-	})
+	sandboxTel := &telemetry.Telemetry{TracerProvider: tracenoop.NewTracerProvider(),
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(sandboxMetrics))}
+	sbCfg := sandboxservice.DefaultConfig()
+	sbCfg.Warm, sbCfg.JavaScript = false, false
+	sb, err := sandboxservice.Start(ctx, sbCfg, service.NewEnv(sandboxBus, sandboxTel, log.With("service", userSandbox), 1))
+	if err != nil {
+		t.Fatalf("sandbox opens the object store and declares the streams and its consumer: %v", err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	g.Go(func() error { return sb.Run(gctx) })
 
 	auditBus := connect(userAudit)
-	if err := auditBus.EnsureStreams(ctx); err != nil {
-		t.Fatalf("audit declares the streams: %v", err)
+	a, err := auditservice.Start(ctx, auditservice.Config{KeepEnded: 500 * time.Millisecond},
+		service.NewEnv(auditBus, nil, log.With("service", userAudit), 1), auditservice.WithStore(st), auditservice.WithPurgeEvery(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("audit declares the streams and its consumer: %v", err)
 	}
-	if _, err := auditBus.DeclareConsumer(ctx, auditservice.ConsumerSpec(0)); err != nil {
-		t.Fatalf("audit declares its consumer: %v", err)
-	}
-	g.Go(func() error {
-		return auditservice.Run(gctx, auditservice.Deps{Bus: auditBus, Store: st, Logger: log.With("service", userAudit),
-			KeepEnded: 500 * time.Millisecond, PurgeEvery: 100 * time.Millisecond})
-	})
+	g.Go(func() error { return a.Run(gctx) })
 
 	producer := connect(userProducer)
 	values, err := valueref.Open(ctx, producer.JetStream(), 0, 1)

@@ -5,7 +5,7 @@
 // search_documentation. Prompts never carry secrets or large values: the
 // context is described (keys, types, sizes, short samples), never sent.
 //
-// The REFINE stage (seed 004's field-feedback loop, for the gateway's
+// The REFINE stage (the field-feedback refinement, for the gateway's
 // POST /v1/refine) improves code that already ran, in Python or
 // JavaScript, from feedback on the fields of its output; see refineprompt.go.
 package generator
@@ -97,24 +97,25 @@ func New(d Deps) (*Generator, error) {
 	}, nil
 }
 
-// Run serves GenerateCode commands until ctx ends.
-func Run(ctx context.Context, d Deps) error {
+// start declares the agent's consumer and returns the service that
+// answers its commands.
+func start(ctx context.Context, d Deps) (*agent.Service, error) {
 	if d.Bus == nil {
-		return errors.New("generator: a bus is required")
+		return nil, errors.New("generator: a bus is required")
 	}
 	if d.TracerProvider == nil {
 		d.TracerProvider = noop.NewTracerProvider()
 	}
 	g, err := New(d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Load the documentation now so the first command does not wait for it;
 	// a sandbox that starts later is picked up on demand.
 	g.docs.get(ctx)
 	spec := Spec
 	spec.Workers = d.Workers
-	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
+	return agent.Start(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.GenerateCode { return &novav1.GenerateCode{} },
 		func(ctx context.Context, cmd *novav1.GenerateCode) (proto.Message, error) {
 			return g.Generate(ctx, cmd)

@@ -11,7 +11,7 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// The REFINE stage is seed 004's field-feedback loop: code that already
+// The REFINE stage is the field-feedback refinement: code that already
 // runs is improved from people's feedback on the fields of its output
 // (missing, wrong, partial, format), with instructions chosen by the kind
 // of code (agent type). Its prompt is the seed's type-specific refinement

@@ -8,9 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/service"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/code-generator/generator"
 )
@@ -30,8 +32,12 @@ func TestServiceOverTheBus(t *testing.T) {
 	srv, client := modelServer(t, docsRules()...)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	svc, err := generator.Start(ctx, generator.Config{Workers: 2}, service.NewEnv(b, nil, quiet, 1), agent.WithLLM(client))
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- generator.Run(runCtx, generator.Deps{Bus: b, LLM: client, Workers: 2, Logger: quiet})
+		done <- svc.Run(runCtx)
 	}()
 	t.Cleanup(func() {
 		stop()

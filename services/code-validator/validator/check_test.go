@@ -515,7 +515,7 @@ func TestBrokenProgramsAreFound(t *testing.T) {
 	}
 }
 
-// The retry test of the AI pipeline (issue 3, test 3, task "Calculate
+// The AI pipeline's retry test (task "Calculate
 // discount (10% if total > 1000)" with {"total": 1500}) feeds broken
 // answers before a good one; these are those answers and their likely
 // variants. caught says whether the validator stops each before it runs.

@@ -13,6 +13,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
+	"github.com/novaflow/nova/pkg/service"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/code-validator/validator"
 )
@@ -49,9 +50,11 @@ func TestServiceThroughTheBus(t *testing.T) {
 	runtime.RetryMissing = 0 // look again at every command: the test publishes in between
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- validator.Run(runCtx, validator.Deps{Bus: b, Logger: quiet, Runtime: runtime, Workers: 2})
-	}()
+	svc, err := validator.Start(ctx, validator.Config{Workers: 2}, service.NewEnv(b, nil, quiet, 1), validator.WithRuntime(runtime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- svc.Run(runCtx) }()
 	defer func() {
 		stop()
 		if err := <-done; err != nil {

@@ -83,10 +83,11 @@ func New(d Deps) *Validator {
 	return &Validator{d: d, log: cmp.Or(d.Logger, slog.Default()), memo: NewMemo(DefaultMemoEntries)}
 }
 
-// Run serves the code-validator queue until ctx ends.
-func Run(ctx context.Context, d Deps) error {
+// start loads the runtime description, publishes the validator's
+// fingerprint and declares the code-validator queue's consumer.
+func start(ctx context.Context, d Deps) (*agent.Service, error) {
 	if d.Bus == nil {
-		return errors.New("code validator: bus is required")
+		return nil, errors.New("code validator: bus is required")
 	}
 	v := New(d)
 	if info, err := v.d.Runtime.Get(ctx); err != nil {
@@ -110,7 +111,7 @@ func Run(ctx context.Context, d Deps) error {
 		ResultType:  bus.TypeCodeValidated,
 		Workers:     d.Workers,
 	}
-	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
+	return agent.Start(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.ValidateCode { return &novav1.ValidateCode{} },
 		func(ctx context.Context, cmd *novav1.ValidateCode) (proto.Message, error) {
 			return v.Validate(ctx, cmd)

@@ -25,8 +25,8 @@ const DefaultMaxExecuteTimeout = 60 * time.Second
 // defaultExecuteTimeout is the timeout of a run that names none.
 const defaultExecuteTimeout = 30 * time.Second
 
-// executeRequest is a checked POST /v1/execute body (seed 004's
-// ExecuteRequest, with NOVA's language and context).
+// executeRequest is a checked POST /v1/execute body, with NOVA's language
+// and context.
 type executeRequest struct {
 	code     string
 	language string
@@ -37,7 +37,7 @@ type executeRequest struct {
 
 var executeFields = []string{"code", "language", "args", "url", "context", "timeout"}
 
-// executeResponse is seed 004's ExecuteResponse with its output analysis,
+// executeResponse is the execute response with its output analysis,
 // and what NOVA adds: the context after the run, the kind of failure and
 // which limit ended it, the process's own output.
 type executeResponse struct {
@@ -103,7 +103,7 @@ func parseExecute(body []byte, maxTimeout time.Duration) (*executeRequest, *Prob
 			req.context = c
 		}
 	}
-	// The code is called with one argument, the context: args (seed 004's
+	// The code is called with one argument, the context: args (the
 	// arguments of the exported function) may hold one object, whose
 	// members join the context.
 	if raw, ok := members["args"]; ok {
@@ -144,7 +144,7 @@ func parseExecute(body []byte, maxTimeout time.Duration) (*executeRequest, *Prob
 	return req, nil
 }
 
-// execute is POST /v1/execute: seed 004's execute server for code outside
+// execute is POST /v1/execute: the execute server for code outside
 // any workflow. The code runs in the sandbox service, sent as a command on
 // the bus like every node's code, with the same isolation and limits; with
 // a url, the sandbox may reach that URL's host and no other.
@@ -208,7 +208,7 @@ func (g *Gateway) runCode(ctx context.Context, req *executeRequest) (*executeRes
 	return g.executeResponse(ctx, req.context, r)
 }
 
-// executeResponse describes a sandbox result as seed 004's response, large
+// executeResponse describes a sandbox result as the execute response, large
 // values read back from the object store.
 func (g *Gateway) executeResponse(ctx context.Context, input jsonvalue.Object, r *novav1.CodeExecuted) (*executeResponse, error) {
 	// The input holds no references (it is the request's context); only

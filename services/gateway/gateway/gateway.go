@@ -63,15 +63,23 @@ type Limits struct {
 }
 
 // Settings are the gateway's limits and CORS origins as the environment
-// sets them (see the README's "Running services separately"); the gateway
+// sets them (see docs/operations/running-services.md); the gateway
 // service and nova dev read them with pkg/config.
 type Settings struct {
-	MaxBody           int64         `env:"NOVA_GATEWAY_MAX_BODY" default:"4194304"`
-	MaxWait           time.Duration `env:"NOVA_GATEWAY_MAX_WAIT" default:"60s"`
-	Rate              float64       `env:"NOVA_GATEWAY_RATE" default:"50"`
-	Burst             int           `env:"NOVA_GATEWAY_BURST" default:"100"`
-	MaxStreams        int           `env:"NOVA_GATEWAY_MAX_STREAMS" default:"1000"`
-	MaxStreamsPerKey  int           `env:"NOVA_GATEWAY_MAX_STREAMS_PER_KEY" default:"100"`
+	// MaxBody is the largest request body in bytes (413 above it).
+	MaxBody int64 `env:"NOVA_GATEWAY_MAX_BODY" default:"4194304"`
+	// MaxWait is the longest ?wait a start may ask for.
+	MaxWait time.Duration `env:"NOVA_GATEWAY_MAX_WAIT" default:"60s"`
+	// Rate and Burst are each API key's requests per second and burst (429
+	// above them).
+	Rate  float64 `env:"NOVA_GATEWAY_RATE" default:"50"`
+	Burst int     `env:"NOVA_GATEWAY_BURST" default:"100"`
+	// MaxStreams and MaxStreamsPerKey bound the open event streams, in all
+	// and per API key.
+	MaxStreams       int `env:"NOVA_GATEWAY_MAX_STREAMS" default:"1000"`
+	MaxStreamsPerKey int `env:"NOVA_GATEWAY_MAX_STREAMS_PER_KEY" default:"100"`
+	// MaxExecuteTimeout is the longest timeout POST /v1/execute and a
+	// refinement's runs may ask for.
 	MaxExecuteTimeout time.Duration `env:"NOVA_GATEWAY_MAX_EXECUTE_TIMEOUT" default:"60s"`
 	// CORSOrigins (comma-separated) may call the API from a browser.
 	CORSOrigins string `env:"NOVA_GATEWAY_CORS_ORIGINS"`

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
@@ -37,8 +38,6 @@ import (
 	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/graph-engine/engine"
-	"github.com/novaflow/nova/services/sandbox/jsrunner"
-	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
@@ -214,43 +213,28 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 		return err
 	}
 	closeAll := b.Close
+	env := service.NewEnv(b, nil, log, 1)
 	var run func(context.Context) error
 	switch name {
 	case "graph-engine":
-		e, err := engine.Start(ctx, h.engine, service.NewEnv(b, nil, log, 1))
+		e, err := engine.Start(ctx, h.engine, env)
 		if err != nil {
 			closeAll()
 			return err
 		}
 		run = e.Run
 	case "sandbox":
-		r, err := runner.New(runner.Config{MaxOutputBytes: 64 << 10, Logger: log})
-		if err != nil {
-			closeAll()
-			return err
-		}
-		closeAll = func() { _ = r.Close(); b.Close() }
 		// JavaScript with the runtime's packages, as make deps installs them.
-		js, err := jsrunner.New(jsrunner.Config{MaxOutputBytes: 64 << 10, Logger: log,
-			NodeModules: filepath.Join("..", "..", "sandbox", "jsrunner", "runtime", "node_modules")})
+		cfg := sandboxservice.DefaultConfig()
+		cfg.Warm = false
+		cfg.NodeModules = filepath.Join("..", "..", "sandbox", "jsrunner", "runtime", "node_modules")
+		sb, err := sandboxservice.Start(ctx, cfg, env, sandboxservice.WithRuntimeCacheDir(filepath.Join(h.dir, "runtime-cache")))
 		if err != nil {
 			closeAll()
 			return err
 		}
-		values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
-		if err == nil {
-			err = b.EnsureStreams(ctx)
-		}
-		if err == nil {
-			_, err = b.DeclareConsumer(ctx, sandboxservice.ConsumerSpec(2))
-		}
-		if err != nil {
-			closeAll()
-			return err
-		}
-		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: 2, Replicas: 1,
-			RuntimeCacheDir: filepath.Join(h.dir, "runtime-cache")}
-		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
+		closeAll = func() { _ = sb.Close(); b.Close() }
+		run = sb.Run
 	case "code-generator":
 		client, err := llm.New(llm.Config{APIKey: "sk-test", BaseURL: h.model.BaseURL(), Agent: bus.AgentCodeGenerator,
 			MaxRetries: 1, Logger: log, HTTPClient: &http.Client{Transport: h.modelHTTP}})
@@ -258,19 +242,19 @@ func (h *harness) startModule(ctx context.Context, name string) error {
 			closeAll()
 			return err
 		}
-		deps := generator.Deps{Bus: b, LLM: client, Logger: log, Workers: 2}
-		run = func(ctx context.Context) error { return generator.Run(ctx, deps) }
-	case "audit":
-		err := b.EnsureStreams(ctx)
-		if err == nil {
-			_, err = b.DeclareConsumer(ctx, auditservice.ConsumerSpec(0))
-		}
+		cg, err := generator.Start(ctx, generator.Config{Workers: 2}, env, agent.WithLLM(client))
 		if err != nil {
 			closeAll()
 			return err
 		}
-		deps := auditservice.Deps{Bus: b, Store: h.store, Logger: log}
-		run = func(ctx context.Context) error { return auditservice.Run(ctx, deps) }
+		run = cg.Run
+	case "audit":
+		a, err := auditservice.Start(ctx, auditservice.Config{KeepEnded: auditservice.KeepEnded}, env, auditservice.WithStore(h.store))
+		if err != nil {
+			closeAll()
+			return err
+		}
+		run = a.Run
 	default:
 		closeAll()
 		return fmt.Errorf("unknown module %q", name)

@@ -282,7 +282,7 @@ type (
 		Attempt  int    `json:"attempt"`
 		Attempts int    `json:"attempts"`
 		Code     string `json:"code"`
-		// Output is the code under seed 004's name.
+		// Output is the code under the name clients of the refinement read.
 		Output   string         `json:"output"`
 		Language string         `json:"language"`
 		Analysis map[string]any `json:"analysis"`

@@ -17,7 +17,7 @@ import (
 	"github.com/novaflow/nova/services/gateway/gateway"
 )
 
-// refineMsg is one of seed 004's messages as a client reads it.
+// refineMsg is one of the refinement's messages as a client reads it.
 type refineMsg struct {
 	Type           string          `json:"type"`
 	Message        string          `json:"message"`
@@ -47,7 +47,7 @@ type refineMsg struct {
 }
 
 // refine posts body to POST /v1/refine and reads the whole stream, which
-// must be seed 004's messages and nothing else.
+// must be the refinement's messages and nothing else.
 func refine(t *testing.T, key string, body any) []refineMsg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

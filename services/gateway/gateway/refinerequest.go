@@ -193,7 +193,7 @@ func (p *refineParser) limits(maxTimeout time.Duration) {
 	}
 }
 
-// parseAnalysis checks seed 004's OutputAnalysis.
+// parseAnalysis checks the request's output analysis.
 func parseAnalysis(raw json.RawMessage, errs *[]FieldError) map[string]any {
 	add := func(field, detail string) { *errs = append(*errs, FieldError{Field: field, Detail: detail}) }
 	v, err := jsonvalue.Decode(raw)
@@ -321,7 +321,7 @@ func parseTestContext(raw json.RawMessage, req *refineRequest, errs *[]FieldErro
 	}
 }
 
-// parseFeedback checks seed 004's FieldFeedback array.
+// parseFeedback checks the request's array of field feedback.
 func parseFeedback(raw json.RawMessage, errs *[]FieldError) []feedback.Field {
 	add := func(field, format string, args ...any) {
 		*errs = append(*errs, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})

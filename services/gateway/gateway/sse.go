@@ -19,7 +19,7 @@ import (
 const keepAlive = 15 * time.Second
 
 // sseWriter writes Server-Sent Events: the event streams of executions and
-// seed 004's refinement messages.
+// the refinement's messages.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController

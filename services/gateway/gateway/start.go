@@ -22,6 +22,7 @@ type Config struct {
 	// MongoURI and Database are the audit store whose chain of work the
 	// gateway reads.
 	MongoURI string `env:"MONGODB_URI"`
+	// Database is the store's database.
 	Database string `env:"MONGODB_DATABASE" default:"nova"`
 	// KeysFile lists the accepted API keys by their SHA-256.
 	KeysFile string `env:"NOVA_GATEWAY_KEYS_FILE"`

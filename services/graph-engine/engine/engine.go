@@ -87,6 +87,8 @@ const DefaultKeepEnded = 7 * 24 * time.Hour
 // default is DefaultKeepEnded (a tag cannot name the constant; a test holds
 // them together).
 type KeepSettings struct {
+	// KeepEnded is how long an ended execution's state stays in the
+	// executions bucket; within it a repeated start is not run again.
 	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_STATE" default:"168h"`
 }
 

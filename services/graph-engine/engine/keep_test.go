@@ -14,7 +14,7 @@ import (
 )
 
 // KeepSettings' default (a struct tag, which cannot name the constant) is
-// DefaultKeepEnded, which the README gives and engines built without the
+// DefaultKeepEnded, which docs/reference/configuration.md gives and engines built without the
 // setting use; a keep that is no positive duration is refused by name.
 func TestKeepSettings(t *testing.T) {
 	var k KeepSettings

@@ -31,10 +31,10 @@ type Settings struct {
 	MaxAttempts int `env:"NOVA_MAX_ATTEMPTS" default:"3"`
 	// AnalysisTimeout bounds a run of an AI node's data analysis code.
 	AnalysisTimeout time.Duration `env:"NOVA_ANALYSIS_TIMEOUT" default:"15s"`
-	// CodeCacheTTL is how long a generated code is kept in the cache, and
-	// CodeCacheMaxBytes the cache's cap.
-	CodeCacheTTL      time.Duration `env:"NOVA_CODECACHE_TTL" default:"720h"`
-	CodeCacheMaxBytes int64         `env:"NOVA_CODECACHE_MAX_BYTES" default:"268435456"`
+	// CodeCacheTTL is how long a generated code is kept in the cache.
+	CodeCacheTTL time.Duration `env:"NOVA_CODECACHE_TTL" default:"720h"`
+	// CodeCacheMaxBytes caps the cache's bucket; the oldest entries go first.
+	CodeCacheMaxBytes int64 `env:"NOVA_CODECACHE_MAX_BYTES" default:"268435456"`
 	// The default budget of every workflow: NOVA_BUDGET_MAX_USD,
 	// NOVA_BUDGET_MAX_USD_PER_DAY, NOVA_BUDGET_MAX_MODEL_CALLS.
 	workflow.BudgetSettings

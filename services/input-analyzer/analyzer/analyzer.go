@@ -73,10 +73,11 @@ func New(d Deps) *Analyzer {
 	return a
 }
 
-// Run serves the input-analyzer queue until ctx ends.
-func Run(ctx context.Context, d Deps) error {
+// start declares the agent's consumer and returns the service that
+// answers its commands.
+func start(ctx context.Context, d Deps) (*agent.Service, error) {
 	if d.Bus == nil || d.LLM == nil {
-		return errors.New("input analyzer: bus and model client are required")
+		return nil, errors.New("input analyzer: bus and model client are required")
 	}
 	a := New(d)
 	spec := agent.Spec{
@@ -86,7 +87,7 @@ func Run(ctx context.Context, d Deps) error {
 		ResultType:  bus.TypeInputAnalyzed,
 		Workers:     d.Workers,
 	}
-	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
+	return agent.Start(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.AnalyzeInput { return &novav1.AnalyzeInput{} },
 		func(ctx context.Context, cmd *novav1.AnalyzeInput) (proto.Message, error) {
 			return a.Analyze(ctx, cmd)

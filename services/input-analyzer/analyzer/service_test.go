@@ -9,8 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
+	"github.com/novaflow/nova/pkg/service"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 )
@@ -34,8 +36,12 @@ rules:
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	svc, err := analyzer.Start(ctx, analyzer.Config{Workers: 2}, service.NewEnv(b, nil, quiet, 1), agent.WithLLM(client))
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- analyzer.Run(runCtx, analyzer.Deps{Bus: b, LLM: client, Logger: quiet, Workers: 2})
+		done <- svc.Run(runCtx)
 	}()
 	defer func() {
 		stop()

@@ -1,4 +1,4 @@
-// Command benchcache measures the generated-code cache (issue 11's figures)
+// Command benchcache measures the generated-code cache
 // on the whole stack in this process (embedded NATS and FerretDB, every
 // service, the scripted OpenAI-compatible model server over HTTP), on a
 // fresh data dir:
@@ -93,32 +93,13 @@ type runRecord struct {
 }
 
 func run(ctx context.Context, cfg config) error {
-	raw, err := os.ReadFile(cfg.workflow)
+	def, aiNodes, err := loadWorkflow(cfg.workflow)
 	if err != nil {
 		return err
 	}
-	def, err := workflow.Parse(raw)
+	rules, err := loadRules(cfg.rules)
 	if err != nil {
-		return fmt.Errorf("%s: %w", cfg.workflow, err)
-	}
-	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true}); err != nil {
-		return fmt.Errorf("%s: %w", cfg.workflow, err)
-	}
-	var aiNodes []string
-	for _, n := range def.GetNodes() {
-		if strings.TrimSpace(n.GetPrompt()) != "" {
-			aiNodes = append(aiNodes, n.GetId())
-		}
-	}
-	if len(aiNodes) == 0 {
-		return fmt.Errorf("%s: no AI node (a node with a prompt)", cfg.workflow)
-	}
-	rules, err := stack.DefaultRules()
-	if cfg.rules != "" {
-		rules, err = scripted.LoadRules(cfg.rules)
-	}
-	if err != nil {
-		return fmt.Errorf("scripted model rules: %w", err)
+		return err
 	}
 
 	dir, err := os.MkdirTemp("", "nova-benchcache-")
@@ -139,7 +120,7 @@ func run(ctx context.Context, cfg config) error {
 		os.RemoveAll(dir)
 	}()
 	// As nova dev runs: warm interpreters, the code cache on (its default).
-	s, err := stack.Start(ctx, stack.Options{DataDir: filepath.Join(dir, "data"), WarmSandbox: true,
+	s, err := stack.Start(ctx, stack.Options{DataDir: filepath.Join(dir, "data"), Sandbox: stack.SandboxConfig(true),
 		Logger: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		LLM:    stack.LLMOptions{ScriptedRules: &rules}})
 	if err != nil {
@@ -151,7 +132,6 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer b.Close()
-	c := client.New(b, nil)
 	// Until the sandbox has published its runtime the engine does not use
 	// the cache (the runtime is part of the key).
 	if err := waitRuntime(ctx, b.JetStream()); err != nil {
@@ -163,63 +143,16 @@ func run(ctx context.Context, cfg config) error {
 	// Latencies on a busy machine are mostly waiting for a CPU.
 	fmt.Printf("load average at start: %s (%d CPUs)\n\n", loadAverage(), runtime.NumCPU())
 
-	totals := spreadTotals(cfg.runs)
-	// A run is over once the audit service has recorded it, so that
-	// recording one run does not slow the next.
-	once := func(def *novav1.WorkflowDefinition, total int) (*runRecord, error) {
-		before := len(s.Scripted().Requests())
-		e, err := c.Start(ctx, def, "", fmt.Sprintf(`{"total": %d}`, total))
-		if err != nil {
-			return nil, err
-		}
-		wc, err := e.Wait(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if wc.GetStatus() != execution.StatusSucceeded {
-			return nil, fmt.Errorf("workflow %s (total %d), execution %s %s: %s", def.GetName(), total, e.ID, wc.GetStatus(), wc.GetError())
-		}
-		r := &runRecord{id: e.ID, total: total, requests: s.Scripted().Requests()[before:]}
-		return r, readChain(ctx, c, s.Store, r)
-	}
-
-	first, err := once(def, totals[0])
+	rn := runner{stack: s, client: client.New(b, nil)}
+	ai, code, err := rn.runAlternately(ctx, b.JetStream(), def, aiNodes, spreadTotals(cfg.runs))
 	if err != nil {
 		return err
 	}
-	pinned, err := pinFromCache(ctx, b.JetStream(), def, first, aiNodes)
-	if err != nil {
+	if err := checkOutcomes(append(slices.Clone(ai), code...)); err != nil {
 		return err
 	}
-	// Alternately, so that both see the same machine.
-	ai := []*runRecord{first}
-	var code []*runRecord
-	for i, total := range totals {
-		r, err := once(pinned, total)
-		if err != nil {
-			return err
-		}
-		code = append(code, r)
-		if i == 0 {
-			continue
-		}
-		if r, err = once(def, total); err != nil {
-			return err
-		}
-		ai = append(ai, r)
-	}
-	var wrong []string
-	for _, r := range append(slices.Clone(ai), code...) {
-		if why := checkOutcome(r); why != "" {
-			wrong = append(wrong, why)
-		}
-	}
-	if len(wrong) > 0 {
-		return fmt.Errorf("%d runs computed a wrong result: %s", len(wrong), strings.Join(wrong, "; "))
-	}
-
 	later := ai[1:]
-	if err := printModelUse(os.Stdout, aiNodes, first, later, code); err != nil {
+	if err := printModelUse(os.Stdout, aiNodes, ai[0], later, code); err != nil {
 		return err
 	}
 	fmt.Println()
@@ -228,15 +161,132 @@ func run(ctx context.Context, cfg config) error {
 	}
 	fmt.Printf("\nload average at the end: %s\n", loadAverage())
 	failed = false
-	calls, requests := 0, 0
-	for _, r := range later {
-		calls += r.exec.ModelCalls
-		requests += len(r.requests)
-	}
-	if calls > 0 || requests > 0 {
+	if calls, requests := modelUse(later); calls > 0 || requests > 0 {
 		failed = true
 		return fmt.Errorf("runs 2-%d called the model: %d model calls in the chain of work, %d requests at the scripted server (goal: 0 after the first run)",
 			cfg.runs, calls, requests)
+	}
+	return nil
+}
+
+// modelUse is how many model calls the chain of work and how many requests
+// the scripted server saw in runs.
+func modelUse(runs []*runRecord) (calls, requests int) {
+	for _, r := range runs {
+		calls += r.exec.ModelCalls
+		requests += len(r.requests)
+	}
+	return calls, requests
+}
+
+// loadWorkflow reads and validates the workflow of file, and names its AI
+// nodes (those with a prompt); one without any has nothing to measure.
+func loadWorkflow(file string) (*novav1.WorkflowDefinition, []string, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	def, err := workflow.Parse(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true}); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var aiNodes []string
+	for _, n := range def.GetNodes() {
+		if strings.TrimSpace(n.GetPrompt()) != "" {
+			aiNodes = append(aiNodes, n.GetId())
+		}
+	}
+	if len(aiNodes) == 0 {
+		return nil, nil, fmt.Errorf("%s: no AI node (a node with a prompt)", file)
+	}
+	return def, aiNodes, nil
+}
+
+// loadRules reads the scripted model's rules from file, or the built-in
+// ones when file is "".
+func loadRules(file string) (scripted.Rules, error) {
+	rules, err := stack.DefaultRules()
+	if file != "" {
+		rules, err = scripted.LoadRules(file)
+	}
+	if err != nil {
+		return rules, fmt.Errorf("scripted model rules: %w", err)
+	}
+	return rules, nil
+}
+
+// runner runs workflows on the stack one at a time and records each.
+type runner struct {
+	stack  *stack.Stack
+	client *client.Client
+}
+
+// once runs def with total and records it. A run is over once the audit
+// service has recorded it, so that recording one run does not slow the
+// next.
+func (rn runner) once(ctx context.Context, def *novav1.WorkflowDefinition, total int) (*runRecord, error) {
+	before := len(rn.stack.Scripted().Requests())
+	e, err := rn.client.Start(ctx, def, "", fmt.Sprintf(`{"total": %d}`, total))
+	if err != nil {
+		return nil, err
+	}
+	wc, err := e.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if wc.GetStatus() != execution.StatusSucceeded {
+		return nil, fmt.Errorf("workflow %s (total %d), execution %s %s: %s", def.GetName(), total, e.ID, wc.GetStatus(), wc.GetError())
+	}
+	r := &runRecord{id: e.ID, total: total, requests: rn.stack.Scripted().Requests()[before:]}
+	return r, readChain(ctx, rn.client, rn.stack.Store, r)
+}
+
+// runAlternately runs def with the first total, which fills the cache,
+// then its variant pinned to the cached code with every total and def
+// again with every total but the first. It returns def's runs, run 1
+// first, and the pinned variant's.
+func (rn runner) runAlternately(ctx context.Context, js jetstream.JetStream, def *novav1.WorkflowDefinition, aiNodes []string, totals []int) (ai, code []*runRecord, err error) {
+	first, err := rn.once(ctx, def, totals[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	pinned, err := pinFromCache(ctx, js, def, first, aiNodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Alternately, so that both see the same machine.
+	ai = []*runRecord{first}
+	for i, total := range totals {
+		r, err := rn.once(ctx, pinned, total)
+		if err != nil {
+			return nil, nil, err
+		}
+		code = append(code, r)
+		if i == 0 {
+			continue
+		}
+		if r, err = rn.once(ctx, def, total); err != nil {
+			return nil, nil, err
+		}
+		ai = append(ai, r)
+	}
+	return ai, code, nil
+}
+
+// checkOutcomes is an error naming every run that computed a wrong result:
+// a fast run that is wrong measures nothing.
+func checkOutcomes(runs []*runRecord) error {
+	var wrong []string
+	for _, r := range runs {
+		if why := checkOutcome(r); why != "" {
+			wrong = append(wrong, why)
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("%d runs computed a wrong result: %s", len(wrong), strings.Join(wrong, "; "))
 	}
 	return nil
 }
@@ -460,7 +510,7 @@ func agents(u usage) string {
 func usd(v float64) string { return fmt.Sprintf("$%.6f", v) }
 
 // goal is how far the median of an AI node on a hit may be from the
-// median of the code node doing the same work (issue 11).
+// median of the code node doing the same work .
 const goal = 2 * time.Millisecond
 
 // hitPhases are the steps of a hit, as ai_metadata.timings names them.
@@ -470,33 +520,7 @@ func printLatency(w io.Writer, aiNodes []string, hits, code []*runRecord) error 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "NODE LATENCY, ENTERED TO COMPLETED (chain of work execution_time)\tRUNS\tP50\tP90\tP50 - BASELINE\t\n")
 	for _, id := range aiNodes {
-		var hit, pinned []time.Duration
-		for _, r := range hits {
-			if n := r.nodes[id]; n != nil {
-				if h, _ := n.AIMetadata["cache_hit"].(bool); h {
-					hit = append(hit, ms(n.ExecutionTime))
-				}
-			}
-		}
-		for _, r := range code {
-			if n := r.nodes[id]; n != nil {
-				pinned = append(pinned, ms(n.ExecutionTime))
-			}
-		}
-		base := percentile(pinned, 0.5)
-		fmt.Fprintf(tw, "%s: code node running the cached code (baseline)\t%d\t%s\t%s\t\t\n", id, len(pinned),
-			round(base), round(percentile(pinned, 0.9)))
-		if len(hit) == 0 {
-			fmt.Fprintf(tw, "%s: AI node, cache hit\t0\t-\t-\tno hit to compare\t\n", id)
-			continue
-		}
-		diff := percentile(hit, 0.5) - base
-		verdict := "met"
-		if diff > goal {
-			verdict = "not met"
-		}
-		fmt.Fprintf(tw, "%s: AI node, cache hit\t%d\t%s\t%s\t%+v (goal <= %s: %s)\t\n", id, len(hit),
-			round(percentile(hit, 0.5)), round(percentile(hit, 0.9)), round(diff), goal, verdict)
+		printNodeLatency(tw, id, hits, code)
 	}
 	fmt.Fprintln(tw)
 	// Where a hit's time goes: each step as the agent timed it (ai_metadata
@@ -504,50 +528,102 @@ func printLatency(w io.Writer, aiNodes []string, hits, code []*runRecord) error 
 	// and one result per step, each result a state update in KV.
 	fmt.Fprintf(tw, "P50 OF EACH STEP (agent's own time; rest = engine and bus)\tRUNS\t%s\tREST\tTOTAL\t\n", strings.Join(hitPhases, "\t"))
 	for _, id := range aiNodes {
-		steps := make([][]time.Duration, len(hitPhases))
-		var rest, total []time.Duration
-		for _, r := range hits {
-			n := r.nodes[id]
-			if n == nil {
-				continue
-			}
-			if hit, _ := n.AIMetadata["cache_hit"].(bool); !hit {
-				continue
-			}
-			timings, _ := n.AIMetadata["timings"].(map[string]any)
-			var sum time.Duration
-			for i, ph := range hitPhases {
-				d := ms(number(timings[ph+"_ms"]))
-				steps[i] = append(steps[i], d)
-				sum += d
-			}
-			rest = append(rest, ms(n.ExecutionTime)-sum)
-			total = append(total, ms(n.ExecutionTime))
-		}
-		cells := make([]string, len(hitPhases))
-		for i := range steps {
-			cells[i] = round(percentile(steps[i], 0.5)).String()
-		}
-		fmt.Fprintf(tw, "%s: AI node, cache hit\t%d\t%s\t%s\t%s\t\n", id, len(total), strings.Join(cells, "\t"),
-			round(percentile(rest, 0.5)), round(percentile(total, 0.5)))
-		var exec, crest, ctotal []time.Duration
-		for _, r := range code {
-			n := r.nodes[id]
-			if n == nil {
-				continue
-			}
-			var sum time.Duration
-			for _, st := range n.Steps {
-				sum += ms(st.ExecutionTimeMs)
-			}
-			exec = append(exec, sum)
-			crest = append(crest, ms(n.ExecutionTime)-sum)
-			ctotal = append(ctotal, ms(n.ExecutionTime))
-		}
-		fmt.Fprintf(tw, "%s: code node (baseline)\t%d\t-\t-\t%s\t-\t%s\t%s\t\n", id, len(ctotal),
-			round(percentile(exec, 0.5)), round(percentile(crest, 0.5)), round(percentile(ctotal, 0.5)))
+		printHitSteps(tw, id, hits)
+		printCodeSteps(tw, id, code)
 	}
 	return tw.Flush()
+}
+
+// cacheHit is r's last visit of node id when it was a cache hit, else nil.
+func cacheHit(r *runRecord, id string) *store.NodeDoc {
+	n := r.nodes[id]
+	if n == nil {
+		return nil
+	}
+	if hit, _ := n.AIMetadata["cache_hit"].(bool); !hit {
+		return nil
+	}
+	return n
+}
+
+// printNodeLatency prints the latency of AI node id on its cache hits
+// beside the code node that runs the cached code, and whether the
+// difference meets the goal.
+func printNodeLatency(tw io.Writer, id string, hits, code []*runRecord) {
+	var hit, pinned []time.Duration
+	for _, r := range hits {
+		if n := cacheHit(r, id); n != nil {
+			hit = append(hit, ms(n.ExecutionTime))
+		}
+	}
+	for _, r := range code {
+		if n := r.nodes[id]; n != nil {
+			pinned = append(pinned, ms(n.ExecutionTime))
+		}
+	}
+	base := percentile(pinned, 0.5)
+	fmt.Fprintf(tw, "%s: code node running the cached code (baseline)\t%d\t%s\t%s\t\t\n", id, len(pinned),
+		round(base), round(percentile(pinned, 0.9)))
+	if len(hit) == 0 {
+		fmt.Fprintf(tw, "%s: AI node, cache hit\t0\t-\t-\tno hit to compare\t\n", id)
+		return
+	}
+	diff := percentile(hit, 0.5) - base
+	verdict := "met"
+	if diff > goal {
+		verdict = "not met"
+	}
+	fmt.Fprintf(tw, "%s: AI node, cache hit\t%d\t%s\t%s\t%+v (goal <= %s: %s)\t\n", id, len(hit),
+		round(percentile(hit, 0.5)), round(percentile(hit, 0.9)), round(diff), goal, verdict)
+}
+
+// printHitSteps prints the p50 of each step of AI node id's cache hits,
+// as ai_metadata timings has them, and of the rest of the node's time.
+func printHitSteps(tw io.Writer, id string, hits []*runRecord) {
+	steps := make([][]time.Duration, len(hitPhases))
+	var rest, total []time.Duration
+	for _, r := range hits {
+		n := cacheHit(r, id)
+		if n == nil {
+			continue
+		}
+		timings, _ := n.AIMetadata["timings"].(map[string]any)
+		var sum time.Duration
+		for i, ph := range hitPhases {
+			d := ms(number(timings[ph+"_ms"]))
+			steps[i] = append(steps[i], d)
+			sum += d
+		}
+		rest = append(rest, ms(n.ExecutionTime)-sum)
+		total = append(total, ms(n.ExecutionTime))
+	}
+	cells := make([]string, len(hitPhases))
+	for i := range steps {
+		cells[i] = round(percentile(steps[i], 0.5)).String()
+	}
+	fmt.Fprintf(tw, "%s: AI node, cache hit\t%d\t%s\t%s\t%s\t\n", id, len(total), strings.Join(cells, "\t"),
+		round(percentile(rest, 0.5)), round(percentile(total, 0.5)))
+}
+
+// printCodeSteps prints the baseline's row under printHitSteps': the p50
+// of the pinned node's code execution and of the rest of its time.
+func printCodeSteps(tw io.Writer, id string, code []*runRecord) {
+	var exec, rest, total []time.Duration
+	for _, r := range code {
+		n := r.nodes[id]
+		if n == nil {
+			continue
+		}
+		var sum time.Duration
+		for _, st := range n.Steps {
+			sum += ms(st.ExecutionTimeMs)
+		}
+		exec = append(exec, sum)
+		rest = append(rest, ms(n.ExecutionTime)-sum)
+		total = append(total, ms(n.ExecutionTime))
+	}
+	fmt.Fprintf(tw, "%s: code node (baseline)\t%d\t-\t-\t%s\t-\t%s\t%s\t\n", id, len(total),
+		round(percentile(exec, 0.5)), round(percentile(rest, 0.5)), round(percentile(total, 0.5)))
 }
 
 // loadAverage is the 1, 5 and 15 minute load averages (Linux), "?" elsewhere.

@@ -120,187 +120,258 @@ func run(ctx context.Context, cfg config) error {
 	if err := os.WriteFile(keysFile, fmt.Appendf(nil, "- {name: bench, sha256: %s, scopes: [admin]}\n", hash), 0o600); err != nil {
 		return err
 	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = loadgen.FreePort(); err != nil {
-			return err
-		}
-	}
-	gw := fmt.Sprintf("http://127.0.0.1:%d", ports[2])
-	dev := &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
-		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(ports[0]),
-			"--mongo-port", fmt.Sprint(ports[1]), "--gateway-addr", strings.TrimPrefix(gw, "http://")},
-		// The key's rate limit is lifted: the benchmark measures the path,
-		// not the limiter's refusals.
-		Env: loadgen.BaseEnv("NOVA_GATEWAY_KEYS_FILE="+keysFile, "NOVA_GATEWAY_RATE=1000000", "NOVA_GATEWAY_BURST=1000000")}
-	if cfg.pprof != "" {
-		dev.Args = append(dev.Args, "--pprof", cfg.pprof)
-	}
-	if err := dev.Start(); err != nil {
+	dev, natsURL, gw, err := startDev(bin, dir, keysFile, cfg.pprof)
+	if err != nil {
 		return err
 	}
 	defer dev.Stop()
-	// Until it is ready, a nova dev that exits (a port taken, a data dir
-	// locked) ends the waiting at once, and the error says so with the
-	// last line of its log.
-	running, cancel := dev.WhileRunning(ctx)
-	defer cancel()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
-	if err := loadgen.WaitDial(running, url); err != nil {
-		return loadgen.ExitedError(ctx, running, err)
-	}
-	if err := loadgen.WaitDial(running, strings.TrimPrefix(gw, "http://")); err != nil {
-		return loadgen.ExitedError(ctx, running, err)
-	}
-	b, err := bus.Connect(running, url, bus.WithName("benchgateway"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := connectWhenReady(ctx, dev, natsURL, gw)
 	if err != nil {
-		return loadgen.ExitedError(ctx, running, err)
+		return err
 	}
 	defer b.Close()
-	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
-		return loadgen.ExitedError(ctx, running, err)
-	}
-	cancel()
 	h := &httpClient{base: gw, key: key, c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	for _, def := range []string{codeWorkflow, emptyWorkflow} {
 		if _, err := h.do(ctx, "POST", "/v1/workflows", "application/yaml", def, http.StatusCreated); err != nil {
 			return err
 		}
 	}
-	c := client.New(b, nil)
+	bn := &bench{cfg: cfg, dev: dev, bus: b, http: h, client: client.New(b, nil)}
 	fmt.Printf("benchgateway: nova dev (pid %d) with its gateway at %s\n\n", dev.Pid(), gw)
-
-	// Latency, alternately, after a warm-up of each.
-	viaNATS := func() (time.Duration, error) {
-		start := time.Now()
-		e, err := c.Start(ctx, nil, "bench-chain-3", map[string]any{"n": 1})
-		if err != nil {
-			return 0, err
-		}
-		wc, err := e.Wait(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if wc.GetStatus() != execution.StatusSucceeded {
-			return 0, fmt.Errorf("execution %s %s: %s", wc.GetExecutionId(), wc.GetStatus(), wc.GetError())
-		}
-		return time.Since(start), nil
-	}
-	viaHTTP := func() (time.Duration, error) {
-		start := time.Now()
-		body, err := h.do(ctx, "POST", "/v1/executions?wait=60s", "application/json",
-			`{"workflow": "bench-chain-3", "context": {"n": 1}}`, http.StatusOK)
-		if err != nil {
-			return 0, err
-		}
-		var done struct{ Status string }
-		if err := json.Unmarshal(body, &done); err != nil || done.Status != execution.StatusSucceeded {
-			return 0, fmt.Errorf("completion %s", body)
-		}
-		return time.Since(start), nil
-	}
-	for range 5 {
-		if _, err := viaNATS(); err != nil {
-			return err
-		}
-		if _, err := viaHTTP(); err != nil {
-			return err
-		}
-	}
-	var natsLat, httpLat []time.Duration
-	for range cfg.latency {
-		d, err := viaNATS()
-		if err != nil {
-			return err
-		}
-		natsLat = append(natsLat, d)
-		if d, err = viaHTTP(); err != nil {
-			return err
-		}
-		httpLat = append(httpLat, d)
-	}
-
-	// Starts per second.
-	empty := func(i int) *novav1.StartWorkflow {
-		initial, _ := jsonvalue.ObjectOf(map[string]any{"n": i})
-		return &novav1.StartWorkflow{ExecutionId: uuid.NewString(), WorkflowName: "bench-empty", Context: initial.Proto()}
-	}
-	publish := func(ctx context.Context, i int) error {
-		s := empty(i)
-		return b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+s.ExecutionId, bus.TypeWorkflowStart, s,
-			map[string]string{bus.ExtensionExecutionID: s.ExecutionId})
-	}
-	post := func(ctx context.Context, i int) error {
-		_, err := h.do(ctx, "POST", "/v1/executions", "application/json",
-			fmt.Sprintf(`{"workflow": "bench-empty", "context": {"n": %d}}`, i), http.StatusAccepted)
-		return err
-	}
-	idle := func() error {
-		if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamCommands, bus.ConsumerEngineCommands); err != nil {
-			return err
-		}
-		// The audit service records what the last phase started; it may
-		// lag the engine by minutes on a busy machine.
-		for range 5 {
-			if err = loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamEvents, auditservice.Consumer); err == nil {
-				return nil
-			}
-		}
-		return err
-	}
-	// Every completion is counted: the phases run one after another, each
-	// on an idle engine, so the completions seen in a phase are its own.
-	var completed atomic.Int64
-	sub, err := b.Conn().Subscribe(bus.EventFilter(bus.KindWorkflowCompleted), func(*nats.Msg) { completed.Add(1) })
+	natsLat, httpLat, err := bn.measureLatency(ctx)
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
+	phases, err := bn.measureStarts(ctx)
+	if err != nil {
 		return err
 	}
+	return printResults(cfg, natsLat, httpLat, phases)
+}
+
+// startDev starts nova dev on free ports with the keys of keysFile, and
+// returns it with its NATS URL and its gateway's base URL.
+func startDev(bin, dir, keysFile, pprof string) (dev *loadgen.Proc, natsURL, gw string, err error) {
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = loadgen.FreePort(); err != nil {
+			return nil, "", "", err
+		}
+	}
+	gw = fmt.Sprintf("http://127.0.0.1:%d", ports[2])
+	dev = &loadgen.Proc{Name: "nova dev", Path: filepath.Join(bin, "nova"), Log: filepath.Join(dir, "nova-dev.log"),
+		Args: []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--nats-port", fmt.Sprint(ports[0]),
+			"--mongo-port", fmt.Sprint(ports[1]), "--gateway-addr", strings.TrimPrefix(gw, "http://")},
+		// The key's rate limit is lifted: the benchmark measures the path,
+		// not the limiter's refusals.
+		Env: loadgen.BaseEnv("NOVA_GATEWAY_KEYS_FILE="+keysFile, "NOVA_GATEWAY_RATE=1000000", "NOVA_GATEWAY_BURST=1000000")}
+	if pprof != "" {
+		dev.Args = append(dev.Args, "--pprof", pprof)
+	}
+	if err := dev.Start(); err != nil {
+		return nil, "", "", err
+	}
+	return dev, fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), gw, nil
+}
+
+// connectWhenReady waits until dev's NATS, gateway and services answer,
+// and connects to its bus.
+func connectWhenReady(ctx context.Context, dev *loadgen.Proc, natsURL, gw string) (*bus.Bus, error) {
+	// Until it is ready, a nova dev that exits (a port taken, a data dir
+	// locked) ends the waiting at once, and the error says so with the
+	// last line of its log.
+	running, cancel := dev.WhileRunning(ctx)
+	defer cancel()
+	if err := loadgen.WaitDial(running, natsURL); err != nil {
+		return nil, loadgen.ExitedError(ctx, running, err)
+	}
+	if err := loadgen.WaitDial(running, strings.TrimPrefix(gw, "http://")); err != nil {
+		return nil, loadgen.ExitedError(ctx, running, err)
+	}
+	b, err := bus.Connect(running, natsURL, bus.WithName("benchgateway"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, loadgen.ExitedError(ctx, running, err)
+	}
+	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
+		b.Close()
+		return nil, loadgen.ExitedError(ctx, running, err)
+	}
+	return b, nil
+}
+
+// bench is one nova dev and the two ways of starting workflows on it: its
+// bus (the baseline) and its gateway.
+type bench struct {
+	cfg    config
+	dev    *loadgen.Proc
+	bus    *bus.Bus
+	http   *httpClient
+	client *client.Client
+}
+
+// measureLatency times the 3-node workflow one at a time, alternately
+// over NATS and through the gateway, after a warm-up of each.
+func (bn *bench) measureLatency(ctx context.Context) (natsLat, httpLat []time.Duration, err error) {
+	for range 5 {
+		if _, err := bn.runViaNATS(ctx); err != nil {
+			return nil, nil, err
+		}
+		if _, err := bn.runViaHTTP(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	for range bn.cfg.latency {
+		d, err := bn.runViaNATS(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		natsLat = append(natsLat, d)
+		if d, err = bn.runViaHTTP(ctx); err != nil {
+			return nil, nil, err
+		}
+		httpLat = append(httpLat, d)
+	}
+	return natsLat, httpLat, nil
+}
+
+// runViaNATS publishes the 3-node workflow's start event and waits for its
+// completion, as nova run --remote does.
+func (bn *bench) runViaNATS(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	e, err := bn.client.Start(ctx, nil, "bench-chain-3", map[string]any{"n": 1})
+	if err != nil {
+		return 0, err
+	}
+	wc, err := e.Wait(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if wc.GetStatus() != execution.StatusSucceeded {
+		return 0, fmt.Errorf("execution %s %s: %s", wc.GetExecutionId(), wc.GetStatus(), wc.GetError())
+	}
+	return time.Since(start), nil
+}
+
+// runViaHTTP starts the 3-node workflow with POST /v1/executions?wait.
+func (bn *bench) runViaHTTP(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	body, err := bn.http.do(ctx, "POST", "/v1/executions?wait=60s", "application/json",
+		`{"workflow": "bench-chain-3", "context": {"n": 1}}`, http.StatusOK)
+	if err != nil {
+		return 0, err
+	}
+	var done struct{ Status string }
+	if err := json.Unmarshal(body, &done); err != nil || done.Status != execution.StatusSucceeded {
+		return 0, fmt.Errorf("completion %s", body)
+	}
+	return time.Since(start), nil
+}
+
+// publishStart starts the start-to-end workflow by publishing its start
+// event.
+func (bn *bench) publishStart(ctx context.Context, i int) error {
+	initial, _ := jsonvalue.ObjectOf(map[string]any{"n": i})
+	s := &novav1.StartWorkflow{ExecutionId: uuid.NewString(), WorkflowName: "bench-empty", Context: initial.Proto()}
+	return bn.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+s.ExecutionId, bus.TypeWorkflowStart, s,
+		map[string]string{bus.ExtensionExecutionID: s.ExecutionId})
+}
+
+// postStart starts the start-to-end workflow with POST /v1/executions.
+func (bn *bench) postStart(ctx context.Context, i int) error {
+	_, err := bn.http.do(ctx, "POST", "/v1/executions", "application/json",
+		fmt.Sprintf(`{"workflow": "bench-empty", "context": {"n": %d}}`, i), http.StatusAccepted)
+	return err
+}
+
+// waitIdle waits until the engine and the audit service have handled
+// everything started so far.
+func (bn *bench) waitIdle(ctx context.Context) error {
+	js := bn.bus.JetStream()
+	if err := loadgen.WaitIdle(ctx, js, bus.StreamCommands, bus.ConsumerEngineCommands); err != nil {
+		return err
+	}
+	// The audit service records what the last phase started; it may
+	// lag the engine by minutes on a busy machine.
+	var err error
+	for range 5 {
+		if err = loadgen.WaitIdle(ctx, js, bus.StreamEvents, auditservice.Consumer); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// measureStarts runs the throughput phases, alternately over NATS and
+// through the gateway, and returns each way's figures by "nats" and "http".
+func (bn *bench) measureStarts(ctx context.Context) (map[string]*phaseFigures, error) {
+	// Every completion is counted: the phases run one after another, each
+	// on an idle engine, so the completions seen in a phase are its own.
+	var completed atomic.Int64
+	sub, err := bn.bus.Conn().Subscribe(bus.EventFilter(bus.KindWorkflowCompleted), func(*nats.Msg) { completed.Add(1) })
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, err
+	}
 	phases := map[string]*phaseFigures{"nats": {}, "http": {}}
-	for range cfg.rounds {
+	for range bn.cfg.rounds {
 		for _, p := range []struct {
 			start func(context.Context, int) error
 			fig   *phaseFigures
-		}{{publish, phases["nats"]}, {post, phases["http"]}} {
-			if err := idle(); err != nil {
-				return err
+		}{{bn.publishStart, phases["nats"]}, {bn.postStart, phases["http"]}} {
+			if err := bn.runPhase(ctx, p.start, p.fig, &completed); err != nil {
+				return nil, err
 			}
-			before, err := cpuNow(dev.Pid())
-			if err != nil {
-				return err
-			}
-			completed.Store(0)
-			began := time.Now()
-			if err := startAll(ctx, cfg.starts, cfg.inFlight, p.start); err != nil {
-				return err
-			}
-			accepted := time.Since(began)
-			for completed.Load() < int64(cfg.starts) {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				time.Sleep(time.Millisecond)
-			}
-			ran := time.Since(began)
-			// What the phase cost: until the audit service recorded it too.
-			if err := idle(); err != nil {
-				return err
-			}
-			after, err := cpuNow(dev.Pid())
-			if err != nil {
-				return err
-			}
-			n := float64(cfg.starts)
-			p.fig.accepted = append(p.fig.accepted, n/accepted.Seconds())
-			p.fig.sustained = append(p.fig.sustained, n/ran.Seconds())
-			p.fig.devCPU = append(p.fig.devCPU, float64(after.dev-before.dev)/float64(time.Millisecond)/n)
-			p.fig.producerCPU = append(p.fig.producerCPU, float64(after.self-before.self)/float64(time.Millisecond)/n)
 		}
 	}
+	return phases, nil
+}
 
+// runPhase makes cfg.starts starts with start on an idle nova dev, waits
+// for their completions (counted in completed), and adds the phase's rates
+// and CPU per start to fig.
+func (bn *bench) runPhase(ctx context.Context, start func(context.Context, int) error, fig *phaseFigures, completed *atomic.Int64) error {
+	if err := bn.waitIdle(ctx); err != nil {
+		return err
+	}
+	before, err := cpuNow(bn.dev.Pid())
+	if err != nil {
+		return err
+	}
+	completed.Store(0)
+	began := time.Now()
+	if err := startAll(ctx, bn.cfg.starts, bn.cfg.inFlight, start); err != nil {
+		return err
+	}
+	accepted := time.Since(began)
+	for completed.Load() < int64(bn.cfg.starts) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ran := time.Since(began)
+	// What the phase cost: until the audit service recorded it too.
+	if err := bn.waitIdle(ctx); err != nil {
+		return err
+	}
+	after, err := cpuNow(bn.dev.Pid())
+	if err != nil {
+		return err
+	}
+	n := float64(bn.cfg.starts)
+	fig.accepted = append(fig.accepted, n/accepted.Seconds())
+	fig.sustained = append(fig.sustained, n/ran.Seconds())
+	fig.devCPU = append(fig.devCPU, float64(after.dev-before.dev)/float64(time.Millisecond)/n)
+	fig.producerCPU = append(fig.producerCPU, float64(after.self-before.self)/float64(time.Millisecond)/n)
+	return nil
+}
+
+// printResults prints the latency and throughput tables, the gateway
+// against the NATS baseline.
+func printResults(cfg config, natsLat, httpLat []time.Duration, phases map[string]*phaseFigures) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LATENCY, 3-NODE CODE WORKFLOW, ONE AT A TIME\tRUNS\tP50\tP90")
 	fmt.Fprintf(tw, "NATS: start event, then its completion (baseline)\t%d\t%s\t%s\n", len(natsLat),

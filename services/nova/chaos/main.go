@@ -235,26 +235,12 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		return r
 	}
 	defer sys.close()
-
-	// Until the services are ready, a process that exits ends the wait
-	// and is named.
-	running, stopRunning := loadgen.WhileAllRunning(ctx, sys.procs...)
-	defer stopRunning()
-	if err := loadgen.WaitDial(running, sys.natsURL); err != nil {
-		r.err = loadgen.ExitedError(ctx, running, err)
-		return r
-	}
-	b, err := bus.Connect(ctx, sys.natsURL, bus.WithName("chaos"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := connectWhenReady(ctx, sys)
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer b.Close()
-	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
-		r.err = loadgen.ExitedError(ctx, running, err)
-		return r
-	}
-	stopRunning()
 	redeliveries, stopCounting, err := countRedeliveries(b.Conn())
 	if err != nil {
 		r.err = err
@@ -262,10 +248,58 @@ func runCase(ctx context.Context, cfg config, name string) report {
 	}
 	defer stopCounting()
 
-	def, err := workflow.Parse([]byte(chaosWorkflow))
+	l, err := runLoadWithFault(ctx, cfg, sys, b, &r)
 	if err != nil {
 		r.err = err
 		return r
+	}
+
+	// Outcomes from the events stream itself, not only what the load saw.
+	checkStart := time.Now()
+	defer func() {
+		fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond))
+	}()
+	outcomes, err := loadgen.Completions(ctx, b.JetStream(), time.Time{})
+	if err != nil {
+		r.err = err
+		return r
+	}
+	countOutcomes(&r, l, outcomes)
+	r.redelivered, r.redeliveredEvents = redeliveries()
+	if r.dupDocs, r.missingDocs, err = countAuditDocs(ctx, b, sys.mongoURI, l.IDs, outcomes); err != nil {
+		r.err = err
+	}
+	return r
+}
+
+// connectWhenReady connects to sys's bus once its services are ready.
+func connectWhenReady(ctx context.Context, sys *system) (*bus.Bus, error) {
+	// Until the services are ready, a process that exits ends the wait
+	// and is named.
+	running, stopRunning := loadgen.WhileAllRunning(ctx, sys.procs...)
+	defer stopRunning()
+	if err := loadgen.WaitDial(running, sys.natsURL); err != nil {
+		return nil, loadgen.ExitedError(ctx, running, err)
+	}
+	b, err := bus.Connect(ctx, sys.natsURL, bus.WithName("chaos"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, err
+	}
+	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
+		b.Close()
+		return nil, loadgen.ExitedError(ctx, running, err)
+	}
+	return b, nil
+}
+
+// runLoadWithFault runs cfg.workflows of chaosWorkflow on sys, cfg.inFlight
+// at a time for at most cfg.caseLimit, with the case's fault in the middle,
+// and records the fault and the wall time in r. A process of sys that
+// exited and stayed down is an error.
+func runLoadWithFault(ctx context.Context, cfg config, sys *system, b *bus.Bus, r *report) (*loadgen.Load, error) {
+	def, err := workflow.Parse([]byte(chaosWorkflow))
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	l := loadgen.NewLoad(b, def, cfg.workflows)
@@ -284,34 +318,27 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		what := sys.target.describe()
 		at := l.Completed.Load()
 		if err := sys.target.kill(); err != nil {
-			r.err = fmt.Errorf("kill %s: %w", what, err)
-			return r
+			return nil, fmt.Errorf("kill %s: %w", what, err)
 		}
 		killed := time.Now()
 		time.Sleep(sys.target.downtime)
 		if err := sys.target.restart(ctx); err != nil {
-			r.err = fmt.Errorf("restart %s: %w", what, err)
-			return r
+			return nil, fmt.Errorf("restart %s: %w", what, err)
 		}
 		r.fault = fmt.Sprintf("SIGKILL %s after %d completed, back after %s", what, at, time.Since(killed).Round(100*time.Millisecond))
 	}
 	<-loadDone
 	r.elapsed = time.Since(start)
 	if exited := loadgen.Exited(sys.procs...); exited != "" {
-		r.err = fmt.Errorf("%d of %d workflows completed: %s", l.Completed.Load(), cfg.workflows, exited)
-		return r
+		return nil, fmt.Errorf("%d of %d workflows completed: %s", l.Completed.Load(), cfg.workflows, exited)
 	}
+	return l, nil
+}
 
-	// Outcomes from the events stream itself, not only what the load saw.
-	checkStart := time.Now()
-	defer func() {
-		fmt.Fprintf(os.Stderr, "chaos: %s: checked the outcomes in %s\n", name, time.Since(checkStart).Round(100*time.Millisecond))
-	}()
-	outcomes, err := loadgen.Completions(ctx, b.JetStream(), time.Time{})
-	if err != nil {
-		r.err = err
-		return r
-	}
+// countOutcomes sorts l's workflows into correct, wrong (a failure or
+// another c than (2n + 1) * 3) and lost by the completions in outcomes, and
+// records them in r with the latencies of those that completed.
+func countOutcomes(r *report, l *loadgen.Load, outcomes map[string]loadgen.Outcome) {
 	var latencies []time.Duration
 	for i, id := range l.IDs {
 		wc, ok := outcomes[id]
@@ -327,39 +354,38 @@ func runCase(ctx context.Context, cfg config, name string) report {
 		latencies = append(latencies, wc.At.Sub(l.Started[i]))
 	}
 	r.p50, r.p99 = loadgen.Percentile(latencies, 0.50), loadgen.Percentile(latencies, 0.99)
-	r.redelivered, r.redeliveredEvents = redeliveries()
+}
 
-	// The audit store once the audit service has caught up.
+// countAuditDocs counts, once the audit service has caught up, the audit
+// documents of each completed workflow of ids above and below wantDocs.
+func countAuditDocs(ctx context.Context, b *bus.Bus, mongoURI string, ids []string, outcomes map[string]loadgen.Outcome) (dup, missing int64, err error) {
 	if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamEvents, auditservice.Consumer); err != nil {
-		r.err = err
-		return r
+		return 0, 0, err
 	}
-	st, err := store.Open(ctx, sys.mongoURI, "nova")
+	st, err := store.Open(ctx, mongoURI, "nova")
 	if err != nil {
-		r.err = err
-		return r
+		return 0, 0, err
 	}
 	defer func() { _ = st.Close(context.WithoutCancel(ctx)) }()
 	counts, err := st.AllCounts(ctx)
 	if err != nil {
-		r.err = err
-		return r
+		return 0, 0, err
 	}
-	for _, id := range l.IDs {
+	for _, id := range ids {
 		if _, ok := outcomes[id]; !ok {
 			continue
 		}
 		got := counts[id]
 		for coll, want := range wantDocs {
 			if got[coll] > want {
-				r.dupDocs += got[coll] - want
+				dup += got[coll] - want
 			}
 			if got[coll] < want {
-				r.missingDocs += want - got[coll]
+				missing += want - got[coll]
 			}
 		}
 	}
-	return r
+	return dup, missing, nil
 }
 
 // countRedeliveries counts the NOVA_CMD messages (commands) and NOVA_EVT
@@ -475,73 +501,112 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 		closers = append(closers, n.Shutdown)
 		sys.natsURL = n.URL()
 	} else {
-		spec, err := devstack.NewClusterSpec(filepath.Join(dir, "data"), 0, natsServers)
-		if err != nil {
+		if nodes, sys.natsURL, err = startNATSCluster(ctx, dir, natsServers); err != nil {
 			closeAll()
 			return nil, err
 		}
-		specJSON, err := json.Marshal(spec)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		self, err := os.Executable()
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		for i := range natsServers {
-			p := &loadgen.Proc{Name: "NATS server " + spec.Name(i), Path: self, Log: filepath.Join(dir, spec.Name(i)+".log"),
-				Args: []string{"natsnode", "-spec", string(specJSON), "-i", fmt.Sprint(i)}, Env: loadgen.BaseEnv()}
-			if err := p.Start(); err != nil {
-				closeAll()
-				return nil, err
-			}
+		for _, p := range nodes {
 			closers = append(closers, p.Stop)
-			nodes = append(nodes, p)
-		}
-		sys.natsURL = spec.URL()
-		running, stopRunning := loadgen.WhileAllRunning(ctx, nodes...)
-		err = waitReadyFiles(running, spec)
-		if err == nil {
-			err = waitMetaLeader(running, sys.natsURL)
-		}
-		err = loadgen.ExitedError(ctx, running, err)
-		stopRunning()
-		if err != nil {
-			closeAll()
-			return nil, err
 		}
 		sys.procs = append(sys.procs, nodes...)
 	}
 
-	procs := map[string]*loadgen.Proc{}
+	services, err := startServiceProcs(cfg.bin, dir, sys.natsURL, sys.mongoURI, natsServers)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	for _, p := range services {
+		closers = append(closers, p.Stop)
+	}
+	sys.procs = append(sys.procs, services...)
+	sys.target = victimTarget(ctx, victim, sys.natsURL, nodes, services)
+	return sys, nil
+}
+
+// startNATSCluster starts a cluster of n NATS servers, each a process of
+// this program (chaos natsnode), and waits until it answers JetStream
+// requests. It returns the servers and the cluster's URL; on error it
+// stops the servers it started.
+func startNATSCluster(ctx context.Context, dir string, n int) ([]*loadgen.Proc, string, error) {
+	spec, err := devstack.NewClusterSpec(filepath.Join(dir, "data"), 0, n)
+	if err != nil {
+		return nil, "", err
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	var nodes []*loadgen.Proc
+	for i := range n {
+		p := &loadgen.Proc{Name: "NATS server " + spec.Name(i), Path: self, Log: filepath.Join(dir, spec.Name(i)+".log"),
+			Args: []string{"natsnode", "-spec", string(specJSON), "-i", fmt.Sprint(i)}, Env: loadgen.BaseEnv()}
+		if err := p.Start(); err != nil {
+			stopLastFirst(nodes)
+			return nil, "", err
+		}
+		nodes = append(nodes, p)
+	}
+	running, stopRunning := loadgen.WhileAllRunning(ctx, nodes...)
+	err = waitReadyFiles(running, spec)
+	if err == nil {
+		err = waitMetaLeader(running, spec.URL())
+	}
+	err = loadgen.ExitedError(ctx, running, err)
+	stopRunning()
+	if err != nil {
+		stopLastFirst(nodes)
+		return nil, "", err
+	}
+	return nodes, spec.URL(), nil
+}
+
+// startServiceProcs starts the audit service, the sandbox and the graph
+// engine, in that order, as processes from bin on natsURL and mongoURI with
+// replicas replicas of every stream. On error it stops those it started.
+func startServiceProcs(bin, dir, natsURL, mongoURI string, replicas int) ([]*loadgen.Proc, error) {
+	var procs []*loadgen.Proc
 	for _, svc := range []string{"audit", "sandbox", "graph-engine"} {
 		health, err := loadgen.FreePort()
 		if err != nil {
-			closeAll()
+			stopLastFirst(procs)
 			return nil, err
 		}
-		p := &loadgen.Proc{Name: svc, Path: filepath.Join(cfg.bin, svc), Log: filepath.Join(dir, svc+".log"),
-			Env: loadgen.BaseEnv("NATS_URL="+sys.natsURL, "MONGODB_URI="+sys.mongoURI, fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health),
-				"LOG_LEVEL=warn", fmt.Sprintf("NOVA_STREAM_REPLICAS=%d", natsServers))}
+		p := &loadgen.Proc{Name: svc, Path: filepath.Join(bin, svc), Log: filepath.Join(dir, svc+".log"),
+			Env: loadgen.BaseEnv("NATS_URL="+natsURL, "MONGODB_URI="+mongoURI, fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health),
+				"LOG_LEVEL=warn", fmt.Sprintf("NOVA_STREAM_REPLICAS=%d", replicas))}
 		if err := p.Start(); err != nil {
-			closeAll()
+			stopLastFirst(procs)
 			return nil, err
 		}
-		closers = append(closers, p.Stop)
-		procs[svc] = p
-		sys.procs = append(sys.procs, p)
+		procs = append(procs, p)
 	}
+	return procs, nil
+}
 
+// stopLastFirst stops procs in the reverse of the order they started.
+func stopLastFirst(procs []*loadgen.Proc) {
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop()
+	}
+}
+
+// victimTarget is what case victim kills: the NATS server of nodes that
+// leads NOVA_CMD when it is kill time, or the process of services that
+// runs that service.
+func victimTarget(ctx context.Context, victim, natsURL string, nodes, services []*loadgen.Proc) target {
 	switch victim {
 	case "nats":
 		// The leader of NOVA_CMD: every command goes through it.
 		var victimIdx int
-		sys.target = target{downtime: 2 * time.Second,
+		return target{downtime: 2 * time.Second,
 			describe: func() string { return nodes[victimIdx].Describe() + " (leader of " + bus.StreamCommands + ")" },
 			kill: func() error {
-				i, err := streamLeader(ctx, sys.natsURL, bus.StreamCommands)
+				i, err := streamLeader(ctx, natsURL, bus.StreamCommands)
 				if err != nil {
 					return err
 				}
@@ -554,11 +619,15 @@ func startServices(ctx context.Context, cfg config, dir, victim string, natsServ
 		if victim == "engine" {
 			service = "graph-engine"
 		}
-		p := procs[service]
-		sys.target = target{describe: p.Describe, kill: p.Kill, downtime: time.Second,
+		var p *loadgen.Proc
+		for _, s := range services {
+			if s.Name == service {
+				p = s
+			}
+		}
+		return target{describe: p.Describe, kill: p.Kill, downtime: time.Second,
 			restart: func(context.Context) error { return p.Start() }}
 	}
-	return sys, nil
 }
 
 // waitMetaLeader waits until the cluster answers JetStream requests.

@@ -1021,7 +1021,10 @@ rules:
 	if generator.DefaultModel == configuredGenerator {
 		t.Fatalf("the configured generator model must differ from the built-in default %s", generator.DefaultModel)
 	}
-	e := startAIEnv(t, rules, func(o *stack.Options) { o.LLM.CodeGeneratorModel = configuredGenerator })
+	e := startAIEnv(t, rules, func(o *stack.Options) {
+		o.CodeGenerator = stack.Default[generator.Config]()
+		o.CodeGenerator.Model = configuredGenerator
+	})
 	withModels := parseAI(t, `
 name: with-models
 model: gpt-4.1-mini

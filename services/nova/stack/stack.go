@@ -29,7 +29,6 @@ import (
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/telemetry"
-	"github.com/novaflow/nova/pkg/valueref"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
@@ -38,8 +37,6 @@ import (
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 	"github.com/novaflow/nova/services/output-validator/outputvalidator"
-	"github.com/novaflow/nova/services/sandbox/jsrunner"
-	"github.com/novaflow/nova/services/sandbox/runner"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 
@@ -94,8 +91,6 @@ type LLMOptions struct {
 	// ScriptedRules answer instead when neither APIKey nor BaseURL is set:
 	// the stack starts NOVA's scripted OpenAI-compatible server with them.
 	ScriptedRules *scripted.Rules
-	// Models per agent; empty means each agent's default.
-	InputAnalyzerModel, CodeGeneratorModel, OutputValidatorModel string
 }
 
 // Options configures a stack.
@@ -121,17 +116,6 @@ type Options struct {
 	SpanExporter sdktrace.SpanExporter
 	// OTLPEndpoint exports spans over OTLP/HTTP.
 	OTLPEndpoint string
-	// SandboxWorkers is how many programs run at once (default 2).
-	SandboxWorkers int
-	// WarmSandbox keeps a warm Python interpreter per sandbox worker (a
-	// long-running nova dev wants it; a one-shot run or a test does not).
-	WarmSandbox bool
-	// SandboxZygoteIdle stops a warm full zygote after this long without a
-	// program (runner.Config.ZygoteIdle); 0 keeps it.
-	SandboxZygoteIdle time.Duration
-	// NodeModules holds axios and cheerio for JavaScript nodes; empty looks
-	// for them (FindNodeModules).
-	NodeModules string
 	// ValueThreshold is the size over which context values go by reference
 	// (default: the engine's setting).
 	ValueThreshold int
@@ -144,6 +128,14 @@ type Options struct {
 	// refused whatever it says when LLM configures no model; the semantic
 	// level's embeddings come from LLM's model API, or the scripted server.
 	Engine *engine.Settings
+	// Each service's configuration, as its binary reads it from the
+	// environment (nil: its defaults; for the sandbox, SandboxDefaults).
+	Sandbox         *sandboxservice.Config
+	Audit           *auditservice.Config
+	InputAnalyzer   *analyzer.Config
+	CodeGenerator   *generator.Config
+	CodeValidator   *validator.Config
+	OutputValidator *outputvalidator.Config
 	// Gateway configures the gateway module, when it runs.
 	Gateway GatewayOptions
 }
@@ -179,12 +171,8 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Database == "" {
 		opts.Database = "nova"
 	}
-	if opts.SandboxWorkers <= 0 {
-		opts.SandboxWorkers = 2
-	}
-	if opts.Engine == nil {
-		es := engine.DefaultSettings()
-		opts.Engine = &es
+	if err := opts.fillDefaults(); err != nil {
+		return nil, err
 	}
 	if opts.ValueThreshold <= 0 {
 		opts.ValueThreshold = opts.Engine.ValueThreshold
@@ -403,114 +391,14 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}
-	var run func(context.Context) error
-	switch name {
-	case GraphEngine:
-		es := *s.opts.Engine
-		es.AllowPrompt = es.AllowPrompt && s.opts.LLM.configured()
-		es.ValueThreshold = s.opts.ValueThreshold
-		var opts []engine.StartOption
-		if es.SemanticSettings.Enabled {
-			embedder, err := s.llmClient(name, tel)
-			if err != nil {
-				cleanup()
-				return nil, err
-			}
-			opts = append(opts, engine.WithEmbedder(embedder))
-		}
-		e, err := engine.Start(ctx, es, service.NewEnv(b, tel, log, s.opts.Replicas), opts...)
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		run = e.Run
-	case Sandbox:
-		zygotes := 0
-		if s.opts.WarmSandbox {
-			zygotes = runner.ZygotesFor(s.opts.SandboxWorkers)
-		}
-		r, err := runner.New(runner.Config{DefaultTimeout: s.opts.Engine.NodeTimeout, MaxOutputBytes: 64 << 10, Zygotes: zygotes,
-			ZygoteIdle: s.opts.SandboxZygoteIdle, Logger: log})
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		js, err := jsrunner.New(jsrunner.Config{DefaultTimeout: s.opts.Engine.NodeTimeout, MaxOutputBytes: 64 << 10,
-			NodeModules: cmp.Or(s.opts.NodeModules, FindNodeModules()), Logger: log})
-		if err != nil {
-			log.Warn("no JavaScript runtime: JavaScript nodes will fail", "err", err)
-			js = nil
-		}
-		closeRunner := cleanup
-		cleanup = func() { _ = r.Close(); closeRunner() }
-		values, err := valueref.Open(ctx, b.JetStream(), s.opts.ValueThreshold, s.opts.Replicas)
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		if err := b.EnsureStreams(ctx); err != nil {
-			cleanup()
-			return nil, err
-		}
-		if _, err := b.DeclareConsumer(ctx, sandboxservice.ConsumerSpec(s.opts.SandboxWorkers)); err != nil {
-			cleanup()
-			return nil, err
-		}
-		deps := sandboxservice.Deps{Bus: b, Runner: r, JS: js, Values: values, Logger: log, Workers: s.opts.SandboxWorkers, Replicas: s.opts.Replicas,
-			MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider}
-		run = func(ctx context.Context) error { return sandboxservice.Run(ctx, deps) }
-	case Audit:
-		if err := b.EnsureStreams(ctx); err != nil {
-			cleanup()
-			return nil, err
-		}
-		if _, err := b.DeclareConsumer(ctx, auditservice.ConsumerSpec(0)); err != nil {
-			cleanup()
-			return nil, err
-		}
-		deps := auditservice.Deps{Bus: b, Store: s.Store, Logger: log}
-		run = func(ctx context.Context) error { return auditservice.Run(ctx, deps) }
-	case CodeValidator:
-		if _, err := b.DeclareConsumer(ctx, agent.Spec{Name: name}.Consumer()); err != nil {
-			cleanup()
-			return nil, err
-		}
-		// The sandbox starts beside it and publishes its runtime within a
-		// second: looked for often until then, so that the first verdicts
-		// are complete ones a cache hit can reuse.
-		runtime := runtimeinfo.NewCache(b.JetStream())
-		runtime.RetryMissing = 100 * time.Millisecond
-		deps := validator.Deps{Bus: b, Logger: log, TracerProvider: tel.TracerProvider, Replicas: s.opts.Replicas, Runtime: runtime}
-		run = func(ctx context.Context) error { return validator.Run(ctx, deps) }
-	case InputAnalyzer, CodeGenerator, OutputValidator:
-		client, err := s.llmClient(name, tel)
-		if err == nil {
-			_, err = b.DeclareConsumer(ctx, agent.Spec{Name: name}.Consumer())
-		}
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-		switch name {
-		case InputAnalyzer:
-			deps := analyzer.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.InputAnalyzerModel}
-			run = func(ctx context.Context) error { return analyzer.Run(ctx, deps) }
-		case CodeGenerator:
-			deps := generator.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.CodeGeneratorModel}
-			run = func(ctx context.Context) error { return generator.Run(ctx, deps) }
-		case OutputValidator:
-			deps := outputvalidator.Deps{Bus: b, LLM: client, Logger: log, TracerProvider: tel.TracerProvider, DefaultModel: s.opts.LLM.OutputValidatorModel}
-			run = func(ctx context.Context) error { return outputvalidator.Run(ctx, deps) }
-		}
-	case Gateway:
-		run, err = s.gateway(ctx, b, tel, log)
-		if err != nil {
-			cleanup()
-			return nil, err
-		}
-	default:
+	run, stop, err := s.start(ctx, name, service.NewEnv(b, tel, log, s.opts.Replicas))
+	if err != nil {
 		cleanup()
-		return nil, fmt.Errorf("unknown module %q", name)
+		return nil, err
+	}
+	if stop != nil {
+		closeBus := cleanup
+		cleanup = func() { stop(); closeBus() }
 	}
 	return func(ctx context.Context) error {
 		defer cleanup()
@@ -518,10 +406,86 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	}, nil
 }
 
+// start starts module name in env with the constructor its binary calls,
+// from its configuration in the options and what the stack shares: the
+// audit store, the model client (the scripted server's when no API is
+// configured). stop, when not nil, releases what the module holds once
+// its run has returned.
+func (s *Stack) start(ctx context.Context, name string, env *service.Env) (run func(context.Context) error, stop func(), err error) {
+	o := s.opts
+	switch name {
+	case GraphEngine:
+		es := *o.Engine
+		es.AllowPrompt = es.AllowPrompt && o.LLM.configured()
+		es.ValueThreshold = o.ValueThreshold
+		var opts []engine.StartOption
+		if es.SemanticSettings.Enabled {
+			embedder, err := s.llmClient(name, env.Telemetry)
+			if err != nil {
+				return nil, nil, err
+			}
+			opts = append(opts, engine.WithEmbedder(embedder))
+		}
+		e, err := engine.Start(ctx, es, env, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e.Run, nil, nil
+	case Sandbox:
+		cfg := *o.Sandbox
+		cfg.ValueThreshold = o.ValueThreshold
+		sb, err := sandboxservice.Start(ctx, cfg, env, sandboxservice.OptionalJavaScript())
+		if err != nil {
+			return nil, nil, err
+		}
+		return sb.Run, func() { _ = sb.Close() }, nil
+	case Audit:
+		a, err := auditservice.Start(ctx, *o.Audit, env, auditservice.WithStore(s.Store))
+		if err != nil {
+			return nil, nil, err
+		}
+		return a.Run, nil, nil
+	case CodeValidator:
+		// The sandbox starts beside it and publishes its runtime within a
+		// second: looked for often until then, so that the first verdicts
+		// are complete ones a cache hit can reuse.
+		runtime := runtimeinfo.NewCache(env.Bus.JetStream())
+		runtime.RetryMissing = 100 * time.Millisecond
+		v, err := validator.Start(ctx, *o.CodeValidator, env, validator.WithRuntime(runtime))
+		if err != nil {
+			return nil, nil, err
+		}
+		return v.Run, nil, nil
+	case InputAnalyzer, CodeGenerator, OutputValidator:
+		client, err := s.llmClient(name, env.Telemetry)
+		if err != nil {
+			return nil, nil, err
+		}
+		var a *agent.Service
+		switch name {
+		case InputAnalyzer:
+			a, err = analyzer.Start(ctx, *o.InputAnalyzer, env, agent.WithLLM(client))
+		case CodeGenerator:
+			a, err = generator.Start(ctx, *o.CodeGenerator, env, agent.WithLLM(client))
+		default:
+			a, err = outputvalidator.Start(ctx, *o.OutputValidator, env, agent.WithLLM(client))
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return a.Run, nil, nil
+	case Gateway:
+		run, err := s.gateway(ctx, env)
+		return run, nil, err
+	default:
+		return nil, nil, fmt.Errorf("unknown module %q", name)
+	}
+}
+
 // gateway builds the HTTP API module: it listens at once, so the URL it
 // reports answers as soon as the module has started, and on stop lets the
 // requests in hand finish (bounded) before it closes.
-func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger) (func(context.Context) error, error) {
+func (s *Stack) gateway(ctx context.Context, env *service.Env) (func(context.Context) error, error) {
 	o := s.opts.Gateway
 	cfg := gateway.Config{Addr: cmp.Or(o.Addr, DefaultGatewayAddr), NoAuth: o.NoAuth, ValueThreshold: s.opts.ValueThreshold,
 		Settings: gateway.Settings{JaegerURL: o.JaegerURL, CORSOrigins: strings.Join(o.CORSOrigins, ",")}}
@@ -529,7 +493,7 @@ func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetr
 	if o.Keys != nil {
 		opts = append(opts, gateway.WithKeys(o.Keys))
 	}
-	gw, err := gateway.Start(ctx, cfg, service.NewEnv(b, tel, log, s.opts.Replicas), opts...)
+	gw, err := gateway.Start(ctx, cfg, env, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -540,6 +504,62 @@ func (s *Stack) gateway(ctx context.Context, b *bus.Bus, tel *telemetry.Telemetr
 		}
 		return nil
 	}, nil
+}
+
+// fillDefaults gives each service whose configuration the options leave
+// nil its defaults.
+func (o *Options) fillDefaults() error {
+	if o.Engine == nil {
+		es := engine.DefaultSettings()
+		o.Engine = &es
+	}
+	if o.Sandbox == nil {
+		sb := SandboxDefaults()
+		o.Sandbox = &sb
+	}
+	return errors.Join(orDefaults(&o.Audit), orDefaults(&o.InputAnalyzer), orDefaults(&o.CodeGenerator),
+		orDefaults(&o.CodeValidator), orDefaults(&o.OutputValidator))
+}
+
+// orDefaults sets *cfg, when nil, to a configuration with its defaults.
+func orDefaults[T any](cfg **T) error {
+	if *cfg != nil {
+		return nil
+	}
+	v := new(T)
+	if err := defaults(v); err != nil {
+		return fmt.Errorf("%T: %w", v, err)
+	}
+	*cfg = v
+	return nil
+}
+
+// Default is a service's configuration T with every default, for a stack
+// that sets a few of them.
+func Default[T any]() *T {
+	v := new(T)
+	if err := defaults(v); err != nil {
+		panic(fmt.Sprintf("%T: a setting's default does not parse: %v", v, err))
+	}
+	return v
+}
+
+// SandboxConfig is SandboxDefaults with warm zygotes on or off.
+func SandboxConfig(warm bool) *sandboxservice.Config {
+	cfg := SandboxDefaults()
+	cfg.Warm = warm
+	return &cfg
+}
+
+// SandboxDefaults are the sandbox's defaults for a stack: its binary's,
+// except that zygotes stay off (a one-shot run or a test does not want
+// them; nova dev turns them on), with the JavaScript packages found beside
+// the nova binary or in the checkout.
+func SandboxDefaults() sandboxservice.Config {
+	cfg := sandboxservice.DefaultConfig()
+	cfg.Warm = false
+	cfg.NodeModules = FindNodeModules()
+	return cfg
 }
 
 // defaults fills cfg, a settings struct, with its tags' defaults: a stack

@@ -65,10 +65,11 @@ func New(d Deps) *Validator {
 	return v
 }
 
-// Run serves the output-validator queue until ctx ends.
-func Run(ctx context.Context, d Deps) error {
+// start declares the agent's consumer and returns the service that
+// answers its commands.
+func start(ctx context.Context, d Deps) (*agent.Service, error) {
 	if d.Bus == nil || d.LLM == nil {
-		return errors.New("output validator: bus and model client are required")
+		return nil, errors.New("output validator: bus and model client are required")
 	}
 	v := New(d)
 	spec := agent.Spec{
@@ -78,7 +79,7 @@ func Run(ctx context.Context, d Deps) error {
 		ResultType:  bus.TypeOutputValidated,
 		Workers:     d.Workers,
 	}
-	return agent.Serve(ctx, d.Bus, d.TracerProvider, spec,
+	return agent.Start(ctx, d.Bus, d.TracerProvider, spec,
 		func() *novav1.ValidateOutput { return &novav1.ValidateOutput{} },
 		func(ctx context.Context, cmd *novav1.ValidateOutput) (proto.Message, error) {
 			return v.Validate(ctx, cmd)

@@ -10,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
+	"github.com/novaflow/nova/pkg/service"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/output-validator/outputvalidator"
 )
@@ -31,8 +33,12 @@ func TestServiceThroughTheBus(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	svc, err := outputvalidator.Start(ctx, outputvalidator.Config{Workers: 2}, service.NewEnv(b, nil, quiet, 1), agent.WithLLM(client))
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- outputvalidator.Run(runCtx, outputvalidator.Deps{Bus: b, LLM: client, Logger: quiet, Workers: 2})
+		done <- svc.Run(runCtx)
 	}()
 	defer func() {
 		stop()

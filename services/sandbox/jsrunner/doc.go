@@ -1,5 +1,5 @@
 // Package jsrunner runs a node's JavaScript in isolation with bubblewrap, with the
-// execute-server semantics of seed 004: code that exports a function, returns a
+// semantics of POST /v1/execute: code that exports a function, returns a
 // value or is an async IIFE; console output captured as logs; the result, its
 // array form (items), the error and its stack reported.
 //

@@ -1,4 +1,4 @@
-// Package outputschema describes the shape of a node's output, as seed 004's
+// Package outputschema describes the shape of a node's output, as the
 // "Output Schema Detection" does: whether it is an array, an object or a
 // primitive, whether it is structured (an array of objects), how many items it
 // has, and for a structured array each field's name, type, coverage and examples.

@@ -1,0 +1,3 @@
+module example.com/fake/pkg
+
+go 1.26.0
