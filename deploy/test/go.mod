@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/novaflow/nova/pkg => ../../pkg
+	github.com/novaflow/nova/pkg/chainstore => ../../pkg/chainstore
 	github.com/novaflow/nova/pkg/devstack => ../../pkg/devstack
 	github.com/novaflow/nova/proto => ../../proto
 	github.com/novaflow/nova/services/audit => ../../services/audit
@@ -18,6 +19,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/novaflow/nova/pkg v0.0.0
+	github.com/novaflow/nova/pkg/chainstore v0.0.0-00010101000000-000000000000
 	github.com/novaflow/nova/pkg/devstack v0.0.0
 	github.com/novaflow/nova/proto v0.0.0
 	github.com/novaflow/nova/services/audit v0.0.0
@@ -142,6 +144,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rubenv/sql-migrate v1.8.1 // indirect
@@ -153,8 +156,7 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
-	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
-	github.com/xdg-go/scram v1.2.0 // indirect
+	github.com/xdg-go/scram v1.4.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
@@ -163,6 +165,7 @@ require (
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect

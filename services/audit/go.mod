@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/novaflow/nova/pkg => ../../pkg
+	github.com/novaflow/nova/pkg/chainstore => ../../pkg/chainstore
 	github.com/novaflow/nova/pkg/devstack => ../../pkg/devstack
 	github.com/novaflow/nova/proto => ../../proto
 )
@@ -52,11 +53,11 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
-	github.com/xdg-go/scram v1.2.0 // indirect
+	github.com/xdg-go/scram v1.4.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
 	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
 	go.mongodb.org/mongo-driver v1.16.0 // indirect
+	go.mongodb.org/mongo-driver/v2 v2.9.3 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
@@ -91,9 +92,8 @@ require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/novaflow/nova/pkg v0.0.0
+	github.com/novaflow/nova/pkg/chainstore v0.0.0-00010101000000-000000000000
 	github.com/novaflow/nova/pkg/devstack v0.0.0
 	github.com/novaflow/nova/proto v0.0.0
-	go.mongodb.org/mongo-driver/v2 v2.9.3
-	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
 )

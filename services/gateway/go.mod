@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/novaflow/nova/pkg => ../../pkg
+	github.com/novaflow/nova/pkg/chainstore => ../../pkg/chainstore
 	github.com/novaflow/nova/pkg/devstack => ../../pkg/devstack
 	github.com/novaflow/nova/proto => ../../proto
 	github.com/novaflow/nova/services/audit => ../audit
@@ -17,6 +18,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/novaflow/nova/pkg v0.0.0
+	github.com/novaflow/nova/pkg/chainstore v0.0.0-00010101000000-000000000000
 	github.com/novaflow/nova/pkg/devstack v0.0.0
 	github.com/novaflow/nova/proto v0.0.0
 	github.com/novaflow/nova/services/audit v0.0.0
@@ -87,8 +89,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/sashabaranov/go-openai v1.43.0 // indirect
-	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
-	github.com/xdg-go/scram v1.2.0 // indirect
+	github.com/xdg-go/scram v1.4.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
 	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
 	go.mongodb.org/mongo-driver v1.16.0 // indirect

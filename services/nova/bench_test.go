@@ -18,12 +18,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 	"github.com/novaflow/nova/services/sandbox/runner"
@@ -157,12 +157,12 @@ func (e *benchEnv) chainTimes(b *testing.B, ids []string) []benchNodeTimes {
 	defer func() { _ = mc.Disconnect(context.WithoutCancel(ctx)) }()
 	db := mc.Database("nova")
 	codeNodes := bson.D{{Key: "node_id", Value: bson.D{{Key: "$in", Value: benchCodeNodes}}}}
-	var nodes []store.NodeDoc
-	var steps []store.StepDoc
+	var nodes []chainstore.NodeDoc
+	var steps []chainstore.StepDoc
 	for _, q := range []struct {
 		coll string
 		out  any
-	}{{store.ChainCollection, &nodes}, {store.StepsCollection, &steps}} {
+	}{{chainstore.ChainCollection, &nodes}, {chainstore.StepsCollection, &steps}} {
 		cur, err := db.Collection(q.coll).Find(ctx, codeNodes)
 		if err != nil {
 			b.Fatal(err)
@@ -171,18 +171,18 @@ func (e *benchEnv) chainTimes(b *testing.B, ids []string) []benchNodeTimes {
 			b.Fatal(err)
 		}
 	}
-	stepsOf := map[string][]store.StepDoc{}
+	stepsOf := map[string][]chainstore.StepDoc{}
 	for _, st := range steps {
 		stepsOf[st.ChainOfWorkID] = append(stepsOf[st.ChainOfWorkID], st)
 	}
-	nodeByID := map[string]store.NodeDoc{}
+	nodeByID := map[string]chainstore.NodeDoc{}
 	for _, n := range nodes {
 		nodeByID[n.ID] = n
 	}
 	var out []benchNodeTimes
 	for _, id := range ids {
 		for _, node := range benchCodeNodes {
-			key := store.NodeDocID(id, node, 1)
+			key := chainstore.NodeDocID(id, node, 1)
 			n, ok := nodeByID[key]
 			if !ok || len(stepsOf[key]) != 1 {
 				b.Fatalf("chain of work of %s: node visit found %v, %d steps; want it with 1 step", key, ok, len(stepsOf[key]))

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 func devstackMongo(ctx context.Context, dataDir string) (*devstack.Mongo, error) {
@@ -19,13 +19,13 @@ func devstackMongo(ctx context.Context, dataDir string) (*devstack.Mongo, error)
 
 // chainView is what `nova chain --json` prints.
 type chainView struct {
-	Execution *store.ExecutionDoc `json:"execution"`
-	Nodes     []store.NodeDoc     `json:"nodes"`
+	Execution *chainstore.ExecutionDoc `json:"execution"`
+	Nodes     []chainstore.NodeDoc     `json:"nodes"`
 }
 
-func printChain(ctx context.Context, w io.Writer, st *store.Store, executionID string, asJSON bool) error {
+func printChain(ctx context.Context, w io.Writer, st *chainstore.Store, executionID string, asJSON bool) error {
 	exec, err := st.Execution(ctx, executionID)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, chainstore.ErrNotFound) {
 		// While other executions run, the audit service records a running
 		// one up to about 2 s after its start (auditservice.HoldFor).
 		return fmt.Errorf("execution %s: %w (one that started a moment ago may not be recorded yet: the audit store has a running execution within about 2 s)", executionID, err)

@@ -19,6 +19,7 @@ import (
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/execution"
@@ -31,7 +32,6 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/code-validator/validator"
 	"github.com/novaflow/nova/services/gateway/gateway"
@@ -397,7 +397,7 @@ type runFlags struct {
 // with; release closes them and whatever was started for them.
 type runServices struct {
 	bus     *bus.Bus
-	store   *store.Store
+	store   *chainstore.Store
 	release func()
 }
 
@@ -465,7 +465,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
 // (--remote). Every failure is the user's setup: exitInvalid.
 func connectRunRemote(ctx context.Context, withChain bool, stderr io.Writer) (runServices, int) {
 	var b *bus.Bus
-	var st *store.Store
+	var st *chainstore.Store
 	var err error
 	if os.Getenv("NATS_URL") == "" {
 		err = errors.New("--remote needs NATS_URL")
@@ -603,7 +603,7 @@ func hasPrompt(def *novav1.WorkflowDefinition) bool {
 // dev's) as a producer, with the NATS credentials of the environment
 // (NATS_USER, NATS_CREDS, ...), and to its audit store when the chain is
 // wanted.
-func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *store.Store, error) {
+func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *chainstore.Store, error) {
 	var common service.Common
 	if err := config.Load(&common, nil); err != nil {
 		return nil, nil, err
@@ -624,7 +624,7 @@ func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *store.Store,
 		b.Close()
 		return nil, nil, errors.New("--remote --chain needs MONGODB_URI")
 	}
-	st, err := store.Open(ctx, uri, cmp.Or(os.Getenv("MONGODB_DATABASE"), "nova"))
+	st, err := chainstore.Open(ctx, uri, cmp.Or(os.Getenv("MONGODB_DATABASE"), "nova"))
 	if err != nil {
 		b.Close()
 		return nil, nil, err
@@ -753,7 +753,7 @@ func cmdChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer m.Close()
 		uri = m.URI()
 	}
-	st, err := store.Open(ctx, uri, *database)
+	st, err := chainstore.Open(ctx, uri, *database)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova chain: %v\n", err)
 		return exitFailed
@@ -761,7 +761,7 @@ func cmdChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer st.Close(context.WithoutCancel(ctx))
 	if err := printChain(ctx, stdout, st, pos[0], *asJSON); err != nil {
 		fmt.Fprintf(stderr, "nova chain: %v\n", err)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, chainstore.ErrNotFound) {
 			return exitInvalid
 		}
 		return exitFailed

@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/novaflow/nova/pkg => ../../pkg
+	github.com/novaflow/nova/pkg/chainstore => ../../pkg/chainstore
 	github.com/novaflow/nova/pkg/devstack => ../../pkg/devstack
 	github.com/novaflow/nova/proto => ../../proto
 )
@@ -50,8 +51,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/sashabaranov/go-openai v1.43.0 // indirect
-	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
-	github.com/xdg-go/scram v1.2.0 // indirect
+	github.com/xdg-go/scram v1.4.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
 	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
 	go.mongodb.org/mongo-driver v1.16.0 // indirect
@@ -115,6 +115,7 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/novaflow/nova/pkg/chainstore v0.0.0-00010101000000-000000000000
 	github.com/novaflow/nova/services/code-generator v0.0.0
 	github.com/novaflow/nova/services/code-validator v0.0.0
 	github.com/novaflow/nova/services/gateway v0.0.0

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // pinError says what was asked cannot be pinned: the user's mistake (exit 2).
@@ -60,7 +60,7 @@ func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer m.Close()
 		uri = m.URI()
 	}
-	st, err := store.Open(ctx, uri, *database)
+	st, err := chainstore.Open(ctx, uri, *database)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova pin: %v\n", err)
 		return exitFailed
@@ -69,7 +69,7 @@ func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	p, err := pinExecution(ctx, st, pos[0], pos[1:])
 	if err != nil {
 		fmt.Fprintf(stderr, "nova pin: %v\n", err)
-		if bad := (*pinError)(nil); errors.As(err, &bad) || errors.Is(err, store.ErrNotFound) {
+		if bad := (*pinError)(nil); errors.As(err, &bad) || errors.Is(err, chainstore.ErrNotFound) {
 			return exitInvalid
 		}
 		return exitFailed
@@ -100,7 +100,7 @@ func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // succeeded when there are none) to the code it ran there, with
 // workflow.PinCode. A node that does not exist, is not an AI node or did not
 // succeed is a *pinError naming it.
-func pinExecution(ctx context.Context, st *store.Store, executionID string, wanted []string) (*pinned, error) {
+func pinExecution(ctx context.Context, st *chainstore.Store, executionID string, wanted []string) (*pinned, error) {
 	def, err := finishedDefinition(ctx, st, executionID)
 	if err != nil {
 		return nil, err
@@ -124,15 +124,15 @@ func pinExecution(ctx context.Context, st *store.Store, executionID string, want
 
 // finishedDefinition is the definition execution executionID ran, once it
 // has finished: a running one's nodes may still change their code.
-func finishedDefinition(ctx context.Context, st *store.Store, executionID string) (*novav1.WorkflowDefinition, error) {
+func finishedDefinition(ctx context.Context, st *chainstore.Store, executionID string) (*novav1.WorkflowDefinition, error) {
 	exec, err := st.Execution(ctx, executionID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("no execution %q in the chain of work: %w", executionID, store.ErrNotFound)
+	if errors.Is(err, chainstore.ErrNotFound) {
+		return nil, fmt.Errorf("no execution %q in the chain of work: %w", executionID, chainstore.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if exec.Status == store.StatusRunning {
+	if exec.Status == chainstore.StatusRunning {
 		return nil, &pinError{fmt.Sprintf("execution %s is still running; pin its nodes once it has finished", executionID)}
 	}
 	return definitionOf(exec)
@@ -140,10 +140,10 @@ func finishedDefinition(ctx context.Context, st *store.Store, executionID string
 
 // lastVisits maps each node of chain to its last finished visit. A node's
 // last visit decides: its code is the one proven last.
-func lastVisits(chain []store.NodeDoc) map[string]*store.NodeDoc {
-	last := map[string]*store.NodeDoc{}
+func lastVisits(chain []chainstore.NodeDoc) map[string]*chainstore.NodeDoc {
+	last := map[string]*chainstore.NodeDoc{}
 	for i := range chain {
-		if n := &chain[i]; n.Status != store.StatusRunning && (last[n.NodeID] == nil || n.Visit > last[n.NodeID].Visit) {
+		if n := &chain[i]; n.Status != chainstore.StatusRunning && (last[n.NodeID] == nil || n.Visit > last[n.NodeID].Visit) {
 			last[n.NodeID] = n
 		}
 	}
@@ -156,7 +156,7 @@ func isAINode(n *novav1.Node) bool { return strings.TrimSpace(n.GetPrompt()) != 
 // pinSource is the code an execution's nodes ran, by their last visits.
 type pinSource struct {
 	executionID string
-	last        map[string]*store.NodeDoc
+	last        map[string]*chainstore.NodeDoc
 }
 
 // code is what the AI node id ran, or why it cannot be pinned.
@@ -250,7 +250,7 @@ func (s pinSource) pinNodes(p *pinned, wanted []string) error {
 
 // definitionOf is the definition an execution ran, as the audit store
 // keeps it (protojson with the .proto field names).
-func definitionOf(exec *store.ExecutionDoc) (*novav1.WorkflowDefinition, error) {
+func definitionOf(exec *chainstore.ExecutionDoc) (*novav1.WorkflowDefinition, error) {
 	if len(exec.Definition) == 0 {
 		return nil, fmt.Errorf("the chain of work of %s holds no workflow definition", exec.ExecutionID)
 	}

@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -295,8 +295,8 @@ func TestPin(t *testing.T) {
 }
 
 // lastVisit is the last visit of node id in a chain of work.
-func lastVisit(chain []store.NodeDoc, id string) *store.NodeDoc {
-	var last *store.NodeDoc
+func lastVisit(chain []chainstore.NodeDoc, id string) *chainstore.NodeDoc {
+	var last *chainstore.NodeDoc
 	for i := range chain {
 		if chain[i].NodeID == id {
 			last = &chain[i]

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/client"
 )
 
@@ -184,7 +184,7 @@ func TestProcsRefinementSurvivesKills(t *testing.T) {
 	if err := client.New(b, nil).WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, mongo.URI(), "nova")
+	st, err := chainstore.Open(ctx, mongo.URI(), "nova")
 	if err != nil {
 		t.Fatal(err)
 	}

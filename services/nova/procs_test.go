@@ -26,13 +26,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/client"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
@@ -179,7 +179,7 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 		if err := c.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
 			t.Fatal(err)
 		}
-		st, err := store.Open(ctx, mongo.URI(), "nova")
+		st, err := chainstore.Open(ctx, mongo.URI(), "nova")
 		if err != nil {
 			t.Fatal(err)
 		}

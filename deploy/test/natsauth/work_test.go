@@ -24,6 +24,7 @@ import (
 	"github.com/novaflow/nova/deploy/test/internal/kedascaler"
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
@@ -34,7 +35,6 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
@@ -93,7 +93,7 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 		t.Fatalf("start FerretDB: %v", err)
 	}
 	t.Cleanup(func() { _ = mongo.Close() })
-	st, err := store.Open(ctx, mongo.URI(), "nova")
+	st, err := chainstore.Open(ctx, mongo.URI(), "nova")
 	if err != nil {
 		t.Fatal(err)
 	}

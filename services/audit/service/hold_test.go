@@ -9,18 +9,18 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // auditEnv is an embedded NATS and store with the audit's streams and
 // consumer declared, the service not running.
 type auditEnv struct {
 	b  *bus.Bus
-	st *store.Store
+	st *chainstore.Store
 }
 
 func newAuditEnv(ctx context.Context, t *testing.T) auditEnv {
@@ -38,7 +38,7 @@ func newAuditEnv(ctx context.Context, t *testing.T) auditEnv {
 	if err := b.EnsureStreams(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, stack.MongoURI, "")
+	st, err := chainstore.Open(ctx, stack.MongoURI, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,16 +161,16 @@ func TestStartedHeldUntilCompletion(t *testing.T) {
 
 	stop()
 	e.waitAcks(ctx, t, 0)
-	if s := status("held-2"); s != store.StatusRunning {
-		t.Errorf("held-2 after the service stopped: %q; want %s", s, store.StatusRunning)
+	if s := status("held-2"); s != chainstore.StatusRunning {
+		t.Errorf("held-2 after the service stopped: %q; want %s", s, chainstore.StatusRunning)
 	}
 
 	// Held for a short time, and no other event comes.
 	e.run(ctx, t, auditservice.Deps{HoldFor: 200 * time.Millisecond})
 	started("held-3")
 	e.waitAcks(ctx, t, 0)
-	if s := status("held-3"); s != store.StatusRunning {
-		t.Errorf("held-3 after HoldFor: %q; want %s", s, store.StatusRunning)
+	if s := status("held-3"); s != chainstore.StatusRunning {
+		t.Errorf("held-3 after HoldFor: %q; want %s", s, chainstore.StatusRunning)
 	}
 }
 
@@ -185,11 +185,11 @@ func TestStartedHeldAtMostMaxHeld(t *testing.T) {
 	}
 	e.run(ctx, t, auditservice.Deps{HoldFor: time.Hour, MaxHeld: 2})
 	e.waitAcks(ctx, t, 2)
-	list, err := e.st.ListExecutions(ctx, store.ListFilter{Workflow: "held", Limit: 10})
+	list, err := e.st.ListExecutions(ctx, chainstore.ListFilter{Workflow: "held", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].Status != store.StatusRunning {
+	if len(list) != 1 || list[0].Status != chainstore.StatusRunning {
 		t.Errorf("recorded %+v; want one execution, running", list)
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // Consumer is the audit service's durable consumer.
@@ -24,7 +24,7 @@ const Consumer = "audit"
 // Deps are what the audit service needs.
 type Deps struct {
 	Bus     *bus.Bus
-	Store   *store.Store
+	Store   *chainstore.Store
 	Logger  *slog.Logger
 	Workers int
 	// HoldFor and MaxHeld replace the defaults of the same names (0: the
@@ -204,7 +204,7 @@ func (h *holder) take(release func(*heldStart) bool) []*heldStart {
 
 // write records started events taken from the holder and settles their
 // deliveries.
-func (h *holder) write(ctx context.Context, s *store.Store, list []*heldStart) {
+func (h *holder) write(ctx context.Context, s *chainstore.Store, list []*heldStart) {
 	if len(list) == 0 {
 		return
 	}
@@ -229,7 +229,7 @@ func settle(list []*heldStart, errs []error) {
 
 // expire writes, running, the started events held for h.holdFor whose
 // executions have not completed, also while no batch comes; until stopped.
-func (h *holder) expire(ctx context.Context, s *store.Store) (stop func()) {
+func (h *holder) expire(ctx context.Context, s *chainstore.Store) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -250,7 +250,7 @@ func (h *holder) expire(ctx context.Context, s *store.Store) (stop func()) {
 
 // settleErr is how the bus is to settle an event the store did not record.
 func settleErr(err error) error {
-	if errors.Is(err, store.ErrInvalidEvent) {
+	if errors.Is(err, chainstore.ErrInvalidEvent) {
 		return bus.Permanent(err) // no delivery will ever store it
 	}
 	return err
@@ -263,7 +263,7 @@ func settleErr(err error) error {
 // complete among evs is kept in h (HoldFor), and one kept there is recorded
 // with its execution's completion, so that the execution's document is
 // inserted whole; h nil keeps none.
-func record(ctx context.Context, s *store.Store, h *holder, evs []event.Event) []error {
+func record(ctx context.Context, s *chainstore.Store, h *holder, evs []event.Event) []error {
 	errs := make([]error, len(evs))
 	facts := make([]proto.Message, 0, len(evs))
 	at := make([]int, 0, len(evs)) // the event of each fact

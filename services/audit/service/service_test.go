@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // fact is an event the audit service is to record, as published.
@@ -144,7 +144,7 @@ func TestBatchRecordsWhatWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 1}; fmt.Sprint(counts) != fmt.Sprint(w) {
+	if w := map[string]int64{chainstore.ExecutionsCollection: 1, chainstore.ChainCollection: 2, chainstore.StepsCollection: 1}; fmt.Sprint(counts) != fmt.Sprint(w) {
 		t.Errorf("counts = %v, want %v", counts, w)
 	}
 }

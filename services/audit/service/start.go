@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/service"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // Config is the audit service's configuration as its binary and nova dev
@@ -28,7 +28,7 @@ type StartOption func(*Deps)
 
 // WithStore writes to st instead of opening Config.MongoURI (nova dev
 // shares one store among its modules).
-func WithStore(st *store.Store) StartOption { return func(d *Deps) { d.Store = st } }
+func WithStore(st *chainstore.Store) StartOption { return func(d *Deps) { d.Store = st } }
 
 // WithPurgeEvery purges the events stream this often instead of every
 // PurgeEvery (tests that wait for a purge).
@@ -56,7 +56,7 @@ func Start(ctx context.Context, cfg Config, env *service.Env, opts ...StartOptio
 		if cfg.MongoURI == "" {
 			return nil, errors.New("MONGODB_URI is required: the store the chain of work is written to")
 		}
-		st, err := store.Open(ctx, cfg.MongoURI, cfg.Database)
+		st, err := chainstore.Open(ctx, cfg.MongoURI, cfg.Database)
 		if err != nil {
 			return nil, err
 		}

@@ -19,12 +19,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // idempotencyNamespace derives execution ids from (API key name,
@@ -316,7 +316,7 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
-	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: store.StatusRunning, Links: self})
+	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: chainstore.StatusRunning, Links: self})
 	return nil
 }
 
@@ -357,7 +357,7 @@ func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Dura
 	if early == nil {
 		// An execution that has ended (a repeat): its completion from the
 		// engine's state, as it was published; its events may be purged.
-		if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() != store.StatusRunning {
+		if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() != chainstore.StatusRunning {
 			return execution.Completion(st), nil
 		}
 		done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
@@ -472,12 +472,12 @@ func (g *Gateway) bucket(ctx context.Context, name string) (jetstream.KeyValue, 
 // executionView is GET /v1/executions/{id}: what `nova chain --json`
 // prints, with the node the engine is at while the execution runs.
 type executionView struct {
-	Execution executionDoc    `json:"execution"`
-	Nodes     []store.NodeDoc `json:"nodes"`
+	Execution executionDoc         `json:"execution"`
+	Nodes     []chainstore.NodeDoc `json:"nodes"`
 }
 
 type executionDoc struct {
-	*store.ExecutionDoc
+	*chainstore.ExecutionDoc
 	// CurrentNode is the node the engine is running, while the execution runs.
 	CurrentNode string `json:"current_node,omitempty"`
 }
@@ -495,12 +495,12 @@ func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case err == nil:
 		view = executionDoc{ExecutionDoc: doc}
-		if doc.Status == store.StatusRunning {
-			if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() == store.StatusRunning {
+		if doc.Status == chainstore.StatusRunning {
+			if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() == chainstore.StatusRunning {
 				view.CurrentNode = st.GetCurrentNode()
 			}
 		}
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, chainstore.ErrNotFound):
 		st, err := g.liveState(ctx, id)
 		if err != nil {
 			return g.unavailable(r, "the execution state cannot be read", err)
@@ -538,11 +538,11 @@ func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionSt
 // store's shape, with its definition. Errors are scrubbed of secrets, as the
 // store does.
 func fromState(st *novav1.ExecutionState) (executionDoc, error) {
-	def, err := store.DefinitionDoc(st.GetDefinition())
+	def, err := chainstore.DefinitionDoc(st.GetDefinition())
 	if err != nil {
 		return executionDoc{}, fmt.Errorf("execution state %s: definition: %w", st.GetExecutionId(), err)
 	}
-	doc := &store.ExecutionDoc{
+	doc := &chainstore.ExecutionDoc{
 		Definition:   def,
 		ExecutionID:  st.GetExecutionId(),
 		WorkflowName: st.GetDefinition().GetName(),
@@ -561,12 +561,12 @@ func fromState(st *novav1.ExecutionState) (executionDoc, error) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		n := st.GetNodes()[id]
-		doc.Nodes = append(doc.Nodes, store.NodeSummaryDoc{ID: id, Status: n.GetStatus(), Attempts: int(n.GetAttempts()),
+		doc.Nodes = append(doc.Nodes, chainstore.NodeSummaryDoc{ID: id, Status: n.GetStatus(), Attempts: int(n.GetAttempts()),
 			Visits: int(n.GetVisits()), Error: redact.Scrub(n.GetError(), nil),
 			CostUSD: n.GetSpend().GetUsd(), ModelCalls: int(n.GetSpend().GetModelCalls())})
 	}
 	view := executionDoc{ExecutionDoc: doc}
-	if st.GetStatus() == store.StatusRunning {
+	if st.GetStatus() == chainstore.StatusRunning {
 		view.CurrentNode = st.GetCurrentNode()
 	}
 	return view, nil

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/jsonvalue"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/gateway/gateway"
 )
 
@@ -246,17 +246,17 @@ func TestStartWithoutWait(t *testing.T) {
 // executionDocView is GET /v1/executions/{id} as a client reads it.
 type executionDocView struct {
 	Execution struct {
-		ExecutionID    string                     `json:"execution_id"`
-		WorkflowName   string                     `json:"workflow_name"`
-		Status         string                     `json:"status"`
-		InitialContext map[string]json.RawMessage `json:"initial_context"`
-		FinalContext   map[string]json.RawMessage `json:"final_context"`
-		Definition     map[string]any             `json:"definition"`
-		Path           []string                   `json:"path"`
-		Nodes          []store.NodeSummaryDoc     `json:"nodes"`
-		Error          string                     `json:"error"`
-		StartedAt      *time.Time                 `json:"started_at"`
-		CurrentNode    string                     `json:"current_node"`
+		ExecutionID    string                      `json:"execution_id"`
+		WorkflowName   string                      `json:"workflow_name"`
+		Status         string                      `json:"status"`
+		InitialContext map[string]json.RawMessage  `json:"initial_context"`
+		FinalContext   map[string]json.RawMessage  `json:"final_context"`
+		Definition     map[string]any              `json:"definition"`
+		Path           []string                    `json:"path"`
+		Nodes          []chainstore.NodeSummaryDoc `json:"nodes"`
+		Error          string                      `json:"error"`
+		StartedAt      *time.Time                  `json:"started_at"`
+		CurrentNode    string                      `json:"current_node"`
 	} `json:"execution"`
 	Nodes []struct {
 		NodeID       string                     `json:"node_id"`
@@ -365,7 +365,7 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Errorf("NOVA_CMD's last sequence went from %d to %d: a retry published a new start", commands, got)
 	}
 	h.waitAudit(t)
-	docs, err := h.store.ListExecutions(t.Context(), store.ListFilter{Workflow: name, Limit: 10})
+	docs, err := h.store.ListExecutions(t.Context(), chainstore.ListFilter{Workflow: name, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,8 +520,8 @@ func TestGetExecution(t *testing.T) {
 	enc := json.NewEncoder(&want)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(struct {
-		Execution *store.ExecutionDoc `json:"execution"`
-		Nodes     []store.NodeDoc     `json:"nodes"`
+		Execution *chainstore.ExecutionDoc `json:"execution"`
+		Nodes     []chainstore.NodeDoc     `json:"nodes"`
 	}{doc, nodes}); err != nil {
 		t.Fatal(err)
 	}

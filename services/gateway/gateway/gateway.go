@@ -30,8 +30,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/valueref"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/gateway/console"
 )
 
@@ -134,13 +134,13 @@ const (
 // ChainReader reads the chain of work the audit service writes: all the
 // gateway needs of the audit store.
 type ChainReader interface {
-	// Execution is one execution's document, store.ErrNotFound when there
+	// Execution is one execution's document, chainstore.ErrNotFound when there
 	// is none.
-	Execution(ctx context.Context, id string) (*store.ExecutionDoc, error)
+	Execution(ctx context.Context, id string) (*chainstore.ExecutionDoc, error)
 	// Chain is an execution's node visits with their agent steps.
-	Chain(ctx context.Context, executionID string) ([]store.NodeDoc, error)
+	Chain(ctx context.Context, executionID string) ([]chainstore.NodeDoc, error)
 	// ListExecutions is a page of executions, newest first.
-	ListExecutions(ctx context.Context, f store.ListFilter) ([]store.ExecutionDoc, error)
+	ListExecutions(ctx context.Context, f chainstore.ListFilter) ([]chainstore.ExecutionDoc, error)
 }
 
 // Deps are what the gateway needs, built by the caller.

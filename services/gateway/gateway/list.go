@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/execution"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // List limits.
@@ -51,7 +51,7 @@ type cursor struct {
 	ExecutionID string `json:"id"`
 }
 
-func encodeCursor(p store.ListPosition) string {
+func encodeCursor(p chainstore.ListPosition) string {
 	c := cursor{ExecutionID: p.ExecutionID}
 	if !p.StartedAt.IsZero() {
 		ms := p.StartedAt.UnixMilli()
@@ -61,7 +61,7 @@ func encodeCursor(p store.ListPosition) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(s string) (*store.ListPosition, bool) {
+func decodeCursor(s string) (*chainstore.ListPosition, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return nil, false
@@ -70,7 +70,7 @@ func decodeCursor(s string) (*store.ListPosition, bool) {
 	if err := json.Unmarshal(b, &c); err != nil || c.ExecutionID == "" {
 		return nil, false
 	}
-	p := &store.ListPosition{ExecutionID: c.ExecutionID}
+	p := &chainstore.ListPosition{ExecutionID: c.ExecutionID}
 	if c.StartedAtMs != nil {
 		p.StartedAt = time.UnixMilli(*c.StartedAtMs).UTC()
 	}
@@ -79,12 +79,12 @@ func decodeCursor(s string) (*store.ListPosition, bool) {
 
 // parseList reads the query of GET /v1/executions, naming every parameter
 // at fault.
-func parseList(r *http.Request) (store.ListFilter, *Problem) {
+func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
 	if p := checkQuery(r, "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
-		return store.ListFilter{}, p
+		return chainstore.ListFilter{}, p
 	}
 	q := r.URL.Query()
-	f := store.ListFilter{Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
+	f := chainstore.ListFilter{Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
 	var errs []FieldError
 	if f.Status != "" && !slices.Contains(statuses, f.Status) {
 		errs = append(errs, FieldError{Field: "status", Detail: fmt.Sprintf("%q is not running, succeeded or failed", f.Status)})
@@ -154,7 +154,7 @@ func (g *Gateway) listExecutions(w http.ResponseWriter, r *http.Request) error {
 
 // listItemOf is an execution document as GET /v1/executions lists it (and
 // GET /v1/executions/events streams it).
-func listItemOf(d *store.ExecutionDoc) listItem {
+func listItemOf(d *chainstore.ExecutionDoc) listItem {
 	return listItem{
 		ExecutionID: d.ExecutionID, WorkflowName: d.WorkflowName, Status: d.Status, Error: d.Error,
 		StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,

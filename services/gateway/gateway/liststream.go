@@ -6,9 +6,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // streamExecutions is GET /v1/executions/events: a Server-Sent Events
@@ -71,7 +71,7 @@ func executionFrame(m jetstream.Msg, workflow string) ([]byte, error) {
 		return nil, err
 	}
 	var kind string
-	var doc store.ExecutionDoc
+	var doc chainstore.ExecutionDoc
 	switch ev.Type() {
 	case bus.TypeWorkflowStarted:
 		var s novav1.WorkflowStarted
@@ -79,16 +79,16 @@ func executionFrame(m jetstream.Msg, workflow string) ([]byte, error) {
 			return nil, err
 		}
 		kind = bus.KindWorkflowStarted
-		doc = store.ExecutionDoc{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
-			Status: store.StatusRunning, StartedAt: timeOf(s.GetStartedAt())}
+		doc = chainstore.ExecutionDoc{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
+			Status: chainstore.StatusRunning, StartedAt: timeOf(s.GetStartedAt())}
 	case bus.TypeWorkflowCompleted:
 		var s novav1.WorkflowCompleted
 		if err := bus.Decode(*ev, &s); err != nil {
 			return nil, err
 		}
 		kind = bus.KindWorkflowCompleted
-		// As the audit service records it (store.RecordWorkflowCompleted).
-		doc = store.ExecutionDoc{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
+		// As the audit service records it (chainstore.RecordWorkflowCompleted).
+		doc = chainstore.ExecutionDoc{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
 			Status: s.GetStatus(), Error: redact.Scrub(s.GetError(), nil),
 			StartedAt: timeOf(s.GetStartedAt()), CompletedAt: timeOf(s.GetCompletedAt())}
 		if doc.StartedAt != nil && doc.CompletedAt != nil {

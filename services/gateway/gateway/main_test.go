@@ -25,6 +25,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
@@ -34,7 +35,6 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/graph-engine/engine"
@@ -52,7 +52,7 @@ type harness struct {
 	dir    string
 	infra  *devstack.Stack
 	bus    *bus.Bus // the tests' own connection
-	store  *store.Store
+	store  *chainstore.Store
 	values *valueref.Store
 	logs   *syncbuf.Buffer
 	log    *slog.Logger
@@ -138,7 +138,7 @@ func (h *harness) start() error {
 	if h.bus, err = bus.Connect(ctx, infra.NATSURL, bus.WithName("gateway-test"), bus.WithLogger(h.log)); err != nil {
 		return err
 	}
-	if h.store, err = store.Open(ctx, infra.MongoURI, "nova"); err != nil {
+	if h.store, err = chainstore.Open(ctx, infra.MongoURI, "nova"); err != nil {
 		return err
 	}
 	// A request no rule answers is a 400, which the client does not retry.

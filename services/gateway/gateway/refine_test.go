@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/llm/scripted"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/gateway/gateway"
 )
 
@@ -176,11 +176,11 @@ type refinedChain struct {
 		Path         []string `json:"path"`
 	} `json:"execution"`
 	Nodes []struct {
-		NodeID       string          `json:"node_id"`
-		Status       string          `json:"status"`
-		CodeExecuted string          `json:"code_executed"`
-		AIMetadata   map[string]any  `json:"ai_metadata"`
-		Steps        []store.StepDoc `json:"steps"`
+		NodeID       string               `json:"node_id"`
+		Status       string               `json:"status"`
+		CodeExecuted string               `json:"code_executed"`
+		AIMetadata   map[string]any       `json:"ai_metadata"`
+		Steps        []chainstore.StepDoc `json:"steps"`
 	} `json:"nodes"`
 }
 

@@ -12,9 +12,9 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/feedback"
 	"github.com/novaflow/nova/pkg/jsonvalue"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 var (
@@ -453,11 +453,11 @@ func (g *Gateway) fromExecution(r *http.Request, req *refineRequest) error {
 	ctx := r.Context()
 	doc, err := g.store.Execution(ctx, req.executionID)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, chainstore.ErrNotFound):
 		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q in the chain of work", req.executionID))
 	case err != nil:
 		return g.unavailable(r, "the audit store cannot be read", err)
-	case doc.Status == store.StatusRunning:
+	case doc.Status == chainstore.StatusRunning:
 		return newProblem(http.StatusConflict, TypeConflict, fmt.Sprintf(
 			"execution %q is still running; refine its nodes once it has finished", req.executionID))
 	}
@@ -465,9 +465,9 @@ func (g *Gateway) fromExecution(r *http.Request, req *refineRequest) error {
 	if err != nil {
 		return g.unavailable(r, "the chain of work cannot be read", err)
 	}
-	var node *store.NodeDoc
+	var node *chainstore.NodeDoc
 	for i := range chain {
-		if chain[i].NodeID == req.nodeID && chain[i].Status != store.StatusRunning {
+		if chain[i].NodeID == req.nodeID && chain[i].Status != chainstore.StatusRunning {
 			node = &chain[i] // the last visit
 		}
 	}

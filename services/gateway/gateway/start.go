@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/valueref"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // Config is the gateway's configuration as the gateway binary and nova dev
@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config, env *service.Env, opts ...StartOptio
 		if cfg.MongoURI == "" {
 			return nil, errors.New("MONGODB_URI is required: the audit store whose chain of work the gateway reads")
 		}
-		st, err := store.Open(ctx, cfg.MongoURI, cfg.Database)
+		st, err := chainstore.Open(ctx, cfg.MongoURI, cfg.Database)
 		if err != nil {
 			return nil, err
 		}

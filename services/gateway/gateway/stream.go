@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // TypeGone says the events of an execution are no longer kept.
@@ -138,7 +138,7 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 func (g *Gateway) replayStored(w http.ResponseWriter, r *http.Request, id string) error {
 	ctx := r.Context()
 	doc, err := g.store.Execution(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, chainstore.ErrNotFound) {
 		return newProblem(http.StatusGone, TypeGone, fmt.Sprintf(
 			"the events of execution %q are no longer kept and the audit store has not recorded it", id))
 	}
@@ -162,7 +162,7 @@ func (g *Gateway) replayStored(w http.ResponseWriter, r *http.Request, id string
 
 // storedFrames are the SSE events of an ended execution made from its
 // documents in the audit store.
-func storedFrames(doc *store.ExecutionDoc, nodes []store.NodeDoc) ([][]byte, error) {
+func storedFrames(doc *chainstore.ExecutionDoc, nodes []chainstore.NodeDoc) ([][]byte, error) {
 	ai := map[string]bool{}
 	if defNodes, ok := doc.Definition["nodes"].([]any); ok {
 		for _, n := range defNodes {
@@ -210,7 +210,7 @@ func storedFrames(doc *store.ExecutionDoc, nodes []store.NodeDoc) ([][]byte, err
 				return nil, err
 			}
 		}
-		if n.Status != store.StatusRunning {
+		if n.Status != chainstore.StatusRunning {
 			n.Steps = nil
 			if err := add(bus.KindNodeCompleted, n); err != nil {
 				return nil, err
@@ -244,16 +244,16 @@ func (g *Gateway) knownExecution(ctx context.Context, id string) (known, finishe
 		return false, false, err
 	}
 	if st != nil {
-		return true, st.GetStatus() != store.StatusRunning, nil
+		return true, st.GetStatus() != chainstore.StatusRunning, nil
 	}
 	doc, err := g.store.Execution(ctx, id)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, chainstore.ErrNotFound):
 		return false, false, nil
 	case err != nil:
 		return false, false, err
 	}
-	return true, doc.Status != store.StatusRunning, nil
+	return true, doc.Status != chainstore.StatusRunning, nil
 }
 
 // sseFrame is one stream message as an SSE event (nil for a kind that is
@@ -292,13 +292,13 @@ func sseFrame(id string, m jetstream.Msg) ([]byte, bool, error) {
 		if err := bus.Decode(*ev, &s); err != nil {
 			return nil, false, err
 		}
-		data = store.StepDocOf(&s)
+		data = chainstore.StepDocOf(&s)
 	case bus.KindNodeCompleted:
 		var s novav1.NodeCompleted
 		if err := bus.Decode(*ev, &s); err != nil {
 			return nil, false, err
 		}
-		data = store.NodeDocOf(&s)
+		data = chainstore.NodeDocOf(&s)
 	case bus.KindWorkflowCompleted:
 		var s novav1.WorkflowCompleted
 		if err := bus.Decode(*ev, &s); err != nil {

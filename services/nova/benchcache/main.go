@@ -43,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/llm/scripted"
@@ -50,7 +51,6 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -88,8 +88,8 @@ type runRecord struct {
 	id       string
 	total    int
 	requests []scripted.Recorded // received by the scripted server during the run
-	exec     *store.ExecutionDoc
-	nodes    map[string]*store.NodeDoc // last visit of each node
+	exec     *chainstore.ExecutionDoc
+	nodes    map[string]*chainstore.NodeDoc // last visit of each node
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -336,7 +336,7 @@ func waitRuntime(ctx context.Context, js jetstream.JetStream) error {
 
 // readChain waits until the audit service has recorded everything so far
 // and reads r's execution and node visits.
-func readChain(ctx context.Context, c *client.Client, st *store.Store, r *runRecord) error {
+func readChain(ctx context.Context, c *client.Client, st *chainstore.Store, r *runRecord) error {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err := c.WaitConsumerIdle(wctx, bus.StreamEvents, auditservice.Consumer)
 	cancel()
@@ -351,7 +351,7 @@ func readChain(ctx context.Context, c *client.Client, st *store.Store, r *runRec
 	if err != nil {
 		return err
 	}
-	r.exec, r.nodes = exec, map[string]*store.NodeDoc{}
+	r.exec, r.nodes = exec, map[string]*chainstore.NodeDoc{}
 	for i := range chain {
 		n := &chain[i]
 		if last := r.nodes[n.NodeID]; last == nil || n.Visit > last.Visit {
@@ -535,7 +535,7 @@ func printLatency(w io.Writer, aiNodes []string, hits, code []*runRecord) error 
 }
 
 // cacheHit is r's last visit of node id when it was a cache hit, else nil.
-func cacheHit(r *runRecord, id string) *store.NodeDoc {
+func cacheHit(r *runRecord, id string) *chainstore.NodeDoc {
 	n := r.nodes[id]
 	if n == nil {
 		return nil

@@ -1,7 +1,7 @@
 // Command benchstore measures what the audit store costs per execution as
 // its history grows, on the embedded store (FerretDB on SQLite): it records
 // executions the way the audit service does (started, one document per node
-// visit and per step, completed) through store.Store, at several history
+// visit and per step, completed) through chainstore.Store, at several history
 // sizes on the same data dir, and prints per size the wall time and the CPU
 // (of this process, which runs the store) per execution recorded, and the
 // time of the reads the gateway and `nova chain` make of one execution
@@ -49,10 +49,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 type config struct {
@@ -104,8 +104,8 @@ func main() {
 type variant struct {
 	name           string
 	noIDIndex      bool // devstack.Options.NoIDIndex
-	executionIndex bool // store.WithExecutionIndex
-	batched        bool // store.RecordAll
+	executionIndex bool // chainstore.WithExecutionIndex
+	batched        bool // chainstore.RecordAll
 }
 
 var allVariants = []variant{
@@ -176,7 +176,7 @@ func measureVariant(ctx context.Context, cfg config, v variant) ([]result, error
 		return nil, err
 	}
 	defer m.Close()
-	st, err := store.Open(ctx, m.URI(), store.DefaultDatabase, store.WithExecutionIndex(v.executionIndex))
+	st, err := chainstore.Open(ctx, m.URI(), chainstore.DefaultDatabase, chainstore.WithExecutionIndex(v.executionIndex))
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func measureVariant(ctx context.Context, cfg config, v variant) ([]result, error
 		return nil, err
 	}
 	defer client.Disconnect(context.WithoutCancel(ctx))
-	db := client.Database(store.DefaultDatabase)
+	db := client.Database(chainstore.DefaultDatabase)
 
 	var out []result
 	have := 0
@@ -233,7 +233,7 @@ func measureVariant(ctx context.Context, cfg config, v variant) ([]result, error
 // the history, or as many as budget allows (at least one). A scan that
 // stops at the first match costs less for older executions: the middle of
 // each nth is read.
-func readBack(ctx context.Context, st *store.Store, n int, budget time.Duration, size int, r *result) error {
+func readBack(ctx context.Context, st *chainstore.Store, n int, budget time.Duration, size int, r *result) error {
 	if n < 1 || size < 1 {
 		return nil
 	}
@@ -341,7 +341,7 @@ func contextOf(m map[string]any) *novav1.JSONValue {
 }
 
 // recordEach writes runs event by event.
-func recordEach(ctx context.Context, st *store.Store, runs []execution) error {
+func recordEach(ctx context.Context, st *chainstore.Store, runs []execution) error {
 	for _, e := range runs {
 		if err := record(ctx, st, e); err != nil {
 			return err
@@ -352,7 +352,7 @@ func recordEach(ctx context.Context, st *store.Store, runs []execution) error {
 
 // recordBatched writes the events of runs, in the order record writes them,
 // batch at a time.
-func recordBatched(ctx context.Context, st *store.Store, runs []execution, batch int) error {
+func recordBatched(ctx context.Context, st *chainstore.Store, runs []execution, batch int) error {
 	var events []proto.Message
 	for _, e := range runs {
 		events = append(events, e.started)
@@ -373,7 +373,7 @@ func recordBatched(ctx context.Context, st *store.Store, runs []execution, batch
 }
 
 // record writes a run event by event.
-func record(ctx context.Context, st *store.Store, e execution) error {
+func record(ctx context.Context, st *chainstore.Store, e execution) error {
 	if err := st.RecordWorkflowStarted(ctx, e.started); err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ func record(ctx context.Context, st *store.Store, e execution) error {
 
 // fill inserts the documents of the runs from..to-1 in bulk and, when
 // indexed, lists them in the execution index as its documentation says
-// (store.IndexCollection).
+// (chainstore.IndexCollection).
 func fill(ctx context.Context, db *mongo.Database, nodes, from, to int, indexed bool) error {
 	const batch = 500
 	for lo := from; lo < to; lo += batch {
@@ -409,14 +409,14 @@ func fill(ctx context.Context, db *mongo.Database, nodes, from, to int, indexed 
 				listed = append(listed, bson.D{{Key: "collection", Value: coll}, {Key: "doc_id", Value: id}})
 			}
 			for _, n := range e.nodes {
-				d := store.NodeDocOf(n)
+				d := chainstore.NodeDocOf(n)
 				chain = append(chain, d)
-				list(store.ChainCollection, d.ID)
+				list(chainstore.ChainCollection, d.ID)
 			}
 			for _, s := range e.steps {
-				d := store.StepDocOf(s)
+				d := chainstore.StepDocOf(s)
 				steps = append(steps, d)
-				list(store.StepsCollection, d.ID)
+				list(chainstore.StepsCollection, d.ID)
 			}
 			// One entry per execution, as the audit service's batches list a
 			// workflow recorded at once.
@@ -425,12 +425,12 @@ func fill(ctx context.Context, db *mongo.Database, nodes, from, to int, indexed 
 		writes := []struct {
 			coll string
 			docs []any
-		}{{store.ExecutionsCollection, execs}, {store.ChainCollection, chain}, {store.StepsCollection, steps}}
+		}{{chainstore.ExecutionsCollection, execs}, {chainstore.ChainCollection, chain}, {chainstore.StepsCollection, steps}}
 		if indexed {
 			writes = append(writes, struct {
 				coll string
 				docs []any
-			}{store.IndexCollection, index})
+			}{chainstore.IndexCollection, index})
 		}
 		for _, w := range writes {
 			if _, err := db.Collection(w.coll).InsertMany(ctx, w.docs); err != nil {

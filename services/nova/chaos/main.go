@@ -40,12 +40,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
@@ -362,7 +362,7 @@ func countAuditDocs(ctx context.Context, b *bus.Bus, mongoURI string, ids []stri
 	if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamEvents, auditservice.Consumer); err != nil {
 		return 0, 0, err
 	}
-	st, err := store.Open(ctx, mongoURI, "nova")
+	st, err := chainstore.Open(ctx, mongoURI, "nova")
 	if err != nil {
 		return 0, 0, err
 	}

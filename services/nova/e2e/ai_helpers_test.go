@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/llm"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -200,7 +200,7 @@ func list(t *testing.T, m map[string]any, key string) []any {
 }
 
 // stepTrail lists a node's agent steps as "step_name@attempt", in order.
-func stepTrail(n store.NodeDoc) []string {
+func stepTrail(n chainstore.NodeDoc) []string {
 	out := make([]string, len(n.Steps))
 	for i, s := range n.Steps {
 		out[i] = fmt.Sprintf("%s@%d", s.StepName, s.AttemptNumber)
@@ -209,8 +209,8 @@ func stepTrail(n store.NodeDoc) []string {
 }
 
 // stepsNamed returns a node's steps of one name, in order.
-func stepsNamed(n store.NodeDoc, name string) []store.StepDoc {
-	var out []store.StepDoc
+func stepsNamed(n chainstore.NodeDoc, name string) []chainstore.StepDoc {
+	var out []chainstore.StepDoc
 	for _, s := range n.Steps {
 		if s.StepName == name {
 			out = append(out, s)
@@ -221,7 +221,7 @@ func stepsNamed(n store.NodeDoc, name string) []store.StepDoc {
 
 // checkSteps asserts that a node's steps are numbered 1..n in order, belong
 // to the node's visit, and are the trail given.
-func checkSteps(t *testing.T, n store.NodeDoc, want ...string) {
+func checkSteps(t *testing.T, n chainstore.NodeDoc, want ...string) {
 	t.Helper()
 	if got := stepTrail(n); !slices.Equal(got, want) {
 		t.Errorf("steps of %s = %v, want %v", n.NodeID, got, want)
@@ -291,7 +291,7 @@ type aiCosts struct {
 }
 
 // node returns the ai_metadata of an AI node's document and records its cost.
-func (c *aiCosts) node(t *testing.T, n store.NodeDoc) map[string]any {
+func (c *aiCosts) node(t *testing.T, n chainstore.NodeDoc) map[string]any {
 	t.Helper()
 	meta := n.AIMetadata
 	if meta == nil {

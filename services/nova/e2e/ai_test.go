@@ -21,12 +21,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/input-analyzer/analyzer"
 	"github.com/novaflow/nova/services/nova/stack"
@@ -440,14 +440,14 @@ edges:
 		"code_generation@1", "code_validation@1", "code_execution@1",
 		"code_generation@2", "code_validation@2",
 		"code_generation@3", "code_validation@3", "code_execution@3", "output_validation@3")
-	stepOf := func(name string, attempt int) store.StepDoc {
+	stepOf := func(name string, attempt int) chainstore.StepDoc {
 		for _, s := range n.Steps {
 			if s.StepName == name && s.AttemptNumber == attempt {
 				return s
 			}
 		}
 		t.Fatalf("no %s step of attempt %d", name, attempt)
-		return store.StepDoc{}
+		return chainstore.StepDoc{}
 	}
 	if s := stepOf("code_execution", 1); s.Status == "success" || !strings.Contains(s.ErrorMessage, "no exchange rate for XYZ") ||
 		s.GeneratedCode != codes[0] {
@@ -615,8 +615,8 @@ edges:
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.WithoutCancel(e.ctx)) }()
-	db := client.Database(store.DefaultDatabase)
-	for _, coll := range []string{store.ExecutionsCollection, store.ChainCollection, store.StepsCollection} {
+	db := client.Database(chainstore.DefaultDatabase)
+	for _, coll := range []string{chainstore.ExecutionsCollection, chainstore.ChainCollection, chainstore.StepsCollection} {
 		cur, err := db.Collection(coll).Find(e.ctx, bson.D{{Key: "execution_id", Value: wc.ExecutionId}})
 		if err != nil {
 			t.Fatal(err)
@@ -1052,7 +1052,7 @@ edges:
 		map[string]any{"sku": "A-1", "qty": 2, "unit_price": 19.5},
 		map[string]any{"sku": "B-7", "qty": 1, "unit_price": 61.0},
 	}
-	var nodes []store.NodeDoc
+	var nodes []chainstore.NodeDoc
 	for _, def := range []*novav1.WorkflowDefinition{withModels, defaults} {
 		wc := e.run(def, map[string]any{"lines": lines})
 		succeeded(t, wc)

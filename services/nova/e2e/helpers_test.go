@@ -14,12 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
@@ -119,7 +119,7 @@ func (e *env) auditIdle() {
 }
 
 // chain returns the chain of work of an execution once the audit has caught up.
-func (e *env) chain(executionID string) []store.NodeDoc {
+func (e *env) chain(executionID string) []chainstore.NodeDoc {
 	e.t.Helper()
 	e.auditIdle()
 	nodes, err := e.s.Store.Chain(e.ctx, executionID)
@@ -277,7 +277,7 @@ func summaries(wc *novav1.WorkflowCompleted) map[string]*novav1.NodeSummary {
 }
 
 // chainIDs lists the node ids of a chain in order.
-func chainIDs(nodes []store.NodeDoc) []string {
+func chainIDs(nodes []chainstore.NodeDoc) []string {
 	ids := make([]string, len(nodes))
 	for i, n := range nodes {
 		ids[i] = n.NodeID
@@ -286,9 +286,9 @@ func chainIDs(nodes []store.NodeDoc) []string {
 }
 
 // nodeDoc returns the chain document of a node's visit, failing the test when absent.
-func nodeDoc(t *testing.T, nodes []store.NodeDoc, id string, visit int) store.NodeDoc {
+func nodeDoc(t *testing.T, nodes []chainstore.NodeDoc, id string, visit int) chainstore.NodeDoc {
 	t.Helper()
-	i := slices.IndexFunc(nodes, func(n store.NodeDoc) bool { return n.NodeID == id && n.Visit == visit })
+	i := slices.IndexFunc(nodes, func(n chainstore.NodeDoc) bool { return n.NodeID == id && n.Visit == visit })
 	if i < 0 {
 		t.Fatalf("chain of work has no visit %d of node %q; it has %v", visit, id, chainIDs(nodes))
 	}
@@ -298,7 +298,7 @@ func nodeDoc(t *testing.T, nodes []store.NodeDoc, id string, visit int) store.No
 // checkChain asserts the shape every recorded chain must have: one document
 // per step of the path, in sequence, each code node's visit with exactly one
 // sandbox step and start and end nodes with none.
-func checkChain(t *testing.T, def *novav1.WorkflowDefinition, wc *novav1.WorkflowCompleted, nodes []store.NodeDoc) {
+func checkChain(t *testing.T, def *novav1.WorkflowDefinition, wc *novav1.WorkflowCompleted, nodes []chainstore.NodeDoc) {
 	t.Helper()
 	if got := chainIDs(nodes); !slices.Equal(got, wc.Path) {
 		t.Fatalf("chain of work nodes = %v, want the path %v", got, wc.Path)

@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -47,7 +47,7 @@ type cacheRun struct {
 	chats      map[string]int
 	embeddings []scripted.Recorded
 	wc         *novav1.WorkflowCompleted
-	node       store.NodeDoc
+	node       chainstore.NodeDoc
 }
 
 // runCached runs def with ctx on e and returns what its node "discount" did.

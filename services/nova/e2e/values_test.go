@@ -12,8 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/valueref"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // TestLargeValuesTravelByReference: a 5 MiB context value, made by a node or
@@ -83,9 +83,9 @@ edges:
 	db := client.Database("nova")
 	const maxDoc = 64 << 10
 	for coll, filter := range map[string]bson.D{
-		store.ExecutionsCollection: {{Key: "_id", Value: wc.ExecutionId}},
-		store.ChainCollection:      {{Key: "execution_id", Value: wc.ExecutionId}},
-		store.StepsCollection:      {{Key: "execution_id", Value: wc.ExecutionId}},
+		chainstore.ExecutionsCollection: {{Key: "_id", Value: wc.ExecutionId}},
+		chainstore.ChainCollection:      {{Key: "execution_id", Value: wc.ExecutionId}},
+		chainstore.StepsCollection:      {{Key: "execution_id", Value: wc.ExecutionId}},
 	} {
 		cur, err := db.Collection(coll).Find(e.ctx, filter)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/agent"
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/llm"
@@ -30,7 +31,6 @@ import (
 	"github.com/novaflow/nova/pkg/service"
 	"github.com/novaflow/nova/pkg/telemetry"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/audit/store"
 	"github.com/novaflow/nova/services/code-generator/generator"
 	"github.com/novaflow/nova/services/code-validator/validator"
 	"github.com/novaflow/nova/services/gateway/gateway"
@@ -147,7 +147,7 @@ type Stack struct {
 	natsURL  string
 	mongoURI string
 	registry *prometheus.Registry
-	Store    *store.Store
+	Store    *chainstore.Store
 
 	// scripted is the offline model server, when the stack runs one.
 	scripted     *scripted.Server
@@ -204,7 +204,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			s.mongoURI = infra.MongoURI
 		}
 	}
-	st, err := store.Open(ctx, s.mongoURI, opts.Database)
+	st, err := chainstore.Open(ctx, s.mongoURI, opts.Database)
 	if err != nil {
 		s.closeInfra()
 		return nil, err

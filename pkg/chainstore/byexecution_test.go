@@ -1,4 +1,4 @@
-package store_test
+package chainstore_test
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // commandLog keeps the commands a store's client sends.
@@ -82,7 +82,7 @@ func filters(cmd bson.Raw) (name string, fs []bson.Raw) {
 // reads the whole history.
 func TestOneExecutionIsFoundByIDOnly(t *testing.T) {
 	var log commandLog
-	ctx, s := openStore(t, store.WithCommandMonitor(log.monitor())) // the index as Open picks it
+	ctx, s := openStore(t, chainstore.WithCommandMonitor(log.monitor())) // the index as Open picks it
 	run := invoiceRun(t, "exec-by-id")
 	log.take() // EnsureIndexes reads everything once, on purpose
 
@@ -99,7 +99,7 @@ func TestOneExecutionIsFoundByIDOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(chain) != 2 || len(chain[1].Steps) != 2 || counts[store.ChainCollection] != 2 || counts[store.StepsCollection] != 2 {
+	if len(chain) != 2 || len(chain[1].Steps) != 2 || counts[chainstore.ChainCollection] != 2 || counts[chainstore.StepsCollection] != 2 {
 		t.Fatalf("chain %+v, counts %v; want 2 nodes, 2 steps", chain, counts)
 	}
 
@@ -127,9 +127,9 @@ func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
 	const replicas, steps = 4, 12
 	tests := []struct {
 		name  string
-		write func(ctx context.Context, s *store.Store, evs []*novav1.StepCompleted) error
+		write func(ctx context.Context, s *chainstore.Store, evs []*novav1.StepCompleted) error
 	}{
-		{"one by one", func(ctx context.Context, s *store.Store, evs []*novav1.StepCompleted) error {
+		{"one by one", func(ctx context.Context, s *chainstore.Store, evs []*novav1.StepCompleted) error {
 			for _, ev := range evs {
 				if err := s.RecordStep(ctx, ev); err != nil {
 					return err
@@ -137,7 +137,7 @@ func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
 			}
 			return nil
 		}},
-		{"in batches", func(ctx context.Context, s *store.Store, evs []*novav1.StepCompleted) error {
+		{"in batches", func(ctx context.Context, s *chainstore.Store, evs []*novav1.StepCompleted) error {
 			var wg sync.WaitGroup
 			errs := make(chan error, len(evs))
 			for w := range 2 {
@@ -163,10 +163,10 @@ func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, first := openStore(t, store.WithExecutionIndex(true))
-			stores := []*store.Store{first}
+			ctx, first := openStore(t, chainstore.WithExecutionIndex(true))
+			stores := []*chainstore.Store{first}
 			for range replicas - 1 {
-				s, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(true))
+				s, err := chainstore.Open(ctx, mongoURI, dbName(t), chainstore.WithExecutionIndex(true))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -201,13 +201,13 @@ func TestExecutionIndexUnderConcurrentWriters(t *testing.T) {
 
 // checkIndex checks that an execution's index lists its steps steps, each
 // read once, at positions without gaps.
-func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, steps int) {
+func checkIndex(ctx context.Context, t *testing.T, s *chainstore.Store, id string, steps int) {
 	t.Helper()
 	counts, err := s.Counts(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[store.StepsCollection] != int64(steps) {
+	if counts[chainstore.StepsCollection] != int64(steps) {
 		t.Errorf("counts = %v, want %d steps", counts, steps)
 	}
 	chain, err := s.Chain(ctx, id)
@@ -229,7 +229,7 @@ func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, st
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	cur, err := client.Database(dbName(t)).Collection(store.IndexCollection).Find(ctx, bson.D{})
+	cur, err := client.Database(dbName(t)).Collection(chainstore.IndexCollection).Find(ctx, bson.D{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,11 +248,11 @@ func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, st
 		if p, ok := strings.CutPrefix(e.ID, id+"#"); ok {
 			n, _ := strconv.Atoi(p)
 			positions = append(positions, n)
-			if e.Collection == store.StepsCollection {
+			if e.Collection == chainstore.StepsCollection {
 				listed[e.DocID] = true
 			}
 			for _, d := range e.Docs {
-				if d.Collection == store.StepsCollection {
+				if d.Collection == chainstore.StepsCollection {
 					listed[d.DocID] = true
 				}
 			}
@@ -272,14 +272,14 @@ func checkIndex(ctx context.Context, t *testing.T, s *store.Store, id string, st
 // Documents recorded before the store kept the index (a data dir of an
 // older version) are listed when the index is first set up, once.
 func TestExecutionIndexBackfill(t *testing.T) {
-	ctx, old := openStore(t, store.WithExecutionIndex(false))
+	ctx, old := openStore(t, chainstore.WithExecutionIndex(false))
 	invoiceRun(t, "exec-old").record(ctx, t, old)
 	want, err := old.Chain(ctx, "exec-old")
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	s, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(true))
+	s, err := chainstore.Open(ctx, mongoURI, dbName(t), chainstore.WithExecutionIndex(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,14 +300,14 @@ func TestExecutionIndexBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	listed, err := client.Database(dbName(t)).Collection(store.IndexCollection).CountDocuments(ctx, bson.D{})
+	listed, err := client.Database(dbName(t)).Collection(chainstore.IndexCollection).CountDocuments(ctx, bson.D{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The old execution's four documents in one entry, the new one's four
 	// recorded one at a time, and the mark of the backfill.
 	if listed != 1+4+1 {
-		t.Errorf("%s holds %d documents, want 6", store.IndexCollection, listed)
+		t.Errorf("%s holds %d documents, want 6", chainstore.IndexCollection, listed)
 	}
 	chain, err := s.Chain(ctx, "exec-old")
 	if err != nil {
@@ -321,7 +321,7 @@ func TestExecutionIndexBackfill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
+		if w := map[string]int64{chainstore.ExecutionsCollection: 1, chainstore.ChainCollection: 2, chainstore.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
 			t.Errorf("counts of %s = %v, want %v", id, counts, w)
 		}
 	}
@@ -330,10 +330,10 @@ func TestExecutionIndexBackfill(t *testing.T) {
 // openWithUnlisting opens a store that keeps the execution index and,
 // on the same database, one that writes documents without listing them
 // (a writer that died before it listed them, or a version without the index).
-func openWithUnlisting(t *testing.T) (context.Context, *store.Store, *store.Store) {
+func openWithUnlisting(t *testing.T) (context.Context, *chainstore.Store, *chainstore.Store) {
 	t.Helper()
-	ctx, s := openStore(t, store.WithExecutionIndex(true))
-	unlisting, err := store.Open(ctx, mongoURI, dbName(t), store.WithExecutionIndex(false))
+	ctx, s := openStore(t, chainstore.WithExecutionIndex(true))
+	unlisting, err := chainstore.Open(ctx, mongoURI, dbName(t), chainstore.WithExecutionIndex(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
 	if err := unlisting.RecordStep(ctx, run.steps[0]); err != nil {
 		t.Fatal(err)
 	}
-	if counts, err := s.Counts(ctx, "exec-died"); err != nil || counts[store.StepsCollection] != 0 {
+	if counts, err := s.Counts(ctx, "exec-died"); err != nil || counts[chainstore.StepsCollection] != 0 {
 		t.Fatalf("counts = %v, %v; the test needs an unlisted step", counts, err)
 	}
 
@@ -364,7 +364,7 @@ func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[store.StepsCollection] != 1 || len(chain) != 1 || len(chain[0].Steps) != 1 {
+	if counts[chainstore.StepsCollection] != 1 || len(chain) != 1 || len(chain[0].Steps) != 1 {
 		t.Errorf("after redelivery: counts %v, chain %+v; want the step once", counts, chain)
 	}
 }
@@ -372,7 +372,7 @@ func TestRedeliveryListsWhatADeadWriterDidNot(t *testing.T) {
 // A batch lists each execution's documents in one entry of its index: a
 // whole workflow recorded at once is one entry, read back whole.
 func TestBatchListsAnExecutionInOneEntry(t *testing.T) {
-	ctx, s := openStore(t, store.WithExecutionIndex(true))
+	ctx, s := openStore(t, chainstore.WithExecutionIndex(true))
 	run := invoiceRun(t, "exec-batch")
 	if errs := s.RecordAll(ctx, run.all()); errs != nil {
 		t.Fatal(errors.Join(errs...))
@@ -383,7 +383,7 @@ func TestBatchListsAnExecutionInOneEntry(t *testing.T) {
 	}
 	checkIndex(ctx, t, s, "exec-batch", 2)
 	counts, err := s.Counts(ctx, "exec-batch")
-	if err != nil || counts[store.ChainCollection] != 2 {
+	if err != nil || counts[chainstore.ChainCollection] != 2 {
 		t.Errorf("counts = %v, %v; want 2 node visits", counts, err)
 	}
 }
@@ -404,7 +404,7 @@ func TestIndexEntriesOfAnEarlierVersion(t *testing.T) {
 		}
 		old = append(old, bson.D{
 			{Key: "_id", Value: "exec-v1#" + strconv.Itoa(len(old)+1)},
-			{Key: "collection", Value: store.ChainCollection}, {Key: "doc_id", Value: store.NodeDocOf(n).ID},
+			{Key: "collection", Value: chainstore.ChainCollection}, {Key: "doc_id", Value: chainstore.NodeDocOf(n).ID},
 		})
 	}
 	if err := unlisting.RecordStep(ctx, run.steps[0]); err != nil {
@@ -412,14 +412,14 @@ func TestIndexEntriesOfAnEarlierVersion(t *testing.T) {
 	}
 	old = append(old, bson.D{
 		{Key: "_id", Value: "exec-v1#3"},
-		{Key: "collection", Value: store.StepsCollection}, {Key: "doc_id", Value: store.StepDocOf(run.steps[0]).ID},
+		{Key: "collection", Value: chainstore.StepsCollection}, {Key: "doc_id", Value: chainstore.StepDocOf(run.steps[0]).ID},
 	})
 	client, err := mongo.Connect(options.Client().ApplyURI(mongoURI))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
-	if _, err := client.Database(dbName(t)).Collection(store.IndexCollection).InsertMany(ctx, old); err != nil {
+	if _, err := client.Database(dbName(t)).Collection(chainstore.IndexCollection).InsertMany(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 
@@ -435,7 +435,7 @@ func TestIndexEntriesOfAnEarlierVersion(t *testing.T) {
 		t.Errorf("chain %+v; want 2 node visits, the second with 2 steps", chain)
 	}
 	entries := indexEntries(ctx, t, "exec-v1")
-	if len(entries) != 4 || len(entries[3].Docs) != 1 || entries[3].Docs[0].DocID != store.StepDocOf(run.steps[1]).ID {
+	if len(entries) != 4 || len(entries[3].Docs) != 1 || entries[3].Docs[0].DocID != chainstore.StepDocOf(run.steps[1]).ID {
 		t.Errorf("index entries %+v; want the three old ones and one listing the new step", entries)
 	}
 }
@@ -461,7 +461,7 @@ func indexEntries(ctx context.Context, t *testing.T, id string) []testEntry {
 	var entries []testEntry
 	for n := 1; ; n++ {
 		var e testEntry
-		err := client.Database(dbName(t)).Collection(store.IndexCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id + "#" + strconv.Itoa(n)}}).Decode(&e)
+		err := client.Database(dbName(t)).Collection(chainstore.IndexCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id + "#" + strconv.Itoa(n)}}).Decode(&e)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return entries
 		}

@@ -1,4 +1,4 @@
-package store_test
+package chainstore_test
 
 import (
 	"context"
@@ -18,11 +18,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // mongoURI is the embedded FerretDB shared by all tests; each test uses its own database.
@@ -70,11 +70,11 @@ func dbName(t *testing.T) string {
 }
 
 // openStore opens a store on a database named after the test, with indexes.
-func openStore(t *testing.T, opts ...store.Option) (context.Context, *store.Store) {
+func openStore(t *testing.T, opts ...chainstore.Option) (context.Context, *chainstore.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	s, err := store.Open(ctx, mongoURI, dbName(t), opts...)
+	s, err := chainstore.Open(ctx, mongoURI, dbName(t), opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -97,10 +97,10 @@ func openStore(t *testing.T, opts ...store.Option) (context.Context, *store.Stor
 // Open picks on FerretDB) and with queries on execution_id (on MongoDB).
 var readModes = []struct {
 	name string
-	opt  store.Option
+	opt  chainstore.Option
 }{
-	{"index", store.WithExecutionIndex(true)},
-	{"queries", store.WithExecutionIndex(false)},
+	{"index", chainstore.WithExecutionIndex(true)},
+	{"queries", chainstore.WithExecutionIndex(false)},
 }
 
 func mustJSON(t *testing.T, m map[string]any) *novav1.JSONValue {
@@ -201,7 +201,7 @@ func invoiceRun(t *testing.T, id string) events {
 	}
 }
 
-func (e events) record(ctx context.Context, t *testing.T, s *store.Store) {
+func (e events) record(ctx context.Context, t *testing.T, s *chainstore.Store) {
 	t.Helper()
 	if err := s.RecordWorkflowStarted(ctx, e.started); err != nil {
 		t.Fatalf("RecordWorkflowStarted: %v", err)
@@ -243,7 +243,7 @@ func TestRecordAndReadChain(t *testing.T) {
 			if exec.StartedAt == nil || !exec.StartedAt.Equal(t0) || exec.CompletedAt == nil || !exec.CompletedAt.Equal(t0.Add(4*time.Second)) {
 				t.Errorf("started_at, completed_at = %v, %v", exec.StartedAt, exec.CompletedAt)
 			}
-			if len(exec.Nodes) != 2 || exec.Nodes[1] != (store.NodeSummaryDoc{ID: "classify", Status: "succeeded", Attempts: 1, Visits: 1}) {
+			if len(exec.Nodes) != 2 || exec.Nodes[1] != (chainstore.NodeSummaryDoc{ID: "classify", Status: "succeeded", Attempts: 1, Visits: 1}) {
 				t.Errorf("nodes = %+v", exec.Nodes)
 			}
 			if exec.FinalContext["category"] != "travel" || exec.InitialContext["amount"] != json.Number("120.5") {
@@ -290,7 +290,7 @@ func TestRecordAndReadChain(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Counts: %v", err)
 			}
-			want := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}
+			want := map[string]int64{chainstore.ExecutionsCollection: 1, chainstore.ChainCollection: 2, chainstore.StepsCollection: 2}
 			if fmt.Sprint(counts) != fmt.Sprint(want) {
 				t.Errorf("counts = %v, want %v", counts, want)
 			}
@@ -329,7 +329,7 @@ func TestRedeliveryDoesNotDuplicate(t *testing.T) {
 			if fmt.Sprint(all) != fmt.Sprint(map[string]map[string]int64{"exec-dup": second}) {
 				t.Errorf("AllCounts = %v, want exec-dup: %v", all, second)
 			}
-			if first[store.ChainCollection] != 2 || first[store.StepsCollection] != 2 {
+			if first[chainstore.ChainCollection] != 2 || first[chainstore.StepsCollection] != 2 {
 				t.Errorf("counts = %v; the test needs documents to duplicate", first)
 			}
 			chainAfter, err := s.Chain(ctx, "exec-dup")
@@ -392,14 +392,14 @@ func TestStartedOnlyIsRunning(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if exec.Status != store.StatusRunning || exec.CompletedAt != nil || exec.FinalContext != nil {
+			if exec.Status != chainstore.StatusRunning || exec.CompletedAt != nil || exec.FinalContext != nil {
 				t.Errorf("execution = %+v, want running without outcome", exec)
 			}
 			chain, err := s.Chain(ctx, "exec-running")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(chain) != 1 || chain[0].ID != "exec-running/classify/1" || chain[0].Status != store.StatusRunning || len(chain[0].Steps) != 1 {
+			if len(chain) != 1 || chain[0].ID != "exec-running/classify/1" || chain[0].Status != chainstore.StatusRunning || len(chain[0].Steps) != 1 {
 				t.Errorf("chain = %+v, want one running classify visit with its step", chain)
 			}
 		})
@@ -520,9 +520,9 @@ func TestSecretsAreRedactedByTheirLook(t *testing.T) {
 // dropped there by the next start when an earlier one created them.
 func TestEnsureIndexes(t *testing.T) {
 	want := map[string]map[string]string{
-		store.ChainCollection: {"execution_sequence": `[{execution_id 1} {sequence 1}]`},
-		store.StepsCollection: {"execution_node_visit_step": `[{execution_id 1} {node_id 1} {visit 1} {step_number 1}]`},
-		store.ExecutionsCollection: {
+		chainstore.ChainCollection: {"execution_sequence": `[{execution_id 1} {sequence 1}]`},
+		chainstore.StepsCollection: {"execution_node_visit_step": `[{execution_id 1} {node_id 1} {visit 1} {step_number 1}]`},
+		chainstore.ExecutionsCollection: {
 			"started_at": `[{started_at -1}]`, "workflow_started_at": `[{workflow_name 1} {started_at -1}]`,
 			"started_at_id": `[{started_at -1} {_id -1}]`, "status_started_at": `[{status 1} {started_at -1}]`,
 		},
@@ -542,7 +542,7 @@ func TestEnsureIndexes(t *testing.T) {
 		return got
 	}
 
-	ctx, s := openStore(t, store.WithQueryIndexes(true))
+	ctx, s := openStore(t, chainstore.WithQueryIndexes(true))
 	// Again: start-up runs it on every boot.
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatalf("EnsureIndexes twice: %v", err)
@@ -603,7 +603,7 @@ func TestExecutionNotFound(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx, s := openStore(t, mode.opt)
 			_, err := s.Execution(ctx, "nope")
-			if !errors.Is(err, store.ErrNotFound) {
+			if !errors.Is(err, chainstore.ErrNotFound) {
 				t.Errorf("err = %v, want ErrNotFound", err)
 			}
 			chain, err := s.Chain(ctx, "nope")
@@ -627,7 +627,7 @@ func TestInvalidEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.write(); !errors.Is(err, store.ErrInvalidEvent) {
+			if err := tt.write(); !errors.Is(err, chainstore.ErrInvalidEvent) {
 				t.Errorf("err = %v, want ErrInvalidEvent", err)
 			}
 		})

@@ -1,4 +1,4 @@
-package store_test
+package chainstore_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/pkg/chainstore"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
 )
 
 // all is the run's events in the order the engine publishes them.
@@ -29,7 +29,7 @@ func (e events) all() []proto.Message {
 
 // stored is what a reader sees of an execution, with its id written as ID
 // so that two executions can be compared.
-func stored(ctx context.Context, t *testing.T, s *store.Store, id string) string {
+func stored(ctx context.Context, t *testing.T, s *chainstore.Store, id string) string {
 	t.Helper()
 	exec, err := s.Execution(ctx, id)
 	if err != nil {
@@ -112,7 +112,7 @@ func TestRecordAllFailsAnEventAlone(t *testing.T) {
 		t.Fatalf("RecordAll returned %d errors for %d events", len(errs), len(batch))
 	}
 	for i, err := range errs {
-		if wantErr := i == 2 || i == 3; wantErr != errors.Is(err, store.ErrInvalidEvent) {
+		if wantErr := i == 2 || i == 3; wantErr != errors.Is(err, chainstore.ErrInvalidEvent) {
 			t.Errorf("event %d (%T): err = %v", i, batch[i], err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestRecordAllFailsAnEventAlone(t *testing.T) {
 // completed by an update.
 func TestRecordAllWritesOncePerCollection(t *testing.T) {
 	var log commandLog
-	ctx, s := openStore(t, store.WithCommandMonitor(log.monitor()))
+	ctx, s := openStore(t, chainstore.WithCommandMonitor(log.monitor()))
 	runs := func(prefix string) (first, rest []proto.Message) {
 		for i := range 3 {
 			all := invoiceRun(t, fmt.Sprint(prefix, i)).all()
@@ -165,12 +165,12 @@ func TestRecordAllWritesOncePerCollection(t *testing.T) {
 		{"started and completed in the batch", func(first, rest []proto.Message) [][]proto.Message {
 			return [][]proto.Message{slices.Concat(first, rest)}
 		}, []string{
-			"insert " + store.ChainCollection, "insert " + store.StepsCollection,
-			"insert " + store.IndexCollection, "insert " + store.ExecutionsCollection,
+			"insert " + chainstore.ChainCollection, "insert " + chainstore.StepsCollection,
+			"insert " + chainstore.IndexCollection, "insert " + chainstore.ExecutionsCollection,
 		}},
 		{"started in an earlier batch", func(first, rest []proto.Message) [][]proto.Message {
 			return [][]proto.Message{first, rest}
-		}, []string{"update " + store.ExecutionsCollection}},
+		}, []string{"update " + chainstore.ExecutionsCollection}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,14 +188,14 @@ func TestRecordAllWritesOncePerCollection(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if w := map[string]int64{store.ExecutionsCollection: 1, store.ChainCollection: 2, store.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
+				if w := map[string]int64{chainstore.ExecutionsCollection: 1, chainstore.ChainCollection: 2, chainstore.StepsCollection: 2}; fmt.Sprint(counts) != fmt.Sprint(w) {
 					t.Errorf("counts of %s = %v, want %v", id, counts, w)
 				}
 				exec, err := s.Execution(ctx, id)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if exec.Status == store.StatusRunning || exec.CompletedAt == nil {
+				if exec.Status == chainstore.StatusRunning || exec.CompletedAt == nil {
 					t.Errorf("%s: status %q, completed at %v; want it completed", id, exec.Status, exec.CompletedAt)
 				}
 			}

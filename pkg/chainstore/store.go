@@ -1,5 +1,7 @@
-// Package store keeps the chain of work in MongoDB: one document per execution, one per
-// node visit and one per agent step. Every write is keyed by an id derived from
+// Package chainstore is the chain of work in MongoDB: its documents' schema
+// (one per execution, one per node visit and one per agent step), the
+// reader the gateway and the nova CLI use, and the writer the audit
+// service, its only writer, uses. Every write is keyed by an id derived from
 // the event, so JetStream redelivery and replays never create duplicates, and events
 // arriving out of order still converge on the same documents.
 //
@@ -7,7 +9,7 @@
 // on MongoDB, through an index, so that neither slows down as the history
 // grows. On FerretDB, which pushes down no filter but one on _id, the
 // documents of an execution are found through IndexCollection.
-package store
+package chainstore
 
 import (
 	"context"

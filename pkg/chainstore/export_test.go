@@ -1,4 +1,4 @@
-package store
+package chainstore
 
 import "go.mongodb.org/mongo-driver/v2/event"
 

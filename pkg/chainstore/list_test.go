@@ -1,4 +1,4 @@
-package store_test
+package chainstore_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/audit/store"
+	"github.com/novaflow/nova/pkg/chainstore"
 )
 
 func TestListExecutions(t *testing.T) {
@@ -43,7 +43,7 @@ func TestListExecutions(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if r.status != store.StatusRunning {
+		if r.status != chainstore.StatusRunning {
 			if err := s.RecordWorkflowCompleted(ctx, &novav1.WorkflowCompleted{
 				ExecutionId: r.id, WorkflowName: r.workflow, Status: r.status, Context: ctxv,
 				StartedAt: at(r.start), CompletedAt: at(r.start + time.Second),
@@ -53,7 +53,7 @@ func TestListExecutions(t *testing.T) {
 		}
 	}
 
-	ids := func(docs []store.ExecutionDoc) []string {
+	ids := func(docs []chainstore.ExecutionDoc) []string {
 		out := []string{}
 		for _, d := range docs {
 			out = append(out, d.ExecutionID)
@@ -62,20 +62,20 @@ func TestListExecutions(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		filter store.ListFilter
+		filter chainstore.ListFilter
 		want   []string
 	}{
-		{"all, newest first, no start time last", store.ListFilter{}, []string{"e5", "e4b", "e4a", "e3", "e2", "e1", "e0"}},
-		{"workflow", store.ListFilter{Workflow: "invoices"}, []string{"e4b", "e3"}},
-		{"status", store.ListFilter{Status: "failed"}, []string{"e2", "e0"}},
-		{"workflow and status", store.ListFilter{Workflow: "orders", Status: "succeeded"}, []string{"e4a", "e1"}},
-		{"since is inclusive", store.ListFilter{Since: t0.Add(4 * time.Minute)}, []string{"e5", "e4b", "e4a"}},
-		{"until is exclusive", store.ListFilter{Until: t0.Add(3 * time.Minute)}, []string{"e2", "e1"}},
-		{"since and until", store.ListFilter{Since: t0.Add(2 * time.Minute), Until: t0.Add(5 * time.Minute)}, []string{"e4b", "e4a", "e3", "e2"}},
-		{"after a tie", store.ListFilter{After: &store.ListPosition{StartedAt: t0.Add(4 * time.Minute), ExecutionID: "e4b"}}, []string{"e4a", "e3", "e2", "e1", "e0"}},
-		{"after the last started", store.ListFilter{After: &store.ListPosition{StartedAt: t0.Add(time.Minute), ExecutionID: "e1"}}, []string{"e0"}},
-		{"after one without start time", store.ListFilter{After: &store.ListPosition{ExecutionID: "e0"}}, []string{}},
-		{"nothing", store.ListFilter{Workflow: "nope"}, []string{}},
+		{"all, newest first, no start time last", chainstore.ListFilter{}, []string{"e5", "e4b", "e4a", "e3", "e2", "e1", "e0"}},
+		{"workflow", chainstore.ListFilter{Workflow: "invoices"}, []string{"e4b", "e3"}},
+		{"status", chainstore.ListFilter{Status: "failed"}, []string{"e2", "e0"}},
+		{"workflow and status", chainstore.ListFilter{Workflow: "orders", Status: "succeeded"}, []string{"e4a", "e1"}},
+		{"since is inclusive", chainstore.ListFilter{Since: t0.Add(4 * time.Minute)}, []string{"e5", "e4b", "e4a"}},
+		{"until is exclusive", chainstore.ListFilter{Until: t0.Add(3 * time.Minute)}, []string{"e2", "e1"}},
+		{"since and until", chainstore.ListFilter{Since: t0.Add(2 * time.Minute), Until: t0.Add(5 * time.Minute)}, []string{"e4b", "e4a", "e3", "e2"}},
+		{"after a tie", chainstore.ListFilter{After: &chainstore.ListPosition{StartedAt: t0.Add(4 * time.Minute), ExecutionID: "e4b"}}, []string{"e4a", "e3", "e2", "e1", "e0"}},
+		{"after the last started", chainstore.ListFilter{After: &chainstore.ListPosition{StartedAt: t0.Add(time.Minute), ExecutionID: "e1"}}, []string{"e0"}},
+		{"after one without start time", chainstore.ListFilter{After: &chainstore.ListPosition{ExecutionID: "e0"}}, []string{}},
+		{"nothing", chainstore.ListFilter{Workflow: "nope"}, []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +92,7 @@ func TestListExecutions(t *testing.T) {
 
 	t.Run("pages of two cover every execution once, in order", func(t *testing.T) {
 		var got []string
-		f := store.ListFilter{Limit: 2}
+		f := chainstore.ListFilter{Limit: 2}
 		for range 10 {
 			docs, err := s.ListExecutions(ctx, f)
 			if err != nil {
@@ -111,7 +111,7 @@ func TestListExecutions(t *testing.T) {
 	})
 
 	t.Run("a listing leaves out contexts, definition and nodes", func(t *testing.T) {
-		docs, err := s.ListExecutions(ctx, store.ListFilter{Workflow: "orders", Status: "succeeded", Limit: 1})
+		docs, err := s.ListExecutions(ctx, chainstore.ListFilter{Workflow: "orders", Status: "succeeded", Limit: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,8 +127,8 @@ func TestListExecutions(t *testing.T) {
 		}
 	})
 
-	for _, limit := range []int{0, -1, store.MaxListLimit + 1} {
-		if _, err := s.ListExecutions(ctx, store.ListFilter{Limit: limit}); !errors.Is(err, store.ErrInvalidFilter) {
+	for _, limit := range []int{0, -1, chainstore.MaxListLimit + 1} {
+		if _, err := s.ListExecutions(ctx, chainstore.ListFilter{Limit: limit}); !errors.Is(err, chainstore.ErrInvalidFilter) {
 			t.Errorf("limit %d: err = %v, want ErrInvalidFilter", limit, err)
 		}
 	}
