@@ -8,10 +8,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/internal/natstest"
@@ -116,7 +119,9 @@ func TestConsumeBatchOutcomes(t *testing.T) {
 					t.Errorf("dead letter of %s, reason %q; want %s, %q", dl.Headers["ce-id"], dl.Reason, odd, tt.wantReason)
 				}
 			}
-			time.Sleep(50 * time.Millisecond) // nothing more comes
+			// Every call came before its event was settled; each dead letter
+			// was stored before its event was, and is received once.
+			waitFor(t, "every dead letter stored received", func() bool { return len(dlq()) == storedDeadLetters(t, b, durable) })
 			mu.Lock()
 			defer mu.Unlock()
 			if len(dlq()) != 0 && tt.wantReason == "" || len(dlq()) > 1 {
@@ -242,8 +247,17 @@ func TestConsumeBatchIdleWorkersRenewQuietly(t *testing.T) {
 	b := connect(t, natstest.URL(t), bus.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	c := eventConsumer("idle")
 	c.Workers, c.Batch, c.BatchWait = 4, 10, 10*time.Millisecond
+	// The pull requests, each of which the worker holding the taking lets
+	// run out while the others' pull time runs out waiting for it.
+	var pulls atomic.Int32
+	sub, err := b.Conn().Subscribe(fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", bus.StreamEvents, c.Durable),
+		func(*nats.Msg) { pulls.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error { return nil })
-	time.Sleep(20 * 50 * time.Millisecond)
+	waitFor(t, "20 pull requests renewed", func() bool { return pulls.Load() >= 20 })
 	if got := logs.String(); strings.Contains(got, "level=WARN") {
 		t.Errorf("idle workers warned:\n%s", got)
 	}
@@ -297,7 +311,7 @@ func TestConsumeBatchHeldUntilSettled(t *testing.T) {
 				pending, ackPending, _, ok := info()
 				return ok && pending == 0 && ackPending == 1
 			})
-			time.Sleep(2500 * time.Millisecond) // over two AckWaits
+			waitAckWaits(t, b, c.AckWait, 2) // while e1 is held
 			if _, ackPending, redelivered, _ := info(); ackPending != 1 || redelivered != 0 {
 				t.Fatalf("while held: %d acks pending, %d redelivered; want 1, 0", ackPending, redelivered)
 			}
@@ -318,7 +332,12 @@ func TestConsumeBatchHeldUntilSettled(t *testing.T) {
 				defer mu.Unlock()
 				return calls["e1"] == want
 			})
-			time.Sleep(100 * time.Millisecond) // nothing more comes
+			// Every call came before its delivery was settled: with none
+			// unsettled and none to come, no more come.
+			waitFor(t, "every delivery settled", func() bool {
+				pending, ackPending, _, ok := info()
+				return ok && pending == 0 && ackPending == 0
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if calls["e0"] != 1 || calls["e1"] != want || calls["e2"] != 1 {
@@ -326,4 +345,51 @@ func TestConsumeBatchHeldUntilSettled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitAckWaits waits until the server has redelivered n times, on a
+// consumer of its own with that AckWait, a message of the events stream
+// it delivers first now and that is never acknowledged: until a delivery
+// made before now that nothing kept alive would have been redelivered n
+// times.
+func waitAckWaits(t *testing.T, b *bus.Bus, ackWait time.Duration, n int) {
+	t.Helper()
+	js := b.JetStream()
+	const clock = "ack-wait-clock"
+	cons, err := js.CreateOrUpdateConsumer(t.Context(), bus.StreamEvents, jetstream.ConsumerConfig{
+		Durable: clock, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteConsumer(context.WithoutCancel(t.Context()), bus.StreamEvents, clock) }()
+	for delivered := uint64(0); delivered <= uint64(n); {
+		msg, err := cons.Next(jetstream.FetchMaxWait(ackWait + 10*time.Second))
+		if err != nil {
+			t.Fatalf("a message never acknowledged was not delivered again after %d deliveries: %v", delivered, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered = md.NumDelivered
+	}
+}
+
+// storedDeadLetters is how many dead letters of consumer the dead-letter
+// stream holds.
+func storedDeadLetters(t *testing.T, b *bus.Bus, consumer string) int {
+	t.Helper()
+	s, err := b.JetStream().Stream(t.Context(), bus.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(bus.DeadLetterSubject(consumer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n
 }

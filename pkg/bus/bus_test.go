@@ -87,6 +87,19 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// commandsDone tells whether the commands stream, a work queue, holds no
+// message: each has been settled for good.
+func commandsDone(b *bus.Bus) func() bool {
+	return func() bool {
+		s, err := b.JetStream().Stream(context.Background(), bus.StreamCommands)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	}
+}
+
 // deadLetters collects what lands on a consumer's dead-letter subject.
 func deadLetters(t *testing.T, b *bus.Bus, consumer string) func() []*novav1.DeadLetter {
 	t.Helper()
@@ -277,16 +290,10 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("reason %q, want prefix %q", got, tt.wantReason)
 				}
 			}
-			// Nothing is redelivered after the outcome: the work queue is empty.
-			waitFor(t, "work queue empty", func() bool {
-				s, err := b.JetStream().Stream(context.Background(), bus.StreamCommands)
-				if err != nil {
-					return false
-				}
-				info, err := s.Info(context.Background())
-				return err == nil && info.State.Msgs == 0
-			})
-			time.Sleep(50 * time.Millisecond)
+			// Nothing is redelivered after the outcome: the work queue is
+			// empty. Each call came before its delivery was settled, and the
+			// command left the queue at its last settlement.
+			waitFor(t, "work queue empty", commandsDone(b))
 			if got := calls.Load(); got != tt.wantCalls {
 				t.Errorf("handler called %d times, want %d", got, tt.wantCalls)
 			}
@@ -421,6 +428,9 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 	var calls atomic.Int32
 	c := commandConsumer("sandbox")
 	c.AckWait = 300 * time.Millisecond
+	// A second worker, idle, takes at once a delivery again: a worker
+	// that holds one pulls no other.
+	c.Workers = 2
 	done := make(chan struct{})
 	consume(t, b, c, func(ctx context.Context, ev event.Event) error {
 		if calls.Add(1) == 1 {
@@ -433,7 +443,9 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	time.Sleep(400 * time.Millisecond)
+	// Once acked, the command has left the work queue: no delivery comes
+	// after.
+	waitFor(t, "the slow event acked", commandsDone(b))
 	if calls.Load() != 1 {
 		t.Errorf("slow event redelivered: %d calls", calls.Load())
 	}

@@ -105,7 +105,15 @@ func TestFailedDeadLetterIsTriedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the handler's three attempts", func() bool { return calls.Load() == 3 })
-	time.Sleep(1500 * time.Millisecond) // dead-lettering fails meanwhile
+	// A fourth delivery: dead-lettering the third failed.
+	waitFor(t, "a delivery after the handler's last", func() bool {
+		cons, err := b.JetStream().Consumer(t.Context(), bus.StreamCommands, "sandbox")
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(t.Context())
+		return err == nil && info.Delivered.Consumer >= 4
+	})
 	if err := b.EnsureStreams(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +276,15 @@ func TestPublishTriesAgainUntilTheStreamAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	sent := b.Conn().Stats().OutMsgs
 	go func() {
 		done <- b.PublishProto(t.Context(), bus.CommandSubject("sandbox"), "late-1", bus.TypeSandboxExecute, sample("late"), nil)
 	}()
-	time.Sleep(700 * time.Millisecond)
+	// Each attempt is a message out on the connection, which publishes
+	// nothing else meanwhile.
+	waitFor(t, "the publish's third attempt, or its end", func() bool {
+		return b.Conn().Stats().OutMsgs >= sent+3 || len(done) > 0
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("publish returned while the stream was missing: %v", err)

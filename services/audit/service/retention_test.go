@@ -3,11 +3,14 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -71,14 +74,29 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 			}
 		}
 	}
-	const every, purges = 100 * time.Millisecond, time.Second // a purge's period, and several
+	// last is the stream's last sequence: of the message just published
+	// (asked with a filter, unlike a purge pass's, see retentionRequests).
+	last := func() uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.EventFilter(bus.KindWorkflowCompleted)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	const every = 100 * time.Millisecond // a purge's period
+	reqs := watchRetention(ctx, t, e.b)
 
 	// Within KeepEnded, the events stay once recorded.
 	stop := e.run(ctx, t, auditservice.Deps{KeepEnded: time.Hour, PurgeEvery: every, HoldFor: time.Hour})
 	start("ended")
 	complete("ended")
 	e.waitAcks(ctx, t, 0)
-	time.Sleep(purges)
+	// Of the passes that begin once the completion is delivered to the
+	// retention, the first may still run before it takes it in; the second
+	// does not.
+	reqs.waitRead(ctx, t, stream, last())
+	reqs.waitPasses(t, 2, time.Now(), "after the retention read the ended execution's completion")
 	if n := kept("ended"); n != 3 {
 		t.Fatalf("within KeepEnded, %d events of the ended execution kept, want 3", n)
 	}
@@ -93,11 +111,18 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncbuf.Buffer
-	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, PurgeEvery: every, HoldFor: time.Hour,
+	// The running execution's start is recorded, running, after a short
+	// HoldFor: then the retention alone keeps its events, not the audit
+	// consumer's held delivery.
+	running := time.Now()
+	e.run(ctx, t, auditservice.Deps{KeepEnded: 200 * time.Millisecond, PurgeEvery: every, HoldFor: 40 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	start("running")
-	e.waitAcks(ctx, t, 1) // the running execution's started event is held
-	time.Sleep(purges)
+	e.waitAcks(ctx, t, 0)
+	// A pass lists the consumers only once the ended execution is past
+	// KeepEnded by the retention's own account; the second list shows the
+	// first one's pass done, purge included.
+	reqs.waitConsumerLists(t, 2, running, "with the ended execution past KeepEnded")
 	if n := kept("ended"); n != 3 {
 		t.Fatalf("with a durable consumer that has not read them, %d events of the ended execution kept, want 3", n)
 	}
@@ -130,15 +155,144 @@ func TestEndedExecutionsEventsPurged(t *testing.T) {
 	}
 
 	// An execution that started after the running one and ended stays
-	// while the running one runs: the stream goes from its front.
+	// while the running one runs: the stream goes from its front. Every
+	// consumer has read it, so the running execution alone keeps it.
 	start("after")
 	complete("after")
-	time.Sleep(purges)
+	ended := time.Now()
+	read(1)
+	e.waitAcks(ctx, t, 0)
+	reqs.waitRead(ctx, t, stream, last())
+	since := time.Now() // every consumer has read it, and the retention
+	if past := ended.Add(200 * time.Millisecond); past.After(since) {
+		since = past // it is past KeepEnded
+	}
+	reqs.waitPasses(t, 2, since, "once the execution that ended after the running one's start was past KeepEnded")
 	if n, m := kept("running"), kept("after"); n != 2 || m != 3 {
 		t.Fatalf("while one runs: %d of its events kept (want 2), %d of one ended after its start (want 3)", n, m)
 	}
 	complete("running")
-	read(2)
+	read(1)
 	waitGone("running")
 	waitGone("after")
+}
+
+// retentionRequests are the requests for the events stream that the audit
+// service's retention makes, seen by a subscriber of the JetStream API's
+// subjects. The retention logs only the purges it makes; these show the
+// passes that purge nothing: each pass asks for the stream's info (the
+// test's own requests for it name a subject filter), lists the stream's
+// consumers, for their acknowledgement floors, only when its own floor is
+// past the stream's first message, and then purges, or not.
+type retentionRequests struct {
+	mu   sync.Mutex
+	seen []retentionRequest
+}
+
+type retentionRequest struct {
+	kind string // "pass", "list" or "purge"
+	at   time.Time
+}
+
+func watchRetention(ctx context.Context, t *testing.T, b *bus.Bus) *retentionRequests {
+	t.Helper()
+	r := &retentionRequests{}
+	kinds := map[string]string{
+		"$JS.API.STREAM.INFO." + bus.StreamEvents:   "pass",
+		"$JS.API.CONSUMER.LIST." + bus.StreamEvents: "list",
+		"$JS.API.STREAM.PURGE." + bus.StreamEvents:  "purge",
+	}
+	// One subscription: its messages come in the order they were sent.
+	sub, err := b.Conn().Subscribe("$JS.API.*.*."+bus.StreamEvents, func(m *nats.Msg) {
+		kind, ok := kinds[m.Subject]
+		if !ok || kind == "pass" && len(m.Data) > 0 { // the test's own, with a subject filter
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.seen = append(r.seen, retentionRequest{kind, time.Now()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := b.Conn().FlushWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitPasses waits for n purge passes begun after since to end: for the
+// one after them to begin.
+func (r *retentionRequests) waitPasses(t *testing.T, n int, since time.Time, what string) {
+	t.Helper()
+	r.waitFor(t, "pass", n+1, since, fmt.Sprintf("%d purge passes %s", n, what))
+}
+
+// waitConsumerLists waits for n lists of the stream's consumers after
+// since: the passes of all but the last have ended.
+func (r *retentionRequests) waitConsumerLists(t *testing.T, n int, since time.Time, what string) {
+	t.Helper()
+	r.waitFor(t, "list", n, since, fmt.Sprintf("%d lists of the consumers' acknowledgement floors %s", n, what))
+}
+
+// waitFor waits up to 10 s for n requests of kind after since, or for a
+// purge after since and then a pass (the purge's pass has ended), and
+// fails the test naming what did not happen.
+func (r *retentionRequests) waitFor(t *testing.T, kind string, n int, since time.Time, what string) {
+	t.Helper()
+	wait(t, what, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		count, purged := 0, false
+		for _, req := range r.seen {
+			if !req.at.After(since) {
+				continue
+			}
+			switch req.kind {
+			case kind:
+				count++
+			case "purge":
+				purged = true
+			}
+			if count == n || purged && req.kind == "pass" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitRead waits until the retention's watch of the starts and ends (the
+// events stream's one consumer that is not durable) has been delivered the
+// message at seq. It asks for the consumers by name: a list is what a
+// purge pass requests.
+func (r *retentionRequests) waitRead(ctx context.Context, t *testing.T, stream jetstream.Stream, seq uint64) {
+	t.Helper()
+	wait(t, fmt.Sprintf("delivery of message %d to the retention's watch", seq), func() bool {
+		names := stream.ConsumerNames(ctx)
+		for name := range names.Name() {
+			c, err := stream.Consumer(ctx, name)
+			if err != nil {
+				continue
+			}
+			if ci := c.CachedInfo(); ci.Config.Durable == "" && ci.Delivered.Stream >= seq {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// wait polls done for up to 10 s, and fails the test naming what did not
+// happen.
+func wait(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
