@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,6 +19,9 @@ const MaxListLimit = 1000
 type ListFilter struct {
 	Workflow string
 	Status   string
+	// IDPrefix selects the executions whose id begins with it (a whole id
+	// selects that one).
+	IDPrefix string
 	// Since (inclusive) and Until (exclusive) bound the start time; an
 	// execution without a recorded start time matches neither.
 	Since, Until time.Time
@@ -61,6 +65,10 @@ func (s *Store) ListExecutions(ctx context.Context, f ListFilter) ([]ExecutionDo
 	}
 	if f.Status != "" {
 		and = append(and, bson.D{{Key: "status", Value: f.Status}})
+	}
+	if f.IDPrefix != "" {
+		// Anchored and literal: MongoDB reads it from the _id index.
+		and = append(and, bson.D{{Key: "_id", Value: bson.Regex{Pattern: "^" + regexp.QuoteMeta(f.IDPrefix)}}})
 	}
 	if !f.Since.IsZero() {
 		and = append(and, bson.D{{Key: "started_at", Value: bson.D{{Key: "$gte", Value: f.Since}}}})

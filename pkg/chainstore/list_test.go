@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/pkg/chainstore"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 func TestListExecutions(t *testing.T) {
@@ -75,6 +75,10 @@ func TestListExecutions(t *testing.T) {
 		{"after a tie", chainstore.ListFilter{After: &chainstore.ListPosition{StartedAt: t0.Add(4 * time.Minute), ExecutionID: "e4b"}}, []string{"e4a", "e3", "e2", "e1", "e0"}},
 		{"after the last started", chainstore.ListFilter{After: &chainstore.ListPosition{StartedAt: t0.Add(time.Minute), ExecutionID: "e1"}}, []string{"e0"}},
 		{"after one without start time", chainstore.ListFilter{After: &chainstore.ListPosition{ExecutionID: "e0"}}, []string{}},
+		{"id prefix", chainstore.ListFilter{IDPrefix: "e4"}, []string{"e4b", "e4a"}},
+		{"a whole id", chainstore.ListFilter{IDPrefix: "e4a"}, []string{"e4a"}},
+		{"id prefix is literal", chainstore.ListFilter{IDPrefix: "e."}, []string{}},
+		{"id prefix and status", chainstore.ListFilter{IDPrefix: "e", Status: "failed"}, []string{"e2", "e0"}},
 		{"nothing", chainstore.ListFilter{Workflow: "nope"}, []string{}},
 	}
 	for _, tt := range tests {

@@ -19,7 +19,7 @@ import (
 	"strings"
 )
 
-//go:embed index.html console.css dist/*.js vendor/dagre/dagre.min.js
+//go:embed index.html console.css favicon.svg dist/*.js vendor/dagre/dagre.min.js
 var files embed.FS
 
 // Prefix is where the assets are served; the page itself is at "/".

@@ -36,3 +36,22 @@ func TestPageForJaegerURL(t *testing.T) {
 		}
 	}
 }
+
+// The page names its icon, and the icon is served: no request for
+// /favicon.ico, which the gateway does not serve.
+func TestIconServed(t *testing.T) {
+	page, err := PageFor(Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	page(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if !strings.Contains(rec.Body.String(), `<link rel="icon" href="/console/favicon.svg" type="image/svg+xml">`) {
+		t.Errorf("the page names no icon:\n%s", rec.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	if !Asset(rec, httptest.NewRequest(http.MethodGet, "/console/favicon.svg", nil)) || rec.Code != http.StatusOK ||
+		rec.Header().Get("Content-Type") != "image/svg+xml" || !strings.HasPrefix(rec.Body.String(), "<svg") {
+		t.Errorf("GET /console/favicon.svg = %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+}

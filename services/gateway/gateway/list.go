@@ -31,7 +31,11 @@ type listItem struct {
 	StartedAt    *time.Time `json:"started_at,omitempty"`
 	CompletedAt  *time.Time `json:"completed_at,omitempty"`
 	DurationMs   int64      `json:"duration_ms,omitempty"`
-	Links        itemLinks  `json:"links"`
+	// What the execution's model calls cost so far and how many (0 while
+	// the audit store has not recorded them).
+	CostUSD    float64   `json:"cost_usd"`
+	ModelCalls int       `json:"model_calls"`
+	Links      itemLinks `json:"links"`
 }
 
 type itemLinks struct {
@@ -80,12 +84,15 @@ func decodeCursor(s string) (*chainstore.ListPosition, bool) {
 // parseList reads the query of GET /v1/executions, naming every parameter
 // at fault.
 func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
-	if p := checkQuery(r, "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
+	if p := checkQuery(r, "id", "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
 		return chainstore.ListFilter{}, p
 	}
 	q := r.URL.Query()
-	f := chainstore.ListFilter{Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
+	f := chainstore.ListFilter{IDPrefix: q.Get("id"), Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
 	var errs []FieldError
+	if _, given := q["id"]; given && !engineKey.MatchString(f.IDPrefix) {
+		errs = append(errs, FieldError{Field: "id", Detail: fmt.Sprintf("%q is no execution id nor the start of one: 1 to 200 letters, digits, '-', '_' or '='", f.IDPrefix)})
+	}
 	if f.Status != "" && !slices.Contains(statuses, f.Status) {
 		errs = append(errs, FieldError{Field: "status", Detail: fmt.Sprintf("%q is not running, succeeded or failed", f.Status)})
 	}
@@ -158,6 +165,7 @@ func listItemOf(d *chainstore.ExecutionDoc) listItem {
 	return listItem{
 		ExecutionID: d.ExecutionID, WorkflowName: d.WorkflowName, Status: d.Status, Error: d.Error,
 		StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,
+		CostUSD: d.CostUSD, ModelCalls: d.ModelCalls,
 		Links: itemLinks{Self: executionLinks(d.ExecutionID).Self},
 	}
 }

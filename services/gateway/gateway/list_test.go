@@ -24,6 +24,8 @@ type executionItem struct {
 	StartedAt    *time.Time `json:"started_at"`
 	CompletedAt  *time.Time `json:"completed_at"`
 	DurationMs   int64      `json:"duration_ms"`
+	CostUSD      *float64   `json:"cost_usd"`
+	ModelCalls   *int       `json:"model_calls"`
 	Links        struct {
 		Self string `json:"self"`
 	} `json:"links"`
@@ -122,6 +124,9 @@ func TestListExecutions(t *testing.T) {
 		{"since and until", url.Values{"workflow": {wfA}, "since": {all.Executions[4].StartedAt.Format(time.RFC3339Nano)}, "until": {third}}, a[3:5]},
 		{"limit", url.Values{"workflow": {wfA}, "limit": {"1"}}, a[:1]},
 		{"no such workflow", url.Values{"workflow": {"none-" + suffix}}, []string{}},
+		{"a whole id", url.Values{"id": {a[2]}}, a[2:3]},
+		{"an id's first characters", url.Values{"id": {a[2][:13]}}, a[2:3]},
+		{"an id prefix and a status", url.Values{"id": {a[2][:13]}, "status": {"failed"}}, []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +137,11 @@ func TestListExecutions(t *testing.T) {
 	}
 	if all.Executions[0].Status != "failed" || all.Executions[0].Error == "" {
 		t.Errorf("the failed execution lists as %+v", all.Executions[0])
+	}
+	for _, e := range all.Executions {
+		if e.CostUSD == nil || *e.CostUSD != 0 || e.ModelCalls == nil || *e.ModelCalls != 0 {
+			t.Errorf("a code workflow's execution lists cost_usd and model_calls as %v and %v, want 0 and 0", e.CostUSD, e.ModelCalls)
+		}
 	}
 	// Without a workflow filter: every execution, this test's newest first.
 	if got := h.list(t, url.Values{"limit": {"2"}}).ids(); !slices.Equal(got, b) {
@@ -154,6 +164,9 @@ func TestListBadFilters(t *testing.T) {
 		{"cursor=not-a-cursor", "cursor"},
 		{"workflow=a&workflow=b", "workflow"},
 		{"stauts=failed", "stauts"},
+		{"id=", "id"},
+		{"id=a%20b", "id"},
+		{"id=a&id=b", "id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {

@@ -90,7 +90,8 @@ func executionFrame(m jetstream.Msg, workflow string) ([]byte, error) {
 		// As the audit service records it (chainstore.RecordWorkflowCompleted).
 		doc = chainstore.ExecutionDoc{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
 			Status: s.GetStatus(), Error: redact.Scrub(s.GetError(), nil),
-			StartedAt: timeOf(s.GetStartedAt()), CompletedAt: timeOf(s.GetCompletedAt())}
+			StartedAt: timeOf(s.GetStartedAt()), CompletedAt: timeOf(s.GetCompletedAt()),
+			CostUSD: s.GetCostUsd(), ModelCalls: int(s.GetModelCalls())}
 		if doc.StartedAt != nil && doc.CompletedAt != nil {
 			doc.DurationMs = doc.CompletedAt.Sub(*doc.StartedAt).Milliseconds()
 		}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,10 +49,21 @@ type workflowSummary struct {
 }
 
 // workflowView is GET /v1/workflows/{name}: the summary and the definition,
-// in the shape the audit store shows an execution's definition.
+// in the shape the audit store shows an execution's definition, and the
+// registrations the registry keeps of the name.
 type workflowView struct {
 	workflowSummary
 	Definition json.RawMessage `json:"definition"`
+	// Revisions are the kept registrations of the name, newest first; the
+	// first is the one a start by name runs.
+	Revisions []workflowRevision `json:"revisions"`
+}
+
+// workflowRevision is one kept registration of a workflow's name.
+type workflowRevision struct {
+	Revision  uint64    `json:"revision"`
+	NodeCount int       `json:"node_count"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 type workflowList struct {
@@ -282,22 +294,91 @@ func (g *Gateway) listWorkflows(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// getWorkflow is GET /v1/workflows/{name}.
+// getWorkflow is GET /v1/workflows/{name}: the registration a start by name
+// runs, or with ?revision=N one the registry still keeps (it keeps the
+// last few of each name), and the list of those it keeps.
 func (g *Gateway) getWorkflow(w http.ResponseWriter, r *http.Request) error {
-	if p := checkQuery(r); p != nil {
+	if p := checkQuery(r, "revision"); p != nil {
 		return p
 	}
 	name := r.PathValue("name")
+	var want uint64
+	if v := r.URL.Query().Get("revision"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return invalidField("revision", fmt.Sprintf("%q is not a revision: a whole number from 1", v))
+		}
+		want = n
+	}
 	entry, def, err := g.registeredWorkflow(r, name)
 	if err != nil {
 		return err
+	}
+	revisions, kept, err := g.workflowRevisions(r, name)
+	if err != nil {
+		return err
+	}
+	if want != 0 && want != entry.Revision() {
+		i := slices.IndexFunc(kept, func(e jetstream.KeyValueEntry) bool { return e.Revision() == want })
+		if i < 0 {
+			return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf(
+				"revision %d of workflow %q is not kept; the registry keeps %s", want, name, revisionList(revisions)))
+		}
+		entry, def = kept[i], &novav1.WorkflowDefinition{}
+		if err := proto.Unmarshal(entry.Value(), def); err != nil {
+			return fmt.Errorf("workflow %q revision %d: %w", name, want, err)
+		}
 	}
 	text, err := definitionJSON.Marshal(def)
 	if err != nil {
 		return fmt.Errorf("registered workflow %q: %w", name, err)
 	}
-	writeJSON(w, http.StatusOK, workflowView{workflowSummary: summarize(entry, def), Definition: text})
+	writeJSON(w, http.StatusOK, workflowView{workflowSummary: summarize(entry, def), Definition: text, Revisions: revisions})
 	return nil
+}
+
+// workflowRevisions lists the registrations the registry keeps of name,
+// newest first, with their entries. A registration replaced by a deletion
+// is not one a start can run and is left out.
+func (g *Gateway) workflowRevisions(r *http.Request, name string) ([]workflowRevision, []jetstream.KeyValueEntry, error) {
+	kv, err := g.bucket(r.Context(), bus.BucketWorkflows)
+	if err != nil {
+		return nil, nil, g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	history, err := kv.History(r.Context(), name)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil, g.unavailable(r, "the workflow registry's history cannot be read", err)
+	}
+	revisions := []workflowRevision{}
+	var kept []jetstream.KeyValueEntry
+	for _, e := range slices.Backward(history) {
+		if e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var def novav1.WorkflowDefinition
+		if err := proto.Unmarshal(e.Value(), &def); err != nil {
+			g.log.WarnContext(r.Context(), "registered workflow revision unreadable", "workflow", name, "revision", e.Revision(), "err", err)
+			continue
+		}
+		revisions = append(revisions, workflowRevision{Revision: e.Revision(), NodeCount: len(def.GetNodes()), UpdatedAt: e.Created().UTC()})
+		kept = append(kept, e)
+	}
+	return revisions, kept, nil
+}
+
+// revisionList names revisions for a message: "revisions 12, 9 and 4".
+func revisionList(rs []workflowRevision) string {
+	if len(rs) == 0 {
+		return "none"
+	}
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = strconv.FormatUint(r.Revision, 10)
+	}
+	if len(names) == 1 {
+		return "revision " + names[0]
+	}
+	return "revisions " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 func summarize(entry jetstream.KeyValueEntry, def *novav1.WorkflowDefinition) workflowSummary {

@@ -25,6 +25,11 @@ type workflowDoc struct {
 		Self       string `json:"self"`
 		Executions string `json:"executions"`
 	} `json:"links"`
+	Revisions []struct {
+		Revision  uint64    `json:"revision"`
+		NodeCount int       `json:"node_count"`
+		UpdatedAt time.Time `json:"updated_at"`
+	} `json:"revisions"`
 	Definition struct {
 		Name  string `json:"name"`
 		Nodes []struct {
@@ -265,11 +270,66 @@ func TestWorkflowsListAndGet(t *testing.T) {
 		{"reading one with a starting key", "GET", "/v1/workflows/" + names[0], "writer", 403, gateway.TypeForbidden},
 		{"listing without a key", "GET", "/v1/workflows", "", 401, gateway.TypeUnauthorized},
 		{"an unknown parameter", "GET", "/v1/workflows?limit=5", "reader", 400, gateway.TypeInvalidRequest},
+		{"a revision that is no number", "GET", "/v1/workflows/" + names[0] + "?revision=latest", "reader", 400, gateway.TypeInvalidRequest},
+		{"revision 0", "GET", "/v1/workflows/" + names[0] + "?revision=0", "reader", 400, gateway.TypeInvalidRequest},
+		{"a revision of another name", "GET", "/v1/workflows/" + names[0] + fmt.Sprintf("?revision=%d", registered[names[1]].Revision), "reader", 404, gateway.TypeNotFound},
 		{"deleting", "DELETE", "/v1/workflows/" + names[0], "admin", 405, gateway.TypeMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			problem(t, h.do(t, h.url, request{method: tt.method, path: tt.path, key: h.key[tt.key]}), tt.status, tt.typ)
 		})
+	}
+}
+
+// The registry keeps the last 5 registrations of a name: GET lists them
+// newest first and reads any of them with ?revision=N.
+func TestWorkflowRevisions(t *testing.T) {
+	name := "revs-" + uuid.NewString()[:8]
+	var regs []workflowDoc
+	for factor := 2; factor <= 7; factor++ {
+		var w workflowDoc
+		decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, fmt.Sprint(factor))), http.StatusCreated, &w)
+		regs = append(regs, w)
+	}
+	get := func(query string) workflowDoc {
+		t.Helper()
+		var w workflowDoc
+		decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows/" + name + query, key: h.key["reader"]}), http.StatusOK, &w)
+		return w
+	}
+	latest := get("")
+	var listed []uint64
+	for _, r := range latest.Revisions {
+		listed = append(listed, r.Revision)
+		if r.NodeCount != 3 || r.UpdatedAt.IsZero() {
+			t.Errorf("revision %+v", r)
+		}
+	}
+	want := []uint64{regs[5].Revision, regs[4].Revision, regs[3].Revision, regs[2].Revision, regs[1].Revision}
+	if !slices.Equal(listed, want) {
+		t.Errorf("revisions %v, want the last five registrations newest first %v", listed, want)
+	}
+	if latest.Revision != regs[5].Revision || latest.Definition.Nodes[1].Code != `context["n"] = context["n"] * 7` {
+		t.Errorf("GET without a revision = revision %d, code %q; want the last registration", latest.Revision, latest.Definition.Nodes[1].Code)
+	}
+	older := get(fmt.Sprintf("?revision=%d", regs[2].Revision))
+	if older.Revision != regs[2].Revision || older.Definition.Nodes[1].Code != `context["n"] = context["n"] * 4` || !older.UpdatedAt.Equal(regs[2].UpdatedAt) {
+		t.Errorf("revision %d = revision %d, code %q, updated %v; want the third registration", regs[2].Revision, older.Revision,
+			older.Definition.Nodes[1].Code, older.UpdatedAt)
+	}
+	if !slices.Equal(func() []uint64 {
+		var out []uint64
+		for _, r := range older.Revisions {
+			out = append(out, r.Revision)
+		}
+		return out
+	}(), want) {
+		t.Errorf("an older revision lists revisions %+v, want %v", older.Revisions, want)
+	}
+	p := problem(t, h.do(t, h.url, request{method: "GET", path: fmt.Sprintf("/v1/workflows/%s?revision=%d", name, regs[0].Revision),
+		key: h.key["reader"]}), http.StatusNotFound, gateway.TypeNotFound)
+	if !strings.Contains(p.Detail, "not kept") || !strings.Contains(p.Detail, fmt.Sprint(regs[5].Revision)) {
+		t.Errorf("the first registration, no longer kept: %q; want it to say so and name the kept ones", p.Detail)
 	}
 }

@@ -1,10 +1,17 @@
-// One execution: its status, its nodes and the final context, kept up to
-// date from the execution's event stream while it runs.
+// One execution, #/executions/{id} (?node=<id> opens a node): its status,
+// cost, graph, a node's visits, the timeline, the nodes and the context.
+// While it runs the page follows GET /v1/executions/{id}/events: a node
+// shows as running from its node.started event with the time it has run
+// and, for an AI node, the agent step it is in; an ended agent step or
+// visit shows as its event comes, with the visit's output. The context is
+// the one the execution started with until a node ends, then that node's.
 import { getExact, Problem, stream } from "./api.js";
-import { duration, h, replace } from "./dom.js";
-import { pretty } from "./exact.js";
-import { showError, statusBadge } from "./executions.js";
+import { duration, h, money, replace, running, spend, stamp, startClock } from "./dom.js";
+import { parseExact, pretty } from "./exact.js";
+import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, defaultDirection, drawGraph, drawTimeline } from "./graph.js";
+import { applyEvent, copyView, ended, liveContext, liveSpend } from "./live.js";
+import { startedHere } from "./start.js";
 import { visitsPanel } from "./visits.js";
 // jaeger is Jaeger's UI as the gateway was told it (NOVA_JAEGER_URL), or "".
 const jaeger = document.querySelector('meta[name="nova-jaeger-url"]')?.content ?? "";
@@ -13,47 +20,117 @@ const jaeger = document.querySelector('meta[name="nova-jaeger-url"]')?.content ?
 export function traceLink(base, id) {
     return `${base}/search?service=sandbox&tags=${encodeURIComponent(JSON.stringify({ "execution.id": id }))}`;
 }
+// refineDefinition is what a refinement's execution runs: one node, which
+// the engine records as it does an AI node's visit (no definition is kept).
+const refineDefinition = {
+    name: "refinement",
+    nodes: [
+        {
+            id: "refine",
+            type: "NODE_TYPE_ACTION",
+            description: "A field-feedback refinement (POST /v1/refine): each attempt the code generator rewrites the code from the feedback, the sandbox runs it with the test context, and each feedback item is checked against the output.",
+        },
+    ],
+    edges: [],
+};
 export function executionPage(root, id, params, signal) {
-    const head = h("div", { class: "execution-head" });
+    const head = h("div", { class: "execution-head" }, h("h1", null, "Execution ", h("code", null, id)));
     const graph = h("div", { class: "graph-wrap" });
     const panel = h("div", { class: "panel" });
-    let selected = params.get("node") ?? "";
-    let last = null;
-    let lastText = "";
-    let direction = null;
-    const nodes = h("tbody");
-    const context = h("pre", { class: "context" });
+    const refineLog = h("section", { class: "refine-messages", hidden: true });
     const timeline = h("div", { class: "timeline-wrap" });
-    const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
-    replace(root, h("p", null, h("a", { href: "#/executions" }, "← Executions")), head, note, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes), h("h2", null, "Context"), context);
-    const show = (view) => {
-        last = view;
-        const doc = view.execution;
+    const nodes = h("tbody");
+    const contextTitle = h("h2", null, "Context");
+    const context = h("pre", { class: "context" }, "Reading the context…");
+    const note = h("p", { class: "note", role: "status", "aria-live": "polite" }, "Reading the execution…");
+    const page = h("div", { class: "execution" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), head, note, refineLog, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), h("div", { class: "table-scroll" }, h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Model cost", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes)), contextTitle, context);
+    replace(root, page);
+    let selected = params.get("node") ?? "";
+    let direction = null;
+    // read is the last answer of GET; events every event of the stream so
+    // far; view is read with events applied, as drawn.
+    let read = null;
+    const events = [];
+    let view = null;
+    let drawn = "";
+    let completed = false;
+    const compose = (force = false) => {
+        if (!read)
+            return;
+        const v = copyView(read);
+        for (const ev of events)
+            applyEvent(v, ev);
+        const text = pretty(v);
+        // Drawn again only when something changed, so a node being clicked or
+        // focused stays in place.
+        if (!force && text === drawn)
+            return;
+        drawn = text;
+        view = v;
+        show(v);
+    };
+    // Events that come together (a replay, a burst) are drawn once.
+    let composing = false;
+    const composeSoon = () => {
+        if (composing)
+            return;
+        composing = true;
+        setTimeout(() => {
+            composing = false;
+            compose();
+        }, 0);
+    };
+    const select = (node) => {
+        selected = selected === node ? "" : node;
+        // The open node is in the URL (a link to it), without a new history entry.
+        history.replaceState(null, "", `#/executions/${encodeURIComponent(id)}${selected ? `?node=${encodeURIComponent(selected)}` : ""}`);
+        compose(true);
+        document.querySelector(`svg.graph [data-node="${CSS.escape(node)}"]`)?.focus();
+    };
+    const show = (v) => {
+        const doc = v.execution;
+        const refinement = doc.workflow_name === RefineWorkflow && !doc.definition?.nodes?.length;
+        const def = refinement ? refineDefinition : doc.definition;
+        if (refinement && !selected)
+            selected = "refine";
+        const focused = document.activeElement?.closest?.("[data-node]");
+        const focusedNode = focused?.getAttribute("data-node") ?? "";
+        const focusedIn = focused?.closest("svg.graph") ? "graph" : focused?.closest("svg.timeline") ? "timeline" : "";
         // A node's status is that of its last visit; the engine's current
         // node is running.
         const status = new Map();
-        for (const n of view.nodes)
+        const startedAt = new Map();
+        for (const n of v.nodes) {
             status.set(n.node_id, n.status);
-        if (doc.status === "running" && doc.current_node)
+            if (n.status === "running" && n.started_at)
+                startedAt.set(n.node_id, n.started_at);
+        }
+        if (!ended(doc.status) && doc.current_node && !status.has(doc.current_node))
             status.set(doc.current_node, "running");
-        const select = (id) => {
-            selected = selected === id ? "" : id;
-            if (last)
-                show(last);
-            document.querySelector(`svg.graph [data-node="${CSS.escape(id)}"]`)?.focus();
-        };
-        replace(panel, selected
-            ? visitsPanel(doc.definition?.nodes?.find((n) => n.id === selected), selected, view.nodes.filter((n) => n.node_id === selected), { executionId: doc.execution_id, workflow: doc.workflow_name, finished: doc.status !== "running" && doc.status !== "pending" })
-            : h("p", { class: "note" }, "Select a node to see its visits."));
         // Nodes an ended execution never reached did not run; they are not pending.
-        if (doc.status !== "running" && doc.status !== "pending") {
-            for (const n of doc.definition?.nodes ?? [])
+        if (ended(doc.status))
+            for (const n of def?.nodes ?? [])
                 if (!status.has(n.id))
                     status.set(n.id, "skipped");
-        }
-        const def = doc.definition;
+        const cost = liveSpend(v);
+        replace(head, h("h1", null, refinement ? "Refinement" : workflowCell(doc.workflow_name), " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.started_at ? [" · started ", h("time", { datetime: doc.started_at, title: doc.started_at }, stamp(doc.started_at))] : null, ended(doc.status)
+            ? doc.duration_ms
+                ? ` · took ${duration(doc.duration_ms)}`
+                : ""
+            : doc.started_at
+                ? [" · running for ", running("span", doc.started_at)]
+                : "", " · ", h("span", { class: "spend", title: "what the execution's model calls cost (price table)" }, spend(cost.usd, cost.calls)), jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.error ? h("p", { class: "error" }, doc.error) : null);
+        replace(panel, selected
+            ? visitsPanel(def?.nodes?.find((n) => n.id === selected), selected, v.nodes.filter((n) => n.node_id === selected), {
+                executionId: doc.execution_id,
+                workflow: doc.workflow_name,
+                finished: ended(doc.status),
+                refinement,
+                signal,
+            })
+            : h("p", { class: "note" }, "Select a node to see its visits."));
         if (!def?.nodes?.length) {
-            replace(graph, "No definition recorded.");
+            replace(graph, h("p", { class: "note" }, "No definition recorded."));
         }
         else {
             const dir = direction ?? defaultDirection(def);
@@ -64,53 +141,172 @@ export function executionPage(root, id, params, signal) {
                 onclick: () => {
                     direction = dir === "LR" ? "TB" : "LR";
                     chooseDirection(direction);
-                    if (last)
-                        show(last);
+                    compose(true);
                 },
             }, dir === "LR" ? "↓ Top to bottom" : "→ Left to right");
-            replace(graph, h("div", { class: "graph-tools" }, toggle, h("span", { class: "meta" }, ` ${def.nodes.length} nodes`)), drawGraph(def, status, doc.path ?? [], select, selected, dir));
+            replace(graph, h("div", { class: "graph-tools" }, toggle, h("span", { class: "meta" }, ` ${def.nodes.length} node${def.nodes.length === 1 ? "" : "s"}`)), drawGraph(def, { status, since: startedAt, taken: doc.path ?? [] }, select, selected, dir));
         }
-        replace(head, h("h1", null, doc.workflow_name, " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.duration_ms ? ` · ${duration(doc.duration_ms)}` : "", jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.error ? h("p", { class: "error" }, doc.error) : null);
-        replace(nodes, view.nodes.filter((n) => !selected || n.node_id === selected).map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", null, n.visit), h("td", null, duration(Math.round(n.execution_time))), h("td", { class: "error" }, n.error_message ?? ""))));
-        replace(context, pretty(doc.final_context ?? doc.initial_context ?? {}));
-        replace(timeline, drawTimeline(view.nodes, select) ?? h("p", { class: "note" }, "No visit has run yet."));
+        replace(nodes, v.nodes
+            .filter((n) => !selected || n.node_id === selected)
+            .map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", { class: "num" }, n.visit), h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : duration(Math.round(Number(n.execution_time)))), h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"), h("td", { class: "error" }, n.error_message ?? ""))));
+        if (v.nodes.length === 0)
+            replace(nodes, h("tr", null, h("td", { colspan: 7, class: "note" }, "No node has started yet.")));
+        const live = liveContext(v);
+        if (!live) {
+            replace(contextTitle, "Context");
+            replace(context, "Reading the context…");
+        }
+        else {
+            replace(contextTitle, live.after === "" ? "Final context" : live.after === "start" ? "Context at the start" : `Context after ${live.after}`);
+            replace(context, pretty(live.context ?? {}));
+        }
+        drawTimelineOf(v);
+        if (focusedNode) {
+            const sel = focusedIn === "timeline" ? "svg.timeline" : "svg.graph";
+            document.querySelector(`${sel} [data-node="${CSS.escape(focusedNode)}"]`)?.focus({ preventScroll: true });
+        }
     };
-    const load = () => getExact(`/v1/executions/${encodeURIComponent(id)}`, signal).then((view) => {
-        replace(note);
-        // Drawn again only when something changed, so a node being
-        // clicked or focused stays in place.
-        const text = pretty(view);
-        if (text === lastText)
-            return;
-        lastText = text;
-        show(view);
-    }, (e) => {
-        if (signal.aborted)
-            return;
-        // A start just accepted is not recorded yet: its first event will
-        // load it.
-        if (e instanceof Problem && e.status === 404 && !last)
-            replace(note, "Waiting for the execution to start…");
-        else
-            showError(note, e);
+    const drawTimelineOf = (v) => {
+        const width = timeline.clientWidth || page.clientWidth || 800;
+        replace(timeline, drawTimeline(v.nodes, select, width) ?? h("p", { class: "note" }, "No visit has run yet."));
+    };
+    // Each second a running execution's times move on (startClock), and its
+    // timeline's running bars grow.
+    startClock(signal, () => {
+        if (view && !ended(view.execution.status) && view.nodes.some((n) => n.status === "running")) {
+            const focused = document.activeElement?.closest?.("svg.timeline [data-node]")?.getAttribute("data-node");
+            drawTimelineOf(view);
+            if (focused)
+                document.querySelector(`svg.timeline [data-node="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
+        }
     });
-    // settle re-reads an ended execution until the audit store has recorded
-    // every visit's end (it writes a little after the engine's events).
+    let resized;
+    const onResize = () => {
+        clearTimeout(resized);
+        resized = setTimeout(() => compose(true), 150);
+    };
+    window.addEventListener("resize", onResize);
+    signal.addEventListener("abort", () => window.removeEventListener("resize", onResize));
+    let missing = null;
+    let retries = 0;
+    const load = async () => {
+        try {
+            const got = await getExact(`/v1/executions/${encodeURIComponent(id)}`, signal);
+            read = got;
+            missing = null;
+            replace(note);
+            if (!page.isConnected)
+                replace(root, page);
+            compose();
+        }
+        catch (e) {
+            if (signal.aborted)
+                return;
+            if (e instanceof Problem && e.status === 404 && !read) {
+                missing = e;
+                // A start this tab just made is not recorded yet: its first event
+                // loads it. Any other id is said to be unknown at once; should
+                // its events come after all, the page shows it.
+                if (startedHere(id) || events.length > 0) {
+                    replace(note, "Starting the execution…");
+                    // The engine records its state a moment after its first events.
+                    if (events.length > 0 && retries++ < 20)
+                        setTimeout(() => void load(), 250);
+                }
+                else
+                    notFound(root, id, e);
+            }
+            else {
+                showError(note, e);
+            }
+        }
+    };
+    // settle reads an ended execution again until the audit store has
+    // recorded every visit's end (it writes a little after the engine's events).
     const settle = async () => {
         for (let i = 0; i < 40 && !signal.aborted; i++) {
-            const doc = last?.execution;
-            const ended = doc && doc.status !== "running" && doc.status !== "pending";
-            if (ended && !last.nodes.some((n) => n.status === "running"))
+            const doc = read?.execution;
+            if (doc && ended(doc.status) && doc.final_context && !read.nodes.some((n) => n.status === "running"))
                 return;
             await new Promise((r) => setTimeout(r, 250));
             await load();
         }
     };
-    void load().then(() => 
-    // Each event of the execution re-reads it; the stream ends with the
-    // completion.
-    stream(`/v1/executions/${encodeURIComponent(id)}/events`, { signal }, () => void load()).then(settle, (e) => {
-        if (!signal.aborted)
-            showError(note, e);
-    }));
+    const follow = async () => {
+        let lastEventId = "";
+        for (let tries = 0; !signal.aborted && !completed && tries < 30; tries++) {
+            try {
+                await stream(`/v1/executions/${encodeURIComponent(id)}/events`, { signal, lastEventId }, (ev) => {
+                    lastEventId = ev.id || lastEventId;
+                    events.push(ev);
+                    if (ev.event === "workflow.completed")
+                        completed = true;
+                    if (!read) {
+                        if (ev.event === "workflow.started" && !page.isConnected)
+                            replace(root, page);
+                        void load();
+                    }
+                    else
+                        composeSoon();
+                });
+                if (completed || signal.aborted)
+                    break;
+            }
+            catch (e) {
+                if (signal.aborted)
+                    return;
+                if (e instanceof Problem) {
+                    // 404: nobody knows the execution; 410: its events are gone and
+                    // the read is all there is.
+                    if (e.status === 404 && !read)
+                        notFound(root, id, missing ?? e);
+                    else if (e.status !== 404 && e.status !== 410)
+                        showError(note, e);
+                    return;
+                }
+            }
+            await new Promise((r) => setTimeout(r, 1000));
+        }
+        await settle();
+    };
+    // An execution this tab just started is read once its first event
+    // comes (until then the API does not know it).
+    if (startedHere(id))
+        replace(note, "Starting the execution…");
+    else
+        void load();
+    void follow();
+    void refinementMessages(id, refineLog, signal);
+}
+// notFound says there is no such execution, with the API's words, and
+// offers the executions whose id begins with what was asked.
+function notFound(root, id, p) {
+    replace(root, h("section", { class: "not-found" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), h("h1", null, "No such execution"), h("p", null, h("strong", null, p.title), p.detail ? ` ${p.detail}` : ""), /^[-_=a-zA-Z0-9]{1,200}$/.test(id)
+        ? h("p", null, h("a", { href: `#/executions?id=${encodeURIComponent(id)}` }, `Find executions whose id begins with ${id}`))
+        : null));
+}
+// refinementMessages shows a refinement's messages (GET
+// /v1/refine/{id}/events, from the first), live while it runs.
+async function refinementMessages(id, el, signal) {
+    if (!id.startsWith("refine-"))
+        return;
+    const list = h("ol", { class: "refine-log" });
+    replace(el, h("h2", null, "Refinement messages"), list);
+    el.hidden = false;
+    try {
+        await stream(`/v1/refine/${encodeURIComponent(id)}/events`, { signal }, (e) => {
+            const msg = parseExact(e.data);
+            const attempt = Number(msg.attempt ?? 0);
+            const text = String(msg.message ?? msg.error ?? "");
+            list.append(h("li", { class: String(msg.type ?? "") }, attempt && !/^Refinement attempt/.test(text) ? `attempt ${attempt}: ` : "", text, Array.isArray(msg.remaining) && msg.remaining.length ? ` · remaining: ${msg.remaining.join(", ")}` : ""));
+        });
+    }
+    catch (e) {
+        if (signal.aborted)
+            return;
+        if (e instanceof Problem && e.status === 403)
+            replace(el, h("p", { class: "note" }, "A refinement's messages need a key with the refine scope."));
+        else if (e instanceof Problem)
+            showError(el, e);
+    }
 }

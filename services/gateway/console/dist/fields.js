@@ -1,4 +1,4 @@
-// Seed 004's field table: a node's output read as records (a list of
+// The field table: a node's output read as records (a list of
 // objects), up to 20 rows with a column per field the output analysis
 // detected, its type and coverage, empty cells marked, and a Fix button on
 // every field populated in less than half of the records (and a menu to fix
@@ -46,7 +46,7 @@ export function updatesOf(before, after) {
     }
     return out;
 }
-// fieldLogic is seed 004's "current logic": the lines of the code that
+// fieldLogic is the field's "current logic": the lines of the code that
 // name the field (as a quoted key or a property).
 export function fieldLogic(code, field) {
     const esc = field.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
@@ -145,6 +145,6 @@ export function lineDiff(a, b) {
     return out;
 }
 // diffView shows lineDiff as a <pre>, each line marked by sign and class.
-export function diffView(a, b) {
-    return h("pre", { class: "code-diff", "aria-label": "Code, before and after" }, lineDiff(a, b).map((d) => h("span", { class: d.op === "+" ? "add" : d.op === "-" ? "del" : "same" }, `${d.op} ${d.line}\n`)));
+export function diffView(a, b, label = "Code, before and after") {
+    return h("pre", { class: "code-diff", "aria-label": label }, lineDiff(a, b).map((d) => h("span", { class: d.op === "+" ? "add" : d.op === "-" ? "del" : "same" }, `${d.op} ${d.line}\n`)));
 }

@@ -1,4 +1,4 @@
-// Seed 004's Fix modal: what is known of a field (coverage, type, the code
+// The Fix modal: what is known of a field (coverage, type, the code
 // that writes it), the feedback a person gives (the issue, fields that
 // depend on the agent type, notes, expected examples), then the refinement
 // as it streams from POST /v1/refine, and on complete the new field table,
@@ -8,7 +8,7 @@ import { h, replace } from "./dom.js";
 import { parseExact } from "./exact.js";
 import { showError } from "./executions.js";
 import { analysedValue, coverageOf, diffView, fieldLogic, fieldTable } from "./fields.js";
-// Seed 004's agent types and the issue kinds, as the modal names them.
+// The agent types and the issue kinds, as the modal names them.
 const agentTypes = ["transformer", "scraper", "analyzer", "api-client", "general"];
 const issueKinds = [
     ["missing", "No data extracted"],
@@ -25,7 +25,9 @@ export function guessAgentType(code) {
     return "transformer";
 }
 let seq = 0;
-export function openFix(target, field) {
+// openFix opens the modal for field; it closes when signal aborts (the
+// page it was opened from is left).
+export function openFix(target, field, signal) {
     const id = (name) => `fix-${seq}-${name}`;
     seq++;
     const total = Number(target.analysis.itemCount);
@@ -56,7 +58,12 @@ export function openFix(target, field) {
                 break;
             case "transformer":
             case "api-client":
-                expression = h("textarea", { id: id("expression"), name: "correctExpression", rows: 2, placeholder: "x => x.toUpperCase()" });
+                expression = h("textarea", {
+                    id: id("expression"),
+                    name: "correctExpression",
+                    rows: 2,
+                    placeholder: target.language === "javascript" ? "x => x.toUpperCase()" : 'item["name"].strip().upper()',
+                });
                 replace(specific, h("label", { for: expression.id }, "Correct expression / logic"), expression);
                 break;
             case "analyzer":
@@ -91,6 +98,9 @@ export function openFix(target, field) {
     let abort = new AbortController();
     cancel.addEventListener("click", close);
     dialog.addEventListener("cancel", close);
+    if (signal.aborted)
+        return;
+    signal.addEventListener("abort", close, { once: true });
     document.body.append(dialog);
     dialog.showModal();
     form.addEventListener("submit", async (ev) => {

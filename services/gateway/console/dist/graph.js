@@ -1,8 +1,9 @@
-// The workflow drawn as a graph: dagre lays it out (left to right), the
-// console draws it as SVG. Each node shows its id, its type and its status
-// as a word and a symbol (not by colour alone); the edges the execution
-// took are drawn heavier; a decision's edges carry their conditions.
-import { activate, s } from "./dom.js";
+// The workflow drawn as a graph: dagre lays it out (left to right or top to
+// bottom), the console draws it as SVG. Each node shows its id, its type
+// and, for an execution, its status as a word and a symbol (not by colour
+// alone), a running node how long it has run; the edges the execution took
+// are drawn heavier; a decision's edges carry their conditions.
+import { activate, duration, elapsed, s } from "./dom.js";
 export function typeName(t) {
     return (t ?? "").replace(/^NODE_TYPE_/, "").toLowerCase() || "action";
 }
@@ -10,23 +11,25 @@ const symbols = {
     succeeded: "✓", success: "✓", failed: "✗", error: "✗", running: "◔", pending: "○", skipped: "–",
 };
 const directionItem = "nova.graphDirection";
-// defaultDirection: a graph of up to 15 nodes left to right; a longer one
-// top to bottom, where it scrolls down the page instead of far sideways. A
-// person's choice, once made, is kept for this browser.
+// defaultDirection: a graph of up to 15 nodes left to right in a wide
+// window; a longer one, or any in a narrow window, top to bottom, where it
+// scrolls down the page instead of sideways. A person's choice, once made,
+// is kept for this browser.
 export function defaultDirection(def) {
     const chosen = localStorage.getItem(directionItem);
     if (chosen === "LR" || chosen === "TB")
         return chosen;
-    return (def.nodes?.length ?? 0) > 15 ? "TB" : "LR";
+    return (def.nodes?.length ?? 0) > 15 || window.innerWidth < 1000 ? "TB" : "LR";
 }
 export function chooseDirection(d) {
     localStorage.setItem(directionItem, d);
 }
 const nodeW = 170;
 const nodeH = 52;
-// drawGraph returns the SVG of def; status maps a node id to its status
-// ("pending" when absent), taken lists the path the execution followed.
-export function drawGraph(def, status, taken, onSelect, selected = "", direction = defaultDirection(def)) {
+// drawGraph returns the SVG of def: of an execution with state, or the
+// definition alone without.
+export function drawGraph(def, state, onSelect, selected = "", direction = defaultDirection(def)) {
+    const taken = state?.taken ?? [];
     const g = new dagre.graphlib.Graph({ multigraph: true });
     g.setGraph({ rankdir: direction, nodesep: 24, ranksep: direction === "LR" ? 56 : 40, edgesep: 16, marginx: 8, marginy: 8 });
     g.setDefaultEdgeLabel(() => ({}));
@@ -58,19 +61,23 @@ export function drawGraph(def, status, taken, onSelect, selected = "", direction
     });
     for (const n of nodes) {
         const box = g.node(n.id);
-        const st = status.get(n.id) ?? "pending";
+        const st = state ? state.status.get(n.id) ?? "pending" : "none";
         const x = box.x - nodeW / 2;
         const y = box.y - nodeH / 2;
-        const label = `${n.id}: ${typeName(n.type)}, ${st}`;
+        const label = `${n.id}: ${typeName(n.type)}${n.prompt ? " (AI)" : ""}${state ? `, ${st}` : ""}`;
+        const since = st === "running" ? state?.since?.get(n.id) : undefined;
+        const sinceMs = Date.parse(since ?? "");
         const group = s("g", {
             class: `node status-${st}${n.id === selected ? " selected" : ""}`,
             tabindex: 0,
             role: "button",
             "aria-label": label,
             "data-node": n.id,
-            "data-status": st,
+            "data-status": state ? st : null,
             transform: `translate(${x.toFixed(1)} ${y.toFixed(1)})`,
-        }, s("title", null, label), s("rect", { width: nodeW, height: nodeH, rx: typeName(n.type) === "decision" ? 14 : 5 }), s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)), s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`), s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${st}`));
+        }, s("title", null, label), s("rect", { width: nodeW, height: nodeH, rx: typeName(n.type) === "decision" ? 14 : 5 }), s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)), s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`), state
+            ? s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${st}`, Number.isFinite(sinceMs) ? [" ", s("tspan", { "data-since": sinceMs }, elapsed(Date.now() - sinceMs))] : null)
+            : null);
         activate(group, () => onSelect(n.id));
         svg.append(group);
     }
@@ -81,12 +88,13 @@ function clip(text, n) {
     return chars.length <= n ? text : chars.slice(0, n - 1).join("") + "…";
 }
 // drawTimeline draws each visit as a bar on one time axis, in the order
-// the visits started: where the execution's time went, and what waited.
-export function drawTimeline(visits, onSelect) {
+// the visits started: where the execution's time went, and what waited. A
+// running visit's bar reaches now. It fits width (at least 420 px).
+export function drawTimeline(visits, onSelect, width, now = Date.now()) {
     const timed = visits
         .map((v) => {
         const start = Date.parse(v.started_at ?? "");
-        const end = Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
+        const end = v.status === "running" ? Math.max(start, now) : Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
         return { v, start, end };
     })
         .filter((t) => Number.isFinite(t.start) && Number.isFinite(t.end))
@@ -95,16 +103,19 @@ export function drawTimeline(visits, onSelect) {
         return null;
     const t0 = Math.min(...timed.map((t) => t.start));
     const span = Math.max(1, Math.max(...timed.map((t) => t.end)) - t0);
-    const labelW = 180;
-    const barsW = 720;
+    width = Math.max(420, Math.floor(width));
+    const labelW = Math.min(180, Math.round(width * 0.24));
+    const textW = 130;
+    const barsW = width - labelW - textW;
     const rowH = 22;
-    const width = labelW + barsW + 170;
     const height = timed.length * rowH + 24;
     const x = (ms) => labelW + (ms / span) * barsW;
-    const svg = s("svg", { class: "timeline", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `Timeline of ${timed.length} visits over ${span} ms` }, s("line", { x1: labelW, y1: height - 18, x2: labelW + barsW, y2: height - 18, class: "axis" }), s("text", { x: labelW, y: height - 4, class: "tick" }, "0 ms"), s("text", { x: labelW + barsW, y: height - 4, class: "tick", "text-anchor": "end" }, `${span} ms`));
+    const svg = s("svg", { class: "timeline", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `Timeline of ${timed.length} visits over ${duration(span)}` }, s("line", { x1: labelW, y1: height - 18, x2: labelW + barsW, y2: height - 18, class: "axis" }), s("text", { x: labelW, y: height - 4, class: "tick" }, "0"), s("text", { x: labelW + barsW / 2, y: height - 4, class: "tick", "text-anchor": "middle" }, duration(span / 2)), s("text", { x: labelW + barsW, y: height - 4, class: "tick", "text-anchor": "end" }, duration(span)));
+    const nameChars = Math.max(8, Math.floor((labelW - 40) / 7));
     timed.forEach(({ v, start, end }, i) => {
         const y = i * rowH;
-        const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${v.status}, ${end - start} ms` }, s("title", null, `${v.node_id} #${v.visit}: ${v.status}, ${end - start} ms, from ${start - t0} ms`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, 22)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: x(end - t0) + 4, y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${v.status} · ${end - start} ms`));
+        const took = v.status === "running" ? `running ${elapsed(end - start)}` : `${v.status} · ${duration(end - start)}`;
+        const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${took}` }, s("title", null, `${v.node_id} #${v.visit}: ${took}, from ${duration(start - t0)}`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, nameChars)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: Math.min(x(end - t0) + 4, labelW + barsW + 4), y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${took}`));
         activate(bar, () => onSelect(v.node_id));
         svg.append(bar);
     });

@@ -1,16 +1,27 @@
 // NOVA's console: a page of the gateway that uses only its public API.
-// Routes live in the URL's fragment: #/executions, #/playground, #/executions/{id}
-// (?node=<id> opens a node's visits), #/login. A link with #key=<API key> (as nova dev prints), optionally
-// &to=<route>, stores the key for this tab and takes it out of the address
-// bar.
+// Routes live in the URL's fragment, one module each:
+//
+//	#/executions        executions.ts  (?id=&workflow=&status=&since=&until=&cursor=)
+//	#/executions/{id}   execution.ts   (?node=<id> opens a node's visits)
+//	#/workflows         workflows.ts
+//	#/workflows/{name}  workflow.ts    (?revision=N, &diff=M, ?start=1)
+//	#/playground        playground.ts
+//	#/login
+//
+// A link with #key=<API key> (as nova dev prints), optionally &to=<route>,
+// stores the key for this tab and takes it out of the address bar.
 import { apiKey, getJSON, onUnauthorized, setAPIKey } from "./api.js";
 import { executionsPage, showError } from "./executions.js";
 import { executionPage } from "./execution.js";
 import { playgroundPage } from "./playground.js";
+import { workflowPage } from "./workflow.js";
+import { workflowsPage } from "./workflows.js";
 import { h, replace } from "./dom.js";
 const main = document.getElementById("main");
 let current = null;
 function route() {
+    // Leaving a page ends what it does: its reads and streams, and a dialog
+    // it opened (which acted on that page's execution).
     current?.abort();
     current = new AbortController();
     const hash = location.hash.replace(/^#/, "");
@@ -35,6 +46,12 @@ function route() {
     }
     else if (parts[0] === "executions" && parts.length === 2) {
         executionPage(main, parts[1], params, current.signal);
+    }
+    else if (parts[0] === "workflows" && parts.length === 2) {
+        workflowPage(main, parts[1], params, current.signal);
+    }
+    else if (parts[0] === "workflows") {
+        workflowsPage(main, current.signal);
     }
     else {
         executionsPage(main, params, current.signal);

@@ -79,7 +79,7 @@ export function playgroundPage(root, signal) {
                         language.value = l;
                         void exec();
                     },
-                }, f)),
+                }, f, signal)),
                 h("h3", null, "Result"),
                 h("pre", null, pretty(res.result ?? null)),
             ]

@@ -1,37 +1,58 @@
 // A node's visits: what ran (the code, and the prompt of an AI node), the
 // context before and after, what it printed, its error with the traceback,
 // and for an AI node each agent step: its code, the error that sent it
-// back, the model, tokens, cost and time.
-import { duration, h } from "./dom.js";
+// back, the model, tokens, cost and time. A running visit shows how long it
+// has run, the agent step it is in, and the steps ended so far.
+import { duration, h, money, running } from "./dom.js";
 import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, updatesOf } from "./fields.js";
 import { openFix } from "./fix.js";
 import { typeName } from "./graph.js";
+import { currentStep, stepLabel } from "./live.js";
 export function visitsPanel(node, id, visits, of) {
     const prompt = node?.prompt;
-    return h("section", { class: "visits", "aria-label": `Visits of node ${id}` }, h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt ? " · AI" : ""}`)), prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null, visits.length === 0 ? h("p", { class: "note" }, "Not visited in this execution.") : visits.map((v) => visitView(v, node, of)));
+    return h("section", { class: "visits", "aria-label": `Visits of node ${id}` }, h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt || of.refinement ? " · AI" : ""}`)), node?.description ? h("p", { class: "note" }, node.description) : null, prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null, visits.length === 0
+        ? h("p", { class: "note" }, of.finished ? "Not visited in this execution." : "Not visited yet.")
+        : visits.map((v) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of))));
+}
+// isAI: the visit ran an AI node's pipeline (or a refinement's), whose
+// agent steps are worth a table; a code node's one sandbox run is not.
+function isAI(v, node, of) {
+    return !!node?.prompt || v.ai === true || !!v.ai_metadata || of.refinement || (v.steps ?? []).some((st) => !!st.model_used || Number(st.tokens_input) > 0);
+}
+// runningView is a visit under way: since when, which agent step (for an
+// AI node), and what has ended so far; its output comes with its end.
+function runningView(v, node, of) {
+    const ai = isAI(v, node, of);
+    const step = ai ? currentStep(v, of.refinement) : null;
+    return h("article", { class: "visit running", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at))), h("p", { class: "current-step" }, ai
+        ? step
+            ? ["In step ", h("strong", null, stepLabel(step.step)), ` (${step.agent})`, step.attempt ? `, attempt ${step.attempt}` : ""]
+            : "Between agent steps."
+        : "Running its code in the sandbox.", v.steps?.length ? h("span", { class: "meta" }, ` · ${v.steps.length} step${v.steps.length === 1 ? "" : "s"} ended`) : null), h("p", { class: "note" }, "Its output, what it printed and its context after come when the visit ends."), ai && v.steps?.length ? stepsTable(v.steps) : null);
 }
 function visitView(v, node, of) {
     const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
-    const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
+    const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, ${money(Number(v.cost_usd ?? 0))}` : "";
     const ai = v.ai_metadata;
     const cache = ai?.cache_hit === true
         ? ` · code from the cache${ai.cache_match === "semantic" ? ` (semantic match, similarity ${Number(ai.cache_similarity).toFixed(4)})` : ""}${ai.cached_from_execution ? `, made by ${String(ai.cached_from_execution)}` : ""}`
         : "";
-    return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null, v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length ? stepsTable(v.steps) : null);
+    return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null, v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length && isAI(v, node, of) ? stepsTable(v.steps) : null);
 }
-// outputFields is the visit's output as seed 004's field table, with Fix
+// outputFields is the visit's output as the field table, with Fix
 // buttons that refine this node of this execution.
 function outputFields(v, node, of) {
     const analysis = v.output_analysis;
     const language = node?.language || "python";
     const output = analysedValue(updatesOf(v.input_context ?? {}, v.output_result ?? {}), language);
-    const canFix = of.finished && !!v.code_executed;
+    // A refinement's code belongs to no workflow's node: nothing to save it to.
+    const canFix = of.finished && !of.refinement && !!v.code_executed;
     return [
         h("h4", null, "Output fields"),
         fieldTable(output, analysis, canFix
-            ? (f) => openFix({ code: v.code_executed ?? "", language, analysis, executionId: of.executionId, nodeId: v.node_id, workflow: of.workflow }, f)
+            ? (f) => openFix({ code: v.code_executed ?? "", language, analysis, executionId: of.executionId, nodeId: v.node_id, workflow: of.workflow }, f, of.signal)
             : undefined),
     ];
 }
@@ -62,12 +83,12 @@ function contextDiff(before, after) {
 function stepsTable(steps) {
     return [
         h("h4", null, "Agent steps"),
-        h("table", { class: "steps" }, h("thead", null, h("tr", null, ["#", "Agent", "Step", "Attempt", "Status", "Model", "Tokens in/out", "Cost", "Time"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", null, steps.map((st) => [
-            h("tr", { "data-step": String(st.step_number), "data-status": st.status }, h("td", null, st.step_number), h("td", null, st.agent_name), h("td", null, st.step_name), h("td", null, st.attempt_number), h("td", null, statusBadge(st.status)), h("td", null, st.model_used ?? "", st.output_data?.scripted === true ? h("span", { class: "meta" }, " (SCRIPTED)") : null), h("td", null, `${st.tokens_input} / ${st.tokens_output}`), h("td", null, `$${Number(st.cost_usd).toFixed(6)}`), h("td", null, duration(Math.round(Number(st.execution_time_ms))))),
+        h("div", { class: "table-scroll" }, h("table", { class: "steps" }, h("thead", null, h("tr", null, ["#", "Agent", "Step", "Attempt", "Status", "Model", "Tokens in/out", "Cost", "Time"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", null, steps.map((st) => [
+            h("tr", { "data-step": String(st.step_number), "data-status": st.status }, h("td", null, st.step_number), h("td", null, st.agent_name), h("td", null, st.step_name), h("td", null, st.attempt_number), h("td", null, statusBadge(st.status)), h("td", null, st.model_used ?? "", st.output_data?.scripted === true ? h("span", { class: "meta" }, " (SCRIPTED)") : null), h("td", null, `${st.tokens_input} / ${st.tokens_output}`), h("td", null, money(Number(st.cost_usd))), h("td", null, duration(Math.round(Number(st.execution_time_ms))))),
             st.generated_code || st.error_message || verdict(st)
                 ? h("tr", { class: "step-detail" }, h("td", { colspan: 9 }, st.error_message ? h("p", { class: "error" }, st.error_message) : null, verdict(st), st.generated_code ? h("details", null, h("summary", null, "Code of this step"), h("pre", null, st.generated_code)) : null))
                 : null,
-        ]))),
+        ])))),
     ];
 }
 // verdict is what a checking step found: a validator's findings or reason

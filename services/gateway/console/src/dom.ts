@@ -83,6 +83,14 @@ export function cut(text: string, n: number): string {
   return chars.length <= n ? text : chars.slice(0, n).join("") + "…";
 }
 
+// stamp is a time as the pages show it, in the browser's time zone: the
+// time of day for today, else the date too.
+export function stamp(iso: string): string {
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return "";
+  return new Date().toDateString() === t.toDateString() ? t.toLocaleTimeString() : t.toLocaleString();
+}
+
 // since is a short "how long ago" for a time.
 export function since(iso: string | undefined, now = Date.now()): string {
   if (!iso) return "";
@@ -94,9 +102,77 @@ export function since(iso: string | undefined, now = Date.now()): string {
   return new Date(iso).toISOString().slice(0, 16).replace("T", " ");
 }
 
-export function duration(ms: number | undefined): string {
-  if (ms === undefined || ms === null) return "";
-  if (ms < 1000) return `${ms} ms`;
+export function duration(value: number | undefined): string {
+  // A number read exactly (ExactNumber) is a number here.
+  const ms = Number(value ?? NaN);
+  if (!Number.isFinite(ms)) return "";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
   if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
   return `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+// elapsed is how long something has been running, in whole seconds.
+export function elapsed(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 1000) return "<1 s";
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+// running is an element whose text is the time since iso, kept current by
+// startClock (data-since); prefix and suffix go around it.
+export function running(tag: "span" | "strong", iso: string | undefined, now = Date.now()): HTMLElement {
+  const t = Date.parse(iso ?? "");
+  return h(tag, { class: "elapsed", "data-since": Number.isFinite(t) ? t : now }, elapsed(now - (Number.isFinite(t) ? t : now)));
+}
+
+// startClock moves every [data-since] element of the page on, each second,
+// until signal aborts; onTick runs after.
+export function startClock(signal: AbortSignal, onTick?: () => void): void {
+  const timer = setInterval(() => {
+    const now = Date.now();
+    for (const el of document.querySelectorAll<Element>("[data-since]")) {
+      el.textContent = elapsed(now - Number(el.getAttribute("data-since")));
+    }
+    onTick?.();
+  }, 1000);
+  signal.addEventListener("abort", () => clearInterval(timer));
+}
+
+// money is a cost in US dollars: below a cent to two significant digits
+// ($0.00012), else to a tenth of a cent.
+export function money(usd: number | undefined): string {
+  const v = Number(usd ?? 0);
+  if (!Number.isFinite(v) || v === 0) return "$0";
+  if (v < 0.000001) return "<$0.000001";
+  return v < 0.01 ? `$${Number(v.toPrecision(2))}` : `$${v.toFixed(v < 10 ? 3 : 2)}`;
+}
+
+// spend says what an execution's model calls cost, or that it made none.
+export function spend(usd: number | undefined, calls: number | undefined): string {
+  const n = Number(calls ?? 0);
+  if (!n) return "no model calls";
+  return `${money(usd)} · ${n} model call${n === 1 ? "" : "s"}`;
+}
+
+// shortID is what the lists show of an execution id: a refinement's
+// refine-<uuid> by its uuid's first characters, as any other.
+export function shortID(id: string): string {
+  return id.replace(/^refine-/, "").slice(0, 8);
+}
+
+// localInput and fromLocalInput convert between an RFC 3339 time and the
+// value of an <input type="datetime-local"> (the browser's time zone).
+export function localInput(iso: string): string {
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return "";
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())}T${pad(t.getHours())}:${pad(t.getMinutes())}`;
+}
+
+export function fromLocalInput(value: string): string {
+  if (!value) return "";
+  const t = new Date(value);
+  return Number.isNaN(t.getTime()) ? "" : t.toISOString();
 }

@@ -1,8 +1,11 @@
-// The executions page: the list (kept up to date live while it is open), its
-// filters, and a form that starts a registered workflow.
+// The executions page, #/executions: every execution, newest first, a page
+// at a time through the API's cursor, found by id (or its first
+// characters), workflow, status and start time. The filters and the page
+// are in the URL (?id=&workflow=&status=&since=&until=&cursor=), so a
+// search can be bookmarked or sent. The first page is kept up to date live.
 
-import { getJSON, postJSON, Problem, stream } from "./api.js";
-import { cut, duration, h, replace, since } from "./dom.js";
+import { getJSON, Problem, stream } from "./api.js";
+import { cut, duration, fromLocalInput, h, localInput, money, replace, shortID, since, stamp } from "./dom.js";
 
 export interface ExecutionItem {
   execution_id: string;
@@ -12,18 +15,24 @@ export interface ExecutionItem {
   started_at?: string;
   completed_at?: string;
   duration_ms?: number;
+  cost_usd?: number;
+  model_calls?: number;
 }
 
-interface ExecutionList {
+export interface ExecutionList {
   executions: ExecutionItem[];
   next_cursor?: string;
 }
 
-interface WorkflowSummary {
+export interface WorkflowSummary {
   name: string;
   revision: number;
   node_count: number;
+  updated_at?: string;
 }
+
+// RefineWorkflow is the workflow name of a refinement's execution.
+export const RefineWorkflow = "refine";
 
 const statuses = ["", "running", "succeeded", "failed"];
 
@@ -33,108 +42,177 @@ export function statusBadge(status: string): HTMLElement {
   return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
 }
 
-// maxRows is how many executions the list shows.
-const maxRows = 50;
+// workflowCell names an execution's workflow, linking to its page; a
+// refinement is no registered workflow.
+export function workflowCell(name: string): HTMLElement {
+  return name === RefineWorkflow
+    ? h("span", { class: "tag", title: "a field-feedback refinement (POST /v1/refine)" }, "refinement")
+    : h("a", { href: `#/workflows/${encodeURIComponent(name)}` }, name);
+}
+
+// spendCell is what an execution's model calls cost, or a dash for none.
+export function spendCell(e: { cost_usd?: number; model_calls?: number }): HTMLElement {
+  const n = Number(e.model_calls ?? 0);
+  return n
+    ? h("td", { class: "num", title: `${n} model call${n === 1 ? "" : "s"}` }, `${money(e.cost_usd)} · ${n} call${n === 1 ? "" : "s"}`)
+    : h("td", { class: "num note" }, "—");
+}
+
+// executionRow is one execution in a table of them (executionsTable).
+export function executionRow(e: ExecutionItem, withWorkflow = true): HTMLElement {
+  return h(
+    "tr",
+    { "data-execution": e.execution_id, "data-status": e.status },
+    h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}`, title: e.execution_id }, h("code", null, shortID(e.execution_id)))),
+    withWorkflow ? h("td", null, workflowCell(e.workflow_name)) : null,
+    h("td", null, statusBadge(e.status)),
+    h("td", { title: e.started_at ?? "" }, since(e.started_at)),
+    h("td", { class: "num" }, duration(e.duration_ms)),
+    spendCell(e),
+    h("td", { class: "error" }, cut(e.error ?? "", 100)),
+  );
+}
+
+export function executionsTable(rows: HTMLElement, withWorkflow = true): HTMLElement {
+  const cols = ["Execution", withWorkflow ? "Workflow" : "", "Status", "Started", "Duration", "Model cost", "Error"].filter(Boolean);
+  return h(
+    "div",
+    { class: "table-scroll" },
+    h("table", { class: "executions" }, h("thead", null, h("tr", null, cols.map((t) => h("th", { scope: "col" }, t)))), rows),
+  );
+}
+
+// pageSize is how many executions a page shows.
+const pageSize = 50;
 // retryAfter is how long the list waits before it opens its stream again.
 const retryAfter = 2000;
+// filterNames are the URL's filters, as GET /v1/executions names them.
+const filterNames = ["id", "workflow", "status", "since", "until"] as const;
 
 export function executionsPage(root: HTMLElement, params: URLSearchParams, signal: AbortSignal): void {
-  const workflow = h("select", { id: "filter-workflow", name: "workflow" }, h("option", { value: "" }, "all workflows"));
-  const status = h(
+  const f = Object.fromEntries(filterNames.map((n) => [n, params.get(n) ?? ""])) as Record<(typeof filterNames)[number], string>;
+  const cursor = params.get("cursor") ?? "";
+  const search = h("input", {
+    id: "filter-id",
+    name: "id",
+    type: "search",
+    value: f.id,
+    placeholder: "execution id or its first characters",
+    autocomplete: "off",
+    spellcheck: false,
+  });
+  const workflow = h(
     "select",
-    { id: "filter-status", name: "status" },
-    statuses.map((s) => h("option", { value: s }, s || "any status")),
+    { id: "filter-workflow", name: "workflow" },
+    h("option", { value: "" }, "all workflows"),
+    h("option", { value: RefineWorkflow }, "refinements"),
   );
-  workflow.value = params.get("workflow") ?? "";
-  status.value = params.get("status") ?? "";
+  if (f.workflow && f.workflow !== RefineWorkflow) workflow.append(h("option", { value: f.workflow }, f.workflow));
+  workflow.value = f.workflow;
+  const status = h("select", { id: "filter-status", name: "status" }, statuses.map((s) => h("option", { value: s }, s || "any status")));
+  status.value = f.status;
+  const from = h("input", { id: "filter-since", name: "since", type: "datetime-local", value: f.since ? localInput(f.since) : "" });
+  const to = h("input", { id: "filter-until", name: "until", type: "datetime-local", value: f.until ? localInput(f.until) : "" });
   const rows = h("tbody");
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
-  const table = h(
-    "table",
-    { class: "executions" },
-    h("thead", null, h("tr", null, ["Execution", "Workflow", "Status", "Started", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))),
-    rows,
-  );
-  const onFilter = () => {
+  const pager = h("nav", { class: "pager", "aria-label": "Pages" });
+
+  const go = (extra: Record<string, string> = {}) => {
     const q = new URLSearchParams();
-    if (workflow.value) q.set("workflow", workflow.value);
-    if (status.value) q.set("status", status.value);
+    const values: Record<string, string> = {
+      id: search.value.trim(),
+      workflow: workflow.value,
+      status: status.value,
+      since: fromLocalInput(from.value),
+      until: fromLocalInput(to.value),
+      ...extra,
+    };
+    for (const [k, v] of Object.entries(values)) if (v) q.set(k, v);
     location.hash = `#/executions${q.size ? "?" + q : ""}`;
   };
-  workflow.addEventListener("change", onFilter);
-  status.addEventListener("change", onFilter);
+  const form = h(
+    "form",
+    { class: "filters", role: "search", "aria-label": "Find executions" },
+    h("span", { class: "field field-id" }, h("label", { for: search.id }, "Id"), search),
+    h("span", { class: "field" }, h("label", { for: workflow.id }, "Workflow"), workflow),
+    h("span", { class: "field" }, h("label", { for: status.id }, "Status"), status),
+    h("span", { class: "field" }, h("label", { for: from.id }, "Started from"), from),
+    h("span", { class: "field" }, h("label", { for: to.id }, "to"), to),
+    h("span", { class: "buttons" }, h("button", { type: "submit" }, "Find"), h("a", { href: "#/executions", class: "clear" }, "Clear")),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    go();
+  });
+  for (const el of [workflow, status]) el.addEventListener("change", () => go());
 
-  const start = startForm(signal);
+  const filtered = filterNames.some((n) => f[n]);
   replace(
     root,
-    h("h1", null, "Executions"),
-    start.form,
-    h(
-      "div",
-      { class: "filters" },
-      h("label", { for: "filter-workflow" }, "Workflow "),
-      workflow,
-      h("label", { for: "filter-status" }, " Status "),
-      status,
-    ),
+    h("div", { class: "page-head" }, h("h1", null, "Executions"), h("a", { href: "#/workflows", class: "action" }, "Start a workflow →")),
+    form,
     note,
-    table,
+    executionsTable(rows),
+    pager,
   );
 
   getJSON<{ workflows: WorkflowSummary[] }>("/v1/workflows", signal)
     .then((doc) => {
-      for (const w of doc.workflows) {
-        workflow.append(h("option", { value: w.name }, w.name));
-      }
-      workflow.value = params.get("workflow") ?? "";
-      start.setWorkflows(doc.workflows);
+      for (const w of doc.workflows) if (w.name !== f.workflow) workflow.append(h("option", { value: w.name }, w.name));
+      workflow.value = f.workflow;
     })
     .catch((e) => showError(note, e));
 
-  // The list is read once, then kept up to date from GET
+  // The first page is read once, then kept up to date from GET
   // /v1/executions/events (every execution's start and end), opened first
   // so that nothing between the two is missed; its events wait until the
-  // list is read. A finished execution never goes back to running (an
-  // event older than the list's answer).
+  // page is read. A finished execution never goes back to running (an
+  // event older than the list's answer). Later pages are as read.
   const items = new Map<string, ExecutionItem>();
-  const filterWorkflow = params.get("workflow") ?? "";
-  const filterStatus = params.get("status") ?? "";
-  // listed: the list has been read; pending: events that came before it.
   let listed = false;
   let pending: ExecutionItem[] = [];
   let lastEventId = "";
+  let next = "";
+  const matches = (e: ExecutionItem) =>
+    (!f.workflow || e.workflow_name === f.workflow) &&
+    (!f.status || e.status === f.status) &&
+    (!f.id || e.execution_id.startsWith(f.id)) &&
+    (!f.since || (!!e.started_at && Date.parse(e.started_at) >= Date.parse(f.since))) &&
+    (!f.until || (!!e.started_at && Date.parse(e.started_at) < Date.parse(f.until)));
   const draw = () => {
     const shown = [...items.values()]
-      .filter((e) => !filterStatus || e.status === filterStatus)
-      .sort((a, b) => (b.started_at ?? "").localeCompare(a.started_at ?? ""))
-      .slice(0, maxRows);
+      .filter((e) => cursor || matches(e))
+      .sort((a, b) => (b.started_at ?? "").localeCompare(a.started_at ?? "") || b.execution_id.localeCompare(a.execution_id))
+      .slice(0, pageSize);
+    replace(rows, shown.map((e) => executionRow(e)));
+    if (!listed) return;
+    if (shown.length === 0) {
+      replace(note, filtered ? ["No execution matches. ", h("a", { href: "#/executions" }, "Clear the filters")] : "No executions yet.");
+    } else {
+      const first = shown[shown.length - 1]?.started_at;
+      const last = shown[0]?.started_at;
+      replace(
+        note,
+        `${shown.length} execution${shown.length === 1 ? "" : "s"}`,
+        first && last ? `, started ${stamp(first)} to ${stamp(last)}` : "",
+        cursor ? "" : " · kept up to date live",
+      );
+    }
     replace(
-      rows,
-      shown.map((e) =>
-        h(
-          "tr",
-          { "data-execution": e.execution_id, "data-status": e.status },
-          h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}` }, e.execution_id.slice(0, 8))),
-          h("td", null, e.workflow_name),
-          h("td", null, statusBadge(e.status)),
-          h("td", { title: e.started_at ?? "" }, since(e.started_at)),
-          h("td", null, duration(e.duration_ms)),
-          h("td", { class: "error" }, cut(e.error ?? "", 100)),
-        ),
-      ),
+      pager,
+      cursor ? h("a", { href: "#/executions" + queryOf(f), class: "newest" }, "← Newest") : null,
+      next ? h("button", { type: "button", class: "secondary older", onclick: () => go({ cursor: next }) }, "Older →") : null,
     );
-    if (shown.length) replace(note);
-    else if (listed) replace(note, "No executions yet.");
   };
   const upsert = (e: ExecutionItem) => {
     const had = items.get(e.execution_id);
     if (had && had.status !== "running" && e.status === "running") return;
-    items.set(e.execution_id, e);
+    items.set(e.execution_id, { ...had, ...e, cost_usd: Math.max(Number(had?.cost_usd ?? 0), Number(e.cost_usd ?? 0)) });
   };
 
   const follow = async () => {
     const q = new URLSearchParams();
-    if (filterWorkflow) q.set("workflow", filterWorkflow);
+    if (f.workflow) q.set("workflow", f.workflow);
     while (!signal.aborted) {
       try {
         await stream(`/v1/executions/events${q.size ? "?" + q : ""}`, { signal, lastEventId }, (ev) => {
@@ -158,14 +236,16 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
       await new Promise((r) => setTimeout(r, retryAfter));
     }
   };
-  void follow();
+  if (!cursor) void follow();
 
-  const q = new URLSearchParams({ limit: String(maxRows) });
-  if (filterWorkflow) q.set("workflow", filterWorkflow);
-  if (filterStatus) q.set("status", filterStatus);
+  const q = new URLSearchParams({ limit: String(pageSize) });
+  for (const n of filterNames) if (f[n]) q.set(n, f[n]);
+  if (cursor) q.set("cursor", cursor);
+  replace(note, "Reading…");
   getJSON<ExecutionList>(`/v1/executions?${q}`, signal).then(
     (doc) => {
       for (const e of doc.executions) upsert(e);
+      next = doc.next_cursor ?? "";
       listed = true;
       for (const e of pending) upsert(e);
       pending = [];
@@ -180,64 +260,10 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   signal.addEventListener("abort", () => clearInterval(timer));
 }
 
-// startForm starts a registered workflow with a context typed as JSON,
-// checked before it is sent.
-function startForm(signal: AbortSignal) {
-  const select = h("select", { id: "start-workflow", name: "workflow", required: true });
-  const context = h("textarea", { id: "start-context", name: "context", rows: 4, spellcheck: false }, "{}");
-  const message = h("p", { class: "form-message", role: "alert" });
-  const button = h("button", { type: "submit" }, "Start");
-  const form = h(
-    "form",
-    { class: "start", "aria-label": "Start a workflow" },
-    h("h2", null, "Start a workflow"),
-    h("label", { for: "start-workflow" }, "Workflow"),
-    select,
-    h("label", { for: "start-context" }, "Context (a JSON object)"),
-    context,
-    button,
-    message,
-  );
-  form.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    replace(message);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(context.value || "{}");
-    } catch (e) {
-      replace(message, `The context is not JSON: ${(e as Error).message}`);
-      context.setAttribute("aria-invalid", "true");
-      return;
-    }
-    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
-      replace(message, "The context must be a JSON object, like {\"total\": 1500}.");
-      context.setAttribute("aria-invalid", "true");
-      return;
-    }
-    context.removeAttribute("aria-invalid");
-    button.disabled = true;
-    try {
-      // The context's text is sent as typed, so every number keeps its digits.
-      const body = `{"workflow": ${JSON.stringify(select.value)}, "context": ${context.value || "{}"}}`;
-      const accepted = await postJSON<{ execution_id: string }>("/v1/executions", body, signal);
-      location.hash = `#/executions/${encodeURIComponent(accepted.execution_id)}`;
-    } catch (e) {
-      showError(message, e);
-    } finally {
-      button.disabled = false;
-    }
-  });
-  return {
-    form,
-    setWorkflows(ws: WorkflowSummary[]) {
-      replace(
-        select,
-        ws.map((w) => h("option", { value: w.name }, `${w.name} (${w.node_count} nodes, revision ${w.revision})`)),
-      );
-      button.disabled = ws.length === 0;
-      if (ws.length === 0) replace(message, "No workflow is registered yet: POST /v1/workflows or nova dev's examples.");
-    },
-  };
+function queryOf(f: Record<string, string>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
+  return q.size ? "?" + q : "";
 }
 
 export function showError(el: HTMLElement, e: unknown): void {

@@ -1,4 +1,4 @@
-// Seed 004's field table: a node's output read as records (a list of
+// The field table: a node's output read as records (a list of
 // objects), up to 20 rows with a column per field the output analysis
 // detected, its type and coverage, empty cells marked, and a Fix button on
 // every field populated in less than half of the records (and a menu to fix
@@ -15,8 +15,8 @@ export interface FieldDef {
   examples?: unknown[];
 }
 
-// OutputAnalysis is what the sandbox stores of an output (seed 004's
-// analyzeOutput): the chain of work's output_analysis, /v1/execute's
+// OutputAnalysis is what the sandbox stores of an output (what
+// analyzeOutput gives): the chain of work's output_analysis, /v1/execute's
 // analysis.
 export interface OutputAnalysis {
   type: string;
@@ -63,7 +63,7 @@ export function updatesOf(before: Record<string, unknown>, after: Record<string,
   return out;
 }
 
-// fieldLogic is seed 004's "current logic": the lines of the code that
+// fieldLogic is the field's "current logic": the lines of the code that
 // name the field (as a quoted key or a property).
 export function fieldLogic(code: string, field: string): string[] {
   const esc = field.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
@@ -229,10 +229,10 @@ export function lineDiff(a: string, b: string): { op: " " | "-" | "+"; line: str
 }
 
 // diffView shows lineDiff as a <pre>, each line marked by sign and class.
-export function diffView(a: string, b: string): HTMLElement {
+export function diffView(a: string, b: string, label = "Code, before and after"): HTMLElement {
   return h(
     "pre",
-    { class: "code-diff", "aria-label": "Code, before and after" },
+    { class: "code-diff", "aria-label": label },
     lineDiff(a, b).map((d) =>
       h("span", { class: d.op === "+" ? "add" : d.op === "-" ? "del" : "same" }, `${d.op} ${d.line}\n`),
     ),

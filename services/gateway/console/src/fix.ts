@@ -1,4 +1,4 @@
-// Seed 004's Fix modal: what is known of a field (coverage, type, the code
+// The Fix modal: what is known of a field (coverage, type, the code
 // that writes it), the feedback a person gives (the issue, fields that
 // depend on the agent type, notes, expected examples), then the refinement
 // as it streams from POST /v1/refine, and on complete the new field table,
@@ -26,7 +26,7 @@ export interface FixTarget {
   useCode?: (code: string, language: string) => void;
 }
 
-// Seed 004's agent types and the issue kinds, as the modal names them.
+// The agent types and the issue kinds, as the modal names them.
 const agentTypes = ["transformer", "scraper", "analyzer", "api-client", "general"];
 const issueKinds: [string, string][] = [
   ["missing", "No data extracted"],
@@ -44,7 +44,9 @@ export function guessAgentType(code: string): string {
 
 let seq = 0;
 
-export function openFix(target: FixTarget, field: FieldDef): void {
+// openFix opens the modal for field; it closes when signal aborts (the
+// page it was opened from is left).
+export function openFix(target: FixTarget, field: FieldDef, signal: AbortSignal): void {
   const id = (name: string) => `fix-${seq}-${name}`;
   seq++;
   const total = Number(target.analysis.itemCount);
@@ -77,7 +79,12 @@ export function openFix(target: FixTarget, field: FieldDef): void {
         break;
       case "transformer":
       case "api-client":
-        expression = h("textarea", { id: id("expression"), name: "correctExpression", rows: 2, placeholder: "x => x.toUpperCase()" });
+        expression = h("textarea", {
+          id: id("expression"),
+          name: "correctExpression",
+          rows: 2,
+          placeholder: target.language === "javascript" ? "x => x.toUpperCase()" : 'item["name"].strip().upper()',
+        });
         replace(specific, h("label", { for: expression.id }, "Correct expression / logic"), expression);
         break;
       case "analyzer":
@@ -159,6 +166,8 @@ export function openFix(target: FixTarget, field: FieldDef): void {
   let abort = new AbortController();
   cancel.addEventListener("click", close);
   dialog.addEventListener("cancel", close);
+  if (signal.aborted) return;
+  signal.addEventListener("abort", close, { once: true });
   document.body.append(dialog);
   dialog.showModal();
 

@@ -124,6 +124,7 @@ export function playgroundPage(root: HTMLElement, signal: AbortSignal): void {
                   },
                 },
                 f,
+                signal,
               ),
             ),
             h("h3", null, "Result"),

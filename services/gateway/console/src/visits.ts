@@ -1,14 +1,16 @@
 // A node's visits: what ran (the code, and the prompt of an AI node), the
 // context before and after, what it printed, its error with the traceback,
 // and for an AI node each agent step: its code, the error that sent it
-// back, the model, tokens, cost and time.
+// back, the model, tokens, cost and time. A running visit shows how long it
+// has run, the agent step it is in, and the steps ended so far.
 
-import { Child, duration, h } from "./dom.js";
+import { Child, duration, h, money, running } from "./dom.js";
 import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, OutputAnalysis, updatesOf } from "./fields.js";
 import { openFix } from "./fix.js";
 import { DefNode, typeName } from "./graph.js";
+import { currentStep, stepLabel } from "./live.js";
 
 export interface StepDoc {
   step_number: number;
@@ -30,6 +32,9 @@ export interface VisitDoc {
   node_id: string;
   node_type: string;
   visit: number;
+  sequence?: number;
+  // ai: the engine started the visit as an AI node's (node.started).
+  ai?: boolean;
   status: string;
   execution_time: number;
   started_at?: string;
@@ -57,6 +62,10 @@ export interface VisitsOf {
   workflow: string;
   // finished: a refinement needs the execution to have ended.
   finished: boolean;
+  // refinement: the execution is a refinement (POST /v1/refine).
+  refinement: boolean;
+  // signal ends with the page: a Fix dialog opened here closes.
+  signal: AbortSignal;
 }
 
 export function visitsPanel(node: DefNode | undefined, id: string, visits: VisitDoc[], of: VisitsOf): HTMLElement {
@@ -64,15 +73,48 @@ export function visitsPanel(node: DefNode | undefined, id: string, visits: Visit
   return h(
     "section",
     { class: "visits", "aria-label": `Visits of node ${id}` },
-    h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt ? " · AI" : ""}`)),
+    h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt || of.refinement ? " · AI" : ""}`)),
+    node?.description ? h("p", { class: "note" }, node.description) : null,
     prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null,
-    visits.length === 0 ? h("p", { class: "note" }, "Not visited in this execution.") : visits.map((v) => visitView(v, node, of)),
+    visits.length === 0
+      ? h("p", { class: "note" }, of.finished ? "Not visited in this execution." : "Not visited yet.")
+      : visits.map((v) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of))),
+  );
+}
+
+// isAI: the visit ran an AI node's pipeline (or a refinement's), whose
+// agent steps are worth a table; a code node's one sandbox run is not.
+function isAI(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): boolean {
+  return !!node?.prompt || v.ai === true || !!v.ai_metadata || of.refinement || (v.steps ?? []).some((st) => !!st.model_used || Number(st.tokens_input) > 0);
+}
+
+// runningView is a visit under way: since when, which agent step (for an
+// AI node), and what has ended so far; its output comes with its end.
+function runningView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLElement {
+  const ai = isAI(v, node, of);
+  const step = ai ? currentStep(v, of.refinement) : null;
+  return h(
+    "article",
+    { class: "visit running", "data-visit": String(v.visit) },
+    h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at))),
+    h(
+      "p",
+      { class: "current-step" },
+      ai
+        ? step
+          ? ["In step ", h("strong", null, stepLabel(step.step)), ` (${step.agent})`, step.attempt ? `, attempt ${step.attempt}` : ""]
+          : "Between agent steps."
+        : "Running its code in the sandbox.",
+      v.steps?.length ? h("span", { class: "meta" }, ` · ${v.steps.length} step${v.steps.length === 1 ? "" : "s"} ended`) : null,
+    ),
+    h("p", { class: "note" }, "Its output, what it printed and its context after come when the visit ends."),
+    ai && v.steps?.length ? stepsTable(v.steps) : null,
   );
 }
 
 function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLElement {
   const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
-  const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, $${Number(v.cost_usd ?? 0).toFixed(6)}` : "";
+  const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, ${money(Number(v.cost_usd ?? 0))}` : "";
   const ai = v.ai_metadata;
   const cache =
     ai?.cache_hit === true
@@ -92,17 +134,18 @@ function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLEl
     v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null,
     v.stdout ? block("stdout", v.stdout) : null,
     v.stderr ? block("stderr", v.stderr) : null,
-    v.steps?.length ? stepsTable(v.steps) : null,
+    v.steps?.length && isAI(v, node, of) ? stepsTable(v.steps) : null,
   );
 }
 
-// outputFields is the visit's output as seed 004's field table, with Fix
+// outputFields is the visit's output as the field table, with Fix
 // buttons that refine this node of this execution.
 function outputFields(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): Child {
   const analysis = v.output_analysis!;
   const language = node?.language || "python";
   const output = analysedValue(updatesOf(v.input_context ?? {}, v.output_result ?? {}), language);
-  const canFix = of.finished && !!v.code_executed;
+  // A refinement's code belongs to no workflow's node: nothing to save it to.
+  const canFix = of.finished && !of.refinement && !!v.code_executed;
   return [
     h("h4", null, "Output fields"),
     fieldTable(
@@ -113,6 +156,7 @@ function outputFields(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): Chi
             openFix(
               { code: v.code_executed ?? "", language, analysis, executionId: of.executionId, nodeId: v.node_id, workflow: of.workflow },
               f,
+              of.signal,
             )
         : undefined,
     ),
@@ -162,6 +206,9 @@ function stepsTable(steps: StepDoc[]): Child {
   return [
     h("h4", null, "Agent steps"),
     h(
+      "div",
+      { class: "table-scroll" },
+      h(
       "table",
       { class: "steps" },
       h("thead", null, h("tr", null, ["#", "Agent", "Step", "Attempt", "Status", "Model", "Tokens in/out", "Cost", "Time"].map((t) => h("th", { scope: "col" }, t)))),
@@ -179,7 +226,7 @@ function stepsTable(steps: StepDoc[]): Child {
             h("td", null, statusBadge(st.status)),
             h("td", null, st.model_used ?? "", st.output_data?.scripted === true ? h("span", { class: "meta" }, " (SCRIPTED)") : null),
             h("td", null, `${st.tokens_input} / ${st.tokens_output}`),
-            h("td", null, `$${Number(st.cost_usd).toFixed(6)}`),
+            h("td", null, money(Number(st.cost_usd))),
             h("td", null, duration(Math.round(Number(st.execution_time_ms)))),
           ),
           st.generated_code || st.error_message || verdict(st)
@@ -196,6 +243,7 @@ function stepsTable(steps: StepDoc[]): Child {
               )
             : null,
         ]),
+      ),
       ),
     ),
   ];

@@ -1,0 +1,425 @@
+// Command benchconsole measures how long the console's executions page
+// takes to show its first page as the history grows: it stores executions
+// in the embedded audit store (FerretDB on SQLite, as nova dev runs it),
+// serves the gateway over them, and at each history size times
+//
+//   - the API: GET /v1/executions?limit=50 (the page's read), and the same
+//     with ?status=failed (few match) and ?id= (an id's first 8 characters);
+//   - the browser, where Chromium is installed: #/executions opened in
+//     headless Chromium, from the start of the navigation to its 50 rows
+//     drawn (the page, its scripts, its reads and the drawing).
+//
+// It prints the median and the 90th percentile of each, and each size's
+// median against the first size's, measured in the same run. The history is
+// inserted in bulk as the audit service's documents (an execution of a
+// 5-node workflow with its definition, contexts and node summaries), not
+// timed.
+//
+//	go run ./benchconsole -sizes 100,10000 -runs 5
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/services/gateway/gateway"
+)
+
+type config struct {
+	sizes []int
+	runs  int
+	// chromium is the browser's path; "" measures the API only.
+	chromium string
+}
+
+func main() {
+	var cfg config
+	fs := flag.NewFlagSet("benchconsole", flag.ExitOnError)
+	sizes := fs.String("sizes", "100,10000", "history sizes (executions stored) to measure at, growing")
+	fs.IntVar(&cfg.runs, "runs", 5, "reads (and page loads) timed per query and size")
+	noBrowser := fs.Bool("no-browser", false, "time the API only")
+	_ = fs.Parse(os.Args[1:])
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < rows || (len(cfg.sizes) > 0 && n <= cfg.sizes[len(cfg.sizes)-1]) {
+			fmt.Fprintf(os.Stderr, "benchconsole: -sizes %q: want growing numbers from %d\n", *sizes, rows)
+			os.Exit(2)
+		}
+		cfg.sizes = append(cfg.sizes, n)
+	}
+	if !*noBrowser {
+		cfg.chromium = chromiumPath()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "benchconsole:", err)
+		os.Exit(1)
+	}
+}
+
+// chromiumPath is $NOVA_CHROMIUM, else Debian's chromium.
+func chromiumPath() string {
+	if p := os.Getenv("NOVA_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// query is one read the page makes, timed.
+type query struct {
+	name  string
+	query string // after ?limit=50
+}
+
+// timing is what one query took at one size.
+type timing struct {
+	p50, p90 time.Duration
+}
+
+func run(ctx context.Context, cfg config) error {
+	dir, err := os.MkdirTemp("", "benchconsole-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	infra, err := devstack.Start(ctx, devstack.Options{DataDir: dir, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer infra.Close()
+	b, err := bus.Connect(ctx, infra.NATSURL, bus.WithName("benchconsole"), bus.WithLogger(quiet))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	// The page follows GET /v1/executions/events: its stream must exist.
+	if err := b.EnsureStreams(ctx); err != nil {
+		return err
+	}
+	st, err := chainstore.Open(ctx, infra.MongoURI, chainstore.DefaultDatabase)
+	if err != nil {
+		return err
+	}
+	defer st.Close(context.WithoutCancel(ctx))
+	if err := st.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(infra.MongoURI))
+	if err != nil {
+		return err
+	}
+	defer client.Disconnect(context.WithoutCancel(ctx))
+	coll := client.Database(chainstore.DefaultDatabase).Collection(chainstore.ExecutionsCollection)
+
+	g, err := gateway.New(gateway.Deps{Bus: b, Store: st, NoAuth: true, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := g.Server()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		_ = srv.Shutdown(context.WithoutCancel(ctx))
+		<-served
+	}()
+	base := "http://" + ln.Addr().String()
+
+	var br *browser
+	if cfg.chromium != "" {
+		if br, err = newBrowser(ctx, cfg.chromium); err != nil {
+			return err
+		}
+		defer br.close()
+	}
+
+	t0 := time.Now().Add(-time.Hour)
+	have := 0
+	var api [][]timing
+	var page []timing
+	var queries []query
+	for _, size := range cfg.sizes {
+		fmt.Fprintf(os.Stderr, "benchconsole: storing %d executions\n", size)
+		if err := fill(ctx, coll, t0, have, size); err != nil {
+			return fmt.Errorf("fill to %d: %w", size, err)
+		}
+		have = size
+		// An id of the middle of the history: a search finds it in a page
+		// of its own.
+		queries = []query{
+			{"first page", ""},
+			{"status=failed", "&status=failed"},
+			{"id prefix (8 characters)", "&id=" + executionID(size / 2)[:8]},
+		}
+		var row []timing
+		for _, q := range queries {
+			tm, err := timeAPI(ctx, base+"/v1/executions?limit=50"+q.query, cfg.runs)
+			if err != nil {
+				return fmt.Errorf("%d executions, %s: %w", size, q.name, err)
+			}
+			row = append(row, tm)
+			fmt.Fprintf(os.Stderr, "benchconsole: %d executions, GET %s: p50 %.1f ms\n", size, q.name, ms(tm.p50))
+		}
+		api = append(api, row)
+		if br != nil {
+			tm, err := br.timeFirstPage(ctx, base+"/#/executions", cfg.runs)
+			if err != nil {
+				return fmt.Errorf("%d executions, browser: %w", size, err)
+			}
+			page = append(page, tm)
+			fmt.Fprintf(os.Stderr, "benchconsole: %d executions, browser: p50 %.1f ms\n", size, ms(tm.p50))
+		}
+	}
+
+	fmt.Printf("executions page, first page of 50, embedded store (FerretDB on SQLite); %d runs each; median (p90), ms\n\n", cfg.runs)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "stored\t"
+	for _, q := range queries {
+		head += "API " + q.name + "\t"
+	}
+	if br != nil {
+		head += "browser: open to 50 rows drawn\t"
+	}
+	fmt.Fprintln(tw, head)
+	for i, size := range cfg.sizes {
+		line := fmt.Sprintf("%d\t", size)
+		for _, tm := range api[i] {
+			line += fmt.Sprintf("%.1f (%.1f)\t", ms(tm.p50), ms(tm.p90))
+		}
+		if br != nil {
+			line += fmt.Sprintf("%.1f (%.1f)\t", ms(page[i].p50), ms(page[i].p90))
+		}
+		fmt.Fprintln(tw, line)
+	}
+	for i, size := range cfg.sizes[1:] {
+		line := fmt.Sprintf("%d / %d\t", size, cfg.sizes[0])
+		for j, tm := range api[i+1] {
+			line += fmt.Sprintf("%.1fx\t", ratio(tm.p50, api[0][j].p50))
+		}
+		if br != nil {
+			line += fmt.Sprintf("%.1fx\t", ratio(page[i+1].p50, page[0].p50))
+		}
+		fmt.Fprintln(tw, line)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if br == nil {
+		fmt.Println("\nbrowser: not measured (no chromium, or -no-browser)")
+	}
+	return nil
+}
+
+// workflows are the names the history's executions have, in turn.
+var workflows = []string{"invoice-routing", "ai-orders", "catalog", "nightly-report"}
+
+func executionID(i int) string {
+	return fmt.Sprintf("%08x-0000-4000-8000-%012d", uint32(i)*2654435761, i)
+}
+
+// fill inserts executions from..to-1 as the audit service leaves them once
+// they ended: execution i started i seconds after t0; one in 50 failed.
+func fill(ctx context.Context, coll *mongo.Collection, t0 time.Time, from, to int) error {
+	const batch = 500
+	for lo := from; lo < to; lo += batch {
+		var docs []any
+		for i := lo; i < min(lo+batch, to); i++ {
+			docs = append(docs, executionDoc(i, t0.Add(time.Duration(i)*time.Second)))
+		}
+		if _, err := coll.InsertMany(ctx, docs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func executionDoc(i int, started time.Time) bson.D {
+	name := workflows[i%len(workflows)]
+	nodes := bson.A{bson.D{{Key: "id", Value: "start"}, {Key: "type", Value: "NODE_TYPE_START"}}}
+	edges := bson.A{}
+	summary := bson.A{}
+	path := bson.A{"start"}
+	prev := "start"
+	for n := range 3 {
+		id := fmt.Sprintf("step_%d", n)
+		nodes = append(nodes, bson.D{{Key: "id", Value: id}, {Key: "type", Value: "NODE_TYPE_ACTION"},
+			{Key: "code", Value: fmt.Sprintf("context['total_%d'] = round(float(context['total']) * 1.%d, 2)", n, n)}})
+		edges = append(edges, bson.D{{Key: "from", Value: prev}, {Key: "to", Value: id}})
+		summary = append(summary, bson.D{{Key: "id", Value: id}, {Key: "status", Value: "success"}, {Key: "attempts", Value: 1},
+			{Key: "error", Value: ""}, {Key: "visits", Value: 1}, {Key: "cost_usd", Value: 0.0}, {Key: "model_calls", Value: 0}})
+		path, prev = append(path, id), id
+	}
+	nodes = append(nodes, bson.D{{Key: "id", Value: "end"}, {Key: "type", Value: "NODE_TYPE_END"}})
+	edges = append(edges, bson.D{{Key: "from", Value: prev}, {Key: "to", Value: "end"}})
+	path = append(path, "end")
+	initial := bson.D{{Key: "invoice", Value: fmt.Sprintf("INV-2025-%05d", i)}, {Key: "customer", Value: "ACME Corporation"},
+		{Key: "currency", Value: "EUR"}, {Key: "total", Value: 1000 + i%700}}
+	for k := range 8 {
+		initial = append(initial, bson.E{Key: fmt.Sprintf("field_%d", k), Value: k * 1000})
+	}
+	final := append(slices.Clone(initial), bson.E{Key: "total_0", Value: 1000.0}, bson.E{Key: "total_1", Value: 1100.0}, bson.E{Key: "total_2", Value: 1200.0})
+	status, errText := "succeeded", ""
+	if i%50 == 7 {
+		status, errText = "failed", "node step_1: ValueError: no invoice total"
+	}
+	completed := started.Add(time.Duration(200+i%900) * time.Millisecond)
+	id := executionID(i)
+	return bson.D{
+		{Key: "_id", Value: id},
+		{Key: "execution_id", Value: id},
+		{Key: "workflow_name", Value: name},
+		{Key: "status", Value: status},
+		{Key: "initial_context", Value: initial},
+		{Key: "definition", Value: bson.D{{Key: "name", Value: name}, {Key: "nodes", Value: nodes}, {Key: "edges", Value: edges}}},
+		{Key: "final_context", Value: final},
+		{Key: "path", Value: path},
+		{Key: "nodes", Value: summary},
+		{Key: "error", Value: errText},
+		{Key: "started_at", Value: started},
+		{Key: "completed_at", Value: completed},
+		{Key: "duration_ms", Value: completed.Sub(started).Milliseconds()},
+		{Key: "cost_usd", Value: float64(i%5) * 0.0011},
+		{Key: "model_calls", Value: i % 5},
+	}
+}
+
+// timeAPI reads url runs times (after one read not timed).
+func timeAPI(ctx context.Context, url string, runs int) (timing, error) {
+	var took []time.Duration
+	for i := range runs + 1 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return timing{}, err
+		}
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return timing{}, err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return timing{}, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return timing{}, fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		if i > 0 {
+			took = append(took, time.Since(start))
+		}
+	}
+	return summarize(took), nil
+}
+
+// browser is one headless Chromium tab.
+type browser struct {
+	ctx   context.Context
+	close func()
+}
+
+// rows is how many rows the first page has (the sizes are at least that).
+const rows = 50
+
+// drawn, run in every page the tab loads, notes when the executions table
+// first has its rows (ms since the navigation began).
+const drawn = `new MutationObserver((_, obs) => {
+	if (document.querySelectorAll("table.executions tbody tr").length >= 50) {
+		window.__drawn = performance.now();
+		obs.disconnect();
+	}
+}).observe(document, {subtree: true, childList: true});`
+
+func newBrowser(ctx context.Context, chromium string) (*browser, error) {
+	dir, err := os.MkdirTemp("", "benchconsole-chromium-")
+	if err != nil {
+		return nil, err
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(dir))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancel := chromedp.NewContext(allocCtx)
+	b := &browser{ctx: bctx, close: func() { cancel(); cancelAlloc(); _ = os.RemoveAll(dir) }}
+	if err := chromedp.Do(bctx); err != nil {
+		b.close()
+		return nil, fmt.Errorf("start %s: %w", chromium, err)
+	}
+	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: drawn}); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// timeFirstPage loads url runs times (after one load not timed), each from
+// a blank tab, and times each from the navigation's start to its rows drawn.
+func (b *browser) timeFirstPage(ctx context.Context, url string, runs int) (timing, error) {
+	var took []time.Duration
+	for i := range runs + 1 {
+		c, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+		err := chromedp.Do(c, chromedp.Navigate("about:blank"), chromedp.Navigate(url))
+		var at float64
+		if err == nil {
+			at, err = chromedp.Run(c, chromedp.Poll[float64](`window.__drawn`, chromedp.WithPollingInterval(10*time.Millisecond)))
+		}
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("the page did not draw %d rows within 60 s", rows)
+			}
+			return timing{}, err
+		}
+		if i > 0 {
+			took = append(took, time.Duration(at*float64(time.Millisecond)))
+		}
+	}
+	return summarize(took), ctx.Err()
+}
+
+func summarize(took []time.Duration) timing {
+	slices.Sort(took)
+	return timing{p50: took[len(took)/2], p90: took[min(len(took)-1, len(took)*9/10)]}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
