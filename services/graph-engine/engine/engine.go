@@ -380,17 +380,28 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	if err := e.applyBudget(ctx, t); err != nil {
 		return err
 	}
+	if err := e.create(ctx, t); err != nil {
+		return err
+	}
+	e.applyCache(ctx, t)
+	return nil
+}
+
+// create publishes the events of a new execution's first transition, then
+// stores its state; a state stored already (a redelivered start) is left
+// as it is.
+func (e *Engine) create(ctx context.Context, t *transition) error {
 	if err := e.publish(ctx, t.out); err != nil {
 		return err
 	}
-	data, err := proto.Marshal(st)
+	data, err := proto.Marshal(t.st)
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(st))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	id := t.st.ExecutionId
+	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(t.st))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("store execution %s: %w", id, err)
 	}
-	e.applyCache(ctx, t)
 	return nil
 }
 

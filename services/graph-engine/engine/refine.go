@@ -92,17 +92,7 @@ func (e *Engine) startRefinement(ctx context.Context, ev event.Event) error {
 		t.refineStart()
 		t.refineAttempt(1)
 	}
-	if err := e.publish(ctx, t.out); err != nil {
-		return err
-	}
-	data, err := proto.Marshal(st)
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(st))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("store execution %s: %w", id, err)
-	}
-	return nil
+	return e.create(ctx, t)
 }
 
 // checkRefinement names what makes a command impossible to run ("" when
