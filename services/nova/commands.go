@@ -497,6 +497,9 @@ func startRunStack(ctx context.Context, f runFlags, def *novav1.WorkflowDefiniti
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return runServices{}, exitInvalid
 	}
+	// One workflow and gone: warm zygotes would cost their start-up and
+	// memory for programs that run once (nova dev keeps them).
+	opts.Sandbox.Warm = false
 	// Only a workflow that calls a model needs to be told which one answers.
 	if hasPrompt(def) {
 		fmt.Fprintf(stderr, "nova run: %s\n", modelNote(opts))
