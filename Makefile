@@ -152,17 +152,20 @@ fuzz:
 		done; \
 	done
 
-# go test in every module, without the checks.
+# go test of every module of go.work in one go command, without the checks:
+# it schedules the packages of all modules together on the cores (-p, as
+# many test binaries at once as there are cores unless TEST_FLAGS says
+# otherwise), where a loop over the modules would leave a core idle
+# while one module's slowest package ran alone.
+TEST_FLAGS ?=
 .PHONY: test-go
 test-go:
-	@failed=""; \
-	for m in $(MODULES); do \
-		echo "=== go test -count=1 ./... in $${m#$(CURDIR)/}"; \
-		(cd "$$m" && $(GO) test -count=1 ./...) || failed="$$failed $${m#$(CURDIR)/}"; \
-	done; \
+	@pkgs=""; for m in $(MODULES); do pkgs="$$pkgs ./$${m#$(CURDIR)/}/..."; done; \
+	echo "=== go test -count=1 $(TEST_FLAGS) in every module of go.work"; \
+	status=0; $(GO) test -count=1 $(TEST_FLAGS) $$pkgs || status=$$?; \
 	if [ -n "$${NOVA_CHROMIUM:-}" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then echo "the console's browser test (TestConsoleInBrowser) ran in headless Chromium"; \
 	else echo "SKIPPED: the console's browser test (TestConsoleInBrowser): no chromium; make deps installs Debian package chromium"; fi; \
-	if [ -n "$$failed" ]; then echo "FAILED:$$failed" >&2; exit 1; fi; \
+	if [ $$status != 0 ]; then echo "FAILED: see the FAIL lines above" >&2; exit 1; fi; \
 	echo "all modules passed"
 
 .PHONY: check
@@ -180,9 +183,8 @@ check-config-doc:
 # it: its go.mod and go.sum must be complete without the workspace.
 .PHONY: check-modules
 check-modules:
-	@for m in $(MODULES); do \
-		(cd "$$m" && GOWORK=off GOFLAGS=-mod=readonly $(GO) build ./...) || { echo "$${m#$(CURDIR)/}: does not build without go.work; run GOWORK=off go mod tidy there" >&2; exit 1; }; \
-	done; \
+	@printf '%s\n' $(MODULES) | xargs -P "$$(nproc)" -I{} sh -c \
+		'cd "{}" && GOWORK=off GOFLAGS=-mod=readonly $(GO) build ./... || { echo "{}: does not build without go.work; run GOWORK=off go mod tidy there" >&2; exit 255; }'; \
 	echo "modules: each builds on its own"
 
 # The console's dist/ must be what its sources compile to (type-checked).
@@ -220,10 +222,8 @@ check-fmt:
 
 .PHONY: vet
 vet:
-	@for m in $(MODULES); do \
-		echo "go vet ./... in $${m#$(CURDIR)/}"; \
-		(cd "$$m" && $(GO) vet ./...); \
-	done
+	@pkgs=""; for m in $(MODULES); do pkgs="$$pkgs ./$${m#$(CURDIR)/}/..."; done; \
+	$(GO) vet $$pkgs && echo "go vet: every module of go.work"
 
 .PHONY: proto
 proto: protoc-version
