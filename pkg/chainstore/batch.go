@@ -64,14 +64,18 @@ func (s *Store) RecordAll(ctx context.Context, events []proto.Message) []error {
 	// completed within the batch (one at a time, most do) is inserted whole
 	// with the completions instead: one insert where there were an insert
 	// and an update, which on FerretDB reads, rewrites and reindexes the
-	// document.
+	// document. The executions are listed after their documents are
+	// written, in one entry per minute they started in (see
+	// ListingCollection).
 	running, whole := splitWhole(started.list, completed.byID)
-	s.writeStarted(ctx, running)
+	var listed pendingListing
+	s.writeStarted(ctx, running, &listed)
 	s.writeDocs(ctx, s.chain, nodes.list, "record node")
 	s.writeDocs(ctx, s.steps, steps.list, "record step")
 	s.indexAll(ctx, slices.Concat(nodes.list, steps.list))
-	s.writeStarted(ctx, whole)
-	s.writeCompletedAll(ctx, slices.DeleteFunc(slices.Clone(completed.list), func(it *item) bool { return it.written }))
+	s.writeStarted(ctx, whole, &listed)
+	s.writeCompletedAll(ctx, slices.DeleteFunc(slices.Clone(completed.list), func(it *item) bool { return it.written }), &listed)
+	s.list(ctx, &listed)
 
 	for _, it := range slices.Concat(started.list, completed.list, nodes.list, steps.list) {
 		for _, i := range it.events {
@@ -167,9 +171,22 @@ func insertResult(n int, err error, ordered bool) (inserted, dup []bool, known b
 	return inserted, dup, true
 }
 
+// failed reports a failure to list the execution of it (and of the
+// completion inserted with it) as its error.
+func (it *item) failed(what string) func(error) {
+	return func(err error) {
+		for _, it := range []*item{it, it.completion} {
+			if it != nil && it.err == nil {
+				it.err = fmt.Errorf("%s %s: %w", what, it.id, err)
+			}
+		}
+	}
+}
+
 // writeStarted inserts the execution documents of started events at once;
-// those that exist already are completed one at a time.
-func (s *Store) writeStarted(ctx context.Context, list []*item) {
+// those that exist already are completed one at a time. It adds what to
+// list to listed.
+func (s *Store) writeStarted(ctx context.Context, list []*item, listed *pendingListing) {
 	if len(list) == 0 {
 		return
 	}
@@ -190,15 +207,21 @@ func (s *Store) writeStarted(ctx context.Context, list []*item) {
 	for i, it := range list {
 		// Where the whole document could not be inserted, the completion
 		// is set by its update as usual.
+		var e listedExecution
+		var checked bool
 		switch set := it.doc.(bson.D); {
 		case inserted[i]:
 			if it.completion != nil {
 				it.completion.written = true
 			}
+			e = listedOf(it.id, docs[i].(bson.D))
 		case dup[i]:
-			it.err = s.startedExisting(ctx, it.id, set)
+			e, checked, it.err = s.startedExisting(ctx, it.id, set)
 		default:
-			it.err = s.startedAlone(ctx, it.id, set)
+			e, checked, it.err = s.startedAlone(ctx, it.id, set)
+		}
+		if it.err == nil {
+			listed.add(e, checked, it.failed("record workflow started"))
 		}
 	}
 }
@@ -218,9 +241,16 @@ func withFields(doc, set bson.D) bson.D {
 }
 
 // writeCompletedAll sets the outcomes of completed events with one update
-// command; when it fails, each is set on its own.
-func (s *Store) writeCompletedAll(ctx context.Context, list []*item) {
+// command; when it fails, each is set on its own. With the listing in use,
+// each is set on its own, with what it changed of what the listing holds
+// (see upsertExecution), which the update command does not tell. It adds
+// what to list to listed.
+func (s *Store) writeCompletedAll(ctx context.Context, list []*item, listed *pendingListing) {
 	if len(list) == 0 {
+		return
+	}
+	if s.listed {
+		s.writeEachCompleted(ctx, list, listed)
 		return
 	}
 	models := make([]mongo.WriteModel, len(list))
@@ -240,8 +270,20 @@ func (s *Store) writeCompletedAll(ctx context.Context, list []*item) {
 	}
 	// Which updates were applied is not known (FerretDB stops at the first
 	// that fails); they are idempotent, so each is applied again.
-	for _, it := range list {
-		it.err = s.writeCompleted(ctx, it.id, it.doc.(bson.D))
+	s.writeEachCompleted(ctx, list, listed)
+}
+
+// writeEachCompleted sets the outcomes of completed events one at a time.
+func (s *Store) writeEachCompleted(ctx context.Context, list []*item, listed *pendingListing) {
+	for i, it := range list {
+		e, checked, err := s.writeCompleted(ctx, it.id, it.doc.(bson.D))
+		if unreachable(ctx, err) {
+			failAll(list[i:], "record workflow completed", err)
+			return
+		}
+		if it.err = err; err == nil {
+			listed.add(e, checked, it.failed("record workflow completed"))
+		}
 	}
 }
 

@@ -122,14 +122,19 @@ func TestRecordAllFailsAnEventAlone(t *testing.T) {
 	}
 }
 
-// A batch costs one write per collection (and one for the index), each
-// finding documents by _id alone, however many executions it holds. An
-// execution that starts and completes within one batch is inserted whole,
-// after its node visits and steps; one that started in an earlier batch is
-// completed by an update.
+// A batch costs one write per collection (and one for the index and one
+// for the listing), each finding documents by _id alone, however many
+// executions it holds. An execution that starts and completes within one
+// batch is inserted whole, after its node visits and steps; one that
+// started in an earlier batch is completed by a findAndModify of its own,
+// which tells whether the completion changed what the listing holds of it
+// (FerretDB applies the updates of one update command one by one anyway).
 func TestRecordAllWritesOncePerCollection(t *testing.T) {
 	var log commandLog
 	ctx, s := openStore(t, chainstore.WithCommandMonitor(log.monitor()))
+	// The listing of the minute the runs start in, and of its hour, day,
+	// month and year, is set up once, by the first execution.
+	invoiceRun(t, "exec-first").record(ctx, t, s)
 	runs := func(prefix string) (first, rest []proto.Message) {
 		for i := range 3 {
 			all := invoiceRun(t, fmt.Sprint(prefix, i)).all()
@@ -167,10 +172,14 @@ func TestRecordAllWritesOncePerCollection(t *testing.T) {
 		}, []string{
 			"insert " + chainstore.ChainCollection, "insert " + chainstore.StepsCollection,
 			"insert " + chainstore.IndexCollection, "insert " + chainstore.ExecutionsCollection,
+			"insert " + chainstore.ListingCollection,
 		}},
 		{"started in an earlier batch", func(first, rest []proto.Message) [][]proto.Message {
 			return [][]proto.Message{first, rest}
-		}, []string{"update " + chainstore.ExecutionsCollection}},
+		}, []string{
+			"findAndModify " + chainstore.ExecutionsCollection, "findAndModify " + chainstore.ExecutionsCollection,
+			"findAndModify " + chainstore.ExecutionsCollection, "insert " + chainstore.ListingCollection,
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -25,13 +23,10 @@ import (
 // execution_id, whose cost grows with the history. On MongoDB it is not used.
 const IndexCollection = "chain_of_work_index"
 
-// indexEntry is an IndexCollection document: the n-th entry of an
-// execution's index, with _id "<execution id>#<n>", listing documents
-// recorded for it: those of one batch of the audit service (Docs), one
-// when it recorded one event. Positions are taken from 1 up without gaps
-// (each by an insert that fails if another writer took it first), so a
-// reader finds them all by reading 1, 2, ... up to the first that does not
-// exist.
+// indexEntry is an IndexCollection document: an entry of an execution's
+// index, the entry log (see entryID) keyed by the execution id, listing
+// documents recorded for it: those of one batch of the audit service
+// (Docs), one when it recorded one event.
 type indexEntry struct {
 	ID   string       `bson:"_id"`
 	Docs []indexedDoc `bson:"docs,omitempty"`
@@ -63,8 +58,6 @@ const maxEntryDocs = 1000
 // entry's ends in #<n>.
 const indexBackfilled = "backfilled"
 
-func entryID(executionID string, n int) string { return executionID + "#" + strconv.Itoa(n) }
-
 // Option changes how Open sets the store up.
 type Option func(*Store)
 
@@ -92,37 +85,6 @@ func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
 	return err == nil, nil
 }
 
-// positions remembers per execution the next free position of its index
-// this process expects, so that appending usually takes one insert. It
-// forgets a random execution when full.
-type positions struct {
-	mu   sync.Mutex
-	next map[string]int
-}
-
-const maxPositions = 4096
-
-func (p *positions) get(executionID string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.next[executionID]
-}
-
-func (p *positions) set(executionID string, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.next == nil {
-		p.next = map[string]int{}
-	}
-	if _, ok := p.next[executionID]; !ok && len(p.next) >= maxPositions {
-		for k := range p.next {
-			delete(p.next, k)
-			break
-		}
-	}
-	p.next[executionID] = max(n, p.next[executionID])
-}
-
 // indexDoc lists the document docID of coll in its execution's index, as
 // indexDocs does.
 func (s *Store) indexDoc(ctx context.Context, executionID, coll, docID string, first bool) error {
@@ -148,86 +110,25 @@ func (s *Store) indexDocs(ctx context.Context, executionID string, docs []indexe
 			return nil
 		}
 	}
-	entry := indexEntry{Docs: docs}
-	// An execution this process has not written to is most often new: try
-	// position 1 before looking for the first free one.
-	n := max(s.positions.get(executionID), 1)
-	for searched := false; ; {
-		entry.ID = entryID(executionID, n)
-		_, err := s.index.InsertOne(ctx, entry)
-		if err == nil {
-			s.positions.set(executionID, n+1)
-			return nil
-		}
-		if !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("index %s: %w", docs[0].DocID, err)
-		}
-		if searched {
-			n++ // taken since the search: the next one is free unless taken too
-			continue
-		}
-		if n, err = s.firstFree(ctx, executionID, n); err != nil {
-			return err
-		}
-		searched = true
+	_, err := appendEntry(ctx, s.index, &s.positions, executionID, func(id string) any {
+		return indexEntry{ID: id, Docs: docs}
+	})
+	if err != nil {
+		return fmt.Errorf("index %s: %w", docs[0].DocID, err)
 	}
-}
-
-// firstFree finds the first free position of an execution's index, knowing
-// that taken is taken: positions are taken without gaps, so it doubles past
-// taken until a free one, then bisects.
-func (s *Store) firstFree(ctx context.Context, executionID string, taken int) (int, error) {
-	lo, hi := taken, 2*taken
-	for {
-		ok, err := s.positionTaken(ctx, executionID, hi)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			break
-		}
-		lo, hi = hi, 2*hi
-	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		ok, err := s.positionTaken(ctx, executionID, mid)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return hi, nil
-}
-
-func (s *Store) positionTaken(ctx context.Context, executionID string, n int) (bool, error) {
-	err := s.index.FindOne(ctx, bson.D{{Key: "_id", Value: entryID(executionID, n)}}).Err()
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return false, nil
-	}
-	return false, fmt.Errorf("read index of %q: %w", executionID, err)
+	return nil
 }
 
 // indexOf reads an execution's index, in order, each document once, and
 // tells its first free position.
 func (s *Store) indexOf(ctx context.Context, executionID string) ([]indexedDoc, int, error) {
+	entries, next, err := readEntries[indexEntry](ctx, s.index, executionID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read index of %q: %w", executionID, err)
+	}
 	var docs []indexedDoc
 	seen := map[indexedDoc]bool{}
-	for n := 1; ; n++ {
-		var e indexEntry
-		err := s.index.FindOne(ctx, bson.D{{Key: "_id", Value: entryID(executionID, n)}}).Decode(&e)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return docs, n, nil
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("read index of %q: %w", executionID, err)
-		}
+	for _, e := range entries {
 		for _, d := range e.docs() {
 			if !seen[d] {
 				seen[d] = true
@@ -235,6 +136,7 @@ func (s *Store) indexOf(ctx context.Context, executionID string) ([]indexedDoc, 
 			}
 		}
 	}
+	return docs, next, nil
 }
 
 // indexReady tells whether reads of one execution can go through the index:

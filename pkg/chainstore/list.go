@@ -54,10 +54,17 @@ var ErrInvalidFilter = errors.New("invalid filter")
 
 // ListExecutions returns executions newest first (by start time, then by
 // execution id), without their contexts, definition and node summaries: a
-// listing is for finding an execution, Execution reads one whole.
+// listing is for finding an execution, Execution reads one whole. Where
+// ListingCollection is in use and backfilled (FerretDB), it reads through
+// it; elsewhere it queries, with the indexes of queryIndexList.
 func (s *Store) ListExecutions(ctx context.Context, f ListFilter) ([]ExecutionDoc, error) {
 	if f.Limit < 1 || f.Limit > MaxListLimit {
 		return nil, fmt.Errorf("list executions: %w: limit %d is not between 1 and %d", ErrInvalidFilter, f.Limit, MaxListLimit)
+	}
+	if listed, err := s.listingReady(ctx); err != nil {
+		return nil, fmt.Errorf("list executions: %w", err)
+	} else if listed {
+		return s.listedExecutions(ctx, f)
 	}
 	and := bson.A{}
 	if f.Workflow != "" {
@@ -86,10 +93,7 @@ func (s *Store) ListExecutions(ctx context.Context, f ListFilter) ([]ExecutionDo
 	opts := options.Find().
 		SetSort(bson.D{{Key: "started_at", Value: -1}, {Key: "_id", Value: -1}}).
 		SetLimit(int64(f.Limit)).
-		SetProjection(bson.D{
-			{Key: "initial_context", Value: 0}, {Key: "final_context", Value: 0},
-			{Key: "definition", Value: 0}, {Key: "nodes", Value: 0},
-		})
+		SetProjection(listProjection)
 	cur, err := s.executions.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("list executions: %w", err)
@@ -99,6 +103,12 @@ func (s *Store) ListExecutions(ctx context.Context, f ListFilter) ([]ExecutionDo
 		return nil, fmt.Errorf("list executions: %w", err)
 	}
 	return docs, nil
+}
+
+// listProjection leaves out of a listed execution what a listing is not for.
+var listProjection = bson.D{
+	{Key: "initial_context", Value: 0}, {Key: "final_context", Value: 0},
+	{Key: "definition", Value: 0}, {Key: "nodes", Value: 0},
 }
 
 // after matches the executions that sort after p. BSON dates have

@@ -9,6 +9,13 @@
 // on MongoDB, through an index, so that neither slows down as the history
 // grows. On FerretDB, which pushes down no filter but one on _id, the
 // documents of an execution are found through IndexCollection.
+//
+// ListExecutions lists executions newest first, filtered. On MongoDB it
+// runs a query that the indexes EnsureIndexes creates serve. On FerretDB,
+// which would read and sort every execution for it, it walks
+// ListingCollection, the executions by start minute with their workflow and
+// status, from the newest minute back, and reads the page's executions by
+// _id.
 package chainstore
 
 import (
@@ -74,6 +81,17 @@ type Store struct {
 	indexMu           sync.Mutex  // see indexAll
 	backfilled        atomic.Bool // see indexReady
 
+	// listed: executions are listed by start time in listing, and
+	// ListExecutions reads through it (see ListingCollection).
+	listing           *mongo.Collection
+	listed            bool
+	forceListing      *bool
+	listPositions     positions
+	listMu            sync.Mutex              // see appendLog
+	listNewest        map[int]string          // by time level: the newest key this process appended to
+	listRecent        map[string]listingEntry // see remember
+	listingBackfilled atomic.Bool             // see listingReady
+
 	monitor *event.CommandMonitor // tests watch the commands sent
 }
 
@@ -105,9 +123,12 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("open audit store: %w", err)
 	}
-	s.indexed, s.queryIndexes = ferret, !ferret
+	s.indexed, s.listed, s.queryIndexes = ferret, ferret, !ferret
 	if s.forceIndex != nil {
 		s.indexed = *s.forceIndex
+	}
+	if s.forceListing != nil {
+		s.listed = *s.forceListing
 	}
 	if s.forceQueryIndexes != nil {
 		s.queryIndexes = *s.forceQueryIndexes
@@ -118,6 +139,7 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	s.chain = db.Collection(ChainCollection)
 	s.steps = db.Collection(StepsCollection)
 	s.index = db.Collection(IndexCollection)
+	s.listing = db.Collection(ListingCollection)
 	return s, nil
 }
 
@@ -141,7 +163,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // (queryIndexes). It is idempotent: existing indexes with the same keys and
 // names are left alone, so it runs at every start-up. With IndexCollection in
 // use, it lists there, once, the documents recorded before (reading both
-// collections whole).
+// collections whole); with ListingCollection, there the executions recorded
+// before (reading the executions whole).
 //
 // On FerretDB it creates none of them and drops those an earlier start
 // created: FerretDB 1.24 on SQLite runs every query but one by _id by reading
@@ -159,7 +182,12 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		}
 	}
 	if s.indexed {
-		return s.backfillIndex(ctx)
+		if err := s.backfillIndex(ctx); err != nil {
+			return err
+		}
+	}
+	if s.listed {
+		return s.backfillListing(ctx)
 	}
 	return nil
 }
@@ -222,20 +250,28 @@ func (s *Store) RecordWorkflowStarted(ctx context.Context, ev *novav1.WorkflowSt
 	if err != nil {
 		return err
 	}
-	return s.startedAlone(ctx, id, set)
+	listed, checked, err := s.startedAlone(ctx, id, set)
+	if err != nil {
+		return err
+	}
+	if err := s.listOne(ctx, listed, checked); err != nil {
+		return fmt.Errorf("record workflow started %s: %w", id, err)
+	}
+	return nil
 }
 
 // startedAlone writes a started event's execution document on its own, as
-// RecordWorkflowStarted does.
-func (s *Store) startedAlone(ctx context.Context, id string, set bson.D) error {
-	_, err := s.executions.InsertOne(ctx, startedDoc(id, set))
+// RecordWorkflowStarted does, and tells how to list it (see upsertExecution).
+func (s *Store) startedAlone(ctx context.Context, id string, set bson.D) (listedExecution, bool, error) {
+	doc := startedDoc(id, set)
+	_, err := s.executions.InsertOne(ctx, doc)
 	if mongo.IsDuplicateKeyError(err) {
 		return s.startedExisting(ctx, id, set)
 	}
 	if err != nil {
-		return fmt.Errorf("record workflow started %s: %w", id, err)
+		return listedExecution{}, false, fmt.Errorf("record workflow started %s: %w", id, err)
 	}
-	return nil
+	return listedOf(id, doc), false, nil
 }
 
 // startedFields are the fields of the execution document a started event
@@ -270,16 +306,13 @@ func startedDoc(id string, set bson.D) bson.D {
 }
 
 // startedExisting records a started event whose execution document exists
-// (or, after a lost race, is about to).
-func (s *Store) startedExisting(ctx context.Context, id string, set bson.D) error {
-	err := s.upsert(ctx, s.executions, id, bson.D{
-		{Key: "$set", Value: set},
-		{Key: "$setOnInsert", Value: bson.D{{Key: "status", Value: StatusRunning}}},
-	})
+// (or, after a lost race, is about to), and tells how to list it.
+func (s *Store) startedExisting(ctx context.Context, id string, set bson.D) (listedExecution, bool, error) {
+	listed, changed, err := s.upsertExecution(ctx, id, set, bson.D{{Key: "status", Value: StatusRunning}})
 	if err != nil {
-		return fmt.Errorf("record workflow started %s: %w", id, err)
+		return listedExecution{}, false, fmt.Errorf("record workflow started %s: %w", id, err)
 	}
-	return nil
+	return listed, !changed, nil
 }
 
 // RecordWorkflowCompleted sets the outcome on the execution document, creating it if the
@@ -289,14 +322,25 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 	if err != nil {
 		return err
 	}
-	return s.writeCompleted(ctx, id, set)
-}
-
-func (s *Store) writeCompleted(ctx context.Context, id string, set bson.D) error {
-	if err := s.upsert(ctx, s.executions, id, bson.D{{Key: "$set", Value: set}}); err != nil {
+	listed, checked, err := s.writeCompleted(ctx, id, set)
+	if err != nil {
+		return err
+	}
+	if err := s.listOne(ctx, listed, checked); err != nil {
 		return fmt.Errorf("record workflow completed %s: %w", id, err)
 	}
 	return nil
+}
+
+// writeCompleted sets a completed event's fields, and tells how to list
+// the execution (see upsertExecution): checked when it changed nothing the
+// listing holds, as a redelivery does.
+func (s *Store) writeCompleted(ctx context.Context, id string, set bson.D) (listedExecution, bool, error) {
+	listed, changed, err := s.upsertExecution(ctx, id, set, nil)
+	if err != nil {
+		return listedExecution{}, false, fmt.Errorf("record workflow completed %s: %w", id, err)
+	}
+	return listed, !changed, nil
 }
 
 // completedFields are the fields of the execution document a completed

@@ -11,9 +11,12 @@
 //
 // It prints the median and the 90th percentile of each, and each size's
 // median against the first size's, measured in the same run. The history is
-// inserted in bulk as the audit service's documents (an execution of a
-// 5-node workflow with its definition, contexts and node summaries), not
-// timed.
+// recorded through the store as the audit service records it (an execution
+// of a 5-node workflow with its definition, contexts and node summaries,
+// its started and completed events in one batch, as nova dev's audit
+// service writes a workflow that runs alone), so that it holds what the
+// audit service leaves, the store's listing of the executions included;
+// not timed.
 //
 //	go run ./benchconsole -sizes 100,10000 -runs 5
 package main
@@ -25,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -39,13 +43,14 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/gateway/gateway"
 )
 
@@ -135,13 +140,6 @@ func run(ctx context.Context, cfg config) error {
 	if err := st.EnsureIndexes(ctx); err != nil {
 		return err
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(infra.MongoURI))
-	if err != nil {
-		return err
-	}
-	defer client.Disconnect(context.WithoutCancel(ctx))
-	coll := client.Database(chainstore.DefaultDatabase).Collection(chainstore.ExecutionsCollection)
-
 	g, err := gateway.New(gateway.Deps{Bus: b, Store: st, NoAuth: true, Logger: quiet})
 	if err != nil {
 		return err
@@ -174,10 +172,14 @@ func run(ctx context.Context, cfg config) error {
 	var queries []query
 	for _, size := range cfg.sizes {
 		fmt.Fprintf(os.Stderr, "benchconsole: storing %d executions\n", size)
-		if err := fill(ctx, coll, t0, have, size); err != nil {
+		if err := fill(ctx, st, t0, have, size); err != nil {
 			return fmt.Errorf("fill to %d: %w", size, err)
 		}
 		have = size
+		// As nova dev's store does within a second of a collection's creation.
+		if err := infra.Mongo.IndexIDs(ctx); err != nil {
+			return err
+		}
 		// An id of the middle of the history: a search finds it in a page
 		// of its own.
 		queries = []query{
@@ -251,70 +253,67 @@ func executionID(i int) string {
 	return fmt.Sprintf("%08x-0000-4000-8000-%012d", uint32(i)*2654435761, i)
 }
 
-// fill inserts executions from..to-1 as the audit service leaves them once
-// they ended: execution i started i seconds after t0; one in 50 failed.
-func fill(ctx context.Context, coll *mongo.Collection, t0 time.Time, from, to int) error {
-	const batch = 500
-	for lo := from; lo < to; lo += batch {
-		var docs []any
-		for i := lo; i < min(lo+batch, to); i++ {
-			docs = append(docs, executionDoc(i, t0.Add(time.Duration(i)*time.Second)))
+// fill records executions from..to-1 as the audit service records them
+// once they ended: execution i started i seconds after t0; one in 50 failed.
+func fill(ctx context.Context, st *chainstore.Store, t0 time.Time, from, to int) error {
+	for i := from; i < to; i++ {
+		started, completed, err := executionEvents(i, t0.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			return err
 		}
-		if _, err := coll.InsertMany(ctx, docs); err != nil {
+		if err := errors.Join(st.RecordAll(ctx, []proto.Message{started, completed})...); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func executionDoc(i int, started time.Time) bson.D {
+// executionEvents are the started and completed events of execution i.
+func executionEvents(i int, started time.Time) (*novav1.WorkflowStarted, *novav1.WorkflowCompleted, error) {
 	name := workflows[i%len(workflows)]
-	nodes := bson.A{bson.D{{Key: "id", Value: "start"}, {Key: "type", Value: "NODE_TYPE_START"}}}
-	edges := bson.A{}
-	summary := bson.A{}
-	path := bson.A{"start"}
+	def := &novav1.WorkflowDefinition{Name: name, Nodes: []*novav1.Node{{Id: "start", Type: novav1.NodeType_NODE_TYPE_START}}}
+	var summary []*novav1.NodeSummary
+	path := []string{"start"}
 	prev := "start"
 	for n := range 3 {
 		id := fmt.Sprintf("step_%d", n)
-		nodes = append(nodes, bson.D{{Key: "id", Value: id}, {Key: "type", Value: "NODE_TYPE_ACTION"},
-			{Key: "code", Value: fmt.Sprintf("context['total_%d'] = round(float(context['total']) * 1.%d, 2)", n, n)}})
-		edges = append(edges, bson.D{{Key: "from", Value: prev}, {Key: "to", Value: id}})
-		summary = append(summary, bson.D{{Key: "id", Value: id}, {Key: "status", Value: "success"}, {Key: "attempts", Value: 1},
-			{Key: "error", Value: ""}, {Key: "visits", Value: 1}, {Key: "cost_usd", Value: 0.0}, {Key: "model_calls", Value: 0}})
+		def.Nodes = append(def.Nodes, &novav1.Node{Id: id, Type: novav1.NodeType_NODE_TYPE_ACTION,
+			Code: fmt.Sprintf("context['total_%d'] = round(float(context['total']) * 1.%d, 2)", n, n)})
+		def.Edges = append(def.Edges, &novav1.Edge{From: prev, To: id})
+		summary = append(summary, &novav1.NodeSummary{Id: id, Status: "success", Attempts: 1, Visits: 1})
 		path, prev = append(path, id), id
 	}
-	nodes = append(nodes, bson.D{{Key: "id", Value: "end"}, {Key: "type", Value: "NODE_TYPE_END"}})
-	edges = append(edges, bson.D{{Key: "from", Value: prev}, {Key: "to", Value: "end"}})
+	def.Nodes = append(def.Nodes, &novav1.Node{Id: "end", Type: novav1.NodeType_NODE_TYPE_END})
+	def.Edges = append(def.Edges, &novav1.Edge{From: prev, To: "end"})
 	path = append(path, "end")
-	initial := bson.D{{Key: "invoice", Value: fmt.Sprintf("INV-2025-%05d", i)}, {Key: "customer", Value: "ACME Corporation"},
-		{Key: "currency", Value: "EUR"}, {Key: "total", Value: 1000 + i%700}}
+	initial := map[string]any{"invoice": fmt.Sprintf("INV-2025-%05d", i), "customer": "ACME Corporation",
+		"currency": "EUR", "total": 1000 + i%700}
 	for k := range 8 {
-		initial = append(initial, bson.E{Key: fmt.Sprintf("field_%d", k), Value: k * 1000})
+		initial[fmt.Sprintf("field_%d", k)] = k * 1000
 	}
-	final := append(slices.Clone(initial), bson.E{Key: "total_0", Value: 1000.0}, bson.E{Key: "total_1", Value: 1100.0}, bson.E{Key: "total_2", Value: 1200.0})
+	final := maps.Clone(initial)
+	final["total_0"], final["total_1"], final["total_2"] = 1000.5, 1100.5, 1200.5
+	in, err := jsonvalue.ObjectOf(initial)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := jsonvalue.ObjectOf(final)
+	if err != nil {
+		return nil, nil, err
+	}
 	status, errText := "succeeded", ""
 	if i%50 == 7 {
 		status, errText = "failed", "node step_1: ValueError: no invoice total"
 	}
 	completed := started.Add(time.Duration(200+i%900) * time.Millisecond)
 	id := executionID(i)
-	return bson.D{
-		{Key: "_id", Value: id},
-		{Key: "execution_id", Value: id},
-		{Key: "workflow_name", Value: name},
-		{Key: "status", Value: status},
-		{Key: "initial_context", Value: initial},
-		{Key: "definition", Value: bson.D{{Key: "name", Value: name}, {Key: "nodes", Value: nodes}, {Key: "edges", Value: edges}}},
-		{Key: "final_context", Value: final},
-		{Key: "path", Value: path},
-		{Key: "nodes", Value: summary},
-		{Key: "error", Value: errText},
-		{Key: "started_at", Value: started},
-		{Key: "completed_at", Value: completed},
-		{Key: "duration_ms", Value: completed.Sub(started).Milliseconds()},
-		{Key: "cost_usd", Value: float64(i%5) * 0.0011},
-		{Key: "model_calls", Value: i % 5},
-	}
+	return &novav1.WorkflowStarted{
+			ExecutionId: id, WorkflowName: name, Definition: def, Context: in.Proto(), StartedAt: timestamppb.New(started),
+		}, &novav1.WorkflowCompleted{
+			ExecutionId: id, WorkflowName: name, Status: status, Context: out.Proto(), Path: path, Nodes: summary,
+			Error: errText, StartedAt: timestamppb.New(started), CompletedAt: timestamppb.New(completed),
+			CostUsd: float64(i%5) * 0.0011, ModelCalls: int32(i % 5),
+		}, nil
 }
 
 // timeAPI reads url runs times (after one read not timed).
@@ -370,7 +369,12 @@ func newBrowser(ctx context.Context, chromium string) (*browser, error) {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(dir))
+		chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(dir),
+		// A page kept in the back-forward cache keeps its stream of GET
+		// /v1/executions/events open, and Chromium opens at most 6
+		// connections to one server: the 7th load's read would wait for
+		// one to close.
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,BackForwardCache"))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, cancel := chromedp.NewContext(allocCtx)
 	b := &browser{ctx: bctx, close: func() { cancel(); cancelAlloc(); _ = os.RemoveAll(dir) }}

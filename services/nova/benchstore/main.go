@@ -8,19 +8,24 @@
 // (Execution, Chain, Counts). History between the sizes is filled with bulk
 // inserts of the same documents, not timed.
 //
-// Four set-ups are measured in the same run, each on its own data dir:
+// The set-ups -variants names are measured in the same run, each on its
+// own data dir, by default the first four of:
 //
 //   - "indexed": FerretDB with devstack's _id index and the store reading
-//     one execution through its execution index, recording one event at a
-//     time (the Record methods);
+//     one execution through its execution index and listing executions
+//     by start time (chainstore.ListingCollection), recording one event at
+//     a time (the Record methods);
 //   - "batched": the same, recording -batch events at a time (RecordAll),
 //     as nova dev's audit service records the events waiting for it;
 //   - "id only": the _id index, but reads of one execution by queries on
-//     execution_id, which FerretDB runs by reading the whole collection;
+//     execution_id, which FerretDB runs by reading the whole collection,
+//     and no listing;
 //   - "shipped", the baseline: FerretDB as shipped (devstack.Options.NoIDIndex),
 //     whose lookups by _id scan, and reads by queries, as before both (the
 //     started event, though, is inserted first now, where it was an upsert
-//     that scanned once more).
+//     that scanned once more);
+//   - "unlisted" and "batched unlisted": "indexed" and "batched" without
+//     the listing, as before it: what the listing costs the writes.
 //
 // The ratios compare each to the first.
 //
@@ -105,14 +110,17 @@ type variant struct {
 	name           string
 	noIDIndex      bool // devstack.Options.NoIDIndex
 	executionIndex bool // chainstore.WithExecutionIndex
+	listing        bool // chainstore.WithListing
 	batched        bool // chainstore.RecordAll
 }
 
 var allVariants = []variant{
-	{name: "indexed", executionIndex: true},
-	{name: "batched", executionIndex: true, batched: true},
+	{name: "indexed", executionIndex: true, listing: true},
+	{name: "batched", executionIndex: true, listing: true, batched: true},
 	{name: "id only"},
 	{name: "shipped", noIDIndex: true},
+	{name: "unlisted", executionIndex: true},
+	{name: "batched unlisted", executionIndex: true, batched: true},
 }
 
 func variantNames() []string {
@@ -176,7 +184,7 @@ func measureVariant(ctx context.Context, cfg config, v variant) ([]result, error
 		return nil, err
 	}
 	defer m.Close()
-	st, err := chainstore.Open(ctx, m.URI(), chainstore.DefaultDatabase, chainstore.WithExecutionIndex(v.executionIndex))
+	st, err := chainstore.Open(ctx, m.URI(), chainstore.DefaultDatabase, chainstore.WithExecutionIndex(v.executionIndex), chainstore.WithListing(v.listing))
 	if err != nil {
 		return nil, err
 	}
