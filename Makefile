@@ -73,6 +73,7 @@ help:
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, then the same after 20000 more workflows on the same data dir, beside plain python3 (BENCH_LOAD_FLAGS="-history 0" skips that)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
+	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
@@ -270,6 +271,13 @@ BENCH_STORE_FLAGS ?=
 .PHONY: bench-store
 bench-store:
 	cd services/nova && $(GO) run ./benchstore $(BENCH_STORE_FLAGS)
+
+# The console's executions list: the API's first page (and the browser's,
+# with chromium) with 100 and 10,000 executions stored, side by side.
+BENCH_CONSOLE_FLAGS ?=
+.PHONY: bench-console
+bench-console:
+	cd services/nova && $(GO) run ./benchconsole $(BENCH_CONSOLE_FLAGS)
 
 .PHONY: bench-gateway
 bench-gateway: build

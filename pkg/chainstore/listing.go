@@ -786,11 +786,33 @@ func (s *Store) backfillListing(ctx context.Context) error {
 		return fmt.Errorf("backfill %s: %w", ListingCollection, err)
 	}
 
+	buckets, err := s.executionsByBucket(ctx)
+	if err != nil {
+		return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+	}
+	if err := s.backfillDirectories(ctx, buckets, empty); err != nil {
+		return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+	}
+	if err := s.backfillBuckets(ctx, buckets, empty); err != nil {
+		return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+	}
+	_, err = s.listing.InsertOne(ctx, bson.D{{Key: "_id", Value: listingBackfilled}, {Key: "at", Value: time.Now()}})
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+	}
+	s.listingBackfilled.Store(true)
+	return nil
+}
+
+// executionsByBucket reads every execution and groups it by the listing
+// key (its start minute) it belongs under.
+func (s *Store) executionsByBucket(ctx context.Context) (map[string][]listedExecution, error) {
 	buckets := map[string][]listedExecution{}
 	cur, err := s.executions.Find(ctx, bson.D{}, options.Find().SetProjection(listedFields))
 	if err != nil {
-		return fmt.Errorf("backfill %s: read %s: %w", ListingCollection, ExecutionsCollection, err)
+		return nil, fmt.Errorf("read %s: %w", ExecutionsCollection, err)
 	}
+	defer func() { _ = cur.Close(ctx) }()
 	for cur.Next(ctx) {
 		var d listedDoc
 		if err := cur.Decode(&d); err != nil || d.ID == "" {
@@ -799,12 +821,16 @@ func (s *Store) backfillListing(ctx context.Context) error {
 		e := listedOf(d.ID, d.fields())
 		buckets[e.bucket()] = append(buckets[e.bucket()], e)
 	}
-	err = cur.Err()
-	_ = cur.Close(ctx)
-	if err != nil {
-		return fmt.Errorf("backfill %s: read %s: %w", ListingCollection, ExecutionsCollection, err)
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", ExecutionsCollection, err)
 	}
+	return buckets, nil
+}
 
+// backfillDirectories lists each bucket in its directories, top down ("all"
+// is shorter than a year's key, each key than its children's), leaving out
+// the children a directory lists already unless the listing was empty.
+func (s *Store) backfillDirectories(ctx context.Context, buckets map[string][]listedExecution, empty bool) error {
 	children := map[string]map[string]bool{}
 	for b := range buckets {
 		for k := b; k != listingRoot; k = parentKey(k) {
@@ -815,8 +841,6 @@ func (s *Store) backfillListing(ctx context.Context) error {
 			children[p][k] = true
 		}
 	}
-	// Top down: "all" is shorter than a year's key, each key than its
-	// children's.
 	dirs := slices.SortedFunc(maps.Keys(children), func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
 	})
@@ -825,39 +849,38 @@ func (s *Store) backfillListing(ctx context.Context) error {
 		if !empty {
 			have, err := s.readChildren(ctx, dir)
 			if err != nil {
-				return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+				return err
 			}
 			add = slices.DeleteFunc(add, func(c string) bool { return slices.Contains(have, c) })
 		}
 		for chunk := range slices.Chunk(add, maxEntryItems) {
-			err := s.appendLog(ctx, dir, listingEntry{Children: chunk})
-			if err != nil {
-				return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+			if err := s.appendLog(ctx, dir, listingEntry{Children: chunk}); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
+}
+
+// backfillBuckets lists each bucket's executions, leaving out those it
+// lists already unless the listing was empty.
+func (s *Store) backfillBuckets(ctx context.Context, buckets map[string][]listedExecution, empty bool) error {
 	for _, b := range slices.Sorted(maps.Keys(buckets)) {
 		add := buckets[b]
 		if !empty {
 			have, err := s.readBucket(ctx, b)
 			if err != nil {
-				return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+				return err
 			}
 			add = slices.DeleteFunc(add, func(e listedExecution) bool {
 				return slices.ContainsFunc(have, e.same)
 			})
 		}
 		for chunk := range slices.Chunk(add, maxEntryItems) {
-			err := s.appendLog(ctx, b, listingEntry{Executions: chunk})
-			if err != nil {
-				return fmt.Errorf("backfill %s: %w", ListingCollection, err)
+			if err := s.appendLog(ctx, b, listingEntry{Executions: chunk}); err != nil {
+				return err
 			}
 		}
 	}
-	_, err = s.listing.InsertOne(ctx, bson.D{{Key: "_id", Value: listingBackfilled}, {Key: "at", Value: time.Now()}})
-	if err != nil && !mongo.IsDuplicateKeyError(err) {
-		return fmt.Errorf("backfill %s: %w", ListingCollection, err)
-	}
-	s.listingBackfilled.Store(true)
 	return nil
 }

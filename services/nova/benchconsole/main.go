@@ -123,40 +123,11 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer infra.Close()
-	b, err := bus.Connect(ctx, infra.NATSURL, bus.WithName("benchconsole"), bus.WithLogger(quiet))
+	st, base, stop, err := serveGateway(ctx, infra, quiet)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	// The page follows GET /v1/executions/events: its stream must exist.
-	if err := b.EnsureStreams(ctx); err != nil {
-		return err
-	}
-	st, err := chainstore.Open(ctx, infra.MongoURI, chainstore.DefaultDatabase)
-	if err != nil {
-		return err
-	}
-	defer st.Close(context.WithoutCancel(ctx))
-	if err := st.EnsureIndexes(ctx); err != nil {
-		return err
-	}
-	g, err := gateway.New(gateway.Deps{Bus: b, Store: st, NoAuth: true, Logger: quiet})
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	srv := g.Server()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		_ = srv.Shutdown(context.WithoutCancel(ctx))
-		<-served
-	}()
-	base := "http://" + ln.Addr().String()
-
+	defer stop()
 	var br *browser
 	if cfg.chromium != "" {
 		if br, err = newBrowser(ctx, cfg.chromium); err != nil {
@@ -164,83 +135,144 @@ func run(ctx context.Context, cfg config) error {
 		}
 		defer br.close()
 	}
+	r, err := measure(ctx, cfg, infra, st, base, br)
+	if err != nil {
+		return err
+	}
+	return r.print(cfg, br != nil)
+}
 
+// serveGateway serves the HTTP API on a loopback port over infra, with the
+// store it reads; stop shuts both down.
+func serveGateway(ctx context.Context, infra *devstack.Stack, quiet *slog.Logger) (st *chainstore.Store, base string, stop func(), err error) {
+	b, err := bus.Connect(ctx, infra.NATSURL, bus.WithName("benchconsole"), bus.WithLogger(quiet))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	// The page follows GET /v1/executions/events: its stream must exist.
+	if err := b.EnsureStreams(ctx); err != nil {
+		b.Close()
+		return nil, "", nil, err
+	}
+	if st, err = chainstore.Open(ctx, infra.MongoURI, chainstore.DefaultDatabase); err != nil {
+		b.Close()
+		return nil, "", nil, err
+	}
+	closeAll := func() { _ = st.Close(context.WithoutCancel(ctx)); b.Close() }
+	if err := st.EnsureIndexes(ctx); err != nil {
+		closeAll()
+		return nil, "", nil, err
+	}
+	g, err := gateway.New(gateway.Deps{Bus: b, Store: st, NoAuth: true, Logger: quiet})
+	if err != nil {
+		closeAll()
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeAll()
+		return nil, "", nil, err
+	}
+	srv := g.Server()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return st, "http://" + ln.Addr().String(), func() {
+		_ = srv.Shutdown(context.WithoutCancel(ctx))
+		<-served
+		closeAll()
+	}, nil
+}
+
+// results are the timings of each size: the API's queries and the browser.
+type results struct {
+	sizes   []int
+	queries []query
+	api     [][]timing
+	page    []timing
+}
+
+// measure fills the store to each size in turn and times the queries and
+// the page at it.
+func measure(ctx context.Context, cfg config, infra *devstack.Stack, st *chainstore.Store, base string, br *browser) (results, error) {
+	r := results{sizes: cfg.sizes}
 	t0 := time.Now().Add(-time.Hour)
 	have := 0
-	var api [][]timing
-	var page []timing
-	var queries []query
 	for _, size := range cfg.sizes {
 		fmt.Fprintf(os.Stderr, "benchconsole: storing %d executions\n", size)
 		if err := fill(ctx, st, t0, have, size); err != nil {
-			return fmt.Errorf("fill to %d: %w", size, err)
+			return r, fmt.Errorf("fill to %d: %w", size, err)
 		}
 		have = size
 		// As nova dev's store does within a second of a collection's creation.
 		if err := infra.Mongo.IndexIDs(ctx); err != nil {
-			return err
+			return r, err
 		}
 		// An id of the middle of the history: a search finds it in a page
 		// of its own.
-		queries = []query{
+		r.queries = []query{
 			{"first page", ""},
 			{"status=failed", "&status=failed"},
 			{"id prefix (8 characters)", "&id=" + executionID(size / 2)[:8]},
 		}
 		var row []timing
-		for _, q := range queries {
+		for _, q := range r.queries {
 			tm, err := timeAPI(ctx, base+"/v1/executions?limit=50"+q.query, cfg.runs)
 			if err != nil {
-				return fmt.Errorf("%d executions, %s: %w", size, q.name, err)
+				return r, fmt.Errorf("%d executions, %s: %w", size, q.name, err)
 			}
 			row = append(row, tm)
 			fmt.Fprintf(os.Stderr, "benchconsole: %d executions, GET %s: p50 %.1f ms\n", size, q.name, ms(tm.p50))
 		}
-		api = append(api, row)
+		r.api = append(r.api, row)
 		if br != nil {
 			tm, err := br.timeFirstPage(ctx, base+"/#/executions", cfg.runs)
 			if err != nil {
-				return fmt.Errorf("%d executions, browser: %w", size, err)
+				return r, fmt.Errorf("%d executions, browser: %w", size, err)
 			}
-			page = append(page, tm)
+			r.page = append(r.page, tm)
 			fmt.Fprintf(os.Stderr, "benchconsole: %d executions, browser: p50 %.1f ms\n", size, ms(tm.p50))
 		}
 	}
+	return r, nil
+}
 
+// print writes the table: each size's medians (p90), then each size's
+// ratio to the first.
+func (r results) print(cfg config, browser bool) error {
 	fmt.Printf("executions page, first page of 50, embedded store (FerretDB on SQLite); %d runs each; median (p90), ms\n\n", cfg.runs)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "stored\t"
-	for _, q := range queries {
+	for _, q := range r.queries {
 		head += "API " + q.name + "\t"
 	}
-	if br != nil {
+	if browser {
 		head += "browser: open to 50 rows drawn\t"
 	}
 	fmt.Fprintln(tw, head)
-	for i, size := range cfg.sizes {
+	for i, size := range r.sizes {
 		line := fmt.Sprintf("%d\t", size)
-		for _, tm := range api[i] {
+		for _, tm := range r.api[i] {
 			line += fmt.Sprintf("%.1f (%.1f)\t", ms(tm.p50), ms(tm.p90))
 		}
-		if br != nil {
-			line += fmt.Sprintf("%.1f (%.1f)\t", ms(page[i].p50), ms(page[i].p90))
+		if browser {
+			line += fmt.Sprintf("%.1f (%.1f)\t", ms(r.page[i].p50), ms(r.page[i].p90))
 		}
 		fmt.Fprintln(tw, line)
 	}
-	for i, size := range cfg.sizes[1:] {
-		line := fmt.Sprintf("%d / %d\t", size, cfg.sizes[0])
-		for j, tm := range api[i+1] {
-			line += fmt.Sprintf("%.1fx\t", ratio(tm.p50, api[0][j].p50))
+	for i, size := range r.sizes[1:] {
+		line := fmt.Sprintf("%d / %d\t", size, r.sizes[0])
+		for j, tm := range r.api[i+1] {
+			line += fmt.Sprintf("%.1fx\t", ratio(tm.p50, r.api[0][j].p50))
 		}
-		if br != nil {
-			line += fmt.Sprintf("%.1fx\t", ratio(page[i+1].p50, page[0].p50))
+		if browser {
+			line += fmt.Sprintf("%.1fx\t", ratio(r.page[i+1].p50, r.page[0].p50))
 		}
 		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if br == nil {
+	if !browser {
 		fmt.Println("\nbrowser: not measured (no chromium, or -no-browser)")
 	}
 	return nil
