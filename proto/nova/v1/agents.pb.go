@@ -1062,7 +1062,7 @@ func (x *GenerateCode) GetRefinement() *Refinement {
 	return nil
 }
 
-// Refinement is seed 004's field-feedback loop: code that ran, the shape of
+// Refinement is the field-feedback refinement: code that ran, the shape of
 // its output, and people's feedback on the output's fields. The code is
 // TaskSpec.language (python or javascript).
 type Refinement struct {
@@ -1155,7 +1155,7 @@ func (x *Refinement) GetAttempts() []*RefineAttempt {
 	return nil
 }
 
-// FieldFeedback is seed 004's feedback on one field of the output.
+// FieldFeedback is feedback on one field of the output.
 type FieldFeedback struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Field string                 `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
@@ -1169,7 +1169,7 @@ type FieldFeedback struct {
 	CorrectExpression string             `protobuf:"bytes,5,opt,name=correct_expression,json=correctExpression,proto3" json:"correct_expression,omitempty"`
 	Notes             string             `protobuf:"bytes,6,opt,name=notes,proto3" json:"notes,omitempty"`
 	Examples          []*FeedbackExample `protobuf:"bytes,7,rep,name=examples,proto3" json:"examples,omitempty"`
-	// For analyzers: the pattern the field should be detected by (seed 004's
+	// For analyzers: the pattern the field should be detected by (the request's
 	// correctPattern), in words or as a regular expression.
 	CorrectPattern string `protobuf:"bytes,8,opt,name=correct_pattern,json=correctPattern,proto3" json:"correct_pattern,omitempty"`
 	unknownFields  protoimpl.UnknownFields

@@ -981,7 +981,7 @@ type CodeExecuted struct {
 	StderrDroppedBytes int64   `protobuf:"varint,17,opt,name=stderr_dropped_bytes,json=stderrDroppedBytes,proto3" json:"stderr_dropped_bytes,omitempty"`
 	// Echo of ExecuteCode.sequence.
 	Sequence int32 `protobuf:"varint,18,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	// Shape of the output (seed 004 "Output Schema Detection"): type,
+	// Shape of the output (the output schema detection): type,
 	// isStructured, itemCount, fields.
 	OutputAnalysis *structpb.Struct `protobuf:"bytes,19,opt,name=output_analysis,json=outputAnalysis,proto3" json:"output_analysis,omitempty"`
 	// JavaScript: the value the code returned, the array form of it, and what
