@@ -76,11 +76,17 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 // while after its end (the audit service purges the stream's front); a
 // follower then reads it from the audit store or the engine's state.
 func (b *Bus) CompletionKept(ctx context.Context, executionID string) (bool, error) {
+	return b.EventKept(ctx, executionID, KindWorkflowCompleted)
+}
+
+// EventKept reports whether the events stream still holds the last event
+// of kind of the execution.
+func (b *Bus) EventKept(ctx context.Context, executionID, kind string) (bool, error) {
 	s, err := b.js.Stream(ctx, StreamEvents)
 	if err != nil {
 		return false, err
 	}
-	_, err = s.GetLastMsgForSubject(ctx, EventSubject(executionID, KindWorkflowCompleted))
+	_, err = s.GetLastMsgForSubject(ctx, EventSubject(executionID, kind))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, nil

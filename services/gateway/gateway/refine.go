@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -135,7 +134,7 @@ func (g *Gateway) refineEvents(w http.ResponseWriter, r *http.Request) error {
 		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no refinement %s", id))
 	}
 	if st.GetStatus() != execution.StatusRunning && int64(after) < int64(st.GetRefine().GetMessages()) {
-		kept, err := g.refineMessageKept(r.Context(), id)
+		kept, err := g.bus.EventKept(r.Context(), id, bus.KindRefinement)
 		if err != nil {
 			return g.unavailable(r, "the events stream could not be read; try again", err)
 		}
@@ -146,20 +145,6 @@ func (g *Gateway) refineEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return g.followRefinement(w, r, id, after)
-}
-
-// refineMessageKept reports whether the events stream still holds the last
-// message of refinement id.
-func (g *Gateway) refineMessageKept(ctx context.Context, id string) (bool, error) {
-	s, err := g.bus.JetStream().Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return false, err
-	}
-	_, err = s.GetLastMsgForSubject(ctx, bus.EventSubject(id, bus.KindRefinement))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // followRefinement streams the messages of refinement id after the one
