@@ -40,6 +40,7 @@ type refineStreamMsg struct {
 // client that reconnects to a new gateway with Last-Event-ID gets the rest
 // of the stream, each message once, and the chain of work has each step once.
 func TestProcsRefinementSurvivesKills(t *testing.T) {
+	t.Parallel() // its own binaries, servers and processes
 	if testing.Short() {
 		t.Skip("builds the service binaries and starts them as processes")
 	}

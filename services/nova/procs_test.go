@@ -57,6 +57,7 @@ var procsServices = []struct {
 // from its main, configured by the environment only, talking to a NATS and a
 // MongoDB-compatible store outside them.
 func TestProcsServicesAsSeparateProcesses(t *testing.T) {
+	t.Parallel() // its own binaries, servers and processes
 	if testing.Short() {
 		t.Skip("builds the service binaries and starts them as processes")
 	}

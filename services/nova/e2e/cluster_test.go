@@ -44,6 +44,7 @@ edges:
 // leader while workflows run: each workflow ends exactly as it would
 // without the fault, and the audit store holds each document once.
 func TestClusteredBusSurvivesLosingItsLeaders(t *testing.T) {
+	t.Parallel() // its own servers and services; it waits on elections
 	if testing.Short() {
 		t.Skip("three NATS servers and every service under load")
 	}
@@ -176,6 +177,7 @@ func TestClusteredBusSurvivesLosingItsLeaders(t *testing.T) {
 // lets all but the first request time out, and each service declares again
 // instead of failing its start.
 func TestServicesDeclareTogetherOnACluster(t *testing.T) {
+	t.Parallel() // its own cluster
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	c, err := devstack.StartCluster(ctx, devstack.Options{DataDir: t.TempDir()}, 3)

@@ -33,6 +33,7 @@ func (e *env) stateTTL(id string) string {
 // keep a repeated start runs nothing (TestRegisteredWorkflows repeats one
 // past the duplicate window).
 func TestEndedStateExpires(t *testing.T) {
+	t.Parallel() // its own servers and services; it waits for an expiry
 	const keep = 2 * time.Second
 	e := startEnv(t, func(o *stack.Options) { engineOf(o).KeepEnded = keep })
 	def := parse(t, restartableWorkflow)
