@@ -117,8 +117,22 @@ demo: deps build
 # waits on a server, a sandbox or a timer), and go vet and the GOWORK=off
 # builds that follow find them compiled. On 2 cores with an empty build
 # cache, `go vet` first spent 354 s compiling what the tests then reused,
-# with a core idle while two tests waited.
-test: deps check-proto check-fmt check-console check-config-doc test-go vet check-modules fuzz
+# with a core idle while two tests waited. Fuzzing (its own instrumented
+# build of every package) runs beside the tests at a lower priority, on the
+# CPU the waiting tests leave (test-and-fuzz).
+test: deps check-proto check-fmt check-console check-config-doc test-and-fuzz vet check-modules
+
+# test-go, with `make fuzz` beside it under nice; the fuzzing's output comes
+# after the tests', and either failing fails.
+.PHONY: test-and-fuzz
+test-and-fuzz:
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	nice -n 10 $(MAKE) --no-print-directory fuzz >"$$log" 2>&1 & fuzz=$$!; \
+	status=0; $(MAKE) --no-print-directory test-go || status=$$?; \
+	fuzzed=0; wait $$fuzz || fuzzed=$$?; \
+	cat "$$log"; \
+	if [ $$fuzzed != 0 ]; then echo "FAILED: make fuzz (above)" >&2; fi; \
+	[ $$status = 0 ] && [ $$fuzzed = 0 ]
 
 # Fuzz targets (module directory, package, target); plain go test runs their
 # seed corpus (f.Add and testdata/fuzz) as regression tests, `make fuzz`
