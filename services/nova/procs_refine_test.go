@@ -46,7 +46,7 @@ func TestProcsRefinementSurvivesKills(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	bin := procsBuildDirs(t, ctx, []string{"graph-engine", "sandbox", "code-generator", "audit", "gateway"})
+	bin := procsBuild(t, ctx)
 
 	dataDir := t.TempDir()
 	nats, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dataDir})

@@ -419,34 +419,40 @@ func (r *otlpReceiver) spans() []otlpSpan {
 	return slices.Clone(r.got)
 }
 
-// procsBuild builds the service binaries into a temporary directory.
-func procsBuild(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	var names []string
-	for _, svc := range procsServices {
-		names = append(names, svc.name)
-	}
-	return procsBuildDirs(t, ctx, names)
+// procsBinaries are the service binaries, built once for the tests that
+// start them as processes (TestMain removes them).
+var procsBinaries struct {
+	once sync.Once
+	dir  string
+	err  error
 }
 
-// procsBuildDirs builds the binaries of the named services into a temporary
-// directory.
-func procsBuildDirs(t *testing.T, ctx context.Context, names []string) string {
+// procsBuild builds the binaries of every service in procsServices and the
+// gateway, once,
+// into a temporary directory, and returns it.
+func procsBuild(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	bin := t.TempDir()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
+	procsBinaries.once.Do(func() {
+		if procsBinaries.dir, procsBinaries.err = os.MkdirTemp("", "nova-procs-"); procsBinaries.err != nil {
+			return
+		}
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		args := []string{"build", "-o", procsBinaries.dir + string(filepath.Separator)}
+		for _, svc := range procsServices {
+			args = append(args, "../"+svc.name)
+		}
+		args = append(args, "../gateway") // for the refinement's kill test
+		if out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput(); err != nil {
+			procsBinaries.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if procsBinaries.err != nil {
+		t.Fatal(procsBinaries.err)
 	}
-	args := []string{"build", "-o", bin + string(filepath.Separator)}
-	for _, name := range names {
-		args = append(args, "../"+name)
-	}
-	out, err := exec.CommandContext(ctx, goTool, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return bin
+	return procsBinaries.dir
 }
 
 // procsProcess is one running service.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -11,20 +12,37 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// novaBuild is the nova binary, built once for every test of the package
+// that runs it (TestMain removes it).
+var novaBuild struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
 
 // buildNova builds the nova binary once per test run, so the CLI is tested as
 // a user runs it: its output and its exit code.
 func buildNova(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nova")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	novaBuild.once.Do(func() {
+		if novaBuild.dir, novaBuild.err = os.MkdirTemp("", "nova-e2e-"); novaBuild.err != nil {
+			return
+		}
+		novaBuild.bin = filepath.Join(novaBuild.dir, "nova")
+		cmd := exec.Command("go", "build", "-o", novaBuild.bin, ".")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			novaBuild.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if novaBuild.err != nil {
+		t.Fatal(novaBuild.err)
 	}
-	return bin
+	return novaBuild.bin
 }
 
 type cliResult struct {

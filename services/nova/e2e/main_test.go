@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -16,5 +17,10 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"),
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*diskIO).loop"),
+		goleak.Cleanup(func(int) {
+			if novaBuild.dir != "" {
+				_ = os.RemoveAll(novaBuild.dir)
+			}
+		}),
 	)
 }
