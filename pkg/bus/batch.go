@@ -89,8 +89,8 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 		return fmt.Errorf("consume %s in batches: middleware wraps a handler of one event", c.Durable)
 	}
 	var f filler
-	return b.run(ctx, c, f.take, func(ctx context.Context, msgs []jetstream.Msg) {
-		b.handleBatch(ctx, c, msgs, h)
+	return b.run(ctx, c, f.take, func(hctx context.Context, msgs []jetstream.Msg) {
+		b.handleBatch(hctx, ctx.Done(), c, msgs, h)
 	})
 }
 
@@ -203,16 +203,21 @@ type delivery struct {
 	ev  *event.Event
 }
 
-func (b *Bus) handleBatch(ctx context.Context, c Consumer, msgs []jetstream.Msg, h BatchHandler) {
+func (b *Bus) handleBatch(ctx context.Context, stop <-chan struct{}, c Consumer, msgs []jetstream.Msg, h BatchHandler) {
 	ds := make([]delivery, 0, len(msgs))
 	for _, msg := range msgs {
 		if dctx, ev, md, ok := b.accept(ctx, c, msg); ok {
 			ds = append(ds, delivery{ctx: dctx, msg: msg, md: md, ev: ev})
 		}
 	}
-	if len(ds) == 0 {
-		return
+	if len(ds) > 0 {
+		b.handleDeliveries(ctx, stop, c, ds, h)
 	}
+}
+
+// handleDeliveries runs h on ds and settles each: at once, when h holds it,
+// or, when h found what it writes to down, once that answers again.
+func (b *Bus) handleDeliveries(ctx context.Context, stop <-chan struct{}, c Consumer, ds []delivery, h BatchHandler) {
 	kept := make([]jetstream.Msg, len(ds))
 	for i, d := range ds {
 		kept[i] = d.msg
@@ -220,16 +225,30 @@ func (b *Bus) handleBatch(ctx context.Context, c Consumer, msgs []jetstream.Msg,
 	stopHeartbeat := heartbeat(ctx, c.AckWait/4, kept...)
 	errs := b.runBatch(ctx, c.Durable, ds, h)
 	stopHeartbeat()
+	again := func(ds []delivery) { b.handleDeliveries(ctx, stop, c, ds, h) }
+	var down []delivery
+	var cause error
 	for i, d := range ds {
 		if hold, ok := heldBy(errs[i]); ok {
-			stop := heartbeat(ctx, c.AckWait/4, d.msg)
+			stopHold := heartbeat(ctx, c.AckWait/4, d.msg)
 			hold.keep(func(err error) {
-				stop()
+				stopHold()
+				if c.Outage != nil && IsUnavailable(err) {
+					go b.keepForOutage(ctx, stop, c, []delivery{d}, err, again)
+					return
+				}
 				b.settle(d.ctx, c, d.msg, d.md, d.ev, err)
 			})
 			continue
 		}
+		if c.Outage != nil && IsUnavailable(errs[i]) {
+			down, cause = append(down, d), errs[i]
+			continue
+		}
 		b.settle(d.ctx, c, d.msg, d.md, d.ev, errs[i])
+	}
+	if len(down) > 0 {
+		b.keepForOutage(ctx, stop, c, down, cause, again)
 	}
 }
 

@@ -357,7 +357,58 @@ func (b *Bus) prepare(ctx context.Context, subject string, ev event.Event) (cont
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, ev.ID())
+	if err := b.checkSize(msg, ev); err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return ctx, span, nil, err
+	}
 	return ctx, span, msg, nil
+}
+
+// ErrTooLarge is returned by Publish for an event larger than the NATS
+// server takes (its max_payload), before anything is sent. A *TooLargeError
+// carries the figures.
+var ErrTooLarge = errors.New("event larger than the bus takes")
+
+// TooLargeError is an event refused for its size: Size bytes with its
+// headers, where the server takes at most Limit.
+type TooLargeError struct {
+	Type  string
+	Size  int
+	Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s event of %d bytes: the NATS server takes messages of at most %d bytes (max_payload); "+
+		"large values belong in the value store, passed as {\"$ref\": ...} (the gateway and nova run store them there)",
+		e.Type, e.Size, e.Limit)
+}
+
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// checkSize refuses msg when it is larger than the server's max_payload
+// (headers and body count), which the server would refuse with no more
+// than "maximum payload exceeded".
+func (b *Bus) checkSize(msg *nats.Msg, ev event.Event) error {
+	limit := b.nc.MaxPayload()
+	if limit <= 0 {
+		return nil // not connected yet: the server says what it takes once it is
+	}
+	size := len(msg.Data)
+	if len(msg.Header) > 0 {
+		// The header block as the client writes it: "NATS/1.0\r\n", each
+		// "Key: value\r\n", and a closing "\r\n".
+		size += len("NATS/1.0\r\n\r\n")
+		for k, vs := range msg.Header {
+			for _, v := range vs {
+				size += len(k) + len(": ") + len(v) + len("\r\n")
+			}
+		}
+	}
+	if int64(size) > limit {
+		return &TooLargeError{Type: ev.Type(), Size: size, Limit: limit}
+	}
+	return nil
 }
 
 // published records a publish's outcome on its span.

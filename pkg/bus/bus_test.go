@@ -204,6 +204,58 @@ func TestDuplicatePublishIsStoredOnce(t *testing.T) {
 	}
 }
 
+// An event larger than the server takes is refused before it is sent,
+// with an error that names both sizes and where large values go; one just
+// under the limit, headers counted, is published.
+func TestPublishTooLarge(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	ctx := context.Background()
+	limit := b.Conn().MaxPayload()
+	subject := bus.EventSubject("exec-large", bus.KindSandboxResult)
+	publish := func(id string, stdout int) error {
+		return b.PublishProto(ctx, subject, id, bus.TypeSandboxExecuted,
+			&novav1.CodeExecuted{ExecutionId: "exec-large", Stdout: strings.Repeat("x", stdout)}, nil)
+	}
+	err := publish("too-large", int(limit))
+	var big *bus.TooLargeError
+	if !errors.Is(err, bus.ErrTooLarge) || !errors.As(err, &big) || big.Limit != limit || big.Size <= int(limit) {
+		t.Fatalf("publish of %d bytes: %v, want ErrTooLarge naming the limit %d", limit, err, limit)
+	}
+	for _, want := range []string{fmt.Sprint(limit), "max_payload", "$ref", bus.TypeSandboxExecuted} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// The largest body that fits with this event's headers.
+	fits := int(limit) - (big.Size - int(limit)) - 64
+	for ; fits < int(limit); fits += 8 {
+		if err := publish(fmt.Sprintf("fits-%d", fits), fits); err != nil {
+			if !errors.Is(err, bus.ErrTooLarge) {
+				t.Fatalf("publish of a %d-byte output: %v", fits, err)
+			}
+			break
+		}
+	}
+	s, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs == 0 {
+		t.Fatal("no event up to the limit was published: the check refuses what the server takes")
+	}
+	last, err := s.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := last.Header.Get(jetstream.MsgIDHeader); id == "too-large" {
+		t.Error("the refused event reached the stream")
+	}
+}
+
 // Every stream keeps its default window, whose ids the server holds in
 // memory, also on a data dir whose streams were declared with longer ones
 // (NOVA_CMD had ten minutes, NOVA_EVT two).

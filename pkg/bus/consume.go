@@ -60,6 +60,10 @@ type Consumer struct {
 	// Middleware wraps the handler, outermost first, inside the bus's own
 	// recover, tracing, logging and metrics.
 	Middleware []Middleware
+	// Outage, when set, keeps the events whose handler returned an
+	// Unavailable error, without counting a delivery, until what the
+	// handler writes to answers again (see Outage).
+	Outage *Outage
 }
 
 // DefaultAckWait is the default Consumer.AckWait: a command held by a
@@ -117,8 +121,8 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 		handler = c.Middleware[i](handler)
 	}
 	handler = b.instrument(c.Durable, handler)
-	return b.run(ctx, c, takeOne, func(ctx context.Context, msgs []jetstream.Msg) {
-		b.handle(ctx, c, msgs[0], handler)
+	return b.run(ctx, c, takeOne, func(hctx context.Context, msgs []jetstream.Msg) {
+		b.handle(hctx, ctx.Done(), c, msgs[0], handler)
 	})
 }
 
@@ -204,17 +208,27 @@ func (b *Bus) pull(ctx, handlerCtx context.Context, c Consumer, cons jetstream.C
 	return nil
 }
 
-func (b *Bus) handle(ctx context.Context, c Consumer, msg jetstream.Msg, h Handler) {
+func (b *Bus) handle(ctx context.Context, stop <-chan struct{}, c Consumer, msg jetstream.Msg, h Handler) {
 	ctx, ev, md, ok := b.accept(ctx, c, msg)
 	if !ok {
 		return
 	}
+	b.handleAccepted(ctx, stop, c, delivery{ctx: ctx, msg: msg, md: md, ev: ev}, h)
+}
+
+// handleAccepted runs h on d and settles it, or keeps it through an outage
+// of what h writes to.
+func (b *Bus) handleAccepted(ctx context.Context, stop <-chan struct{}, c Consumer, d delivery, h Handler) {
 	// In-progress acks keep the delivery while the handler runs, however
 	// long; a delivery whose process died comes back after AckWait.
-	stopHeartbeat := heartbeat(ctx, c.AckWait/4, msg)
-	err := h(ctx, *ev)
+	stopHeartbeat := heartbeat(ctx, c.AckWait/4, d.msg)
+	err := h(d.ctx, *d.ev)
 	stopHeartbeat()
-	b.settle(ctx, c, msg, md, ev, err)
+	if c.Outage != nil && IsUnavailable(err) {
+		b.keepForOutage(ctx, stop, c, []delivery{d}, err, func(ds []delivery) { b.handleAccepted(ctx, stop, c, ds[0], h) })
+		return
+	}
+	b.settle(d.ctx, c, d.msg, d.md, d.ev, err)
 }
 
 // accept reads a delivery before its handler runs: its event, and ctx with
@@ -244,7 +258,20 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 		b.deadLetter(ctx, c, msg, md, err)
 		return ctx, nil, nil, false
 	}
+	ctx = context.WithValue(ctx, subjectKey{}, msg.Subject())
 	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
+}
+
+type subjectKey struct{}
+
+// Subject is the NATS subject of the event a Handler (or BatchHandler of
+// one event) handles, from its ctx; "" outside one. The subject is where
+// the bus's permissions let the publisher write (an execution's events are
+// under nova.evt.<execution id>), so it is what a handler trusts where the
+// payload says otherwise.
+func Subject(ctx context.Context) string {
+	s, _ := ctx.Value(subjectKey{}).(string)
+	return s
 }
 
 // settle acks a delivery its handler handled (err nil), dead-letters one

@@ -21,6 +21,9 @@ type metrics struct {
 	// deadLetterFailed counts failed dead-letter publishes; the message
 	// stays in its stream and is dead-lettered again later.
 	deadLetterFailed metric.Int64Counter
+	// sinkDown is 1 while a consumer is paused because what its handler
+	// writes to does not answer (Outage).
+	sinkDown metric.Int64UpDownCounter
 }
 
 func newMetrics(m metric.Meter) (metrics, error) {
@@ -47,6 +50,10 @@ func newMetrics(m metric.Meter) (metrics, error) {
 	}
 	if ms.deadLetterFailed, err = m.Int64Counter("nova.events.dead_letter_failed",
 		metric.WithDescription("Dead-letter publishes that failed; the event stays in its stream and is tried again")); err != nil {
+		return ms, err
+	}
+	if ms.sinkDown, err = m.Int64UpDownCounter("nova.consumer.sink_down",
+		metric.WithDescription("1 while the consumer is paused because what it writes to does not answer (a store outage)")); err != nil {
 		return ms, err
 	}
 	return ms, nil

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,9 @@ type Server struct {
 	srv *http.Server
 	ln  net.Listener
 	mux *http.ServeMux
+
+	mu       sync.Mutex
+	degraded func(context.Context) []string
 }
 
 // Listen binds addr (":0" picks a free port) and prepares the handlers.
@@ -35,9 +39,24 @@ func Listen(addr string, reg *prometheus.Registry, checks ...Check) (*Server, er
 		return nil, fmt.Errorf("health listener on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
+	s := &Server{ln: ln, mux: mux}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
-		fmt.Fprintln(w, "ok")
+		s.mu.Lock()
+		degraded := s.degraded
+		s.mu.Unlock()
+		var reasons []string
+		if degraded != nil {
+			reasons = degraded(r.Context())
+		}
+		if len(reasons) == 0 {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		fmt.Fprintln(w, "degraded")
+		for _, reason := range reasons {
+			fmt.Fprintln(w, reason)
+		}
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -59,7 +78,18 @@ func Listen(addr string, reg *prometheus.Registry, checks ...Check) (*Server, er
 	if reg != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	}
-	return &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, mux: mux}, nil
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
+}
+
+// Degraded sets what /healthz reports beside "ok": while fn returns
+// reasons, it answers 200 with "degraded" and one reason a line (the
+// process lives, restarting it would not help, but it does not do all it
+// should).
+func (s *Server) Degraded(fn func(context.Context) []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.degraded = fn
 }
 
 // ServePprof adds Go's profiles (net/http/pprof) under /debug/pprof/. Call

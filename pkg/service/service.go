@@ -104,8 +104,9 @@ type Env struct {
 	// declares (NOVA_STREAM_REPLICAS).
 	Replicas int
 
-	mu     sync.Mutex
-	checks []health.Check
+	mu       sync.Mutex
+	checks   []health.Check
+	degraded []health.Check
 }
 
 // setupTelemetry builds the service's logger, traces and metrics from the
@@ -153,6 +154,18 @@ func serveHealth(c *Common, env *Env) (*health.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	hs.Degraded(func(ctx context.Context) []string {
+		env.mu.Lock()
+		checks := slices.Clone(env.degraded)
+		env.mu.Unlock()
+		var out []string
+		for _, ch := range checks {
+			if err := ch.Func(ctx); err != nil {
+				out = append(out, ch.Name+": "+err.Error())
+			}
+		}
+		return out
+	})
 	env.Logger.Info("serving health and metrics", "addr", hs.Addr())
 	if c.Pprof {
 		hs.ServePprof()
@@ -172,6 +185,15 @@ func NewEnv(b *bus.Bus, tel *telemetry.Telemetry, log *slog.Logger, replicas int
 		tel = &telemetry.Telemetry{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider(), Logger: log}
 	}
 	return &Env{Bus: b, Telemetry: tel, Logger: log, Replicas: max(replicas, 1)}
+}
+
+// AddDegraded adds a condition /healthz reports while it fails, still
+// answering 200: the process is alive and a restart would not help (what
+// it writes to is down, say), but it does not do all it should.
+func (e *Env) AddDegraded(name string, fn func() error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.degraded = append(e.degraded, health.Check{Name: name, Func: func(context.Context) error { return fn() }})
 }
 
 // AddReadiness adds a condition to /readyz (the bus connection is one already).
