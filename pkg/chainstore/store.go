@@ -33,6 +33,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -149,6 +150,17 @@ func (s *Store) Close(ctx context.Context) error {
 		return fmt.Errorf("close audit store: %w", err)
 	}
 	return nil
+}
+
+// Unreachable reports whether err is the store not answering (no server
+// to select, a network error, a timeout) rather than the store refusing
+// what was written: a writer keeps what it could not write for later.
+func Unreachable(err error) bool {
+	if err == nil || errors.Is(err, ErrInvalidEvent) {
+		return false
+	}
+	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || errors.As(err, &topology.ServerSelectionError{}) ||
+		errors.Is(err, mongo.ErrClientDisconnected)
 }
 
 // Ping checks that the database answers, for readiness probes.

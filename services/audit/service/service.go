@@ -35,6 +35,13 @@ type Deps struct {
 	// the default).
 	KeepEnded  time.Duration
 	PurgeEvery time.Duration
+	// Outage is how the consumer rides out a store that does not answer
+	// (nil: one that probes the store every second). Its state is what the
+	// service's readiness reports.
+	Outage *bus.Outage
+	// Backoff replaces the consumer's delays between deliveries of an
+	// event the store refused (tests of an outage longer than them).
+	Backoff []time.Duration
 }
 
 // Run records events until ctx ends.
@@ -55,7 +62,13 @@ func Run(ctx context.Context, d Deps) error {
 		defer close(purged)
 		newRetention(d.Bus, cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(purging)
 	}()
-	err := d.Bus.ConsumeBatch(ctx, ConsumerSpec(d.Workers), func(ctx context.Context, evs []event.Event) []error {
+	spec := ConsumerSpec(d.Workers)
+	spec.Backoff = d.Backoff
+	spec.Outage = d.Outage
+	if spec.Outage == nil {
+		spec.Outage = NewOutage(d.Store)
+	}
+	err := d.Bus.ConsumeBatch(ctx, spec, func(ctx context.Context, evs []event.Event) []error {
 		return record(ctx, d.Store, h, evs)
 	})
 	stopPurging()
@@ -248,12 +261,25 @@ func (h *holder) expire(ctx context.Context, s *chainstore.Store) (stop func()) 
 	return func() { cancel(); <-done }
 }
 
-// settleErr is how the bus is to settle an event the store did not record.
+// settleErr is how the bus is to settle an event the store did not record:
+// one the store refuses is dead-lettered at once (no delivery will ever
+// store it), one it did not answer for is kept until it does (an outage
+// is not the event's fault), any other is retried.
 func settleErr(err error) error {
-	if errors.Is(err, chainstore.ErrInvalidEvent) {
-		return bus.Permanent(err) // no delivery will ever store it
+	switch {
+	case errors.Is(err, chainstore.ErrInvalidEvent):
+		return bus.Permanent(err)
+	case chainstore.Unreachable(err):
+		return bus.Unavailable(err)
 	}
 	return err
+}
+
+// NewOutage is the audit consumer's way through a store outage: while the
+// store does not answer, the consumer is paused and what it holds is kept,
+// the store pinged every second, and nothing is dead-lettered for it.
+func NewOutage(st *chainstore.Store) *bus.Outage {
+	return &bus.Outage{Probe: st.Ping, Every: time.Second}
 }
 
 // record records the facts among evs; the others (agents' results, the

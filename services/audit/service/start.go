@@ -68,6 +68,13 @@ func Start(ctx context.Context, cfg Config, env *service.Env, opts ...StartOptio
 			_ = st.Close(cctx)
 		}
 	}
+	if s.deps.Outage == nil {
+		s.deps.Outage = NewOutage(s.deps.Store)
+	}
+	// While the store does not answer, the service is not ready and says
+	// why; it stays alive (a restart would not bring the store back).
+	env.AddReadiness("chain-of-work store", func(context.Context) error { return s.deps.Outage.Err() })
+	env.AddDegraded("chain-of-work store", s.deps.Outage.Err)
 	err := env.Bus.EnsureStreams(ctx)
 	if err == nil {
 		err = s.deps.Store.EnsureIndexes(ctx)
