@@ -17,6 +17,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/syncbuf"
+	"github.com/novaflow/nova/services/nova/client"
 )
 
 // startDev runs `nova dev` with args on fresh ports and data dir until the
@@ -179,6 +180,28 @@ edges:
 	}
 	if !strings.Contains(errOut.String(), "no longer kept") || !strings.Contains(errOut.String(), "nova chain "+id[1]) {
 		t.Errorf("nova watch, events purged, does not say so: %s", errOut.String())
+	}
+
+	// An execution that failed at its start (its workflow is not
+	// registered) shows its failure and why, also once its events are
+	// purged: the engine keeps its state as any ended execution's.
+	failed, err := client.New(b, nil).Start(ctx, nil, "no-such-workflow", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc, err := failed.Wait(ctx); err != nil || wc.GetStatus() != "failed" {
+		t.Fatalf("start of an unregistered workflow: %v (%v), want failed", wc, err)
+	}
+	if err := events.Purge(ctx, jetstream.WithPurgeSubject(bus.ExecutionFilter(failed.ID))); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	code := cmdWatch(ctx, []string{failed.ID}, &out, &errOut)
+	shown := strings.Join(strings.Fields(out.String()), " ")
+	if code != exitFailed || !strings.Contains(shown, "workflow no-such-workflow") || !strings.Contains(shown, "status failed") ||
+		!strings.Contains(shown, `workflow "no-such-workflow" is not registered`) {
+		t.Errorf("nova watch of an execution that failed at its start: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 
 	out.Reset()

@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -325,12 +326,15 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	var cmd novav1.StartWorkflow
 	if err := bus.Decode(ev, &cmd); err != nil {
 		// Tell whoever waits for this execution before dead-lettering.
+		// An execution of that id that exists already is left alone.
 		if id, _ := ev.Extensions()[bus.ExtensionExecutionID].(string); execution.ID(id) == id {
-			st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning}
-			t := e.newTransition(st)
-			t.fail(fmt.Sprintf("start event %s could not be read: %v", ev.ID(), err))
-			if perr := e.publish(ctx, t.out); perr != nil {
-				return perr
+			if _, gerr := e.execs.Get(ctx, id); errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning, StartedAt: tsNow(e.now())}
+				if perr := e.failStart(ctx, e.newTransition(st), fmt.Sprintf("start event %s could not be read: %v", ev.ID(), err)); perr != nil {
+					return perr
+				}
+			} else if gerr != nil {
+				return fmt.Errorf("read execution %s: %w", id, gerr)
 			}
 		}
 		return err
@@ -359,16 +363,18 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	e.bindCache(ctx, t, embedMemo{})
 	if _, err := jsonvalue.FromProto(cmd.Context); err != nil {
 		// A producer's mistake: the execution fails and says why.
-		t.fail(fmt.Sprintf("the start event's context must be a JSON object: %v", err))
-		return e.publish(ctx, t.out)
+		st.Context = nil
+		return e.failStart(ctx, e.newTransition(st), fmt.Sprintf("the start event's context must be a JSON object: %v", err))
 	}
 	def, err := e.definition(ctx, &cmd)
 	if err != nil {
 		if !errors.Is(err, errInvalidDefinition) {
 			return err
 		}
-		t.fail(err.Error())
-		return e.publish(ctx, t.out) // a failed execution, not a broken event
+		// A failed execution, not a broken event. Its state names the
+		// workflow asked for; the definition is left out.
+		st.Definition = &novav1.WorkflowDefinition{Name: cmp.Or(cmd.WorkflowName, cmd.GetDefinition().GetName())}
+		return e.failStart(ctx, t, err.Error())
 	}
 	st.Definition = def
 	t.graph = workflow.NewGraph(def)
@@ -405,7 +411,20 @@ func (e *Engine) create(ctx context.Context, t *transition) error {
 	return nil
 }
 
+// failStart ends an execution that cannot start (its workflow unknown or
+// invalid, its event unreadable) as failed with msg: its completion is
+// published and its state stored, so that it reads as any ended execution
+// (GET /v1/executions/{id}, nova watch once its events are purged).
+func (e *Engine) failStart(ctx context.Context, t *transition, msg string) error {
+	t.fail(msg)
+	return e.create(ctx, t)
+}
+
 var errInvalidDefinition = errors.New("invalid workflow")
+
+// errUnknownExecution is a result, or a dead letter, for an execution that
+// has no state.
+var errUnknownExecution = errors.New("no such execution (not started, or its state expired)")
 
 func (e *Engine) definition(ctx context.Context, cmd *novav1.StartWorkflow) (*novav1.WorkflowDefinition, error) {
 	def := cmd.Definition
@@ -435,40 +454,64 @@ func (e *Engine) definition(ctx context.Context, cmd *novav1.StartWorkflow) (*no
 }
 
 func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
-	switch ev.Type() {
-	case bus.TypeSandboxExecuted:
-		var r novav1.CodeExecuted
-		if err := bus.Decode(ev, &r); err != nil {
-			return err
-		}
-		return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error { return t.codeExecuted(&r) })
-	case bus.TypeInputAnalyzed:
-		var r novav1.InputAnalyzed
-		if err := bus.Decode(ev, &r); err != nil {
-			return err
-		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.inputAnalyzed(&r) })
-	case bus.TypeCodeGenerated:
-		var r novav1.CodeGenerated
-		if err := bus.Decode(ev, &r); err != nil {
-			return err
-		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.codeGenerated(&r) })
-	case bus.TypeCodeValidated:
-		var r novav1.CodeValidated
-		if err := bus.Decode(ev, &r); err != nil {
-			return err
-		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.codeValidated(&r) })
-	case bus.TypeOutputValidated:
-		var r novav1.OutputValidated
-		if err := bus.Decode(ev, &r); err != nil {
-			return err
-		}
-		return e.update(ctx, r.GetRef().GetExecutionId(), r.GetRef().GetNodeId(), func(t *transition) error { return t.outputValidated(&r) })
-	default:
-		return bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", ev.Type()))
+	ref, apply, err := decodeResult(ev.Type(), func(m proto.Message) error { return bus.Decode(ev, m) })
+	if err != nil {
+		return err
 	}
+	if err := sameExecution(bus.Subject(ctx), ref.GetExecutionId()); err != nil {
+		return err
+	}
+	return e.update(ctx, ref.GetExecutionId(), ref.GetNodeId(), apply)
+}
+
+// decodeResult reads a result of type typ with decode: the step it
+// answers and how it changes its execution.
+func decodeResult(typ string, decode func(proto.Message) error) (*novav1.StepRef, func(*transition) error, error) {
+	switch typ {
+	case bus.TypeSandboxExecuted:
+		return readResult(decode, &novav1.CodeExecuted{}, func(r *novav1.CodeExecuted) *novav1.StepRef {
+			return &novav1.StepRef{ExecutionId: r.ExecutionId, NodeId: r.NodeId, StepId: r.StepId}
+		}, (*transition).codeExecuted)
+	case bus.TypeInputAnalyzed:
+		return readResult(decode, &novav1.InputAnalyzed{}, (*novav1.InputAnalyzed).GetRef, (*transition).inputAnalyzed)
+	case bus.TypeCodeGenerated:
+		return readResult(decode, &novav1.CodeGenerated{}, (*novav1.CodeGenerated).GetRef, (*transition).codeGenerated)
+	case bus.TypeCodeValidated:
+		return readResult(decode, &novav1.CodeValidated{}, (*novav1.CodeValidated).GetRef, (*transition).codeValidated)
+	case bus.TypeOutputValidated:
+		return readResult(decode, &novav1.OutputValidated{}, (*novav1.OutputValidated).GetRef, (*transition).outputValidated)
+	default:
+		return nil, nil, bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", typ))
+	}
+}
+
+func readResult[T proto.Message](decode func(proto.Message) error, r T, ref func(T) *novav1.StepRef,
+	apply func(*transition, T) error) (*novav1.StepRef, func(*transition) error, error) {
+	if err := decode(r); err != nil {
+		return nil, nil, err
+	}
+	return ref(r), func(t *transition) error { return apply(t, r) }, nil
+}
+
+// errTwoExecutions is an event whose subject and payload name different
+// executions.
+var errTwoExecutions = errors.New("the event names two executions")
+
+// sameExecution checks that a result's payload names the execution its
+// subject does (nova.evt.<execution id>.result...): the subject is where
+// the bus lets the publisher write. An event that names two is refused for
+// good, and neither execution is touched. Outside a delivery (subject "")
+// there is nothing to compare.
+func sameExecution(subject, payloadID string) error {
+	if subject == "" {
+		return nil
+	}
+	subjectID, _, ok := bus.ParseEventSubject(subject)
+	if !ok || subjectID != payloadID {
+		return bus.Permanent(fmt.Errorf("%w: its subject %s names execution %q, its payload execution %q; neither is touched",
+			errTwoExecutions, subject, subjectID, payloadID))
+	}
+	return nil
 }
 
 // handleDeadLetter ends what a dead letter would otherwise leave waiting
@@ -501,18 +544,27 @@ func (e *Engine) handleDeadLetter(ctx context.Context, ev event.Event) error {
 }
 
 // resultDeadLettered fails the execution whose result the engine could not
-// apply.
+// apply. A dead letter whose payload cannot be read, or names another
+// execution than its subject, touches no execution: the execution the
+// subject names still waits for its own result.
 func (e *Engine) resultDeadLettered(ctx context.Context, dl *novav1.DeadLetter) error {
-	var r novav1.CodeExecuted
-	if err := decodeData(dl.Data, &r); err != nil || r.ExecutionId == "" {
-		e.log.WarnContext(ctx, "dead letter names no execution", "subject", dl.Subject, "reason", dl.Reason)
+	subjectID, _, _ := bus.ParseEventSubject(dl.Subject)
+	ref, _, err := decodeResult(dl.Headers["ce-type"], func(m proto.Message) error { return decodeData(dl.Data, m) })
+	switch {
+	case err != nil || ref.GetExecutionId() == "":
+		e.log.WarnContext(ctx, "dead letter of a result without a readable execution; no execution is touched",
+			"subject", dl.Subject, "subject_execution", subjectID, "reason", dl.Reason)
+		return nil
+	case sameExecution(dl.Subject, ref.GetExecutionId()) != nil:
+		e.log.WarnContext(ctx, "dead letter of a result that names two executions; neither is touched",
+			"subject", dl.Subject, "subject_execution", subjectID, "payload_execution", ref.GetExecutionId(), "reason", dl.Reason)
 		return nil
 	}
-	return e.update(ctx, r.ExecutionId, r.NodeId, func(t *transition) error {
+	return e.endDeadLettered(ctx, dl, ref.GetExecutionId(), ref.GetNodeId(), func(t *transition) error {
 		if t.st.Status != statusRunning {
 			return nil
 		}
-		msg := fmt.Sprintf("the graph engine could not apply the result of step %s: %s", r.StepId, dl.Reason)
+		msg := fmt.Sprintf("the graph engine could not apply the result of step %s: %s", ref.GetStepId(), dl.Reason)
 		if t.st.Refine != nil {
 			t.refineFail(msg)
 			return nil
@@ -521,6 +573,30 @@ func (e *Engine) resultDeadLettered(ctx context.Context, dl *novav1.DeadLetter) 
 		t.fail(msg)
 		return nil
 	})
+}
+
+// unknownExecutionGrace is how long after a dead letter was made the engine
+// looks again for an execution it names that has no state: it stores a new
+// execution's state just after it publishes the first commands, and an
+// agent may refuse one at once. Past it (a dead letter replayed later, an
+// execution that never was) the dead letter is logged and acknowledged.
+const unknownExecutionGrace = 5 * time.Second
+
+// endDeadLettered applies fn to the execution a dead letter names. Handling
+// a dead letter is retried only for what may pass: reading or storing the
+// state, an execution whose state may not be stored yet
+// (unknownExecutionGrace); what never will is logged and acknowledged.
+func (e *Engine) endDeadLettered(ctx context.Context, dl *novav1.DeadLetter, id, nodeID string, fn func(*transition) error) error {
+	err := e.update(ctx, id, nodeID, fn)
+	if errors.Is(err, errUnknownExecution) {
+		if dl.GetFailedAt() != nil && e.now().Sub(dl.GetFailedAt().AsTime()) < unknownExecutionGrace {
+			return err // retried with the consumer's backoff
+		}
+		e.log.WarnContext(ctx, "dead letter of an execution that does not exist; nothing to end",
+			"execution_id", id, "subject", dl.Subject, "consumer", dl.Consumer, "reason", dl.Reason)
+		return nil
+	}
+	return err
 }
 
 // agentCommandDeadLettered fails the node (or ends the refinement) whose
@@ -546,7 +622,7 @@ func (e *Engine) agentCommandDeadLettered(ctx context.Context, dl *novav1.DeadLe
 	}
 	ref := agentCmd.GetRef()
 	msg := fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason)
-	return e.update(ctx, ref.ExecutionId, ref.NodeId, func(t *transition) error {
+	return e.endDeadLettered(ctx, dl, ref.ExecutionId, ref.NodeId, func(t *transition) error {
 		if t.st.Refine != nil {
 			if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
 				return err
@@ -577,7 +653,7 @@ func (e *Engine) sandboxCommandDeadLettered(ctx context.Context, dl *novav1.Dead
 		ErrorKind: errorKindDeadLetter,
 		Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
 	}
-	return e.update(ctx, cmd.ExecutionId, cmd.NodeId, func(t *transition) error { return t.codeExecuted(res) })
+	return e.endDeadLettered(ctx, dl, cmd.ExecutionId, cmd.NodeId, func(t *transition) error { return t.codeExecuted(res) })
 }
 
 func decodeData(data []byte, msg proto.Message) error {
@@ -603,7 +679,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 			// The start that dispatched this may not be stored yet (it
 			// publishes first); redelivery retries, and after MaxDeliver the
 			// event is dead-lettered.
-			return fmt.Errorf("result for unknown execution %s", id)
+			return fmt.Errorf("result for execution %s: %w", id, errUnknownExecution)
 		}
 		if err != nil {
 			return fmt.Errorf("read execution %s: %w", id, err)

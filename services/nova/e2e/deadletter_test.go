@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -11,9 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/nova/client"
 )
 
 // ceHeaders are the binary-mode CloudEvents headers of an event.
@@ -171,7 +174,7 @@ edges:
 			t.Fatal(err)
 		}
 		dl := &novav1.DeadLetter{Consumer: bus.AgentSandbox, Subject: bus.CommandSubject(bus.AgentSandbox),
-			Reason: "run failed: no space left on device", Deliveries: 3, Data: data}
+			Reason: "run failed: no space left on device", Deliveries: 3, Data: data, FailedAt: timestamppb.Now()}
 		if err := e.bus.PublishProto(e.ctx, bus.DeadLetterSubject(bus.AgentSandbox), "dlq-"+exec.ID, bus.TypeDeadLetter, dl, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -198,6 +201,98 @@ edges:
 		exec2, err := e.s.Store.Execution(e.ctx, wc.ExecutionId)
 		if err != nil || exec2.Status != "failed" || exec2.Error != wc.Error {
 			t.Errorf("execution document = %+v (%v); want failed with %q", exec2, err, wc.Error)
+		}
+	})
+
+	t.Run("a result whose subject and payload name different executions touches neither", func(t *testing.T) {
+		def := parse(t, `
+name: two-executions
+nodes:
+  - {id: start, type: start}
+  - id: slow
+    type: action
+    code: |
+      import time
+      time.sleep(1.5)
+      context["slow"] = True
+  - {id: done, type: end}
+edges:
+  - {from: start, to: slow}
+  - {from: slow, to: done}
+`)
+		a, err := e.client.Start(e.ctx, def, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := e.client.Start(e.ctx, def, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A failed run of b's running step, published where a's results go.
+		res := &novav1.CodeExecuted{ExecutionId: b.ID, NodeId: "slow", StepId: b.ID + "/slow/1/1", Visit: 1, Attempt: 1,
+			Status: "error", Error: "forged"}
+		data, err := protojson.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject := bus.EventSubject(a.ID, bus.KindSandboxResult)
+		h := ceHeaders("forged-"+a.ID, bus.TypeSandboxExecuted, bus.SchemaOf(res))
+		if _, err := js.PublishMsg(e.ctx, &nats.Msg{Subject: subject, Header: h, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+		dl := e.deadLetterOf(bus.ConsumerEngineResults, data)
+		if dl.Deliveries != 1 || dl.Subject != subject {
+			t.Errorf("dead letter: subject %q, deliveries %d; want %s, 1 (not retried)", dl.Subject, dl.Deliveries, subject)
+		}
+		mustContain(t, "dead letter reason", dl.Reason, "names two executions", a.ID, b.ID, "neither is touched")
+		for _, x := range []*client.Execution{a, b} {
+			wc, err := x.Wait(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wc.Status != "succeeded" || ctxMap(wc.Context)["slow"] != true {
+				t.Errorf("execution %s: status %q, error %q; want succeeded as if nothing was published", x.ID, wc.Status, wc.Error)
+			}
+			for _, n := range wc.Nodes {
+				if n.Id == "slow" && n.Attempts != 1 {
+					t.Errorf("execution %s: node slow ran %d times, want 1", x.ID, n.Attempts)
+				}
+			}
+		}
+	})
+
+	t.Run("a dead letter of an execution that does not exist is handled once", func(t *testing.T) {
+		missing := "badwf-" + uuid.NewString()
+		res := &novav1.CodeExecuted{ExecutionId: missing, NodeId: "n", StepId: missing + "/n/1/1", Status: "success"}
+		data, err := protojson.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl := &novav1.DeadLetter{Consumer: bus.ConsumerEngineResults, Subject: bus.EventSubject(missing, bus.KindSandboxResult),
+			Reason: "result for execution " + missing + ": no such execution", Deliveries: 10, Data: data,
+			Headers: map[string]string{"ce-type": bus.TypeSandboxExecuted}}
+		if err := e.bus.PublishProto(e.ctx, bus.DeadLetterSubject(bus.ConsumerEngineResults), "dlq-"+missing, bus.TypeDeadLetter, dl, nil); err != nil {
+			t.Fatal(err)
+		}
+		stream, err := js.Stream(e.ctx, bus.StreamDeadLetters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := stream.GetLastMsgForSubject(e.ctx, bus.DeadLetterSubject(bus.ConsumerEngineResults))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Once the engine's consumer has acknowledged it, anything it would
+		// have done with it (a retry, a dead letter of its own) is done.
+		e.eventually(10*time.Second, "the engine acknowledges the dead letter", func() bool {
+			c := e.consumerInfo(bus.StreamDeadLetters, bus.ConsumerEngineDeadLetters)
+			return c.AckFloor.Stream >= last.Sequence
+		})
+		if c := e.consumerInfo(bus.StreamDeadLetters, bus.ConsumerEngineDeadLetters); c.NumRedelivered != 0 {
+			t.Errorf("the engine's dead-letter consumer redelivered %d messages; a dead letter that can never succeed is handled once", c.NumRedelivered)
+		}
+		if _, err := stream.GetLastMsgForSubject(e.ctx, bus.DeadLetterSubject(bus.ConsumerEngineDeadLetters)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Errorf("a dead letter of the dead letter (%v); want none", err)
 		}
 	})
 
