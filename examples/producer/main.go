@@ -92,9 +92,16 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	msg := natsMessage(ev, executionID)
+	// The server refuses a message over its max_payload (1 MiB by default)
+	// with only "maximum payload exceeded": say what the limit is first.
+	if size := len(msg.Data); int64(size) > nc.MaxPayload() {
+		return fmt.Errorf("the start event's data is %d bytes; the NATS server takes at most %d bytes a message (max_payload): "+
+			"pass large values as {\"$ref\": ...} of NOVA's value store (POST /v1/executions and nova run store them there)", size, nc.MaxPayload())
+	}
 	// Nats-Msg-Id = event id: publishing the same event again (a retry after
 	// a lost acknowledgement) starts the workflow once.
-	if _, err := js.PublishMsg(ctx, natsMessage(ev, executionID), jetstream.WithMsgID(ev.ID())); err != nil {
+	if _, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID())); err != nil {
 		return fmt.Errorf("publish start: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "started execution %s\n", executionID)

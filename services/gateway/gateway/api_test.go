@@ -148,6 +148,29 @@ func TestBodyTooLarge(t *testing.T) {
 	decode(t, resp, http.StatusOK, &c)
 }
 
+// A start within the gateway's body limit whose event is larger than the
+// bus takes (values each under the value store's threshold) is answered
+// 413 naming both sizes, before anything is published.
+func TestStartEventTooLargeForTheBus(t *testing.T) {
+	limit := h.bus.Conn().MaxPayload()
+	value := strings.Repeat("x", 200<<10) // under the value store's 256 KiB threshold
+	var fields []string
+	for i := range int(limit/int64(len(value))) + 1 {
+		fields = append(fields, fmt.Sprintf(`"v%d": "%s"`, i, value))
+	}
+	body := startBody(`"definition": `+chain("too-large-for-the-bus", `context["x"] = 1`), `"context": {`+strings.Join(fields, ", ")+`}`)
+	if int64(len(body)) > gateway.DefaultMaxBody {
+		t.Fatalf("the body (%d bytes) is over the gateway's own limit: the test checks less than it says", len(body))
+	}
+	p := problem(t, h.do(t, h.url, request{method: "POST", path: "/v1/executions", key: h.key["writer"], body: body}),
+		http.StatusRequestEntityTooLarge, gateway.TypeBodyTooLarge)
+	for _, want := range []string{fmt.Sprint(limit), "max_payload", "$ref"} {
+		if !strings.Contains(p.Detail, want) {
+			t.Errorf("detail %q does not say %q", p.Detail, want)
+		}
+	}
+}
+
 func TestBadStartRequests(t *testing.T) {
 	valid := chain("valid", `context["x"] = 1`)
 	tests := []struct {

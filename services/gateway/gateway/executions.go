@@ -301,6 +301,9 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if big := (*bus.TooLargeError)(nil); errors.As(err, &big) {
+			return eventTooLarge(big)
+		}
 		return g.unavailable(r, "the start command was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
 	}
 

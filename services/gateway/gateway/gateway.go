@@ -430,6 +430,16 @@ func tooLarge(limit int64) *Problem {
 		fmt.Sprintf("the request body is larger than %d bytes", limit))
 }
 
+// eventTooLarge answers a start whose event is larger than the bus takes,
+// though its body was within the gateway's limit: an inline definition or
+// many values each under the value store's threshold.
+func eventTooLarge(e *bus.TooLargeError) *Problem {
+	return newProblem(http.StatusRequestEntityTooLarge, TypeBodyTooLarge,
+		fmt.Sprintf("the start event would be %d bytes; the bus takes at most %d bytes a message (the NATS server's max_payload). "+
+			"Context values larger than the value store's threshold are stored there and travel as {\"$ref\": ...}; "+
+			"smaller ones, and the definition, travel in the event", e.Size, e.Limit))
+}
+
 // fail answers err as a problem: a handler's own problem as it is, running
 // out of time as 504, anything else as 500 (logged, not shown).
 func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
