@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -36,9 +37,13 @@ const dlqUsage = `Usage:
   nova dlq list   [--consumer C] [--limit N] [--json]
   nova dlq show   SEQ [--json]
   nova dlq replay SEQ [--again]
+  nova dlq replay --all [--subject S] [--consumer C] [--again]
 
 SEQ is a dead letter's sequence in the NOVA_DLQ stream, as list shows it;
---limit 0 lists them all. NATS_URL (and NATS credentials, as for the services)
+--limit 0 lists them all. replay --all replays every dead letter not replayed
+before (with --again, those too), oldest first; --subject keeps those whose
+message was on a subject the NATS filter S matches (nova.evt.*.result.>),
+--consumer those of one consumer. NATS_URL (and NATS credentials, as for the services)
 names the server; without it the embedded server of --data-dir is started,
 unless nova dev runs: then set NATS_URL=nats://127.0.0.1:4222 to use its server.
 `
@@ -92,7 +97,8 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "./.nova", "data directory of the embedded NATS (when NATS_URL is not set)")
 	var consumer *string
 	var limit *int
-	var asJSON, again *bool
+	var asJSON, again, all *bool
+	var subject *string
 	switch sub {
 	case "list":
 		consumer = fs.String("consumer", "", "only this consumer's dead letters")
@@ -102,6 +108,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		asJSON = fs.Bool("json", false, "print JSON")
 	case "replay":
 		again = fs.Bool("again", false, "replay a dead letter that was replayed before")
+		all = fs.Bool("all", false, "replay every dead letter (not replayed before, unless --again)")
+		subject = fs.String("subject", "", "with --all: only dead letters of messages on subjects this NATS filter matches")
+		consumer = fs.String("consumer", "", "with --all: only this consumer's dead letters")
 	default:
 		fmt.Fprintf(stderr, "nova dlq: unknown command %q\n\n%s", sub, dlqUsage)
 		return exitInvalid
@@ -111,9 +120,18 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	var seq uint64
-	if sub == "list" {
+	replayAll := all != nil && *all
+	if !replayAll && sub == "replay" && (*subject != "" || *consumer != "") {
+		fmt.Fprintln(stderr, "nova dlq replay: --subject and --consumer select among all dead letters: use them with --all")
+		return exitInvalid
+	}
+	if replayAll && *subject != "" && !server.IsValidSubject(*subject) {
+		fmt.Fprintf(stderr, "nova dlq replay: --subject %q is not a NATS subject filter (tokens separated by '.', '*' for one token, '>' last for the rest)\n", *subject)
+		return exitInvalid
+	}
+	if sub == "list" || replayAll {
 		if len(pos) != 0 {
-			fmt.Fprintf(stderr, "nova dlq list: unexpected argument %q\n", pos[0])
+			fmt.Fprintf(stderr, "nova dlq %s: unexpected argument %q\n", sub, pos[0])
 			return exitInvalid
 		}
 	} else {
@@ -140,6 +158,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "show":
 		return d.show(ctx, seq, *asJSON, stdout, stderr)
 	default:
+		if replayAll {
+			return d.replayAll(ctx, *subject, *consumer, *again, stdout, stderr)
+		}
 		return d.replay(ctx, seq, *again, stdout, stderr)
 	}
 }
@@ -448,19 +469,78 @@ func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr
 		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
 		return code
 	}
+	if v.Replayed != nil && !again {
+		fmt.Fprintf(stderr, "nova dlq replay: dead letter %d was replayed at %s to %s (%s sequence %d); use --again to replay it once more\n",
+			seq, v.Replayed.At.Local().Format(time.RFC3339), v.Replayed.Subject, v.Replayed.Stream, v.Replayed.Sequence)
+		return exitInvalid
+	}
+	if err := d.replayOne(ctx, v, dl, stdout); err != nil {
+		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// replayAll replays, oldest first, every dead letter of consumer (all
+// consumers when "") whose message was on a subject the filter subject
+// matches (any when ""), those replayed before only when again. It goes on
+// past a dead letter it cannot replay and fails at the end if there was one.
+func (d *dlq) replayAll(ctx context.Context, subject, consumer string, again bool, stdout, stderr io.Writer) int {
+	s, err := d.stream(ctx)
+	var views []*deadLetterView
+	if err == nil {
+		filter := "nova.dlq.*"
+		if consumer != "" {
+			filter = bus.DeadLetterSubject(consumer)
+		}
+		views, err = d.collect(ctx, s, filter, 0)
+	}
+	if err != nil && !errors.Is(err, errNoStream) {
+		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
+		return exitFailed
+	}
+	var replayed, skipped, failed int
+	for _, v := range views {
+		if subject != "" && !server.SubjectMatchesFilter(v.Subject, subject) {
+			continue
+		}
+		if v.Replayed != nil && !again {
+			skipped++
+			continue
+		}
+		_, dl, _, err := d.get(ctx, v.Seq)
+		if err == nil {
+			err = d.replayOne(ctx, v, dl, stdout)
+		}
+		if err != nil {
+			failed++
+			fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
+			continue
+		}
+		replayed++
+	}
+	fmt.Fprintf(stdout, "replayed %d dead letter(s)", replayed)
+	if skipped > 0 {
+		fmt.Fprintf(stdout, "; %d replayed before left alone (--again replays them)", skipped)
+	}
+	fmt.Fprintln(stdout)
+	if failed > 0 {
+		fmt.Fprintf(stderr, "nova dlq replay: %d dead letter(s) could not be replayed (above)\n", failed)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// replayOne publishes the message of dead letter v (dl) again where it was,
+// and records that it did.
+func (d *dlq) replayOne(ctx context.Context, v *deadLetterView, dl *novav1.DeadLetter, stdout io.Writer) error {
 	times := 1
 	if v.Replayed != nil {
-		if !again {
-			fmt.Fprintf(stderr, "nova dlq replay: dead letter %d was replayed at %s to %s (%s sequence %d); use --again to replay it once more\n",
-				seq, v.Replayed.At.Local().Format(time.RFC3339), v.Replayed.Subject, v.Replayed.Stream, v.Replayed.Sequence)
-			return exitInvalid
-		}
 		times = v.Replayed.Times + 1
 	}
 	orig, err := d.b.DeadLetterOriginal(ctx, dl)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq replay: dead letter %d (%s sequence %d) cannot be replayed: %v\n", seq, dl.GetStream(), dl.GetStreamSequence(), err)
-		return exitFailed
+		return fmt.Errorf("dead letter %d (%s sequence %d) cannot be replayed: %w", v.Seq, dl.GetStream(), dl.GetStreamSequence(), err)
 	}
 	m := nats.NewMsg(orig.Subject)
 	for k, vals := range orig.Header {
@@ -479,27 +559,25 @@ func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr
 	m.Data = orig.Data
 	ack, err := d.b.JetStream().PublishMsg(ctx, m)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq replay: publish to %s: %v\n", orig.Subject, err)
-		return exitFailed
+		return fmt.Errorf("dead letter %d: publish to %s: %w", v.Seq, orig.Subject, err)
 	}
 	rec, err := json.Marshal(replayRecord{At: time.Now().UTC(), Subject: orig.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Times: times})
 	if err == nil {
-		marker := nats.NewMsg(replayedPrefix + strconv.FormatUint(seq, 10))
-		marker.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replayed:%d:%d", seq, times))
+		marker := nats.NewMsg(replayedPrefix + strconv.FormatUint(v.Seq, 10))
+		marker.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replayed:%d:%d", v.Seq, times))
 		marker.Data = rec
 		_, err = d.b.JetStream().PublishMsg(ctx, marker)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "nova dlq replay: replayed to %s (%s sequence %d), but could not record it, so a replay without --again is not refused: %v\n",
-			orig.Subject, ack.Stream, ack.Sequence, err)
-		return exitFailed
+		return fmt.Errorf("dead letter %d replayed to %s (%s sequence %d), but could not record it, so a replay without --again is not refused: %w",
+			v.Seq, orig.Subject, ack.Stream, ack.Sequence, err)
 	}
 	fmt.Fprintf(stdout, "replayed dead letter %d: published %s to %s, %s sequence %d (Nats-Msg-Id %s)\n",
-		seq, byteSize(uint64(len(orig.Data))), orig.Subject, ack.Stream, ack.Sequence, msgID)
+		v.Seq, byteSize(uint64(len(orig.Data))), orig.Subject, ack.Stream, ack.Sequence, msgID)
 	if ack.Duplicate {
 		fmt.Fprintln(stdout, "  the server already had this replay (published within its duplicate window) and stored it once")
 	}
-	return exitOK
+	return nil
 }
 
 func printJSON(stdout, stderr io.Writer, v any) int {

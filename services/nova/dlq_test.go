@@ -237,6 +237,40 @@ func TestDLQ(t *testing.T) {
 	if code, out, _ = run("show", seq(smallDL)); code != exitOK || !strings.Contains(out, "to nova.cmd.sandbox (NOVA_CMD sequence") || !strings.Contains(out, "2 time(s)") {
 		t.Errorf("show after the replays: exit %d\n%s", code, out)
 	}
+
+	// replay --all: what was replayed before is left alone unless --again;
+	// one that cannot be replayed fails the command, after the others.
+	for _, tt := range []struct {
+		args     []string
+		wantCode int
+		want     []string
+	}{
+		{[]string{"replay", "--all", "--subject", "nova.evt.>"}, exitOK, []string{"replayed 0 dead letter(s)\n"}},
+		{[]string{"replay", "--all"}, exitFailed, []string{"replayed 0 dead letter(s); 2 replayed before left alone",
+			"1 dead letter(s) could not be replayed", "only an excerpt of the message is left"}},
+		{[]string{"replay", "--all", "--again", "--subject", "nova.cmd.*", "--consumer", bus.AgentSandbox}, exitFailed,
+			[]string{"Nats-Msg-Id replay:" + largeDL.ID + ":2", "Nats-Msg-Id replay:" + smallDL.ID + ":3", "replayed 2 dead letter(s)"}},
+		{[]string{"replay", "--subject", "nova.cmd.*", seq(smallDL)}, exitInvalid, []string{"use them with --all"}},
+		{[]string{"replay", "--all", "--subject", "nova..cmd"}, exitInvalid, []string{"is not a NATS subject filter"}},
+		{[]string{"replay", "--all", seq(smallDL)}, exitInvalid, []string{"unexpected argument"}},
+	} {
+		code, out, errOut := run(tt.args...)
+		for _, w := range tt.want {
+			if code != tt.wantCode || !strings.Contains(out+errOut, w) {
+				t.Errorf("nova dlq %v: exit %d, want %d with %q\n%s%s", tt.args, code, tt.wantCode, w, out, errOut)
+			}
+		}
+	}
+	for _, want := range []string{"replay:" + smallDL.ID + ":3", "replay:" + largeDL.ID + ":2"} { // oldest first
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("replay %s: %v", want, err)
+		}
+		_ = m.Ack()
+		if got := m.Headers().Get(jetstream.MsgIDHeader); got != want {
+			t.Errorf("replay --all: Nats-Msg-Id %q, want %q", got, want)
+		}
+	}
 }
 
 // TestDLQConnect: without NATS_URL, nova dlq opens the embedded server of
