@@ -38,6 +38,11 @@ type Options struct {
 	NATSCluster int
 	// MongoPort is the MongoDB wire port on 127.0.0.1; 0 picks a free port.
 	MongoPort int
+	// NATSSyncInterval is how often the NATS server writes each stream's
+	// state (its index, and the expiry of messages with a TTL) and syncs it
+	// to disk: after a kill -9 it scans what was written since (0:
+	// DefaultNATSSyncInterval; see StartNATS).
+	NATSSyncInterval time.Duration
 	// NoIDIndex leaves out the index that lets FerretDB find a document by
 	// _id without scanning its collection (see Mongo.IndexIDs), for measuring
 	// what it saves. A data dir that has it keeps it.

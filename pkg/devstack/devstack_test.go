@@ -336,3 +336,25 @@ func TestNATSDialer(t *testing.T) {
 	}
 	roundTrip()
 }
+
+// The embedded server syncs its streams every NATSSyncInterval, by
+// default DefaultNATSSyncInterval rather than the server's 2 minutes (see
+// cmd/restartbench for what it does to a restart after kill -9).
+func TestNATSSyncInterval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct{ set, want time.Duration }{
+		{0, devstack.DefaultNATSSyncInterval},
+		{3 * time.Second, 3 * time.Second},
+	} {
+		n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir(), NATSSyncInterval: tc.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := n.Server().JetStreamConfig().SyncInterval
+		n.Shutdown()
+		if got != tc.want {
+			t.Errorf("NATSSyncInterval %v: the server syncs every %v, want %v", tc.set, got, tc.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,13 @@ func StartNATS(ctx context.Context, opts Options) (*NATS, error) {
 		Port:       port,
 		JetStream:  true,
 		StoreDir:   dir,
+		// After a kill -9 the server rebuilds each stream's state from
+		// the messages written since it last wrote that state down (every
+		// 2 minutes or so, hard-coded), reading them: before that first
+		// write, every ended execution's state kept a week with its own TTL.
+		// Syncing every DefaultNATSSyncInterval instead of the server's 2
+		// minutes measured 2.4 times faster restarts (cmd/restartbench).
+		SyncInterval: cmp.Or(opts.NATSSyncInterval, DefaultNATSSyncInterval),
 		// The embedding process owns signal handling.
 		NoSigs: true,
 	})
@@ -60,6 +68,10 @@ func StartNATS(ctx context.Context, opts Options) (*NATS, error) {
 
 	return &NATS{srv: srv, url: srv.ClientURL()}, nil
 }
+
+// DefaultNATSSyncInterval is how often the embedded NATS server writes its
+// streams' state (Options.NATSSyncInterval).
+const DefaultNATSSyncInterval = 10 * time.Second
 
 func waitNATSReady(ctx context.Context, srv *server.Server) error {
 	ctx, cancel := readyDeadline(ctx)
