@@ -133,7 +133,7 @@ FUZZ_TARGETS := \
 	pkg:./workflow:FuzzParse \
 	pkg:./jsonvalue:FuzzParseObject \
 	pkg:./contextsummary:FuzzSummarize \
-	pkg:./bus:FuzzDecodeEvent \
+	pkg:./bus/busfuzz:FuzzDecodeEvent \
 	pkg:./eventjson:FuzzUnmarshalMatchesReference \
 	services/sandbox:./runner:FuzzProtocolScanner \
 	services/sandbox:./outputschema:FuzzAnalyze
