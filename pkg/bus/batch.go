@@ -218,11 +218,7 @@ func (b *Bus) handleBatch(ctx context.Context, stop <-chan struct{}, c Consumer,
 // handleDeliveries runs h on ds and settles each: at once, when h holds it,
 // or, when h found what it writes to down, once that answers again.
 func (b *Bus) handleDeliveries(ctx context.Context, stop <-chan struct{}, c Consumer, ds []delivery, h BatchHandler) {
-	kept := make([]jetstream.Msg, len(ds))
-	for i, d := range ds {
-		kept[i] = d.msg
-	}
-	stopHeartbeat := heartbeat(ctx, c.AckWait/4, kept...)
+	stopHeartbeat := heartbeat(ctx, c.AckWait/4, messages(ds)...)
 	errs := b.runBatch(ctx, c.Durable, ds, h)
 	stopHeartbeat()
 	again := func(ds []delivery) { b.handleDeliveries(ctx, stop, c, ds, h) }
@@ -250,6 +246,15 @@ func (b *Bus) handleDeliveries(ctx context.Context, stop <-chan struct{}, c Cons
 	if len(down) > 0 {
 		b.keepForOutage(ctx, stop, c, down, cause, again)
 	}
+}
+
+// messages are the deliveries' messages.
+func messages(ds []delivery) []jetstream.Msg {
+	msgs := make([]jetstream.Msg, len(ds))
+	for i, d := range ds {
+		msgs[i] = d.msg
+	}
+	return msgs
 }
 
 // runBatch runs h on the deliveries ds, each observed (span, log, metrics)

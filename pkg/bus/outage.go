@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // unavailableError marks a handler's error as its sink being down.
@@ -184,10 +182,7 @@ func (b *Bus) pause(ctx context.Context, c Consumer, d time.Duration, log *slog.
 // in-progress acks until the sink answers, then handles them again; when
 // the consumer stops first they are released for a later delivery.
 func (b *Bus) keepForOutage(ctx context.Context, stop <-chan struct{}, c Consumer, ds []delivery, cause error, again func([]delivery)) {
-	msgs := make([]jetstream.Msg, len(ds))
-	for i, d := range ds {
-		msgs[i] = d.msg
-	}
+	msgs := messages(ds)
 	stopHeartbeat := heartbeat(ctx, c.AckWait/4, msgs...)
 	select {
 	case <-c.Outage.down(b, c, cause, stop):

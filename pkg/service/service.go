@@ -141,13 +141,8 @@ func connect(ctx context.Context, name string, c *Common, tel *telemetry.Telemet
 // /metrics, with Go's profiles when asked for.
 func serveHealth(c *Common, env *Env) (*health.Server, error) {
 	hs, err := health.Listen(c.HealthAddr, env.Telemetry.Registry, health.Check{Name: "service", Func: func(ctx context.Context) error {
-		env.mu.Lock()
-		checks := slices.Clone(env.checks)
-		env.mu.Unlock()
-		for _, ch := range checks {
-			if err := ch.Func(ctx); err != nil {
-				return fmt.Errorf("%s: %w", ch.Name, err)
-			}
+		if failed := env.failing(ctx, &env.checks, true); len(failed) > 0 {
+			return failed[0]
 		}
 		return nil
 	}})
@@ -155,14 +150,9 @@ func serveHealth(c *Common, env *Env) (*health.Server, error) {
 		return nil, err
 	}
 	hs.Degraded(func(ctx context.Context) []string {
-		env.mu.Lock()
-		checks := slices.Clone(env.degraded)
-		env.mu.Unlock()
 		var out []string
-		for _, ch := range checks {
-			if err := ch.Func(ctx); err != nil {
-				out = append(out, ch.Name+": "+err.Error())
-			}
+		for _, err := range env.failing(ctx, &env.degraded, false) {
+			out = append(out, err.Error())
 		}
 		return out
 	})
@@ -172,6 +162,25 @@ func serveHealth(c *Common, env *Env) (*health.Server, error) {
 		env.Logger.Warn("serving Go's profiles on the health port (/debug/pprof/); keep the port private", "addr", hs.Addr())
 	}
 	return hs, nil
+}
+
+// failing runs the checks of list, read under the lock (the service adds
+// them while it starts), and returns each failure named after its check;
+// with first, it stops at the first.
+func (e *Env) failing(ctx context.Context, list *[]health.Check, first bool) []error {
+	e.mu.Lock()
+	checks := slices.Clone(*list)
+	e.mu.Unlock()
+	var failed []error
+	for _, ch := range checks {
+		if err := ch.Func(ctx); err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", ch.Name, err))
+			if first {
+				break
+			}
+		}
+	}
+	return failed
 }
 
 // NewEnv is the Env of a service that runs inside another program (nova

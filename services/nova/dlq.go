@@ -287,17 +287,27 @@ func decodeDeadLetter(ctx context.Context, s jetstream.Stream, raw *jetstream.Ra
 	return v, &dl, nil
 }
 
-func (d *dlq) list(ctx context.Context, consumer string, limit int, asJSON bool, stdout, stderr io.Writer) int {
-	var views []*deadLetterView
+// deadLetters returns the newest limit dead letters (0: all), oldest
+// first, of consumer (every consumer when ""); none when there is no
+// dead-letter stream yet.
+func (d *dlq) deadLetters(ctx context.Context, consumer string, limit int) ([]*deadLetterView, error) {
 	s, err := d.stream(ctx)
-	if err == nil {
-		filter := "nova.dlq.*"
-		if consumer != "" {
-			filter = bus.DeadLetterSubject(consumer)
-		}
-		views, err = d.collect(ctx, s, filter, limit)
+	if errors.Is(err, errNoStream) {
+		return nil, nil
 	}
-	if err != nil && !errors.Is(err, errNoStream) {
+	if err != nil {
+		return nil, err
+	}
+	filter := "nova.dlq.*"
+	if consumer != "" {
+		filter = bus.DeadLetterSubject(consumer)
+	}
+	return d.collect(ctx, s, filter, limit)
+}
+
+func (d *dlq) list(ctx context.Context, consumer string, limit int, asJSON bool, stdout, stderr io.Writer) int {
+	views, err := d.deadLetters(ctx, consumer, limit)
+	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq list: %v\n", err)
 		return exitFailed
 	}
@@ -486,16 +496,8 @@ func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr
 // matches (any when ""), those replayed before only when again. It goes on
 // past a dead letter it cannot replay and fails at the end if there was one.
 func (d *dlq) replayAll(ctx context.Context, subject, consumer string, again bool, stdout, stderr io.Writer) int {
-	s, err := d.stream(ctx)
-	var views []*deadLetterView
-	if err == nil {
-		filter := "nova.dlq.*"
-		if consumer != "" {
-			filter = bus.DeadLetterSubject(consumer)
-		}
-		views, err = d.collect(ctx, s, filter, 0)
-	}
-	if err != nil && !errors.Is(err, errNoStream) {
+	views, err := d.deadLetters(ctx, consumer, 0)
+	if err != nil {
 		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
 		return exitFailed
 	}
