@@ -71,6 +71,7 @@ help:
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make bench-sandbox  sandbox latency (p50, p99), executions/s and CPU per execution, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200 -cases a": 200 executions of case (a) only)'
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, then the same after 20000 more workflows on the same data dir, beside plain python3 (BENCH_LOAD_FLAGS="-history 0" skips that)'
+	@echo 'make bench-restart  nova dev restarted after kill -9 with 0, 10000 and 100000 ended executions kept, killed a while after the server wrote its state and before it first did: time until the bucket answers and until a workflow completes, and the TTL scan it logged (BENCH_RESTART_FLAGS=...)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
 	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
@@ -293,6 +294,14 @@ BENCH_LOAD_FLAGS ?=
 bench-load: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./benchload
 	$(BIN)/nova-benchload -bin $(BIN) $(BENCH_LOAD_FLAGS)
+
+# nova dev restarted after kill -9 with 0, 10000 and 100000 ended
+# executions' states kept: until the bucket answers, until a workflow
+# completes (BENCH_RESTART_FLAGS="-states 0,600000").
+.PHONY: bench-restart
+bench-restart: build
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchrestart ./benchrestart
+	$(BIN)/nova-benchrestart -bin $(BIN) $(BENCH_RESTART_FLAGS)
 
 # The audit store as its history grows, on the embedded FerretDB: write time
 # and CPU per execution and reads of one execution at several history sizes,
