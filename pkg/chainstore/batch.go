@@ -75,6 +75,7 @@ func (s *Store) RecordAll(ctx context.Context, events []proto.Message) []error {
 	s.indexAll(ctx, slices.Concat(nodes.list, steps.list))
 	s.writeStarted(ctx, whole, &listed)
 	s.writeCompletedAll(ctx, slices.DeleteFunc(slices.Clone(completed.list), func(it *item) bool { return it.written }), &listed)
+	s.stampCompleted(ctx, completed.list)
 	s.list(ctx, &listed)
 
 	for _, it := range slices.Concat(started.list, completed.list, nodes.list, steps.list) {

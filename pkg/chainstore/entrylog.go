@@ -55,6 +55,13 @@ func (p *positions) set(key string, n int) {
 	p.next[key] = max(n, p.next[key])
 }
 
+// forget drops what p remembers of the log key (deleted).
+func (p *positions) forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.next, key)
+}
+
 // appendEntry inserts entry(id) as the next entry of the log key of coll,
 // at the position pos expects, else at the first free one, and tells the
 // position.

@@ -6,3 +6,7 @@ import "go.mongodb.org/mongo-driver/v2/event"
 func WithCommandMonitor(m *event.CommandMonitor) Option {
 	return func(s *Store) { s.monitor = m }
 }
+
+// StampEnded has completions set EndedField, as EnsureRetention does on a
+// server with TTL indexes.
+func (s *Store) StampEnded(on bool) { s.stampEnded.Store(on) }

@@ -93,6 +93,14 @@ type Store struct {
 	listRecent        map[string]listingEntry // see remember
 	listingBackfilled atomic.Bool             // see listingReady
 
+	// ttl: the retention is kept by TTL indexes (see EnsureRetention);
+	// stampEnded: completions set EndedField for them.
+	ttl        bool
+	forceTTL   *bool
+	stampEnded atomic.Bool
+	sweepMu    sync.Mutex // DeleteEnded on the listing
+	swept      time.Time  // the listing's minutes up to here are deleted
+
 	monitor *event.CommandMonitor // tests watch the commands sent
 }
 
@@ -133,6 +141,10 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	}
 	if s.forceQueryIndexes != nil {
 		s.queryIndexes = *s.forceQueryIndexes
+	}
+	s.ttl = !ferret // FerretDB 1.x has no TTL indexes
+	if s.forceTTL != nil {
+		s.ttl = *s.forceTTL
 	}
 	db := client.Database(database)
 	s.client = client
@@ -337,6 +349,11 @@ func (s *Store) RecordWorkflowCompleted(ctx context.Context, ev *novav1.Workflow
 	listed, checked, err := s.writeCompleted(ctx, id, set)
 	if err != nil {
 		return err
+	}
+	if s.stampEnded.Load() {
+		if err := s.stamp(ctx, id, set); err != nil {
+			return err
+		}
 	}
 	if err := s.listOne(ctx, listed, checked); err != nil {
 		return fmt.Errorf("record workflow completed %s: %w", id, err)

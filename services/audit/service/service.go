@@ -42,6 +42,10 @@ type Deps struct {
 	// Backoff replaces the consumer's delays between deliveries of an
 	// event the store refused (tests of an outage longer than them).
 	Backoff []time.Duration
+	// Retention is how long an ended execution's chain of work is kept (0:
+	// for ever); SweepEvery replaces sweepEvery(Retention).
+	Retention  time.Duration
+	SweepEvery time.Duration
 }
 
 // Run records events until ctx ends.
@@ -50,6 +54,10 @@ func Run(ctx context.Context, d Deps) error {
 		return err
 	}
 	if err := d.Store.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	serverDeletes, err := d.Store.EnsureRetention(ctx, d.Retention)
+	if err != nil {
 		return err
 	}
 	h := &holder{started: map[string]*heldStart{}, holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
@@ -62,17 +70,25 @@ func Run(ctx context.Context, d Deps) error {
 		defer close(purged)
 		newRetention(d.Bus, cmp.Or(d.KeepEnded, KeepEnded), cmp.Or(d.PurgeEvery, PurgeEvery), d.Logger).run(purging)
 	}()
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		if d.Retention > 0 && !serverDeletes {
+			(&sweeper{st: d.Store, keep: d.Retention, every: cmp.Or(d.SweepEvery, sweepEvery(d.Retention)), log: d.Logger}).run(purging)
+		}
+	}()
 	spec := ConsumerSpec(d.Workers)
 	spec.Backoff = d.Backoff
 	spec.Outage = d.Outage
 	if spec.Outage == nil {
 		spec.Outage = NewOutage(d.Store)
 	}
-	err := d.Bus.ConsumeBatch(ctx, spec, func(ctx context.Context, evs []event.Event) []error {
+	err = d.Bus.ConsumeBatch(ctx, spec, func(ctx context.Context, evs []event.Event) []error {
 		return record(ctx, d.Store, h, evs)
 	})
 	stopPurging()
 	<-purged
+	<-swept
 	stopExpiring()
 	// What is still held is written now, running, rather than left to a
 	// redelivery after AckWait.

@@ -21,6 +21,10 @@ type Config struct {
 	Workers int `env:"NOVA_WORKERS" default:"8"`
 	// KeepEnded is how long an ended execution's events stay in NOVA_EVT.
 	KeepEnded time.Duration `env:"NOVA_KEEP_ENDED_EVENTS" default:"30s"`
+	// Retention is how long an ended execution's chain of work is kept
+	// after its end (empty or 0: for ever). On MongoDB TTL indexes delete
+	// it, on FerretDB the audit service.
+	Retention time.Duration `env:"NOVA_AUDIT_RETENTION"`
 }
 
 // StartOption gives Start what its caller already holds.
@@ -29,6 +33,10 @@ type StartOption func(*Deps)
 // WithStore writes to st instead of opening Config.MongoURI (nova dev
 // shares one store among its modules).
 func WithStore(st *chainstore.Store) StartOption { return func(d *Deps) { d.Store = st } }
+
+// WithSweepEvery looks for executions past the retention this often
+// instead of a tenth of it (tests that wait for a sweep).
+func WithSweepEvery(d time.Duration) StartOption { return func(deps *Deps) { deps.SweepEvery = d } }
 
 // WithPurgeEvery purges the events stream this often instead of every
 // PurgeEvery (tests that wait for a purge).
@@ -48,7 +56,11 @@ func Start(ctx context.Context, cfg Config, env *service.Env, opts ...StartOptio
 	if cfg.KeepEnded <= 0 {
 		return nil, fmt.Errorf("NOVA_KEEP_ENDED_EVENTS=%v: must be a positive duration (how long an ended execution's events stay)", cfg.KeepEnded)
 	}
-	s := &Service{deps: Deps{Bus: env.Bus, Logger: env.Logger, Workers: cfg.Workers, KeepEnded: cfg.KeepEnded}, close: func() {}}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("NOVA_AUDIT_RETENTION=%v: must be a positive duration (how long an ended execution's chain of work is kept), or empty to keep it for ever", cfg.Retention)
+	}
+	s := &Service{deps: Deps{Bus: env.Bus, Logger: env.Logger, Workers: cfg.Workers, KeepEnded: cfg.KeepEnded,
+		Retention: cfg.Retention}, close: func() {}}
 	for _, opt := range opts {
 		opt(&s.deps)
 	}

@@ -79,6 +79,10 @@ type config struct {
 	// taken after the runs (0: not taken); zygoteIdle is nova dev's
 	// --zygote-idle (0: its default).
 	idle, zygoteIdle time.Duration
+	// retention is nova dev's NOVA_AUDIT_RETENTION (0: unset).
+	retention time.Duration
+	// python: run the baseline of plain python3 subprocesses.
+	python bool
 	// keep leaves the data dirs and nova dev's logs in place.
 	keep bool
 	// slowest is how many of each run's slowest workflows to name, with
@@ -98,6 +102,8 @@ func main() {
 	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run (the history's is scaled to its size)")
 	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	fs.DurationVar(&cfg.idle, "idle", 0, "after the runs, wait this long with nothing running and take the PSS of idle nova dev (0: skip)")
+	fs.BoolVar(&cfg.python, "python", true, "end with the baseline: three plain python3 -c subprocesses per workflow")
+	fs.DurationVar(&cfg.retention, "retention", 0, "run nova dev with NOVA_AUDIT_RETENTION set to this (0: unset, the chain of work kept for ever)")
 	fs.DurationVar(&cfg.zygoteIdle, "zygote-idle", 0, "nova dev --zygote-idle: how long its full zygote may go unused before it stops (0: nova dev's default)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the data dirs and nova dev's logs (their directory is printed)")
 	fs.IntVar(&cfg.slowest, "slowest", 0, "print each run's `n` slowest workflows with the time they started (to find them in nova dev's log and traces)")
@@ -197,6 +203,9 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 	}
 	if cfg.zygoteIdle > 0 {
 		proc.Args = append(proc.Args, "--zygote-idle", cfg.zygoteIdle.String())
+	}
+	if cfg.retention > 0 {
+		proc.Env = append(proc.Env, "NOVA_AUDIT_RETENTION="+cfg.retention.String())
 	}
 	if err := proc.Start(); err != nil {
 		return nil, err
@@ -304,6 +313,9 @@ func runs(ctx context.Context, cfg config, d *dev, three *novav1.WorkflowDefinit
 			return results, err
 		}
 		results = append(results, r)
+	}
+	if !cfg.python {
+		return results, nil
 	}
 	base, err := baseline(ctx, cfg.workflows)
 	if err != nil {
@@ -482,18 +494,13 @@ wait:
 	if got := int(l.Completed.Load()); got != n {
 		return r, fmt.Errorf("%s: %d of %d workflows completed within %s", name, got, n, cfg.limit)
 	}
-	// Only this run's completions: reading the whole history would load every
-	// block of the events stream into the server, which the next run's PSS
-	// would show.
-	outcomes, err := loadgen.Completions(ctx, b.JetStream(), start.Add(-time.Second))
-	if err != nil {
-		return r, err
-	}
+	// The completions as they were delivered: a run longer than
+	// NOVA_KEEP_ENDED_EVENTS has its first ones purged from the stream.
 	var lat []time.Duration
 	for i, id := range l.IDs {
-		o, ok := outcomes[id]
-		if !ok || o.Completion.Status != execution.StatusSucceeded {
-			return r, fmt.Errorf("%s: workflow %s did not succeed", name, id)
+		o := l.Outcomes[i]
+		if o == nil || o.Completion.Status != execution.StatusSucceeded {
+			return r, fmt.Errorf("%s: workflow %s did not succeed (%v)", name, id, o)
 		}
 		lat = append(lat, o.At.Sub(l.Started[i]))
 	}

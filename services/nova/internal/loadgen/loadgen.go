@@ -55,11 +55,18 @@ type Load struct {
 	Started []time.Time
 	// Completed counts the workflows whose completion was seen.
 	Completed atomic.Int64
+	// Outcomes are the completions seen, one per workflow (nil: none
+	// yet), as they were delivered: a run longer than the events stream
+	// keeps an ended execution's events has them all.
+	Outcomes []*Outcome
+	// Context is each workflow's initial context, as JSON (nil:
+	// {"n": i}).
+	Context func(i int) string
 }
 
 func NewLoad(b *bus.Bus, def *novav1.WorkflowDefinition, n int) *Load {
 	l := &Load{b: b, def: def, IDs: make([]string, n), Started: make([]time.Time, n),
-		completions: b.CompletionWaits()}
+		Outcomes: make([]*Outcome, n), completions: b.CompletionWaits()}
 	for i := range n {
 		l.IDs[i] = uuid.NewString()
 	}
@@ -97,7 +104,11 @@ func (l *Load) one(ctx context.Context, i int) bool {
 	var stop func()
 	for ctx.Err() == nil {
 		var err error
-		stop, err = l.completions.Add(ctx, subject, func(*event.Event) {
+		stop, err = l.completions.Add(ctx, subject, func(ev *event.Event) {
+			var wc novav1.WorkflowCompleted
+			if bus.Decode(*ev, &wc) == nil && l.Outcomes[i] == nil {
+				l.Outcomes[i] = &Outcome{Completion: &wc, At: ev.Time()}
+			}
 			select {
 			case done <- struct{}{}:
 			default:
@@ -113,7 +124,11 @@ func (l *Load) one(ctx context.Context, i int) bool {
 	}
 	defer stop()
 
-	initial, err := jsonvalue.ObjectOf(fmt.Sprintf(`{"n": %d}`, i))
+	text := fmt.Sprintf(`{"n": %d}`, i)
+	if l.Context != nil {
+		text = l.Context(i)
+	}
+	initial, err := jsonvalue.ObjectOf(text)
 	if err != nil {
 		panic(err)
 	}
