@@ -71,11 +71,13 @@ help:
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make bench-sandbox  sandbox latency (p50, p99), executions/s and CPU per execution, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200 -cases a": 200 executions of case (a) only)'
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, then the same after 20000 more workflows on the same data dir, beside plain python3 (BENCH_LOAD_FLAGS="-history 0" skips that)'
+	@echo 'make bench-chain  the chain of work per execution: BSON bytes by collection and the embedded store's disk bytes, for a 3-node code workflow and ai-orders (BENCH_CHAIN_FLAGS="-baseline-bin DIR" measures another build beside)'
 	@echo 'make bench-restart  nova dev restarted after kill -9 with 0, 10000 and 100000 ended executions kept, killed a while after the server wrote its state and before it first did: time until the bucket answers and until a workflow completes, and the TTL scan it logged (BENCH_RESTART_FLAGS=...)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
 	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
+	@echo 'make bench-export  nova chain export of 1000 and 100000 executions from the embedded FerretDB: executions/s, peak Go heap and peak RSS growth side by side (BENCH_EXPORT_FLAGS="-executions 20000")'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make images  docker build of every service (needs a Docker engine)'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
@@ -295,6 +297,14 @@ bench-load: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./benchload
 	$(BIN)/nova-benchload -bin $(BIN) $(BENCH_LOAD_FLAGS)
 
+# The chain of work's bytes per execution (BSON by collection, the embedded
+# store's disk) for a 3-node code workflow and ai-orders; beside another
+# commit's binaries with BENCH_CHAIN_FLAGS='-baseline-bin DIR'.
+.PHONY: bench-chain
+bench-chain: build
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchchain ./benchchain
+	$(BIN)/nova-benchchain -bin $(BIN) $(BENCH_CHAIN_FLAGS)
+
 # nova dev restarted after kill -9 with 0, 10000 and 100000 ended
 # executions' states kept: until the bucket answers, until a workflow
 # completes (BENCH_RESTART_FLAGS="-states 0,600000").
@@ -310,6 +320,14 @@ BENCH_STORE_FLAGS ?=
 .PHONY: bench-store
 bench-store:
 	cd services/nova && $(GO) run ./benchstore $(BENCH_STORE_FLAGS)
+
+# The archive export of the chain of work on the embedded FerretDB: 1000
+# and 100,000 executions exported, side by side: executions/s, the peak Go
+# heap and the peak RSS growth during the export (BENCH_EXPORT_FLAGS="-executions 20000").
+BENCH_EXPORT_FLAGS ?=
+.PHONY: bench-export
+bench-export:
+	cd services/nova && $(GO) run ./benchexport $(BENCH_EXPORT_FLAGS)
 
 # The console's executions list: the API's first page (and the browser's,
 # with chromium) with 100 and 10,000 executions stored, side by side.

@@ -49,7 +49,8 @@ type NodeSummaryDoc struct {
 }
 
 // NodeDoc is a chain_of_work document: one visit of one node. Field names follow the
-// original NOVA tables.
+// original NOVA tables. Its optional fields (those JSON leaves out when empty)
+// are not stored when empty, nor are they in StepDoc.
 type NodeDoc struct {
 	ID             string         `bson:"_id" json:"id"`
 	ExecutionID    string         `bson:"execution_id" json:"execution_id"`
@@ -57,29 +58,31 @@ type NodeDoc struct {
 	NodeType       string         `bson:"node_type" json:"node_type"`
 	Visit          int            `bson:"visit" json:"visit"`
 	Sequence       int            `bson:"sequence" json:"sequence"`
-	CodeExecuted   string         `bson:"code_executed" json:"code_executed,omitempty"`
+	CodeExecuted   string         `bson:"code_executed,omitempty" json:"code_executed,omitempty"`
 	InputContext   map[string]any `bson:"input_context" json:"input_context"`
 	OutputResult   map[string]any `bson:"output_result" json:"output_result"`
 	ExecutionTime  float64        `bson:"execution_time" json:"execution_time"` // milliseconds
 	Status         string         `bson:"status" json:"status"`
-	ErrorMessage   string         `bson:"error_message" json:"error_message,omitempty"`
-	DecisionResult string         `bson:"decision_result" json:"decision_result,omitempty"`
-	PathTaken      string         `bson:"path_taken" json:"path_taken,omitempty"`
-	AIMetadata     map[string]any `bson:"ai_metadata" json:"ai_metadata,omitempty"`
+	ErrorMessage   string         `bson:"error_message,omitempty" json:"error_message,omitempty"`
+	DecisionResult string         `bson:"decision_result,omitempty" json:"decision_result,omitempty"`
+	PathTaken      string         `bson:"path_taken,omitempty" json:"path_taken,omitempty"`
+	AIMetadata     map[string]any `bson:"ai_metadata,omitempty" json:"ai_metadata,omitempty"`
 	// OutputAnalysis is the shape of the node's output (type, isStructured,
 	// itemCount, fields), for field feedback and refinement.
-	OutputAnalysis map[string]any `bson:"output_analysis" json:"output_analysis,omitempty"`
+	OutputAnalysis map[string]any `bson:"output_analysis,omitempty" json:"output_analysis,omitempty"`
 	// What this visit's model calls cost and how many; error_kind is
 	// "budget_exceeded" when a model call would not fit a budget.
 	CostUSD     float64    `bson:"cost_usd" json:"cost_usd"`
 	ModelCalls  int        `bson:"model_calls" json:"model_calls"`
-	ErrorKind   string     `bson:"error_kind" json:"error_kind,omitempty"`
-	Stdout      string     `bson:"stdout" json:"stdout,omitempty"`
-	Stderr      string     `bson:"stderr" json:"stderr,omitempty"`
-	Traceback   string     `bson:"traceback" json:"traceback,omitempty"`
+	ErrorKind   string     `bson:"error_kind,omitempty" json:"error_kind,omitempty"`
+	Stdout      string     `bson:"stdout,omitempty" json:"stdout,omitempty"`
+	Stderr      string     `bson:"stderr,omitempty" json:"stderr,omitempty"`
+	Traceback   string     `bson:"traceback,omitempty" json:"traceback,omitempty"`
 	StartedAt   *time.Time `bson:"started_at" json:"started_at,omitempty"`
 	CompletedAt *time.Time `bson:"completed_at" json:"completed_at,omitempty"`
-	Timestamp   *time.Time `bson:"timestamp" json:"timestamp,omitempty"`
+	// Timestamp is CompletedAt, else StartedAt; stored only when it is
+	// neither (Chain fills it in).
+	Timestamp *time.Time `bson:"timestamp,omitempty" json:"timestamp,omitempty"`
 
 	// Steps are the agent steps of this visit, by step number; filled by Chain, not stored.
 	Steps []StepDoc `bson:"-" json:"steps,omitempty"`
@@ -87,26 +90,28 @@ type NodeDoc struct {
 
 // StepDoc is a chain_of_work_steps document: one agent step inside a node visit.
 type StepDoc struct {
-	ID              string         `bson:"_id" json:"id"`
-	ExecutionID     string         `bson:"execution_id" json:"execution_id"`
-	NodeID          string         `bson:"node_id" json:"node_id"`
-	Visit           int            `bson:"visit" json:"visit"`
-	ChainOfWorkID   string         `bson:"chain_of_work_id" json:"chain_of_work_id"`
+	ID          string `bson:"_id" json:"id"`
+	ExecutionID string `bson:"execution_id" json:"execution_id"`
+	NodeID      string `bson:"node_id" json:"node_id"`
+	Visit       int    `bson:"visit" json:"visit"`
+	// Not stored: the _id of the visit, from execution_id, node_id and
+	// visit (Chain fills it in).
+	ChainOfWorkID   string         `bson:"chain_of_work_id,omitempty" json:"chain_of_work_id"`
 	StepNumber      int            `bson:"step_number" json:"step_number"`
 	StepName        string         `bson:"step_name" json:"step_name"`
 	AgentName       string         `bson:"agent_name" json:"agent_name"`
 	AttemptNumber   int            `bson:"attempt_number" json:"attempt_number"`
 	InputData       map[string]any `bson:"input_data" json:"input_data"`
 	OutputData      map[string]any `bson:"output_data" json:"output_data"`
-	GeneratedCode   string         `bson:"generated_code" json:"generated_code,omitempty"`
-	SandboxID       string         `bson:"sandbox_id" json:"sandbox_id,omitempty"`
-	ModelUsed       string         `bson:"model_used" json:"model_used,omitempty"`
+	GeneratedCode   string         `bson:"generated_code,omitempty" json:"generated_code,omitempty"`
+	SandboxID       string         `bson:"sandbox_id,omitempty" json:"sandbox_id,omitempty"`
+	ModelUsed       string         `bson:"model_used,omitempty" json:"model_used,omitempty"`
 	TokensInput     int64          `bson:"tokens_input" json:"tokens_input"`
 	TokensOutput    int64          `bson:"tokens_output" json:"tokens_output"`
 	CostUSD         float64        `bson:"cost_usd" json:"cost_usd"`
-	ToolCalls       []any          `bson:"tool_calls" json:"tool_calls,omitempty"`
+	ToolCalls       []any          `bson:"tool_calls,omitempty" json:"tool_calls,omitempty"`
 	Status          string         `bson:"status" json:"status"`
-	ErrorMessage    string         `bson:"error_message" json:"error_message,omitempty"`
+	ErrorMessage    string         `bson:"error_message,omitempty" json:"error_message,omitempty"`
 	ExecutionTimeMs float64        `bson:"execution_time_ms" json:"execution_time_ms"`
 	Timestamp       *time.Time     `bson:"timestamp" json:"timestamp,omitempty"`
 }
@@ -157,9 +162,16 @@ func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error
 	for i := range nodes {
 		byNode[nodes[i].ID] = i
 		n := &nodes[i]
-		n.InputContext, n.OutputResult, n.AIMetadata = readContext(n.InputContext), readContext(n.OutputResult), unescapeMap(n.AIMetadata)
+		n.InputContext, n.OutputResult = readContext(n.InputContext), readContext(n.OutputResult)
+		n.AIMetadata = readAIMetadata(unescapeMap(n.AIMetadata), n.CodeExecuted)
+		if n.Timestamp == nil {
+			n.Timestamp = firstTime(n.CompletedAt, n.StartedAt)
+		}
 	}
 	for _, st := range steps {
+		if st.ChainOfWorkID == "" {
+			st.ChainOfWorkID = NodeDocID(st.ExecutionID, st.NodeID, int32(st.Visit))
+		}
 		st.InputData, st.OutputData = unescapeMap(st.InputData), unescapeMap(st.OutputData)
 		if st.ToolCalls != nil {
 			st.ToolCalls, _ = unescapeKeys(st.ToolCalls).([]any)

@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -440,7 +441,36 @@ func nodeDoc(ev *novav1.NodeCompleted) (NodeDoc, error) {
 	}
 	doc := NodeDocOf(ev)
 	doc.InputContext, doc.OutputResult = bsonContext(doc.InputContext), bsonContext(doc.OutputResult)
+	doc.AIMetadata = storedAIMetadata(doc.AIMetadata, doc.CodeExecuted)
+	if doc.Timestamp != nil && sameTime(doc.Timestamp, firstTime(doc.CompletedAt, doc.StartedAt)) {
+		doc.Timestamp = nil // the same instant twice in one document
+	}
 	return doc, nil
+}
+
+// storedAIMetadata is an AI node's ai_metadata as stored: without its
+// generated_code when that is the node's code_executed, the same code
+// twice in one document (Chain puts it back, see readAIMetadata).
+func storedAIMetadata(ai map[string]any, code string) map[string]any {
+	if generated, ok := ai["generated_code"].(string); !ok || generated == "" || generated != code {
+		return ai
+	}
+	ai = maps.Clone(ai)
+	delete(ai, "generated_code")
+	return ai
+}
+
+// readAIMetadata is ai_metadata as it was told: with generated_code, the
+// node's code_executed where storedAIMetadata left it out (every AI node's
+// ai_metadata has one).
+func readAIMetadata(ai map[string]any, code string) map[string]any {
+	if ai == nil {
+		return nil
+	}
+	if _, ok := ai["generated_code"]; !ok {
+		ai["generated_code"] = code
+	}
+	return ai
 }
 
 // NodeDocOf is the chain_of_work document of a node visit as its event
@@ -493,7 +523,9 @@ func stepDoc(ev *novav1.StepCompleted) (StepDoc, error) {
 	if ev.GetExecutionId() == "" || ev.GetNodeId() == "" {
 		return StepDoc{}, fmt.Errorf("record step: %w: execution id %q, node id %q", ErrInvalidEvent, ev.GetExecutionId(), ev.GetNodeId())
 	}
-	return StepDocOf(ev), nil
+	doc := StepDocOf(ev)
+	doc.ChainOfWorkID = "" // its visit's _id, from three fields of the document
+	return doc, nil
 }
 
 // StepDocOf is the chain_of_work_steps document of one agent step as its
