@@ -72,12 +72,14 @@ var validKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
 func ValidKey(s string) bool { return validKey.MatchString(s) }
 
 // ID is the id of the execution a start asks to be id: id itself when it
-// can be a key of the engine's buckets and is not "events" (the gateway's
-// GET /v1/executions/events is the stream of every execution, so an
-// execution of that id could not be read at /v1/executions/{id}), else a
-// UUID derived from it, so a repeated start still names one execution.
+// can be a key of the engine's buckets and is not "events" or "export"
+// (the gateway's GET /v1/executions/events is the stream of every
+// execution and GET /v1/executions/export the archive export, so an
+// execution of either id could not be read at /v1/executions/{id}, nor
+// named to `nova chain`), else a UUID derived from it, so a repeated start
+// still names one execution.
 func ID(id string) string {
-	if validKey.MatchString(id) && id != "events" {
+	if validKey.MatchString(id) && id != "events" && id != "export" {
 		return id
 	}
 	return uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()

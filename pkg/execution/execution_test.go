@@ -52,6 +52,7 @@ func TestID(t *testing.T) {
 		{"not a key", "order 42/7", false},
 		{"empty", "", false},
 		{"the gateway's stream of every execution", "events", false},
+		{"the gateway's export", "export", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

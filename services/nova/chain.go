@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -13,16 +15,43 @@ import (
 	"github.com/novaflow/nova/pkg/devstack"
 )
 
-func devstackMongo(ctx context.Context, dataDir string) (*devstack.Mongo, error) {
-	return devstack.StartMongo(ctx, devstack.Options{DataDir: dataDir})
+// storeFlags are the flags of the commands that read the audit store.
+type storeFlags struct {
+	dataDir, mongoURI, database *string
 }
 
-// chainView is what `nova chain --json` prints.
-type chainView struct {
-	Execution *chainstore.ExecutionDoc `json:"execution"`
-	Nodes     []chainstore.NodeDoc     `json:"nodes"`
+func addStoreFlags(fs *flag.FlagSet) storeFlags {
+	return storeFlags{
+		dataDir:  fs.String("data-dir", "./.nova", "data directory of the embedded store"),
+		mongoURI: fs.String("mongo", os.Getenv("MONGODB_URI"), "MongoDB URI of the audit store (instead of --data-dir)"),
+		database: fs.String("database", "nova", "database of the chain of work"),
+	}
 }
 
+// open opens the audit store: the MongoDB of --mongo, else the embedded
+// store of --data-dir, started for the command; release closes both.
+func (f storeFlags) open(ctx context.Context) (st *chainstore.Store, release func(), err error) {
+	uri, stop := *f.mongoURI, func() {}
+	if uri == "" {
+		m, err := devstack.StartMongo(ctx, devstack.Options{DataDir: *f.dataDir})
+		if err != nil {
+			return nil, nil, err
+		}
+		uri, stop = m.URI(), func() { _ = m.Close() }
+	}
+	st, err = chainstore.Open(ctx, uri, *f.database)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return st, func() {
+		_ = st.Close(context.WithoutCancel(ctx))
+		stop()
+	}, nil
+}
+
+// printChain prints the chain of work of one execution of the store, as
+// writeChain does.
 func printChain(ctx context.Context, w io.Writer, st *chainstore.Store, executionID string, asJSON bool) error {
 	exec, err := st.Execution(ctx, executionID)
 	if errors.Is(err, chainstore.ErrNotFound) {
@@ -37,12 +66,19 @@ func printChain(ctx context.Context, w io.Writer, st *chainstore.Store, executio
 	if err != nil {
 		return fmt.Errorf("chain of work of %s: %w", executionID, err)
 	}
+	return writeChain(w, &chainstore.ExecutionChain{Execution: exec, Nodes: nodes}, asJSON)
+}
+
+// writeChain prints an execution's chain of work: as indented JSON (what
+// `nova chain --json` prints), or as text, one paragraph per node visit.
+func writeChain(w io.Writer, c *chainstore.ExecutionChain, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		return enc.Encode(chainView{Execution: exec, Nodes: nodes})
+		return enc.Encode(c)
 	}
+	exec, nodes := c.Execution, c.Nodes
 	fmt.Fprintf(w, "\nchain of work of %s (workflow %q, %s", exec.ExecutionID, exec.WorkflowName, exec.Status)
 	if exec.DurationMs > 0 {
 		fmt.Fprintf(w, ", %d ms", exec.DurationMs)

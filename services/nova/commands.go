@@ -732,36 +732,39 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdChain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "export" {
+		return cmdChainExport(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("chain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", "./.nova", "data directory of the embedded store")
-	mongoURI := fs.String("mongo", os.Getenv("MONGODB_URI"), "MongoDB URI of the audit store (instead of --data-dir)")
-	database := fs.String("database", "nova", "database of the chain of work")
+	store := addStoreFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	fromFile := fs.String("from-file", "", "read the executions from `FILE`, an export of nova chain export, instead of the store")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return exitInvalid
+	}
+	if *fromFile != "" {
+		if len(pos) > 1 {
+			fmt.Fprintln(stderr, "nova chain --from-file: want at most one EXECUTION_ID (none prints every execution of the file)")
+			return exitInvalid
+		}
+		id := "" // every execution of the file
+		if len(pos) == 1 {
+			id = pos[0]
+		}
+		return chainFromFile(*fromFile, id, *asJSON, stdout, stderr)
 	}
 	if len(pos) != 1 {
 		fmt.Fprintln(stderr, "nova chain: want exactly one EXECUTION_ID")
 		return exitInvalid
 	}
-	uri := *mongoURI
-	if uri == "" {
-		m, err := devstackMongo(ctx, *dataDir)
-		if err != nil {
-			fmt.Fprintf(stderr, "nova chain: %v\n", err)
-			return exitFailed
-		}
-		defer m.Close()
-		uri = m.URI()
-	}
-	st, err := chainstore.Open(ctx, uri, *database)
+	st, release, err := store.open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova chain: %v\n", err)
 		return exitFailed
 	}
-	defer st.Close(context.WithoutCancel(ctx))
+	defer release()
 	if err := printChain(ctx, stdout, st, pos[0], *asJSON); err != nil {
 		fmt.Fprintf(stderr, "nova chain: %v\n", err)
 		if errors.Is(err, chainstore.ErrNotFound) {

@@ -19,6 +19,8 @@ Usage:
   nova validate FILE
   nova watch    EXECUTION_ID [--timeout D]
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
+  nova chain    --from-file FILE.jsonl [EXECUTION_ID] [--json]
+  nova chain export [--since T] [--until T] [--workflow W] [--data-dir DIR | --mongo URI] > FILE.jsonl
   nova pin      EXECUTION_ID [NODE...] [-o FILE] [--data-dir DIR | --mongo URI]
   nova cache list [--json] [--data-dir DIR]
   nova cache show KEY [--json] [--data-dir DIR]
@@ -27,9 +29,11 @@ Usage:
   nova dlq show SEQ [--json] [--data-dir DIR]
   nova dlq replay SEQ [--again] [--data-dir DIR]
 
-nova pin writes the workflow an execution ran (YAML) with its AI nodes
-pinned to the code they ran there, so that they call no model; nova cache
-lists, shows and removes the generated code AI nodes reuse.
+nova chain export writes whole executions, one JSON line each, started in
+[--since, --until) (RFC 3339 times or dates); nova chain --from-file reads
+such a file back. nova pin writes the workflow an execution ran (YAML) with
+its AI nodes pinned to the code they ran there, so that they call no model;
+nova cache lists, shows and removes the generated code AI nodes reuse.
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.

@@ -38,9 +38,7 @@ type pinned struct {
 func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", "./.nova", "data directory of the embedded store")
-	mongoURI := fs.String("mongo", os.Getenv("MONGODB_URI"), "MongoDB URI of the audit store (instead of --data-dir)")
-	database := fs.String("database", "nova", "database of the chain of work")
+	store := addStoreFlags(fs)
 	outFile := fs.String("o", "", "write the definition to `FILE` instead of stdout")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -50,22 +48,12 @@ func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nova pin: want an EXECUTION_ID, then the AI NODEs to pin (default: every AI node that succeeded)")
 		return exitInvalid
 	}
-	uri := *mongoURI
-	if uri == "" {
-		m, err := devstackMongo(ctx, *dataDir)
-		if err != nil {
-			fmt.Fprintf(stderr, "nova pin: %v\n", err)
-			return exitFailed
-		}
-		defer m.Close()
-		uri = m.URI()
-	}
-	st, err := chainstore.Open(ctx, uri, *database)
+	st, release, err := store.open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova pin: %v\n", err)
 		return exitFailed
 	}
-	defer st.Close(context.WithoutCancel(ctx))
+	defer release()
 	p, err := pinExecution(ctx, st, pos[0], pos[1:])
 	if err != nil {
 		fmt.Fprintf(stderr, "nova pin: %v\n", err)

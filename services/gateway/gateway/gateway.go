@@ -141,6 +141,9 @@ type ChainReader interface {
 	Chain(ctx context.Context, executionID string) ([]chainstore.NodeDoc, error)
 	// ListExecutions is a page of executions, newest first.
 	ListExecutions(ctx context.Context, f chainstore.ListFilter) ([]chainstore.ExecutionDoc, error)
+	// Export calls emit with each execution f selects, whole, newest first,
+	// a page at a time.
+	Export(ctx context.Context, f chainstore.ExportFilter, emit func(*chainstore.ExecutionChain) error) error
 }
 
 // Deps are what the gateway needs, built by the caller.
@@ -254,9 +257,11 @@ func New(d Deps) (*Gateway, error) {
 	})
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
-	// The literal path is more specific than {id}, so ServeMux gives it this
-	// route; no execution is named "events" (execution.ID).
+	// The literal paths are more specific than {id}, so ServeMux gives them
+	// these routes whatever the order; no execution is named "events" or
+	// "export" (execution.ID).
 	g.handle("GET /v1/executions/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamExecutions)
+	g.handle("GET /v1/executions/export", ScopeExecutionsRead, d.Limits.StreamTimeout, g.exportExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
 	// A run waits for a sandbox worker as well as for its own timeout.

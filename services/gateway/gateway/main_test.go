@@ -184,9 +184,13 @@ func (h *harness) start() error {
 }
 
 // serve starts a gateway on a loopback port with deps completed by the
-// harness (bus, store, values, logger, spans) and returns its URL.
+// harness (bus, store unless deps has one, values, logger, spans) and
+// returns its URL.
 func (h *harness) serve(deps gateway.Deps) (string, error) {
-	deps.Bus, deps.Store, deps.Values, deps.Logger = h.bus, h.store, h.values, h.log.With("service", "gateway")
+	if deps.Store == nil {
+		deps.Store = h.store
+	}
+	deps.Bus, deps.Values, deps.Logger = h.bus, h.values, h.log.With("service", "gateway")
 	deps.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans))
 	g, err := gateway.New(deps)
 	if err != nil {
