@@ -15,9 +15,10 @@ import (
 	auditservice "github.com/novaflow/nova/services/audit/service"
 )
 
-// publishAged publishes an execution of two nodes and a step that started
-// at start and, unless end is zero, ended at end.
-func publishAged(ctx context.Context, t *testing.T, b *bus.Bus, id string, start, end time.Time) {
+// publishAged publishes the facts of an execution of two nodes and a step
+// that started at start and, unless end is zero, ended at end, as the
+// engine would, and returns the stream sequence of the first.
+func publishAged(ctx context.Context, t *testing.T, b *bus.Bus, id string, start, end time.Time) uint64 {
 	t.Helper()
 	facts := []fact{
 		{id + "/started", bus.KindWorkflowStarted, bus.TypeWorkflowStarted, &novav1.WorkflowStarted{
@@ -35,11 +36,24 @@ func publishAged(ctx context.Context, t *testing.T, b *bus.Bus, id string, start
 			ExecutionId: id, WorkflowName: "aged", Status: "succeeded", Path: []string{"start", "work"},
 			StartedAt: timestamppb.New(start), CompletedAt: timestamppb.New(end)}})
 	}
+	var first uint64
 	for _, f := range facts {
 		if err := b.PublishProto(ctx, bus.EventSubject(id, f.kind), f.id, f.typ, f.msg, nil); err != nil {
 			t.Fatal(err)
 		}
+		if first == 0 {
+			s, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.GetLastMsgForSubject(ctx, bus.EventSubject(id, f.kind))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first = m.Sequence
+		}
 	}
+	return first
 }
 
 // records is a slog.Handler that passes on the records whose message has

@@ -12,12 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 )
 
@@ -178,43 +176,13 @@ func TestStoreOutageLongerThanRetries(t *testing.T) {
 	t.Logf("store down %v: %d executions recorded, 0 dead letters, 0 redeliveries", time.Since(down).Round(time.Second), before+during)
 }
 
-// publishExecution publishes the facts of one two-node execution, as the
-// engine would, and returns the stream sequence of the first.
+// publishExecution publishes the facts of one two-node execution that
+// starts now, as the engine would, and returns the stream sequence of the
+// first.
 func publishExecution(ctx context.Context, t *testing.T, b *bus.Bus, id string) uint64 {
 	t.Helper()
 	t0 := time.Now()
-	facts := []fact{
-		{id + "/started", bus.KindWorkflowStarted, bus.TypeWorkflowStarted, &novav1.WorkflowStarted{
-			ExecutionId: id, WorkflowName: "outage", StartedAt: timestamppb.New(t0)}},
-		{id + "/start", bus.KindNodeCompleted, bus.TypeNodeCompleted, &novav1.NodeCompleted{
-			ExecutionId: id, NodeId: "start", NodeType: "start", Visit: 1, Sequence: 1, Status: "success"}},
-		{id + "/step", bus.KindStepCompleted, bus.TypeStepCompleted, &novav1.StepCompleted{
-			ExecutionId: id, NodeId: "work", Visit: 1, StepNumber: 1, StepId: id + "/work/1/execute",
-			StepName: "execute", AgentName: "sandbox", Status: "success"}},
-		{id + "/work", bus.KindNodeCompleted, bus.TypeNodeCompleted, &novav1.NodeCompleted{
-			ExecutionId: id, NodeId: "work", NodeType: "action", Visit: 1, Sequence: 2, Status: "success"}},
-		{id + "/completed", bus.KindWorkflowCompleted, bus.TypeWorkflowCompleted, &novav1.WorkflowCompleted{
-			ExecutionId: id, WorkflowName: "outage", Status: "succeeded", Path: []string{"start", "work"},
-			StartedAt: timestamppb.New(t0), CompletedAt: timestamppb.New(t0.Add(time.Millisecond))}},
-	}
-	var first uint64
-	for _, f := range facts {
-		if err := b.PublishProto(ctx, bus.EventSubject(id, f.kind), f.id, f.typ, f.msg, nil); err != nil {
-			t.Fatal(err)
-		}
-		if first == 0 {
-			s, err := b.JetStream().Stream(ctx, bus.StreamEvents)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := s.GetLastMsgForSubject(ctx, bus.EventSubject(id, f.kind))
-			if err != nil {
-				t.Fatal(err)
-			}
-			first = m.Sequence
-		}
-	}
-	return first
+	return publishAged(ctx, t, b, id, t0, t0.Add(time.Millisecond))
 }
 
 // sinkDown reads the nova.consumer.sink_down metric of the audit consumer.
