@@ -20,7 +20,6 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -197,17 +196,11 @@ func runWorkflows(ctx context.Context, proc *loadgen.Proc, url string, w workloa
 	running, cancel := proc.WhileRunning(ctx)
 	defer cancel()
 	fail := func(err error) error { return loadgen.ExitedError(ctx, running, err) }
-	if err := loadgen.WaitDial(running, url); err != nil {
-		return fail(err)
-	}
-	b, err := bus.Connect(running, url, bus.WithName("benchchain"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := loadgen.Connect(running, url, "benchchain")
 	if err != nil {
 		return fail(err)
 	}
 	defer b.Close()
-	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
-		return fail(err)
-	}
 	rctx, rcancel := context.WithTimeout(running, 5*time.Minute)
 	defer rcancel()
 	l := loadgen.NewLoad(b, w.def, n)

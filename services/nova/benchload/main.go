@@ -27,7 +27,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,23 +47,6 @@ import (
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
-
-// chain returns a workflow of n code nodes `context['x'] = 1` in a row.
-func chain(n int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "name: chain-%d\nnodes:\n  - {id: start, type: start}\n", n)
-	for i := range n {
-		fmt.Fprintf(&b, "  - {id: n%d, type: action, code: \"context['x'] = 1\"}\n", i)
-	}
-	b.WriteString("  - {id: done, type: end}\nedges:\n")
-	prev := "start"
-	for i := range n {
-		fmt.Fprintf(&b, "  - {from: %s, to: n%d}\n", prev, i)
-		prev = fmt.Sprintf("n%d", i)
-	}
-	fmt.Fprintf(&b, "  - {from: %s, to: done}\n", prev)
-	return b.String()
-}
 
 type config struct {
 	bin       string
@@ -147,7 +129,7 @@ func run(ctx context.Context, cfg config) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	three, err := workflow.Parse([]byte(chain(3)))
+	three, err := workflow.Parse([]byte(loadgen.Chain(3)))
 	if err != nil {
 		return err
 	}
@@ -217,7 +199,7 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 	defer cancel()
 	failed := func(err error) error { return loadgen.ExitedError(ctx, running, err) }
 	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	b, err := connect(running, url)
+	b, err := loadgen.Connect(running, url, "benchload")
 	if err != nil {
 		proc.Stop()
 		return nil, failed(err)
@@ -261,21 +243,6 @@ func quiet(ctx context.Context, pid int) error {
 	return nil
 }
 
-func connect(ctx context.Context, url string) (*bus.Bus, error) {
-	if err := loadgen.WaitDial(ctx, url); err != nil {
-		return nil, err
-	}
-	b, err := bus.Connect(ctx, url, bus.WithName("benchload"), bus.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		return nil, err
-	}
-	if err := loadgen.WaitServices(ctx, b.JetStream()); err != nil {
-		b.Close()
-		return nil, err
-	}
-	return b, nil
-}
-
 // runs measures the 3-node workflow at each number in flight, the long
 // chain, the same after the history (each after the same run on a nova dev
 // started fresh under besideDir, with cfg.beside), and the baseline, and
@@ -290,7 +257,7 @@ func runs(ctx context.Context, cfg config, d *dev, three *novav1.WorkflowDefinit
 		results = append(results, r)
 	}
 	if cfg.long > 0 {
-		long, err := workflow.Parse([]byte(chain(cfg.long)))
+		long, err := workflow.Parse([]byte(loadgen.Chain(cfg.long)))
 		if err != nil {
 			return results, err
 		}

@@ -50,20 +50,6 @@ import (
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
-const threeNodes = `name: restart-3
-nodes:
-  - {id: start, type: start}
-  - {id: a, type: action, code: "context['a'] = 1"}
-  - {id: b, type: action, code: "context['b'] = context['a'] + 1"}
-  - {id: c, type: action, code: "context['c'] = context['b'] + 1"}
-  - {id: done, type: end}
-edges:
-  - {from: start, to: a}
-  - {from: a, to: b}
-  - {from: b, to: c}
-  - {from: c, to: done}
-`
-
 type config struct {
 	bin    string
 	states []int
@@ -104,7 +90,7 @@ type result struct {
 }
 
 func run(ctx context.Context, cfg config) error {
-	def, err := workflow.Parse([]byte(threeNodes))
+	def, err := workflow.Parse([]byte(loadgen.Chain(3)))
 	if err != nil {
 		return err
 	}
@@ -217,15 +203,8 @@ func up(ctx context.Context, proc *loadgen.Proc, url string) (*bus.Bus, error) {
 	}
 	running, cancel := proc.WhileRunning(ctx)
 	defer cancel()
-	if err := loadgen.WaitDial(running, url); err != nil {
-		return nil, loadgen.ExitedError(ctx, running, err)
-	}
-	b, err := bus.Connect(running, url, bus.WithName("benchrestart"), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := loadgen.Connect(running, url, "benchrestart")
 	if err != nil {
-		return nil, loadgen.ExitedError(ctx, running, err)
-	}
-	if err := loadgen.WaitServices(running, b.JetStream()); err != nil {
-		b.Close()
 		return nil, loadgen.ExitedError(ctx, running, err)
 	}
 	return b, nil

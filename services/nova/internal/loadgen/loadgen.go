@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -462,4 +463,39 @@ func (p *Proc) Pid() int {
 		return 0
 	}
 	return p.cmd.Process.Pid
+}
+
+// Chain returns a workflow of n code nodes `context['x'] = 1` in a row.
+func Chain(n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: chain-%d\nnodes:\n  - {id: start, type: start}\n", n)
+	for i := range n {
+		fmt.Fprintf(&b, "  - {id: n%d, type: action, code: \"context['x'] = 1\"}\n", i)
+	}
+	b.WriteString("  - {id: done, type: end}\nedges:\n")
+	prev := "start"
+	for i := range n {
+		fmt.Fprintf(&b, "  - {from: %s, to: n%d}\n", prev, i)
+		prev = fmt.Sprintf("n%d", i)
+	}
+	fmt.Fprintf(&b, "  - {from: %s, to: done}\n", prev)
+	return b.String()
+}
+
+// Connect connects to the NATS server at url, as name, once it accepts
+// connections and NOVA's services have declared their consumers
+// (WaitServices).
+func Connect(ctx context.Context, url, name string) (*bus.Bus, error) {
+	if err := WaitDial(ctx, url); err != nil {
+		return nil, err
+	}
+	b, err := bus.Connect(ctx, url, bus.WithName(name), bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitServices(ctx, b.JetStream()); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
 }
