@@ -236,6 +236,19 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 			MaxAge:      30 * 24 * time.Hour,
 			Duplicates:  b.streamCfg.DuplicateWindow,
 		},
+		{
+			Name:        StreamTimers,
+			Description: "NOVA durable timers and workflow schedules (JetStream message schedules)",
+			Subjects:    []string{"nova.timer.>", "nova.schedule.>"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.streamCfg.Replicas,
+			Duplicates:  b.streamCfg.DuplicateWindow,
+			// The server keeps each schedule and publishes its message when
+			// it comes due; purging a timer's subject cancels it.
+			AllowMsgSchedules: true,
+			AllowRollup:       true,
+		},
 	}
 	for _, cfg := range streams {
 		err := Declare(ctx, "stream "+cfg.Name, func(ctx context.Context) error {

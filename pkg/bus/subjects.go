@@ -14,6 +14,12 @@ const (
 	StreamEvents = "NOVA_EVT"
 	// StreamDeadLetters holds events that could not be handled: nova.dlq.<consumer>.
 	StreamDeadLetters = "NOVA_DLQ"
+	// StreamTimers holds durable timers as JetStream message schedules
+	// (nova.timer.set.<execution>.<timer>, and the schedules of workflows on
+	// nova.schedule.set.<workflow>.<schedule>) and what they publish when
+	// they come due (nova.timer.fired.>, nova.schedule.tick.>), work-queue
+	// retention: a fired timer is gone once the engine took it.
+	StreamTimers = "NOVA_TIMERS"
 )
 
 // Event types (CloudEvents "type"), reverse-DNS and versioned.
@@ -28,6 +34,16 @@ const (
 	TypeNodeCompleted     = "io.nova.node.completed.v1"
 	TypeStepCompleted     = "io.nova.node.step.completed.v1"
 	TypeDeadLetter        = "io.nova.deadletter.v1"
+
+	TypeExecutionCancel    = "io.nova.execution.cancel.v1"
+	TypeExecutionCancelled = "io.nova.execution.cancelled.v1"
+	TypeExecutionSignal    = "io.nova.execution.signal.v1"
+	TypeSignalRejected     = "io.nova.execution.signal.rejected.v1"
+	TypeNodeWaiting        = "io.nova.node.waiting.v1"
+	TypeTimerFired         = "io.nova.timer.fired.v1"
+	TypeScheduleTick       = "io.nova.schedule.tick.v1"
+	TypeSchedulePut        = "io.nova.schedule.put.v1"
+	TypeScheduleDelete     = "io.nova.schedule.delete.v1"
 
 	TypeRefinementStart    = "io.nova.refinement.start.v1"
 	TypeRefinementProgress = "io.nova.refinement.progress.v1"
@@ -87,8 +103,41 @@ const (
 	KindStepCompleted     = "step.completed"
 	KindSandboxResult     = "result.sandbox"
 	// KindRefinement carries a refinement's messages (RefinementProgress).
-	KindRefinement = "refinement"
+	KindRefinement         = "refinement"
+	KindNodeWaiting        = "node.waiting"
+	KindExecutionCancelled = "execution.cancelled"
+	KindSignalRejected     = "signal.rejected"
 )
+
+// TimerSubject is where the schedule of an execution's durable timer is
+// kept; TimerFiredSubject is where it publishes when it comes due, which
+// the graph engine consumes (TimerFiredFilter).
+func TimerSubject(executionID, timerID string) string {
+	return "nova.timer.set." + subjectToken(executionID) + "." + subjectToken(timerID)
+}
+
+// TimerFiredSubject: see TimerSubject.
+func TimerFiredSubject(executionID, timerID string) string {
+	return "nova.timer.fired." + subjectToken(executionID) + "." + subjectToken(timerID)
+}
+
+// TimerFiredFilter matches every fired timer.
+const TimerFiredFilter = "nova.timer.fired.>"
+
+// ScheduleSubject is where the message schedule of a workflow's schedule
+// is kept; ScheduleTickSubject is where each of its ticks is published,
+// which the graph engine consumes (ScheduleTickFilter).
+func ScheduleSubject(workflow, scheduleID string) string {
+	return "nova.schedule.set." + subjectToken(workflow) + "." + subjectToken(scheduleID)
+}
+
+// ScheduleTickSubject: see ScheduleSubject.
+func ScheduleTickSubject(workflow, scheduleID string) string {
+	return "nova.schedule.tick." + subjectToken(workflow) + "." + subjectToken(scheduleID)
+}
+
+// ScheduleTickFilter matches every schedule's ticks.
+const ScheduleTickFilter = "nova.schedule.tick.>"
 
 // ExtensionExecutionID is the CloudEvents extension naming the execution an
 // event belongs to. Producers set it on start commands, so that even a start
@@ -104,6 +153,9 @@ const (
 	BucketExecutions = "nova_executions"
 	// BucketWorkflows holds registered definitions under their names.
 	BucketWorkflows = "nova_workflows"
+	// BucketSchedules holds each schedule (ScheduleState) under
+	// <workflow>.<schedule id>.
+	BucketSchedules = "nova_schedules"
 )
 
 // Durable consumers of the graph engine.
@@ -111,6 +163,8 @@ const (
 	ConsumerEngineCommands    = "graph-engine"
 	ConsumerEngineResults     = "graph-engine-results"
 	ConsumerEngineDeadLetters = "graph-engine-dead-letters"
+	ConsumerEngineTimers      = "graph-engine-timers"
+	ConsumerEngineSchedules   = "graph-engine-schedules"
 )
 
 // CommandSubject is the work-queue subject of an agent.

@@ -30,9 +30,15 @@ type StartWorkflow struct {
 	// Optional; the engine assigns one when empty. Reusing an id is idempotent.
 	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	// Either an inline definition or the name of one registered earlier.
-	Definition    *WorkflowDefinition `protobuf:"bytes,2,opt,name=definition,proto3" json:"definition,omitempty"`
-	WorkflowName  string              `protobuf:"bytes,3,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
-	Context       *JSONValue          `protobuf:"bytes,5,opt,name=context,proto3" json:"context,omitempty"`
+	Definition   *WorkflowDefinition `protobuf:"bytes,2,opt,name=definition,proto3" json:"definition,omitempty"`
+	WorkflowName string              `protobuf:"bytes,3,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
+	Context      *JSONValue          `protobuf:"bytes,5,opt,name=context,proto3" json:"context,omitempty"`
+	// Set when this execution reruns another from one of its nodes.
+	Rerun *RerunFrom `protobuf:"bytes,6,opt,name=rerun,proto3" json:"rerun,omitempty"`
+	// Set when a schedule started the execution: its workflow's schedule id
+	// and the tick it stands for.
+	ScheduleId    string                 `protobuf:"bytes,7,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -95,6 +101,769 @@ func (x *StartWorkflow) GetContext() *JSONValue {
 	return nil
 }
 
+func (x *StartWorkflow) GetRerun() *RerunFrom {
+	if x != nil {
+		return x.Rerun
+	}
+	return nil
+}
+
+func (x *StartWorkflow) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *StartWorkflow) GetScheduledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledAt
+	}
+	return nil
+}
+
+// RerunFrom makes a new execution rerun another from one of its nodes: it
+// starts at node_id with the context the original's chain of work held
+// before that node (plus the changes asked for), and the nodes the original
+// ran before it are recorded as carried over, not run again.
+type RerunFrom struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution rerun.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	NodeId      string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The original's path before node_id, in order.
+	CarriedOver   []string `protobuf:"bytes,3,rep,name=carried_over,json=carriedOver,proto3" json:"carried_over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunFrom) Reset() {
+	*x = RerunFrom{}
+	mi := &file_nova_v1_events_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunFrom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunFrom) ProtoMessage() {}
+
+func (x *RerunFrom) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunFrom.ProtoReflect.Descriptor instead.
+func (*RerunFrom) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RerunFrom) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RerunFrom) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RerunFrom) GetCarriedOver() []string {
+	if x != nil {
+		return x.CarriedOver
+	}
+	return nil
+}
+
+// CancelExecution asks the graph engine to stop a running execution: the
+// running node's program is killed, no further model call is made, and the
+// execution ends "cancelled". Cancelling one that is cancelled already
+// changes nothing.
+// CloudEvent type io.nova.execution.cancel.v1 on subject nova.cmd.graph-engine.
+type CancelExecution struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	Reason      string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who asked (an API key's name, a user), for the chain of work.
+	RequestedBy   string `protobuf:"bytes,3,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelExecution) Reset() {
+	*x = CancelExecution{}
+	mi := &file_nova_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelExecution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelExecution) ProtoMessage() {}
+
+func (x *CancelExecution) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelExecution.ProtoReflect.Descriptor instead.
+func (*CancelExecution) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CancelExecution) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *CancelExecution) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CancelExecution) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// SignalExecution resumes an execution's wait node that waits for signal:
+// the payload's keys are merged into the context.
+// CloudEvent type io.nova.execution.signal.v1 on subject nova.cmd.graph-engine.
+type SignalExecution struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	Signal      string                 `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// A JSON object; it must meet the wait node's schema.
+	Payload       *JSONValue `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	SentBy        string     `protobuf:"bytes,4,opt,name=sent_by,json=sentBy,proto3" json:"sent_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalExecution) Reset() {
+	*x = SignalExecution{}
+	mi := &file_nova_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalExecution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalExecution) ProtoMessage() {}
+
+func (x *SignalExecution) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalExecution.ProtoReflect.Descriptor instead.
+func (*SignalExecution) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SignalExecution) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *SignalExecution) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *SignalExecution) GetPayload() *JSONValue {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SignalExecution) GetSentBy() string {
+	if x != nil {
+		return x.SentBy
+	}
+	return ""
+}
+
+// PutSchedule creates or replaces (pauses, resumes) a schedule of a
+// registered workflow.
+// CloudEvent type io.nova.schedule.put.v1 on subject nova.cmd.graph-engine.
+type PutSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workflow      string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Schedule      *Schedule              `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSchedule) Reset() {
+	*x = PutSchedule{}
+	mi := &file_nova_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSchedule) ProtoMessage() {}
+
+func (x *PutSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSchedule.ProtoReflect.Descriptor instead.
+func (*PutSchedule) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PutSchedule) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *PutSchedule) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// DeleteSchedule removes a schedule.
+// CloudEvent type io.nova.schedule.delete.v1 on subject nova.cmd.graph-engine.
+type DeleteSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workflow      string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	ScheduleId    string                 `protobuf:"bytes,2,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSchedule) Reset() {
+	*x = DeleteSchedule{}
+	mi := &file_nova_v1_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSchedule) ProtoMessage() {}
+
+func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
+func (*DeleteSchedule) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DeleteSchedule) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *DeleteSchedule) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// ScheduleTick is what a schedule's message schedule publishes at each
+// tick, to nova.schedule.tick.<workflow>.<schedule id>.
+// Type io.nova.schedule.tick.v1.
+type ScheduleTick struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workflow      string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	ScheduleId    string                 `protobuf:"bytes,2,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleTick) Reset() {
+	*x = ScheduleTick{}
+	mi := &file_nova_v1_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleTick) ProtoMessage() {}
+
+func (x *ScheduleTick) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleTick.ProtoReflect.Descriptor instead.
+func (*ScheduleTick) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ScheduleTick) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *ScheduleTick) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// SignalRejected says a signal was not taken, and why (nobody waits for
+// it, its payload fails the schema, the execution ended).
+// Type io.nova.execution.signal.rejected.v1 on
+// nova.evt.<execution_id>.signal.rejected.
+type SignalRejected struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	Signal      string                 `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	Reason      string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The signal the execution waits for, when any.
+	WaitingFor    string `protobuf:"bytes,4,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	SignalEventId string `protobuf:"bytes,5,opt,name=signal_event_id,json=signalEventId,proto3" json:"signal_event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRejected) Reset() {
+	*x = SignalRejected{}
+	mi := &file_nova_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRejected) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRejected) ProtoMessage() {}
+
+func (x *SignalRejected) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRejected.ProtoReflect.Descriptor instead.
+func (*SignalRejected) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SignalRejected) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *SignalRejected) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *SignalRejected) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SignalRejected) GetWaitingFor() string {
+	if x != nil {
+		return x.WaitingFor
+	}
+	return ""
+}
+
+func (x *SignalRejected) GetSignalEventId() string {
+	if x != nil {
+		return x.SignalEventId
+	}
+	return ""
+}
+
+// ExecutionCancelled says an execution was cancelled: the sandbox kills its
+// running program and the agents abandon its model calls.
+// Type io.nova.execution.cancelled.v1 on nova.evt.<execution_id>.execution.cancelled.
+type ExecutionCancelled struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	Reason      string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestedBy string                 `protobuf:"bytes,3,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The node that was running.
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CancelledAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=cancelled_at,json=cancelledAt,proto3" json:"cancelled_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionCancelled) Reset() {
+	*x = ExecutionCancelled{}
+	mi := &file_nova_v1_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionCancelled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionCancelled) ProtoMessage() {}
+
+func (x *ExecutionCancelled) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionCancelled.ProtoReflect.Descriptor instead.
+func (*ExecutionCancelled) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ExecutionCancelled) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ExecutionCancelled) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExecutionCancelled) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *ExecutionCancelled) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ExecutionCancelled) GetCancelledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CancelledAt
+	}
+	return nil
+}
+
+// TimerFired is the message of a durable timer (a JetStream message
+// schedule) when it comes due: the scheduler publishes it to
+// nova.timer.fired.<execution_id>.<timer id>.
+// Type io.nova.timer.fired.v1.
+type TimerFired struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	TimerId       string                 `protobuf:"bytes,2,opt,name=timer_id,json=timerId,proto3" json:"timer_id,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	NodeId        string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	DueAt         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimerFired) Reset() {
+	*x = TimerFired{}
+	mi := &file_nova_v1_events_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimerFired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimerFired) ProtoMessage() {}
+
+func (x *TimerFired) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimerFired.ProtoReflect.Descriptor instead.
+func (*TimerFired) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TimerFired) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *TimerFired) GetTimerId() string {
+	if x != nil {
+		return x.TimerId
+	}
+	return ""
+}
+
+func (x *TimerFired) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TimerFired) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TimerFired) GetDueAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAt
+	}
+	return nil
+}
+
+// NodeWaiting says the current node waits: for a signal (kind "signal"),
+// for a sleep to end ("sleep") or before trying a failed node again
+// ("retry").
+// Type io.nova.node.waiting.v1 on nova.evt.<execution_id>.node.waiting.
+type NodeWaiting struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Visit       int32                  `protobuf:"varint,3,opt,name=visit,proto3" json:"visit,omitempty"`
+	Kind        string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// signal: its name, what the people asked are told, the JSON Schema of
+	// its payload (JSON text) and the payload key that decides the edge.
+	Signal      string `protobuf:"bytes,5,opt,name=signal,proto3" json:"signal,omitempty"`
+	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	Schema      string `protobuf:"bytes,7,opt,name=schema,proto3" json:"schema,omitempty"`
+	DecideOn    string `protobuf:"bytes,8,opt,name=decide_on,json=decideOn,proto3" json:"decide_on,omitempty"`
+	// When the wait ends on its own (a timeout, a sleep's end, the next
+	// attempt); unset when it waits for ever.
+	Until *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=until,proto3" json:"until,omitempty"`
+	// retry: the attempt that comes next.
+	Attempt       int32 `protobuf:"varint,10,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Sequence      int32 `protobuf:"varint,11,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeWaiting) Reset() {
+	*x = NodeWaiting{}
+	mi := &file_nova_v1_events_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeWaiting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeWaiting) ProtoMessage() {}
+
+func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeWaiting.ProtoReflect.Descriptor instead.
+func (*NodeWaiting) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NodeWaiting) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+func (x *NodeWaiting) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetSchema() string {
+	if x != nil {
+		return x.Schema
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetDecideOn() string {
+	if x != nil {
+		return x.DecideOn
+	}
+	return ""
+}
+
+func (x *NodeWaiting) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *NodeWaiting) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *NodeWaiting) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // StartRefinement asks the graph engine to improve code from people's
 // feedback on the fields of its output: it generates a new version with the
 // code generator, runs it in the sandbox with the test context, checks every
@@ -129,7 +898,7 @@ type StartRefinement struct {
 
 func (x *StartRefinement) Reset() {
 	*x = StartRefinement{}
-	mi := &file_nova_v1_events_proto_msgTypes[1]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -141,7 +910,7 @@ func (x *StartRefinement) String() string {
 func (*StartRefinement) ProtoMessage() {}
 
 func (x *StartRefinement) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[1]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -154,7 +923,7 @@ func (x *StartRefinement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRefinement.ProtoReflect.Descriptor instead.
 func (*StartRefinement) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartRefinement) GetExecutionId() string {
@@ -269,7 +1038,7 @@ type RefinementProgress struct {
 
 func (x *RefinementProgress) Reset() {
 	*x = RefinementProgress{}
-	mi := &file_nova_v1_events_proto_msgTypes[2]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +1050,7 @@ func (x *RefinementProgress) String() string {
 func (*RefinementProgress) ProtoMessage() {}
 
 func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[2]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +1063,7 @@ func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefinementProgress.ProtoReflect.Descriptor instead.
 func (*RefinementProgress) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RefinementProgress) GetExecutionId() string {
@@ -448,7 +1217,7 @@ type RegisterWorkflow struct {
 
 func (x *RegisterWorkflow) Reset() {
 	*x = RegisterWorkflow{}
-	mi := &file_nova_v1_events_proto_msgTypes[3]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +1229,7 @@ func (x *RegisterWorkflow) String() string {
 func (*RegisterWorkflow) ProtoMessage() {}
 
 func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[3]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +1242,7 @@ func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflow.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflow) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
@@ -486,19 +1255,24 @@ func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
 // WorkflowStarted is published once when an execution begins.
 // Type io.nova.workflow.started.v1 on nova.evt.<execution_id>.workflow.started.
 type WorkflowStarted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
-	WorkflowName  string                 `protobuf:"bytes,2,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
-	Definition    *WorkflowDefinition    `protobuf:"bytes,3,opt,name=definition,proto3" json:"definition,omitempty"`
-	Context       *JSONValue             `protobuf:"bytes,6,opt,name=context,proto3" json:"context,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId  string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	WorkflowName string                 `protobuf:"bytes,2,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
+	Definition   *WorkflowDefinition    `protobuf:"bytes,3,opt,name=definition,proto3" json:"definition,omitempty"`
+	Context      *JSONValue             `protobuf:"bytes,6,opt,name=context,proto3" json:"context,omitempty"`
+	StartedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// A rerun: what it reruns.
+	Rerun *RerunFrom `protobuf:"bytes,7,opt,name=rerun,proto3" json:"rerun,omitempty"`
+	// Started by a schedule: its id and tick.
+	ScheduleId    string                 `protobuf:"bytes,8,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[4]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +1284,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[4]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +1297,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -561,13 +1335,34 @@ func (x *WorkflowStarted) GetStartedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WorkflowStarted) GetRerun() *RerunFrom {
+	if x != nil {
+		return x.Rerun
+	}
+	return nil
+}
+
+func (x *WorkflowStarted) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *WorkflowStarted) GetScheduledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledAt
+	}
+	return nil
+}
+
 // WorkflowCompleted is published once when an execution ends.
 // Type io.nova.workflow.completed.v1 on nova.evt.<execution_id>.workflow.completed.
 type WorkflowCompleted struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	ExecutionId  string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	WorkflowName string                 `protobuf:"bytes,2,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
-	// "succeeded" or "failed".
+	// "succeeded", "failed" or "cancelled".
 	Status      string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	Context     *JSONValue             `protobuf:"bytes,10,opt,name=context,proto3" json:"context,omitempty"`
 	Path        []string               `protobuf:"bytes,5,rep,name=path,proto3" json:"path,omitempty"`
@@ -577,15 +1372,20 @@ type WorkflowCompleted struct {
 	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	// What the execution's model calls cost (USD, price table) and how many
 	// were made.
-	CostUsd       float64 `protobuf:"fixed64,11,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
-	ModelCalls    int32   `protobuf:"varint,12,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	CostUsd    float64 `protobuf:"fixed64,11,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	ModelCalls int32   `protobuf:"varint,12,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	// cancelled: who cancelled it, and why.
+	CancelledBy  string `protobuf:"bytes,13,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	CancelReason string `protobuf:"bytes,14,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
+	// The execution this one reruns.
+	RerunOf       string `protobuf:"bytes,15,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[5]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +1397,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[5]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +1410,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -690,6 +1490,27 @@ func (x *WorkflowCompleted) GetModelCalls() int32 {
 	return 0
 }
 
+func (x *WorkflowCompleted) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
+}
+
+func (x *WorkflowCompleted) GetCancelReason() string {
+	if x != nil {
+		return x.CancelReason
+	}
+	return ""
+}
+
+func (x *WorkflowCompleted) GetRerunOf() string {
+	if x != nil {
+		return x.RerunOf
+	}
+	return ""
+}
+
 type NodeSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -707,7 +1528,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[6]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +1540,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[6]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +1553,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -821,7 +1642,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1654,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1667,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -1000,7 +1821,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1833,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1846,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -1215,7 +2036,7 @@ type NodeStarted struct {
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +2048,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +2061,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -1300,7 +2121,8 @@ type NodeCompleted struct {
 	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	NodeType    string                 `protobuf:"bytes,3,opt,name=node_type,json=nodeType,proto3" json:"node_type,omitempty"`
 	Visit       int32                  `protobuf:"varint,4,opt,name=visit,proto3" json:"visit,omitempty"`
-	// "success" or "failed".
+	// "success", "failed", "cancelled" (its execution was cancelled) or
+	// "carried_over" (a rerun took it from the execution it reruns).
 	Status          string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	CodeExecuted    string                 `protobuf:"bytes,6,opt,name=code_executed,json=codeExecuted,proto3" json:"code_executed,omitempty"`
 	InputContext    *JSONValue             `protobuf:"bytes,21,opt,name=input_context,json=inputContext,proto3" json:"input_context,omitempty"`
@@ -1323,14 +2145,23 @@ type NodeCompleted struct {
 	ModelCalls int32   `protobuf:"varint,24,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
 	// Why a failed visit failed, when it is a kind callers branch on:
 	// "budget_exceeded" (a model call would not fit a budget).
-	ErrorKind     string `protobuf:"bytes,25,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorKind string `protobuf:"bytes,25,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	// The node's attempt this visit record is (a retry policy's; 1 first).
+	Attempt int32 `protobuf:"varint,26,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// A failed attempt that a retry policy tries again at next_attempt_at.
+	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
+	// wait: the signal that resumed the node; timed_out when none came in time.
+	Signal   *SignalReceived `protobuf:"bytes,28,opt,name=signal,proto3" json:"signal,omitempty"`
+	TimedOut bool            `protobuf:"varint,29,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// carried_over: the execution where the node ran.
+	CarriedOverFrom string `protobuf:"bytes,30,opt,name=carried_over_from,json=carriedOverFrom,proto3" json:"carried_over_from,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +2173,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +2186,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -1519,6 +2350,110 @@ func (x *NodeCompleted) GetErrorKind() string {
 	return ""
 }
 
+func (x *NodeCompleted) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *NodeCompleted) GetNextAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptAt
+	}
+	return nil
+}
+
+func (x *NodeCompleted) GetSignal() *SignalReceived {
+	if x != nil {
+		return x.Signal
+	}
+	return nil
+}
+
+func (x *NodeCompleted) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+func (x *NodeCompleted) GetCarriedOverFrom() string {
+	if x != nil {
+		return x.CarriedOverFrom
+	}
+	return ""
+}
+
+// SignalReceived is a signal a wait node took.
+type SignalReceived struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Payload       *JSONValue             `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	SentBy        string                 `protobuf:"bytes,3,opt,name=sent_by,json=sentBy,proto3" json:"sent_by,omitempty"`
+	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalReceived) Reset() {
+	*x = SignalReceived{}
+	mi := &file_nova_v1_events_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalReceived) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalReceived) ProtoMessage() {}
+
+func (x *SignalReceived) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
+func (*SignalReceived) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SignalReceived) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SignalReceived) GetPayload() *JSONValue {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SignalReceived) GetSentBy() string {
+	if x != nil {
+		return x.SentBy
+	}
+	return ""
+}
+
+func (x *SignalReceived) GetReceivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAt
+	}
+	return nil
+}
+
 // StepCompleted records one agent step inside a node visit (a chain_of_work_steps document).
 // Type io.nova.node.step.completed.v1 on nova.evt.<execution_id>.step.completed.
 type StepCompleted struct {
@@ -1550,7 +2485,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +2497,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +2510,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -1762,7 +2697,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2709,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2722,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -1878,14 +2813,75 @@ var File_nova_v1_events_proto protoreflect.FileDescriptor
 
 const file_nova_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\"\xc8\x01\n" +
+	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\"\xd2\x02\n" +
 	"\rStartWorkflow\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
 	"definition\x18\x02 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
 	"definition\x12#\n" +
 	"\rworkflow_name\x18\x03 \x01(\tR\fworkflowName\x12,\n" +
-	"\acontext\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\acontextJ\x04\b\x04\x10\x05\"\xf2\x02\n" +
+	"\acontext\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12(\n" +
+	"\x05rerun\x18\x06 \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x12\x1f\n" +
+	"\vschedule_id\x18\a \x01(\tR\n" +
+	"scheduleId\x12=\n" +
+	"\fscheduled_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAtJ\x04\b\x04\x10\x05\"j\n" +
+	"\tRerunFrom\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
+	"\fcarried_over\x18\x03 \x03(\tR\vcarriedOver\"o\n" +
+	"\x0fCancelExecution\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12!\n" +
+	"\frequested_by\x18\x03 \x01(\tR\vrequestedBy\"\x93\x01\n" +
+	"\x0fSignalExecution\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12,\n" +
+	"\apayload\x18\x03 \x01(\v2\x12.nova.v1.JSONValueR\apayload\x12\x17\n" +
+	"\asent_by\x18\x04 \x01(\tR\x06sentBy\"X\n" +
+	"\vPutSchedule\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12-\n" +
+	"\bschedule\x18\x02 \x01(\v2\x11.nova.v1.ScheduleR\bschedule\"M\n" +
+	"\x0eDeleteSchedule\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1f\n" +
+	"\vschedule_id\x18\x02 \x01(\tR\n" +
+	"scheduleId\"K\n" +
+	"\fScheduleTick\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1f\n" +
+	"\vschedule_id\x18\x02 \x01(\tR\n" +
+	"scheduleId\"\xac\x01\n" +
+	"\x0eSignalRejected\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vwaiting_for\x18\x04 \x01(\tR\n" +
+	"waitingFor\x12&\n" +
+	"\x0fsignal_event_id\x18\x05 \x01(\tR\rsignalEventId\"\xca\x01\n" +
+	"\x12ExecutionCancelled\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12!\n" +
+	"\frequested_by\x18\x03 \x01(\tR\vrequestedBy\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12=\n" +
+	"\fcancelled_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcancelledAt\"\xaa\x01\n" +
+	"\n" +
+	"TimerFired\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
+	"\btimer_id\x18\x02 \x01(\tR\atimerId\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x121\n" +
+	"\x06due_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\"\xca\x02\n" +
+	"\vNodeWaiting\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05visit\x18\x03 \x01(\x05R\x05visit\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06signal\x18\x05 \x01(\tR\x06signal\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06schema\x18\a \x01(\tR\x06schema\x12\x1b\n" +
+	"\tdecide_on\x18\b \x01(\tR\bdecideOn\x120\n" +
+	"\x05until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x18\n" +
+	"\aattempt\x18\n" +
+	" \x01(\x05R\aattempt\x12\x1a\n" +
+	"\bsequence\x18\v \x01(\x05R\bsequence\"\xf2\x02\n" +
 	"\x0fStartRefinement\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x123\n" +
 	"\n" +
@@ -1927,7 +2923,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x10RegisterWorkflow\x12;\n" +
 	"\n" +
 	"definition\x18\x01 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
-	"definition\"\x85\x02\n" +
+	"definition\"\x8f\x03\n" +
 	"\x0fWorkflowStarted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12;\n" +
@@ -1936,7 +2932,11 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"definition\x12,\n" +
 	"\acontext\x18\x06 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x129\n" +
 	"\n" +
-	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAtJ\x04\b\x04\x10\x05\"\xb3\x03\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12(\n" +
+	"\x05rerun\x18\a \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x12\x1f\n" +
+	"\vschedule_id\x18\b \x01(\tR\n" +
+	"scheduleId\x12=\n" +
+	"\fscheduled_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAtJ\x04\b\x04\x10\x05\"\x96\x04\n" +
 	"\x11WorkflowCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12\x16\n" +
@@ -1951,7 +2951,10 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\fcompleted_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x19\n" +
 	"\bcost_usd\x18\v \x01(\x01R\acostUsd\x12\x1f\n" +
 	"\vmodel_calls\x18\f \x01(\x05R\n" +
-	"modelCallsJ\x04\b\x04\x10\x05\"\xbb\x01\n" +
+	"modelCalls\x12!\n" +
+	"\fcancelled_by\x18\r \x01(\tR\vcancelledBy\x12#\n" +
+	"\rcancel_reason\x18\x0e \x01(\tR\fcancelReason\x12\x19\n" +
+	"\brerun_of\x18\x0f \x01(\tR\arerunOfJ\x04\b\x04\x10\x05\"\xbb\x01\n" +
 	"\vNodeSummary\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
@@ -2019,7 +3022,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x02ai\x18\x05 \x01(\bR\x02ai\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x05R\bsequence\x129\n" +
 	"\n" +
-	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x8d\a\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xe5\b\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -2049,7 +3052,18 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x18 \x01(\x05R\n" +
 	"modelCalls\x12\x1d\n" +
 	"\n" +
-	"error_kind\x18\x19 \x01(\tR\terrorKindJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\x96\x06\n" +
+	"error_kind\x18\x19 \x01(\tR\terrorKind\x12\x18\n" +
+	"\aattempt\x18\x1a \x01(\x05R\aattempt\x12B\n" +
+	"\x0fnext_attempt_at\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12/\n" +
+	"\x06signal\x18\x1c \x01(\v2\x17.nova.v1.SignalReceivedR\x06signal\x12\x1b\n" +
+	"\ttimed_out\x18\x1d \x01(\bR\btimedOut\x12*\n" +
+	"\x11carried_over_from\x18\x1e \x01(\tR\x0fcarriedOverFromJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\xa8\x01\n" +
+	"\x0eSignalReceived\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\apayload\x18\x02 \x01(\v2\x12.nova.v1.JSONValueR\apayload\x12\x17\n" +
+	"\asent_by\x18\x03 \x01(\tR\x06sentBy\x12;\n" +
+	"\vreceived_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"receivedAt\"\x96\x06\n" +
 	"\rStepCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -2113,66 +3127,91 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
-	(*StartRefinement)(nil),       // 1: nova.v1.StartRefinement
-	(*RefinementProgress)(nil),    // 2: nova.v1.RefinementProgress
-	(*RegisterWorkflow)(nil),      // 3: nova.v1.RegisterWorkflow
-	(*WorkflowStarted)(nil),       // 4: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 5: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 6: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 7: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 8: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 9: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 10: nova.v1.NodeCompleted
-	(*StepCompleted)(nil),         // 11: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 12: nova.v1.DeadLetter
-	nil,                           // 13: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 14: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 15: nova.v1.JSONValue
-	(*Refinement)(nil),            // 16: nova.v1.Refinement
-	(*structpb.Struct)(nil),       // 17: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*structpb.ListValue)(nil),    // 19: google.protobuf.ListValue
+	(*RerunFrom)(nil),             // 1: nova.v1.RerunFrom
+	(*CancelExecution)(nil),       // 2: nova.v1.CancelExecution
+	(*SignalExecution)(nil),       // 3: nova.v1.SignalExecution
+	(*PutSchedule)(nil),           // 4: nova.v1.PutSchedule
+	(*DeleteSchedule)(nil),        // 5: nova.v1.DeleteSchedule
+	(*ScheduleTick)(nil),          // 6: nova.v1.ScheduleTick
+	(*SignalRejected)(nil),        // 7: nova.v1.SignalRejected
+	(*ExecutionCancelled)(nil),    // 8: nova.v1.ExecutionCancelled
+	(*TimerFired)(nil),            // 9: nova.v1.TimerFired
+	(*NodeWaiting)(nil),           // 10: nova.v1.NodeWaiting
+	(*StartRefinement)(nil),       // 11: nova.v1.StartRefinement
+	(*RefinementProgress)(nil),    // 12: nova.v1.RefinementProgress
+	(*RegisterWorkflow)(nil),      // 13: nova.v1.RegisterWorkflow
+	(*WorkflowStarted)(nil),       // 14: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 15: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 16: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 17: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 18: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 19: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 20: nova.v1.NodeCompleted
+	(*SignalReceived)(nil),        // 21: nova.v1.SignalReceived
+	(*StepCompleted)(nil),         // 22: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 23: nova.v1.DeadLetter
+	nil,                           // 24: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 25: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 26: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*Schedule)(nil),              // 28: nova.v1.Schedule
+	(*Refinement)(nil),            // 29: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 31: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	14, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	15, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
-	16, // 2: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	17, // 3: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	8,  // 4: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	14, // 5: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	14, // 6: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	15, // 7: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	18, // 8: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	15, // 9: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	6,  // 10: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	18, // 11: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	18, // 12: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	15, // 13: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	15, // 14: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	17, // 15: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	15, // 16: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	15, // 17: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	18, // 18: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	15, // 19: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	15, // 20: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	17, // 21: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	18, // 22: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	18, // 23: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	17, // 24: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	17, // 25: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	17, // 26: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	19, // 27: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	18, // 28: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	13, // 29: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	18, // 30: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	25, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	26, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	1,  // 2: nova.v1.StartWorkflow.rerun:type_name -> nova.v1.RerunFrom
+	27, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
+	26, // 4: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
+	28, // 5: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
+	27, // 6: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	27, // 7: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	27, // 8: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	29, // 9: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	30, // 10: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	18, // 11: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	25, // 12: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	25, // 13: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	26, // 14: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	27, // 15: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	27, // 17: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	26, // 18: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	16, // 19: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	27, // 20: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	27, // 21: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	26, // 22: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	26, // 23: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	30, // 24: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	26, // 25: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	26, // 26: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	27, // 27: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	26, // 28: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	26, // 29: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	30, // 30: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	27, // 31: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	27, // 32: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	30, // 33: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	27, // 34: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	21, // 35: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	26, // 36: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	27, // 37: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	30, // 38: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	30, // 39: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	31, // 40: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	27, // 41: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	24, // 42: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	27, // 43: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -2183,14 +3222,14 @@ func file_nova_v1_events_proto_init() {
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
-	file_nova_v1_events_proto_msgTypes[2].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

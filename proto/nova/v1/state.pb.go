@@ -32,6 +32,7 @@ const (
 	ExecutionStatus_EXECUTION_STATUS_RUNNING     ExecutionStatus = 1
 	ExecutionStatus_EXECUTION_STATUS_SUCCEEDED   ExecutionStatus = 2
 	ExecutionStatus_EXECUTION_STATUS_FAILED      ExecutionStatus = 3
+	ExecutionStatus_EXECUTION_STATUS_CANCELLED   ExecutionStatus = 4
 )
 
 // Enum value maps for ExecutionStatus.
@@ -41,12 +42,14 @@ var (
 		1: "EXECUTION_STATUS_RUNNING",
 		2: "EXECUTION_STATUS_SUCCEEDED",
 		3: "EXECUTION_STATUS_FAILED",
+		4: "EXECUTION_STATUS_CANCELLED",
 	}
 	ExecutionStatus_value = map[string]int32{
 		"EXECUTION_STATUS_UNSPECIFIED": 0,
 		"EXECUTION_STATUS_RUNNING":     1,
 		"EXECUTION_STATUS_SUCCEEDED":   2,
 		"EXECUTION_STATUS_FAILED":      3,
+		"EXECUTION_STATUS_CANCELLED":   4,
 	}
 )
 
@@ -85,6 +88,10 @@ const (
 	NodeStatus_NODE_STATUS_UNSPECIFIED NodeStatus = 0
 	NodeStatus_NODE_STATUS_SUCCESS     NodeStatus = 1
 	NodeStatus_NODE_STATUS_FAILED      NodeStatus = 2
+	// The visit ended because its execution was cancelled.
+	NodeStatus_NODE_STATUS_CANCELLED NodeStatus = 3
+	// A rerun did not run the node: it ran in the execution rerun.
+	NodeStatus_NODE_STATUS_CARRIED_OVER NodeStatus = 4
 )
 
 // Enum value maps for NodeStatus.
@@ -93,11 +100,15 @@ var (
 		0: "NODE_STATUS_UNSPECIFIED",
 		1: "NODE_STATUS_SUCCESS",
 		2: "NODE_STATUS_FAILED",
+		3: "NODE_STATUS_CANCELLED",
+		4: "NODE_STATUS_CARRIED_OVER",
 	}
 	NodeStatus_value = map[string]int32{
-		"NODE_STATUS_UNSPECIFIED": 0,
-		"NODE_STATUS_SUCCESS":     1,
-		"NODE_STATUS_FAILED":      2,
+		"NODE_STATUS_UNSPECIFIED":  0,
+		"NODE_STATUS_SUCCESS":      1,
+		"NODE_STATUS_FAILED":       2,
+		"NODE_STATUS_CANCELLED":    3,
+		"NODE_STATUS_CARRIED_OVER": 4,
 	}
 )
 
@@ -158,7 +169,17 @@ type ExecutionState struct {
 	Spend *Spend `protobuf:"bytes,19,opt,name=spend,proto3" json:"spend,omitempty"`
 	// The attempts of a refinement (StartRefinement); such an execution has
 	// no definition.
-	Refine        *RefineRun `protobuf:"bytes,20,opt,name=refine,proto3" json:"refine,omitempty"`
+	Refine *RefineRun `protobuf:"bytes,20,opt,name=refine,proto3" json:"refine,omitempty"`
+	// The durable timer the current node waits for (a wait's timeout, a
+	// sleep, a retry's backoff); nil when none.
+	Timer *Timer `protobuf:"bytes,21,opt,name=timer,proto3" json:"timer,omitempty"`
+	// The signal the current (wait) node waits for.
+	WaitingFor string `protobuf:"bytes,22,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// Who cancelled the execution, and why.
+	CancelledBy  string `protobuf:"bytes,23,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	CancelReason string `protobuf:"bytes,24,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
+	// The execution this one reruns, and from which node.
+	Rerun         *RerunFrom `protobuf:"bytes,25,opt,name=rerun,proto3" json:"rerun,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +340,210 @@ func (x *ExecutionState) GetRefine() *RefineRun {
 	return nil
 }
 
+func (x *ExecutionState) GetTimer() *Timer {
+	if x != nil {
+		return x.Timer
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetWaitingFor() string {
+	if x != nil {
+		return x.WaitingFor
+	}
+	return ""
+}
+
+func (x *ExecutionState) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
+}
+
+func (x *ExecutionState) GetCancelReason() string {
+	if x != nil {
+		return x.CancelReason
+	}
+	return ""
+}
+
+func (x *ExecutionState) GetRerun() *RerunFrom {
+	if x != nil {
+		return x.Rerun
+	}
+	return nil
+}
+
+// ScheduleState is one schedule of a registered workflow, kept in the KV
+// bucket nova_schedules under <workflow>.<schedule id>.
+type ScheduleState struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Schedule *Schedule              `protobuf:"bytes,2,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// The last tick that started an execution (catch-up counts from it).
+	LastTick  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Declared in the workflow's definition (else made through the API).
+	FromDefinition bool `protobuf:"varint,5,opt,name=from_definition,json=fromDefinition,proto3" json:"from_definition,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScheduleState) Reset() {
+	*x = ScheduleState{}
+	mi := &file_nova_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleState) ProtoMessage() {}
+
+func (x *ScheduleState) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
+func (*ScheduleState) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ScheduleState) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *ScheduleState) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *ScheduleState) GetLastTick() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTick
+	}
+	return nil
+}
+
+func (x *ScheduleState) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ScheduleState) GetFromDefinition() bool {
+	if x != nil {
+		return x.FromDefinition
+	}
+	return false
+}
+
+// Timer is a durable timer: a JetStream message schedule whose message
+// comes back to the engine as TimerFired at due_at.
+type Timer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique in the execution; a fired timer whose id is not the pending
+	// one is stale.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// wait_timeout, sleep or retry.
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	DueAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_at,json=dueAt,proto3" json:"due_at,omitempty"`
+	Visit         int32                  `protobuf:"varint,5,opt,name=visit,proto3" json:"visit,omitempty"`
+	Attempt       int32                  `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Timer) Reset() {
+	*x = Timer{}
+	mi := &file_nova_v1_state_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Timer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Timer) ProtoMessage() {}
+
+func (x *Timer) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Timer.ProtoReflect.Descriptor instead.
+func (*Timer) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Timer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Timer) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Timer) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Timer) GetDueAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAt
+	}
+	return nil
+}
+
+func (x *Timer) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+func (x *Timer) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
 // AIRun is the pipeline state of one visit of an AI (prompt) node.
 type AIRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -385,7 +610,7 @@ type AIRun struct {
 
 func (x *AIRun) Reset() {
 	*x = AIRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[1]
+	mi := &file_nova_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +622,7 @@ func (x *AIRun) String() string {
 func (*AIRun) ProtoMessage() {}
 
 func (x *AIRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[1]
+	mi := &file_nova_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +635,7 @@ func (x *AIRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
 func (*AIRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AIRun) GetPhase() string {
@@ -647,7 +872,7 @@ type AIStep struct {
 
 func (x *AIStep) Reset() {
 	*x = AIStep{}
-	mi := &file_nova_v1_state_proto_msgTypes[2]
+	mi := &file_nova_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +884,7 @@ func (x *AIStep) String() string {
 func (*AIStep) ProtoMessage() {}
 
 func (x *AIStep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[2]
+	mi := &file_nova_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +897,7 @@ func (x *AIStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
 func (*AIStep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AIStep) GetAgent() string {
@@ -745,7 +970,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[3]
+	mi := &file_nova_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +982,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[3]
+	mi := &file_nova_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +995,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -820,7 +1045,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_nova_v1_state_proto_msgTypes[4]
+	mi := &file_nova_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1057,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[4]
+	mi := &file_nova_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1070,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Spend) GetUsd() float64 {
@@ -885,7 +1110,7 @@ type RefineRun struct {
 
 func (x *RefineRun) Reset() {
 	*x = RefineRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[5]
+	mi := &file_nova_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1122,7 @@ func (x *RefineRun) String() string {
 func (*RefineRun) ProtoMessage() {}
 
 func (x *RefineRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[5]
+	mi := &file_nova_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1135,7 @@ func (x *RefineRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
 func (*RefineRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RefineRun) GetRequest() *StartRefinement {
@@ -986,7 +1211,7 @@ type RefineAttemptRun struct {
 
 func (x *RefineAttemptRun) Reset() {
 	*x = RefineAttemptRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[6]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1223,7 @@ func (x *RefineAttemptRun) String() string {
 func (*RefineAttemptRun) ProtoMessage() {}
 
 func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[6]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1236,7 @@ func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
 func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
@@ -1046,7 +1271,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xda\x06\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x93\b\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -1070,11 +1295,31 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\bdispatch\x18\x0f \x01(\x05R\bdispatch\x12\x1e\n" +
 	"\x02ai\x18\x10 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x12$\n" +
 	"\x05spend\x18\x13 \x01(\v2\x0e.nova.v1.SpendR\x05spend\x12*\n" +
-	"\x06refine\x18\x14 \x01(\v2\x12.nova.v1.RefineRunR\x06refine\x1aL\n" +
+	"\x06refine\x18\x14 \x01(\v2\x12.nova.v1.RefineRunR\x06refine\x12$\n" +
+	"\x05timer\x18\x15 \x01(\v2\x0e.nova.v1.TimerR\x05timer\x12\x1f\n" +
+	"\vwaiting_for\x18\x16 \x01(\tR\n" +
+	"waitingFor\x12!\n" +
+	"\fcancelled_by\x18\x17 \x01(\tR\vcancelledBy\x12#\n" +
+	"\rcancel_reason\x18\x18 \x01(\tR\fcancelReason\x12(\n" +
+	"\x05rerun\x18\x19 \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xa5\t\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xf7\x01\n" +
+	"\rScheduleState\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12-\n" +
+	"\bschedule\x18\x02 \x01(\v2\x11.nova.v1.ScheduleR\bschedule\x127\n" +
+	"\tlast_tick\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\blastTick\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
+	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\xa7\x01\n" +
+	"\x05Timer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x121\n" +
+	"\x06due_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\x12\x14\n" +
+	"\x05visit\x18\x05 \x01(\x05R\x05visit\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\x05R\aattempt\"\xa5\t\n" +
 	"\x05AIRun\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
@@ -1152,17 +1397,20 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x03ran\x18\x02 \x01(\bR\x03ran\x123\n" +
 	"\vmodel_calls\x18\x03 \x03(\v2\x12.nova.v1.ModelCallR\n" +
 	"modelCalls\x123\n" +
-	"\texecution\x18\x04 \x01(\v2\x15.nova.v1.CodeExecutedR\texecution*\x8e\x01\n" +
+	"\texecution\x18\x04 \x01(\v2\x15.nova.v1.CodeExecutedR\texecution*\xae\x01\n" +
 	"\x0fExecutionStatus\x12 \n" +
 	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +
 	"\x1aEXECUTION_STATUS_SUCCEEDED\x10\x02\x12\x1b\n" +
-	"\x17EXECUTION_STATUS_FAILED\x10\x03*Z\n" +
+	"\x17EXECUTION_STATUS_FAILED\x10\x03\x12\x1e\n" +
+	"\x1aEXECUTION_STATUS_CANCELLED\x10\x04*\x93\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x1b\n" +
 	"\x17NODE_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13NODE_STATUS_SUCCESS\x10\x01\x12\x16\n" +
-	"\x12NODE_STATUS_FAILED\x10\x02B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
+	"\x12NODE_STATUS_FAILED\x10\x02\x12\x19\n" +
+	"\x15NODE_STATUS_CANCELLED\x10\x03\x12\x1c\n" +
+	"\x18NODE_STATUS_CARRIED_OVER\x10\x04B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
 
 var (
 	file_nova_v1_state_proto_rawDescOnce sync.Once
@@ -1177,60 +1425,70 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_nova_v1_state_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
 	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
 	(*ExecutionState)(nil),        // 2: nova.v1.ExecutionState
-	(*AIRun)(nil),                 // 3: nova.v1.AIRun
-	(*AIStep)(nil),                // 4: nova.v1.AIStep
-	(*NodeState)(nil),             // 5: nova.v1.NodeState
-	(*Spend)(nil),                 // 6: nova.v1.Spend
-	(*RefineRun)(nil),             // 7: nova.v1.RefineRun
-	(*RefineAttemptRun)(nil),      // 8: nova.v1.RefineAttemptRun
-	nil,                           // 9: nova.v1.ExecutionState.NodesEntry
-	(*WorkflowDefinition)(nil),    // 10: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 11: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*AttemptRecord)(nil),         // 13: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 14: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 15: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 16: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 17: nova.v1.ModelCall
-	(*StartRefinement)(nil),       // 18: nova.v1.StartRefinement
-	(*RefineAttempt)(nil),         // 19: nova.v1.RefineAttempt
+	(*ScheduleState)(nil),         // 3: nova.v1.ScheduleState
+	(*Timer)(nil),                 // 4: nova.v1.Timer
+	(*AIRun)(nil),                 // 5: nova.v1.AIRun
+	(*AIStep)(nil),                // 6: nova.v1.AIStep
+	(*NodeState)(nil),             // 7: nova.v1.NodeState
+	(*Spend)(nil),                 // 8: nova.v1.Spend
+	(*RefineRun)(nil),             // 9: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 10: nova.v1.RefineAttemptRun
+	nil,                           // 11: nova.v1.ExecutionState.NodesEntry
+	(*WorkflowDefinition)(nil),    // 12: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 13: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*RerunFrom)(nil),             // 15: nova.v1.RerunFrom
+	(*Schedule)(nil),              // 16: nova.v1.Schedule
+	(*AttemptRecord)(nil),         // 17: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 18: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 19: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 20: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 21: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 22: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 23: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	10, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	11, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	9,  // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	12, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	12, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	12, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	11, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	3,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	6,  // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	7,  // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
-	13, // 10: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	11, // 11: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	14, // 12: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	4,  // 13: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	15, // 14: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	16, // 15: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	17, // 16: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	6,  // 17: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	18, // 18: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	8,  // 19: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	17, // 20: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	19, // 21: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	17, // 22: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	15, // 23: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	5,  // 24: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	12, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	13, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	11, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	14, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	14, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	14, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	13, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	5,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	8,  // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	9,  // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	4,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
+	15, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
+	16, // 12: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	14, // 13: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	14, // 14: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	14, // 15: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	17, // 16: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	13, // 17: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	18, // 18: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	6,  // 19: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	19, // 20: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	20, // 21: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	21, // 22: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	8,  // 23: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	22, // 24: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	10, // 25: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	21, // 26: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	23, // 27: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	21, // 28: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	19, // 29: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	7,  // 30: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -1248,7 +1506,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -29,6 +29,10 @@ const (
 	NodeType_NODE_TYPE_ACTION      NodeType = 2
 	NodeType_NODE_TYPE_DECISION    NodeType = 3
 	NodeType_NODE_TYPE_END         NodeType = 4
+	// Waits for a signal (a person's or a system's decision) or its timeout.
+	NodeType_NODE_TYPE_WAIT NodeType = 5
+	// Waits for a duration or until a time.
+	NodeType_NODE_TYPE_SLEEP NodeType = 6
 )
 
 // Enum value maps for NodeType.
@@ -39,6 +43,8 @@ var (
 		2: "NODE_TYPE_ACTION",
 		3: "NODE_TYPE_DECISION",
 		4: "NODE_TYPE_END",
+		5: "NODE_TYPE_WAIT",
+		6: "NODE_TYPE_SLEEP",
 	}
 	NodeType_value = map[string]int32{
 		"NODE_TYPE_UNSPECIFIED": 0,
@@ -46,6 +52,8 @@ var (
 		"NODE_TYPE_ACTION":      2,
 		"NODE_TYPE_DECISION":    3,
 		"NODE_TYPE_END":         4,
+		"NODE_TYPE_WAIT":        5,
+		"NODE_TYPE_SLEEP":       6,
 	}
 )
 
@@ -99,7 +107,11 @@ type WorkflowDefinition struct {
 	CacheValidate string `protobuf:"bytes,9,opt,name=cache_validate,json=cacheValidate,proto3" json:"cache_validate,omitempty"`
 	// What the model calls of this workflow's executions may cost; a field left
 	// unset takes the deployment's default (NOVA_BUDGET_*).
-	Budget        *Budget `protobuf:"bytes,10,opt,name=budget,proto3" json:"budget,omitempty"`
+	Budget *Budget `protobuf:"bytes,10,opt,name=budget,proto3" json:"budget,omitempty"`
+	// How code nodes that fail are tried again; a node's own policy wins.
+	Retry *RetryPolicy `protobuf:"bytes,11,opt,name=retry,proto3" json:"retry,omitempty"`
+	// When the workflow starts on its own (registered workflows only).
+	Schedules     []*Schedule `protobuf:"bytes,12,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +216,207 @@ func (x *WorkflowDefinition) GetBudget() *Budget {
 	return nil
 }
 
+func (x *WorkflowDefinition) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+func (x *WorkflowDefinition) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+// RetryPolicy says how a failed code node (or an AI node's infrastructure
+// fault) is tried again. Between attempts the engine waits on a durable
+// timer: initial_interval, multiplied by backoff_coefficient after each
+// attempt, at most max_interval.
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts in all, the first included (1: no retry).
+	MaxAttempts            int32   `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	InitialIntervalSeconds float64 `protobuf:"fixed64,2,opt,name=initial_interval_seconds,json=initialIntervalSeconds,proto3" json:"initial_interval_seconds,omitempty"`
+	// 0: 2.
+	BackoffCoefficient float64 `protobuf:"fixed64,3,opt,name=backoff_coefficient,json=backoffCoefficient,proto3" json:"backoff_coefficient,omitempty"`
+	// 0: no limit.
+	MaxIntervalSeconds float64 `protobuf:"fixed64,4,opt,name=max_interval_seconds,json=maxIntervalSeconds,proto3" json:"max_interval_seconds,omitempty"`
+	// What is retried: "error" (the code raised), "timeout" (it ran past its
+	// limit), "sandbox_fault" (the sandbox failed, not the code). Empty: all.
+	On            []string `protobuf:"bytes,5,rep,name=on,proto3" json:"on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RetryPolicy) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetInitialIntervalSeconds() float64 {
+	if x != nil {
+		return x.InitialIntervalSeconds
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetBackoffCoefficient() float64 {
+	if x != nil {
+		return x.BackoffCoefficient
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetMaxIntervalSeconds() float64 {
+	if x != nil {
+		return x.MaxIntervalSeconds
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetOn() []string {
+	if x != nil {
+		return x.On
+	}
+	return nil
+}
+
+// Schedule starts a registered workflow on a cron expression or at an
+// interval, with a context.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique among the workflow's schedules; the definition's position when
+	// left empty ("0", "1", ...).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Five fields (minute hour day-of-month month day-of-week) or a
+	// descriptor (@hourly, @daily, ...); exclusive with every_seconds.
+	Cron string `protobuf:"bytes,2,opt,name=cron,proto3" json:"cron,omitempty"`
+	// IANA zone of cron (default UTC).
+	Timezone     string     `protobuf:"bytes,3,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	EverySeconds float64    `protobuf:"fixed64,4,opt,name=every_seconds,json=everySeconds,proto3" json:"every_seconds,omitempty"`
+	Context      *JSONValue `protobuf:"bytes,5,opt,name=context,proto3" json:"context,omitempty"`
+	// What happens to ticks missed while NOVA was down: "none" (the default:
+	// they are skipped), "latest" (the last one runs), "all" (each runs).
+	Catchup string `protobuf:"bytes,6,opt,name=catchup,proto3" json:"catchup,omitempty"`
+	// A paused schedule starts nothing until resumed.
+	Paused        bool `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Schedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Schedule) GetEverySeconds() float64 {
+	if x != nil {
+		return x.EverySeconds
+	}
+	return 0
+}
+
+func (x *Schedule) GetContext() *JSONValue {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *Schedule) GetCatchup() string {
+	if x != nil {
+		return x.Catchup
+	}
+	return ""
+}
+
+func (x *Schedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 // Budget limits what AI nodes' model calls may cost. An unset field sets no
 // limit; 0 allows no model call. Cost is the price table's (NOVA_LLM_PRICES)
 // for the tokens the model API reported; code-cache hits cost nothing.
@@ -224,7 +437,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +449,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +462,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Budget) GetMaxUsd() float64 {
@@ -298,14 +511,29 @@ type Node struct {
 	// Overrides the workflow's cache_validate for this AI node.
 	CacheValidate string `protobuf:"bytes,13,opt,name=cache_validate,json=cacheValidate,proto3" json:"cache_validate,omitempty"`
 	// This node's own limits, which apply besides the workflow's.
-	Budget        *Budget `protobuf:"bytes,14,opt,name=budget,proto3" json:"budget,omitempty"`
+	Budget *Budget `protobuf:"bytes,14,opt,name=budget,proto3" json:"budget,omitempty"`
+	// wait: the name of the signal that resumes the node. Its timeout is
+	// timeout_seconds (0: none); an edge with condition "timeout" is taken
+	// when it passes, else the node fails.
+	Signal string `protobuf:"bytes,15,opt,name=signal,proto3" json:"signal,omitempty"`
+	// wait: the JSON Schema (as JSON text) the signal's payload must meet.
+	Schema string `protobuf:"bytes,16,opt,name=schema,proto3" json:"schema,omitempty"`
+	// wait: the payload key whose value (as a decision's branch_decision)
+	// chooses the outgoing edge.
+	DecideOn string `protobuf:"bytes,17,opt,name=decide_on,json=decideOn,proto3" json:"decide_on,omitempty"`
+	// sleep: how long, or the context key holding the RFC 3339 time until
+	// which, the node sleeps.
+	DurationSeconds float64 `protobuf:"fixed64,18,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	Until           string  `protobuf:"bytes,19,opt,name=until,proto3" json:"until,omitempty"`
+	// How this code node is tried again; overrides the workflow's.
+	Retry         *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +545,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +558,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Node) GetId() string {
@@ -431,6 +659,48 @@ func (x *Node) GetBudget() *Budget {
 	return nil
 }
 
+func (x *Node) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *Node) GetSchema() string {
+	if x != nil {
+		return x.Schema
+	}
+	return ""
+}
+
+func (x *Node) GetDecideOn() string {
+	if x != nil {
+		return x.DecideOn
+	}
+	return ""
+}
+
+func (x *Node) GetDurationSeconds() float64 {
+	if x != nil {
+		return x.DurationSeconds
+	}
+	return 0
+}
+
+func (x *Node) GetUntil() string {
+	if x != nil {
+		return x.Until
+	}
+	return ""
+}
+
+func (x *Node) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -443,7 +713,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[3]
+	mi := &file_nova_v1_workflow_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +725,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[3]
+	mi := &file_nova_v1_workflow_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +738,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Edge) GetFrom() string {
@@ -496,7 +766,7 @@ var File_nova_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16nova/v1/workflow.proto\x12\anova.v1\"\xe1\x02\n" +
+	"\x16nova/v1/workflow.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xbe\x03\n" +
 	"\x12WorkflowDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12'\n" +
@@ -509,8 +779,24 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x05cache\x18\b \x01(\bH\x00R\x05cache\x88\x01\x01\x12%\n" +
 	"\x0ecache_validate\x18\t \x01(\tR\rcacheValidate\x12'\n" +
 	"\x06budget\x18\n" +
-	" \x01(\v2\x0f.nova.v1.BudgetR\x06budgetB\b\n" +
-	"\x06_cache\"\xb3\x01\n" +
+	" \x01(\v2\x0f.nova.v1.BudgetR\x06budget\x12*\n" +
+	"\x05retry\x18\v \x01(\v2\x14.nova.v1.RetryPolicyR\x05retry\x12/\n" +
+	"\tschedules\x18\f \x03(\v2\x11.nova.v1.ScheduleR\tschedulesB\b\n" +
+	"\x06_cache\"\xdd\x01\n" +
+	"\vRetryPolicy\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x128\n" +
+	"\x18initial_interval_seconds\x18\x02 \x01(\x01R\x16initialIntervalSeconds\x12/\n" +
+	"\x13backoff_coefficient\x18\x03 \x01(\x01R\x12backoffCoefficient\x120\n" +
+	"\x14max_interval_seconds\x18\x04 \x01(\x01R\x12maxIntervalSeconds\x12\x0e\n" +
+	"\x02on\x18\x05 \x03(\tR\x02on\"\xcf\x01\n" +
+	"\bSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04cron\x18\x02 \x01(\tR\x04cron\x12\x1a\n" +
+	"\btimezone\x18\x03 \x01(\tR\btimezone\x12#\n" +
+	"\revery_seconds\x18\x04 \x01(\x01R\feverySeconds\x12,\n" +
+	"\acontext\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12\x18\n" +
+	"\acatchup\x18\x06 \x01(\tR\acatchup\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\"\xb3\x01\n" +
 	"\x06Budget\x12\x1c\n" +
 	"\amax_usd\x18\x01 \x01(\x01H\x00R\x06maxUsd\x88\x01\x01\x12*\n" +
 	"\x0fmax_usd_per_day\x18\x02 \x01(\x01H\x01R\fmaxUsdPerDay\x88\x01\x01\x12+\n" +
@@ -518,7 +804,7 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\b_max_usdB\x12\n" +
 	"\x10_max_usd_per_dayB\x12\n" +
-	"\x10_max_model_calls\"\xb5\x03\n" +
+	"\x10_max_model_calls\"\xef\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -536,18 +822,26 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\vdescription\x18\v \x01(\tR\vdescription\x12\x19\n" +
 	"\x05cache\x18\f \x01(\bH\x00R\x05cache\x88\x01\x01\x12%\n" +
 	"\x0ecache_validate\x18\r \x01(\tR\rcacheValidate\x12'\n" +
-	"\x06budget\x18\x0e \x01(\v2\x0f.nova.v1.BudgetR\x06budgetB\b\n" +
+	"\x06budget\x18\x0e \x01(\v2\x0f.nova.v1.BudgetR\x06budget\x12\x16\n" +
+	"\x06signal\x18\x0f \x01(\tR\x06signal\x12\x16\n" +
+	"\x06schema\x18\x10 \x01(\tR\x06schema\x12\x1b\n" +
+	"\tdecide_on\x18\x11 \x01(\tR\bdecideOn\x12)\n" +
+	"\x10duration_seconds\x18\x12 \x01(\x01R\x0fdurationSeconds\x12\x14\n" +
+	"\x05until\x18\x13 \x01(\tR\x05until\x12*\n" +
+	"\x05retry\x18\x14 \x01(\v2\x14.nova.v1.RetryPolicyR\x05retryB\b\n" +
 	"\x06_cache\"H\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +
-	"\tcondition\x18\x03 \x01(\tR\tcondition*{\n" +
+	"\tcondition\x18\x03 \x01(\tR\tcondition*\xa4\x01\n" +
 	"\bNodeType\x12\x19\n" +
 	"\x15NODE_TYPE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fNODE_TYPE_START\x10\x01\x12\x14\n" +
 	"\x10NODE_TYPE_ACTION\x10\x02\x12\x16\n" +
 	"\x12NODE_TYPE_DECISION\x10\x03\x12\x11\n" +
-	"\rNODE_TYPE_END\x10\x04B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
+	"\rNODE_TYPE_END\x10\x04\x12\x12\n" +
+	"\x0eNODE_TYPE_WAIT\x10\x05\x12\x13\n" +
+	"\x0fNODE_TYPE_SLEEP\x10\x06B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
 
 var (
 	file_nova_v1_workflow_proto_rawDescOnce sync.Once
@@ -562,25 +856,32 @@ func file_nova_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_nova_v1_workflow_proto_goTypes = []any{
 	(NodeType)(0),              // 0: nova.v1.NodeType
 	(*WorkflowDefinition)(nil), // 1: nova.v1.WorkflowDefinition
-	(*Budget)(nil),             // 2: nova.v1.Budget
-	(*Node)(nil),               // 3: nova.v1.Node
-	(*Edge)(nil),               // 4: nova.v1.Edge
+	(*RetryPolicy)(nil),        // 2: nova.v1.RetryPolicy
+	(*Schedule)(nil),           // 3: nova.v1.Schedule
+	(*Budget)(nil),             // 4: nova.v1.Budget
+	(*Node)(nil),               // 5: nova.v1.Node
+	(*Edge)(nil),               // 6: nova.v1.Edge
+	(*JSONValue)(nil),          // 7: nova.v1.JSONValue
 }
 var file_nova_v1_workflow_proto_depIdxs = []int32{
-	3, // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
-	4, // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
-	2, // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
-	0, // 3: nova.v1.Node.type:type_name -> nova.v1.NodeType
-	2, // 4: nova.v1.Node.budget:type_name -> nova.v1.Budget
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
+	6, // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
+	4, // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
+	2, // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
+	3, // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
+	7, // 5: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
+	0, // 6: nova.v1.Node.type:type_name -> nova.v1.NodeType
+	4, // 7: nova.v1.Node.budget:type_name -> nova.v1.Budget
+	2, // 8: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_workflow_proto_init() }
@@ -588,16 +889,17 @@ func file_nova_v1_workflow_proto_init() {
 	if File_nova_v1_workflow_proto != nil {
 		return
 	}
+	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_msgTypes[0].OneofWrappers = []any{}
-	file_nova_v1_workflow_proto_msgTypes[1].OneofWrappers = []any{}
-	file_nova_v1_workflow_proto_msgTypes[2].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[3].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_workflow_proto_rawDesc), len(file_nova_v1_workflow_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
