@@ -63,13 +63,18 @@ func (e *ValidationError) Error() string {
 	return b.String()
 }
 
-// NoMatchingEdgeError means a decision node produced a branch_decision that no
-// outgoing edge's condition accepts.
+// NoMatchingEdgeError means a decision node produced a branch_decision, or a
+// wait node's signal carried a decide_on value, that no outgoing edge's
+// condition accepts.
 type NoMatchingEdgeError struct {
 	NodeID string
 	Value  string
-	// Allowed holds the conditions of the node's outgoing edges, sorted.
+	// Allowed holds the conditions of the node's outgoing edges, sorted (a
+	// wait node's timeout edge left out).
 	Allowed []string
+	// DecideOn is the payload field a wait node decides on; empty for a
+	// decision node.
+	DecideOn string
 }
 
 func (e *NoMatchingEdgeError) Error() string {
@@ -78,6 +83,12 @@ func (e *NoMatchingEdgeError) Error() string {
 		quoted[i] = fmt.Sprintf("%q", a)
 	}
 	allowed := strings.Join(quoted, ", ")
+	if e.DecideOn != "" {
+		if e.Value == "" {
+			return fmt.Sprintf("wait node %q: the payload has no value for %q (allowed: %s)", e.NodeID, e.DecideOn, allowed)
+		}
+		return fmt.Sprintf("wait node %q: %s %q matches no outgoing edge (allowed: %s)", e.NodeID, e.DecideOn, e.Value, allowed)
+	}
 	if e.Value == "" {
 		return fmt.Sprintf("decision node %q: branch_decision is empty or not set (allowed: %s)", e.NodeID, allowed)
 	}

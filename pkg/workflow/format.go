@@ -2,13 +2,17 @@ package workflow
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -28,6 +32,14 @@ func FormatYAML(def *novav1.WorkflowDefinition) ([]byte, error) {
 	boolField(top, "cache", def.Cache)
 	strField(top, "cache_validate", def.GetCacheValidate())
 	budgetField(top, def.GetBudget())
+	retryField(top, def.GetRetry())
+	if len(def.GetSchedules()) > 0 {
+		l := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, sc := range def.GetSchedules() {
+			l.Content = append(l.Content, formatSchedule(sc))
+		}
+		mapField(top, "schedules", l)
+	}
 	nodes := &yaml.Node{Kind: yaml.SequenceNode}
 	for _, n := range def.GetNodes() {
 		nodes.Content = append(nodes.Content, formatNode(n))
@@ -61,6 +73,10 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	if t := n.GetType(); t != novav1.NodeType_NODE_TYPE_UNSPECIFIED {
 		mapField(m, "type", yamlString(TypeName(t)))
 	}
+	strField(m, "signal", n.GetSignal())
+	strField(m, "decide_on", n.GetDecideOn())
+	secondsField(m, "duration", n.GetDurationSeconds())
+	strField(m, "until", n.GetUntil())
 	strField(m, "description", n.GetDescription())
 	strField(m, "model", n.GetModel())
 	strField(m, "language", n.GetLanguage())
@@ -73,10 +89,14 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	boolField(m, "cache", n.Cache)
 	strField(m, "cache_validate", n.GetCacheValidate())
 	budgetField(m, n.GetBudget())
+	retryField(m, n.GetRetry())
+	if sc := n.GetSchema(); sc != "" {
+		mapField(m, "schema", jsonYAML(sc))
+	}
 	strField(m, "prompt", n.GetPrompt())
 	strField(m, "code", n.GetCode())
 	// Nodes without text to read (start, end) take one line each.
-	if n.GetDescription() == "" && n.GetPrompt() == "" && n.GetCode() == "" {
+	if n.GetDescription() == "" && n.GetPrompt() == "" && n.GetCode() == "" && n.GetSchema() == "" {
 		m.Style = yaml.FlowStyle
 	}
 	return m
@@ -134,6 +154,109 @@ func budgetField(m *yaml.Node, b *novav1.Budget) {
 		mapField(bm, "max_model_calls", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(*b.MaxModelCalls))})
 	}
 	mapField(m, "budget", bm)
+}
+
+// retryField writes a retry policy on one line, each field that is set (an
+// empty policy too: Parse keeps it).
+func retryField(m *yaml.Node, r *novav1.RetryPolicy) {
+	if r == nil {
+		return
+	}
+	rm := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+	if v := r.GetMaxAttempts(); v != 0 {
+		mapField(rm, "max_attempts", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})
+	}
+	secondsField(rm, "initial_interval", r.GetInitialIntervalSeconds())
+	secondsField(rm, "backoff_coefficient", r.GetBackoffCoefficient())
+	secondsField(rm, "max_interval", r.GetMaxIntervalSeconds())
+	if len(r.GetOn()) > 0 {
+		l := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+		for _, k := range r.GetOn() {
+			l.Content = append(l.Content, yamlString(k))
+		}
+		mapField(rm, "on", l)
+	}
+	mapField(m, "retry", rm)
+}
+
+// formatSchedule writes a schedule on one line unless it has a context.
+func formatSchedule(s *novav1.Schedule) *yaml.Node {
+	m := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+	strField(m, "id", s.GetId())
+	strField(m, "cron", s.GetCron())
+	strField(m, "timezone", s.GetTimezone())
+	secondsField(m, "every", s.GetEverySeconds())
+	strField(m, "catchup", s.GetCatchup())
+	trueField(m, "paused", s.GetPaused())
+	if c := s.GetContext(); c != nil {
+		m.Style = 0
+		raw := c.GetRaw()
+		if len(raw) == 0 {
+			raw = []byte("{}")
+		}
+		mapField(m, "context", jsonYAML(string(raw)))
+	}
+	return m
+}
+
+// jsonYAML writes JSON text as the YAML that Parse reads back as the same
+// JSON (mappings with their keys sorted, numbers as written). Text that is
+// not JSON is written as a string.
+func jsonYAML(text string) *yaml.Node {
+	v, err := jsonvalue.Decode([]byte(text))
+	if err != nil {
+		return yamlString(text)
+	}
+	return valueYAML(v)
+}
+
+func valueYAML(v any) *yaml.Node {
+	switch v := v.(type) {
+	case nil:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}
+	case json.Number:
+		// Untagged, the number is written plain (a tag would be written
+		// out for an integer too large for YAML's int) and read back
+		// with its digits; only -0 would be read back as the integer 0.
+		n := &yaml.Node{Kind: yaml.ScalarNode, Value: v.String()}
+		if v == "-0" {
+			n.Tag = "!!float"
+		}
+		return n
+	case string:
+		return yamlString(v)
+	case []any:
+		l := &yaml.Node{Kind: yaml.SequenceNode}
+		flow := true
+		for _, e := range v {
+			n := valueYAML(e)
+			if n.Kind != yaml.ScalarNode || strings.Contains(n.Value, "\n") {
+				flow = false
+			}
+			l.Content = append(l.Content, n)
+		}
+		if flow {
+			l.Style = yaml.FlowStyle
+		}
+		return l
+	case map[string]any:
+		m := &yaml.Node{Kind: yaml.MappingNode}
+		if len(v) == 0 {
+			m.Style = yaml.FlowStyle
+		}
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}
+			if k == "<<" {
+				key.Style = yaml.DoubleQuotedStyle // a plain << merges mappings
+			}
+			m.Content = append(m.Content, key, valueYAML(v[k]))
+		}
+		return m
+	default:
+		return yamlString(fmt.Sprint(v))
+	}
 }
 
 // secondsField writes a timeout as a number of seconds; what is not a finite

@@ -126,6 +126,38 @@ edges:
 		}
 	})
 
+	t.Run("wait, sleep, retry and schedules", func(t *testing.T) {
+		def := mustParse(t, approvalYAML)
+		out := roundTrip(t, def)
+		for _, want := range []string{
+			"retry: {max_attempts: 3, initial_interval: 1, backoff_coefficient: 2, max_interval: 30, on: [error, timeout, sandbox_fault]}\n",
+			"  - id: every-5\n    cron: '*/5 * * * *'\n    timezone: Europe/Madrid\n    catchup: latest\n    context:\n      amount: 1500.50\n      id: 9007199254740993\n",
+			"  - {id: \"1\", every: 60}\n",
+			"    type: wait\n    signal: approval\n    decide_on: approved\n    description: Approve the invoice?\n    timeout: 259200\n    schema:\n",
+			"        amount:\n          minimum: 0.50\n",
+			"  - {id: cool_off, type: sleep, duration: 90}\n",
+			"  - {id: until_due, type: sleep, until: due_at}\n",
+			"    retry: {max_attempts: 5, on: [sandbox_fault]}\n",
+			"  - {from: approve, to: done, condition: timeout}\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("no %q in\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("JSON values YAML could misread", func(t *testing.T) {
+		schema := `{"$defs":{"<<":{"const":"<<"}},"enum":["yes","no","on","null","true","1.0","0x1f","","- a",": b","#c","multi\nline"],` +
+			`"properties":{"<<":{"$ref":"#/$defs/%3C%3C"},"big":{"maximum":123456789012345678901234567890},"e":{"minimum":1E+5},"f":{"multipleOf":0.10},"z":{"maximum":-0}},"type":["object","null"]}`
+		def := &novav1.WorkflowDefinition{Name: "w", Nodes: []*novav1.Node{
+			{Id: "w", Type: novav1.NodeType_NODE_TYPE_WAIT, Signal: "s", Schema: schema},
+		}, Schedules: []*novav1.Schedule{{Id: "0", EverySeconds: 60, Context: &novav1.JSONValue{Raw: []byte(`{"<<":[{},[],null,true,-1.5e-7],"k":"a: b"}`)}}}}
+		roundTrip(t, def)
+		if _, err := workflow.CompileSchema(schema); err != nil {
+			t.Errorf("CompileSchema: %v", err)
+		}
+	})
+
 	if _, err := workflow.FormatYAML(nil); err == nil {
 		t.Error("FormatYAML(nil) succeeded")
 	}

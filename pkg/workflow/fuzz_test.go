@@ -1,12 +1,13 @@
 package workflow_test
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -26,6 +27,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("a: &a [x, x]\nb: [*a, *a, *a]\n"))
 	f.Add([]byte("name: w\nbudget: {max_usd: 0.001, max_usd_per_day: -2, max_model_calls: 3}\nnodes:\n  - {id: a, type: start, budget: {}}\n" +
 		"  - {id: b, type: end, budget: {max_usd: 1e-300, max_model_calls: 0}}\nedges: [{from: a, to: b}]\n"))
+	f.Add([]byte(approvalYAML))
+	f.Add([]byte(approvalJSON))
+	f.Add([]byte("name: w\nretry: {max_attempts: 2, initial_interval: NaN, max_interval: 1w, on: [eror]}\nschedules:\n" +
+		"  - {cron: \"@daily\", timezone: Asia/Tokyo, context: {n: -0, x: 1e400}}\n  - {every: 2d, id: \"0\"}\n" +
+		"nodes:\n  - {id: s, type: sleep, duration: NaN, until: k}\n  - {id: w, type: wait, signal: a, schema: '{\"type\":\"object\"}', decide_on: ok}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 64<<10 {
 			return
@@ -51,20 +57,8 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// sameDefinition is proto.Equal, except that a NaN timeout equals a NaN
-// timeout (proto.Equal holds NaN unequal to itself).
+// sameDefinition is proto.Equal, except that a NaN number equals a NaN
+// number (proto.Equal holds NaN unequal to itself).
 func sameDefinition(a, b *novav1.WorkflowDefinition) bool {
-	a, b = proto.Clone(a).(*novav1.WorkflowDefinition), proto.Clone(b).(*novav1.WorkflowDefinition)
-	unNaN := func(x, y *float64) {
-		if math.IsNaN(*x) && math.IsNaN(*y) {
-			*x, *y = 0, 0
-		}
-	}
-	unNaN(&a.TimeoutSeconds, &b.TimeoutSeconds)
-	if len(a.Nodes) == len(b.Nodes) {
-		for i := range a.Nodes {
-			unNaN(&a.Nodes[i].TimeoutSeconds, &b.Nodes[i].TimeoutSeconds)
-		}
-	}
-	return proto.Equal(a, b)
+	return cmp.Equal(a, b, protocmp.Transform(), cmpopts.EquateNaNs())
 }

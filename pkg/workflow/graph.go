@@ -55,18 +55,20 @@ func (g *Graph) Start() *novav1.Node { return g.start }
 // Outgoing returns the edges leaving id, in definition order.
 func (g *Graph) Outgoing(id string) []*novav1.Edge { return slices.Clone(g.out[id]) }
 
-// Next returns the node that follows a start or action node.
+// Next returns the node that follows a start, action or sleep node, or the
+// node a wait node without decide_on leads to when its signal comes (its
+// edge without condition; the timeout edge is TimeoutEdge's).
 func (g *Graph) Next(id string) (string, error) {
 	n := g.nodes[id]
 	if n == nil {
 		return "", fmt.Errorf("next after %q: %w", id, ErrUnknownNode)
 	}
 	switch n.GetType() {
-	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION:
+	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP, novav1.NodeType_NODE_TYPE_WAIT:
 	default:
-		return "", fmt.Errorf("next after %q: it is a %s node; only start and action nodes have a single next node", id, TypeName(n.GetType()))
+		return "", fmt.Errorf("next after %q: it is %s node; only start, action, wait and sleep nodes have a single next node", id, withArticle(n.GetType()))
 	}
-	out := g.out[id]
+	out := g.branches(n)
 	if len(out) != 1 || out[0].GetCondition() != "" {
 		return "", fmt.Errorf("next after %q: want exactly one unconditional outgoing edge, have %d edges", id, len(out))
 	}
@@ -74,25 +76,58 @@ func (g *Graph) Next(id string) (string, error) {
 }
 
 // Decide returns the node a decision node leads to for the given
-// branch_decision value (see DecisionString). When no edge's condition equals
-// decision the error is a *NoMatchingEdgeError listing the allowed values.
+// branch_decision value (see DecisionString), or the node a wait node with
+// decide_on leads to for the value of that payload field. When no edge's
+// condition equals decision the error is a *NoMatchingEdgeError listing the
+// allowed values. A wait node's timeout edge is never decided on.
 func (g *Graph) Decide(id string, decision string) (string, error) {
 	n := g.nodes[id]
 	if n == nil {
 		return "", fmt.Errorf("decide at %q: %w", id, ErrUnknownNode)
 	}
-	if n.GetType() != novav1.NodeType_NODE_TYPE_DECISION {
-		return "", fmt.Errorf("decide at %q: it is a %s node, not a decision node", id, TypeName(n.GetType()))
+	switch n.GetType() {
+	case novav1.NodeType_NODE_TYPE_DECISION, novav1.NodeType_NODE_TYPE_WAIT:
+	default:
+		return "", fmt.Errorf("decide at %q: it is %s node, not a decision or wait node", id, withArticle(n.GetType()))
 	}
 	var allowed []string
-	for _, e := range g.out[id] {
+	for _, e := range g.branches(n) {
 		if e.GetCondition() == decision {
 			return e.GetTo(), nil
 		}
 		allowed = append(allowed, e.GetCondition())
 	}
 	slices.Sort(allowed)
-	return "", &NoMatchingEdgeError{NodeID: id, Value: decision, Allowed: slices.Compact(allowed)}
+	nerr := &NoMatchingEdgeError{NodeID: id, Value: decision, Allowed: slices.Compact(allowed)}
+	if n.GetType() == novav1.NodeType_NODE_TYPE_WAIT {
+		nerr.DecideOn = n.GetDecideOn()
+	}
+	return "", nerr
+}
+
+// TimeoutEdge returns the node wait node id leads to when its timeout passes
+// before its signal comes: the target of its edge with condition "timeout".
+// It reports false for a node without one, and for other nodes.
+func (g *Graph) TimeoutEdge(id string) (string, bool) {
+	if n := g.nodes[id]; n == nil || n.GetType() != novav1.NodeType_NODE_TYPE_WAIT {
+		return "", false
+	}
+	for _, e := range g.out[id] {
+		if e.GetCondition() == TimeoutCondition {
+			return e.GetTo(), true
+		}
+	}
+	return "", false
+}
+
+// branches are the edges leaving n that its outcome chooses between: all of
+// them, less a wait node's timeout edge.
+func (g *Graph) branches(n *novav1.Node) []*novav1.Edge {
+	out := g.out[n.GetId()]
+	if n.GetType() != novav1.NodeType_NODE_TYPE_WAIT {
+		return out
+	}
+	return slices.DeleteFunc(slices.Clone(out), func(e *novav1.Edge) bool { return e.GetCondition() == TimeoutCondition })
 }
 
 // DecisionString turns a branch_decision value from the context into the

@@ -21,9 +21,12 @@ import (
 // Field names accepted in a definition. "description" is documentation only and
 // is dropped; "executor" exists for definitions written for the original NOVA.
 var (
-	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "nodes", "edges"}
-	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget"}
+	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "schedules", "nodes", "edges"}
+	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
+		"signal", "schema", "decide_on", "duration", "until"}
 	budgetFields   = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
+	retryFields    = []string{"max_attempts", "initial_interval", "backoff_coefficient", "max_interval", "on"}
+	scheduleFields = []string{"id", "cron", "timezone", "every", "context", "catchup", "paused"}
 	edgeFields     = []string{"from", "to", "condition"}
 )
 
@@ -71,6 +74,7 @@ func Parse(data []byte) (*novav1.WorkflowDefinition, error) {
 
 	p := &parser{}
 	def := p.workflow(top)
+	ScheduleIDs(def)
 	if len(p.problems) > 0 {
 		return nil, &ValidationError{Workflow: def.GetName(), Problems: p.problems}
 	}
@@ -83,13 +87,27 @@ type parser struct {
 }
 
 // where locates a problem; nodeID wins over path when known because users
-// recognise their node ids faster than list indexes.
+// recognise their node ids faster than list indexes. sub names the mapping
+// the fields belong to ("retry"), when they are not the node's own.
 type where struct {
 	nodeID string
 	path   string
+	sub    string
+}
+
+// in locates the fields of the mapping key of w.
+func (w where) in(key string) where {
+	if w.sub != "" {
+		key = w.sub + "." + key
+	}
+	w.sub = key
+	return w
 }
 
 func (w where) problem(field, msg string) Problem {
+	if w.sub != "" {
+		field = w.sub + "." + field
+	}
 	if w.nodeID != "" {
 		return Problem{NodeID: w.nodeID, Field: field, Message: msg}
 	}
@@ -115,6 +133,12 @@ func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
 	def.Cache = p.optBoolean(w, m, "cache")
 	def.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
 	def.Budget = p.budget(w, m)
+	def.Retry = p.retry(w, m)
+	for i, raw := range p.list(w, m, "schedules") {
+		if s := p.schedule(i, raw); s != nil {
+			def.Schedules = append(def.Schedules, s)
+		}
+	}
 	for i, raw := range p.list(w, m, "nodes") {
 		if n := p.node(i, raw); n != nil {
 			def.Nodes = append(def.Nodes, n)
@@ -145,9 +169,13 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 		s, isStr := v.(string)
 		switch t := ParseNodeType(s); {
 		case !isStr:
-			p.addf(w, "type", "must be a string (start, action, decision or end), got %s", kindOf(v))
+			p.addf(w, "type", "must be a string (%s), got %s", nodeTypeList, kindOf(v))
 		case t == novav1.NodeType_NODE_TYPE_UNSPECIFIED:
-			p.addf(w, "type", "unknown node type %q; use start, action, decision or end", s)
+			msg := fmt.Sprintf("unknown node type %q; use %s", s, nodeTypeList)
+			if sug := suggest(s, nodeTypeNames); sug != "" {
+				msg = fmt.Sprintf("unknown node type %q; did you mean %q? (use %s)", s, sug, nodeTypeList)
+			}
+			p.addf(w, "type", "%s", msg)
 		default:
 			n.Type = t
 		}
@@ -164,6 +192,12 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.Cache = p.optBoolean(w, m, "cache")
 	n.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
 	n.Budget = p.budget(w, m)
+	n.Retry = p.retry(w, m)
+	n.Signal = p.str(w, m, "signal")
+	n.Schema = p.schema(w, m, "schema")
+	n.DecideOn = p.str(w, m, "decide_on")
+	n.DurationSeconds = p.seconds(w, m, "duration")
+	n.Until = p.str(w, m, "until")
 
 	switch exec := strings.ToLower(strings.TrimSpace(p.str(w, m, "executor"))); exec {
 	case "", "e2b":
@@ -284,8 +318,9 @@ func (p *parser) hosts(w where, m map[string]any, key string) []string {
 	return out
 }
 
-// seconds accepts a number of seconds or a Go duration string ("90s", "2m"),
-// since both are natural to write. Negative values are kept for Validate to report.
+// seconds accepts a number of seconds or a duration string ("90s", "2m",
+// "72h", "3d", "1w"; see ParseDuration), since both are natural to write.
+// Negative values are kept for Validate to report.
 func (p *parser) seconds(w where, m map[string]any, key string) float64 {
 	v, ok := m[key]
 	if !ok || v == nil {
@@ -302,15 +337,109 @@ func (p *parser) seconds(w where, m map[string]any, key string) float64 {
 		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
 			return f
 		}
-		d, err := time.ParseDuration(strings.TrimSpace(v))
+		d, err := ParseDuration(v)
 		if err != nil {
-			p.addf(w, key, "must be a number of seconds or a duration such as \"30s\", got %q", v)
+			p.addf(w, key, "must be a number of seconds or a duration such as \"30s\", \"72h\" or \"2d\", got %q", v)
 		}
 		return d.Seconds()
 	default:
 		p.addf(w, key, "must be a number of seconds, got %s", kindOf(v))
 		return 0
 	}
+}
+
+// ParseDuration reads a duration as Go writes it ("90s", "1h30m", "168h")
+// with two more units, d (24h) and w (7 days): "3d", "2w", "1d12h", "1.5d".
+// A leading sign is allowed.
+func ParseDuration(s string) (time.Duration, error) {
+	text := strings.TrimSpace(s)
+	if d, err := time.ParseDuration(text); err == nil {
+		return d, nil
+	}
+	bad := fmt.Errorf("invalid duration %q; write it like 90s, 1h30m, 72h, 3d or 2w", s)
+	neg := strings.HasPrefix(text, "-")
+	if neg || strings.HasPrefix(text, "+") {
+		text = text[1:]
+	}
+	if text == "" {
+		return 0, bad
+	}
+	// Days and weeks are added here; the other parts go to time.ParseDuration.
+	var days float64
+	var rest strings.Builder
+	for text != "" {
+		num := len(text) - len(strings.TrimLeft(text, "0123456789."))
+		unit := num + len(text[num:]) - len(strings.TrimLeft(text[num:], "abcdefghijklmnopqrstuvwxyzµμ"))
+		if num == 0 || unit == num {
+			return 0, bad
+		}
+		switch text[num:unit] {
+		case "d", "w":
+			f, err := strconv.ParseFloat(text[:num], 64)
+			if err != nil {
+				return 0, bad
+			}
+			if text[num:unit] == "w" {
+				f *= 7
+			}
+			days += f
+		default:
+			rest.WriteString(text[:unit])
+		}
+		text = text[unit:]
+	}
+	var d time.Duration
+	if rest.Len() > 0 {
+		var err error
+		if d, err = time.ParseDuration(rest.String()); err != nil {
+			return 0, bad
+		}
+	}
+	total := float64(d) + days*float64(24*time.Hour)
+	if total >= math.MaxInt64 {
+		return 0, fmt.Errorf("duration %q is too long (at most about 290 years)", s)
+	}
+	d = time.Duration(math.Round(total))
+	if neg {
+		d = -d
+	}
+	return d, nil
+}
+
+// number reads a number that has no unit.
+func (p *parser) number(w where, m map[string]any, key string) float64 {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return 0
+	}
+	n, isNum := v.(json.Number)
+	if !isNum {
+		p.addf(w, key, "must be a number, got %s", kindOf(v))
+		return 0
+	}
+	f, err := n.Float64()
+	if err != nil {
+		p.addf(w, key, "must be a number, got %s", n.String())
+	}
+	return f
+}
+
+// mapping reads the mapping at key and reports its unknown fields, which
+// are located as "<key>.<field>"; it reports false when key is absent or
+// null, or holds something else (described by what).
+func (p *parser) mapping(w where, m map[string]any, key, what string, known []string) (map[string]any, where, bool) {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return nil, w, false
+	}
+	sub, ok := v.(map[string]any)
+	if !ok {
+		p.addf(w, key, "must be a mapping with %s, got %s", what, kindOf(v))
+		return nil, w, false
+	}
+	in := w.in(key)
+	p.unknownFields(in, sub, known)
+	return sub, in, true
 }
 
 // budget reads a budget mapping; its fields are reported as "budget.<field>".
@@ -393,8 +522,13 @@ func (p *parser) whole(w where, m map[string]any, key string) int32 {
 	return int32(i)
 }
 
+// The node types as users write them.
+var nodeTypeNames = []string{"start", "action", "decision", "wait", "sleep", "end"}
+
+const nodeTypeList = "start, action, decision, wait, sleep or end"
+
 // ParseNodeType maps a type name to a NodeType. It accepts NOVA's spelling
-// (start, action, decision, end) and the original NOVA class names
+// (start, action, decision, wait, sleep, end) and the original NOVA class names
 // (StartNode, ActionNode, ...), in any case. Unknown names give NODE_TYPE_UNSPECIFIED.
 func ParseNodeType(s string) novav1.NodeType {
 	s = strings.ToLower(strings.TrimSpace(s))
@@ -409,6 +543,10 @@ func ParseNodeType(s string) novav1.NodeType {
 		return novav1.NodeType_NODE_TYPE_DECISION
 	case "end":
 		return novav1.NodeType_NODE_TYPE_END
+	case "wait":
+		return novav1.NodeType_NODE_TYPE_WAIT
+	case "sleep":
+		return novav1.NodeType_NODE_TYPE_SLEEP
 	default:
 		return novav1.NodeType_NODE_TYPE_UNSPECIFIED
 	}
@@ -425,6 +563,10 @@ func TypeName(t novav1.NodeType) string {
 		return "decision"
 	case novav1.NodeType_NODE_TYPE_END:
 		return "end"
+	case novav1.NodeType_NODE_TYPE_WAIT:
+		return "wait"
+	case novav1.NodeType_NODE_TYPE_SLEEP:
+		return "sleep"
 	default:
 		return "unspecified"
 	}

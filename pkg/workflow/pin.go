@@ -11,7 +11,7 @@ import (
 )
 
 // ErrNotRunnable is returned by PinCode for a node that runs nothing (a
-// start or end node).
+// start, end, wait or sleep node).
 var ErrNotRunnable = errors.New("node runs no code")
 
 // PinCode returns a copy of def in which node nodeID runs code, in language
@@ -21,9 +21,10 @@ var ErrNotRunnable = errors.New("node runs no code")
 // the top of the code, for whoever reads either. A code node gets the new
 // code. def itself is left as it was.
 //
-// The errors wrap ErrUnknownNode (no such node), ErrNotRunnable (a start or
-// end node), or describe code or a language that cannot be pinned; a
-// definition that is no longer valid afterwards is a *ValidationError.
+// The errors wrap ErrUnknownNode (no such node), ErrNotRunnable (a start,
+// end, wait or sleep node), or describe code or a language that cannot be
+// pinned; a definition that is no longer valid afterwards is a
+// *ValidationError.
 func PinCode(def *novav1.WorkflowDefinition, nodeID, code, language string) (*novav1.WorkflowDefinition, error) {
 	if def == nil {
 		return nil, errors.New("pin code: no workflow definition")
