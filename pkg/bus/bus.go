@@ -267,7 +267,12 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 // duplicate window stores it once. The caller's trace context travels in the
 // traceparent header and the CloudEvents distributed-tracing extension.
 func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error {
-	ctx, span, msg, err := b.prepare(ctx, subject, ev)
+	return b.publishOne(ctx, Outgoing{Subject: subject, Event: ev})
+}
+
+func (b *Bus) publishOne(ctx context.Context, o Outgoing) error {
+	subject, ev := o.Subject, o.Event
+	ctx, span, msg, err := b.prepare(ctx, subject, ev, o.Headers)
 	defer span.End()
 	if err != nil {
 		return err
@@ -280,6 +285,9 @@ func (b *Bus) Publish(ctx context.Context, subject string, ev event.Event) error
 type Outgoing struct {
 	Subject string
 	Event   event.Event
+	// Headers are NATS headers besides the event's own, e.g. a message
+	// schedule's (ScheduleAt).
+	Headers map[string]string
 }
 
 // PublishAll publishes every event as Publish does, but sends them all at
@@ -290,7 +298,7 @@ type Outgoing struct {
 // first error; like a failed Publish, the caller publishes all again.
 func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 	if len(out) == 1 {
-		return b.Publish(ctx, out[0].Subject, out[0].Event)
+		return b.publishOne(ctx, out[0])
 	}
 	type pending struct {
 		span trace.Span
@@ -305,7 +313,7 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 		}
 	}()
 	for _, o := range out {
-		pctx, span, msg, err := b.prepare(ctx, o.Subject, o.Event)
+		pctx, span, msg, err := b.prepare(ctx, o.Subject, o.Event, o.Headers)
 		ps = append(ps, pending{span: span, ctx: pctx, msg: msg})
 		if err != nil {
 			return err
@@ -346,7 +354,7 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 var errNotSent = errors.New("not sent")
 
 // prepare starts the publish span of ev and builds its message.
-func (b *Bus) prepare(ctx context.Context, subject string, ev event.Event) (context.Context, trace.Span, *nats.Msg, error) {
+func (b *Bus) prepare(ctx context.Context, subject string, ev event.Event, headers map[string]string) (context.Context, trace.Span, *nats.Msg, error) {
 	ctx, span := b.tracer.Start(ctx, "publish "+ev.Type(),
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
@@ -370,6 +378,9 @@ func (b *Bus) prepare(ctx context.Context, subject string, ev event.Event) (cont
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, ev.ID())
+	for k, v := range headers {
+		msg.Header.Set(k, v)
+	}
 	if err := b.checkSize(msg, ev); err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -259,10 +259,21 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 		return ctx, nil, nil, false
 	}
 	ctx = context.WithValue(ctx, subjectKey{}, msg.Subject())
+	ctx = context.WithValue(ctx, headerKey{}, msg.Headers())
 	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
 }
 
 type subjectKey struct{}
+
+type headerKey struct{}
+
+// Header is a NATS header of the message a Handler handles (one the server
+// sets, such as a message schedule's Nats-Schedule-Next), from its ctx; ""
+// outside one.
+func Header(ctx context.Context, name string) string {
+	h, _ := ctx.Value(headerKey{}).(nats.Header)
+	return h.Get(name)
+}
 
 // Subject is the NATS subject of the event a Handler (or BatchHandler of
 // one event) handles, from its ctx; "" outside one. The subject is where

@@ -34,6 +34,17 @@ type ExecutionDoc struct {
 	// What the execution's model calls cost (price table) and how many.
 	CostUSD    float64 `bson:"cost_usd" json:"cost_usd"`
 	ModelCalls int     `bson:"model_calls" json:"model_calls"`
+	// A cancelled execution: who cancelled it and why.
+	CancelledBy  string `bson:"cancelled_by,omitempty" json:"cancelled_by,omitempty"`
+	CancelReason string `bson:"cancel_reason,omitempty" json:"cancel_reason,omitempty"`
+	// A rerun: the execution it reruns and the node it started from; the
+	// reruns of this execution (set on the original when they start).
+	RerunOf   string   `bson:"rerun_of,omitempty" json:"rerun_of,omitempty"`
+	RerunFrom string   `bson:"rerun_from,omitempty" json:"rerun_from,omitempty"`
+	Reruns    []string `bson:"reruns,omitempty" json:"reruns,omitempty"`
+	// Started by a schedule: its id and the tick.
+	ScheduleID  string     `bson:"schedule_id,omitempty" json:"schedule_id,omitempty"`
+	ScheduledAt *time.Time `bson:"scheduled_at,omitempty" json:"scheduled_at,omitempty"`
 }
 
 // NodeSummaryDoc is one node's outcome in ExecutionDoc.Nodes.
@@ -83,9 +94,29 @@ type NodeDoc struct {
 	// Timestamp is CompletedAt, else StartedAt; stored only when it is
 	// neither (Chain fills it in).
 	Timestamp *time.Time `bson:"timestamp,omitempty" json:"timestamp,omitempty"`
+	// Attempt is the retry policy's attempt this visit is (set when the node
+	// has a policy); a failed one that is tried again names when.
+	Attempt       int        `bson:"attempt,omitempty" json:"attempt,omitempty"`
+	NextAttemptAt *time.Time `bson:"next_attempt_at,omitempty" json:"next_attempt_at,omitempty"`
+	// Signal is the signal that resumed a wait node; TimedOut says none came
+	// in time.
+	Signal   *SignalDoc `bson:"signal,omitempty" json:"signal,omitempty"`
+	TimedOut bool       `bson:"timed_out,omitempty" json:"timed_out,omitempty"`
+	// CarriedOverFrom is, for a rerun's node that was not run again, the
+	// execution where it ran.
+	CarriedOverFrom string `bson:"carried_over_from,omitempty" json:"carried_over_from,omitempty"`
 
 	// Steps are the agent steps of this visit, by step number; filled by Chain, not stored.
 	Steps []StepDoc `bson:"-" json:"steps,omitempty"`
+}
+
+// SignalDoc is a signal a wait node took: its name, payload (secrets
+// hidden), who sent it and when it came.
+type SignalDoc struct {
+	Name       string         `bson:"name" json:"name"`
+	Payload    map[string]any `bson:"payload,omitempty" json:"payload,omitempty"`
+	SentBy     string         `bson:"sent_by,omitempty" json:"sent_by,omitempty"`
+	ReceivedAt *time.Time     `bson:"received_at,omitempty" json:"received_at,omitempty"`
 }
 
 // StepDoc is a chain_of_work_steps document: one agent step inside a node visit.
@@ -163,6 +194,9 @@ func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error
 		byNode[nodes[i].ID] = i
 		n := &nodes[i]
 		n.InputContext, n.OutputResult = readContext(n.InputContext), readContext(n.OutputResult)
+		if n.Signal != nil {
+			n.Signal.Payload = readContext(n.Signal.Payload)
+		}
 		n.AIMetadata = readAIMetadata(unescapeMap(n.AIMetadata), n.CodeExecuted)
 		if n.Timestamp == nil {
 			n.Timestamp = firstTime(n.CompletedAt, n.StartedAt)

@@ -9,6 +9,7 @@ replace (
 )
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/novaflow/nova/pkg v0.0.0-00010101000000-000000000000
 	github.com/novaflow/nova/pkg/devstack v0.0.0-00010101000000-000000000000
 	github.com/novaflow/nova/proto v0.0.0
@@ -33,7 +34,6 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/golang/snappy v0.0.4 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.31.0 // indirect
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/jackc/pgerrcode v0.0.0-20240316143900-6e2875d9b438 // indirect

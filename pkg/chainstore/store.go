@@ -321,6 +321,12 @@ func startedFields(ev *novav1.WorkflowStarted) (id string, set bson.D, err error
 	if t := timeOf(ev.GetStartedAt()); t != nil {
 		set = append(set, bson.E{Key: "started_at", Value: t})
 	}
+	if r := ev.GetRerun(); r != nil {
+		set = append(set, bson.E{Key: "rerun_of", Value: r.GetExecutionId()}, bson.E{Key: "rerun_from", Value: r.GetNodeId()})
+	}
+	if sid := ev.GetScheduleId(); sid != "" {
+		set = append(set, bson.E{Key: "schedule_id", Value: sid}, bson.E{Key: "scheduled_at", Value: timeOf(ev.GetScheduledAt())})
+	}
 	return id, set, nil
 }
 
@@ -411,6 +417,12 @@ func completedFields(ev *novav1.WorkflowCompleted) (id string, set bson.D, err e
 	if name := ev.GetWorkflowName(); name != "" {
 		set = append(set, bson.E{Key: "workflow_name", Value: name})
 	}
+	if by := ev.GetCancelledBy(); by != "" {
+		set = append(set, bson.E{Key: "cancelled_by", Value: hideSecrets(by)}, bson.E{Key: "cancel_reason", Value: hideSecrets(ev.GetCancelReason())})
+	}
+	if ev.GetRerunOf() != "" {
+		set = append(set, bson.E{Key: "rerun_of", Value: ev.GetRerunOf()})
+	}
 	if started != nil {
 		// Same instant as the started event's; set here too so an execution whose
 		// started event is late still sorts by start time.
@@ -441,6 +453,11 @@ func nodeDoc(ev *novav1.NodeCompleted) (NodeDoc, error) {
 	}
 	doc := NodeDocOf(ev)
 	doc.InputContext, doc.OutputResult = bsonContext(doc.InputContext), bsonContext(doc.OutputResult)
+	if doc.Signal != nil {
+		sig := *doc.Signal
+		sig.Payload = bsonContext(sig.Payload)
+		doc.Signal = &sig
+	}
 	doc.AIMetadata = storedAIMetadata(doc.AIMetadata, doc.CodeExecuted)
 	if doc.Timestamp != nil && sameTime(doc.Timestamp, firstTime(doc.CompletedAt, doc.StartedAt)) {
 		doc.Timestamp = nil // the same instant twice in one document
@@ -479,32 +496,45 @@ func readAIMetadata(ai map[string]any, code string) map[string]any {
 func NodeDocOf(ev *novav1.NodeCompleted) NodeDoc {
 	started, completed := timeOf(ev.GetStartedAt()), timeOf(ev.GetCompletedAt())
 	return NodeDoc{
-		ID:             NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit()),
-		ExecutionID:    ev.GetExecutionId(),
-		NodeID:         ev.GetNodeId(),
-		NodeType:       ev.GetNodeType(),
-		Visit:          int(ev.GetVisit()),
-		Sequence:       int(ev.GetSequence()),
-		CodeExecuted:   hideSecrets(ev.GetCodeExecuted()),
-		InputContext:   jsonContext(ev.GetInputContext()),
-		OutputResult:   jsonContext(ev.GetOutputResult()),
-		ExecutionTime:  ev.GetExecutionTimeMs(),
-		Status:         ev.GetStatus(),
-		ErrorMessage:   hideSecrets(ev.GetErrorMessage()),
-		DecisionResult: ev.GetDecisionResult(),
-		PathTaken:      ev.GetPathTaken(),
-		AIMetadata:     structToMap(ev.GetAiMetadata()),
-		OutputAnalysis: structToMap(ev.GetOutputAnalysis()),
-		CostUSD:        ev.GetCostUsd(),
-		ModelCalls:     int(ev.GetModelCalls()),
-		ErrorKind:      ev.GetErrorKind(),
-		Stdout:         hideSecrets(ev.GetStdout()),
-		Stderr:         hideSecrets(ev.GetStderr()),
-		Traceback:      hideSecrets(ev.GetTraceback()),
-		StartedAt:      started,
-		CompletedAt:    completed,
-		Timestamp:      firstTime(completed, started),
+		ID:              NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit()),
+		ExecutionID:     ev.GetExecutionId(),
+		NodeID:          ev.GetNodeId(),
+		NodeType:        ev.GetNodeType(),
+		Visit:           int(ev.GetVisit()),
+		Sequence:        int(ev.GetSequence()),
+		CodeExecuted:    hideSecrets(ev.GetCodeExecuted()),
+		InputContext:    jsonContext(ev.GetInputContext()),
+		OutputResult:    jsonContext(ev.GetOutputResult()),
+		ExecutionTime:   ev.GetExecutionTimeMs(),
+		Status:          ev.GetStatus(),
+		ErrorMessage:    hideSecrets(ev.GetErrorMessage()),
+		DecisionResult:  ev.GetDecisionResult(),
+		PathTaken:       ev.GetPathTaken(),
+		AIMetadata:      structToMap(ev.GetAiMetadata()),
+		OutputAnalysis:  structToMap(ev.GetOutputAnalysis()),
+		CostUSD:         ev.GetCostUsd(),
+		ModelCalls:      int(ev.GetModelCalls()),
+		ErrorKind:       ev.GetErrorKind(),
+		Stdout:          hideSecrets(ev.GetStdout()),
+		Stderr:          hideSecrets(ev.GetStderr()),
+		Traceback:       hideSecrets(ev.GetTraceback()),
+		StartedAt:       started,
+		CompletedAt:     completed,
+		Timestamp:       firstTime(completed, started),
+		Attempt:         int(ev.GetAttempt()),
+		NextAttemptAt:   timeOf(ev.GetNextAttemptAt()),
+		Signal:          signalDoc(ev.GetSignal()),
+		TimedOut:        ev.GetTimedOut(),
+		CarriedOverFrom: ev.GetCarriedOverFrom(),
 	}
+}
+
+// signalDoc is the record of a signal a wait node took, nil for none.
+func signalDoc(s *novav1.SignalReceived) *SignalDoc {
+	if s == nil {
+		return nil
+	}
+	return &SignalDoc{Name: s.GetName(), Payload: jsonContext(s.GetPayload()), SentBy: s.GetSentBy(), ReceivedAt: timeOf(s.GetReceivedAt())}
 }
 
 // RecordStep stores one agent step; a redelivery replaces the document with itself.

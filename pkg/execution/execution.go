@@ -28,12 +28,18 @@ const (
 	StatusRunning   = "running"
 	StatusSucceeded = "succeeded"
 	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
 )
 
 // Node visit statuses in the chain of work: novav1.NodeStatus's names.
 const (
 	NodeSuccess = "success"
 	NodeFailed  = "failed"
+	// NodeCancelled: the visit ended because its execution was cancelled.
+	NodeCancelled = "cancelled"
+	// NodeCarriedOver: a rerun took the node's visit from the execution it
+	// reruns instead of running it.
+	NodeCarriedOver = "carried_over"
 )
 
 // Spelling is how events and documents write status s: the lower-case
@@ -63,7 +69,9 @@ func ParseStatus(s string) (novav1.ExecutionStatus, bool) {
 }
 
 // Ended reports whether status is one an execution ends with.
-func Ended(status string) bool { return status == StatusSucceeded || status == StatusFailed }
+func Ended(status string) bool {
+	return status == StatusSucceeded || status == StatusFailed || status == StatusCancelled
+}
 
 var validKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
 
@@ -135,6 +143,9 @@ func Completion(st *novav1.ExecutionState) *novav1.WorkflowCompleted {
 		CompletedAt:  st.CompletedAt,
 		CostUsd:      st.GetSpend().GetUsd(),
 		ModelCalls:   st.GetSpend().GetModelCalls(),
+		CancelledBy:  st.CancelledBy,
+		CancelReason: st.CancelReason,
+		RerunOf:      st.GetRerun().GetExecutionId(),
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.Nodes)) {
 		ns := st.Nodes[id]

@@ -179,7 +179,10 @@ type ExecutionState struct {
 	CancelledBy  string `protobuf:"bytes,23,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	CancelReason string `protobuf:"bytes,24,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
 	// The execution this one reruns, and from which node.
-	Rerun         *RerunFrom `protobuf:"bytes,25,opt,name=rerun,proto3" json:"rerun,omitempty"`
+	Rerun *RerunFrom `protobuf:"bytes,25,opt,name=rerun,proto3" json:"rerun,omitempty"`
+	// The schedule that started the execution, and its tick.
+	ScheduleId    string                 `protobuf:"bytes,26,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,6 +374,20 @@ func (x *ExecutionState) GetCancelReason() string {
 func (x *ExecutionState) GetRerun() *RerunFrom {
 	if x != nil {
 		return x.Rerun
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ExecutionState) GetScheduledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledAt
 	}
 	return nil
 }
@@ -963,7 +980,11 @@ type NodeState struct {
 	Status   string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	Error    string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// What this node's model calls cost in the execution, over all visits.
-	Spend         *Spend `protobuf:"bytes,5,opt,name=spend,proto3" json:"spend,omitempty"`
+	Spend *Spend `protobuf:"bytes,5,opt,name=spend,proto3" json:"spend,omitempty"`
+	// Visits that were a retry policy's attempts (they do not count against
+	// max_visits), and the attempt of the visit in progress (1 first).
+	Retried       int32 `protobuf:"varint,6,opt,name=retried,proto3" json:"retried,omitempty"`
+	RetryAttempt  int32 `protobuf:"varint,7,opt,name=retry_attempt,json=retryAttempt,proto3" json:"retry_attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,6 +1052,20 @@ func (x *NodeState) GetSpend() *Spend {
 		return x.Spend
 	}
 	return nil
+}
+
+func (x *NodeState) GetRetried() int32 {
+	if x != nil {
+		return x.Retried
+	}
+	return 0
+}
+
+func (x *NodeState) GetRetryAttempt() int32 {
+	if x != nil {
+		return x.RetryAttempt
+	}
+	return 0
 }
 
 // Spend is what model calls cost: the price table's USD for the tokens the
@@ -1271,7 +1306,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x93\b\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xf3\b\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -1301,7 +1336,10 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"waitingFor\x12!\n" +
 	"\fcancelled_by\x18\x17 \x01(\tR\vcancelledBy\x12#\n" +
 	"\rcancel_reason\x18\x18 \x01(\tR\fcancelReason\x12(\n" +
-	"\x05rerun\x18\x19 \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x1aL\n" +
+	"\x05rerun\x18\x19 \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x12\x1f\n" +
+	"\vschedule_id\x18\x1a \x01(\tR\n" +
+	"scheduleId\x12=\n" +
+	"\fscheduled_at\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
@@ -1370,13 +1408,15 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vmodel_calls\x18\a \x03(\v2\x12.nova.v1.ModelCallR\n" +
 	"modelCalls\x12\x1f\n" +
 	"\vstep_number\x18\b \x01(\x05R\n" +
-	"stepNumber\"\x93\x01\n" +
+	"stepNumber\"\xd2\x01\n" +
 	"\tNodeState\x12\x16\n" +
 	"\x06visits\x18\x01 \x01(\x05R\x06visits\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x05R\battempts\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12$\n" +
-	"\x05spend\x18\x05 \x01(\v2\x0e.nova.v1.SpendR\x05spend\":\n" +
+	"\x05spend\x18\x05 \x01(\v2\x0e.nova.v1.SpendR\x05spend\x12\x18\n" +
+	"\aretried\x18\x06 \x01(\x05R\aretried\x12#\n" +
+	"\rretry_attempt\x18\a \x01(\x05R\fretryAttempt\":\n" +
 	"\x05Spend\x12\x10\n" +
 	"\x03usd\x18\x01 \x01(\x01R\x03usd\x12\x1f\n" +
 	"\vmodel_calls\x18\x02 \x01(\x05R\n" +
@@ -1465,30 +1505,31 @@ var file_nova_v1_state_proto_depIdxs = []int32{
 	9,  // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
 	4,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
 	15, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
-	16, // 12: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	14, // 13: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	14, // 14: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	14, // 15: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	17, // 16: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	13, // 17: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	18, // 18: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	6,  // 19: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	19, // 20: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	20, // 21: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	21, // 22: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	8,  // 23: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	22, // 24: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	10, // 25: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	21, // 26: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	23, // 27: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	21, // 28: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	19, // 29: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	7,  // 30: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	14, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
+	16, // 13: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	14, // 14: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	14, // 15: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	14, // 16: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	17, // 17: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	13, // 18: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	18, // 19: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	6,  // 20: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	19, // 21: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	20, // 22: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	21, // 23: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	8,  // 24: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	22, // 25: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	10, // 26: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	21, // 27: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	23, // 28: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	21, // 29: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	19, // 30: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	7,  // 31: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }

@@ -359,11 +359,32 @@ func record(ctx context.Context, s *chainstore.Store, h *holder, evs []event.Eve
 	recorded := s.RecordAll(ctx, facts)
 	if recorded == nil {
 		settle(released, nil)
-		return errs
+		recorded = make([]error, len(facts)) // every fact was written
+	} else {
+		settle(released, recorded[len(at):])
 	}
-	settle(released, recorded[len(at):])
 	for j, i := range at {
 		errs[i] = settleErr(recorded[j])
+		if errs[i] == nil {
+			errs[i] = settleErr(linkRerun(ctx, s, facts[j]))
+		}
 	}
 	return errs
+}
+
+// linkRerun records, on the execution a rerun reruns, the rerun's id
+// (reruns), when m is a rerun's start or completion; repeated, it changes
+// nothing.
+func linkRerun(ctx context.Context, s *chainstore.Store, m proto.Message) error {
+	var orig, rerun string
+	switch ev := m.(type) {
+	case *novav1.WorkflowStarted:
+		orig, rerun = ev.GetRerun().GetExecutionId(), ev.GetExecutionId()
+	case *novav1.WorkflowCompleted:
+		orig, rerun = ev.GetRerunOf(), ev.GetExecutionId()
+	}
+	if orig == "" {
+		return nil
+	}
+	return s.LinkRerun(ctx, orig, rerun)
 }

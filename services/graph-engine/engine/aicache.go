@@ -18,12 +18,11 @@ import (
 // Python (the runtime with a published fingerprint) and when the node or
 // workflow does not opt out.
 func (t *transition) runCached(node *novav1.Node) bool {
-	if t.lookup == nil || t.runtime == "" || languageOf(node) != "python" || !workflow.CacheEnabled(t.st.Definition, node) {
+	in, ok := t.cacheInput(node)
+	if !ok {
 		return false
 	}
 	ai, spec := t.st.Ai, t.taskSpec(node)
-	in := codecache.Input{Task: spec.Task, NodeType: spec.NodeType, DecisionValues: spec.DecisionValues,
-		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Model: ai.Model, Language: spec.Language, Runtime: t.runtime}
 	ai.CacheKey = codecache.Key(in)
 	if t.semantic != nil {
 		ai.CacheGroup = codecache.Group(in, t.semanticModel)
@@ -45,6 +44,18 @@ func (t *transition) runCached(node *novav1.Node) bool {
 	}
 	t.cacheFx.misses++
 	return false
+}
+
+// cacheInput is what the node's cache key is made of; ok is false when the
+// cache cannot be used for it (no cache, the runtime's fingerprint not
+// published yet, a language other than Python, the cache off for the node).
+func (t *transition) cacheInput(node *novav1.Node) (in codecache.Input, ok bool) {
+	if t.lookup == nil || t.runtime == "" || languageOf(node) != "python" || !workflow.CacheEnabled(t.st.Definition, node) {
+		return codecache.Input{}, false
+	}
+	spec := t.taskSpec(node)
+	return codecache.Input{Task: spec.Task, NodeType: spec.NodeType, DecisionValues: spec.DecisionValues,
+		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Model: t.st.Ai.Model, Language: spec.Language, Runtime: t.runtime}, true
 }
 
 // useCached runs entry's code: found by the task's own key, or by the
@@ -164,7 +175,14 @@ func (t *transition) evictCached(node *novav1.Node, phase, msg string) {
 func (t *transition) cacheAccepted(node *novav1.Node) {
 	ai := t.st.Ai
 	if ai.CacheKey == "" {
-		return
+		// The runtime's fingerprint may have been published while the
+		// node ran (the first node of a fresh deployment): the code ran on
+		// that runtime, so it is kept under the key the next run looks up.
+		in, ok := t.cacheInput(node)
+		if !ok {
+			return
+		}
+		ai.CacheKey = codecache.Key(in)
 	}
 	if ai.CacheHit {
 		if ai.CacheMatch == matchSemantic {

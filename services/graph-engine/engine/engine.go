@@ -255,13 +255,16 @@ func (e *Engine) consumers() []bus.Consumer {
 			Filters: []string{bus.DeadLetterSubject(bus.AgentSandbox), bus.DeadLetterSubject(ConsumerResults),
 				bus.DeadLetterSubject(bus.AgentInputAnalyzer), bus.DeadLetterSubject(bus.AgentCodeGenerator),
 				bus.DeadLetterSubject(bus.AgentCodeValidator), bus.DeadLetterSubject(bus.AgentOutputValidator)}},
+		// Durable timers as they come due (wait timeouts, sleeps, retry
+		// backoff).
+		{Stream: bus.StreamTimers, Durable: bus.ConsumerEngineTimers, Filters: []string{bus.TimerFiredFilter}, Workers: e.cfg.Workers},
 	}
 }
 
 // Run consumes commands, results and dead letters until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	handlers := []bus.Handler{e.handleCommand, e.handleResult, e.handleDeadLetter}
+	handlers := []bus.Handler{e.handleCommand, e.handleResult, e.handleDeadLetter, e.handleTimer}
 	for i, c := range e.consumers() {
 		h := handlers[i]
 		g.Go(func() error { return e.bus.Consume(ctx, c, h) })
@@ -280,6 +283,10 @@ func (e *Engine) handleCommand(ctx context.Context, ev event.Event) error {
 		return e.register(ctx, ev)
 	case bus.TypeRefinementStart:
 		return e.startRefinement(ctx, ev)
+	case bus.TypeExecutionCancel:
+		return e.cancel(ctx, ev)
+	case bus.TypeExecutionSignal:
+		return e.signal(ctx, ev)
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle event type %q", ev.Type()))
 	}
@@ -378,11 +385,26 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 	}
 	st.Definition = def
 	t.graph = workflow.NewGraph(def)
+	if r := cmd.Rerun; r != nil {
+		if t.graph.Node(r.NodeId) == nil {
+			return e.failStart(ctx, t, fmt.Sprintf("rerun of %s from node %q: workflow %q has no such node", r.ExecutionId, r.NodeId, def.GetName()))
+		}
+		st.Rerun = r
+		if err := e.restoreSecrets(ctx, t); err != nil {
+			return err
+		}
+	}
+	st.ScheduleId, st.ScheduledAt = cmd.ScheduleId, cmd.ScheduledAt
 	if err := e.shrink(ctx, t); err != nil {
 		return err
 	}
 	t.started()
-	t.enter(t.graph.Start().Id)
+	if r := st.Rerun; r != nil {
+		t.carryOver(r)
+		t.enter(r.NodeId)
+	} else {
+		t.enter(t.graph.Start().Id)
+	}
 	if err := e.applyBudget(ctx, t); err != nil {
 		return err
 	}
@@ -718,6 +740,7 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 		err = e.store(ctx, id, data, entry.Revision(), e.keep(st))
 		if err == nil {
 			e.applyCache(ctx, t)
+			e.applyTimers(ctx, t)
 			return nil
 		}
 		if !bus.LostRace(err) {
@@ -758,7 +781,7 @@ func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 		if err != nil {
 			return err
 		}
-		evs = append(evs, bus.Outgoing{Subject: o.subject, Event: ev})
+		evs = append(evs, bus.Outgoing{Subject: o.subject, Event: ev, Headers: o.headers})
 	}
 	// Sent together, acknowledged together: one round trip per transition.
 	return e.bus.PublishAll(ctx, evs)

@@ -475,7 +475,10 @@ func (t *transition) refineFinish(a *novav1.RefineAttemptRun, errMsg string, met
 	st, rr := t.st, t.st.Refine
 	req, rf := rr.Request, rr.Request.GetRefinement()
 	nodeStatus, status := nodeSuccess, statusSucceeded
-	if errMsg != "" {
+	switch {
+	case st.CancelledBy != "":
+		nodeStatus, status = nodeCancelled, statusCancelled
+	case errMsg != "":
 		nodeStatus, status = nodeFailed, statusFailed
 	}
 	input := st.Context

@@ -45,6 +45,8 @@ const (
 type outEvent struct {
 	subject, id, typ, execution string
 	msg                         proto.Message
+	// headers are NATS headers besides the event's (a timer's schedule).
+	headers map[string]string
 }
 
 // transition applies one event to an execution's state and collects the
@@ -85,6 +87,9 @@ type transition struct {
 	// unset when there is none.
 	expand    func(jsonvalue.Object) error
 	readValue func([]byte) ([]byte, error)
+	// timersFx are the subjects of the timers the transition dropped, whose
+	// schedules are removed once the state is stored.
+	timersFx []string
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
@@ -125,6 +130,9 @@ func (t *transition) started() {
 		Definition:   t.st.Definition,
 		Context:      t.st.Context,
 		StartedAt:    t.st.StartedAt,
+		Rerun:        t.st.Rerun,
+		ScheduleId:   t.st.ScheduleId,
+		ScheduledAt:  t.st.ScheduledAt,
 	})
 }
 
@@ -134,13 +142,15 @@ func (t *transition) enter(id string) {
 	for t.st.Status == statusRunning {
 		node := t.graph.Node(id)
 		ns := t.nodeState(id)
-		// Checked before counting, so that visits says how often the node ran.
-		if limit := workflow.MaxVisits(node); int(ns.Visits) >= limit {
+		// Checked before counting, so that visits says how often the node
+		// ran; a retry policy's attempts do not count.
+		if limit := workflow.MaxVisits(node); int(ns.Visits-ns.Retried) >= limit {
 			ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", id, limit)
 			t.fail(ns.Error)
 			return
 		}
 		ns.Visits++
+		ns.RetryAttempt = 1
 		t.st.Sequence++
 		t.st.Path = append(t.st.Path, id)
 		switch node.Type {
@@ -170,11 +180,15 @@ func (t *transition) enter(id string) {
 			}
 			t.st.NodeStartedAt = tsNow(t.now)
 			t.st.NodeInput = t.st.Context
-			t.emit(bus.KindNodeStarted, fmt.Sprintf("%s/%s/%d/started", t.st.ExecutionId, node.Id, ns.Visits), bus.TypeNodeStarted,
-				&novav1.NodeStarted{
-					ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: nodeTypeName(node), Visit: ns.Visits,
-					Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
-				})
+			t.nodeStarted(node, ns)
+			switch node.Type {
+			case novav1.NodeType_NODE_TYPE_WAIT:
+				t.enterWait(node, ns)
+				return
+			case novav1.NodeType_NODE_TYPE_SLEEP:
+				t.enterSleep(node, ns)
+				return
+			}
 			if node.Prompt != "" {
 				t.startAI(node)
 				return
@@ -184,6 +198,15 @@ func (t *transition) enter(id string) {
 			return
 		}
 	}
+}
+
+// nodeStarted announces the visit of node that begins.
+func (t *transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
+	t.emit(bus.KindNodeStarted, fmt.Sprintf("%s/%s/%d/started", t.st.ExecutionId, node.Id, ns.Visits), bus.TypeNodeStarted,
+		&novav1.NodeStarted{
+			ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: nodeTypeName(node), Visit: ns.Visits,
+			Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
+		})
 }
 
 func (t *transition) nodeState(id string) *novav1.NodeState {
@@ -290,6 +313,9 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 	t.stepCompleted(node, r)
 
 	if r.Status != nodeSuccess {
+		if t.retryLater(node, ns, r) {
+			return nil
+		}
 		if r.ErrorKind == errorKindSandboxFault && int(ns.Attempts) < t.e.cfg.SandboxAttempts {
 			ns.Attempts++
 			t.dispatch(node, ns)
@@ -375,7 +401,7 @@ func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg str
 	t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 }
 
-func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMsg, decision, pathTaken string, r *novav1.CodeExecuted) {
+func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMsg, decision, pathTaken string, r *novav1.CodeExecuted) *novav1.NodeCompleted {
 	nc := &novav1.NodeCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
@@ -415,7 +441,11 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 	if t.budgetExceeded != nil && status != nodeSuccess {
 		nc.ErrorKind = errorKindBudgetExceeded
 	}
+	if workflow.RetryPolicyOf(t.st.Definition, node) != nil {
+		nc.Attempt = max(t.nodeState(node.Id).RetryAttempt, 1)
+	}
 	t.emit(bus.KindNodeCompleted, fmt.Sprintf("%s/%s/%d/completed", t.st.ExecutionId, node.Id, visit), bus.TypeNodeCompleted, nc)
+	return nc
 }
 
 // stepCompleted records the sandbox run as a chain-of-work step.

@@ -1,0 +1,117 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/novaflow/nova/pkg/bus"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// EndedError is a request that needs a running execution (a cancel, a
+// signal) made to one that ended: the HTTP API answers 409 with it.
+type EndedError struct {
+	ID     string
+	Status string
+}
+
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("execution %s is %s: only a running execution can be steered", e.ID, e.Status)
+}
+
+// NotWaitingError is a signal for an execution that does not wait for it:
+// the HTTP API answers 409 with it, naming what the execution waits for.
+type NotWaitingError struct {
+	ID     string
+	Signal string
+	// WaitingFor is the signal the execution waits for; "" when its
+	// current node waits for none.
+	WaitingFor string
+	// Node is the node running or waiting.
+	Node string
+}
+
+func (e *NotWaitingError) Error() string {
+	if e.WaitingFor == "" {
+		if e.Node == "" {
+			return fmt.Sprintf("execution %s waits for no signal (signal %q)", e.ID, e.Signal)
+		}
+		return fmt.Sprintf("execution %s waits for no signal: node %q is running (signal %q)", e.ID, e.Node, e.Signal)
+	}
+	return fmt.Sprintf("execution %s does not wait for signal %q: node %q waits for signal %q", e.ID, e.Signal, e.Node, e.WaitingFor)
+}
+
+// CheckCancel tells whether st can be cancelled: nil when it runs, an
+// *EndedError when it ended. Cancelling an execution cancelled already is
+// no error: cancel is idempotent.
+func CheckCancel(st *novav1.ExecutionState) error {
+	if st.GetStatus() == StatusRunning || st.GetStatus() == StatusCancelled {
+		return nil
+	}
+	return &EndedError{ID: st.GetExecutionId(), Status: st.GetStatus()}
+}
+
+// CheckSignalTarget tells whether st waits for signal name: nil when its
+// current node does, an *EndedError when it ended, a *NotWaitingError
+// naming what it waits for otherwise. The payload is checked against the
+// wait node's schema by workflow.CheckPayload.
+func CheckSignalTarget(st *novav1.ExecutionState, name string) error {
+	if st.GetStatus() != StatusRunning {
+		return &EndedError{ID: st.GetExecutionId(), Status: st.GetStatus()}
+	}
+	if st.GetWaitingFor() != name {
+		return &NotWaitingError{ID: st.GetExecutionId(), Signal: name, WaitingFor: st.GetWaitingFor(), Node: st.GetCurrentNode()}
+	}
+	return nil
+}
+
+// WaitNode is the wait node st's current node is, nil when it waits for
+// no signal.
+func WaitNode(st *novav1.ExecutionState) *novav1.Node {
+	if st.GetWaitingFor() == "" {
+		return nil
+	}
+	for _, n := range st.GetDefinition().GetNodes() {
+		if n.Id == st.GetCurrentNode() {
+			return n
+		}
+	}
+	return nil
+}
+
+// CancelEventID is the event id of the command that cancels execution id:
+// one per execution, so that cancels repeated within the commands'
+// duplicate window are stored once (and the engine ignores one that comes
+// after the execution ended).
+func CancelEventID(id string) string { return "cancel-" + id }
+
+// PublishCancel publishes cmd, the command that cancels execution
+// cmd.ExecutionId: CloudEvent type bus.TypeExecutionCancel on the graph
+// engine's command subject, with its execution in bus.ExtensionExecutionID
+// and CancelEventID as its id. The gateway and the nova CLI send it so.
+func PublishCancel(ctx context.Context, b *bus.Bus, cmd *novav1.CancelExecution) error {
+	id := cmd.GetExecutionId()
+	return b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), CancelEventID(id), bus.TypeExecutionCancel, cmd,
+		map[string]string{bus.ExtensionExecutionID: id})
+}
+
+// PublishSignal publishes cmd, a signal for execution cmd.ExecutionId:
+// CloudEvent type bus.TypeExecutionSignal on the graph engine's command
+// subject with event id eventID, which a SignalRejected of it names
+// (signal_event_id).
+func PublishSignal(ctx context.Context, b *bus.Bus, eventID string, cmd *novav1.SignalExecution) error {
+	id := cmd.GetExecutionId()
+	return b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeExecutionSignal, cmd,
+		map[string]string{bus.ExtensionExecutionID: id})
+}
+
+// WaitUntil is when st's current node stops waiting on its own (a wait
+// node's timeout), nil when it waits for ever.
+func WaitUntil(st *novav1.ExecutionState) *timestamppb.Timestamp {
+	if tm := st.GetTimer(); tm != nil && tm.GetNodeId() == st.GetCurrentNode() {
+		return tm.GetDueAt()
+	}
+	return nil
+}
