@@ -75,6 +75,12 @@ func BudgetRefused(outcome *novav1.AgentOutcome, err error) bool {
 // handle returns the result message (which must echo the command's ref). A
 // handler error is retried; wrap it with bus.Permanent when retrying cannot
 // help.
+//
+// Each command is handled under a context that the cancellation of its
+// execution ends (bus.Cancels, cause bus.ErrExecutionCancelled), which aborts
+// the model call in flight. A command of an execution cancelled before it was
+// handled, or while it was, is acked without a result: the graph engine
+// ignores the results of an execution that ended, and nothing is redelivered.
 func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, spec Spec,
 	newCmd func() C, handle func(context.Context, C) (proto.Message, error)) error {
 	if err := b.EnsureStreams(ctx); err != nil {
@@ -87,6 +93,14 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		tp = tracenoop.NewTracerProvider()
 	}
 	tracer := tp.Tracer("github.com/novaflow/nova/pkg/agent")
+	cancels, err := b.NewCancels(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer cancels.Close()
 	return b.Consume(ctx, spec.Consumer(), func(ctx context.Context, ev event.Event) error {
 		if ev.Type() != spec.CommandType {
 			return bus.Permanent(fmt.Errorf("%s does not handle event type %q", spec.Name, ev.Type()))
@@ -114,7 +128,18 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		res, err := handle(ctx, cmd)
+		stepCtx, release := cancels.Start(ref.ExecutionId, ctx)
+		defer release()
+		if cancelled(stepCtx) {
+			span.SetAttributes(attribute.Bool("cancelled", true))
+			return nil
+		}
+		res, err := handle(stepCtx, cmd)
+		if cancelled(stepCtx) {
+			// Whatever the step gave, its execution has ended.
+			span.SetAttributes(attribute.Bool("cancelled", true))
+			return nil
+		}
 		if err != nil {
 			span.RecordError(err)
 			return err
@@ -122,6 +147,11 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		return b.PublishProto(ctx, subject,
 			ref.StepId+"/result", spec.ResultType, res, map[string]string{bus.ExtensionExecutionID: ref.ExecutionId})
 	})
+}
+
+// cancelled tells whether ctx ended because its execution was cancelled.
+func cancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), bus.ErrExecutionCancelled)
 }
 
 // Service is an agent whose work-queue consumer is declared, so commands

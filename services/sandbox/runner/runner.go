@@ -58,6 +58,9 @@ const (
 	KindLimit              = "limit"               // a resource limit ended the run
 	KindSandboxFault       = "sandbox_fault"       // retry elsewhere
 	KindRuntimeUnavailable = "runtime_unavailable" // fail fast
+	// KindCancelled: the program's execution was cancelled and the program
+	// killed, or never started (the sandbox service sets it, not Run).
+	KindCancelled = "cancelled"
 )
 
 // Limits a Result names when one ended the run.

@@ -28,7 +28,7 @@ func newExecutionMetrics(mp metric.MeterProvider) (executionMetrics, error) {
 	var em executionMetrics
 	var err error
 	if em.executions, err = m.Int64Counter("nova.sandbox.executions",
-		metric.WithDescription("Programs run, by outcome (success, code_error, timeout, limit, sandbox_fault, runtime_unavailable) and language")); err != nil {
+		metric.WithDescription("Programs run, by outcome (success, code_error, timeout, limit, sandbox_fault, runtime_unavailable, cancelled) and language")); err != nil {
 		return em, err
 	}
 	if em.duration, err = m.Float64Histogram("nova.sandbox.execution.duration",

@@ -75,7 +75,17 @@ func Run(ctx context.Context, d Deps) error {
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
-	s := &server{Deps: d, metrics: m, tracer: tp.Tracer("github.com/novaflow/nova/services/sandbox/service")}
+	// Every replica hears every cancellation: the programs of a cancelled
+	// execution are killed wherever they run.
+	cancels, err := d.Bus.NewCancels(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer cancels.Close()
+	s := &server{Deps: d, metrics: m, cancels: cancels, tracer: tp.Tracer("github.com/novaflow/nova/services/sandbox/service")}
 	// Describing the runtime takes a second or two; programs are served meanwhile.
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -124,6 +134,7 @@ func ConsumerSpec(workers int) bus.Consumer {
 type server struct {
 	Deps
 	metrics executionMetrics
+	cancels *bus.Cancels
 	tracer  trace.Tracer
 }
 
@@ -152,7 +163,22 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 		return bus.Permanent(err)
 	}
 	start := time.Now()
-	res, err := s.execute(ctx, &cmd)
+	// The program runs under a context that the cancellation of its
+	// execution ends, which kills it and every process it started; its
+	// result is still published (with ctx, which the cancellation does not
+	// end), so the command is settled and not run again.
+	runCtx, release := s.cancels.Start(cmd.ExecutionId, ctx)
+	var res *novav1.CodeExecuted
+	if cancelled(runCtx) {
+		res = cancelledResult(&cmd)
+	} else {
+		res, err = s.execute(runCtx, &cmd)
+		if err != nil && cancelled(runCtx) {
+			res, err = cancelledResult(&cmd), nil
+			res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+		}
+	}
+	release()
 	outcome := outcomeOf(res, err)
 	s.metrics.record(ctx, cmd.Language, outcome, time.Since(start))
 	span.SetAttributes(attribute.String("outcome", outcome))
@@ -163,8 +189,22 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
 }
 
-func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.CodeExecuted, error) {
-	out := &novav1.CodeExecuted{
+// cancelled tells whether ctx ended because its execution was cancelled.
+func cancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), bus.ErrExecutionCancelled)
+}
+
+// cancelledResult answers a command whose execution was cancelled: its
+// program was killed, or never started.
+func cancelledResult(cmd *novav1.ExecuteCode) *novav1.CodeExecuted {
+	out := newResult(cmd)
+	out.Status, out.ErrorKind, out.Error = runner.StatusError, runner.KindCancelled, bus.ErrExecutionCancelled.Error()
+	return out
+}
+
+// newResult is the result of cmd with what it echoes of the command.
+func newResult(cmd *novav1.ExecuteCode) *novav1.CodeExecuted {
+	return &novav1.CodeExecuted{
 		ExecutionId: cmd.ExecutionId,
 		NodeId:      cmd.NodeId,
 		StepId:      cmd.StepId,
@@ -173,6 +213,10 @@ func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.
 		StepNumber:  cmd.StepNumber,
 		Sequence:    cmd.Sequence,
 	}
+}
+
+func (s *server) execute(ctx context.Context, cmd *novav1.ExecuteCode) (*novav1.CodeExecuted, error) {
+	out := newResult(cmd)
 	input, err := jsonvalue.FromProto(cmd.GetContext())
 	if err != nil {
 		out.Status, out.ErrorKind = "error", "code_error"
