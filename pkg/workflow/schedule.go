@@ -192,3 +192,36 @@ func (p *parser) schedule(i int, raw any) *novav1.Schedule {
 	}
 	return s
 }
+
+// ParseSchedule reads one schedule written as a definition's schedules
+// entry is (YAML or JSON: cron or every, timezone, context, catchup, id,
+// paused) and validates it: what the schedules API takes. Its problems
+// are a *ValidationError; an entry without id gets "0".
+func ParseSchedule(data []byte) (*novav1.Schedule, error) {
+	def, err := Parse(append([]byte("name: schedule\nschedules:\n  - "), indentFlow(data)...))
+	if err != nil {
+		return nil, err
+	}
+	s := def.GetSchedules()[0]
+	return s, ValidateSchedule(s)
+}
+
+// indentFlow makes a YAML or JSON document the value of a list entry: a
+// JSON object is one flow line already; YAML lines are indented under it.
+func indentFlow(data []byte) []byte {
+	return []byte(strings.ReplaceAll(strings.TrimSpace(string(data)), "\n", "\n    "))
+}
+
+// ValidateSchedule checks one schedule as Validate checks a definition's:
+// a *ValidationError listing its problems, or nil.
+func ValidateSchedule(s *novav1.Schedule) error {
+	v := &validator{def: &novav1.WorkflowDefinition{Schedules: []*novav1.Schedule{s}}}
+	v.schedules()
+	if len(v.problems) > 0 {
+		for i := range v.problems {
+			v.problems[i].Field = strings.TrimPrefix(strings.TrimPrefix(v.problems[i].Field, "schedules[0]"), ".")
+		}
+		return &ValidationError{Problems: v.problems}
+	}
+	return nil
+}

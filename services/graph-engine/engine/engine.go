@@ -133,6 +133,8 @@ type Engine struct {
 	// codeCache and days are nil only in tests that build an Engine by hand.
 	codeCache *codeCache
 	days      *dayCounters
+	// schedules is the KV bucket of workflow schedules.
+	schedules jetstream.KeyValue
 }
 
 // Run builds the engine and serves until ctx ends.
@@ -190,6 +192,9 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
 		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days}
+	if err := e.openSchedules(ctx); err != nil {
+		return nil, err
+	}
 	for _, c := range e.consumers() {
 		if _, err := deps.Bus.DeclareConsumer(ctx, c); err != nil {
 			return nil, err
@@ -258,13 +263,15 @@ func (e *Engine) consumers() []bus.Consumer {
 		// Durable timers as they come due (wait timeouts, sleeps, retry
 		// backoff).
 		{Stream: bus.StreamTimers, Durable: bus.ConsumerEngineTimers, Filters: []string{bus.TimerFiredFilter}, Workers: e.cfg.Workers},
+		// Ticks of workflow schedules.
+		{Stream: bus.StreamTimers, Durable: bus.ConsumerEngineSchedules, Filters: []string{bus.ScheduleTickFilter}, Workers: 2},
 	}
 }
 
 // Run consumes commands, results and dead letters until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	handlers := []bus.Handler{e.handleCommand, e.handleResult, e.handleDeadLetter, e.handleTimer}
+	handlers := []bus.Handler{e.handleCommand, e.handleResult, e.handleDeadLetter, e.handleTimer, e.handleTick}
 	for i, c := range e.consumers() {
 		h := handlers[i]
 		g.Go(func() error { return e.bus.Consume(ctx, c, h) })
@@ -272,6 +279,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.codeCache != nil {
 		g.Go(func() error { return e.codeCache.validators.Run(ctx) })
 	}
+	g.Go(func() error { e.catchUpSchedules(ctx); return nil })
 	return g.Wait()
 }
 
@@ -287,6 +295,10 @@ func (e *Engine) handleCommand(ctx context.Context, ev event.Event) error {
 		return e.cancel(ctx, ev)
 	case bus.TypeExecutionSignal:
 		return e.signal(ctx, ev)
+	case bus.TypeSchedulePut:
+		return e.putSchedule(ctx, ev)
+	case bus.TypeScheduleDelete:
+		return e.deleteSchedule(ctx, ev)
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle event type %q", ev.Type()))
 	}
@@ -313,7 +325,7 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 		var stored novav1.WorkflowDefinition
 		if proto.Unmarshal(entry.Value(), &stored) == nil && proto.Equal(&stored, cmd.Definition) {
 			e.log.InfoContext(ctx, "workflow registered already", "workflow", cmd.Definition.Name, "revision", entry.Revision())
-			return nil
+			return e.syncDefinitionSchedules(ctx, cmd.Definition)
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("read workflow %q: %w", cmd.Definition.Name, err)
@@ -326,7 +338,7 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 		return fmt.Errorf("store workflow %q: %w", cmd.Definition.Name, err)
 	}
 	e.log.InfoContext(ctx, "workflow registered", "workflow", cmd.Definition.Name)
-	return nil
+	return e.syncDefinitionSchedules(ctx, cmd.Definition)
 }
 
 func (e *Engine) start(ctx context.Context, ev event.Event) error {

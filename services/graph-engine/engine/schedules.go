@@ -1,0 +1,360 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/robfig/cron/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Schedules start registered workflows on a cron expression or at an
+// interval. Each is kept in the KV bucket nova_schedules and is a
+// repeating JetStream message schedule on the timers stream, whose ticks
+// the engine consumes. A tick's execution id is derived from the schedule
+// and the tick, so a tick starts one execution however many engine
+// replicas take it, or however often it is delivered.
+//
+// The server fires a repeating schedule once when it is due and, after it
+// was down, skips to the next time in the future: the ticks missed while
+// everything was down are never delivered. The engine finds them from the
+// last tick it started (at each tick, and when it starts) and runs them as
+// the schedule's catchup says: none (skipped), latest (the last runs) or
+// all (each runs, at most maxCatchup).
+
+// maxCatchup bounds the missed ticks a schedule with catchup all runs at
+// once (the latest ones).
+const maxCatchup = 1000
+
+func scheduleKey(wf, id string) string { return wf + "." + id }
+
+func (e *Engine) openSchedules(ctx context.Context) error {
+	kv, err := openBucket(ctx, e.bus.JetStream(), jetstream.KeyValueConfig{
+		Bucket:      bus.BucketSchedules,
+		Description: "NOVA workflow schedules, one key per <workflow>.<schedule id>",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(e.cfg.Replicas, 1),
+	})
+	e.schedules = kv
+	return err
+}
+
+// putSchedule handles PutSchedule: it stores the schedule and makes its
+// message schedule (or removes it, paused).
+func (e *Engine) putSchedule(ctx context.Context, ev event.Event) error {
+	var cmd novav1.PutSchedule
+	if err := bus.Decode(ev, &cmd); err != nil {
+		return err
+	}
+	if !execution.ValidKey(cmd.Workflow) {
+		return bus.Permanent(fmt.Errorf("schedule: workflow name %q is not valid", cmd.Workflow))
+	}
+	if _, err := e.defs.Get(ctx, cmd.Workflow); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return bus.Permanent(fmt.Errorf("schedule: workflow %q is not registered", cmd.Workflow))
+	} else if err != nil {
+		return fmt.Errorf("read workflow %q: %w", cmd.Workflow, err)
+	}
+	if err := workflow.ValidateSchedule(cmd.Schedule); err != nil {
+		return bus.Permanent(fmt.Errorf("schedule of %s: %w", cmd.Workflow, err))
+	}
+	return e.applySchedule(ctx, cmd.Workflow, cmd.Schedule, false)
+}
+
+// applySchedule stores s for workflow wf (keeping its last tick) and
+// makes its message schedule, or removes it when s is paused.
+func (e *Engine) applySchedule(ctx context.Context, wf string, s *novav1.Schedule, fromDef bool) error {
+	key := scheduleKey(wf, s.Id)
+	st := &novav1.ScheduleState{Workflow: wf, Schedule: s, CreatedAt: tsNow(e.now()), LastTick: tsNow(e.now()), FromDefinition: fromDef}
+	var rev uint64
+	if entry, err := e.schedules.Get(ctx, key); err == nil {
+		var old novav1.ScheduleState
+		if proto.Unmarshal(entry.Value(), &old) == nil {
+			st.CreatedAt, st.LastTick = old.CreatedAt, old.LastTick
+			if proto.Equal(old.Schedule, s) && old.FromDefinition == fromDef {
+				return nil // the same again (a redelivery, a repeated register)
+			}
+		}
+		rev = entry.Revision()
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("read schedule %s: %w", key, err)
+	}
+	data, err := proto.Marshal(st)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	if rev == 0 {
+		_, err = e.schedules.Create(ctx, key, data)
+	} else {
+		_, err = e.schedules.Update(ctx, key, data, rev)
+	}
+	if err != nil {
+		return fmt.Errorf("store schedule %s: %w", key, err)
+	}
+	subject := bus.ScheduleSubject(wf, s.Id)
+	if s.Paused {
+		return e.bus.CancelSchedule(ctx, subject)
+	}
+	tick, err := e.bus.ProtoEvent(fmt.Sprintf("schedule/%s/%s/%d", wf, s.Id, time.Now().UnixNano()), bus.TypeScheduleTick,
+		&novav1.ScheduleTick{Workflow: wf, ScheduleId: s.Id}, nil)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	tz := s.Timezone
+	if s.Cron == "" {
+		tz = ""
+	}
+	// A roll-up: the schedule replaces the one before on its subject.
+	err = e.bus.PublishAll(ctx, []bus.Outgoing{{Subject: subject, Event: tick,
+		Headers: bus.ScheduleRepeat(workflow.NATSCron(s), tz, bus.ScheduleTickSubject(wf, s.Id))}})
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", key, err)
+	}
+	e.log.InfoContext(ctx, "schedule set", "workflow", wf, "schedule", s.Id, "cron", s.Cron, "every_seconds", s.EverySeconds,
+		"timezone", s.Timezone, "paused", s.Paused)
+	return nil
+}
+
+func (e *Engine) deleteSchedule(ctx context.Context, ev event.Event) error {
+	var cmd novav1.DeleteSchedule
+	if err := bus.Decode(ev, &cmd); err != nil {
+		return err
+	}
+	return e.removeSchedule(ctx, cmd.Workflow, cmd.ScheduleId)
+}
+
+func (e *Engine) removeSchedule(ctx context.Context, wf, id string) error {
+	if err := e.bus.CancelSchedule(ctx, bus.ScheduleSubject(wf, id)); err != nil {
+		return err
+	}
+	if err := e.schedules.Delete(ctx, scheduleKey(wf, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete schedule %s: %w", scheduleKey(wf, id), err)
+	}
+	e.log.InfoContext(ctx, "schedule removed", "workflow", wf, "schedule", id)
+	return nil
+}
+
+// syncDefinitionSchedules makes the schedules of a registered definition
+// the workflow's schedules from its definition: each set, and those a
+// former revision declared and this one does not removed. Schedules made
+// through the API are left alone.
+func (e *Engine) syncDefinitionSchedules(ctx context.Context, def *novav1.WorkflowDefinition) error {
+	keep := map[string]bool{}
+	for _, s := range def.GetSchedules() {
+		keep[s.Id] = true
+		if err := e.applySchedule(ctx, def.Name, s, true); err != nil {
+			return err
+		}
+	}
+	for _, st := range e.listSchedules(ctx, def.Name) {
+		if st.FromDefinition && !keep[st.Schedule.GetId()] {
+			if err := e.removeSchedule(ctx, def.Name, st.Schedule.GetId()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listSchedules are the schedules of workflow wf ("" for all).
+func (e *Engine) listSchedules(ctx context.Context, wf string) []*novav1.ScheduleState {
+	filter := ">"
+	if wf != "" {
+		filter = wf + ".>"
+	}
+	keys, err := e.schedules.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil
+	}
+	var out []*novav1.ScheduleState
+	for k := range keys.Keys() {
+		entry, err := e.schedules.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var st novav1.ScheduleState
+		if proto.Unmarshal(entry.Value(), &st) == nil {
+			out = append(out, &st)
+		}
+	}
+	return out
+}
+
+// handleTick starts the execution of a schedule's tick, and those of the
+// ticks missed before it that its catchup asks for.
+func (e *Engine) handleTick(ctx context.Context, ev event.Event) error {
+	var tick novav1.ScheduleTick
+	if err := bus.Decode(ev, &tick); err != nil {
+		return err
+	}
+	next, err := time.Parse(time.RFC3339Nano, bus.Header(ctx, jetstream.ScheduleNextHeader))
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("tick of schedule %s of %s: no time of the next tick (%s): %v", tick.ScheduleId, tick.Workflow,
+			jetstream.ScheduleNextHeader, err))
+	}
+	return e.tick(ctx, tick.Workflow, tick.ScheduleId, func(st *novav1.ScheduleState, sched cron.Schedule) (time.Time, bool) {
+		return prevTick(st.Schedule, sched, next), true
+	})
+}
+
+// catchUpSchedules runs, once the engine starts, the ticks missed while
+// NOVA was down that each schedule's catchup asks for.
+func (e *Engine) catchUpSchedules(ctx context.Context) {
+	for _, st := range e.listSchedules(ctx, "") {
+		err := e.tick(ctx, st.Workflow, st.Schedule.GetId(), func(st *novav1.ScheduleState, sched cron.Schedule) (time.Time, bool) {
+			return e.now(), false
+		})
+		if err != nil && ctx.Err() == nil {
+			e.log.WarnContext(ctx, "schedule catch-up failed", "workflow", st.Workflow, "schedule", st.Schedule.GetId(), "err", err)
+		}
+	}
+}
+
+// tick brings schedule wf.id up to a tick: at(st) gives the tick's time
+// and whether it is a tick the server fired (which runs) or the time up to
+// which missed ticks are looked for (the engine's start). The ticks after
+// the schedule's last tick and before that time are missed: its catchup
+// says which of them run.
+func (e *Engine) tick(ctx context.Context, wf, id string, at func(*novav1.ScheduleState, cron.Schedule) (time.Time, bool)) error {
+	key := scheduleKey(wf, id)
+	for range 10 {
+		entry, err := e.schedules.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			e.log.InfoContext(ctx, "tick of a schedule that is gone", "workflow", wf, "schedule", id)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read schedule %s: %w", key, err)
+		}
+		var st novav1.ScheduleState
+		if err := proto.Unmarshal(entry.Value(), &st); err != nil {
+			return bus.Permanent(fmt.Errorf("schedule %s unreadable: %w", key, err))
+		}
+		if st.Schedule.GetPaused() {
+			return nil
+		}
+		sched, _, err := workflow.CronSchedule(st.Schedule)
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("schedule %s: %w", key, err))
+		}
+		t, fired := at(&st, sched)
+		last := st.LastTick.AsTime()
+		if !t.After(last) {
+			return nil // decided already (a redelivery, a tick delivered late)
+		}
+		missed := ticksBetween(st.Schedule, sched, last, t)
+		var run []time.Time
+		switch st.Schedule.GetCatchup() {
+		case workflow.CatchupAll:
+			run = missed
+		case workflow.CatchupLatest:
+			if len(missed) > 0 {
+				run = missed[len(missed)-1:]
+			}
+		}
+		newLast := t
+		if fired {
+			run = append(run, t)
+		} else if len(missed) > 0 {
+			newLast = missed[len(missed)-1]
+		} else {
+			return nil
+		}
+		if len(missed) > 0 {
+			e.log.InfoContext(ctx, "schedule missed ticks", "workflow", wf, "schedule", id, "missed", len(missed),
+				"catchup", st.Schedule.GetCatchup(), "running", len(run)-boolInt(fired))
+		}
+		for _, r := range run {
+			if err := e.startTick(ctx, wf, st.Schedule, r); err != nil {
+				return err
+			}
+		}
+		st.LastTick = tsNow(newLast)
+		data, err := proto.Marshal(&st)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		if _, err := e.schedules.Update(ctx, key, data, entry.Revision()); err == nil {
+			return nil
+		} else if !bus.LostRace(err) {
+			return fmt.Errorf("store schedule %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("schedule %s: too many concurrent updates", key)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TickExecutionID is the id of the execution schedule id of workflow wf
+// starts for its tick at t.
+func TickExecutionID(wf, id string, t time.Time) string {
+	return fmt.Sprintf("%s-%s-%s", wf, id, t.UTC().Format("20060102T150405Z"))
+}
+
+// startTick starts the execution of one tick: a start command whose
+// execution id is the tick's, so a tick started twice runs once.
+func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t time.Time) error {
+	id := TickExecutionID(wf, s.Id, t)
+	return e.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart,
+		&novav1.StartWorkflow{ExecutionId: id, WorkflowName: wf, Context: s.Context, ScheduleId: s.Id, ScheduledAt: tsNow(t)},
+		map[string]string{bus.ExtensionExecutionID: id})
+}
+
+// ticksBetween are schedule s's ticks after from and before to (at most
+// maxCatchup, the latest). An every schedule's ticks are counted in whole
+// intervals from `from`, rounded: the server's ticks of it are not on a
+// fixed grid.
+func ticksBetween(s *novav1.Schedule, sched cron.Schedule, from, to time.Time) []time.Time {
+	var out []time.Time
+	if s.GetCron() == "" {
+		every := time.Duration(s.GetEverySeconds() * float64(time.Second))
+		n := int((to.Sub(from) + every/2) / every) // whole intervals, rounded
+		for i := max(1, n-maxCatchup); i < n; i++ {
+			out = append(out, from.Add(time.Duration(i)*every))
+		}
+		return out
+	}
+	for t := sched.Next(from); !t.IsZero() && t.Before(to); t = sched.Next(t) {
+		out = append(out, t)
+		if len(out) > maxCatchup {
+			out = out[1:]
+		}
+	}
+	return out
+}
+
+// prevTick is the tick before next: what a tick the server fired with
+// Nats-Schedule-Next = next stands for.
+func prevTick(s *novav1.Schedule, sched cron.Schedule, next time.Time) time.Time {
+	if s.GetCron() == "" {
+		return next.Add(-time.Duration(s.GetEverySeconds() * float64(time.Second)))
+	}
+	for window := time.Minute; window < 5*366*24*time.Hour; window *= 2 {
+		t := sched.Next(next.Add(-window))
+		if t.IsZero() || !t.Before(next) {
+			continue
+		}
+		for {
+			n := sched.Next(t)
+			if n.IsZero() || !n.Before(next) {
+				return t
+			}
+			t = n
+		}
+	}
+	return next
+}
