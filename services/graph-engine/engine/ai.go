@@ -344,9 +344,13 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 		return nil
 	}
 	if r.Status != nodeSuccess {
-		if r.ErrorKind == errorKindDeadLetter || r.ErrorKind == errorKindRuntimeUnavailable {
+		if r.ErrorKind == errorKindRuntimeUnavailable {
 			// Another attempt cannot help when the runtime is missing.
 			t.nodeFailed(node, t.nodeState(node.Id), r.Error, r)
+			return nil
+		}
+		if r.ErrorKind == errorKindDeadLetter {
+			t.aiInfraFailed(node, r.Error, r)
 			return nil
 		}
 		t.attemptFailed(node, "execution", failure)

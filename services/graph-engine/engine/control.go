@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/execution"
@@ -275,10 +276,11 @@ func (t *transition) retryLater(node *novav1.Node, ns *novav1.NodeState, r *nova
 	}
 	due := t.now.Add(workflow.RetryBackoff(p, attempt))
 	msg := cmp.Or(r.Error, "the code failed without a message")
+	t.releaseHold()
 	ns.Status, ns.Error = "retrying", msg
 	nc := t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
 	nc.NextAttemptAt = tsNow(due)
-	t.st.PendingStepId = ""
+	t.st.PendingStepId, t.st.Ai = "", nil
 	t.setTimer(timerRetry, node, ns, due)
 	t.waiting(&novav1.NodeWaiting{ExecutionId: t.st.ExecutionId, NodeId: node.Id, Visit: ns.Visits, Kind: waitingRetry,
 		Attempt: attempt + 1, Until: tsNow(due), Sequence: t.st.Sequence})
@@ -297,7 +299,29 @@ func (t *transition) retryNow(node *novav1.Node, ns *novav1.NodeState) {
 	t.st.NodeStartedAt = tsNow(t.now)
 	t.st.NodeInput = t.st.Context
 	t.nodeStarted(node, ns)
+	if node.Prompt != "" {
+		t.startAI(node)
+		return
+	}
 	t.dispatch(node, ns)
+}
+
+// aiInfraFailed fails an AI node whose pipeline met an infrastructure
+// fault (a command no agent could handle, a program the sandbox could not
+// run), or, when the node's retry policy retries sandbox faults, runs the
+// whole node again later. Its generation loop is its own: failed code
+// goes back to generation, not here.
+func (t *transition) aiInfraFailed(node *novav1.Node, msg string, r *novav1.CodeExecuted) {
+	fault := r
+	if fault == nil {
+		fault = &novav1.CodeExecuted{Status: "error", Error: msg}
+	}
+	fault = proto.Clone(fault).(*novav1.CodeExecuted)
+	fault.ErrorKind, fault.Error = workflow.RetryOnSandboxFault, msg
+	if t.retryLater(node, t.nodeState(node.Id), fault) {
+		return
+	}
+	t.nodeFailed(node, t.nodeState(node.Id), msg, r)
 }
 
 // waiting announces that the current node waits.

@@ -667,8 +667,7 @@ func (e *Engine) agentCommandDeadLettered(ctx context.Context, dl *novav1.DeadLe
 		if err := t.checkAI(ref); err != nil {
 			return err
 		}
-		node := t.graph.Node(ref.NodeId)
-		t.nodeFailed(node, t.nodeState(node.Id), msg, nil)
+		t.aiInfraFailed(t.graph.Node(ref.NodeId), msg, nil)
 		return nil
 	})
 }

@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// An AI node keeps its generation loop for failed code; its retry policy
+// covers its infrastructure faults: a program the sandbox could not take
+// (dead-lettered) runs the whole node again after the backoff, as a new
+// visit with the next attempt number.
+func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
+	e := newTestEngine()
+	def, err := workflow.Parse([]byte(strings.Replace(aiYAML, `prompt: "Calculate discount (10% if total > 1000)"}`,
+		`prompt: "Calculate discount (10% if total > 1000)", retry: {max_attempts: 2, initial_interval: 5s, on: [sandbox_fault]}}`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
+	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
+	tr := e.newTransition(st)
+	tr.enter(tr.graph.Start().Id)
+	cmd := tr.out[len(tr.out)-1].msg
+	deadLettered := false
+	for st.Status == statusRunning && st.Timer == nil {
+		tr = e.newTransition(st)
+		switch c := cmd.(type) {
+		case *novav1.AnalyzeInput:
+			err = tr.inputAnalyzed(&novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true})
+		case *novav1.GenerateCode:
+			err = tr.codeGenerated(&novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "context['discount'] = 150", Stage: "TASK"})
+		case *novav1.ValidateCode:
+			err = tr.codeValidated(&novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true})
+		case *novav1.ExecuteCode:
+			deadLettered = true
+			err = tr.codeExecuted(&novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
+				Status: "error", ErrorKind: errorKindDeadLetter, Error: "the sandbox could not handle the command after 3 deliveries"})
+		default:
+			t.Fatalf("unexpected command %T", cmd)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(tr.out) - 1; i >= 0; i-- {
+			if strings.HasPrefix(tr.out[i].subject, "nova.cmd.") {
+				cmd = tr.out[i].msg
+				break
+			}
+		}
+	}
+	if !deadLettered || st.Status != statusRunning || st.Timer == nil || st.Timer.Kind != timerRetry || st.Ai != nil {
+		t.Fatalf("after the dead letter: %s, timer %v, ai %v; want running, waiting on the retry's timer", st.Status, st.Timer, st.Ai)
+	}
+	var failed *novav1.NodeCompleted
+	for _, o := range tr.out {
+		if nc, ok := o.msg.(*novav1.NodeCompleted); ok && nc.NodeId == "discount" {
+			failed = nc
+		}
+	}
+	if failed == nil || failed.Status != nodeFailed || failed.Attempt != 1 || failed.NextAttemptAt == nil || failed.AiMetadata == nil {
+		t.Fatalf("the failed attempt's visit: %v", failed)
+	}
+	if d := failed.NextAttemptAt.AsTime().Sub(failed.CompletedAt.AsTime()); d != 5*time.Second {
+		t.Errorf("next attempt %s after the failure, want 5s", d)
+	}
+	tr = e.newTransition(st)
+	if err := tr.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: st.Timer.Id}); err != nil {
+		t.Fatal(err)
+	}
+	ns := st.Nodes["discount"]
+	if ns.Visits != 2 || ns.RetryAttempt != 2 || st.Ai == nil {
+		t.Fatalf("after the timer: visits %d, attempt %d, ai %v; want the node again as visit 2, attempt 2", ns.Visits, ns.RetryAttempt, st.Ai)
+	}
+	if _, ok := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput); !ok {
+		t.Errorf("the second attempt began with %T, want input analysis", tr.out[len(tr.out)-1].msg)
+	}
+	// A timer that is not the pending one changes nothing.
+	before := proto.Clone(st)
+	if err := e.newTransition(st).timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "discount-1-retry"}); err != errStale || !proto.Equal(before, st) {
+		t.Errorf("a stale timer: %v", err)
+	}
+}
