@@ -10,6 +10,10 @@ GO ?= go
 
 BIN := bin
 DEMO_DIR ?= .nova/demo
+# Ports of the nova dev `make demo` runs for the manager's approval (0: a free
+# port), e.g. make demo DEMO_NATS_PORT=24222 DEMO_MONGO_PORT=27028.
+DEMO_NATS_PORT ?= 0
+DEMO_MONGO_PORT ?= 0
 # Every module of go.work, as absolute directories.
 MODULES = $(shell $(GO) list -m -f '{{.Dir}}')
 # Binaries: the nova CLI and one per service.
@@ -60,7 +64,7 @@ TSC := /usr/bin/node $(CONSOLE)/node_modules/typescript/bin/tsc
 
 .PHONY: help
 help:
-	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store (installs system packages when missing)'
+	@echo 'make demo    run the invoice-routing and ai-orders examples on the embedded NATS and store, a large invoice approved with nova signal on a nova dev (installs system packages when missing)'
 	@echo 'make test    make check, then go test -count=1 ./... in every module of go.work (make test-go: only the tests)'
 	@echo 'make build   bin/nova, bin/graph-engine, bin/sandbox, bin/audit, bin/gateway, ... (static, CGO_ENABLED=0)'
 	@echo 'make check   generated proto code up to date, gofmt, go vet, the console type-checked and its dist up to date, docs/reference/configuration.md up to date'
@@ -73,6 +77,7 @@ help:
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, then the same after 20000 more workflows on the same data dir, beside plain python3 (BENCH_LOAD_FLAGS="-history 0" skips that)'
 	@echo 'make bench-chain  the chain of work per execution: BSON bytes by collection and the disk bytes of the embedded store, for a 3-node code workflow and ai-orders (BENCH_CHAIN_FLAGS="-baseline-bin DIR" measures another build beside)'
 	@echo 'make bench-restart  nova dev restarted after kill -9 with 0, 10000 and 100000 ended executions kept, killed a while after the server wrote its state and before it first did: time until the bucket answers and until a workflow completes, and the TTL scan it logged (BENCH_RESTART_FLAGS=...)'
+	@echo 'make bench-control  steering executions: cancel to the program gone (p50/p99, beside a bare SIGKILL), CPU and RSS of nova dev with 1000 executions waiting for a signal over a minute (beside none), lateness of 200 sleeps of 2 s (beside bare message schedules) (BENCH_CONTROL_FLAGS=...)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
 	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
@@ -101,9 +106,11 @@ demo: deps build
 	@case "$(DEMO_DIR)" in ""|/|.|..) echo "refusing to wipe DEMO_DIR='$(DEMO_DIR)'" >&2; exit 1;; esac
 	rm -rf -- "$(DEMO_DIR)"
 	@echo
-	@echo '=== invoice-routing with the built-in sample invoice (3 x 500 EUR): the manager_approval branch'
+	@echo '=== invoice-routing with the built-in sample invoice (3 x 500 EUR) on nova dev: above the threshold, so the'
+	@echo '    execution waits at the wait node manager_approval until a manager approves it with nova signal'
 	@echo
-	$(BIN)/nova run examples/invoice-routing.yaml --chain --data-dir "$(DEMO_DIR)"
+	@NOVA="$(BIN)/nova" DEMO_DIR="$(DEMO_DIR)" DEMO_NATS_PORT="$(DEMO_NATS_PORT)" DEMO_MONGO_PORT="$(DEMO_MONGO_PORT)" \
+		bash examples/approval-demo.sh
 	@echo
 	@echo '=== the same workflow with --set amount=500: the auto_approve branch'
 	@echo
@@ -312,6 +319,14 @@ bench-chain: build
 bench-restart: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchrestart ./benchrestart
 	$(BIN)/nova-benchrestart -bin $(BIN) $(BENCH_RESTART_FLAGS)
+
+# Steering executions on nova dev: cancel to the program's process gone,
+# CPU and memory while 1000 executions wait for a signal, lateness of 200
+# sleeps of 2 s, each beside a baseline (BENCH_CONTROL_FLAGS="-idle 10s").
+.PHONY: bench-control
+bench-control: build
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcontrol ./benchcontrol
+	$(BIN)/nova-benchcontrol -bin $(BIN) $(BENCH_CONTROL_FLAGS)
 
 # The audit store as its history grows, on the embedded FerretDB: write time
 # and CPU per execution and reads of one execution at several history sizes,
