@@ -61,6 +61,17 @@ func (c *Cache) Get(ctx context.Context) (*Info, error) {
 	return info, nil
 }
 
+// Recheck is Get without the wait after a miss: it reads the description
+// again now when none is held.
+func (c *Cache) Recheck(ctx context.Context) (*Info, error) {
+	c.mu.Lock()
+	if c.info == nil {
+		c.checked = time.Time{}
+	}
+	c.mu.Unlock()
+	return c.Get(ctx)
+}
+
 func (c *Cache) digest(ctx context.Context) (string, error) {
 	obj, err := c.js.ObjectStore(ctx, Bucket)
 	if err != nil {

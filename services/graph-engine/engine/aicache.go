@@ -178,6 +178,9 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 		// The runtime's fingerprint may have been published while the
 		// node ran (the first node of a fresh deployment): the code ran on
 		// that runtime, so it is kept under the key the next run looks up.
+		if t.runtime == "" && t.recheckRuntime != nil {
+			t.recheckRuntime()
+		}
 		in, ok := t.cacheInput(node)
 		if !ok {
 			return

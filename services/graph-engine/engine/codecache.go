@@ -110,6 +110,11 @@ func openCodeCache(ctx context.Context, js jetstream.JetStream, cfg Config, deps
 	}
 	m := mp.Meter("github.com/novaflow/nova/services/graph-engine/engine")
 	c := &codeCache{kv: kv, runtime: runtimeinfo.NewCache(js), validators: validatorinfo.NewFollower(validators)}
+	// Until the sandbox has published its runtime (the first moments of a
+	// fresh deployment), each transition that needs it looks again soon: an
+	// AI node that began without it keeps its accepted code once it is
+	// there (cacheAccepted).
+	c.runtime.RetryMissing = 200 * time.Millisecond
 	if cfg.Semantic.Enabled {
 		if err := cfg.Semantic.Validate(); err != nil {
 			return nil, err
@@ -197,8 +202,20 @@ func (e *Engine) bindCache(ctx context.Context, t *transition, memo embedMemo) {
 		if !errors.Is(err, runtimeinfo.ErrNotPublished) {
 			e.log.WarnContext(ctx, "code cache: runtime description unreadable; the cache is skipped", "err", err)
 		}
+		// A node accepting code asks again, whatever the last miss: the
+		// runtime may have come while the node ran.
+		t.recheckRuntime = func() {
+			if info, err := e.codeCache.runtime.Recheck(ctx); err == nil {
+				e.bindRuntime(ctx, t, memo, info)
+			}
+		}
 		return
 	}
+	e.bindRuntime(ctx, t, memo, info)
+}
+
+// bindRuntime lets t use the code cache with the runtime info describes.
+func (e *Engine) bindRuntime(ctx context.Context, t *transition, memo embedMemo, info *runtimeinfo.Info) {
 	t.runtime = e.codeCache.fingerprintOf(info)
 	t.validator = e.codeCache.validators.Current()
 	t.lookup = func(key string) *codecache.Entry {

@@ -70,6 +70,9 @@ type transition struct {
 	// fingerprint; both unset when the cache cannot be used.
 	lookup  func(key string) *codecache.Entry
 	runtime string
+	// recheckRuntime, set when the runtime was not known as the transition
+	// began, reads it again and binds the cache if it is there now.
+	recheckRuntime func()
 	// validator is the deployed code validator's fingerprint, "" when
 	// unknown: a hit then sends its code to the validator.
 	validator string
