@@ -18,6 +18,10 @@ Usage:
   nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--progress] [--data-dir DIR]
   nova validate FILE
   nova watch    EXECUTION_ID [--timeout D]
+  nova cancel   EXECUTION_ID [--reason TEXT] [--timeout 10s] [--json]
+  nova signal   EXECUTION_ID SIGNAL [--set key=value]... [--data JSON] [--timeout 10s] [--json]
+  nova rerun    EXECUTION_ID [--from NODE] [--set key=value]... [--newest] [--timeout 10m | --no-wait] [--json]
+                [--data-dir DIR | --mongo URI]
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
   nova chain    --from-file FILE.jsonl [EXECUTION_ID] [--json]
   nova chain export [--since T] [--until T] [--workflow W] [--data-dir DIR | --mongo URI] > FILE.jsonl
@@ -34,6 +38,11 @@ nova chain export writes whole executions, one JSON line each, started in
 such a file back. nova pin writes the workflow an execution ran (YAML) with
 its AI nodes pinned to the code they ran there, so that they call no model;
 nova cache lists, shows and removes the generated code AI nodes reuse.
+nova cancel stops a running execution; nova signal sends the signal a wait
+node waits for, its payload from --data and --set. nova rerun runs an ended
+execution again from a node (default: the one that failed), with the context
+its chain of work holds before that node and the --set changes; the nodes
+before it are carried over, not run again.
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
@@ -68,6 +77,12 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 		return cmdValidate(rest, stdout, stderr)
 	case "watch":
 		return cmdWatch(ctx, rest, stdout, stderr)
+	case "cancel":
+		return cmdCancel(ctx, rest, stdout, stderr)
+	case "signal":
+		return cmdSignal(ctx, rest, stdout, stderr)
+	case "rerun":
+		return cmdRerun(ctx, rest, stdout, stderr)
 	case "chain":
 		return cmdChain(ctx, rest, stdout, stderr)
 	case "dlq":

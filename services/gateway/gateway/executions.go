@@ -483,13 +483,18 @@ type executionDoc struct {
 	*chainstore.ExecutionDoc
 	// CurrentNode is the node the engine is running, while the execution runs.
 	CurrentNode string `json:"current_node,omitempty"`
+	// Waiting is what the execution waits for while its current node is a
+	// wait node.
+	Waiting *waitingView `json:"waiting,omitempty"`
 }
 
 // getExecution is GET /v1/executions/{id}: the audit store's document and
 // chain of work, or, before the audit service has recorded the execution,
 // what the engine's state says of it with the node visits recorded so far
 // (the audit service records those as they come, the execution's document
-// once it completes or has run a while).
+// once it completes or has run a while). Either way the engine's state adds
+// the node a running execution is at and what it waits for, and who
+// cancelled a cancelled one.
 func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
@@ -498,11 +503,7 @@ func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case err == nil:
 		view = executionDoc{ExecutionDoc: doc}
-		if doc.Status == chainstore.StatusRunning {
-			if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() == chainstore.StatusRunning {
-				view.CurrentNode = st.GetCurrentNode()
-			}
-		}
+		g.liveFor(ctx, &view)
 	case errors.Is(err, chainstore.ErrNotFound):
 		st, err := g.liveState(ctx, id)
 		if err != nil {
@@ -556,6 +557,8 @@ func fromState(st *novav1.ExecutionState) (executionDoc, error) {
 		CompletedAt:  timeOf(st.GetCompletedAt()),
 		CostUSD:      st.GetSpend().GetUsd(),
 		ModelCalls:   int(st.GetSpend().GetModelCalls()),
+		RerunOf:      st.GetRerun().GetExecutionId(),
+		RerunFrom:    st.GetRerun().GetNodeId(),
 	}
 	ids := make([]string, 0, len(st.GetNodes()))
 	for id := range st.GetNodes() {
@@ -569,8 +572,6 @@ func fromState(st *novav1.ExecutionState) (executionDoc, error) {
 			CostUSD: n.GetSpend().GetUsd(), ModelCalls: int(n.GetSpend().GetModelCalls())})
 	}
 	view := executionDoc{ExecutionDoc: doc}
-	if st.GetStatus() == chainstore.StatusRunning {
-		view.CurrentNode = st.GetCurrentNode()
-	}
+	addLive(&view, st)
 	return view, nil
 }

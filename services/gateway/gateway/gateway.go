@@ -32,6 +32,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/valueref"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/gateway/console"
 )
 
@@ -144,6 +145,9 @@ type ChainReader interface {
 	// Export calls emit with each execution f selects, whole, newest first,
 	// a page at a time.
 	Export(ctx context.Context, f chainstore.ExportFilter, emit func(*chainstore.ExecutionChain) error) error
+	// RerunStart is the start of a rerun of an ended execution from one
+	// of its nodes, built from its chain of work.
+	RerunStart(ctx context.Context, id string, req chainstore.RerunRequest) (*novav1.StartWorkflow, error)
 }
 
 // Deps are what the gateway needs, built by the caller.
@@ -264,6 +268,12 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("GET /v1/executions/export", ScopeExecutionsRead, d.Limits.StreamTimeout, g.exportExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)
+	// Steering: cancelling takes what starting takes; a signal, a decision
+	// that resumes a wait node, takes its own scope.
+	g.handle("POST /v1/executions/{id}/cancel", ScopeExecutionsWrite, d.Limits.Timeout, g.cancelExecution)
+	g.handle("POST /v1/executions/{id}/signals/{name}", ScopeSignal, d.Limits.Timeout, g.signalExecution)
+	// A rerun starts an execution, and may wait for it as a start does.
+	g.handle("POST /v1/executions/{id}/rerun", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.rerunExecution)
 	// A run waits for a sandbox worker as well as for its own timeout.
 	g.handle("POST /v1/execute", ScopeExecute, d.Limits.Timeout+d.Limits.MaxExecuteTimeout, g.execute)
 	g.handle("POST /v1/events", ScopeExecutionsWrite, d.Limits.Timeout, g.receiveEvent) // register events check admin

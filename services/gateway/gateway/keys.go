@@ -23,14 +23,19 @@ type Scope string
 
 // Scopes. Admin implies every other.
 const (
+	// ScopeExecutionsWrite starts executions and cancels them.
 	ScopeExecutionsWrite Scope = "executions:write"
 	ScopeExecutionsRead  Scope = "executions:read"
 	ScopeExecute         Scope = "execute"
 	ScopeRefine          Scope = "refine"
-	ScopeAdmin           Scope = "admin"
+	// ScopeSignal sends signals to executions' wait nodes: the decisions
+	// (an approval, say) that resume them. executions:write does not
+	// include it, so a key that starts workflows cannot decide for them.
+	ScopeSignal Scope = "signal"
+	ScopeAdmin  Scope = "admin"
 )
 
-var knownScopes = []Scope{ScopeExecutionsWrite, ScopeExecutionsRead, ScopeExecute, ScopeRefine, ScopeAdmin}
+var knownScopes = []Scope{ScopeExecutionsWrite, ScopeExecutionsRead, ScopeExecute, ScopeRefine, ScopeSignal, ScopeAdmin}
 
 // KeyPrefix starts every key NewKey makes, so that pkg/redact recognises a
 // key by its look wherever it is quoted.

@@ -76,6 +76,11 @@ func TestKeyScopes(t *testing.T) {
 		{[]gateway.Scope{gateway.ScopeExecute, gateway.ScopeRefine}, gateway.ScopeExecutionsRead, false},
 		{[]gateway.Scope{gateway.ScopeAdmin}, gateway.ScopeExecutionsWrite, true},
 		{[]gateway.Scope{gateway.ScopeAdmin}, gateway.ScopeRefine, true},
+		// Signalling is a scope of its own: starting workflows does not
+		// include deciding for them.
+		{[]gateway.Scope{gateway.ScopeSignal}, gateway.ScopeSignal, true},
+		{[]gateway.Scope{gateway.ScopeExecutionsWrite}, gateway.ScopeSignal, false},
+		{[]gateway.Scope{gateway.ScopeAdmin}, gateway.ScopeSignal, true},
 	}
 	for _, tt := range tests {
 		k := gateway.Key{Scopes: tt.scopes}

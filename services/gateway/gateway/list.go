@@ -20,7 +20,7 @@ const (
 )
 
 // statuses an execution can have.
-var statuses = []string{execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed}
+var statuses = []string{execution.StatusRunning, execution.StatusSucceeded, execution.StatusFailed, execution.StatusCancelled}
 
 // listItem is one execution in GET /v1/executions.
 type listItem struct {
@@ -94,7 +94,7 @@ func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
 		errs = append(errs, FieldError{Field: "id", Detail: fmt.Sprintf("%q is no execution id nor the start of one: 1 to 200 letters, digits, '-', '_' or '='", f.IDPrefix)})
 	}
 	if f.Status != "" && !slices.Contains(statuses, f.Status) {
-		errs = append(errs, FieldError{Field: "status", Detail: fmt.Sprintf("%q is not running, succeeded or failed", f.Status)})
+		errs = append(errs, FieldError{Field: "status", Detail: fmt.Sprintf("%q is not running, succeeded, failed or cancelled", f.Status)})
 	}
 	for _, tp := range []struct {
 		name string

@@ -70,7 +70,8 @@ type harness struct {
 	url  string
 	keys *gateway.Keys
 	// API keys by name: writer (executions:write), reader
-	// (executions:read), admin (admin), refiner (refine).
+	// (executions:read), admin (admin), refiner (refine), signaller
+	// (signal).
 	key map[string]string
 
 	mu      sync.Mutex
@@ -164,6 +165,7 @@ func (h *harness) start() error {
 	var file strings.Builder
 	for _, k := range []struct{ name, scopes string }{
 		{"writer", "[executions:write]"}, {"reader", "[executions:read]"}, {"admin", "[admin]"}, {"refiner", "[refine]"},
+		{"signaller", "[signal]"},
 	} {
 		key, hash, err := gateway.NewKey()
 		if err != nil {

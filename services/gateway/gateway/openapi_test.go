@@ -126,34 +126,43 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 			if resp.status != c.want {
 				t.Fatalf("status %d, want %d: %s", resp.status, c.want, resp.body)
 			}
-			httpReq, err := http.NewRequest(c.req.method, h.url+c.req.path, strings.NewReader(c.req.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.req.body != "" {
-				httpReq.Header.Set("Content-Type", "application/json")
-			}
-			if c.req.key != "" {
-				httpReq.Header.Set("Authorization", "Bearer "+c.req.key)
-			}
-			route, params, err := router.FindRoute(httpReq)
-			if err != nil {
-				t.Fatalf("%s %s is not in the document: %v", c.req.method, c.req.path, err)
-			}
-			in := &openapi3filter.RequestValidationInput{Request: httpReq, PathParams: params, Route: route,
-				Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true, MultiError: true}}
-			// A request the gateway refuses may well be one the document
-			// refuses too; only its answer must be as documented.
-			if err := openapi3filter.ValidateRequest(t.Context(), in); err != nil && c.want < 300 {
-				t.Errorf("request not as documented: %v", err)
-			}
-			err = openapi3filter.ValidateResponse(t.Context(), &openapi3filter.ResponseValidationInput{
-				RequestValidationInput: in, Status: resp.status, Header: resp.header,
-				Body: io.NopCloser(bytes.NewReader(resp.body)), Options: in.Options})
-			if err != nil {
-				t.Errorf("answer not as documented: %v\nbody %s", validationErrors(err), resp.body)
-			}
+			documented(t, router, c.req, resp)
 		})
+	}
+}
+
+// documented checks req and resp, its answer, against the document.
+func documented(t *testing.T, router routers.Router, req request, resp response) {
+	t.Helper()
+	httpReq, err := http.NewRequest(req.method, h.url+req.path, strings.NewReader(req.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.body != "" {
+		httpReq.Header.Set("Content-Type", "application/json")
+	}
+	if req.key != "" {
+		httpReq.Header.Set("Authorization", "Bearer "+req.key)
+	}
+	for k, v := range req.header {
+		httpReq.Header.Set(k, v)
+	}
+	route, params, err := router.FindRoute(httpReq)
+	if err != nil {
+		t.Fatalf("%s %s is not in the document: %v", req.method, req.path, err)
+	}
+	in := &openapi3filter.RequestValidationInput{Request: httpReq, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true, MultiError: true}}
+	// A request the gateway refuses may well be one the document
+	// refuses too; only its answer must be as documented.
+	if err := openapi3filter.ValidateRequest(t.Context(), in); err != nil && resp.status < 300 {
+		t.Errorf("request not as documented: %v", err)
+	}
+	err = openapi3filter.ValidateResponse(t.Context(), &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: resp.status, Header: resp.header,
+		Body: io.NopCloser(bytes.NewReader(resp.body)), Options: in.Options})
+	if err != nil {
+		t.Errorf("answer not as documented: %v\nbody %s", validationErrors(err), resp.body)
 	}
 }
 

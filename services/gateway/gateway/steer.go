@@ -1,0 +1,349 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/execution"
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Steering a running execution: POST /v1/executions/{id}/cancel and
+// POST /v1/executions/{id}/signals/{name}. Both check the request against
+// the engine's state of the execution, as the engine will, so that a
+// request that cannot be taken is refused with its reason at once; the
+// engine checks again when it takes the command.
+
+// Problem types of steering.
+const (
+	// TypeExecutionEnded: the execution ended; only a running one can be
+	// cancelled or signalled (409).
+	TypeExecutionEnded = typePrefix + "execution-ended"
+	// TypeNotWaiting: the execution does not wait for that signal (409).
+	TypeNotWaiting = typePrefix + "not-waiting"
+	// TypeInvalidPayload: a signal's payload is not a JSON object or fails
+	// the wait node's schema (422).
+	TypeInvalidPayload = typePrefix + "invalid-payload"
+)
+
+// Status of a cancel asked for and not yet taken by the engine.
+const statusCancelling = "cancelling"
+
+// maxReason is the longest cancel reason accepted, in bytes.
+const maxReason = 1000
+
+// cancelAnswer is the answer to POST /v1/executions/{id}/cancel.
+type cancelAnswer struct {
+	ExecutionID string `json:"execution_id"`
+	// Status is "cancelling" (asked; the execution ends "cancelled" once
+	// the engine took it) or "cancelled" (it was cancelled already).
+	Status       string `json:"status"`
+	CancelledBy  string `json:"cancelled_by,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
+	Links        links  `json:"links"`
+}
+
+// signalAnswer is the answer to POST /v1/executions/{id}/signals/{name}.
+type signalAnswer struct {
+	ExecutionID string `json:"execution_id"`
+	Signal      string `json:"signal"`
+	// Node is the wait node the signal is for.
+	Node string `json:"node"`
+	// EventID is the signal's CloudEvent id; a signal.rejected event of
+	// the execution names it when the engine does not take the signal.
+	EventID string `json:"event_id"`
+	Links   links  `json:"links"`
+}
+
+// sender is who the command names as its sender: the API key's name.
+func sender(r *http.Request) string {
+	if name := keyName(r); name != "" {
+		return name
+	}
+	return "api"
+}
+
+// cancelExecution is POST /v1/executions/{id}/cancel, body {"reason": ...}
+// (optional): 404 for an unknown execution, 409 for one that ended, 200
+// for one cancelled already, else the cancel command is published and the
+// answer is 202 "cancelling".
+func (g *Gateway) cancelExecution(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if p := checkQuery(r); p != nil {
+		return p
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	reason, p := parseCancel(body)
+	if p != nil {
+		return p
+	}
+	st, p := g.steeredState(r, id)
+	if p != nil {
+		return p
+	}
+	if err := execution.CheckCancel(st); err != nil {
+		return steerProblem(err)
+	}
+	self := executionLinks(id)
+	if st.GetStatus() == execution.StatusCancelled {
+		writeJSON(w, http.StatusOK, cancelAnswer{ExecutionID: id, Status: execution.StatusCancelled,
+			CancelledBy: st.GetCancelledBy(), CancelReason: st.GetCancelReason(), Links: self})
+		return nil
+	}
+	err = execution.PublishCancel(ctx, g.bus, &novav1.CancelExecution{ExecutionId: id, Reason: reason, RequestedBy: sender(r)})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return g.unavailable(r, "the cancel command was not acknowledged by the bus; try again", err)
+	}
+	w.Header().Set("Location", self.Self)
+	writeJSON(w, http.StatusAccepted, cancelAnswer{ExecutionID: id, Status: statusCancelling, Links: self})
+	return nil
+}
+
+// parseCancel reads the body of a cancel: empty, or {"reason": "..."}.
+func parseCancel(body []byte) (string, *Problem) {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return "", nil
+	}
+	members, err := jsonvalue.ParseObject(body)
+	if err != nil {
+		return "", invalid(fmt.Sprintf("the body must be empty or a JSON object with reason: %v", err))
+	}
+	var errs []FieldError
+	for _, k := range members.Keys() {
+		if k != "reason" {
+			errs = append(errs, FieldError{Field: k, Detail: "unknown field (known: reason)"})
+		}
+	}
+	var reason string
+	if raw, ok := members["reason"]; ok {
+		if err := json.Unmarshal(raw, &reason); err != nil {
+			errs = append(errs, FieldError{Field: "reason", Detail: "must be a string"})
+		} else if len(reason) > maxReason {
+			errs = append(errs, FieldError{Field: "reason", Detail: fmt.Sprintf("must be at most %d bytes", maxReason)})
+		}
+	}
+	if len(errs) > 0 {
+		return "", invalid(problemsDetail("the request", len(errs)), errs...)
+	}
+	return reason, nil
+}
+
+// signalExecution is POST /v1/executions/{id}/signals/{name}, the body the
+// signal's payload (a JSON object, numbers kept as written): 404 for an
+// unknown execution, 409 for one that ended or does not wait for the
+// signal, 422 for a payload that is not an object or fails the wait node's
+// schema, else the signal is published and the answer is 202.
+// Idempotency-Key makes a retry send the same event, which the bus stores
+// once.
+func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id, name := r.PathValue("id"), r.PathValue("name")
+	if p := checkQuery(r); p != nil {
+		return p
+	}
+	if !workflow.ValidToken(name) {
+		return invalidField("signal", fmt.Sprintf("%q is not a signal name: letters, digits, '-' and '_'", name))
+	}
+	idem := r.Header.Get("Idempotency-Key")
+	if _, given := r.Header["Idempotency-Key"]; given {
+		if p := checkIdempotencyKey(idem); p != nil {
+			return p
+		}
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	payload, err := jsonvalue.ParseObject(body)
+	switch {
+	case errors.Is(err, jsonvalue.ErrNotObject):
+		return newProblem(http.StatusUnprocessableEntity, TypeInvalidPayload,
+			fmt.Sprintf("signal %q: the payload must be a JSON object (the body), got %s", name, jsonvalue.KindOf(body)),
+			FieldError{Field: "payload", Detail: "must be a JSON object"})
+	case err != nil:
+		return invalid(fmt.Sprintf("the body is not JSON: %v", err))
+	}
+	st, p := g.steeredState(r, id)
+	if p != nil {
+		return p
+	}
+	if err := execution.CheckSignalTarget(st, name); err != nil {
+		return steerProblem(err)
+	}
+	node := execution.WaitNode(st)
+	if p := checkPayload(node, name, payload); p != nil {
+		return p
+	}
+	eventID := "signal-" + uuid.NewString()
+	if idem != "" {
+		eventID = "signal-" + uuid.NewSHA1(idempotencyNamespace, []byte(keyName(r)+"\x00"+id+"\x00"+name+"\x00"+idem)).String()
+	}
+	err = execution.PublishSignal(ctx, g.bus, eventID,
+		&novav1.SignalExecution{ExecutionId: id, Signal: name, Payload: payload.Proto(), SentBy: sender(r)})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if big := (*bus.TooLargeError)(nil); errors.As(err, &big) {
+			return newProblem(http.StatusRequestEntityTooLarge, TypeBodyTooLarge,
+				fmt.Sprintf("the signal event would be %d bytes; the bus takes at most %d bytes a message", big.Size, big.Limit))
+		}
+		return g.unavailable(r, "the signal was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
+	}
+	writeJSON(w, http.StatusAccepted, signalAnswer{ExecutionID: id, Signal: name, Node: node.GetId(), EventID: eventID,
+		Links: executionLinks(id)})
+	return nil
+}
+
+// checkPayload holds a signal's payload to its wait node's schema: 422
+// naming the field at fault.
+func checkPayload(node *novav1.Node, name string, payload jsonvalue.Object) *Problem {
+	decoded, err := payload.Decoded()
+	if err != nil {
+		return newProblem(http.StatusUnprocessableEntity, TypeInvalidPayload, fmt.Sprintf("signal %q: %v", name, err),
+			FieldError{Field: "payload", Detail: err.Error()})
+	}
+	err = workflow.CheckPayload(node, decoded)
+	if err == nil {
+		return nil
+	}
+	field, detail := "payload", err.Error()
+	var pe *workflow.PayloadError
+	if errors.As(err, &pe) {
+		if pe.Field != "" {
+			field = pe.Field
+		}
+		detail = pe.Problem
+	}
+	return newProblem(http.StatusUnprocessableEntity, TypeInvalidPayload,
+		fmt.Sprintf("signal %q: the payload does not meet the schema of wait node %q: %s", name, node.GetId(), err),
+		FieldError{Field: field, Node: node.GetId(), Detail: detail})
+}
+
+// steeredState is the engine's state of execution id for a cancel or a
+// signal: 404 when neither the engine nor the audit store knows it, 409
+// when only the audit store does (its state is gone: it ended a while ago).
+func (g *Gateway) steeredState(r *http.Request, id string) (*novav1.ExecutionState, *Problem) {
+	ctx := r.Context()
+	st, err := g.liveState(ctx, id)
+	if err != nil {
+		return nil, g.unavailable(r, "the execution state cannot be read", err)
+	}
+	if st != nil {
+		return st, nil
+	}
+	doc, err := g.store.Execution(ctx, id)
+	switch {
+	case errors.Is(err, chainstore.ErrNotFound):
+		return nil, newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id))
+	case err != nil:
+		return nil, g.unavailable(r, "the audit store cannot be read", err)
+	}
+	if !execution.Ended(doc.Status) {
+		// Recorded running, but the engine no longer keeps it.
+		return nil, newProblem(http.StatusConflict, TypeExecutionEnded,
+			fmt.Sprintf("execution %s is no longer in the engine's state: only a running execution can be steered", id))
+	}
+	return nil, steerProblem(&execution.EndedError{ID: id, Status: doc.Status})
+}
+
+// steerProblem answers the errors of execution.CheckCancel and
+// execution.CheckSignalTarget.
+func steerProblem(err error) *Problem {
+	var ended *execution.EndedError
+	var notWaiting *execution.NotWaitingError
+	switch {
+	case errors.As(err, &ended):
+		return newProblem(http.StatusConflict, TypeExecutionEnded, err.Error())
+	case errors.As(err, &notWaiting):
+		detail := "the execution waits for no signal"
+		if notWaiting.WaitingFor != "" {
+			detail = fmt.Sprintf("node %q waits for signal %q", notWaiting.Node, notWaiting.WaitingFor)
+		}
+		return newProblem(http.StatusConflict, TypeNotWaiting, err.Error(), FieldError{Field: "signal", Node: notWaiting.Node, Detail: detail})
+	}
+	return newProblem(http.StatusConflict, TypeExecutionEnded, err.Error())
+}
+
+// waitingView is what a running execution waits for, in GET
+// /v1/executions/{id}: the wait node and its signal, what the people asked
+// are told (description), the JSON Schema the payload must meet, the
+// payload key that decides the edge, and when the wait ends on its own.
+type waitingView struct {
+	Node        string          `json:"node"`
+	Signal      string          `json:"signal"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+	DecideOn    string          `json:"decide_on,omitempty"`
+	Until       *time.Time      `json:"until,omitempty"`
+}
+
+// waitingOf is what st waits for, nil when it waits for no signal.
+func waitingOf(st *novav1.ExecutionState) *waitingView {
+	if st.GetStatus() != execution.StatusRunning || st.GetWaitingFor() == "" {
+		return nil
+	}
+	v := &waitingView{Node: st.GetCurrentNode(), Signal: st.GetWaitingFor(), Until: timeOf(execution.WaitUntil(st))}
+	if n := execution.WaitNode(st); n != nil {
+		v.Description, v.DecideOn = n.GetDescription(), n.GetDecideOn()
+		if s := strings.TrimSpace(n.GetSchema()); s != "" {
+			if json.Valid([]byte(s)) {
+				v.Schema = jsonvalue.Compact([]byte(s))
+			} else {
+				v.Schema, _ = json.Marshal(s)
+			}
+		}
+	}
+	return v
+}
+
+// addLive adds to view what the engine's state says and the audit store's
+// document does not: the node it is at and what it waits for while it
+// runs, who cancelled it and why when the document does not say.
+func addLive(view *executionDoc, st *novav1.ExecutionState) {
+	switch st.GetStatus() {
+	case execution.StatusRunning:
+		view.CurrentNode = st.GetCurrentNode()
+		view.Waiting = waitingOf(st)
+	case execution.StatusCancelled:
+		if view.CancelledBy == "" {
+			view.CancelledBy, view.CancelReason = st.GetCancelledBy(), st.GetCancelReason()
+		}
+	}
+}
+
+// liveFor reads the engine's state of id for GET /v1/executions/{id} when
+// the audit store's document leaves out what only the state holds; a state
+// that cannot be read leaves the answer without it.
+func (g *Gateway) liveFor(ctx context.Context, view *executionDoc) {
+	switch {
+	case view.Status == execution.StatusRunning:
+	case view.Status == execution.StatusCancelled && view.CancelledBy == "":
+	default:
+		return
+	}
+	st, err := g.liveState(ctx, view.ExecutionID)
+	if err != nil || st == nil || st.GetStatus() != view.Status {
+		return
+	}
+	addLive(view, st)
+}
