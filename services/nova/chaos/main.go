@@ -13,6 +13,11 @@
 //	nats     one server of a 3-server NATS cluster (each its own process,
 //	         streams with 3 replicas) is killed and started again: the
 //	         leader of NOVA_CMD
+//	schedule on the same cluster, a workflow scheduled every second
+//	         (catchup all) while the leader of NOVA_TIMERS, whose server
+//	         fires the ticks, is killed and started again: each tick must
+//	         start exactly one execution (correct counts the ticks, lost
+//	         those without one, duplicated those with more)
 //
 // `make chaos` builds the binaries and runs it; see -h for the knobs.
 package main
@@ -46,6 +51,7 @@ import (
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	auditservice "github.com/novaflow/nova/services/audit/service"
+	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
@@ -73,7 +79,7 @@ edges:
 // Audit documents of one execution of chaosWorkflow.
 var wantDocs = map[string]int64{"executions": 1, "chain_of_work": 5, "chain_of_work_steps": 3}
 
-var allCases = []string{"whole", "sandbox", "engine", "audit", "nats"}
+var allCases = []string{"whole", "sandbox", "engine", "audit", "nats", "schedule"}
 
 type config struct {
 	bin       string
@@ -140,12 +146,20 @@ func main() {
 	var reports []report
 	failed := false
 	for _, name := range cases {
-		r := runCase(ctx, cfg, name)
+		var r report
+		if name == "schedule" {
+			r = runScheduleCase(ctx, cfg)
+			if r.err != nil || r.wrong > 0 || r.lost > 0 || r.dupDocs > 0 {
+				failed = true
+			}
+		} else {
+			r = runCase(ctx, cfg, name)
+			if r.err != nil || r.correct != cfg.workflows || r.dupDocs > 0 || r.missingDocs > 0 {
+				failed = true
+			}
+		}
 		reports = append(reports, r)
 		fmt.Printf("%-8s %s\n", name, r.line())
-		if r.err != nil || r.correct != cfg.workflows || r.dupDocs > 0 || r.missingDocs > 0 {
-			failed = true
-		}
 		if ctx.Err() != nil {
 			break
 		}
@@ -172,6 +186,9 @@ type report struct {
 	redeliveredEvents int
 	p50, p99          time.Duration
 	elapsed           time.Duration
+	// total is what correct counts out of, when not the workflows per case
+	// (the schedule case: its ticks).
+	total int
 }
 
 func (r report) line() string {
@@ -190,7 +207,11 @@ func printTable(w io.Writer, cfg config, reports []report) {
 			fmt.Fprintf(tw, "%s\terror: %v\n", r.name, r.err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.name, r.correct, cfg.workflows, r.wrong, r.lost,
+		total := cfg.workflows
+		if r.total > 0 {
+			total = r.total
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.name, r.correct, total, r.wrong, r.lost,
 			r.dupDocs, r.missingDocs, r.redelivered, r.redeliveredEvents, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond),
 			r.elapsed.Round(100*time.Millisecond), r.fault)
 	}
@@ -446,7 +467,7 @@ func startSystem(ctx context.Context, cfg config, name, dir string) (*system, er
 	switch name {
 	case "whole":
 		return startWhole(ctx, cfg, dir)
-	case "nats":
+	case "nats", "schedule":
 		return startServices(ctx, cfg, dir, name, 3)
 	default:
 		return startServices(ctx, cfg, dir, name, 1)
@@ -600,13 +621,18 @@ func stopLastFirst(procs []*loadgen.Proc) {
 // runs that service.
 func victimTarget(ctx context.Context, victim, natsURL string, nodes, services []*loadgen.Proc) target {
 	switch victim {
-	case "nats":
-		// The leader of NOVA_CMD: every command goes through it.
+	case "nats", "schedule":
+		// The leader of NOVA_CMD: every command goes through it; of
+		// NOVA_TIMERS: its server fires the schedules.
+		stream := bus.StreamCommands
+		if victim == "schedule" {
+			stream = bus.StreamTimers
+		}
 		var victimIdx int
 		return target{downtime: 2 * time.Second,
-			describe: func() string { return nodes[victimIdx].Describe() + " (leader of " + bus.StreamCommands + ")" },
+			describe: func() string { return nodes[victimIdx].Describe() + " (leader of " + stream + ")" },
 			kill: func() error {
-				i, err := streamLeader(ctx, natsURL, bus.StreamCommands)
+				i, err := streamLeader(ctx, natsURL, stream)
 				if err != nil {
 					return err
 				}
@@ -737,4 +763,122 @@ func waitReadyFiles(ctx context.Context, spec devstack.ClusterSpec) error {
 		}
 	}
 	return nil
+}
+
+// The workflow of the schedule case: started every second by its schedule.
+const scheduledWorkflow = `
+name: chaos-scheduled
+schedules:
+  - {id: every-second, every: 1s, catchup: all, context: {n: 1}}
+nodes:
+  - {id: start, type: start}
+  - {id: double, type: action, code: 'context["a"] = context["n"] * 2'}
+  - {id: done, type: end}
+edges: [{from: start, to: double}, {from: double, to: done}]
+`
+
+// runScheduleCase runs the schedule case: the workflow's schedule ticks for
+// about 8 s, the leader of NOVA_TIMERS is killed, and the ticks go on for
+// 12 s more. Every tick from the first to the last must have started one
+// execution, which succeeded: correct counts them, wrong those that
+// failed, lost the ticks without one, dupDocs the ticks with more.
+func runScheduleCase(ctx context.Context, cfg config) report {
+	r := report{name: "schedule"}
+	dir := filepath.Join(cfg.workDir, r.name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		r.err = err
+		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.caseLimit+time.Minute)
+	defer cancel()
+	sys, err := startSystem(ctx, cfg, r.name, dir)
+	if err != nil {
+		r.err = fmt.Errorf("start: %w", err)
+		return r
+	}
+	defer sys.close()
+	b, err := connectWhenReady(ctx, sys)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer b.Close()
+	def, err := workflow.Parse([]byte(scheduledWorkflow))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	start := time.Now()
+	if err := client.New(b, nil).Register(ctx, def); err != nil {
+		r.err = fmt.Errorf("register: %w", err)
+		return r
+	}
+	time.Sleep(8 * time.Second)
+	what := sys.target.describe()
+	if err := sys.target.kill(); err != nil {
+		r.err = fmt.Errorf("kill %s: %w", what, err)
+		return r
+	}
+	killed := time.Now()
+	time.Sleep(sys.target.downtime)
+	if err := sys.target.restart(ctx); err != nil {
+		r.err = fmt.Errorf("restart %s: %w", what, err)
+		return r
+	}
+	r.fault = fmt.Sprintf("SIGKILL %s 8 s after the schedule began, back after %s", what, time.Since(killed).Round(100*time.Millisecond))
+	time.Sleep(12 * time.Second)
+	// Unregistering stops the ticks: a definition without the schedule.
+	def.Schedules = nil
+	if err := client.New(b, nil).Register(ctx, def); err != nil {
+		r.err = fmt.Errorf("register without the schedule: %w", err)
+		return r
+	}
+	r.elapsed = time.Since(start)
+	outcomes, err := loadgen.Completions(ctx, b.JetStream(), time.Time{})
+	if err != nil {
+		r.err = err
+		return r
+	}
+	// Each tick's execution id names the tick (engine.TickExecutionID):
+	// its time, in whole seconds, and the ticks the server fired each
+	// second after the first.
+	ticks := map[int64][]string{}
+	prefix := "chaos-scheduled-every-second-"
+	var first, last int64
+	for id, o := range outcomes {
+		at, ok := strings.CutPrefix(id, prefix)
+		if !ok {
+			continue
+		}
+		t, err := time.Parse("20060102T150405Z", at)
+		if err != nil {
+			r.err = fmt.Errorf("execution %s: %v", id, err)
+			return r
+		}
+		sec := t.Unix()
+		ticks[sec] = append(ticks[sec], id)
+		if first == 0 || sec < first {
+			first = sec
+		}
+		last = max(last, sec)
+		if o.Completion.GetStatus() == execution.StatusSucceeded {
+			r.correct++
+		} else {
+			r.wrong++
+		}
+	}
+	if len(ticks) == 0 {
+		r.err = errors.New("the schedule started no execution")
+		return r
+	}
+	for sec := first; sec <= last; sec++ {
+		switch n := len(ticks[sec]); {
+		case n == 0:
+			r.lost++
+		case n > 1:
+			r.dupDocs += int64(n - 1)
+		}
+	}
+	r.total = int(last - first + 1)
+	return r
 }
