@@ -207,7 +207,7 @@ func (t *transition) enter(id string) {
 func (t *transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
 	t.emit(bus.KindNodeStarted, fmt.Sprintf("%s/%s/%d/started", t.st.ExecutionId, node.Id, ns.Visits), bus.TypeNodeStarted,
 		&novav1.NodeStarted{
-			ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: nodeTypeName(node), Visit: ns.Visits,
+			ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: workflow.TypeName(node.Type), Visit: ns.Visits,
 			Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
 		})
 }

@@ -6,10 +6,11 @@
 // visit shows as its event comes, with the visit's output. The context is
 // the one the execution started with until a node ends, then that node's.
 import { getExact, Problem, stream } from "./api.js";
+import { cancelButton, executionLink, rerunButton, tickDeadlines, visitNotes, waitingPanel } from "./control.js";
 import { duration, h, money, replace, running, spend, stamp, startClock } from "./dom.js";
 import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
-import { chooseDirection, defaultDirection, drawGraph, drawTimeline } from "./graph.js";
+import { chooseDirection, defaultDirection, drawGraph, drawTimeline, typeName } from "./graph.js";
 import { applyEvent, copyView, ended, liveContext, liveSpend } from "./live.js";
 import { startedHere } from "./start.js";
 import { visitsPanel } from "./visits.js";
@@ -35,15 +36,20 @@ const refineDefinition = {
 };
 export function executionPage(root, id, params, signal) {
     const head = h("div", { class: "execution-head" }, h("h1", null, "Execution ", h("code", null, id)));
+    // The wait node's form: drawn again only for another wait, so what a
+    // person types in it stays while the page follows the execution.
+    const waitSlot = h("div", { class: "waiting-slot" });
+    let waitKey = "";
     const graph = h("div", { class: "graph-wrap" });
     const panel = h("div", { class: "panel" });
     const refineLog = h("section", { class: "refine-messages", hidden: true });
     const timeline = h("div", { class: "timeline-wrap" });
     const nodes = h("tbody");
+    const nodesHead = h("thead");
     const contextTitle = h("h2", null, "Context");
     const context = h("pre", { class: "context" }, "Reading the context…");
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" }, "Reading the execution…");
-    const page = h("div", { class: "execution" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), head, note, refineLog, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), h("div", { class: "table-scroll" }, h("table", { class: "nodes" }, h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Model cost", "Error"].map((t) => h("th", { scope: "col" }, t)))), nodes)), contextTitle, context);
+    const page = h("div", { class: "execution" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), head, note, waitSlot, refineLog, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), h("div", { class: "table-scroll" }, h("table", { class: "nodes" }, nodesHead, nodes)), contextTitle, context);
     replace(root, page);
     let selected = params.get("node") ?? "";
     let direction = null;
@@ -107,19 +113,74 @@ export function executionPage(root, id, params, signal) {
         }
         if (!ended(doc.status) && doc.current_node && !status.has(doc.current_node))
             status.set(doc.current_node, "running");
+        // A wait or sleep node that runs waits; a node whose failed attempt is
+        // tried again later is retrying.
+        const defNode = (nodeId) => def?.nodes?.find((n) => n.id === nodeId);
+        if (!ended(doc.status)) {
+            for (const [nodeId, st] of status) {
+                const kind = typeName(defNode(nodeId)?.type);
+                if (st === "running" && (kind === "wait" || kind === "sleep"))
+                    status.set(nodeId, "waiting");
+            }
+            const last = v.nodes[v.nodes.length - 1];
+            if (last && last.status === "failed" && last.next_attempt_at) {
+                status.set(last.node_id, "retrying");
+                if (last.completed_at)
+                    startedAt.set(last.node_id, last.completed_at);
+            }
+        }
+        for (const [nodeId, st] of status)
+            if (st === "waiting" && !startedAt.has(nodeId)) {
+                const vs = v.nodes.filter((n) => n.node_id === nodeId && n.started_at);
+                if (vs.length)
+                    startedAt.set(nodeId, vs[vs.length - 1].started_at);
+            }
+        // The node whose failure (or cancel) ended the execution: a rerun
+        // starts there by default.
+        const failedNode = doc.status === "failed" || doc.status === "cancelled" ? [...v.nodes].reverse().find((n) => n.status === doc.status || n.status === "failed")?.node_id ?? "" : "";
+        const rerunOf = ended(doc.status) && !refinement ? { executionId: doc.execution_id, workflow: doc.workflow_name, signal } : null;
         // Nodes an ended execution never reached did not run; they are not pending.
         if (ended(doc.status))
             for (const n of def?.nodes ?? [])
                 if (!status.has(n.id))
                     status.set(n.id, "skipped");
         const cost = liveSpend(v);
-        replace(head, h("h1", null, refinement ? "Refinement" : workflowCell(doc.workflow_name), " ", statusBadge(doc.status)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.started_at ? [" · started ", h("time", { datetime: doc.started_at, title: doc.started_at }, stamp(doc.started_at))] : null, ended(doc.status)
+        const lastVisit = (nodeId) => v.nodes.filter((n) => n.node_id === nodeId).pop();
+        replace(head, h("div", { class: "page-head" }, h("h1", null, refinement ? "Refinement" : workflowCell(doc.workflow_name), " ", statusBadge(doc.status)), h("div", { class: "execution-actions" }, !ended(doc.status) && !refinement ? cancelButton(doc.execution_id, signal, () => {
+            replace(note, "Cancel sent: the execution ends cancelled once the engine takes it…");
+            reloadSoon();
+        }) : null, rerunOf && failedNode ? rerunButton(rerunOf, failedNode, lastVisit(failedNode), true) : null)), h("p", { class: "meta" }, h("code", null, doc.execution_id), doc.started_at ? [" · started ", h("time", { datetime: doc.started_at, title: doc.started_at }, stamp(doc.started_at))] : null, ended(doc.status)
             ? doc.duration_ms
                 ? ` · took ${duration(doc.duration_ms)}`
                 : ""
             : doc.started_at
                 ? [" · running for ", running("span", doc.started_at)]
-                : "", " · ", h("span", { class: "spend", title: "what the execution's model calls cost (price table)" }, spend(cost.usd, cost.calls)), jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.error ? h("p", { class: "error" }, doc.error) : null);
+                : "", " · ", h("span", { class: "spend", title: "what the execution's model calls cost (price table)" }, spend(cost.usd, cost.calls)), jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null), doc.status === "cancelled"
+            ? h("p", { class: "notice cancelled-by" }, h("strong", null, "Cancelled"), doc.cancelled_by ? [" by ", h("strong", null, doc.cancelled_by)] : "", doc.cancel_reason ? [": ", h("q", null, doc.cancel_reason)] : " (no reason given)", ((c) => (c ? [" · it was at node ", h("code", null, c.node_id)] : ""))(v.nodes.find((n) => n.status === "cancelled")))
+            : doc.error
+                ? h("p", { class: "error" }, doc.error)
+                : null, doc.rerun_of
+            ? h("p", { class: "rerun-of" }, "↷ Rerun of ", executionLink(doc.rerun_of), doc.rerun_from ? [" from node ", h("code", null, doc.rerun_from)] : "", "; the nodes before it are carried over.")
+            : null, doc.reruns?.length
+            ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
+            : null);
+        // The wait node's form, while the execution waits there.
+        const w = doc.waiting;
+        const atWait = w && !ended(doc.status) ? lastVisit(w.node) : undefined;
+        const waitingNow = !!w && !ended(doc.status) && (!atWait || atWait.status === "running");
+        const key = waitingNow ? `${w.node}/${w.signal}/${atWait?.visit ?? ""}/${w.until ?? ""}` : "";
+        if (key !== waitKey) {
+            waitKey = key;
+            replace(waitSlot, waitingNow ? waitingPanel(doc.execution_id, w, signal, () => reloadSoon()) : null);
+        }
+        // A wait node just entered: the engine's state says what it waits for
+        // a moment after its node.started event.
+        if (!waitingNow && !ended(doc.status) && [...status].some(([nodeId, st]) => st === "waiting" && typeName(defNode(nodeId)?.type) === "wait")) {
+            if (waitReads++ < 40)
+                reloadSoon(500);
+        }
+        else
+            waitReads = 0;
         replace(panel, selected
             ? visitsPanel(def?.nodes?.find((n) => n.id === selected), selected, v.nodes.filter((n) => n.node_id === selected), {
                 executionId: doc.execution_id,
@@ -127,6 +188,9 @@ export function executionPage(root, id, params, signal) {
                 finished: ended(doc.status),
                 refinement,
                 signal,
+                definition: def,
+                rerun: rerunOf,
+                failedNode,
             })
             : h("p", { class: "note" }, "Select a node to see its visits."));
         if (!def?.nodes?.length) {
@@ -146,11 +210,22 @@ export function executionPage(root, id, params, signal) {
             }, dir === "LR" ? "↓ Top to bottom" : "→ Left to right");
             replace(graph, h("div", { class: "graph-tools" }, toggle, h("span", { class: "meta" }, ` ${def.nodes.length} node${def.nodes.length === 1 ? "" : "s"}`)), drawGraph(def, { status, since: startedAt, taken: doc.path ?? [] }, select, selected, dir));
         }
+        const columns = ["Node", "Type", "Status", "Visit", "Duration", "Model cost", "Error"];
+        if (rerunOf)
+            columns.push("Rerun");
+        replace(nodesHead, h("tr", null, columns.map((t) => h("th", { scope: "col" }, t))));
         replace(nodes, v.nodes
             .filter((n) => !selected || n.node_id === selected)
-            .map((n) => h("tr", { "data-node": n.node_id, "data-status": n.status }, h("td", null, n.node_id), h("td", null, n.node_type), h("td", null, statusBadge(n.status)), h("td", { class: "num" }, n.visit), h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : duration(Math.round(Number(n.execution_time)))), h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"), h("td", { class: "error" }, n.error_message ?? ""))));
+            .map((n) => {
+            const dn = defNode(n.node_id);
+            const kind = dn?.type ? typeName(dn.type) : n.node_type;
+            const shown = n.status === "running" && (kind === "wait" || kind === "sleep") && !ended(doc.status) ? "waiting" : n.status;
+            const carried = n.status === "carried_over";
+            const isLast = lastVisit(n.node_id) === n;
+            return h("tr", { "data-node": n.node_id, "data-status": n.status, class: carried ? "carried-over" : n.node_id === failedNode && isLast ? (n.status === "failed" ? "failed-node" : "ended-here") : null }, h("td", null, n.node_id), h("td", null, kind), h("td", null, statusBadge(shown), visitNotes(n, dn, def)), h("td", { class: "num" }, n.visit), h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))), h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"), h("td", { class: "error" }, n.error_message ?? ""), rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null);
+        }));
         if (v.nodes.length === 0)
-            replace(nodes, h("tr", null, h("td", { colspan: 7, class: "note" }, "No node has started yet.")));
+            replace(nodes, h("tr", null, h("td", { colspan: columns.length, class: "note" }, "No node has started yet.")));
         const live = liveContext(v);
         if (!live) {
             replace(contextTitle, "Context");
@@ -168,11 +243,20 @@ export function executionPage(root, id, params, signal) {
     };
     const drawTimelineOf = (v) => {
         const width = timeline.clientWidth || page.clientWidth || 800;
-        replace(timeline, drawTimeline(v.nodes, select, width) ?? h("p", { class: "note" }, "No visit has run yet."));
+        // A wait or sleep node's running visit waits.
+        const def = v.execution.definition;
+        const visits = ended(v.execution.status)
+            ? v.nodes
+            : v.nodes.map((n) => {
+                const kind = typeName(def?.nodes?.find((d) => d.id === n.node_id)?.type);
+                return n.status === "running" && (kind === "wait" || kind === "sleep") ? { ...n, status: "waiting" } : n;
+            });
+        replace(timeline, drawTimeline(visits, select, width) ?? h("p", { class: "note" }, "No visit has run yet."));
     };
     // Each second a running execution's times move on (startClock), and its
     // timeline's running bars grow.
     startClock(signal, () => {
+        tickDeadlines();
         if (view && !ended(view.execution.status) && view.nodes.some((n) => n.status === "running")) {
             const focused = document.activeElement?.closest?.("svg.timeline [data-node]")?.getAttribute("data-node");
             drawTimelineOf(view);
@@ -189,6 +273,20 @@ export function executionPage(root, id, params, signal) {
     signal.addEventListener("abort", () => window.removeEventListener("resize", onResize));
     let missing = null;
     let retries = 0;
+    // reloadSoon reads the execution again a moment later (once for a burst):
+    // what only a read says (what a wait node waits for, who cancelled it)
+    // comes that way.
+    let reloading;
+    let waitReads = 0;
+    const reloadSoon = (ms = 300) => {
+        if (reloading !== undefined || signal.aborted)
+            return;
+        reloading = setTimeout(() => {
+            reloading = undefined;
+            void load();
+        }, ms);
+    };
+    signal.addEventListener("abort", () => clearTimeout(reloading));
     const load = async () => {
         try {
             const got = await getExact(`/v1/executions/${encodeURIComponent(id)}`, signal);
@@ -226,11 +324,25 @@ export function executionPage(root, id, params, signal) {
     const settle = async () => {
         for (let i = 0; i < 40 && !signal.aborted; i++) {
             const doc = read?.execution;
-            if (doc && ended(doc.status) && doc.final_context && !read.nodes.some((n) => n.status === "running"))
+            if (doc && ended(doc.status) && doc.final_context && !read.nodes.some((n) => n.status === "running") && (doc.status !== "cancelled" || doc.cancelled_by))
                 return;
             await new Promise((r) => setTimeout(r, 250));
             await load();
         }
+    };
+    // waitChanged reads the execution again when a wait node begins or ends:
+    // its events do not say what it waits for.
+    const waitChanged = (ev) => {
+        let nodeId = "";
+        try {
+            nodeId = String(JSON.parse(ev.data).node_id ?? "");
+        }
+        catch {
+            return;
+        }
+        const n = read?.execution.definition?.nodes?.find((x) => x.id === nodeId);
+        if (typeName(n?.type) === "wait" || read?.execution.waiting?.node === nodeId)
+            reloadSoon();
     };
     const follow = async () => {
         let lastEventId = "";
@@ -246,8 +358,11 @@ export function executionPage(root, id, params, signal) {
                             replace(root, page);
                         void load();
                     }
-                    else
+                    else {
                         composeSoon();
+                        if (ev.event === "node.started" || ev.event === "node.completed")
+                            waitChanged(ev);
+                    }
                 });
                 if (completed || signal.aborted)
                     break;

@@ -7,11 +7,14 @@ import { getJSON, Problem, stream } from "./api.js";
 import { cut, duration, fromLocalInput, h, localInput, money, replace, shortID, since, stamp } from "./dom.js";
 // RefineWorkflow is the workflow name of a refinement's execution.
 export const RefineWorkflow = "refine";
-const statuses = ["", "running", "succeeded", "failed"];
+const statuses = ["", "running", "succeeded", "failed", "cancelled"];
 // statusBadge shows a status as a word and a symbol, not by colour alone.
 export function statusBadge(status) {
-    const symbol = { running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–" };
-    return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
+    const symbol = {
+        running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–",
+        cancelled: "⊘", carried_over: "↷", waiting: "◷", retrying: "↻",
+    };
+    return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status.replace(/_/g, " ")}`);
 }
 // workflowCell names an execution's workflow, linking to its page; a
 // refinement is no registered workflow.

@@ -9,6 +9,7 @@ export function typeName(t) {
 }
 const symbols = {
     succeeded: "✓", success: "✓", failed: "✗", error: "✗", running: "◔", pending: "○", skipped: "–",
+    cancelled: "⊘", carried_over: "↷", waiting: "◷", retrying: "↻",
 };
 const directionItem = "nova.graphDirection";
 // defaultDirection: a graph of up to 15 nodes left to right in a wide
@@ -65,7 +66,7 @@ export function drawGraph(def, state, onSelect, selected = "", direction = defau
         const x = box.x - nodeW / 2;
         const y = box.y - nodeH / 2;
         const label = `${n.id}: ${typeName(n.type)}${n.prompt ? " (AI)" : ""}${state ? `, ${st}` : ""}`;
-        const since = st === "running" ? state?.since?.get(n.id) : undefined;
+        const since = st === "running" || st === "waiting" || st === "retrying" ? state?.since?.get(n.id) : undefined;
         const sinceMs = Date.parse(since ?? "");
         const group = s("g", {
             class: `node status-${st}${n.id === selected ? " selected" : ""}`,
@@ -76,12 +77,16 @@ export function drawGraph(def, state, onSelect, selected = "", direction = defau
             "data-status": state ? st : null,
             transform: `translate(${x.toFixed(1)} ${y.toFixed(1)})`,
         }, s("title", null, label), s("rect", { width: nodeW, height: nodeH, rx: typeName(n.type) === "decision" ? 14 : 5 }), s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)), s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`), state
-            ? s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${st}`, Number.isFinite(sinceMs) ? [" ", s("tspan", { "data-since": sinceMs }, elapsed(Date.now() - sinceMs))] : null)
+            ? s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${statusWord(st)}`, Number.isFinite(sinceMs) ? [" ", s("tspan", { "data-since": sinceMs }, elapsed(Date.now() - sinceMs))] : null)
             : null);
         activate(group, () => onSelect(n.id));
         svg.append(group);
     }
     return svg;
+}
+// statusWord is a status as the pages write it: carried_over is "carried over".
+export function statusWord(status) {
+    return status.replace(/_/g, " ");
 }
 function clip(text, n) {
     const chars = Array.from(text);
@@ -94,7 +99,8 @@ export function drawTimeline(visits, onSelect, width, now = Date.now()) {
     const timed = visits
         .map((v) => {
         const start = Date.parse(v.started_at ?? "");
-        const end = v.status === "running" ? Math.max(start, now) : Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
+        const live = v.status === "running" || v.status === "waiting";
+        const end = live ? Math.max(start, now) : Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
         return { v, start, end };
     })
         .filter((t) => Number.isFinite(t.start) && Number.isFinite(t.end))
@@ -114,7 +120,7 @@ export function drawTimeline(visits, onSelect, width, now = Date.now()) {
     const nameChars = Math.max(8, Math.floor((labelW - 40) / 7));
     timed.forEach(({ v, start, end }, i) => {
         const y = i * rowH;
-        const took = v.status === "running" ? `running ${elapsed(end - start)}` : `${v.status} · ${duration(end - start)}`;
+        const took = v.status === "running" || v.status === "waiting" ? `${v.status} ${elapsed(end - start)}` : `${statusWord(v.status)} · ${duration(end - start)}`;
         const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${took}` }, s("title", null, `${v.node_id} #${v.visit}: ${took}, from ${duration(start - t0)}`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, nameChars)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: Math.min(x(end - t0) + 4, labelW + barsW + 4), y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${took}`));
         activate(bar, () => onSelect(v.node_id));
         svg.append(bar);

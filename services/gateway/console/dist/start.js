@@ -6,7 +6,7 @@ import { showError } from "./executions.js";
 const startedItem = "nova.started";
 // rememberStarted notes an execution this tab started: its page waits for
 // it to be recorded instead of saying there is no such execution.
-function rememberStarted(id) {
+export function rememberStarted(id) {
     const ids = [id, ...startedList().filter((x) => x !== id)].slice(0, 20);
     sessionStorage.setItem(startedItem, JSON.stringify(ids));
 }

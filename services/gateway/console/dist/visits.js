@@ -4,6 +4,7 @@
 // back, the model, tokens, cost and time. A running visit shows how long it
 // has run, the agent step it is in, and the steps ended so far.
 import { duration, h, money, running } from "./dom.js";
+import { attemptText, deadline, rerunButton, sleepUntil, visitDetail } from "./control.js";
 import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, updatesOf } from "./fields.js";
@@ -14,7 +15,7 @@ export function visitsPanel(node, id, visits, of) {
     const prompt = node?.prompt;
     return h("section", { class: "visits", "aria-label": `Visits of node ${id}` }, h("h2", null, `Node ${id}`, h("span", { class: "meta" }, ` · ${typeName(node?.type)}${prompt || of.refinement ? " · AI" : ""}`)), node?.description ? h("p", { class: "note" }, node.description) : null, prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null, visits.length === 0
         ? h("p", { class: "note" }, of.finished ? "Not visited in this execution." : "Not visited yet.")
-        : visits.map((v) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of))));
+        : visits.map((v, i) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of, i === visits.length - 1))));
 }
 // isAI: the visit ran an AI node's pipeline (or a refinement's), whose
 // agent steps are worth a table; a code node's one sandbox run is not.
@@ -26,20 +27,44 @@ function isAI(v, node, of) {
 function runningView(v, node, of) {
     const ai = isAI(v, node, of);
     const step = ai ? currentStep(v, of.refinement) : null;
-    return h("article", { class: "visit running", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at))), h("p", { class: "current-step" }, ai
+    const kind = typeName(node?.type ?? v.node_type);
+    if (kind === "wait" || kind === "sleep") {
+        const until = kind === "sleep" ? sleepUntil(node, v) : "";
+        return h("article", { class: "visit running", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge("waiting"), h("span", { class: "meta" }, " for ", running("span", v.started_at))), h("p", { class: "current-step" }, kind === "wait"
+            ? ["Waiting for signal ", h("code", null, node?.signal ?? "?"), " (the form above sends it)."]
+            : ["Sleeping", until ? [" until ", deadline(until)] : "", "."]));
+    }
+    const attempt = attemptText(v, node, of.definition);
+    return h("article", { class: "visit running", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at), attempt ? ` · ${attempt}` : "")), h("p", { class: "current-step" }, ai
         ? step
             ? ["In step ", h("strong", null, stepLabel(step.step)), ` (${step.agent})`, step.attempt ? `, attempt ${step.attempt}` : ""]
             : "Between agent steps."
         : "Running its code in the sandbox.", v.steps?.length ? h("span", { class: "meta" }, ` · ${v.steps.length} step${v.steps.length === 1 ? "" : "s"} ended`) : null), h("p", { class: "note" }, "Its output, what it printed and its context after come when the visit ends."), ai && v.steps?.length ? stepsTable(v.steps) : null);
 }
-function visitView(v, node, of) {
+function visitView(v, node, of, last) {
     const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
     const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, ${money(Number(v.cost_usd ?? 0))}` : "";
     const ai = v.ai_metadata;
     const cache = ai?.cache_hit === true
         ? ` · code from the cache${ai.cache_match === "semantic" ? ` (semantic match, similarity ${Number(ai.cache_similarity).toFixed(4)})` : ""}${ai.cached_from_execution ? `, made by ${String(ai.cached_from_execution)}` : ""}`
         : "";
-    return h("article", { class: "visit", "data-visit": String(v.visit) }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null, v.error_message ? h("p", { class: "error" }, v.error_message) : null, v.traceback ? block("Traceback", v.traceback, "error") : null, v.code_executed ? block("Code", v.code_executed) : null, contextDiff(v.input_context ?? {}, v.output_result ?? {}), v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null, v.stdout ? block("stdout", v.stdout) : null, v.stderr ? block("stderr", v.stderr) : null, v.steps?.length && isAI(v, node, of) ? stepsTable(v.steps) : null);
+    const carried = v.status === "carried_over";
+    // A node is rerun from its last visit (the context that visit started with).
+    const rerun = of.rerun && last && !carried ? rerunButton(of.rerun, v.node_id, v, v.node_id === of.failedNode) : null;
+    return h("article", { class: `visit${carried ? " carried-over" : ""}`, "data-visit": String(v.visit) }, h("div", { class: "visit-head" }, h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), rerun), visitDetail(v, node, of.definition), carried ? null : visitBody(v, node, of));
+}
+function visitBody(v, node, of) {
+    return [
+        v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null,
+        v.error_message ? h("p", { class: "error" }, v.error_message) : null,
+        v.traceback ? block("Traceback", v.traceback, "error") : null,
+        v.code_executed ? block("Code", v.code_executed) : null,
+        contextDiff(v.input_context ?? {}, v.output_result ?? {}),
+        v.output_analysis && v.status === "success" ? outputFields(v, node, of) : null,
+        v.stdout ? block("stdout", v.stdout) : null,
+        v.stderr ? block("stderr", v.stderr) : null,
+        v.steps?.length && isAI(v, node, of) ? stepsTable(v.steps) : null,
+    ];
 }
 // outputFields is the visit's output as the field table, with Fix
 // buttons that refine this node of this execution.

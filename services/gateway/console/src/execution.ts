@@ -7,10 +7,11 @@
 // the one the execution started with until a node ends, then that node's.
 
 import { getExact, Problem, ServerEvent, stream } from "./api.js";
+import { cancelButton, executionLink, RerunOf, rerunButton, tickDeadlines, visitNotes, waitingPanel } from "./control.js";
 import { duration, h, money, replace, running, spend, stamp, startClock } from "./dom.js";
 import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
-import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline } from "./graph.js";
+import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, typeName } from "./graph.js";
 import { applyEvent, copyView, ended, ExecutionView, liveContext, liveSpend } from "./live.js";
 import { startedHere } from "./start.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
@@ -43,11 +44,16 @@ const refineDefinition: Definition = {
 
 export function executionPage(root: HTMLElement, id: string, params: URLSearchParams, signal: AbortSignal): void {
   const head = h("div", { class: "execution-head" }, h("h1", null, "Execution ", h("code", null, id)));
+  // The wait node's form: drawn again only for another wait, so what a
+  // person types in it stays while the page follows the execution.
+  const waitSlot = h("div", { class: "waiting-slot" });
+  let waitKey = "";
   const graph = h("div", { class: "graph-wrap" });
   const panel = h("div", { class: "panel" });
   const refineLog = h("section", { class: "refine-messages", hidden: true });
   const timeline = h("div", { class: "timeline-wrap" });
   const nodes = h("tbody");
+  const nodesHead = h("thead");
   const contextTitle = h("h2", null, "Context");
   const context = h("pre", { class: "context" }, "Reading the context…");
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" }, "Reading the execution…");
@@ -57,6 +63,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")),
     head,
     note,
+    waitSlot,
     refineLog,
     h("h2", null, "Graph"),
     graph,
@@ -70,7 +77,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
       h(
         "table",
         { class: "nodes" },
-        h("thead", null, h("tr", null, ["Node", "Type", "Status", "Visit", "Duration", "Model cost", "Error"].map((t) => h("th", { scope: "col" }, t)))),
+        nodesHead,
         nodes,
       ),
     ),
@@ -139,18 +146,55 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
       if (n.status === "running" && n.started_at) startedAt.set(n.node_id, n.started_at);
     }
     if (!ended(doc.status) && doc.current_node && !status.has(doc.current_node)) status.set(doc.current_node, "running");
+    // A wait or sleep node that runs waits; a node whose failed attempt is
+    // tried again later is retrying.
+    const defNode = (nodeId: string) => def?.nodes?.find((n) => n.id === nodeId);
+    if (!ended(doc.status)) {
+      for (const [nodeId, st] of status) {
+        const kind = typeName(defNode(nodeId)?.type);
+        if (st === "running" && (kind === "wait" || kind === "sleep")) status.set(nodeId, "waiting");
+      }
+      const last = v.nodes[v.nodes.length - 1];
+      if (last && last.status === "failed" && last.next_attempt_at) {
+        status.set(last.node_id, "retrying");
+        if (last.completed_at) startedAt.set(last.node_id, last.completed_at);
+      }
+    }
+    for (const [nodeId, st] of status) if (st === "waiting" && !startedAt.has(nodeId)) {
+      const vs = v.nodes.filter((n) => n.node_id === nodeId && n.started_at);
+      if (vs.length) startedAt.set(nodeId, vs[vs.length - 1]!.started_at!);
+    }
+    // The node whose failure (or cancel) ended the execution: a rerun
+    // starts there by default.
+    const failedNode =
+      doc.status === "failed" || doc.status === "cancelled" ? [...v.nodes].reverse().find((n) => n.status === doc.status || n.status === "failed")?.node_id ?? "" : "";
+    const rerunOf: RerunOf | null = ended(doc.status) && !refinement ? { executionId: doc.execution_id, workflow: doc.workflow_name, signal } : null;
     // Nodes an ended execution never reached did not run; they are not pending.
     if (ended(doc.status)) for (const n of def?.nodes ?? []) if (!status.has(n.id)) status.set(n.id, "skipped");
 
     const cost = liveSpend(v);
+    const lastVisit = (nodeId: string) => v.nodes.filter((n) => n.node_id === nodeId).pop();
     replace(
       head,
       h(
-        "h1",
-        null,
-        refinement ? "Refinement" : workflowCell(doc.workflow_name),
-        " ",
-        statusBadge(doc.status),
+        "div",
+        { class: "page-head" },
+        h(
+          "h1",
+          null,
+          refinement ? "Refinement" : workflowCell(doc.workflow_name),
+          " ",
+          statusBadge(doc.status),
+        ),
+        h(
+          "div",
+          { class: "execution-actions" },
+          !ended(doc.status) && !refinement ? cancelButton(doc.execution_id, signal, () => {
+            replace(note, "Cancel sent: the execution ends cancelled once the engine takes it…");
+            reloadSoon();
+          }) : null,
+          rerunOf && failedNode ? rerunButton(rerunOf, failedNode, lastVisit(failedNode), true) : null,
+        ),
       ),
       h(
         "p",
@@ -168,8 +212,47 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
         h("span", { class: "spend", title: "what the execution's model calls cost (price table)" }, spend(cost.usd, cost.calls)),
         jaeger ? [" · ", h("a", { href: traceLink(jaeger, doc.execution_id), target: "_blank", rel: "noopener" }, "Trace in Jaeger")] : null,
       ),
-      doc.error ? h("p", { class: "error" }, doc.error) : null,
+      doc.status === "cancelled"
+        ? h(
+            "p",
+            { class: "notice cancelled-by" },
+            h("strong", null, "Cancelled"),
+            doc.cancelled_by ? [" by ", h("strong", null, doc.cancelled_by)] : "",
+            doc.cancel_reason ? [": ", h("q", null, doc.cancel_reason)] : " (no reason given)",
+            ((c) => (c ? [" · it was at node ", h("code", null, c.node_id)] : ""))(v.nodes.find((n) => n.status === "cancelled")),
+          )
+        : doc.error
+          ? h("p", { class: "error" }, doc.error)
+          : null,
+      doc.rerun_of
+        ? h(
+            "p",
+            { class: "rerun-of" },
+            "↷ Rerun of ",
+            executionLink(doc.rerun_of),
+            doc.rerun_from ? [" from node ", h("code", null, doc.rerun_from)] : "",
+            "; the nodes before it are carried over.",
+          )
+        : null,
+      doc.reruns?.length
+        ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
+        : null,
     );
+
+    // The wait node's form, while the execution waits there.
+    const w = doc.waiting;
+    const atWait = w && !ended(doc.status) ? lastVisit(w.node) : undefined;
+    const waitingNow = !!w && !ended(doc.status) && (!atWait || atWait.status === "running");
+    const key = waitingNow ? `${w!.node}/${w!.signal}/${atWait?.visit ?? ""}/${w!.until ?? ""}` : "";
+    if (key !== waitKey) {
+      waitKey = key;
+      replace(waitSlot, waitingNow ? waitingPanel(doc.execution_id, w!, signal, () => reloadSoon()) : null);
+    }
+    // A wait node just entered: the engine's state says what it waits for
+    // a moment after its node.started event.
+    if (!waitingNow && !ended(doc.status) && [...status].some(([nodeId, st]) => st === "waiting" && typeName(defNode(nodeId)?.type) === "wait")) {
+      if (waitReads++ < 40) reloadSoon(500);
+    } else waitReads = 0;
 
     replace(
       panel,
@@ -184,6 +267,9 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
               finished: ended(doc.status),
               refinement,
               signal,
+              definition: def,
+              rerun: rerunOf,
+              failedNode,
             },
           )
         : h("p", { class: "note" }, "Select a node to see its visits."),
@@ -214,25 +300,34 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
       );
     }
 
+    const columns = ["Node", "Type", "Status", "Visit", "Duration", "Model cost", "Error"];
+    if (rerunOf) columns.push("Rerun");
+    replace(nodesHead, h("tr", null, columns.map((t) => h("th", { scope: "col" }, t))));
     replace(
       nodes,
       v.nodes
         .filter((n) => !selected || n.node_id === selected)
-        .map((n) =>
-          h(
+        .map((n) => {
+          const dn = defNode(n.node_id);
+          const kind = dn?.type ? typeName(dn.type) : n.node_type;
+          const shown = n.status === "running" && (kind === "wait" || kind === "sleep") && !ended(doc.status) ? "waiting" : n.status;
+          const carried = n.status === "carried_over";
+          const isLast = lastVisit(n.node_id) === n;
+          return h(
             "tr",
-            { "data-node": n.node_id, "data-status": n.status },
+            { "data-node": n.node_id, "data-status": n.status, class: carried ? "carried-over" : n.node_id === failedNode && isLast ? (n.status === "failed" ? "failed-node" : "ended-here") : null },
             h("td", null, n.node_id),
-            h("td", null, n.node_type),
-            h("td", null, statusBadge(n.status)),
+            h("td", null, kind),
+            h("td", null, statusBadge(shown), visitNotes(n, dn, def)),
             h("td", { class: "num" }, n.visit),
-            h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : duration(Math.round(Number(n.execution_time)))),
+            h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))),
             h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"),
             h("td", { class: "error" }, n.error_message ?? ""),
-          ),
-        ),
+            rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null,
+          );
+        }),
     );
-    if (v.nodes.length === 0) replace(nodes, h("tr", null, h("td", { colspan: 7, class: "note" }, "No node has started yet.")));
+    if (v.nodes.length === 0) replace(nodes, h("tr", null, h("td", { colspan: columns.length, class: "note" }, "No node has started yet.")));
 
     const live = liveContext(v);
     if (!live) {
@@ -252,12 +347,21 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
 
   const drawTimelineOf = (v: ExecutionView) => {
     const width = timeline.clientWidth || page.clientWidth || 800;
-    replace(timeline, drawTimeline(v.nodes as VisitDoc[], select, width) ?? h("p", { class: "note" }, "No visit has run yet."));
+    // A wait or sleep node's running visit waits.
+    const def = v.execution.definition;
+    const visits = ended(v.execution.status)
+      ? v.nodes
+      : v.nodes.map((n) => {
+          const kind = typeName(def?.nodes?.find((d) => d.id === n.node_id)?.type);
+          return n.status === "running" && (kind === "wait" || kind === "sleep") ? { ...n, status: "waiting" } : n;
+        });
+    replace(timeline, drawTimeline(visits as VisitDoc[], select, width) ?? h("p", { class: "note" }, "No visit has run yet."));
   };
 
   // Each second a running execution's times move on (startClock), and its
   // timeline's running bars grow.
   startClock(signal, () => {
+    tickDeadlines();
     if (view && !ended(view.execution.status) && view.nodes.some((n) => n.status === "running")) {
       const focused = document.activeElement?.closest?.("svg.timeline [data-node]")?.getAttribute("data-node");
       drawTimelineOf(view);
@@ -274,6 +378,19 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
 
   let missing: Problem | null = null;
   let retries = 0;
+  // reloadSoon reads the execution again a moment later (once for a burst):
+  // what only a read says (what a wait node waits for, who cancelled it)
+  // comes that way.
+  let reloading: ReturnType<typeof setTimeout> | undefined;
+  let waitReads = 0;
+  const reloadSoon = (ms = 300) => {
+    if (reloading !== undefined || signal.aborted) return;
+    reloading = setTimeout(() => {
+      reloading = undefined;
+      void load();
+    }, ms);
+  };
+  signal.addEventListener("abort", () => clearTimeout(reloading));
   const load = async (): Promise<void> => {
     try {
       const got = await getExact<ExecutionView>(`/v1/executions/${encodeURIComponent(id)}`, signal);
@@ -305,10 +422,23 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   const settle = async () => {
     for (let i = 0; i < 40 && !signal.aborted; i++) {
       const doc = read?.execution;
-      if (doc && ended(doc.status) && doc.final_context && !read!.nodes.some((n) => n.status === "running")) return;
+      if (doc && ended(doc.status) && doc.final_context && !read!.nodes.some((n) => n.status === "running") && (doc.status !== "cancelled" || doc.cancelled_by)) return;
       await new Promise((r) => setTimeout(r, 250));
       await load();
     }
+  };
+
+  // waitChanged reads the execution again when a wait node begins or ends:
+  // its events do not say what it waits for.
+  const waitChanged = (ev: ServerEvent) => {
+    let nodeId = "";
+    try {
+      nodeId = String((JSON.parse(ev.data) as { node_id?: unknown }).node_id ?? "");
+    } catch {
+      return;
+    }
+    const n = read?.execution.definition?.nodes?.find((x) => x.id === nodeId);
+    if (typeName(n?.type) === "wait" || read?.execution.waiting?.node === nodeId) reloadSoon();
   };
 
   const follow = async () => {
@@ -322,7 +452,10 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           if (!read) {
             if (ev.event === "workflow.started" && !page.isConnected) replace(root, page);
             void load();
-          } else composeSoon();
+          } else {
+            composeSoon();
+            if (ev.event === "node.started" || ev.event === "node.completed") waitChanged(ev);
+          }
         });
         if (completed || signal.aborted) break;
       } catch (e) {

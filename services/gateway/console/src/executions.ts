@@ -34,12 +34,15 @@ export interface WorkflowSummary {
 // RefineWorkflow is the workflow name of a refinement's execution.
 export const RefineWorkflow = "refine";
 
-const statuses = ["", "running", "succeeded", "failed"];
+const statuses = ["", "running", "succeeded", "failed", "cancelled"];
 
 // statusBadge shows a status as a word and a symbol, not by colour alone.
 export function statusBadge(status: string): HTMLElement {
-  const symbol: Record<string, string> = { running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–" };
-  return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status}`);
+  const symbol: Record<string, string> = {
+    running: "◔", succeeded: "✓", success: "✓", failed: "✗", error: "✗", pending: "○", skipped: "–",
+    cancelled: "⊘", carried_over: "↷", waiting: "◷", retrying: "↻",
+  };
+  return h("span", { class: `badge status-${status}` }, `${symbol[status] ?? "•"} ${status.replace(/_/g, " ")}`);
 }
 
 // workflowCell names an execution's workflow, linking to its page; a

@@ -21,6 +21,24 @@ export interface DefNode {
   max_visits?: number;
   network?: boolean;
   allow_hosts?: string[];
+  // A wait node: its signal, the JSON Schema of the payload (JSON text),
+  // the payload member that picks the edge; a sleep node: how long, or the
+  // context key that holds until when.
+  signal?: string;
+  schema?: string;
+  decide_on?: string;
+  duration_seconds?: number;
+  until?: string;
+  retry?: RetryPolicy;
+}
+
+// RetryPolicy is a node's or a workflow's retry policy.
+export interface RetryPolicy {
+  max_attempts?: number;
+  initial_interval_seconds?: number;
+  backoff_coefficient?: number;
+  max_interval_seconds?: number;
+  on?: string[];
 }
 
 export interface DefEdge {
@@ -33,6 +51,7 @@ export interface Definition {
   name?: string;
   model?: string;
   timeout_seconds?: number;
+  retry?: RetryPolicy;
   nodes?: DefNode[];
   edges?: DefEdge[];
 }
@@ -43,6 +62,7 @@ export function typeName(t: string | undefined): string {
 
 const symbols: Record<string, string> = {
   succeeded: "✓", success: "✓", failed: "✗", error: "✗", running: "◔", pending: "○", skipped: "–",
+  cancelled: "⊘", carried_over: "↷", waiting: "◷", retrying: "↻",
 };
 
 // Direction is dagre's rankdir: left to right, or top to bottom.
@@ -127,7 +147,7 @@ export function drawGraph(
     const x = box.x - nodeW / 2;
     const y = box.y - nodeH / 2;
     const label = `${n.id}: ${typeName(n.type)}${n.prompt ? " (AI)" : ""}${state ? `, ${st}` : ""}`;
-    const since = st === "running" ? state?.since?.get(n.id) : undefined;
+    const since = st === "running" || st === "waiting" || st === "retrying" ? state?.since?.get(n.id) : undefined;
     const sinceMs = Date.parse(since ?? "");
     const group = s(
       "g",
@@ -148,7 +168,7 @@ export function drawGraph(
         ? s(
             "text",
             { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" },
-            `${symbols[st] ?? "•"} ${st}`,
+            `${symbols[st] ?? "•"} ${statusWord(st)}`,
             Number.isFinite(sinceMs) ? [" ", s("tspan", { "data-since": sinceMs }, elapsed(Date.now() - sinceMs))] : null,
           )
         : null,
@@ -157,6 +177,11 @@ export function drawGraph(
     svg.append(group);
   }
   return svg;
+}
+
+// statusWord is a status as the pages write it: carried_over is "carried over".
+export function statusWord(status: string): string {
+  return status.replace(/_/g, " ");
 }
 
 function clip(text: string, n: number): string {
@@ -181,7 +206,8 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
   const timed = visits
     .map((v) => {
       const start = Date.parse(v.started_at ?? "");
-      const end = v.status === "running" ? Math.max(start, now) : Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
+      const live = v.status === "running" || v.status === "waiting";
+      const end = live ? Math.max(start, now) : Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
       return { v, start, end };
     })
     .filter((t) => Number.isFinite(t.start) && Number.isFinite(t.end))
@@ -207,7 +233,7 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
   const nameChars = Math.max(8, Math.floor((labelW - 40) / 7));
   timed.forEach(({ v, start, end }, i) => {
     const y = i * rowH;
-    const took = v.status === "running" ? `running ${elapsed(end - start)}` : `${v.status} · ${duration(end - start)}`;
+    const took = v.status === "running" || v.status === "waiting" ? `${v.status} ${elapsed(end - start)}` : `${statusWord(v.status)} · ${duration(end - start)}`;
     const bar = s(
       "g",
       { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${took}` },

@@ -26,6 +26,28 @@ export interface ExecutionDoc {
   current_node?: string;
   cost_usd?: number;
   model_calls?: number;
+  // What a running execution waits for, at a wait node.
+  waiting?: Waiting;
+  // A cancelled execution: who cancelled it and why.
+  cancelled_by?: string;
+  cancel_reason?: string;
+  // A rerun: the execution it reruns and the node it started from; an
+  // original lists its reruns.
+  rerun_of?: string;
+  rerun_from?: string;
+  reruns?: string[];
+}
+
+// Waiting is what a wait node waits for (GET /v1/executions/{id}): the
+// signal to send, what the people asked are told, the JSON Schema of its
+// payload, the member that picks the edge and when the wait times out.
+export interface Waiting {
+  node: string;
+  signal: string;
+  description?: string;
+  schema?: unknown;
+  decide_on?: string;
+  until?: string;
 }
 
 // ExecutionView is GET /v1/executions/{id}.

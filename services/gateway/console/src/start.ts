@@ -9,7 +9,7 @@ const startedItem = "nova.started";
 
 // rememberStarted notes an execution this tab started: its page waits for
 // it to be recorded instead of saying there is no such execution.
-function rememberStarted(id: string): void {
+export function rememberStarted(id: string): void {
   const ids = [id, ...startedList().filter((x) => x !== id)].slice(0, 20);
   sessionStorage.setItem(startedItem, JSON.stringify(ids));
 }

@@ -5,11 +5,12 @@
 // has run, the agent step it is in, and the steps ended so far.
 
 import { Child, duration, h, money, running } from "./dom.js";
+import { attemptText, deadline, RerunOf, rerunButton, sleepUntil, visitDetail } from "./control.js";
 import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, OutputAnalysis, updatesOf } from "./fields.js";
 import { openFix } from "./fix.js";
-import { DefNode, typeName } from "./graph.js";
+import { Definition, DefNode, typeName } from "./graph.js";
 import { currentStep, stepLabel } from "./live.js";
 
 export interface StepDoc {
@@ -53,6 +54,23 @@ export interface VisitDoc {
   output_analysis?: OutputAnalysis;
   ai_metadata?: Record<string, unknown>;
   steps?: StepDoc[];
+  // The retry policy's attempt this visit is; a failed one tried again
+  // names when.
+  attempt?: number;
+  next_attempt_at?: string;
+  // A wait node's visit: the signal that resumed it, or timed_out.
+  signal?: SignalDoc;
+  timed_out?: boolean;
+  // A rerun's visit not run again: the execution where it ran.
+  carried_over_from?: string;
+}
+
+// SignalDoc is a signal a wait node took.
+export interface SignalDoc {
+  name: string;
+  payload?: Record<string, unknown>;
+  sent_by?: string;
+  received_at?: string;
 }
 
 // Where the visits are: the execution (for the Fix modal's refinement and
@@ -66,6 +84,13 @@ export interface VisitsOf {
   refinement: boolean;
   // signal ends with the page: a Fix dialog opened here closes.
   signal: AbortSignal;
+  // definition: what the execution ran (retry policies).
+  definition?: Definition;
+  // rerun: an ended execution's visits can be rerun from (the last visit
+  // of each node); null for one that runs, or a refinement.
+  rerun?: RerunOf | null;
+  // failedNode: the node whose failure ended the execution.
+  failedNode?: string;
 }
 
 export function visitsPanel(node: DefNode | undefined, id: string, visits: VisitDoc[], of: VisitsOf): HTMLElement {
@@ -78,7 +103,7 @@ export function visitsPanel(node: DefNode | undefined, id: string, visits: Visit
     prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null,
     visits.length === 0
       ? h("p", { class: "note" }, of.finished ? "Not visited in this execution." : "Not visited yet.")
-      : visits.map((v) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of))),
+      : visits.map((v, i) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of, i === visits.length - 1))),
   );
 }
 
@@ -93,10 +118,27 @@ function isAI(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): boolean {
 function runningView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLElement {
   const ai = isAI(v, node, of);
   const step = ai ? currentStep(v, of.refinement) : null;
+  const kind = typeName(node?.type ?? v.node_type);
+  if (kind === "wait" || kind === "sleep") {
+    const until = kind === "sleep" ? sleepUntil(node, v) : "";
+    return h(
+      "article",
+      { class: "visit running", "data-visit": String(v.visit) },
+      h("h3", null, `Visit ${v.visit} `, statusBadge("waiting"), h("span", { class: "meta" }, " for ", running("span", v.started_at))),
+      h(
+        "p",
+        { class: "current-step" },
+        kind === "wait"
+          ? ["Waiting for signal ", h("code", null, node?.signal ?? "?"), " (the form above sends it)."]
+          : ["Sleeping", until ? [" until ", deadline(until)] : "", "."],
+      ),
+    );
+  }
+  const attempt = attemptText(v, node, of.definition);
   return h(
     "article",
     { class: "visit running", "data-visit": String(v.visit) },
-    h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at))),
+    h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at), attempt ? ` · ${attempt}` : "")),
     h(
       "p",
       { class: "current-step" },
@@ -112,7 +154,7 @@ function runningView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTML
   );
 }
 
-function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLElement {
+function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf, last: boolean): HTMLElement {
   const scripted = v.steps?.some((st) => st.output_data?.scripted === true) ? " (SCRIPTED model)" : "";
   const spend = Number(v.model_calls ?? 0) > 0 ? ` · ${v.model_calls} model calls${scripted}, ${money(Number(v.cost_usd ?? 0))}` : "";
   const ai = v.ai_metadata;
@@ -122,10 +164,25 @@ function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLEl
           ai.cached_from_execution ? `, made by ${String(ai.cached_from_execution)}` : ""
         }`
       : "";
+  const carried = v.status === "carried_over";
+  // A node is rerun from its last visit (the context that visit started with).
+  const rerun = of.rerun && last && !carried ? rerunButton(of.rerun, v.node_id, v, v.node_id === of.failedNode) : null;
   return h(
     "article",
-    { class: "visit", "data-visit": String(v.visit) },
-    h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)),
+    { class: `visit${carried ? " carried-over" : ""}`, "data-visit": String(v.visit) },
+    h(
+      "div",
+      { class: "visit-head" },
+      h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)),
+      rerun,
+    ),
+    visitDetail(v, node, of.definition),
+    carried ? null : visitBody(v, node, of),
+  );
+}
+
+function visitBody(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): Child {
+  return [
     v.decision_result ? h("p", null, "Decision: ", h("code", null, v.decision_result), v.path_taken ? [" → ", h("code", null, v.path_taken)] : null) : null,
     v.error_message ? h("p", { class: "error" }, v.error_message) : null,
     v.traceback ? block("Traceback", v.traceback, "error") : null,
@@ -135,7 +192,7 @@ function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTMLEl
     v.stdout ? block("stdout", v.stdout) : null,
     v.stderr ? block("stderr", v.stderr) : null,
     v.steps?.length && isAI(v, node, of) ? stepsTable(v.steps) : null,
-  );
+  ];
 }
 
 // outputFields is the visit's output as the field table, with Fix
