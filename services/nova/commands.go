@@ -389,7 +389,7 @@ type runFlags struct {
 	sets                        setFlags
 	contextFile, dataDir, rules string
 	asJSON, withChain, verbose  bool
-	remote, progress            bool
+	remote, progress, detach    bool
 	timeout                     time.Duration
 }
 
@@ -447,8 +447,9 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
 	fs.BoolVar(&f.verbose, "v", false, "show the services' logs")
 	fs.StringVar(&f.rules, "llm-rules", "", rulesHelp)
-	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it: the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
+	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it (with --detach: only start it): the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
 	fs.BoolVar(&f.progress, "progress", isTerminal(stdout), "show each node as it starts and ends (default on a terminal)")
+	fs.BoolVar(&f.detach, "detach", false, "with --remote: start the workflow, print its execution id and exit without waiting (nova watch ID follows it)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return f, false
@@ -458,6 +459,15 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
 		return f, false
 	}
 	f.file = pos[0]
+	switch {
+	case f.detach && !f.remote:
+		// The services nova run starts itself would stop when it exits.
+		fmt.Fprintln(stderr, "nova run: --detach needs --remote: only a running system (nova dev, a deployment at NATS_URL) can run the workflow after nova run exits")
+		return f, false
+	case f.detach && f.withChain:
+		fmt.Fprintln(stderr, "nova run: --detach does not wait for the end, so it has no chain of work to print; run nova chain ID once the execution ended")
+		return f, false
+	}
 	return f, true
 }
 
@@ -527,7 +537,8 @@ func startRunStack(ctx context.Context, f runFlags, def *novav1.WorkflowDefiniti
 
 // runAndReport starts def with initial, waits for it to end (showing its
 // progress when asked), prints the result and, with --chain, its chain of
-// work. It exits exitOK only when the execution succeeded.
+// work. It exits exitOK only when the execution succeeded. With --detach it
+// only starts it, prints its execution id and exits exitOK.
 func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinition, initial jsonvalue.Object,
 	svc runServices, stdout, stderr io.Writer) int {
 	values, err := valueref.Open(ctx, svc.bus.JetStream(), 0, 0)
@@ -541,6 +552,9 @@ func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinitio
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitFailed
+	}
+	if f.detach {
+		return printDetached(stdout, f.asJSON, exec.ID)
 	}
 	var shown *progressPrinter
 	if f.progress && !f.asJSON {
@@ -581,6 +595,22 @@ func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinitio
 	}
 	if res.Status != execution.StatusSucceeded {
 		return exitFailed
+	}
+	return exitOK
+}
+
+// printDetached prints the id of an execution nova run --detach started,
+// alone on its line (ID=$(nova run --remote --detach FILE) keeps it), or
+// with --json as {"execution_id": ...}.
+func printDetached(stdout io.Writer, asJSON bool, id string) int {
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(struct {
+			ExecutionID string `json:"execution_id"`
+		}{id})
+	} else {
+		fmt.Fprintln(stdout, id)
 	}
 	return exitOK
 }

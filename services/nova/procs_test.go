@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -28,10 +29,12 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/llm/scripted"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/nova/client"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
@@ -141,17 +144,27 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 	runs := []struct {
 		name    string
 		initial map[string]any
-		path    []string
-		route   string
+		// approval is the payload of the signal a manager sends the wait
+		// node manager_approval; nil: the run does not wait.
+		approval map[string]any
+		path     []string
+		route    string
 	}{
-		{"sample invoice goes to a manager", nil,
-			[]string{"start", "extract", "validate", "check_amount", "manager_approval", "done"}, "manager"},
-		{"small amount is approved automatically", map[string]any{"amount": 200},
+		{"sample invoice goes to a manager", nil, map[string]any{"approved": true, "reviewed_by": "manager_1"},
+			[]string{"start", "extract", "validate", "check_amount", "manager_approval", "record_approval", "done"}, "manager"},
+		{"small amount is approved automatically", map[string]any{"amount": 200}, nil,
 			[]string{"start", "extract", "validate", "check_amount", "auto_approve", "done"}, "automatic"},
 	}
 	executions := map[string]string{}
 	for _, run := range runs {
-		wc, err := c.Run(ctx, def, run.initial)
+		started, err := c.Start(ctx, def, "", run.initial)
+		if err != nil {
+			t.Fatalf("%s: %v", run.name, err)
+		}
+		if run.approval != nil {
+			procsSignal(t, ctx, b, started.ID, "approval", run.approval)
+		}
+		wc, err := started.Wait(ctx)
 		if err != nil {
 			t.Fatalf("%s: %v", run.name, err)
 		}
@@ -204,8 +217,8 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 				if n.Status != "success" {
 					t.Errorf("%s: node %s status %q", run.name, n.NodeID, n.Status)
 				}
-				if n.NodeType == "start" || n.NodeType == "end" {
-					continue
+				if n.NodeType == "start" || n.NodeType == "end" || n.NodeType == "wait" {
+					continue // no code: no step
 				}
 				if len(n.Steps) != 1 || n.Steps[0].AgentName != "sandbox" || n.Steps[0].SandboxID == "" || n.CodeExecuted == "" {
 					t.Errorf("%s: node %s: %d steps %+v, want one sandbox step with its sandbox id", run.name, n.NodeID, len(n.Steps), n.Steps)
@@ -270,19 +283,25 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 	// The services flushed their spans on shutdown.
 	t.Run("one trace per workflow reaches the OTLP endpoint", func(t *testing.T) {
 		spans := otlp.spans()
-		ids := map[string]bool{aiRun.ExecutionId: true}
-		for _, id := range executions {
-			ids[id] = true
+		// Traces per execution: the start's; a signal continues its
+		// sender's trace, so an execution a manager's approval resumed goes
+		// on in the signal's.
+		ids := map[string]int{aiRun.ExecutionId: 1}
+		for _, run := range runs {
+			ids[executions[run.name]] = 1
+			if run.approval != nil {
+				ids[executions[run.name]] = 2
+			}
 		}
-		for id := range ids {
+		for id, want := range ids {
 			traces := map[string]bool{}
 			for _, sp := range spans {
 				if sp.attrs["execution.id"] == id {
 					traces[sp.traceID] = true
 				}
 			}
-			if len(traces) != 1 {
-				t.Errorf("execution %s: spans in %d traces, want 1", id, len(traces))
+			if len(traces) != want {
+				t.Errorf("execution %s: spans in %d traces, want %d", id, len(traces), want)
 			}
 		}
 		// The AI workflow's trace shows every agent step, named after the
@@ -348,6 +367,43 @@ func TestProcsServicesAsSeparateProcesses(t *testing.T) {
 			}
 		}
 	})
+}
+
+// procsSignal sends signal name with payload to execution id once the
+// engine's state says that the execution waits for it, the way nova signal
+// and the gateway publish it.
+func procsSignal(t *testing.T, ctx context.Context, b *bus.Bus, id, name string, payload map[string]any) {
+	t.Helper()
+	kv, err := b.JetStream().KeyValue(ctx, bus.BucketExecutions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := execution.ReadState(ctx, kv, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.GetWaitingFor() == name {
+			break
+		}
+		if st != nil && st.GetStatus() != execution.StatusRunning {
+			t.Fatalf("execution %s ended %s (%s) before it waited for signal %q", id, st.GetStatus(), st.GetError(), name)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("execution %s does not wait for signal %q: %v", id, name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	obj, err := jsonvalue.ObjectOf(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = execution.PublishSignal(ctx, b, "signal-"+uuid.NewString(),
+		&novav1.SignalExecution{ExecutionId: id, Signal: name, Payload: obj.Proto(), SentBy: "procs-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // otlpSpan is what the test keeps of an exported span.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 // novaBuild is the nova binary, built once for every test of the package
@@ -199,6 +201,9 @@ edges:
 		{name: "no file", args: []string{"run"}, want: "want exactly one workflow FILE"},
 		{name: "two files", args: []string{"validate", invoiceExample, invoiceExample}, want: "want exactly one workflow FILE"},
 		{name: "unknown flag", args: []string{"run", invoiceExample, "--no-such-flag"}, want: "flag provided but not defined: -no-such-flag"},
+		{name: "--detach without --remote", args: []string{"run", invoiceExample, "--detach"}, want: "--detach needs --remote"},
+		{name: "--detach with --chain", args: []string{"run", invoiceExample, "--remote", "--detach", "--chain"},
+			want: "--detach does not wait for the end, so it has no chain of work to print"},
 		{name: "unknown command", args: []string{"frobnicate"}, want: `unknown command "frobnicate"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,20 +224,23 @@ edges:
 		if r.code != 0 {
 			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
 		}
-		mustContain(t, "stdout", r.stdout, `workflow "invoice-routing" is valid (7 nodes, 7 edges)`)
+		mustContain(t, "stdout", r.stdout, `workflow "invoice-routing" is valid (9 nodes, 10 edges)`)
 	})
 
 	t.Run("run --json prints the result and keeps the chain", func(t *testing.T) {
 		dataDir := t.TempDir()
-		r := nova(t, bin, "run", invoiceExample, "--json", "--set", "amount=1500", "--data-dir", dataDir)
+		// Above this threshold of the context, even the sample's 1500 is
+		// approved automatically (a manager's approval waits for a signal).
+		r := nova(t, bin, "run", invoiceExample, "--json", "--set", "approval_threshold=2000", "--data-dir", dataDir)
 		if r.code != 0 {
 			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
 		}
 		res := decodeRunJSON(t, r.stdout)
-		if res.Status != "succeeded" || res.ExecutionID == "" || res.Error != "" || res.Context["approval_route"] != "manager" {
-			t.Errorf("result = %+v, want succeeded through manager approval", res)
+		if res.Status != "succeeded" || res.ExecutionID == "" || res.Error != "" || res.Context["approval_route"] != "automatic" ||
+			res.Context["amount"] != 1500.0 {
+			t.Errorf("result = %+v, want 1500 succeeded through automatic approval", res)
 		}
-		if want := []string{"start", "extract", "validate", "check_amount", "manager_approval", "done"}; !slices.Equal(res.Path, want) {
+		if want := []string{"start", "extract", "validate", "check_amount", "auto_approve", "done"}; !slices.Equal(res.Path, want) {
 			t.Errorf("path = %v, want %v", res.Path, want)
 		}
 		if len(res.Nodes) != 6 {
@@ -342,6 +350,66 @@ edges:
 			`decision "low" -> auto_approve`,
 			"step 1 sandbox/code_execution attempt 1: success")
 	})
+}
+
+// TestRunDetachAndSignal drives the invoice example as make demo does:
+// nova run --remote --detach starts it on a running system and prints its
+// execution id at once; the execution waits at the wait node
+// manager_approval, nova watch shows it there, and nova signal approves it.
+func TestRunDetachAndSignal(t *testing.T) {
+	bin := buildNova(t)
+	e := startEnv(t)
+	cli := func(args ...string) cliResult {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), bin, args...)
+		cmd.Env = []string{"NATS_URL=" + e.s.NATSURL(), "MONGODB_URI=" + e.s.MongoURI(), "PATH=/usr/bin:/bin"}
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		_ = cmd.Run()
+		return cliResult{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errOut.String()}
+	}
+
+	r := cli("run", invoiceExample, "--remote", "--detach")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || r.stdout != id+"\n" || uuid.Validate(id) != nil {
+		t.Fatalf("nova run --detach: exit %d, stdout %q, stderr %q; want 0 and the execution id alone", r.code, r.stdout, r.stderr)
+	}
+	e.waitingFor(id, "manager_approval", "signal")
+	r = cli("watch", id, "--timeout", "2s")
+	if r.code != 1 || !strings.Contains(r.stdout, "▶ manager_approval started") || strings.Contains(r.stdout, "status ") ||
+		!strings.Contains(r.stderr, "deadline exceeded") {
+		t.Errorf("nova watch of the waiting execution: exit %d\n%s%s\nwant it at manager_approval when it gives up", r.code, r.stdout, r.stderr)
+	}
+
+	r = cli("signal", id, "approval", "--set", "approved=true", "--set", "reviewed_by=manager_1")
+	if want := fmt.Sprintf("execution %s: signal \"approval\" taken; node manager_approval moved on to record_approval\n", id); r.code != 0 || r.stdout != want {
+		t.Fatalf("nova signal: exit %d, stdout %q, stderr %q; want 0 and %q", r.code, r.stdout, r.stderr, want)
+	}
+	r = cli("watch", id)
+	if r.code != 0 || !strings.Contains(r.stdout, "✓ record_approval") || !strings.Contains(r.stdout, "status     succeeded") {
+		t.Errorf("nova watch after the approval: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	e.auditIdle()
+	r = cli("chain", id)
+	if r.code != 0 {
+		t.Fatalf("nova chain: exit %d, stderr %q", r.code, r.stderr)
+	}
+	mustContain(t, "nova chain", r.stdout, `(workflow "invoice-routing", succeeded`,
+		"#5 manager_approval [wait] visit 1: success", "next record_approval", "context changed: approved, reviewed_by",
+		"#6 record_approval [action] visit 1: success")
+
+	// --json prints the id as an object; the execution runs on without
+	// the CLI.
+	r = cli("run", invoiceExample, "--remote", "--detach", "--json", "--set", "amount=500")
+	var started struct {
+		ExecutionID string `json:"execution_id"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &started); r.code != 0 || err != nil || uuid.Validate(started.ExecutionID) != nil {
+		t.Fatalf("nova run --detach --json: exit %d, stdout %q (%v), stderr %q", r.code, r.stdout, err, r.stderr)
+	}
+	if r := cli("watch", started.ExecutionID); r.code != 0 || !strings.Contains(r.stdout, "✓ auto_approve") {
+		t.Errorf("nova watch of the small invoice: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 type runNode struct {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +26,9 @@ import (
 
 var invoiceExample = filepath.Join("..", "..", "..", "examples", "invoice-routing.yaml")
 
+// TestInvoiceBranches runs examples/invoice-routing.yaml along each branch:
+// a large invoice waits at the wait node manager_approval until the signal
+// approval approves or rejects it; a small one is approved automatically.
 func TestInvoiceBranches(t *testing.T) {
 	e := startEnv(t)
 	def, err := workflow.Load(invoiceExample, workflow.ValidateOptions{})
@@ -33,22 +37,37 @@ func TestInvoiceBranches(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		amount   float64
-		branch   string
+		initial  map[string]any
 		decision string
-		want     map[string]any
+		// signal is the approval's payload; nil: the branch has no wait.
+		signal map[string]any
+		path   []string
+		want   map[string]any
 	}{
 		{
-			name: "large invoice goes to a manager", amount: 1500, branch: "manager_approval", decision: "high",
+			name: "large invoice approved by a manager", initial: map[string]any{"amount": 1500.0}, decision: "high",
+			signal: map[string]any{"approved": true, "reviewed_by": "manager_1"},
+			path:   []string{"start", "extract", "validate", "check_amount", "manager_approval", "record_approval", "done"},
 			want: map[string]any{
 				"amount": 1500.0, "vendor": "Acme Corp", "invoice_number": "INV-1001", "currency": "EUR", "valid": true,
-				"branch_decision": "high", "approval_status": "approved", "approval_route": "manager",
-				"approved_by":   "finance-manager",
-				"approval_note": "EUR 1500.00 from Acme Corp is above the threshold; approved by finance-manager",
+				"branch_decision": "high", "approved": true, "reviewed_by": "manager_1",
+				"approval_status": "approved", "approval_route": "manager", "approved_by": "manager_1",
+				"approval_note": "EUR 1500.00 from Acme Corp is above the threshold; approved by manager_1",
 			},
 		},
 		{
-			name: "small invoice is approved automatically", amount: 500, branch: "auto_approve", decision: "low",
+			name: "large invoice rejected by a manager", initial: map[string]any{"amount": 1500.0, "manager": "ana"}, decision: "high",
+			signal: map[string]any{"approved": false, "note": "no purchase order"},
+			path:   []string{"start", "extract", "validate", "check_amount", "manager_approval", "record_rejection", "done"},
+			want: map[string]any{
+				"amount": 1500.0, "branch_decision": "high", "approved": false, "note": "no purchase order",
+				"approval_status": "rejected", "approval_route": "manager", "rejected_by": "ana", "approved_by": nil,
+				"approval_note": "EUR 1500.00 from Acme Corp is above the threshold; rejected by ana: no purchase order",
+			},
+		},
+		{
+			name: "small invoice is approved automatically", initial: map[string]any{"amount": 500.0}, decision: "low",
+			path: []string{"start", "extract", "validate", "check_amount", "auto_approve", "done"},
 			want: map[string]any{
 				"amount": 500.0, "vendor": "Acme Corp", "invoice_number": "INV-1001", "currency": "EUR", "valid": true,
 				"branch_decision": "low", "approval_status": "approved", "approval_route": "automatic",
@@ -59,11 +78,30 @@ func TestInvoiceBranches(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			wc := e.run(def, map[string]any{"amount": tc.amount})
+			exec, err := e.client.Start(e.ctx, def, "", tc.initial)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.signal != nil {
+				// The execution waits for the manager, with what the
+				// manager is asked and until when.
+				w := e.waitingFor(exec.ID, "manager_approval", "signal")
+				if w.Signal != "approval" || w.DecideOn != "approved" || w.Until == nil || !strings.Contains(w.Description, "Approve or reject the invoice") ||
+					!strings.Contains(w.Schema, `"approved"`) {
+					t.Errorf("waiting = %v; want signal approval deciding on approved, with its description, schema and deadline", w)
+				} else if d := time.Until(w.Until.AsTime()); d < 71*time.Hour || d > 72*time.Hour {
+					t.Errorf("manager_approval waits until %v, in %v; want 72h after it began", w.Until.AsTime(), d)
+				}
+				e.signalExec(exec.ID, "approval", tc.signal)
+			}
+			wc, err := exec.Wait(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if wc.Status != "succeeded" || wc.Error != "" {
 				t.Fatalf("status %q, error %q; want succeeded", wc.Status, wc.Error)
 			}
-			wantPath := []string{"start", "extract", "validate", "check_amount", tc.branch, "done"}
+			branch, wantPath := tc.path[4], tc.path // what check_amount chose
 			if !slices.Equal(wc.Path, wantPath) {
 				t.Errorf("path = %v, want %v", wc.Path, wantPath)
 			}
@@ -104,9 +142,17 @@ func TestInvoiceBranches(t *testing.T) {
 				}
 			}
 			decision := nodeDoc(t, nodes, "check_amount", 1)
-			if decision.NodeType != "decision" || decision.DecisionResult != tc.decision || decision.PathTaken != tc.branch {
+			if decision.NodeType != "decision" || decision.DecisionResult != tc.decision || decision.PathTaken != branch {
 				t.Errorf("check_amount: type %q, decision %q -> %q; want decision %q -> %q",
-					decision.NodeType, decision.DecisionResult, decision.PathTaken, tc.decision, tc.branch)
+					decision.NodeType, decision.DecisionResult, decision.PathTaken, tc.decision, branch)
+			}
+			if tc.signal != nil {
+				// The wait node's visit took the edge of the payload's approved.
+				approval := nodeDoc(t, nodes, "manager_approval", 1)
+				if want := fmt.Sprint(tc.signal["approved"]); approval.NodeType != "wait" || approval.DecisionResult != want || approval.PathTaken != tc.path[5] {
+					t.Errorf("manager_approval: type %q, decision %q -> %q; want wait %q -> %q",
+						approval.NodeType, approval.DecisionResult, approval.PathTaken, want, tc.path[5])
+				}
 			}
 			if _, ok := decision.InputContext["branch_decision"]; ok {
 				t.Errorf("check_amount input context has branch_decision; it must be cleared before a decision node")
@@ -115,22 +161,25 @@ func TestInvoiceBranches(t *testing.T) {
 				t.Errorf("check_amount output branch_decision = %v, want %q", decision.OutputResult["branch_decision"], tc.decision)
 			}
 			// The amount was a Go float64: it stays a float (500.0) in the snapshots.
-			if v := nodeDoc(t, nodes, "validate", 1); v.InputContext["amount"] != json.Number(jsonvalue.FormatFloat(tc.amount)) || v.OutputResult["valid"] != true {
+			amount := tc.initial["amount"].(float64)
+			if v := nodeDoc(t, nodes, "validate", 1); v.InputContext["amount"] != json.Number(jsonvalue.FormatFloat(amount)) || v.OutputResult["valid"] != true {
 				t.Errorf("validate snapshots: input amount %v, output valid %v; want %v and true",
-					v.InputContext["amount"], v.OutputResult["valid"], tc.amount)
+					v.InputContext["amount"], v.OutputResult["valid"], amount)
 			} else if got := fmt.Sprint(v.Steps[0].OutputData["updated_keys"]); got != "[valid]" {
 				t.Errorf("validate step updated_keys = %s, want [valid]", got)
 			}
-			exec, err := e.s.Store.Execution(e.ctx, wc.ExecutionId)
+			doc, err := e.s.Store.Execution(e.ctx, wc.ExecutionId)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if exec.Status != "succeeded" || exec.WorkflowName != "invoice-routing" || !slices.Equal(exec.Path, wantPath) ||
-				exec.FinalContext["approval_route"] != tc.want["approval_route"] || len(exec.Nodes) != len(wantPath) {
-				t.Errorf("execution document = status %q, workflow %q, path %v, approval_route %v, %d nodes; want the completion's",
-					exec.Status, exec.WorkflowName, exec.Path, exec.FinalContext["approval_route"], len(exec.Nodes))
+			if doc.Status != "succeeded" || doc.WorkflowName != "invoice-routing" || !slices.Equal(doc.Path, wantPath) ||
+				doc.FinalContext["approval_status"] != tc.want["approval_status"] || len(doc.Nodes) != len(wantPath) {
+				t.Errorf("execution document = status %q, workflow %q, path %v, approval_status %v, %d nodes; want the completion's",
+					doc.Status, doc.WorkflowName, doc.Path, doc.FinalContext["approval_status"], len(doc.Nodes))
 			}
-			wantCounts := map[string]int64{"executions": 1, "chain_of_work": 6, "chain_of_work_steps": 4}
+			// A document per node visit; a step per code node's run (the
+			// wait node, start and end have none).
+			wantCounts := map[string]int64{"executions": 1, "chain_of_work": int64(len(wantPath)), "chain_of_work_steps": 4}
 			if got := e.counts(wc.ExecutionId); !maps.Equal(got, wantCounts) {
 				t.Errorf("audit documents = %v, want %v", got, wantCounts)
 			}
