@@ -181,8 +181,11 @@ type ExecutionState struct {
 	// The execution this one reruns, and from which node.
 	Rerun *RerunFrom `protobuf:"bytes,25,opt,name=rerun,proto3" json:"rerun,omitempty"`
 	// The schedule that started the execution, and its tick.
-	ScheduleId    string                 `protobuf:"bytes,26,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
-	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	ScheduleId  string                 `protobuf:"bytes,26,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	// The W3C traceparent of the execution's start: steering commands (a
+	// signal, a cancel) continue the execution's trace, linked to theirs.
+	Traceparent   string `protobuf:"bytes,28,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +393,13 @@ func (x *ExecutionState) GetScheduledAt() *timestamppb.Timestamp {
 		return x.ScheduledAt
 	}
 	return nil
+}
+
+func (x *ExecutionState) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // ScheduleState is one schedule of a registered workflow, kept in the KV
@@ -1306,7 +1316,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xf3\b\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x95\t\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -1339,7 +1349,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x05rerun\x18\x19 \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x12\x1f\n" +
 	"\vschedule_id\x18\x1a \x01(\tR\n" +
 	"scheduleId\x12=\n" +
-	"\fscheduled_at\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x1aL\n" +
+	"\fscheduled_at\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12 \n" +
+	"\vtraceparent\x18\x1c \x01(\tR\vtraceparent\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +

@@ -55,7 +55,7 @@ func (e *Engine) cancel(ctx context.Context, ev event.Event) error {
 	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("cancel names an invalid execution id %q", id))
 	}
-	err := e.update(ctx, id, "", func(t *transition) error { return t.cancel(&cmd) })
+	err := e.steer(ctx, id, func(t *transition) error { return t.cancel(&cmd) })
 	if errors.Is(err, errUnknownExecution) {
 		if e.now().Sub(ev.Time()) < controlGrace {
 			return err
@@ -112,7 +112,7 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("signal names an invalid execution id %q", id))
 	}
-	err := e.update(ctx, id, "", func(t *transition) error { return t.signal(&cmd, ev.ID(), ev.Time()) })
+	err := e.steer(ctx, id, func(t *transition) error { return t.signal(&cmd, ev.ID(), ev.Time()) })
 	if errors.Is(err, errUnknownExecution) {
 		if e.now().Sub(ev.Time()) < controlGrace {
 			return err

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
@@ -377,6 +378,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		Context:     cmd.Context,
 		StartedAt:   tsNow(e.now()),
 		Nodes:       map[string]*novav1.NodeState{},
+		Traceparent: traceparentOf(ctx),
 	}
 	t := e.newTransition(st)
 	e.bindCache(ctx, t, embedMemo{})
@@ -699,12 +701,31 @@ func decodeData(data []byte, msg proto.Message) error {
 // by the redelivery: it computes the same events (deduplicated by JetStream)
 // and stores the state.
 func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transition) error) error {
-	ctx, span := e.tracer.Start(ctx, "graph-engine advance", trace.WithAttributes(
-		attribute.String("execution.id", id), attribute.String("node.id", nodeID)))
-	defer span.End()
+	return e.updateTraced(ctx, id, nodeID, false, fn)
+}
+
+// steer is update for a command that steers the execution from outside (a
+// signal, a cancel): what follows from it continues the execution's own
+// trace, with a link to the sender's, so that one execution stays one
+// trace.
+func (e *Engine) steer(ctx context.Context, id string, fn func(*transition) error) error {
+	return e.updateTraced(ctx, id, "", true, fn)
+}
+
+func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin bool, fn func(*transition) error) error {
 	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
+	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("execution.id", id), attribute.String("node.id", nodeID))}
+	if rejoin {
+		if st, err := execution.ReadState(ctx, e.execs, id); err == nil && st.GetTraceparent() != "" {
+			var links []trace.Link
+			ctx, links = rejoinTrace(ctx, st.GetTraceparent())
+			opts = append(opts, trace.WithLinks(links...))
+		}
+	}
+	ctx, span := e.tracer.Start(ctx, "graph-engine advance", opts...)
+	defer span.End()
 	memo := embedMemo{}
 	for range 10 {
 		entry, err := e.execs.Get(ctx, id)
@@ -841,4 +862,28 @@ func replaceValue(m protoreflect.Message, old, new *novav1.JSONValue) {
 		}
 		return true
 	})
+}
+
+// traceparentOf is the W3C traceparent of ctx's span, "" when it has none.
+func traceparentOf(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// rejoinTrace is ctx with the span traceparent names as its parent, linked
+// to ctx's own span: the work a steering command starts belongs to the
+// execution's trace, and says which request started it.
+func rejoinTrace(ctx context.Context, traceparent string) (context.Context, []trace.Link) {
+	sender := trace.SpanContextFromContext(ctx)
+	exec := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": traceparent}))
+	if !exec.IsValid() || exec.TraceID() == sender.TraceID() {
+		return ctx, nil
+	}
+	ctx = trace.ContextWithRemoteSpanContext(ctx, exec)
+	if !sender.IsValid() {
+		return ctx, nil
+	}
+	return ctx, []trace.Link{{SpanContext: sender, Attributes: []attribute.KeyValue{attribute.String("nova.link", "steered by")}}}
 }
