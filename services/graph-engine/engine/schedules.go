@@ -9,6 +9,8 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -309,6 +311,13 @@ func TickExecutionID(wf, id string, t time.Time) string {
 // execution id is the tick's, so a tick started twice runs once.
 func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t time.Time) error {
 	id := TickExecutionID(wf, s.Id, t)
+	// Each scheduled execution is a trace of its own (the tick's message
+	// carries the trace of the request that made the schedule), linked to
+	// it.
+	ctx, span := e.tracer.Start(ctx, "graph-engine schedule tick", trace.WithNewRoot(),
+		trace.WithLinks(trace.Link{SpanContext: trace.SpanContextFromContext(ctx)}),
+		trace.WithAttributes(attribute.String("execution.id", id), attribute.String("schedule.id", s.Id), attribute.String("workflow", wf)))
+	defer span.End()
 	return e.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart,
 		&novav1.StartWorkflow{ExecutionId: id, WorkflowName: wf, Context: s.Context, ScheduleId: s.Id, ScheduledAt: tsNow(t)},
 		map[string]string{bus.ExtensionExecutionID: id})
