@@ -22,6 +22,10 @@ Usage:
   nova signal   EXECUTION_ID SIGNAL [--set key=value]... [--data JSON] [--timeout 10s] [--json]
   nova rerun    EXECUTION_ID [--from NODE] [--set key=value]... [--newest] [--timeout 10m | --no-wait] [--json]
                 [--data-dir DIR | --mongo URI]
+  nova schedule list [--workflow W] [--json]
+  nova schedule add WORKFLOW (--cron EXPR [--timezone TZ] | --every DUR) [--id ID] [--set key=value]...
+                [--catchup none|latest|all] [--paused] [--timeout 10s] [--json]
+  nova schedule pause|resume|delete WORKFLOW ID [--timeout 10s] [--json]
   nova chain    EXECUTION_ID [--data-dir DIR | --mongo URI] [--json]
   nova chain    --from-file FILE.jsonl [EXECUTION_ID] [--json]
   nova chain export [--since T] [--until T] [--workflow W] [--data-dir DIR | --mongo URI] > FILE.jsonl
@@ -42,7 +46,8 @@ nova cancel stops a running execution; nova signal sends the signal a wait
 node waits for, its payload from --data and --set. nova rerun runs an ended
 execution again from a node (default: the one that failed), with the context
 its chain of work holds before that node and the --set changes; the nodes
-before it are carried over, not run again.
+before it are carried over, not run again. nova schedule starts a registered
+workflow on a cron expression or at an interval.
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
@@ -83,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 		return cmdSignal(ctx, rest, stdout, stderr)
 	case "rerun":
 		return cmdRerun(ctx, rest, stdout, stderr)
+	case "schedule":
+		return cmdSchedule(ctx, rest, stdout, stderr)
 	case "chain":
 		return cmdChain(ctx, rest, stdout, stderr)
 	case "dlq":

@@ -25,7 +25,7 @@ func (g *Gateway) cors(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	// A preflight: what the routes take.
-	h.Set("Access-Control-Allow-Methods", "GET, POST")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
 	h.Set("Access-Control-Allow-Headers", strings.Join([]string{"Authorization", "Content-Type", "Idempotency-Key",
 		"Last-Event-ID", "ce-id", "ce-source", "ce-type", "ce-specversion", "ce-subject", "ce-time", "ce-dataschema", "traceparent"}, ", "))
 	h.Set("Access-Control-Max-Age", "600")

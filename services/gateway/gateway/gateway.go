@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -276,11 +277,21 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/executions/{id}/rerun", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.rerunExecution)
 	// A run waits for a sandbox worker as well as for its own timeout.
 	g.handle("POST /v1/execute", ScopeExecute, d.Limits.Timeout+d.Limits.MaxExecuteTimeout, g.execute)
-	g.handle("POST /v1/events", ScopeExecutionsWrite, d.Limits.Timeout, g.receiveEvent) // register events check admin
+	// A CloudEvent takes the scope of what it asks for (ingressScopes); the
+	// route takes a key that may send one of them.
+	g.handle("POST /v1/events", ScopeExecutionsWrite, d.Limits.Timeout, g.receiveEvent, ScopeSignal)
 	g.handle("POST /v1/workflows", ScopeAdmin, d.Limits.Timeout, g.registerWorkflow)
 	g.handle("GET /v1/workflows", ScopeExecutionsRead, d.Limits.Timeout, g.listWorkflows)
 	g.handle("GET /v1/workflows/{name}", ScopeExecutionsRead, d.Limits.Timeout, g.getWorkflow)
 	g.handle("POST /v1/workflows/{name}/nodes/{id}/code", ScopeAdmin, d.Limits.Timeout, g.saveNodeCode)
+	// Schedules start executions unattended: changing them takes what
+	// registering workflows takes.
+	g.handle("POST /v1/schedules", ScopeAdmin, d.Limits.Timeout, g.createSchedule)
+	g.handle("GET /v1/schedules", ScopeExecutionsRead, d.Limits.Timeout, g.listSchedules)
+	g.handle("GET /v1/schedules/{workflow}/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getSchedule)
+	g.handle("DELETE /v1/schedules/{workflow}/{id}", ScopeAdmin, d.Limits.Timeout, g.deleteSchedule)
+	g.handle("POST /v1/schedules/{workflow}/{id}/pause", ScopeAdmin, d.Limits.Timeout, g.pauseSchedule)
+	g.handle("POST /v1/schedules/{workflow}/{id}/resume", ScopeAdmin, d.Limits.Timeout, g.resumeSchedule)
 	// A refinement streams its attempts, each a model call and a run.
 	g.handle("POST /v1/refine", ScopeRefine, d.Limits.StreamTimeout, g.refine)
 	g.handle("GET /v1/refine/{id}/events", ScopeRefine, d.Limits.StreamTimeout, g.refineEvents)
@@ -409,13 +420,15 @@ func (g *Gateway) unrouted(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handle registers a route: the key must have scope, the handler gets a
-// deadline and a bounded body, and the error it returns is answered as a
-// problem.
-func (g *Gateway) handle(pattern string, scope Scope, timeout time.Duration, h func(http.ResponseWriter, *http.Request) error) {
+// handle registers a route: the key must have scope (or one of the other
+// scopes given), the handler gets a deadline and a bounded body, and the
+// error it returns is answered as a problem.
+func (g *Gateway) handle(pattern string, scope Scope, timeout time.Duration, h func(http.ResponseWriter, *http.Request) error,
+	orScopes ...Scope) {
 	g.routes = append(g.routes, pattern)
+	scopes := append([]Scope{scope}, orScopes...)
 	g.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		name, p := g.authenticate(r, scope)
+		name, p := g.authenticate(r, scopes...)
 		if p != nil {
 			g.fail(w, r, p)
 			return
@@ -483,9 +496,10 @@ func (g *Gateway) unavailable(r *http.Request, detail string, err error) *Proble
 	return newProblem(http.StatusServiceUnavailable, TypeUnavailable, detail)
 }
 
-// authenticate checks the Bearer key and its scope and returns the key's
-// name. The key itself goes nowhere: not in a log, a span or a problem.
-func (g *Gateway) authenticate(r *http.Request, scope Scope) (string, *Problem) {
+// authenticate checks the Bearer key and its scope (any one of scopes)
+// and returns the key's name. The key itself goes nowhere: not in a log, a
+// span or a problem.
+func (g *Gateway) authenticate(r *http.Request, scopes ...Scope) (string, *Problem) {
 	if g.noAuth {
 		return "anonymous", nil
 	}
@@ -506,10 +520,18 @@ func (g *Gateway) authenticate(r *http.Request, scope Scope) (string, *Problem) 
 		return "", newProblem(http.StatusUnauthorized, TypeUnauthorized,
 			"the API key is not valid").with("WWW-Authenticate", realm+`, error="invalid_token"`)
 	}
-	if !k.Allows(scope) {
+	if !slices.ContainsFunc(scopes, k.Allows) {
+		names := make([]string, len(scopes))
+		for i, s := range scopes {
+			names[i] = string(s)
+		}
+		what := "the scope " + names[0]
+		if len(names) > 1 {
+			what = "any of the scopes " + strings.Join(names, ", ")
+		}
 		return "", newProblem(http.StatusForbidden, TypeForbidden,
-			fmt.Sprintf("API key %q does not have the scope %s", k.Name, scope)).
-			with("WWW-Authenticate", fmt.Sprintf(`%s, error="insufficient_scope", scope="%s"`, realm, scope))
+			fmt.Sprintf("API key %q does not have %s", k.Name, what)).
+			with("WWW-Authenticate", fmt.Sprintf(`%s, error="insufficient_scope", scope="%s"`, realm, strings.Join(names, " ")))
 	}
 	return k.Name, nil
 }

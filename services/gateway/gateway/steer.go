@@ -304,16 +304,23 @@ func waitingOf(st *novav1.ExecutionState) *waitingView {
 	}
 	v := &waitingView{Node: st.GetCurrentNode(), Signal: st.GetWaitingFor(), Until: timeOf(execution.WaitUntil(st))}
 	if n := execution.WaitNode(st); n != nil {
-		v.Description, v.DecideOn = n.GetDescription(), n.GetDecideOn()
-		if s := strings.TrimSpace(n.GetSchema()); s != "" {
-			if json.Valid([]byte(s)) {
-				v.Schema = jsonvalue.Compact([]byte(s))
-			} else {
-				v.Schema, _ = json.Marshal(s)
-			}
-		}
+		v.Description, v.DecideOn, v.Schema = n.GetDescription(), n.GetDecideOn(), schemaJSON(n.GetSchema())
 	}
 	return v
+}
+
+// schemaJSON is a wait node's schema as JSON: the schema itself, or, should
+// it not be JSON, its text as a JSON string; nil for none.
+func schemaJSON(schema string) json.RawMessage {
+	s := strings.TrimSpace(schema)
+	switch {
+	case s == "":
+		return nil
+	case json.Valid([]byte(s)):
+		return jsonvalue.Compact([]byte(s))
+	}
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // addLive adds to view what the engine's state says and the audit store's

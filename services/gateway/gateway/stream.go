@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -23,13 +25,16 @@ const TypeGone = typePrefix + "gone"
 // Stream events: the SSE event names of GET /v1/executions/{id}/events, the
 // kinds of the execution's events on the bus. Agents' results (result.*,
 // reply.*) are the pipeline's own traffic and are not streamed; what they
-// lead to is (a step completed, a node completed).
+// lead to is (a step completed, a node completed, a node that waits).
 var streamedKinds = map[string]bool{
-	bus.KindWorkflowStarted:   true,
-	bus.KindNodeStarted:       true,
-	bus.KindStepCompleted:     true,
-	bus.KindNodeCompleted:     true,
-	bus.KindWorkflowCompleted: true,
+	bus.KindWorkflowStarted:    true,
+	bus.KindNodeStarted:        true,
+	bus.KindStepCompleted:      true,
+	bus.KindNodeCompleted:      true,
+	bus.KindNodeWaiting:        true,
+	bus.KindExecutionCancelled: true,
+	bus.KindSignalRejected:     true,
+	bus.KindWorkflowCompleted:  true,
 }
 
 // firstEventWait is how long a stream of an execution that neither the
@@ -54,6 +59,46 @@ type nodeStartedView struct {
 	AI          bool       `json:"ai"`
 	Sequence    int32      `json:"sequence"`
 	StartedAt   *time.Time `json:"started_at,omitempty"`
+}
+
+// nodeWaitingView is the data of a node.waiting event: the current node
+// waits for a signal (kind "signal": its name, what the people asked are
+// told, the JSON Schema of its payload, the payload member that decides the
+// edge), for a sleep to end ("sleep") or before its next attempt ("retry"),
+// until Until when the wait ends on its own.
+type nodeWaitingView struct {
+	ExecutionID string          `json:"execution_id"`
+	NodeID      string          `json:"node_id"`
+	Visit       int32           `json:"visit"`
+	Kind        string          `json:"kind"`
+	Signal      string          `json:"signal,omitempty"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+	DecideOn    string          `json:"decide_on,omitempty"`
+	Until       *time.Time      `json:"until,omitempty"`
+	Attempt     int32           `json:"attempt,omitempty"`
+	Sequence    int32           `json:"sequence"`
+}
+
+// cancelledView is the data of an execution.cancelled event: who cancelled
+// the execution, why, and the node that was running.
+type cancelledView struct {
+	ExecutionID string     `json:"execution_id"`
+	NodeID      string     `json:"node_id,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	RequestedBy string     `json:"requested_by,omitempty"`
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+}
+
+// signalRejectedView is the data of a signal.rejected event: the signal the
+// engine did not take and why, the signal the execution waits for (if
+// any), and the rejected signal's event id.
+type signalRejectedView struct {
+	ExecutionID   string `json:"execution_id"`
+	Signal        string `json:"signal"`
+	Reason        string `json:"reason"`
+	WaitingFor    string `json:"waiting_for,omitempty"`
+	SignalEventID string `json:"signal_event_id,omitempty"`
 }
 
 // streamEvents is GET /v1/executions/{id}/events: a Server-Sent Events
@@ -196,6 +241,12 @@ func storedFrames(doc *chainstore.ExecutionDoc, nodes []chainstore.NodeDoc) ([][
 		StartedAt: doc.StartedAt, Context: initial}); err != nil {
 		return nil, err
 	}
+	// A cancelled execution's execution.cancelled, until it is added.
+	var cancelled *cancelledView
+	if doc.Status == execution.StatusCancelled {
+		cancelled = &cancelledView{ExecutionID: doc.ExecutionID, Reason: doc.CancelReason, RequestedBy: doc.CancelledBy,
+			CancelledAt: doc.CompletedAt}
+	}
 	for _, n := range nodes {
 		if n.NodeType != "start" && n.NodeType != "end" {
 			// The engine announces the nodes it dispatches to an agent.
@@ -210,11 +261,24 @@ func storedFrames(doc *chainstore.ExecutionDoc, nodes []chainstore.NodeDoc) ([][
 				return nil, err
 			}
 		}
+		if n.Status == execution.NodeCancelled && cancelled != nil {
+			// The engine says why before it ends the node's visit.
+			cancelled.NodeID = n.NodeID
+			if err := add(bus.KindExecutionCancelled, cancelled); err != nil {
+				return nil, err
+			}
+			cancelled = nil
+		}
 		if n.Status != chainstore.StatusRunning {
 			n.Steps = nil
 			if err := add(bus.KindNodeCompleted, n); err != nil {
 				return nil, err
 			}
+		}
+	}
+	if cancelled != nil {
+		if err := add(bus.KindExecutionCancelled, cancelled); err != nil {
+			return nil, err
 		}
 	}
 	final, err := ctxJSON(doc.FinalContext)
@@ -271,46 +335,80 @@ func sseFrame(id string, m jetstream.Msg) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	var data any
-	switch kind {
-	case bus.KindWorkflowStarted:
-		var s novav1.WorkflowStarted
-		if err := bus.Decode(*ev, &s); err != nil {
-			return nil, false, err
-		}
-		data = startedView{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
-			StartedAt: timeOf(s.GetStartedAt()), Context: jsonvalue.MustObject(s.GetContext()).Bytes()}
-	case bus.KindNodeStarted:
-		var s novav1.NodeStarted
-		if err := bus.Decode(*ev, &s); err != nil {
-			return nil, false, err
-		}
-		data = nodeStartedView{ExecutionID: s.GetExecutionId(), NodeID: s.GetNodeId(), NodeType: s.GetNodeType(),
-			Visit: s.GetVisit(), AI: s.GetAi(), Sequence: s.GetSequence(), StartedAt: timeOf(s.GetStartedAt())}
-	case bus.KindStepCompleted:
-		var s novav1.StepCompleted
-		if err := bus.Decode(*ev, &s); err != nil {
-			return nil, false, err
-		}
-		data = chainstore.StepDocOf(&s)
-	case bus.KindNodeCompleted:
-		var s novav1.NodeCompleted
-		if err := bus.Decode(*ev, &s); err != nil {
-			return nil, false, err
-		}
-		data = chainstore.NodeDocOf(&s)
-	case bus.KindWorkflowCompleted:
-		var s novav1.WorkflowCompleted
-		if err := bus.Decode(*ev, &s); err != nil {
-			return nil, false, err
-		}
-		data = toCompletion(&s)
+	data, err := eventData(kind, ev)
+	if err != nil {
+		return nil, false, err
 	}
 	frame, err := eventFrame(md.Sequence.Stream, kind, data)
 	if err != nil {
 		return nil, false, err
 	}
 	return frame, kind == bus.KindWorkflowCompleted, nil
+}
+
+// eventData is the data of an execution's event of a streamed kind, as
+// the event streams show it.
+func eventData(kind string, ev *event.Event) (any, error) {
+	var data any
+	switch kind {
+	case bus.KindWorkflowStarted:
+		var s novav1.WorkflowStarted
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = startedView{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
+			StartedAt: timeOf(s.GetStartedAt()), Context: jsonvalue.MustObject(s.GetContext()).Bytes()}
+	case bus.KindNodeStarted:
+		var s novav1.NodeStarted
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = nodeStartedView{ExecutionID: s.GetExecutionId(), NodeID: s.GetNodeId(), NodeType: s.GetNodeType(),
+			Visit: s.GetVisit(), AI: s.GetAi(), Sequence: s.GetSequence(), StartedAt: timeOf(s.GetStartedAt())}
+	case bus.KindStepCompleted:
+		var s novav1.StepCompleted
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = chainstore.StepDocOf(&s)
+	case bus.KindNodeCompleted:
+		var s novav1.NodeCompleted
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = chainstore.NodeDocOf(&s)
+	case bus.KindWorkflowCompleted:
+		var s novav1.WorkflowCompleted
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = toCompletion(&s)
+	case bus.KindNodeWaiting:
+		var s novav1.NodeWaiting
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = nodeWaitingView{ExecutionID: s.GetExecutionId(), NodeID: s.GetNodeId(), Visit: s.GetVisit(), Kind: s.GetKind(),
+			Signal: s.GetSignal(), Description: s.GetDescription(), Schema: schemaJSON(s.GetSchema()), DecideOn: s.GetDecideOn(),
+			Until: timeOf(s.GetUntil()), Attempt: s.GetAttempt(), Sequence: s.GetSequence()}
+	case bus.KindExecutionCancelled:
+		var s novav1.ExecutionCancelled
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = cancelledView{ExecutionID: s.GetExecutionId(), NodeID: s.GetNodeId(), Reason: s.GetReason(),
+			RequestedBy: s.GetRequestedBy(), CancelledAt: timeOf(s.GetCancelledAt())}
+	case bus.KindSignalRejected:
+		var s novav1.SignalRejected
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = signalRejectedView{ExecutionID: s.GetExecutionId(), Signal: s.GetSignal(), Reason: s.GetReason(),
+			WaitingFor: s.GetWaitingFor(), SignalEventID: s.GetSignalEventId()}
+	default:
+		return nil, fmt.Errorf("event kind %q is not streamed", kind)
+	}
+	return data, nil
 }
 
 func timeOf(ts *timestamppb.Timestamp) *time.Time {

@@ -82,7 +82,24 @@ func (e *Engine) applySchedule(ctx context.Context, wf string, s *novav1.Schedul
 		var old novav1.ScheduleState
 		if proto.Unmarshal(entry.Value(), &old) == nil {
 			st.CreatedAt, st.LastTick = old.CreatedAt, old.LastTick
-			if proto.Equal(old.Schedule, s) && old.FromDefinition == fromDef {
+			// A schedule the definition declares stays the definition's
+			// when it is paused or resumed; registering the definition
+			// again leaves such a pause as it is.
+			st.FromDefinition = old.FromDefinition || fromDef
+			if fromDef && old.FromDefinition && old.Schedule.GetPaused() && !s.Paused {
+				same := proto.Clone(s).(*novav1.Schedule)
+				same.Paused = true
+				if proto.Equal(old.Schedule, same) {
+					s = same
+				}
+			}
+			// The ticks a pause skipped are not missed ones: catchup
+			// counts from the resume.
+			if old.Schedule.GetPaused() && !s.Paused {
+				st.LastTick = tsNow(e.now())
+			}
+			st.Schedule = s
+			if proto.Equal(old.Schedule, s) && old.FromDefinition == st.FromDefinition {
 				return nil // the same again (a redelivery, a repeated register)
 			}
 		}

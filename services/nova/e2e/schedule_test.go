@@ -137,12 +137,25 @@ func TestSchedules(t *testing.T) {
 		e.eventually(5*time.Second, "the paused schedule's message is removed", func() bool {
 			return len(e.subjects(bus.StreamTimers, subject)) == 0
 		})
+		if st, _ := e.scheduleState("ticker", "fast"); st == nil || !st.Schedule.Paused || !st.FromDefinition {
+			t.Fatalf("schedule state %v, want paused, still the definition's", st)
+		}
+		// Registering the same definition again leaves the pause.
+		if err := e.client.Register(e.ctx, def); err != nil {
+			t.Fatal(err)
+		}
 		if st, _ := e.scheduleState("ticker", "fast"); st == nil || !st.Schedule.Paused {
-			t.Fatalf("schedule state %v, want paused", st)
+			t.Fatalf("after registering again: %v, want still paused", st)
 		}
 		pausedAt := time.Now()
 		s.Paused = false
 		e.putSchedule("ticker", s)
+		// The ticks the pause skipped are not missed: catchup counts from
+		// the resume.
+		e.eventually(5*time.Second, "the schedule is resumed", func() bool {
+			st, _ := e.scheduleState("ticker", "fast")
+			return st != nil && !st.Schedule.Paused && !st.LastTick.AsTime().Before(pausedAt)
+		})
 		for {
 			ws := tk.next(5 * time.Second)
 			if ws.ScheduledAt.AsTime().After(pausedAt) {
