@@ -16,6 +16,7 @@ const usage = `nova: run workflow graphs whose nodes are code or natural-languag
 Usage:
   nova dev      [--data-dir DIR] [--nats-port N] [--mongo-port N] [--gateway-addr ADDR] [--no-auth]
   nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--progress] [--data-dir DIR]
+                [--remote [--detach]]
   nova validate FILE
   nova watch    EXECUTION_ID [--timeout D]
   nova cancel   EXECUTION_ID [--reason TEXT] [--timeout 10s] [--json]
