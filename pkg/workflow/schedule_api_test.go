@@ -23,6 +23,3 @@ func TestParseScheduleAPI(t *testing.T) {
 		t.Fatalf("every: %v %v", s, err)
 	}
 }
-
-
-
