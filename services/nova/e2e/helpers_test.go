@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -164,8 +166,21 @@ func (e *env) pastDuplicateWindows() {
 				e.t.Errorf("set back the duplicate window of %s: %v", name, err)
 			}
 		})
+		// The server forgets ids on a timer of its own: a probe published
+		// again under its id is stored again once it has.
+		probe := map[string]string{bus.StreamCommands: "nova.cmd.dedup-probe", bus.StreamEvents: "nova.evt.dedup-probe.probe"}[name]
+		msg := &nats.Msg{Subject: probe, Header: nats.Header{nats.MsgIdHdr: []string{"dedup-probe-" + uuid.NewString()}}}
+		if _, err := js.PublishMsg(e.ctx, msg); err != nil {
+			e.t.Fatal(err)
+		}
+		e.eventually(10*time.Second, "the duplicate window of "+name+" has passed", func() bool {
+			ack, err := js.PublishMsg(e.ctx, msg)
+			return err == nil && !ack.Duplicate
+		})
+		if err := stream.Purge(e.ctx, jetstream.WithPurgeSubject(probe)); err != nil {
+			e.t.Fatal(err)
+		}
 	}
-	time.Sleep(3 * short)
 }
 
 // busIdle waits until no durable consumer of the commands and the events has
