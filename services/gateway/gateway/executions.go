@@ -559,6 +559,8 @@ func fromState(st *novav1.ExecutionState) (executionDoc, error) {
 		ModelCalls:   int(st.GetSpend().GetModelCalls()),
 		RerunOf:      st.GetRerun().GetExecutionId(),
 		RerunFrom:    st.GetRerun().GetNodeId(),
+		ScheduleID:   st.GetScheduleId(),
+		ScheduledAt:  timeOf(st.GetScheduledAt()),
 	}
 	ids := make([]string, 0, len(st.GetNodes()))
 	for id := range st.GetNodes() {

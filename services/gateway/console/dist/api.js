@@ -86,6 +86,23 @@ export async function postJSON(path, body, signal) {
         throw await problemOf(resp);
     return (await resp.json());
 }
+// send makes a change (POST, DELETE) and answers its status and body; a
+// string body is sent as typed, so every number keeps its digits.
+export async function send(method, path, body, signal) {
+    const hs = headers({ Accept: "application/json" });
+    if (body !== undefined)
+        hs.set("Content-Type", "application/json");
+    const resp = await fetch(path, {
+        method,
+        headers: hs,
+        body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+        signal,
+    });
+    if (!resp.ok)
+        throw await problemOf(resp);
+    const text = resp.status === 204 ? "" : await resp.text();
+    return { status: resp.status, body: text ? JSON.parse(text) : null };
+}
 // stream reads a text/event-stream answer (GET, or POST with a body) and
 // calls onEvent for each event until the stream ends or signal aborts.
 // EventSource cannot send the Authorization header, so this reads the

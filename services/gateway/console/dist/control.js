@@ -13,7 +13,7 @@ import { rememberStarted } from "./start.js";
 let seq = 0;
 // dialogFor makes a modal dialog that closes, and is removed, when the page
 // it was opened from is left (signal) or when Escape or close() ends it.
-function dialogFor(title, cls, signal, ...body) {
+export function dialogFor(title, cls, signal, ...body) {
     if (signal.aborted)
         return null;
     const titleId = `control-${++seq}-title`;

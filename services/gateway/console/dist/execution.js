@@ -12,6 +12,7 @@ import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, defaultDirection, drawGraph, drawTimeline, typeName } from "./graph.js";
 import { applyEvent, copyView, ended, liveContext, liveSpend } from "./live.js";
+import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { visitsPanel } from "./visits.js";
 // jaeger is Jaeger's UI as the gateway was told it (NOVA_JAEGER_URL), or "".
@@ -161,7 +162,7 @@ export function executionPage(root, id, params, signal) {
                 ? h("p", { class: "error" }, doc.error)
                 : null, doc.rerun_of
             ? h("p", { class: "rerun-of" }, "↷ Rerun of ", executionLink(doc.rerun_of), doc.rerun_from ? [" from node ", h("code", null, doc.rerun_from)] : "", "; the nodes before it are carried over.")
-            : null, doc.reruns?.length
+            : null, scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at), doc.reruns?.length
             ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
             : null);
         // The wait node's form, while the execution waits there.
@@ -392,6 +393,15 @@ export function executionPage(root, id, params, signal) {
         void load();
     void follow();
     void refinementMessages(id, refineLog, signal);
+}
+// scheduledBy says which schedule started the execution and at which tick,
+// linking to it on the schedules page. Before the audit store recorded its
+// schedule_id, the id the engine gave it says the same.
+function scheduledBy(id, workflow, scheduleId, tick) {
+    const named = scheduleId ? { id: scheduleId, tick: tick ?? "" } : scheduleOfId(id, workflow);
+    if (!named)
+        return null;
+    return h("p", { class: "scheduled-by", "data-schedule": named.id }, "◷ Started by schedule ", h("a", { href: schedulesLink(workflow, named.id) }, h("code", null, named.id)), " of ", h("strong", null, workflow), named.tick ? [" at its tick of ", h("time", { datetime: named.tick, title: named.tick }, stamp(named.tick))] : "");
 }
 // notFound says there is no such execution, with the API's words, and
 // offers the executions whose id begins with what was asked.

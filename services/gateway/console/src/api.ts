@@ -93,6 +93,30 @@ export async function postJSON<T>(path: string, body: unknown, signal?: AbortSig
   return (await resp.json()) as T;
 }
 
+// Answer is a change's answer with its status, for routes whose 200, 201,
+// 202 and 204 say different things (a schedule made, replaced, not stored
+// yet, deleted); body is null for an answer without one.
+export interface Answer<T> {
+  status: number;
+  body: T | null;
+}
+
+// send makes a change (POST, DELETE) and answers its status and body; a
+// string body is sent as typed, so every number keeps its digits.
+export async function send<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Answer<T>> {
+  const hs = headers({ Accept: "application/json" });
+  if (body !== undefined) hs.set("Content-Type", "application/json");
+  const resp = await fetch(path, {
+    method,
+    headers: hs,
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    signal,
+  });
+  if (!resp.ok) throw await problemOf(resp);
+  const text = resp.status === 204 ? "" : await resp.text();
+  return { status: resp.status, body: text ? (JSON.parse(text) as T) : null };
+}
+
 // ServerEvent is one Server-Sent Event.
 export interface ServerEvent {
   id: string;

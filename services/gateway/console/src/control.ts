@@ -19,7 +19,7 @@ let seq = 0;
 
 // dialogFor makes a modal dialog that closes, and is removed, when the page
 // it was opened from is left (signal) or when Escape or close() ends it.
-function dialogFor(title: string, cls: string, signal: AbortSignal, ...body: Child[]): { dialog: HTMLDialogElement; close: () => void } | null {
+export function dialogFor(title: string, cls: string, signal: AbortSignal, ...body: Child[]): { dialog: HTMLDialogElement; close: () => void } | null {
   if (signal.aborted) return null;
   const titleId = `control-${++seq}-title`;
   const dialog = h("dialog", { class: `control-modal ${cls}`, "aria-labelledby": titleId }, h("h2", { id: titleId }, title), body);

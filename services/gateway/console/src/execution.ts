@@ -13,6 +13,7 @@ import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, typeName } from "./graph.js";
 import { applyEvent, copyView, ended, ExecutionView, liveContext, liveSpend } from "./live.js";
+import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
 
@@ -234,6 +235,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
             "; the nodes before it are carried over.",
           )
         : null,
+      scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at),
       doc.reruns?.length
         ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
         : null,
@@ -479,6 +481,23 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   else void load();
   void follow();
   void refinementMessages(id, refineLog, signal);
+}
+
+// scheduledBy says which schedule started the execution and at which tick,
+// linking to it on the schedules page. Before the audit store recorded its
+// schedule_id, the id the engine gave it says the same.
+function scheduledBy(id: string, workflow: string, scheduleId?: string, tick?: string): HTMLElement | null {
+  const named = scheduleId ? { id: scheduleId, tick: tick ?? "" } : scheduleOfId(id, workflow);
+  if (!named) return null;
+  return h(
+    "p",
+    { class: "scheduled-by", "data-schedule": named.id },
+    "◷ Started by schedule ",
+    h("a", { href: schedulesLink(workflow, named.id) }, h("code", null, named.id)),
+    " of ",
+    h("strong", null, workflow),
+    named.tick ? [" at its tick of ", h("time", { datetime: named.tick, title: named.tick }, stamp(named.tick))] : "",
+  );
 }
 
 // notFound says there is no such execution, with the API's words, and

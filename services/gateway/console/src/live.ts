@@ -36,6 +36,9 @@ export interface ExecutionDoc {
   rerun_of?: string;
   rerun_from?: string;
   reruns?: string[];
+  // Started by a schedule: its id and the tick.
+  schedule_id?: string;
+  scheduled_at?: string;
 }
 
 // Waiting is what a wait node waits for (GET /v1/executions/{id}): the

@@ -5,6 +5,7 @@
 //	#/executions/{id}   execution.ts   (?node=<id> opens a node's visits)
 //	#/workflows         workflows.ts
 //	#/workflows/{name}  workflow.ts    (?revision=N, &diff=M, ?start=1)
+//	#/schedules         schedules.ts   (?workflow=&id= marks one, ?new=1 opens the form)
 //	#/playground        playground.ts
 //	#/login
 //
@@ -15,6 +16,7 @@ import { apiKey, getJSON, onUnauthorized, Problem, setAPIKey } from "./api.js";
 import { executionsPage, showError } from "./executions.js";
 import { executionPage } from "./execution.js";
 import { playgroundPage } from "./playground.js";
+import { schedulesPage } from "./schedules.js";
 import { workflowPage } from "./workflow.js";
 import { workflowsPage } from "./workflows.js";
 import { h, replace } from "./dom.js";
@@ -51,6 +53,8 @@ function route(): void {
     workflowPage(main, parts[1]!, params, current.signal);
   } else if (parts[0] === "workflows") {
     workflowsPage(main, current.signal);
+  } else if (parts[0] === "schedules") {
+    schedulesPage(main, params, current.signal);
   } else {
     executionsPage(main, params, current.signal);
   }
