@@ -26,6 +26,8 @@ func durables() []durable {
 		{bus.StreamCommands, bus.ConsumerEngineCommands, userGraphEngine},
 		{bus.StreamEvents, bus.ConsumerEngineResults, userGraphEngine},
 		{bus.StreamDeadLetters, bus.ConsumerEngineDeadLetters, userGraphEngine},
+		{bus.StreamTimers, bus.ConsumerEngineTimers, userGraphEngine},
+		{bus.StreamTimers, bus.ConsumerEngineSchedules, userGraphEngine},
 		{bus.StreamCommands, sandboxservice.Consumer, userSandbox},
 		{bus.StreamEvents, auditservice.Consumer, userAudit},
 	}
@@ -42,6 +44,8 @@ func filterIn(stream string) string {
 		return bus.CommandSubject(bus.AgentGraphEngine)
 	case bus.StreamDeadLetters:
 		return bus.DeadLetterSubject(bus.AgentGraphEngine)
+	case bus.StreamTimers:
+		return bus.TimerFiredSubject("e1", "t1")
 	}
 	return bus.EventSubject("e1", bus.KindWorkflowCompleted)
 }
@@ -91,7 +95,7 @@ func probes() []probe {
 		// Facts of executions, refinements' included, come from the engine
 		// only: no producer can forge a chain of work.
 		for _, kind := range []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeStarted, bus.KindNodeCompleted,
-			bus.KindStepCompleted, bus.KindRefinement} {
+			bus.KindStepCompleted, bus.KindRefinement, bus.KindNodeWaiting, bus.KindExecutionCancelled, bus.KindSignalRejected} {
 			add(u, "pub", bus.EventSubject(exec, kind), u == userGraphEngine)
 		}
 		// Dead letters: a service writes those of its own consumers.
@@ -126,11 +130,11 @@ func probes() []probe {
 		// Streams: declared by the services, destroyed by no one; the audit
 		// service purges the events stream's front of what no one needs
 		// (it lists the consumers to know).
-		for _, st := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters} {
+		for _, st := range []string{bus.StreamCommands, bus.StreamEvents, bus.StreamDeadLetters, bus.StreamTimers} {
 			add(u, "pub", "$JS.API.STREAM.UPDATE."+st, !isProducer(u))
-			add(u, "pub", "$JS.API.STREAM.INFO."+st, true)
+			add(u, "pub", "$JS.API.STREAM.INFO."+st, !isProducer(u) || st != bus.StreamTimers)
 			add(u, "pub", "$JS.API.STREAM.DELETE."+st, false)
-			add(u, "pub", "$JS.API.STREAM.PURGE."+st, u == userAudit && st == bus.StreamEvents)
+			add(u, "pub", "$JS.API.STREAM.PURGE."+st, u == userAudit && st == bus.StreamEvents || u == userGraphEngine && st == bus.StreamTimers)
 			add(u, "pub", "$JS.API.CONSUMER.LIST."+st, u == userAudit && st == bus.StreamEvents)
 			add(u, "pub", "$JS.API.STREAM.MSG.DELETE."+st, false)
 		}
@@ -148,6 +152,16 @@ func probes() []probe {
 		add(u, "pub", "$KV.nova_workflows.invoice", u == userGraphEngine)
 		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_workflows.$KV.nova_workflows.invoice",
 			u == userGraphEngine || isProducer(u))
+		// Timers and schedules: set by the engine alone (the server fires
+		// them), never forged by another; schedules are read by producers
+		// and changed through commands to the engine.
+		add(u, "pub", bus.TimerSubject(exec, "t1"), u == userGraphEngine)
+		add(u, "pub", bus.TimerFiredSubject(exec, "t1"), false)
+		add(u, "pub", bus.ScheduleSubject("invoice", "s1"), u == userGraphEngine)
+		add(u, "pub", bus.ScheduleTickSubject("invoice", "s1"), false)
+		add(u, "pub", "$KV.nova_schedules.invoice.s1", u == userGraphEngine)
+		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_schedules.$KV.nova_schedules.invoice.s1", u == userGraphEngine || isProducer(u))
+		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_schedules", false)
 		// Large values: the engine, the sandbox and producers.
 		add(u, "pub", "$O.nova_values.C.x", u == userGraphEngine || u == userSandbox || isProducer(u))
 		// The runtime description: written by the sandbox, read by the code
@@ -168,6 +182,8 @@ func probes() []probe {
 		// Subscriptions: a user reads only its own inbox; events come
 		// through JetStream consumers, never core subscriptions.
 		add(u, "sub", inboxPrefix(u)+".reply", true)
+		// A cancelled execution: the sandbox and the agents stop its work.
+		add(u, "sub", "nova.evt.*.execution.cancelled", u == userSandbox || slices.Contains(agents, u))
 		for _, other := range serviceUsers {
 			if other != u {
 				add(u, "sub", inboxPrefix(other)+".>", false)

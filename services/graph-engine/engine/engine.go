@@ -359,9 +359,16 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		}
 		return err
 	}
+	return e.startCommand(ctx, &cmd, ev.ID())
+}
+
+// startCommand starts the execution cmd asks for (eventID, the start
+// event's id, is its id when cmd names none); an execution of that id that
+// exists already is left as it is.
+func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, eventID string) error {
 	id := cmd.ExecutionId
 	if id == "" {
-		id = ev.ID()
+		id = eventID
 	}
 	id = execution.ID(id)
 	ctx, span := e.tracer.Start(ctx, "graph-engine start", trace.WithAttributes(attribute.String("execution.id", id)))
@@ -387,7 +394,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		st.Context = nil
 		return e.failStart(ctx, e.newTransition(st), fmt.Sprintf("the start event's context must be a JSON object: %v", err))
 	}
-	def, err := e.definition(ctx, &cmd)
+	def, err := e.definition(ctx, cmd)
 	if err != nil {
 		if !errors.Is(err, errInvalidDefinition) {
 			return err

@@ -324,8 +324,8 @@ func TickExecutionID(wf, id string, t time.Time) string {
 	return fmt.Sprintf("%s-%s-%s", wf, id, t.UTC().Format("20060102T150405Z"))
 }
 
-// startTick starts the execution of one tick: a start command whose
-// execution id is the tick's, so a tick started twice runs once.
+// startTick starts the execution of one tick, whose execution id is the
+// tick's, so a tick started twice runs once.
 func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t time.Time) error {
 	id := TickExecutionID(wf, s.Id, t)
 	// Each scheduled execution is a trace of its own (the tick's message
@@ -335,9 +335,8 @@ func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t
 		trace.WithLinks(trace.Link{SpanContext: trace.SpanContextFromContext(ctx)}),
 		trace.WithAttributes(attribute.String("execution.id", id), attribute.String("schedule.id", s.Id), attribute.String("workflow", wf)))
 	defer span.End()
-	return e.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart,
-		&novav1.StartWorkflow{ExecutionId: id, WorkflowName: wf, Context: s.Context, ScheduleId: s.Id, ScheduledAt: tsNow(t)},
-		map[string]string{bus.ExtensionExecutionID: id})
+	return e.startCommand(ctx, &novav1.StartWorkflow{ExecutionId: id, WorkflowName: wf, Context: s.Context, ScheduleId: s.Id,
+		ScheduledAt: tsNow(t)}, "start-"+id)
 }
 
 // ticksBetween are schedule s's ticks after from and before to (at most
