@@ -2,8 +2,11 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Declaration attempts: each waits at most declareAttemptTimeout, and the
@@ -29,7 +32,7 @@ func Declare(ctx context.Context, what string, declare func(ctx context.Context)
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || !retryable(err) || time.Now().Add(wait).After(deadline) {
+		if ctx.Err() != nil || !(retryable(err) || peersForming(err)) || time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("declare %s: %w", what, err)
 		}
 		select {
@@ -39,4 +42,17 @@ func Declare(ctx context.Context, what string, declare func(ctx context.Context)
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// jsErrCodeNoPeers is the JetStream API's error code for "no suitable peers
+// for placement": answered while a cluster that is forming (or lost a
+// server) has too few servers up for the replicas asked.
+const jsErrCodeNoPeers jetstream.ErrorCode = 10005
+
+// peersForming tells whether a declaration failed for want of servers:
+// one that joins a moment later lets it pass, so it is tried again within
+// the declaration's budget.
+func peersForming(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeNoPeers
 }
