@@ -2,6 +2,7 @@ package natsauth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -118,9 +120,11 @@ func probes() []probe {
 		// every execution a producer waits for (bus.Waits).
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.*.workflow.completed", isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1.nova.evt.*.reply.sandbox", isProducer(u))
-		// The audit service reads the executions' starts and ends (two
-		// filters, named in the request's body) to purge the stream.
-		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1", u == userAudit)
+		// Several filters, named in the request's body: the audit service
+		// reads the executions' starts and ends to purge the stream, nova
+		// signal a signal's outcome, the gateway its executions list
+		// stream (never creating a durable's name, above).
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.NOVA_EVT.watcher_1", u == userAudit || isProducer(u))
 		add(u, "pub", "$JS.API.CONSUMER.MSG.NEXT.NOVA_EVT.watcher_1", isProducer(u) || u == userAudit)
 		// A stopped watch deletes its ordered consumer (never a durable, above).
 		add(u, "pub", "$JS.API.CONSUMER.DELETE.NOVA_EVT.watcher_1", isProducer(u) || u == userAudit)
@@ -152,6 +156,9 @@ func probes() []probe {
 		add(u, "pub", "$KV.nova_workflows.invoice", u == userGraphEngine)
 		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_workflows.$KV.nova_workflows.invoice",
 			u == userGraphEngine || isProducer(u))
+		// The gateway lists them and their revisions (KV watches).
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.KV_nova_workflows.w1.$KV.nova_workflows.>", u == userGateway)
+		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_workflows", false)
 		// Timers and schedules: set by the engine alone (the server fires
 		// them), never forged by another; schedules are read by producers
 		// and changed through commands to the engine.
@@ -162,6 +169,12 @@ func probes() []probe {
 		add(u, "pub", "$KV.nova_schedules.invoice.s1", u == userGraphEngine)
 		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_schedules.$KV.nova_schedules.invoice.s1", u == userGraphEngine || isProducer(u))
 		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_schedules", false)
+		add(u, "pub", "$JS.API.STREAM.CREATE.KV_nova_schedules", u == userGraphEngine)
+		add(u, "pub", "$JS.API.STREAM.UPDATE.KV_nova_schedules", u == userGraphEngine)
+		add(u, "pub", "$JS.API.STREAM.MSG.DELETE.KV_nova_schedules", false)
+		// Listing the schedules (the engine's catch-up, GET /v1/schedules,
+		// nova schedule list) and waiting for the engine's write: KV watches.
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.KV_nova_schedules.w1.$KV.nova_schedules.>", u == userGraphEngine || isProducer(u))
 		// Large values: the engine, the sandbox and producers.
 		add(u, "pub", "$O.nova_values.C.x", u == userGraphEngine || u == userSandbox || isProducer(u))
 		// The runtime description: written by the sandbox, read by the code
@@ -184,12 +197,15 @@ func probes() []probe {
 		add(u, "sub", inboxPrefix(u)+".reply", true)
 		// A cancelled execution: the sandbox and the agents stop its work.
 		add(u, "sub", "nova.evt.*.execution.cancelled", u == userSandbox || slices.Contains(agents, u))
+		add(u, "sub", bus.EventSubject(exec, bus.KindExecutionCancelled), u == userSandbox || slices.Contains(agents, u))
+		add(u, "sub", "nova.evt.*.workflow.completed", false)
+		add(u, "sub", "nova.evt.*.*.cancelled", false)
 		for _, other := range serviceUsers {
 			if other != u {
 				add(u, "sub", inboxPrefix(other)+".>", false)
 			}
 		}
-		for _, subject := range []string{"_INBOX.>", ">", "nova.>", "nova.evt.>", "nova.cmd.>", "nova.dlq.>", "$JS.ACK.>"} {
+		for _, subject := range []string{"_INBOX.>", ">", "nova.>", "nova.evt.>", "nova.cmd.>", "nova.dlq.>", "nova.timer.>", "nova.schedule.>", "$JS.ACK.>"} {
 			add(u, "sub", subject, false)
 		}
 	}
@@ -326,6 +342,49 @@ func TestNamedRefusals(t *testing.T) {
 			_, _ = cons.Fetch(1)
 		}
 		wantViolation(t, v, "$JS.API.CONSUMER.MSG.NEXT.NOVA_EVT.audit")
+	})
+	t.Run("sandbox cannot set a timer", func(t *testing.T) {
+		b, v := s.connectBus(t, t.Context(), userSandbox)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		ev, err := bus.NewEvent("probe-3", bus.TypeTimerFired, "probe", &novav1.TimerFired{ExecutionId: "e1", TimerId: "t1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.PublishAll(ctx, []bus.Outgoing{{Subject: bus.TimerSubject("e1", "t1"), Event: ev,
+			Headers: bus.ScheduleAt(time.Now().Add(time.Hour), bus.TimerFiredSubject("e1", "t1"))}})
+		if err == nil {
+			t.Fatal("set a timer as the sandbox")
+		}
+		wantViolation(t, v, bus.TimerSubject("e1", "t1"))
+	})
+	t.Run("only the graph engine cancels a timer", func(t *testing.T) {
+		b, v := s.connectBus(t, t.Context(), userSandbox)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		if err := b.CancelSchedule(ctx, bus.TimerSubject("e1", "t1")); err == nil {
+			t.Fatal("purged a timer as the sandbox")
+		}
+		wantViolation(t, v, "$JS.API.STREAM.PURGE.NOVA_TIMERS")
+	})
+	t.Run("gateway reads schedules but cannot write one", func(t *testing.T) {
+		if _, err := admin.JetStream().CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: bus.BucketSchedules}); err != nil {
+			t.Fatal(err)
+		}
+		b, v := s.connectBus(t, t.Context(), userGateway)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		kv, err := b.JetStream().KeyValue(ctx, bus.BucketSchedules)
+		if err != nil {
+			t.Fatalf("open the schedules: %v (refused: %v)", err, v.list())
+		}
+		if _, err := kv.Get(ctx, "invoice.s1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("read a schedule: %v (refused: %v)", err, v.list())
+		}
+		if _, err := kv.Put(ctx, "invoice.s1", []byte("forged")); err == nil {
+			t.Fatal("wrote a schedule as the gateway")
+		}
+		wantViolation(t, v, "$KV.nova_schedules.invoice.s1")
 	})
 	if got := adminViolations.list(); len(got) > 0 {
 		t.Errorf("admin was refused: %v", got)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -26,6 +28,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/service"
@@ -516,4 +519,457 @@ func TestLargeValuesAsTheirOwnUsers(t *testing.T) {
 		t.Error("code-generator opened the object store")
 	}
 	wantViolation(t, v, "$JS.API.STREAM.UPDATE.OBJ_nova_values")
+}
+
+// steeredWorkflow sleeps (a durable timer), then waits for a signal with a
+// timeout (another timer, removed when the signal comes or the execution
+// is cancelled). It runs no code, so it needs no sandbox.
+const steeredWorkflow = `
+name: steered
+nodes:
+  - {id: start, type: start}
+  - {id: nap, type: sleep, duration: 1s}
+  - {id: approve, type: wait, signal: approval, timeout: 5m}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: nap}
+  - {from: nap, to: approve}
+  - {from: approve, to: done}
+`
+
+// tickingWorkflow is what a schedule starts.
+const tickingWorkflow = `
+name: ticking
+nodes:
+  - {id: start, type: start}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: done}
+`
+
+// listedKinds are the kinds of events the gateway's GET
+// /v1/executions/events reads, with one ordered consumer of several
+// filters (services/gateway/gateway/liststream.go).
+var listedKinds = []string{bus.KindWorkflowStarted, bus.KindNodeWaiting, bus.KindExecutionCancelled, bus.KindSignalRejected,
+	bus.KindWorkflowCompleted}
+
+// TestTimersSignalsCancelsAndSchedulesAsTheirOwnUsers steers executions
+// the way NOVA does, each party connected as its own user: the graph engine
+// sleeps (a message schedule it sets on NOVA_TIMERS, which the server fires
+// and the engine consumes), waits for a signal with a timeout (a timer it
+// purges once the signal came or the execution was cancelled) and keeps
+// schedules in nova_schedules, whose ticks it consumes; the gateway follows
+// the executions' list stream, sends a signal, a cancel and schedule
+// changes and reads what comes of them (the schedules bucket, the engine's
+// refusals, the registered workflows); the nova CLI waits for the signal's
+// outcome and lists the schedules; the sandbox and every agent hear the
+// cancellation. No connection is refused anything on the way.
+func TestTimersSignalsCancelsAndSchedulesAsTheirOwnUsers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s := startServer(t)
+	logs := &syncbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("services' logs:\n%s", logs.String())
+		}
+	})
+	conns := map[string]*violations{}
+	connect := func(user string) *bus.Bus {
+		b, v := s.connectBus(t, ctx, user, bus.WithLogger(log.With("service", user)))
+		conns[user] = v
+		return b
+	}
+	defer func() {
+		for user, v := range conns {
+			if got := v.list(); len(got) > 0 {
+				t.Errorf("%s was refused while doing its work: %v", user, got)
+			}
+		}
+	}()
+
+	svcCtx, stopServices := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(svcCtx)
+	t.Cleanup(func() {
+		stopServices()
+		if err := g.Wait(); err != nil {
+			t.Errorf("a service failed: %v", err)
+		}
+	})
+	engineBus := connect(userGraphEngine)
+	e, err := engine.Start(ctx, engine.DefaultSettings(), service.NewEnv(engineBus, nil, log.With("service", userGraphEngine), 1))
+	if err != nil {
+		t.Fatalf("graph-engine declares its streams, buckets and consumers: %v", err)
+	}
+	g.Go(func() error { return e.Run(gctx) })
+
+	// The sandbox and the agents hear cancellations as they serve
+	// (bus.Cancels, a core subscription).
+	hearers := map[string]*bus.Cancels{}
+	for _, u := range append([]string{userSandbox}, agents...) {
+		b := connect(u)
+		if err := b.EnsureStreams(ctx); err != nil {
+			t.Fatalf("%s declares the streams: %v", u, err)
+		}
+		c, err := b.NewCancels(ctx)
+		if err != nil {
+			t.Fatalf("%s hears cancellations: %v", u, err)
+		}
+		t.Cleanup(c.Close)
+		hearers[u] = c
+	}
+
+	producer := connect(userProducer)
+	c := client.New(producer, nil)
+	for _, src := range []string{steeredWorkflow, tickingWorkflow} {
+		def, err := workflow.Parse([]byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Register(ctx, def); err != nil {
+			t.Fatalf("register %s as producer: %v", def.GetName(), err)
+		}
+	}
+
+	gw := connect(userGateway)
+	list := followExecutions(t, ctx, gw)
+	executions, err := gw.JetStream().KeyValue(ctx, bus.BucketExecutions)
+	if err != nil {
+		t.Fatalf("gateway opens the execution states: %v", err)
+	}
+	// waiting waits until execution id waits at its wait node, as the
+	// list stream and the engine's state (which the gateway checks before
+	// it signals or cancels) say.
+	waiting := func(id string) {
+		t.Helper()
+		list.wait(t, ctx, bus.EventSubject(id, bus.KindNodeWaiting)+" approve")
+		for {
+			st, err := execution.ReadState(ctx, executions, id)
+			if err != nil {
+				t.Fatalf("gateway reads the state of %s: %v", id, err)
+			}
+			if st != nil && execution.CheckSignalTarget(st, "approval") == nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s does not wait for its signal: %v", id, st)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	admin, _ := s.connectBus(t, ctx, userAdmin)
+	// timersGone waits until NOVA_TIMERS keeps nothing on the subjects
+	// matching filter: the engine purged what it no longer needs.
+	timersGone := func(filter string) {
+		t.Helper()
+		deadline := time.After(steerWait)
+		for {
+			st, err := admin.JetStream().Stream(ctx, bus.StreamTimers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.State.Subjects) == 0 {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("NOVA_TIMERS still keeps %v", info.State.Subjects)
+			case <-deadline:
+				t.Fatalf("NOVA_TIMERS still keeps %v after %v", info.State.Subjects, steerWait)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+
+	// A signal: the gateway sends it, nova signal waits for its outcome
+	// (one ordered consumer of three filters).
+	approved, err := c.Start(ctx, nil, "steered", nil)
+	if err != nil {
+		t.Fatalf("start as producer: %v", err)
+	}
+	waiting(approved.ID)
+	outcome := &eventLog{}
+	watchCtx, cancelWatch := context.WithTimeout(ctx, 15*time.Second)
+	stopWatch, err := producer.Watch(watchCtx, "nova signal", bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{
+		bus.EventSubject(approved.ID, bus.KindNodeCompleted),
+		bus.EventSubject(approved.ID, bus.KindSignalRejected),
+		bus.EventSubject(approved.ID, bus.KindWorkflowCompleted),
+	}}, func(m jetstream.Msg, _ *event.Event) { outcome.add(m.Subject()) })
+	cancelWatch()
+	if err != nil {
+		t.Fatalf("nova signal watches the signal's outcome: %v", err)
+	}
+	defer stopWatch()
+	err = execution.PublishSignal(ctx, gw, "signal-wrong-"+approved.ID,
+		&novav1.SignalExecution{ExecutionId: approved.ID, Signal: "other", SentBy: "natsauth"})
+	if err != nil {
+		t.Fatalf("gateway sends a signal: %v", err)
+	}
+	outcome.wait(t, ctx, bus.EventSubject(approved.ID, bus.KindSignalRejected))
+	list.wait(t, ctx, bus.EventSubject(approved.ID, bus.KindSignalRejected))
+	err = execution.PublishSignal(ctx, gw, "signal-"+approved.ID,
+		&novav1.SignalExecution{ExecutionId: approved.ID, Signal: "approval", SentBy: "natsauth"})
+	if err != nil {
+		t.Fatalf("gateway sends a signal: %v", err)
+	}
+	if done, err := approved.Wait(ctx); err != nil || done.GetStatus() != execution.StatusSucceeded {
+		t.Fatalf("the signalled execution: %v, %v", done, err)
+	}
+	outcome.wait(t, ctx, bus.EventSubject(approved.ID, bus.KindNodeCompleted))
+	outcome.wait(t, ctx, bus.EventSubject(approved.ID, bus.KindWorkflowCompleted))
+	timersGone("nova.timer.*." + approved.ID + ".>")
+
+	// A cancel: the gateway sends it; the sandbox and every agent hear it.
+	cancelled, err := c.Start(ctx, nil, "steered", nil)
+	if err != nil {
+		t.Fatalf("start as producer: %v", err)
+	}
+	waiting(cancelled.ID)
+	err = execution.PublishCancel(ctx, gw, &novav1.CancelExecution{ExecutionId: cancelled.ID, Reason: "natsauth", RequestedBy: "natsauth"})
+	if err != nil {
+		t.Fatalf("gateway cancels: %v", err)
+	}
+	if done, err := cancelled.Wait(ctx); err != nil || done.GetStatus() != execution.StatusCancelled {
+		t.Fatalf("the cancelled execution: %v, %v", done, err)
+	}
+	list.wait(t, ctx, bus.EventSubject(cancelled.ID, bus.KindExecutionCancelled))
+	for u, h := range hearers {
+		for !h.Cancelled(cancelled.ID) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s did not hear the cancellation", u)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	timersGone("nova.timer.*." + cancelled.ID + ".>")
+
+	// Schedules: the gateway (and nova schedule) reads them and sends the
+	// engine commands, waiting for the engine's write or its refusal.
+	schedules, err := gw.JetStream().KeyValue(ctx, bus.BucketSchedules)
+	if err != nil {
+		t.Fatalf("gateway opens the schedules: %v", err)
+	}
+	if _, err := schedules.Get(ctx, "ticking.s1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("gateway reads a schedule there is not: %v", err)
+	}
+	refusal := watchRefusals(t, ctx, gw)
+	err = gw.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "schedule-unregistered", bus.TypeSchedulePut,
+		&novav1.PutSchedule{Workflow: "unregistered", Schedule: &novav1.Schedule{Id: "s1", EverySeconds: 1}}, nil)
+	if err != nil {
+		t.Fatalf("gateway sends a schedule: %v", err)
+	}
+	refusal.wait(t, ctx, "schedule-unregistered")
+
+	put := changeSchedule(t, ctx, gw, schedules, "ticking.s1", bus.TypeSchedulePut,
+		&novav1.PutSchedule{Workflow: "ticking", Schedule: &novav1.Schedule{Id: "s1", EverySeconds: 1}})
+	if put.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("the engine's write of the schedule: %v", put.Operation())
+	}
+	tick := list.waitFunc(t, ctx, func(subject string) bool {
+		return strings.HasPrefix(subject, "nova.evt.ticking-s1-") && strings.HasSuffix(subject, "."+bus.KindWorkflowCompleted)
+	})
+	t.Logf("a tick ran: %s", tick)
+	// GET /v1/schedules: a watch of the bucket's keys.
+	if n := countKeys(t, ctx, schedules, "ticking.*"); n != 1 {
+		t.Errorf("gateway lists %d schedules of ticking, want 1", n)
+	}
+	// nova schedule list: the keys, then each.
+	cliSchedules, err := producer.JetStream().KeyValue(ctx, bus.BucketSchedules)
+	if err != nil {
+		t.Fatalf("nova opens the schedules: %v", err)
+	}
+	keys, err := cliSchedules.ListKeysFiltered(ctx, "ticking.>")
+	if err != nil {
+		t.Fatalf("nova lists the schedules: %v", err)
+	}
+	for k := range keys.Keys() {
+		if _, err := cliSchedules.Get(ctx, k); err != nil {
+			t.Errorf("nova reads schedule %s: %v", k, err)
+		}
+	}
+	removed := changeSchedule(t, ctx, gw, schedules, "ticking.s1", bus.TypeScheduleDelete,
+		&novav1.DeleteSchedule{Workflow: "ticking", ScheduleId: "s1"})
+	if removed.Operation() == jetstream.KeyValuePut {
+		t.Fatal("the engine did not remove the schedule")
+	}
+	timersGone(bus.ScheduleSubject("ticking", "s1"))
+
+	// GET /v1/workflows (a watch of every definition) and a workflow's
+	// revisions (its history).
+	workflows, err := gw.JetStream().KeyValue(ctx, bus.BucketWorkflows)
+	if err != nil {
+		t.Fatalf("gateway opens the workflows: %v", err)
+	}
+	if n := countKeys(t, ctx, workflows, ">"); n != 2 {
+		t.Errorf("gateway lists %d workflows, want 2", n)
+	}
+	if history, err := workflows.History(ctx, "steered"); err != nil || len(history) != 1 {
+		t.Errorf("gateway reads the revisions of steered: %d, %v", len(history), err)
+	}
+}
+
+// steerWait bounds each wait of TestTimersSignalsCancelsAndSchedulesAsTheirOwnUsers.
+const steerWait = 30 * time.Second
+
+// eventLog records the subjects of the events an ordered consumer
+// delivers (a node.waiting's also as "<subject> <node>").
+type eventLog struct {
+	mu       sync.Mutex
+	subjects []string
+}
+
+func (l *eventLog) add(subjects ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.subjects = append(l.subjects, subjects...)
+}
+
+func (l *eventLog) wait(t *testing.T, ctx context.Context, subject string) {
+	t.Helper()
+	l.waitFunc(t, ctx, func(s string) bool { return s == subject })
+}
+
+// waitFunc waits for a subject that match accepts and returns it.
+func (l *eventLog) waitFunc(t *testing.T, ctx context.Context, match func(string) bool) string {
+	t.Helper()
+	deadline := time.After(steerWait)
+	for {
+		l.mu.Lock()
+		i := slices.IndexFunc(l.subjects, match)
+		var got string
+		if i >= 0 {
+			got = l.subjects[i]
+		}
+		seen := slices.Clone(l.subjects)
+		l.mu.Unlock()
+		if i >= 0 {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no such event; got %v", seen)
+		case <-deadline:
+			t.Fatalf("no such event within %v; got %v", steerWait, seen)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// followExecutions follows the events stream as the gateway's GET
+// /v1/executions/events does: from the stream's end, one ordered consumer
+// of several filters.
+func followExecutions(t *testing.T, ctx context.Context, b *bus.Bus) *eventLog {
+	t.Helper()
+	s, err := b.JetStream().Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatalf("gateway reads the events stream: %v", err)
+	}
+	filters := make([]string, len(listedKinds))
+	for i, k := range listedKinds {
+		filters[i] = bus.EventFilter(k)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := b.JetStream().OrderedConsumer(cctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.CachedInfo().State.LastSeq + 1,
+	})
+	if err != nil {
+		t.Fatalf("gateway follows the executions: %v", err)
+	}
+	l := &eventLog{}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		l.add(m.Subject())
+		if _, kind, _ := bus.ParseEventSubject(m.Subject()); kind == bus.KindNodeWaiting {
+			var w novav1.NodeWaiting
+			if ev, err := bus.DecodeNATS(m.Headers(), m.Data()); err == nil && bus.Decode(*ev, &w) == nil {
+				l.add(m.Subject() + " " + w.GetNodeId())
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("gateway follows the executions: %v", err)
+	}
+	t.Cleanup(cc.Stop)
+	return l
+}
+
+// watchRefusals reads the dead letters of the engine's commands as the
+// gateway does to answer a refused change (an ordered consumer of
+// nova.dlq.graph-engine, from now on), by the refused event's id.
+func watchRefusals(t *testing.T, ctx context.Context, b *bus.Bus) *eventLog {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := b.JetStream().OrderedConsumer(cctx, bus.StreamDeadLetters, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.DeadLetterSubject(bus.ConsumerEngineCommands)}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		t.Fatalf("watch the engine's refusals: %v", err)
+	}
+	l := &eventLog{}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var dl novav1.DeadLetter
+		if ev, err := bus.DecodeNATS(m.Headers(), m.Data()); err == nil && bus.Decode(*ev, &dl) == nil {
+			l.add(dl.GetHeaders()["ce-id"])
+		}
+	})
+	if err != nil {
+		t.Fatalf("watch the engine's refusals: %v", err)
+	}
+	t.Cleanup(cc.Stop)
+	return l
+}
+
+// changeSchedule sends a schedule command as the gateway does and returns
+// the engine's write of key that follows.
+func changeSchedule(t *testing.T, ctx context.Context, b *bus.Bus, kv jetstream.KeyValue, key, typ string, cmd proto.Message) jetstream.KeyValueEntry {
+	t.Helper()
+	stored, err := kv.Watch(ctx, key, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatalf("watch schedule %s: %v", key, err)
+	}
+	defer func() { _ = stored.Stop() }()
+	if err := b.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), typ+"-"+key, typ, cmd, nil); err != nil {
+		t.Fatalf("send %s: %v", typ, err)
+	}
+	for {
+		select {
+		case entry := <-stored.Updates():
+			if entry != nil {
+				return entry
+			}
+		case <-ctx.Done():
+			t.Fatalf("the engine did not store %s of %s", typ, key)
+		}
+	}
+}
+
+// countKeys counts the live keys of kv matching filter as the gateway's
+// lists do: a watch that hands over each key's latest value, then nil.
+func countKeys(t *testing.T, ctx context.Context, kv jetstream.KeyValue, filter string) int {
+	t.Helper()
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		t.Fatalf("watch %s: %v", filter, err)
+	}
+	defer func() { _ = w.Stop() }()
+	n := 0
+	for {
+		select {
+		case entry := <-w.Updates():
+			if entry == nil {
+				return n
+			}
+			n++
+		case <-ctx.Done():
+			t.Fatalf("watch %s: %v", filter, ctx.Err())
+		}
+	}
 }
