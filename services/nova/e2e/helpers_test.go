@@ -378,7 +378,7 @@ func (e *env) waitMsg(stream, subject string, match func(jetstream.Msg) bool) (j
 	defer cancel()
 	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
-		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("no matching message on %s: %w", subject, ctx.Err())
 			}
