@@ -225,3 +225,40 @@ func ValidateSchedule(s *novav1.Schedule) error {
 	}
 	return nil
 }
+
+// NextTicks are the next n times schedule s ticks after now, given the
+// last tick it started (nil: none yet): a cron schedule's in its time
+// zone, an every schedule's at its interval from its last tick. None while
+// it is paused.
+func NextTicks(s *novav1.Schedule, last *time.Time, now time.Time, n int) []time.Time {
+	out := []time.Time{}
+	if s.GetPaused() {
+		return out
+	}
+	sched, loc, err := CronSchedule(s)
+	if err != nil {
+		return out
+	}
+	if every := secondsDuration(s.GetEverySeconds()); s.GetCron() == "" && every > 0 {
+		t := now
+		if last != nil {
+			t = *last
+			if t.Before(now) {
+				t = t.Add(now.Sub(t) / every * every)
+			}
+		}
+		for range n {
+			t = t.Add(every)
+			out = append(out, t.UTC())
+		}
+		return out
+	}
+	t := now.In(loc) // the next ticks come in the time zone of the time given
+	for range n {
+		if t = sched.Next(t); t.IsZero() {
+			break
+		}
+		out = append(out, t)
+	}
+	return out
+}

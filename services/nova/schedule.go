@@ -567,37 +567,12 @@ func viewOfSchedule(st *novav1.ScheduleState, now time.Time) scheduleView {
 // schedule's in its time zone, an every schedule's at its interval from
 // its last tick; none while it is paused.
 func scheduleTicks(st *novav1.ScheduleState, now time.Time, n int) []time.Time {
-	out := []time.Time{}
-	s := st.GetSchedule()
-	if s.GetPaused() {
-		return out
+	var last *time.Time
+	if st.GetLastTick() != nil {
+		t := st.GetLastTick().AsTime()
+		last = &t
 	}
-	sched, loc, err := workflow.CronSchedule(s)
-	if err != nil {
-		return out
-	}
-	if every := time.Duration(s.GetEverySeconds() * float64(time.Second)); s.GetCron() == "" && every > 0 {
-		t := now
-		if last := st.GetLastTick(); last != nil {
-			t = last.AsTime()
-			if t.Before(now) {
-				t = t.Add(now.Sub(t) / every * every)
-			}
-		}
-		for range n {
-			t = t.Add(every)
-			out = append(out, t.UTC())
-		}
-		return out
-	}
-	t := now.In(loc) // the next ticks come in the time zone of the time given
-	for range n {
-		if t = sched.Next(t); t.IsZero() {
-			break
-		}
-		out = append(out, t)
-	}
-	return out
+	return workflow.NextTicks(st.GetSchedule(), last, now, n)
 }
 
 // readScheduleState is schedule id of workflow wf, nil when there is none.

@@ -136,37 +136,12 @@ func secondsDuration(s float64) time.Duration { return time.Duration(s * float64
 // its time zone, an every schedule's at its interval from its last tick.
 // None while it is paused.
 func nextTicks(st *novav1.ScheduleState, now time.Time, n int) []time.Time {
-	out := []time.Time{}
-	s := st.GetSchedule()
-	if s.GetPaused() {
-		return out
+	var last *time.Time
+	if st.GetLastTick() != nil {
+		t := st.GetLastTick().AsTime()
+		last = &t
 	}
-	sched, loc, err := workflow.CronSchedule(s)
-	if err != nil {
-		return out
-	}
-	if every := secondsDuration(s.GetEverySeconds()); s.GetCron() == "" && every > 0 {
-		t := now
-		if last := st.GetLastTick(); last != nil {
-			t = last.AsTime()
-			if t.Before(now) {
-				t = t.Add(now.Sub(t) / every * every)
-			}
-		}
-		for range n {
-			t = t.Add(every)
-			out = append(out, t.UTC())
-		}
-		return out
-	}
-	t := now.In(loc) // the next ticks come in the time zone of the time given
-	for range n {
-		if t = sched.Next(t); t.IsZero() {
-			break
-		}
-		out = append(out, t)
-	}
-	return out
+	return workflow.NextTicks(st.GetSchedule(), last, now, n)
 }
 
 // parseScheduleRequest reads the body of POST /v1/schedules: the workflow's
