@@ -256,11 +256,9 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	if p != nil {
 		return p
 	}
-	idem := r.Header.Get("Idempotency-Key")
-	if _, given := r.Header["Idempotency-Key"]; given {
-		if p := checkIdempotencyKey(idem); p != nil {
-			return p
-		}
+	idem, p := idempotencyKey(r)
+	if p != nil {
+		return p
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -285,42 +283,54 @@ func (g *Gateway) startExecution(w http.ResponseWriter, r *http.Request) error {
 	if idem != "" {
 		id = uuid.NewSHA1(idempotencyNamespace, []byte(keyName(r)+"\x00"+idem)).String()
 	}
+	start := &novav1.StartWorkflow{ExecutionId: id, Definition: req.def, WorkflowName: req.workflow, Context: req.context.Proto()}
+	wc, self, err := g.publishStart(w, r, start, wait, idem != "", "the start command")
+	if err != nil {
+		return err
+	}
+	if wc != nil {
+		writeJSON(w, http.StatusOK, toCompletion(wc))
+		return nil
+	}
+	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: chainstore.StatusRunning, Links: self})
+	return nil
+}
+
+// publishStart publishes start, whose execution is new unless reused (an
+// Idempotency-Key's, which may have started before), sets Location, and
+// with wait > 0 waits that long for its completion: nil when it did not
+// come in time. what names the command in the answer when the bus does
+// not take it.
+func (g *Gateway) publishStart(w http.ResponseWriter, r *http.Request, start *novav1.StartWorkflow, wait time.Duration,
+	reused bool, what string) (*novav1.WorkflowCompleted, links, error) {
+	ctx := r.Context()
+	id := start.GetExecutionId()
 	var early *completionWait
-	if wait > 0 && idem == "" {
+	if wait > 0 && !reused {
 		// A new execution: its completion cannot come before this wait.
 		early = g.waitNewCompletion(ctx, id)
 	}
 	// The start event's id follows from the execution's, so a retried POST
 	// publishes the same message id and JetStream stores it once.
-	eventID := "start-" + id
-	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowStart,
-		&novav1.StartWorkflow{ExecutionId: id, Definition: req.def, WorkflowName: req.workflow, Context: req.context.Proto()},
+	err := g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+id, bus.TypeWorkflowStart, start,
 		map[string]string{bus.ExtensionExecutionID: id})
 	if err != nil {
 		early.end()
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, links{}, ctx.Err()
 		}
 		if big := (*bus.TooLargeError)(nil); errors.As(err, &big) {
-			return eventTooLarge(big)
+			return nil, links{}, eventTooLarge(big)
 		}
-		return g.unavailable(r, "the start command was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
+		return nil, links{}, g.unavailable(r, what+" was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
 	}
-
 	self := executionLinks(id)
 	w.Header().Set("Location", self.Self)
-	if wait > 0 {
-		wc, err := g.awaitCompletion(ctx, id, wait, early)
-		if err != nil {
-			return err
-		}
-		if wc != nil {
-			writeJSON(w, http.StatusOK, toCompletion(wc))
-			return nil
-		}
+	if wait <= 0 {
+		return nil, self, nil
 	}
-	writeJSON(w, http.StatusAccepted, accepted{ExecutionID: id, Status: chainstore.StatusRunning, Links: self})
-	return nil
+	wc, err := g.awaitCompletion(ctx, id, wait, early)
+	return wc, self, err
 }
 
 // completionWait is a wait for the completion of one execution.
@@ -381,6 +391,18 @@ func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Dura
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// idempotencyKey is the request's Idempotency-Key, "" when it has none;
+// a key given empty, too long or not printable is a problem.
+func idempotencyKey(r *http.Request) (string, *Problem) {
+	k := r.Header.Get("Idempotency-Key")
+	if _, given := r.Header["Idempotency-Key"]; given {
+		if p := checkIdempotencyKey(k); p != nil {
+			return "", p
+		}
+	}
+	return k, nil
 }
 
 func checkIdempotencyKey(k string) *Problem {

@@ -148,11 +148,9 @@ func (g *Gateway) rerunExecution(w http.ResponseWriter, r *http.Request) error {
 	if p != nil {
 		return p
 	}
-	idem := r.Header.Get("Idempotency-Key")
-	if _, given := r.Header["Idempotency-Key"]; given {
-		if p := checkIdempotencyKey(idem); p != nil {
-			return p
-		}
+	idem, p := idempotencyKey(r)
+	if p != nil {
+		return p
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -182,39 +180,18 @@ func (g *Gateway) rerunExecution(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	newID := start.GetExecutionId()
-	var early *completionWait
-	if wait > 0 && idem == "" {
-		early = g.waitNewCompletion(ctx, newID)
-	}
-	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), "start-"+newID, bus.TypeWorkflowStart, start,
-		map[string]string{bus.ExtensionExecutionID: newID})
+	wc, self, err := g.publishStart(w, r, start, wait, idem != "", "the start command of the rerun")
 	if err != nil {
-		early.end()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if big := (*bus.TooLargeError)(nil); errors.As(err, &big) {
-			return eventTooLarge(big)
-		}
-		return g.unavailable(r, "the start command of the rerun was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
+		return err
 	}
-
 	rerun := start.GetRerun()
 	carried := rerun.GetCarriedOver()
 	if carried == nil {
 		carried = []string{}
 	}
-	self := executionLinks(newID)
-	w.Header().Set("Location", self.Self)
-	if wait > 0 {
-		wc, err := g.awaitCompletion(ctx, newID, wait, early)
-		if err != nil {
-			return err
-		}
-		if wc != nil {
-			writeJSON(w, http.StatusOK, rerunCompletion{completion: toCompletion(wc), RerunOf: id, From: rerun.GetNodeId(), CarriedOver: carried})
-			return nil
-		}
+	if wc != nil {
+		writeJSON(w, http.StatusOK, rerunCompletion{completion: toCompletion(wc), RerunOf: id, From: rerun.GetNodeId(), CarriedOver: carried})
+		return nil
 	}
 	writeJSON(w, http.StatusAccepted, rerunAnswer{ExecutionID: newID, Status: execution.StatusRunning, RerunOf: id,
 		From: rerun.GetNodeId(), CarriedOver: carried, Links: self})

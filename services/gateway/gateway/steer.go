@@ -163,11 +163,9 @@ func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error 
 	if !workflow.ValidToken(name) {
 		return invalidField("signal", fmt.Sprintf("%q is not a signal name: letters, digits, '-' and '_'", name))
 	}
-	idem := r.Header.Get("Idempotency-Key")
-	if _, given := r.Header["Idempotency-Key"]; given {
-		if p := checkIdempotencyKey(idem); p != nil {
-			return p
-		}
+	idem, p := idempotencyKey(r)
+	if p != nil {
+		return p
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
