@@ -63,7 +63,7 @@ func (s *Store) RerunStart(ctx context.Context, id string, req RerunRequest) (*n
 	def := req.Definition
 	if def == nil {
 		if def, err = ExecutionDefinition(exec); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrRerun, err)
 		}
 	}
 	if !hasNode(def, from) {
@@ -138,10 +138,10 @@ func hasNode(def *novav1.WorkflowDefinition, id string) bool {
 }
 
 // ExecutionDefinition is the definition an execution ran, as its document
-// keeps it.
+// keeps it (protojson with the .proto field names).
 func ExecutionDefinition(exec *ExecutionDoc) (*novav1.WorkflowDefinition, error) {
 	if len(exec.Definition) == 0 {
-		return nil, fmt.Errorf("%w: the chain of work of %s holds no workflow definition", ErrRerun, exec.ExecutionID)
+		return nil, fmt.Errorf("the chain of work of %s holds no workflow definition", exec.ExecutionID)
 	}
 	raw, err := json.Marshal(exec.Definition)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/chainstore"
@@ -123,7 +121,7 @@ func finishedDefinition(ctx context.Context, st *chainstore.Store, executionID s
 	if exec.Status == chainstore.StatusRunning {
 		return nil, &pinError{fmt.Sprintf("execution %s is still running; pin its nodes once it has finished", executionID)}
 	}
-	return definitionOf(exec)
+	return chainstore.ExecutionDefinition(exec)
 }
 
 // lastVisits maps each node of chain to its last finished visit. A node's
@@ -234,23 +232,6 @@ func (s pinSource) pinNodes(p *pinned, wanted []string) error {
 		return &pinError{"cannot pin: " + strings.Join(problems, "; ")}
 	}
 	return nil
-}
-
-// definitionOf is the definition an execution ran, as the audit store
-// keeps it (protojson with the .proto field names).
-func definitionOf(exec *chainstore.ExecutionDoc) (*novav1.WorkflowDefinition, error) {
-	if len(exec.Definition) == 0 {
-		return nil, fmt.Errorf("the chain of work of %s holds no workflow definition", exec.ExecutionID)
-	}
-	raw, err := json.Marshal(exec.Definition)
-	if err != nil {
-		return nil, fmt.Errorf("definition of %s: %w", exec.ExecutionID, err)
-	}
-	def := &novav1.WorkflowDefinition{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, def); err != nil {
-		return nil, fmt.Errorf("definition of %s: %w", exec.ExecutionID, err)
-	}
-	return def, nil
 }
 
 func nodeOf(def *novav1.WorkflowDefinition, id string) *novav1.Node {
