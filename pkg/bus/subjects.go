@@ -154,9 +154,13 @@ const (
 	// BucketWorkflows holds registered definitions under their names.
 	BucketWorkflows = "nova_workflows"
 	// BucketSchedules holds each schedule (ScheduleState) under
-	// <workflow>.<schedule id>.
+	// ScheduleKey.
 	BucketSchedules = "nova_schedules"
 )
+
+// ScheduleKey is the key of schedule id of workflow wf in
+// BucketSchedules: <workflow>.<schedule id>.
+func ScheduleKey(wf, id string) string { return wf + "." + id }
 
 // Durable consumers of the graph engine.
 const (

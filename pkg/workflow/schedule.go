@@ -1,6 +1,8 @@
 package workflow
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"time"
 	_ "time/tzdata" // time zones resolve the same on machines without a zoneinfo database
 
+	"github.com/google/uuid"
 	"github.com/robfig/cron/v3"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -261,4 +264,65 @@ func NextTicks(s *novav1.Schedule, last *time.Time, now time.Time, n int) []time
 		out = append(out, t)
 	}
 	return out
+}
+
+// MaxScheduleID is the longest schedule id the schedules API and nova
+// schedule take.
+const MaxScheduleID = 64
+
+// NextTickCount is how many next ticks a ScheduleView shows.
+const NextTickCount = 3
+
+// NewScheduleID is the id of a schedule made without one: eight hex
+// digits.
+func NewScheduleID() string { return strings.ReplaceAll(uuid.NewString(), "-", "")[:8] }
+
+// ScheduleView is a schedule as the schedules API and `nova schedule
+// --json` show it.
+type ScheduleView struct {
+	Workflow string `json:"workflow"`
+	ID       string `json:"id"`
+	// Cron (with Timezone, default UTC) or Every: when it ticks.
+	Cron     string `json:"cron,omitempty"`
+	Timezone string `json:"timezone,omitempty"`
+	// Every is the interval as a Go duration ("1m0s"), EverySeconds the same
+	// in seconds.
+	Every        string          `json:"every,omitempty"`
+	EverySeconds float64         `json:"every_seconds,omitempty"`
+	Context      json.RawMessage `json:"context"`
+	Catchup      string          `json:"catchup"`
+	Paused       bool            `json:"paused"`
+	// FromDefinition: declared in the workflow's definition (registering it
+	// again sets it as declared), else made through the API.
+	FromDefinition bool       `json:"from_definition"`
+	CreatedAt      *time.Time `json:"created_at,omitempty"`
+	// LastTick is the last tick that started an execution, or when the
+	// schedule was made while none has; catchup counts missed ticks from it.
+	LastTick *time.Time `json:"last_tick,omitempty"`
+	// NextTicks are the next times it ticks (none while paused).
+	NextTicks []time.Time `json:"next_ticks"`
+}
+
+// ViewSchedule shows st as it stands at now, with its next NextTickCount
+// ticks.
+func ViewSchedule(st *novav1.ScheduleState, now time.Time) ScheduleView {
+	s := st.GetSchedule()
+	v := ScheduleView{
+		Workflow: st.GetWorkflow(), ID: s.GetId(), Cron: s.GetCron(), Timezone: s.GetTimezone(),
+		Context: jsonvalue.MustObject(s.GetContext()).Bytes(), Catchup: cmp.Or(s.GetCatchup(), CatchupNone),
+		Paused: s.GetPaused(), FromDefinition: st.GetFromDefinition(),
+	}
+	if ts := st.GetCreatedAt(); ts != nil {
+		t := ts.AsTime()
+		v.CreatedAt = &t
+	}
+	if ts := st.GetLastTick(); ts != nil {
+		t := ts.AsTime()
+		v.LastTick = &t
+	}
+	v.NextTicks = NextTicks(s, v.LastTick, now, NextTickCount)
+	if e := s.GetEverySeconds(); e > 0 {
+		v.Every, v.EverySeconds = secondsDuration(e).String(), e
+	}
+	return v
 }

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -56,29 +55,8 @@ const (
 	scheduleRefused = "refused"
 )
 
-// nextTickCount is how many next ticks a schedule shows.
-const nextTickCount = 3
-
-// maxScheduleID is the longest schedule id taken (the gateway's limit too).
-const maxScheduleID = 64
-
 // scheduleView is a schedule as nova schedule --json prints it.
-type scheduleView struct {
-	Workflow     string          `json:"workflow"`
-	ID           string          `json:"id"`
-	Cron         string          `json:"cron,omitempty"`
-	Timezone     string          `json:"timezone,omitempty"`
-	Every        string          `json:"every,omitempty"`
-	EverySeconds float64         `json:"every_seconds,omitempty"`
-	Context      json.RawMessage `json:"context"`
-	Catchup      string          `json:"catchup"`
-	Paused       bool            `json:"paused"`
-	// FromDefinition: declared in the workflow's definition.
-	FromDefinition bool        `json:"from_definition"`
-	CreatedAt      *time.Time  `json:"created_at,omitempty"`
-	LastTick       *time.Time  `json:"last_tick,omitempty"`
-	NextTicks      []time.Time `json:"next_ticks"`
-}
+type scheduleView = workflow.ScheduleView
 
 // scheduleResult is what add, pause, resume and delete print with --json:
 // the schedule as stored (as it was, for delete) and what became of the
@@ -150,7 +128,7 @@ func scheduleListCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	now := time.Now()
 	views := make([]scheduleView, len(states))
 	for i, st := range states {
-		views[i] = viewOfSchedule(st, now)
+		views[i] = workflow.ViewSchedule(st, now)
 	}
 	if *asJSON {
 		return printJSON(stdout, stderr, views)
@@ -226,7 +204,7 @@ func scheduleAddCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "nova schedule add: %v\n", err)
 		return exitInvalid
 	}
-	entry := map[string]any{"id": cmp.Or(*id, newScheduleID())}
+	entry := map[string]any{"id": cmp.Or(*id, workflow.NewScheduleID())}
 	for name, v := range map[string]string{"cron": *cronExpr, "timezone": *tz, "every": *every, "catchup": *catchup} {
 		if given[name] {
 			entry[name] = v
@@ -269,7 +247,7 @@ func scheduleAddCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 			"register the workflow again (nova schedule pause, resume and delete work on it), or give another --id\n", s.GetId(), wf)
 		return exitInvalid
 	case old != nil && proto.Equal(old.GetSchedule(), s):
-		return printScheduleResult(stdout, *asJSON, scheduleResult{scheduleView: viewOfSchedule(old, time.Now()), Outcome: scheduleUnchanged,
+		return printScheduleResult(stdout, *asJSON, scheduleResult{scheduleView: workflow.ViewSchedule(old, time.Now()), Outcome: scheduleUnchanged,
 			already: "is stored so already"})
 	}
 	outcome := scheduleCreated
@@ -331,7 +309,7 @@ func scheduleChangeCmd(ctx context.Context, sub string, args []string, stdout, s
 		if pause {
 			already = "is paused already"
 		}
-		return printScheduleResult(stdout, *asJSON, scheduleResult{scheduleView: viewOfSchedule(st, now), Outcome: scheduleUnchanged,
+		return printScheduleResult(stdout, *asJSON, scheduleResult{scheduleView: workflow.ViewSchedule(st, now), Outcome: scheduleUnchanged,
 			already: already})
 	}
 	want := proto.CloneOf(st)
@@ -344,10 +322,6 @@ func scheduleChangeCmd(ctx context.Context, sub string, args []string, stdout, s
 		&novav1.PutSchedule{Workflow: wf, Schedule: want.Schedule}, outcome)
 	return printScheduleResult(stdout, *asJSON, res)
 }
-
-// newScheduleID is the id of a schedule added without --id: eight hex
-// digits.
-func newScheduleID() string { return strings.ReplaceAll(uuid.NewString(), "-", "")[:8] }
 
 // parseScheduleFlags checks the schedule nova schedule add's flags make,
 // as the engine checks one; the error names each problem by its flag.
@@ -376,8 +350,8 @@ func parseScheduleFlags(entry map[string]any) (*novav1.Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(s.GetId()) > maxScheduleID {
-		return nil, fmt.Errorf("--id %q is longer than %d characters", s.GetId(), maxScheduleID)
+	if len(s.GetId()) > workflow.MaxScheduleID {
+		return nil, fmt.Errorf("--id %q is longer than %d characters", s.GetId(), workflow.MaxScheduleID)
 	}
 	return s, nil
 }
@@ -405,7 +379,7 @@ func checkRegistered(ctx context.Context, b *bus.Bus, wf string, stderr io.Write
 // for, with outcome done once stored.
 func sendScheduleChange(ctx context.Context, b *bus.Bus, kv jetstream.KeyValue, timeout time.Duration, want *novav1.ScheduleState,
 	typ string, cmd proto.Message, done string) scheduleResult {
-	res := scheduleResult{scheduleView: viewOfSchedule(want, time.Now()), Outcome: scheduleSent}
+	res := scheduleResult{scheduleView: workflow.ViewSchedule(want, time.Now()), Outcome: scheduleSent}
 	key := want.GetWorkflow() + "." + want.GetSchedule().GetId()
 	eventID := "schedule-" + uuid.NewString()
 	var stored jetstream.KeyWatcher
@@ -466,7 +440,7 @@ func sendScheduleChange(ctx context.Context, b *bus.Bus, kv jetstream.KeyValue, 
 			var st novav1.ScheduleState
 			if entry.Operation() == jetstream.KeyValuePut && proto.Unmarshal(entry.Value(), &st) == nil &&
 				proto.Equal(st.GetSchedule(), want.GetSchedule()) {
-				res.scheduleView, res.Outcome = viewOfSchedule(&st, time.Now()), done
+				res.scheduleView, res.Outcome = workflow.ViewSchedule(&st, time.Now()), done
 				return res
 			}
 		case reason := <-refused:
@@ -541,43 +515,9 @@ func when(v scheduleView) string {
 	return fmt.Sprintf("cron %q %s", v.Cron, cmp.Or(v.Timezone, "UTC"))
 }
 
-// viewOfSchedule shows st as it stands at now.
-func viewOfSchedule(st *novav1.ScheduleState, now time.Time) scheduleView {
-	s := st.GetSchedule()
-	v := scheduleView{
-		Workflow: st.GetWorkflow(), ID: s.GetId(), Cron: s.GetCron(), Timezone: s.GetTimezone(),
-		Context: jsonvalue.MustObject(s.GetContext()).Bytes(), Catchup: cmp.Or(s.GetCatchup(), workflow.CatchupNone),
-		Paused: s.GetPaused(), FromDefinition: st.GetFromDefinition(), NextTicks: scheduleTicks(st, now, nextTickCount),
-	}
-	if ts := st.GetCreatedAt(); ts != nil {
-		t := ts.AsTime()
-		v.CreatedAt = &t
-	}
-	if ts := st.GetLastTick(); ts != nil {
-		t := ts.AsTime()
-		v.LastTick = &t
-	}
-	if e := s.GetEverySeconds(); e > 0 {
-		v.Every, v.EverySeconds = time.Duration(e*float64(time.Second)).String(), e
-	}
-	return v
-}
-
-// scheduleTicks are the next n times st ticks after now: a cron
-// schedule's in its time zone, an every schedule's at its interval from
-// its last tick; none while it is paused.
-func scheduleTicks(st *novav1.ScheduleState, now time.Time, n int) []time.Time {
-	var last *time.Time
-	if st.GetLastTick() != nil {
-		t := st.GetLastTick().AsTime()
-		last = &t
-	}
-	return workflow.NextTicks(st.GetSchedule(), last, now, n)
-}
-
 // readScheduleState is schedule id of workflow wf, nil when there is none.
 func readScheduleState(ctx context.Context, kv jetstream.KeyValue, wf, id string) (*novav1.ScheduleState, error) {
-	entry, err := kv.Get(ctx, wf+"."+id)
+	entry, err := kv.Get(ctx, bus.ScheduleKey(wf, id))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
 		return nil, nil

@@ -466,10 +466,10 @@ func (g *Gateway) schedulePutCommand(r *http.Request, ev *event.Event) (*novav1.
 	} else if err != nil {
 		return nil, invalidField("data.schedule", err.Error())
 	}
-	if len(cmd.Schedule.GetId()) > maxScheduleIDLength {
+	if len(cmd.Schedule.GetId()) > workflow.MaxScheduleID {
 		return nil, newProblem(http.StatusUnprocessableEntity, TypeInvalidSchedule,
-			fmt.Sprintf("schedule id %q is longer than %d characters", cmd.Schedule.GetId(), maxScheduleIDLength),
-			FieldError{Field: "data.schedule.id", Detail: fmt.Sprintf("must be at most %d characters", maxScheduleIDLength)})
+			fmt.Sprintf("schedule id %q is longer than %d characters", cmd.Schedule.GetId(), workflow.MaxScheduleID),
+			FieldError{Field: "data.schedule.id", Detail: fmt.Sprintf("must be at most %d characters", workflow.MaxScheduleID)})
 	}
 	if !engineKey.MatchString(cmd.Workflow) {
 		return nil, newProblem(http.StatusUnprocessableEntity, TypeUnknownWorkflow, fmt.Sprintf("workflow %q is not registered", cmd.Workflow),

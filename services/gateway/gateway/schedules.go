@@ -19,6 +19,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -40,39 +41,15 @@ const TypeInvalidSchedule = typePrefix + "invalid-schedule"
 // store it before it is answered 202.
 const scheduleWait = 5 * time.Second
 
-// How many next ticks a schedule shows, and how many of the executions it
-// started GET /v1/schedules/{workflow}/{id} lists.
-const (
-	nextTickCount       = 3
-	recentTickCount     = 5
-	maxScheduleIDLength = 64
-)
+// How many of the executions a schedule started GET
+// /v1/schedules/{workflow}/{id} lists.
+const recentTickCount = 5
 
 var scheduleRequestFields = []string{"workflow", "schedule"}
 
 // scheduleView is a schedule as the API shows it.
 type scheduleView struct {
-	Workflow string `json:"workflow"`
-	ID       string `json:"id"`
-	// Cron (with Timezone, default UTC) or Every: when it ticks.
-	Cron     string `json:"cron,omitempty"`
-	Timezone string `json:"timezone,omitempty"`
-	// Every is the interval as a Go duration ("1m0s"), EverySeconds the same
-	// in seconds.
-	Every        string          `json:"every,omitempty"`
-	EverySeconds float64         `json:"every_seconds,omitempty"`
-	Context      json.RawMessage `json:"context"`
-	Catchup      string          `json:"catchup"`
-	Paused       bool            `json:"paused"`
-	// FromDefinition: declared in the workflow's definition (registering it
-	// again sets it as declared), else made through the API.
-	FromDefinition bool       `json:"from_definition"`
-	CreatedAt      *time.Time `json:"created_at,omitempty"`
-	// LastTick is the last tick that started an execution, or when the
-	// schedule was made while none has; catchup counts missed ticks from it.
-	LastTick *time.Time `json:"last_tick,omitempty"`
-	// NextTicks are the next times it ticks (none while paused).
-	NextTicks []time.Time `json:"next_ticks"`
+	workflow.ScheduleView
 	// Pending is set in a 202: the command is on the bus and the engine has
 	// not stored the change yet.
 	Pending bool          `json:"pending,omitempty"`
@@ -97,51 +74,18 @@ type scheduleList struct {
 	Schedules []scheduleView `json:"schedules"`
 }
 
-// scheduleKey is the key of schedule id of workflow wf in nova_schedules.
-func scheduleKey(wf, id string) string { return wf + "." + id }
-
-// tickPrefix begins the id of every execution schedule id of workflow wf
-// starts: the engine names a tick's execution
-// <workflow>-<schedule id>-<its time, UTC, 20060102T150405Z>.
-func tickPrefix(wf, id string) string { return wf + "-" + id + "-" }
-
 func scheduleLinksOf(wf, id string) scheduleLinks {
 	return scheduleLinks{
 		Self:     "/v1/schedules/" + url.PathEscape(wf) + "/" + url.PathEscape(id),
 		Workflow: workflowLinksOf(wf).Self,
 		Executions: "/v1/executions?workflow=" + url.QueryEscape(wf) + "&id=" +
-			url.QueryEscape(tickPrefix(wf, id)),
+			url.QueryEscape(execution.TickPrefix(wf, id)),
 	}
 }
 
 // scheduleViewOf shows st as it stands at now.
 func scheduleViewOf(st *novav1.ScheduleState, now time.Time) scheduleView {
-	s := st.GetSchedule()
-	v := scheduleView{
-		Workflow: st.GetWorkflow(), ID: s.GetId(), Cron: s.GetCron(), Timezone: s.GetTimezone(),
-		Context: jsonvalue.MustObject(s.GetContext()).Bytes(), Catchup: cmp.Or(s.GetCatchup(), workflow.CatchupNone),
-		Paused: s.GetPaused(), FromDefinition: st.GetFromDefinition(),
-		CreatedAt: timeOf(st.GetCreatedAt()), LastTick: timeOf(st.GetLastTick()),
-		NextTicks: nextTicks(st, now, nextTickCount), Links: scheduleLinksOf(st.GetWorkflow(), s.GetId()),
-	}
-	if e := s.GetEverySeconds(); e > 0 {
-		v.Every, v.EverySeconds = secondsDuration(e).String(), e
-	}
-	return v
-}
-
-func secondsDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// nextTicks are the next n times st ticks after now: a cron schedule's in
-// its time zone, an every schedule's at its interval from its last tick.
-// None while it is paused.
-func nextTicks(st *novav1.ScheduleState, now time.Time, n int) []time.Time {
-	var last *time.Time
-	if st.GetLastTick() != nil {
-		t := st.GetLastTick().AsTime()
-		last = &t
-	}
-	return workflow.NextTicks(st.GetSchedule(), last, now, n)
+	return scheduleView{ScheduleView: workflow.ViewSchedule(st, now), Links: scheduleLinksOf(st.GetWorkflow(), st.GetSchedule().GetId())}
 }
 
 // parseScheduleRequest reads the body of POST /v1/schedules: the workflow's
@@ -187,7 +131,7 @@ func parseScheduleRequest(body []byte) (string, *novav1.Schedule, *Problem) {
 func parseScheduleEntry(entry jsonvalue.Object) (*novav1.Schedule, *Problem) {
 	entry = entry.Clone()
 	if _, ok := entry["id"]; !ok {
-		entry["id"] = json.RawMessage(`"` + newScheduleID() + `"`)
+		entry["id"] = json.RawMessage(`"` + workflow.NewScheduleID() + `"`)
 	}
 	s, err := workflow.ParseSchedule(entry.Bytes())
 	var verr *workflow.ValidationError
@@ -197,10 +141,10 @@ func parseScheduleEntry(entry jsonvalue.Object) (*novav1.Schedule, *Problem) {
 	case err != nil:
 		return nil, invalidField("schedule", err.Error())
 	}
-	if len(s.GetId()) > maxScheduleIDLength {
+	if len(s.GetId()) > workflow.MaxScheduleID {
 		return nil, newProblem(http.StatusUnprocessableEntity, TypeInvalidSchedule,
-			fmt.Sprintf("the schedule has 1 problem: id %q is longer than %d characters", s.GetId(), maxScheduleIDLength),
-			FieldError{Field: "schedule.id", Detail: fmt.Sprintf("must be at most %d characters", maxScheduleIDLength)})
+			fmt.Sprintf("the schedule has 1 problem: id %q is longer than %d characters", s.GetId(), workflow.MaxScheduleID),
+			FieldError{Field: "schedule.id", Detail: fmt.Sprintf("must be at most %d characters", workflow.MaxScheduleID)})
 	}
 	if raw, ok := entry["context"]; ok {
 		// The entry was read as YAML; the context is taken as the JSON it is.
@@ -215,10 +159,6 @@ func parseScheduleEntry(entry jsonvalue.Object) (*novav1.Schedule, *Problem) {
 	}
 	return s, nil
 }
-
-// newScheduleID is the id of a schedule made without one: eight hex
-// digits.
-func newScheduleID() string { return strings.ReplaceAll(uuid.NewString(), "-", "")[:8] }
 
 // invalidSchedule is a 422 naming each problem of a schedule.
 func invalidSchedule(verr *workflow.ValidationError) *Problem {
@@ -292,7 +232,7 @@ func (g *Gateway) createSchedule(w http.ResponseWriter, r *http.Request) error {
 		writeSchedule(w, http.StatusOK, scheduleViewOf(old, time.Now()))
 		return nil
 	}
-	entry, err := g.sendSchedule(r, kv, scheduleKey(wf, s.GetId()), bus.TypeSchedulePut,
+	entry, err := g.sendSchedule(r, kv, bus.ScheduleKey(wf, s.GetId()), bus.TypeSchedulePut,
 		&novav1.PutSchedule{Workflow: wf, Schedule: s}, storedAs(s))
 	if err != nil {
 		return err
@@ -362,7 +302,7 @@ func (g *Gateway) getSchedule(w http.ResponseWriter, r *http.Request) error {
 	}
 	view := scheduleDetail{scheduleView: scheduleViewOf(st, time.Now()), RecentExecutions: []listItem{}}
 	wf, id := st.GetWorkflow(), st.GetSchedule().GetId()
-	docs, err := g.store.ListExecutions(ctx, chainstore.ListFilter{Workflow: wf, IDPrefix: tickPrefix(wf, id), Limit: recentTickCount})
+	docs, err := g.store.ListExecutions(ctx, chainstore.ListFilter{Workflow: wf, IDPrefix: execution.TickPrefix(wf, id), Limit: recentTickCount})
 	if err != nil {
 		g.log.WarnContext(ctx, "the executions of a schedule cannot be listed", "workflow", wf, "schedule", id, "err", err)
 		view.RecentExecutions = nil
@@ -404,7 +344,7 @@ func (g *Gateway) setPaused(w http.ResponseWriter, r *http.Request, paused bool)
 	s := proto.CloneOf(st.GetSchedule())
 	s.Paused = paused
 	wf := st.GetWorkflow()
-	entry, err := g.sendSchedule(r, kv, scheduleKey(wf, s.GetId()), bus.TypeSchedulePut,
+	entry, err := g.sendSchedule(r, kv, bus.ScheduleKey(wf, s.GetId()), bus.TypeSchedulePut,
 		&novav1.PutSchedule{Workflow: wf, Schedule: s}, storedAs(s))
 	if err != nil {
 		return err
@@ -437,7 +377,7 @@ func (g *Gateway) deleteSchedule(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	wf, id := st.GetWorkflow(), st.GetSchedule().GetId()
-	entry, err := g.sendSchedule(r, kv, scheduleKey(wf, id), bus.TypeScheduleDelete,
+	entry, err := g.sendSchedule(r, kv, bus.ScheduleKey(wf, id), bus.TypeScheduleDelete,
 		&novav1.DeleteSchedule{Workflow: wf, ScheduleId: id}, func(e jetstream.KeyValueEntry) bool {
 			return e.Operation() != jetstream.KeyValuePut
 		})
@@ -506,7 +446,7 @@ func (g *Gateway) scheduleState(r *http.Request) (*novav1.ScheduleState, jetstre
 
 // readSchedule is schedule id of workflow wf, nil when there is none.
 func readSchedule(ctx context.Context, kv jetstream.KeyValue, wf, id string) (*novav1.ScheduleState, error) {
-	entry, err := kv.Get(ctx, scheduleKey(wf, id))
+	entry, err := kv.Get(ctx, bus.ScheduleKey(wf, id))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
 		return nil, nil

@@ -37,8 +37,6 @@ import (
 // once (the latest ones).
 const maxCatchup = 1000
 
-func scheduleKey(wf, id string) string { return wf + "." + id }
-
 func (e *Engine) openSchedules(ctx context.Context) error {
 	kv, err := openBucket(ctx, e.bus.JetStream(), jetstream.KeyValueConfig{
 		Bucket:      bus.BucketSchedules,
@@ -75,7 +73,7 @@ func (e *Engine) putSchedule(ctx context.Context, ev event.Event) error {
 // applySchedule stores s for workflow wf (keeping its last tick) and
 // makes its message schedule, or removes it when s is paused.
 func (e *Engine) applySchedule(ctx context.Context, wf string, s *novav1.Schedule, fromDef bool) error {
-	key := scheduleKey(wf, s.Id)
+	key := bus.ScheduleKey(wf, s.Id)
 	st := &novav1.ScheduleState{Workflow: wf, Schedule: s, CreatedAt: tsNow(e.now()), LastTick: tsNow(e.now()), FromDefinition: fromDef}
 	var rev uint64
 	if entry, err := e.schedules.Get(ctx, key); err == nil {
@@ -155,8 +153,8 @@ func (e *Engine) removeSchedule(ctx context.Context, wf, id string) error {
 	if err := e.bus.CancelSchedule(ctx, bus.ScheduleSubject(wf, id)); err != nil {
 		return err
 	}
-	if err := e.schedules.Delete(ctx, scheduleKey(wf, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("delete schedule %s: %w", scheduleKey(wf, id), err)
+	if err := e.schedules.Delete(ctx, bus.ScheduleKey(wf, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete schedule %s: %w", bus.ScheduleKey(wf, id), err)
 	}
 	e.log.InfoContext(ctx, "schedule removed", "workflow", wf, "schedule", id)
 	return nil
@@ -244,7 +242,7 @@ func (e *Engine) catchUpSchedules(ctx context.Context) {
 // the schedule's last tick and before that time are missed: its catchup
 // says which of them run.
 func (e *Engine) tick(ctx context.Context, wf, id string, at func(*novav1.ScheduleState, cron.Schedule) (time.Time, bool)) error {
-	key := scheduleKey(wf, id)
+	key := bus.ScheduleKey(wf, id)
 	for range 10 {
 		entry, err := e.schedules.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -318,16 +316,10 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// TickExecutionID is the id of the execution schedule id of workflow wf
-// starts for its tick at t.
-func TickExecutionID(wf, id string, t time.Time) string {
-	return fmt.Sprintf("%s-%s-%s", wf, id, t.UTC().Format("20060102T150405Z"))
-}
-
 // startTick starts the execution of one tick, whose execution id is the
 // tick's, so a tick started twice runs once.
 func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t time.Time) error {
-	id := TickExecutionID(wf, s.Id, t)
+	id := execution.TickID(wf, s.Id, t)
 	// Each scheduled execution is a trace of its own (the tick's message
 	// carries the trace of the request that made the schedule), linked to
 	// it.

@@ -839,18 +839,18 @@ func runScheduleCase(ctx context.Context, cfg config) report {
 		r.err = err
 		return r
 	}
-	// Each tick's execution id names the tick (engine.TickExecutionID):
+	// Each tick's execution id names the tick (execution.TickID):
 	// its time, in whole seconds, and the ticks the server fired each
 	// second after the first.
 	ticks := map[int64][]string{}
-	prefix := "chaos-scheduled-every-second-"
+	prefix := execution.TickPrefix("chaos-scheduled", "every-second")
 	var first, last int64
 	for id, o := range outcomes {
 		at, ok := strings.CutPrefix(id, prefix)
 		if !ok {
 			continue
 		}
-		t, err := time.Parse("20060102T150405Z", at)
+		t, err := execution.ParseTick(at)
 		if err != nil {
 			r.err = fmt.Errorf("execution %s: %v", id, err)
 			return r

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -115,7 +115,7 @@ func TestSchedules(t *testing.T) {
 		for i := range 3 {
 			ws := tk.next(5 * time.Second)
 			at := ws.ScheduledAt.AsTime()
-			if ws.ExecutionId != engine.TickExecutionID("ticker", "fast", at) || ws.ScheduleId != "fast" {
+			if ws.ExecutionId != execution.TickID("ticker", "fast", at) || ws.ScheduleId != "fast" {
 				t.Errorf("tick %d: execution %s of schedule %q at %s", i, ws.ExecutionId, ws.ScheduleId, at)
 			}
 			if ctxMap(ws.Context)["n"] != 7.0 {
@@ -207,7 +207,7 @@ func TestSchedules(t *testing.T) {
 				})
 				want := map[string][]time.Time{"all": missed, "latest": missed[len(missed)-1:], "none": nil}[catchup]
 				for _, m := range missed {
-					execID := engine.TickExecutionID("ticker", id, m)
+					execID := execution.TickID("ticker", id, m)
 					ran := slices.ContainsFunc(want, m.Equal)
 					if ran {
 						e.eventually(10*time.Second, "the missed tick's execution "+execID+" ends", func() bool {
