@@ -724,18 +724,29 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
 	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("execution.id", id), attribute.String("node.id", nodeID))}
+	// A steering command reads the state first, for the execution's trace;
+	// that read is the one the first pass below applies fn to.
+	var first jetstream.KeyValueEntry
 	if rejoin {
-		if st, err := execution.ReadState(ctx, e.execs, id); err == nil && st.GetTraceparent() != "" {
-			var links []trace.Link
-			ctx, links = rejoinTrace(ctx, st.GetTraceparent())
-			opts = append(opts, trace.WithLinks(links...))
+		if entry, err := e.execs.Get(ctx, id); err == nil {
+			first = entry
+			var st novav1.ExecutionState
+			if proto.Unmarshal(entry.Value(), &st) == nil && st.Traceparent != "" {
+				var links []trace.Link
+				ctx, links = rejoinTrace(ctx, st.Traceparent)
+				opts = append(opts, trace.WithLinks(links...))
+			}
 		}
 	}
 	ctx, span := e.tracer.Start(ctx, "graph-engine advance", opts...)
 	defer span.End()
 	memo := embedMemo{}
 	for range 10 {
-		entry, err := e.execs.Get(ctx, id)
+		entry, err := first, error(nil)
+		if first == nil {
+			entry, err = e.execs.Get(ctx, id)
+		}
+		first = nil
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			// The start that dispatched this may not be stored yet (it
 			// publishes first); redelivery retries, and after MaxDeliver the
