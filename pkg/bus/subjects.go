@@ -44,6 +44,9 @@ const (
 	TypeScheduleTick       = "io.nova.schedule.tick.v1"
 	TypeSchedulePut        = "io.nova.schedule.put.v1"
 	TypeScheduleDelete     = "io.nova.schedule.delete.v1"
+	// A sub-workflow's child execution ended (ChildCompleted), for its
+	// parent.
+	TypeChildCompleted = "io.nova.workflow.child.completed.v1"
 
 	TypeRefinementStart    = "io.nova.refinement.start.v1"
 	TypeRefinementProgress = "io.nova.refinement.progress.v1"
@@ -107,6 +110,9 @@ const (
 	KindNodeWaiting        = "node.waiting"
 	KindExecutionCancelled = "execution.cancelled"
 	KindSignalRejected     = "signal.rejected"
+	// KindChildCompleted is the graph engine's result for a parent
+	// execution: one of its child executions ended.
+	KindChildCompleted = "result." + AgentGraphEngine
 )
 
 // TimerSubject is where the schedule of an execution's durable timer is

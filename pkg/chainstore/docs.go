@@ -105,6 +105,14 @@ type NodeDoc struct {
 	// CarriedOverFrom is, for a rerun's node that was not run again, the
 	// execution where it ran.
 	CarriedOverFrom string `bson:"carried_over_from,omitempty" json:"carried_over_from,omitempty"`
+	// Branch is the branch the visit ran in, when the execution ran several
+	// at once; Item is a map item's position (each item of a map node is a
+	// visit of its own, its id ending in #<item>).
+	Branch string `bson:"branch,omitempty" json:"branch,omitempty"`
+	Item   *int   `bson:"item,omitempty" json:"item,omitempty"`
+	// ChildExecutionIDs are the executions a workflow node (or a map over a
+	// sub-workflow) started.
+	ChildExecutionIDs []string `bson:"child_execution_ids,omitempty" json:"child_execution_ids,omitempty"`
 
 	// Steps are the agent steps of this visit, by step number; filled by Chain, not stored.
 	Steps []StepDoc `bson:"-" json:"steps,omitempty"`
@@ -127,7 +135,9 @@ type StepDoc struct {
 	Visit       int    `bson:"visit" json:"visit"`
 	// Not stored: the _id of the visit, from execution_id, node_id and
 	// visit (Chain fills it in).
-	ChainOfWorkID   string         `bson:"chain_of_work_id,omitempty" json:"chain_of_work_id"`
+	ChainOfWorkID string `bson:"chain_of_work_id,omitempty" json:"chain_of_work_id"`
+	// Item is a map item's position, when the step is one of an item's.
+	Item            *int           `bson:"item,omitempty" json:"item,omitempty"`
 	StepNumber      int            `bson:"step_number" json:"step_number"`
 	StepName        string         `bson:"step_name" json:"step_name"`
 	AgentName       string         `bson:"agent_name" json:"agent_name"`
@@ -204,7 +214,7 @@ func (s *Store) Chain(ctx context.Context, executionID string) ([]NodeDoc, error
 	}
 	for _, st := range steps {
 		if st.ChainOfWorkID == "" {
-			st.ChainOfWorkID = NodeDocID(st.ExecutionID, st.NodeID, int32(st.Visit))
+			st.ChainOfWorkID = ItemDocID(st.ExecutionID, st.NodeID, int32(st.Visit), st.Item)
 		}
 		st.InputData, st.OutputData = unescapeMap(st.InputData), unescapeMap(st.OutputData)
 		if st.ToolCalls != nil {

@@ -496,37 +496,48 @@ func readAIMetadata(ai map[string]any, code string) map[string]any {
 func NodeDocOf(ev *novav1.NodeCompleted) NodeDoc {
 	started, completed := timeOf(ev.GetStartedAt()), timeOf(ev.GetCompletedAt())
 	return NodeDoc{
-		ID:              NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit()),
-		ExecutionID:     ev.GetExecutionId(),
-		NodeID:          ev.GetNodeId(),
-		NodeType:        ev.GetNodeType(),
-		Visit:           int(ev.GetVisit()),
-		Sequence:        int(ev.GetSequence()),
-		CodeExecuted:    hideSecrets(ev.GetCodeExecuted()),
-		InputContext:    jsonContext(ev.GetInputContext()),
-		OutputResult:    jsonContext(ev.GetOutputResult()),
-		ExecutionTime:   ev.GetExecutionTimeMs(),
-		Status:          ev.GetStatus(),
-		ErrorMessage:    hideSecrets(ev.GetErrorMessage()),
-		DecisionResult:  ev.GetDecisionResult(),
-		PathTaken:       ev.GetPathTaken(),
-		AIMetadata:      structToMap(ev.GetAiMetadata()),
-		OutputAnalysis:  structToMap(ev.GetOutputAnalysis()),
-		CostUSD:         ev.GetCostUsd(),
-		ModelCalls:      int(ev.GetModelCalls()),
-		ErrorKind:       ev.GetErrorKind(),
-		Stdout:          hideSecrets(ev.GetStdout()),
-		Stderr:          hideSecrets(ev.GetStderr()),
-		Traceback:       hideSecrets(ev.GetTraceback()),
-		StartedAt:       started,
-		CompletedAt:     completed,
-		Timestamp:       firstTime(completed, started),
-		Attempt:         int(ev.GetAttempt()),
-		NextAttemptAt:   timeOf(ev.GetNextAttemptAt()),
-		Signal:          signalDoc(ev.GetSignal()),
-		TimedOut:        ev.GetTimedOut(),
-		CarriedOverFrom: ev.GetCarriedOverFrom(),
+		ID:                ItemDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit(), intPtr(ev.Item)),
+		ExecutionID:       ev.GetExecutionId(),
+		NodeID:            ev.GetNodeId(),
+		NodeType:          ev.GetNodeType(),
+		Visit:             int(ev.GetVisit()),
+		Sequence:          int(ev.GetSequence()),
+		CodeExecuted:      hideSecrets(ev.GetCodeExecuted()),
+		InputContext:      jsonContext(ev.GetInputContext()),
+		OutputResult:      jsonContext(ev.GetOutputResult()),
+		ExecutionTime:     ev.GetExecutionTimeMs(),
+		Status:            ev.GetStatus(),
+		ErrorMessage:      hideSecrets(ev.GetErrorMessage()),
+		DecisionResult:    ev.GetDecisionResult(),
+		PathTaken:         ev.GetPathTaken(),
+		AIMetadata:        structToMap(ev.GetAiMetadata()),
+		OutputAnalysis:    structToMap(ev.GetOutputAnalysis()),
+		CostUSD:           ev.GetCostUsd(),
+		ModelCalls:        int(ev.GetModelCalls()),
+		ErrorKind:         ev.GetErrorKind(),
+		Stdout:            hideSecrets(ev.GetStdout()),
+		Stderr:            hideSecrets(ev.GetStderr()),
+		Traceback:         hideSecrets(ev.GetTraceback()),
+		StartedAt:         started,
+		CompletedAt:       completed,
+		Timestamp:         firstTime(completed, started),
+		Attempt:           int(ev.GetAttempt()),
+		NextAttemptAt:     timeOf(ev.GetNextAttemptAt()),
+		Signal:            signalDoc(ev.GetSignal()),
+		TimedOut:          ev.GetTimedOut(),
+		CarriedOverFrom:   ev.GetCarriedOverFrom(),
+		Branch:            ev.GetBranch(),
+		Item:              intPtr(ev.Item),
+		ChildExecutionIDs: ev.GetChildExecutionIds(),
 	}
+}
+
+// intPtr is an optional position as an int, nil when unset.
+func intPtr(p *int32) *int {
+	if p == nil {
+		return nil
+	}
+	return new(int(*p))
 }
 
 // signalDoc is the record of a signal a wait node took, nil for none.
@@ -570,7 +581,8 @@ func StepDocOf(ev *novav1.StepCompleted) StepDoc {
 		ExecutionID:     ev.GetExecutionId(),
 		NodeID:          ev.GetNodeId(),
 		Visit:           int(ev.GetVisit()),
-		ChainOfWorkID:   NodeDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit()),
+		ChainOfWorkID:   ItemDocID(ev.GetExecutionId(), ev.GetNodeId(), ev.GetVisit(), intPtr(ev.Item)),
+		Item:            intPtr(ev.Item),
 		StepNumber:      int(ev.GetStepNumber()),
 		StepName:        ev.GetStepName(),
 		AgentName:       ev.GetAgentName(),
@@ -594,6 +606,16 @@ func StepDocOf(ev *novav1.StepCompleted) StepDoc {
 // NodeDocID is the chain_of_work id of one node visit.
 func NodeDocID(executionID, nodeID string, visit int32) string {
 	return executionID + "/" + nodeID + "/" + strconv.Itoa(int(visit))
+}
+
+// ItemDocID is the chain_of_work id of one node visit, or, with item, of
+// one item of a map node's visit.
+func ItemDocID(executionID, nodeID string, visit int32, item *int) string {
+	id := NodeDocID(executionID, nodeID, visit)
+	if item != nil {
+		id += "#" + strconv.Itoa(*item)
+	}
+	return id
 }
 
 // StepDocID is the chain_of_work_steps id of one step: the step id the pipeline assigned

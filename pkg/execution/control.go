@@ -53,28 +53,63 @@ func CheckCancel(st *novav1.ExecutionState) error {
 	return &EndedError{ID: st.GetExecutionId(), Status: st.GetStatus()}
 }
 
-// CheckSignalTarget tells whether st waits for signal name: nil when its
-// current node does, an *EndedError when it ended, a *NotWaitingError
-// naming what it waits for otherwise. The payload is checked against the
-// wait node's schema by workflow.CheckPayload.
+// Lines are st's lines of control: its branches when it runs several at
+// once, else the one line its current-node fields hold (as a Branch with
+// no id).
+func Lines(st *novav1.ExecutionState) []*novav1.Branch {
+	if len(st.GetBranches()) > 0 {
+		return st.GetBranches()
+	}
+	if st.GetCurrentNode() == "" {
+		return nil
+	}
+	return []*novav1.Branch{{CurrentNode: st.GetCurrentNode(), PendingStepId: st.GetPendingStepId(), NodeStartedAt: st.GetNodeStartedAt(),
+		Timer: st.GetTimer(), WaitingFor: st.GetWaitingFor(), MapRun: st.GetMapRun()}}
+}
+
+// CheckSignalTarget tells whether st waits for signal name: nil when one of
+// its lines waits at a node for it, an *EndedError when it ended, a
+// *NotWaitingError naming what it waits for otherwise. The payload is
+// checked against the wait node's schema by workflow.CheckPayload.
 func CheckSignalTarget(st *novav1.ExecutionState, name string) error {
 	if st.GetStatus() != StatusRunning {
 		return &EndedError{ID: st.GetExecutionId(), Status: st.GetStatus()}
 	}
-	if st.GetWaitingFor() != name {
-		return &NotWaitingError{ID: st.GetExecutionId(), Signal: name, WaitingFor: st.GetWaitingFor(), Node: st.GetCurrentNode()}
+	if WaitingLine(st, name) != nil {
+		return nil
+	}
+	nerr := &NotWaitingError{ID: st.GetExecutionId(), Signal: name}
+	for _, l := range Lines(st) {
+		if nerr.Node == "" || (nerr.WaitingFor == "" && l.GetWaitingFor() != "") {
+			nerr.Node, nerr.WaitingFor = l.GetCurrentNode(), l.GetWaitingFor()
+		}
+	}
+	return nerr
+}
+
+// WaitingLine is the line of st that waits for signal name, nil when none
+// does.
+func WaitingLine(st *novav1.ExecutionState, name string) *novav1.Branch {
+	if name == "" {
+		return nil
+	}
+	for _, l := range Lines(st) {
+		if l.GetWaitingFor() == name {
+			return l
+		}
 	}
 	return nil
 }
 
-// WaitNode is the wait node st's current node is, nil when it waits for
-// no signal.
-func WaitNode(st *novav1.ExecutionState) *novav1.Node {
-	if st.GetWaitingFor() == "" {
+// WaitNode is the wait node of st that waits for signal name, nil when
+// none does.
+func WaitNode(st *novav1.ExecutionState, name string) *novav1.Node {
+	l := WaitingLine(st, name)
+	if l == nil {
 		return nil
 	}
 	for _, n := range st.GetDefinition().GetNodes() {
-		if n.Id == st.GetCurrentNode() {
+		if n.Id == l.GetCurrentNode() {
 			return n
 		}
 	}
@@ -107,10 +142,10 @@ func PublishSignal(ctx context.Context, b *bus.Bus, eventID string, cmd *novav1.
 		map[string]string{bus.ExtensionExecutionID: id})
 }
 
-// WaitUntil is when st's current node stops waiting on its own (a wait
-// node's timeout), nil when it waits for ever.
-func WaitUntil(st *novav1.ExecutionState) *timestamppb.Timestamp {
-	if tm := st.GetTimer(); tm != nil && tm.GetNodeId() == st.GetCurrentNode() {
+// WaitUntil is when line l's node stops waiting on its own (a wait node's
+// timeout), nil when it waits for ever.
+func WaitUntil(l *novav1.Branch) *timestamppb.Timestamp {
+	if tm := l.GetTimer(); tm != nil && tm.GetNodeId() == l.GetCurrentNode() {
 		return tm.GetDueAt()
 	}
 	return nil

@@ -77,6 +77,22 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	strField(m, "decide_on", n.GetDecideOn())
 	secondsField(m, "duration", n.GetDurationSeconds())
 	strField(m, "until", n.GetUntil())
+	waitField(m, n.GetWait())
+	strField(m, "merge", n.GetMerge())
+	strField(m, "items", n.GetItems())
+	if v := n.GetConcurrency(); v != 0 {
+		mapField(m, "concurrency", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})
+	}
+	strField(m, "on_item_failure", n.GetOnItemFailure())
+	strField(m, "workflow", n.GetWorkflow())
+	keysField(m, "input", n.GetInput())
+	// output is a context key (a map node's) or a mapping of keys (a
+	// workflow node's); a node has one or the other.
+	if len(n.GetOutputKeys()) > 0 {
+		keysField(m, "output", n.GetOutputKeys())
+	} else {
+		strField(m, "output", n.GetOutput())
+	}
 	strField(m, "description", n.GetDescription())
 	strField(m, "model", n.GetModel())
 	strField(m, "language", n.GetLanguage())
@@ -100,6 +116,36 @@ func formatNode(n *novav1.Node) *yaml.Node {
 		m.Style = yaml.FlowStyle
 	}
 	return m
+}
+
+// waitField writes a join node's wait: a number of branches as a number,
+// all and any as words.
+func waitField(m *yaml.Node, w string) {
+	if w == "" {
+		return
+	}
+	if c, ok := branchCount(w); ok && strconv.Itoa(c) == w {
+		mapField(m, "wait", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: w})
+		return
+	}
+	mapField(m, "wait", yamlString(w))
+}
+
+// keysField writes a mapping of context keys (a workflow node's input or
+// output), its keys sorted, on one line.
+func keysField(m *yaml.Node, key string, keys map[string]string) {
+	if len(keys) == 0 {
+		return
+	}
+	km := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		kn := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}
+		if k == "<<" {
+			kn.Style = yaml.DoubleQuotedStyle // a plain << merges mappings
+		}
+		km.Content = append(km.Content, kn, yamlString(keys[k]))
+	}
+	mapField(m, key, km)
 }
 
 func mapField(m *yaml.Node, key string, v *yaml.Node) {

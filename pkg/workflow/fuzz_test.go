@@ -29,6 +29,10 @@ func FuzzParse(f *testing.F) {
 		"  - {id: b, type: end, budget: {max_usd: 1e-300, max_model_calls: 0}}\nedges: [{from: a, to: b}]\n"))
 	f.Add([]byte(approvalYAML))
 	f.Add([]byte(approvalJSON))
+	f.Add([]byte(parallelYAML))
+	f.Add([]byte(parallelJSON))
+	f.Add([]byte("name: w\nnodes:\n  - {id: j, type: join, wait: \"007\", merge: LAST}\n  - {id: m, type: map, output: {a: b}}\n" +
+		"  - {id: x, output: {\"<<\": \"1\"}, input: {\"\": k}}\n  - {id: y, type: action, output: r, wait: ANY}\n"))
 	f.Add([]byte("name: w\nretry: {max_attempts: 2, initial_interval: NaN, max_interval: 1w, on: [eror]}\nschedules:\n" +
 		"  - {cron: \"@daily\", timezone: Asia/Tokyo, context: {n: -0, x: 1e400}}\n  - {every: 2d, id: \"0\"}\n" +
 		"nodes:\n  - {id: s, type: sleep, duration: NaN, until: k}\n  - {id: w, type: wait, signal: a, schema: '{\"type\":\"object\"}', decide_on: ok}\n"))

@@ -18,16 +18,24 @@ const DefaultMaxVisits = 10
 
 // Graph answers the engine's questions about a definition. Build it from a
 // definition that passed Validate; it does not re-check the graph.
+//
+// A Graph is not safe for concurrent use: CanReach keeps what it computes
+// in the Graph. Use each Graph from one goroutine (the engine builds one
+// per transition).
 type Graph struct {
 	def   *novav1.WorkflowDefinition
 	nodes map[string]*novav1.Node
 	out   map[string][]*novav1.Edge
+	in    map[string][]*novav1.Edge
 	start *novav1.Node
+	// reach holds, per node CanReach was asked about, the nodes a path of
+	// one or more edges leads to from it.
+	reach map[string]map[string]bool
 }
 
 // NewGraph indexes def. If def has duplicate node ids the first one wins.
 func NewGraph(def *novav1.WorkflowDefinition) *Graph {
-	g := &Graph{def: def, nodes: map[string]*novav1.Node{}, out: map[string][]*novav1.Edge{}}
+	g := &Graph{def: def, nodes: map[string]*novav1.Node{}, out: map[string][]*novav1.Edge{}, in: map[string][]*novav1.Edge{}}
 	for _, n := range def.GetNodes() {
 		if _, dup := g.nodes[n.GetId()]; dup {
 			continue
@@ -39,6 +47,7 @@ func NewGraph(def *novav1.WorkflowDefinition) *Graph {
 	}
 	for _, e := range def.GetEdges() {
 		g.out[e.GetFrom()] = append(g.out[e.GetFrom()], e)
+		g.in[e.GetTo()] = append(g.in[e.GetTo()], e)
 	}
 	return g
 }
@@ -55,24 +64,96 @@ func (g *Graph) Start() *novav1.Node { return g.start }
 // Outgoing returns the edges leaving id, in definition order.
 func (g *Graph) Outgoing(id string) []*novav1.Edge { return slices.Clone(g.out[id]) }
 
-// Next returns the node that follows a start, action or sleep node, or the
-// node a wait node without decide_on leads to when its signal comes (its
-// edge without condition; the timeout edge is TimeoutEdge's).
+// Incoming returns the edges leading to id, in definition order.
+func (g *Graph) Incoming(id string) []*novav1.Edge { return slices.Clone(g.in[id]) }
+
+// Next returns the node that follows a start, action, sleep, join, map or
+// workflow node, or the node a wait node without decide_on leads to when its
+// signal comes (its edge without condition; the timeout edge is
+// TimeoutEdge's), for callers that want exactly one: a node that fans out to
+// several is an error, and Targets gives them.
 func (g *Graph) Next(id string) (string, error) {
 	n := g.nodes[id]
 	if n == nil {
 		return "", fmt.Errorf("next after %q: %w", id, ErrUnknownNode)
 	}
-	switch n.GetType() {
-	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP, novav1.NodeType_NODE_TYPE_WAIT:
-	default:
-		return "", fmt.Errorf("next after %q: it is %s node; only start, action, wait and sleep nodes have a single next node", id, withArticle(n.GetType()))
+	if !hasTargets(n.GetType()) {
+		return "", fmt.Errorf("next after %q: it is %s node; only start, action, wait, sleep, join, map and workflow nodes have a single next node", id, withArticle(n.GetType()))
 	}
 	out := g.branches(n)
 	if len(out) != 1 || out[0].GetCondition() != "" {
+		if len(out) > 1 && !slices.ContainsFunc(out, func(e *novav1.Edge) bool { return e.GetCondition() != "" }) {
+			return "", fmt.Errorf("next after %q: it has %d outgoing edges, whose targets run at once; use Targets", id, len(out))
+		}
 		return "", fmt.Errorf("next after %q: want exactly one unconditional outgoing edge, have %d edges", id, len(out))
 	}
 	return out[0].GetTo(), nil
+}
+
+// Targets returns the nodes that follow a start, action, sleep, join, map or
+// workflow node, or a wait node without decide_on when its signal comes: the
+// targets of its edges without condition (a wait node's timeout edge is
+// TimeoutEdge's), in definition order. They all run at once. There is at
+// least one; a node without is an error, as are decision nodes and wait
+// nodes with decide_on (see Decide) and end nodes.
+func (g *Graph) Targets(id string) ([]string, error) {
+	n := g.nodes[id]
+	if n == nil {
+		return nil, fmt.Errorf("targets of %q: %w", id, ErrUnknownNode)
+	}
+	switch t := n.GetType(); {
+	case t == novav1.NodeType_NODE_TYPE_WAIT && n.GetDecideOn() != "":
+		return nil, fmt.Errorf("targets of %q: it is a wait node deciding on %q; its signal's payload chooses one edge (Decide)", id, n.GetDecideOn())
+	case !hasTargets(t):
+		return nil, fmt.Errorf("targets of %q: it is %s node; only start, action, sleep, join, map and workflow nodes and wait nodes without decide_on have targets", id, withArticle(t))
+	}
+	var to []string
+	for _, e := range g.out[id] {
+		if e.GetCondition() == "" {
+			to = append(to, e.GetTo())
+		}
+	}
+	if len(to) == 0 {
+		return nil, fmt.Errorf("targets of %q: it has no outgoing edge without condition", id)
+	}
+	return to, nil
+}
+
+// hasTargets: nodes of type t go on along their edges without condition.
+func hasTargets(t novav1.NodeType) bool {
+	switch t {
+	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP, novav1.NodeType_NODE_TYPE_WAIT,
+		novav1.NodeType_NODE_TYPE_JOIN, novav1.NodeType_NODE_TYPE_MAP, novav1.NodeType_NODE_TYPE_WORKFLOW:
+		return true
+	}
+	return false
+}
+
+// CanReach reports whether a path of one or more edges, whatever their
+// conditions, leads from node from to node to (so from reaches itself only
+// through a cycle). The nodes reachable from from are computed the first
+// time it is asked about and kept in g.
+func (g *Graph) CanReach(from, to string) bool {
+	r, ok := g.reach[from]
+	if !ok {
+		r = map[string]bool{}
+		queue := []string{from}
+		for len(queue) > 0 {
+			id := queue[0]
+			queue = queue[1:]
+			for _, e := range g.out[id] {
+				if next := e.GetTo(); !r[next] {
+					r[next] = true
+					queue = append(queue, next)
+				}
+			}
+		}
+		if g.reach == nil {
+			g.reach = map[string]map[string]bool{}
+		}
+		g.reach[from] = r
+	}
+	return r[to]
 }
 
 // Decide returns the node a decision node leads to for the given
@@ -205,4 +286,109 @@ func NodeTimeout(def *novav1.WorkflowDefinition, node *novav1.Node, fallback tim
 		}
 	}
 	return fallback
+}
+
+// The values of a join node's wait besides a number of branches.
+const (
+	// JoinWaitAll waits for every incoming branch (the default).
+	JoinWaitAll = "all"
+	// JoinWaitAny goes on when the first branch arrives.
+	JoinWaitAny = "any"
+)
+
+const joinWaitList = "all, any or a whole number of branches (at least 1)"
+
+// JoinWait returns how many arrivals join node n waits for: 0 for all of its
+// incoming branches (the default), 1 for "any", else the number it names.
+func JoinWait(n *novav1.Node) int {
+	switch w := n.GetWait(); w {
+	case "", JoinWaitAll:
+		return 0
+	case JoinWaitAny:
+		return 1
+	default:
+		if c, ok := branchCount(w); ok {
+			return c
+		}
+		return 0
+	}
+}
+
+// What a join node does with a context key that two branches both changed
+// (Node.merge).
+const (
+	// MergeError fails the execution, naming the key and both branches (the
+	// default).
+	MergeError = "error"
+	// MergeLast keeps the value of the branch that arrived last.
+	MergeLast = "last"
+	// MergeList makes the key the list of the values, in the order the
+	// branches arrived.
+	MergeList = "list"
+)
+
+var mergeModes = []string{MergeError, MergeLast, MergeList}
+
+const mergeList = "error, last or list"
+
+// JoinMerge returns join node n's merge mode: MergeError, MergeLast or
+// MergeList (MergeError when unset).
+func JoinMerge(n *novav1.Node) string {
+	if m := n.GetMerge(); m != "" {
+		return m
+	}
+	return MergeError
+}
+
+// What a map node does when one of its items fails (Node.on_item_failure).
+const (
+	// OnItemFailureFail fails the node at the first failing item (the
+	// default).
+	OnItemFailureFail = "fail"
+	// OnItemFailureCollect runs every item; a failed one's result is
+	// {"error": ...}.
+	OnItemFailureCollect = "collect"
+)
+
+var onItemFailures = []string{OnItemFailureFail, OnItemFailureCollect}
+
+const onItemFailureList = "fail or collect"
+
+// MapOnItemFailure returns map node n's on_item_failure: OnItemFailureFail
+// or OnItemFailureCollect (OnItemFailureFail when unset).
+func MapOnItemFailure(n *novav1.Node) string {
+	if f := n.GetOnItemFailure(); f != "" {
+		return f
+	}
+	return OnItemFailureFail
+}
+
+const (
+	// DefaultMapConcurrency is how many items a map node runs at once when
+	// it does not say.
+	DefaultMapConcurrency = 4
+	// MaxMapConcurrency is the most items a map node may run at once.
+	MaxMapConcurrency = 1000
+	// DefaultMapOutput is the context key that gets a map node's results
+	// when it does not name one.
+	DefaultMapOutput = "results"
+)
+
+var concurrencyRule = fmt.Sprintf("must be a whole number from 1 to %d (how many items run at once; leave it out for %d)", MaxMapConcurrency, DefaultMapConcurrency)
+
+// MapConcurrency returns how many items map node n runs at once.
+func MapConcurrency(n *novav1.Node) int {
+	if c := n.GetConcurrency(); c > 0 {
+		return int(c)
+	}
+	return DefaultMapConcurrency
+}
+
+// MapOutput returns the context key that gets the list of map node n's
+// results.
+func MapOutput(n *novav1.Node) string {
+	if o := n.GetOutput(); o != "" {
+		return o
+	}
+	return DefaultMapOutput
 }

@@ -23,7 +23,7 @@ import (
 var (
 	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "schedules", "nodes", "edges"}
 	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
-		"signal", "schema", "decide_on", "duration", "until"}
+		"signal", "schema", "decide_on", "duration", "until", "wait", "merge", "items", "concurrency", "output", "on_item_failure", "workflow", "input"}
 	budgetFields   = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
 	retryFields    = []string{"max_attempts", "initial_interval", "backoff_coefficient", "max_interval", "on"}
 	scheduleFields = []string{"id", "cron", "timezone", "every", "context", "catchup", "paused"}
@@ -198,6 +198,14 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.DecideOn = p.str(w, m, "decide_on")
 	n.DurationSeconds = p.seconds(w, m, "duration")
 	n.Until = p.str(w, m, "until")
+	n.Wait = p.joinWait(w, m)
+	n.Merge = p.choice(w, m, "merge", mergeModes, mergeList)
+	n.Items = p.str(w, m, "items")
+	n.Concurrency = p.concurrency(w, m)
+	n.OnItemFailure = p.choice(w, m, "on_item_failure", onItemFailures, onItemFailureList)
+	n.Workflow = p.str(w, m, "workflow")
+	n.Input = p.keyMap(w, m, "input", "child context key: parent context key")
+	p.output(w, m, n)
 
 	switch exec := strings.ToLower(strings.TrimSpace(p.str(w, m, "executor"))); exec {
 	case "", "e2b":
@@ -522,14 +530,149 @@ func (p *parser) whole(w where, m map[string]any, key string) int32 {
 	return int32(i)
 }
 
-// The node types as users write them.
-var nodeTypeNames = []string{"start", "action", "decision", "wait", "sleep", "end"}
+// joinWait reads a join node's wait: "all", "any" or how many branches it
+// waits for, a whole number from 1 (written as a number or as its text).
+// It is kept as "all", "any" or the number's decimal digits.
+func (p *parser) joinWait(w where, m map[string]any) string {
+	v, ok := m["wait"]
+	if !ok || v == nil {
+		return ""
+	}
+	var text string
+	switch v := v.(type) {
+	case string:
+		text = strings.ToLower(strings.TrimSpace(v))
+	case json.Number:
+		text = v.String()
+		// A whole number can arrive in float form, e.g. 2.0 or 1e1.
+		if f, err := v.Float64(); err == nil && f == math.Trunc(f) && math.Abs(f) <= math.MaxInt32 {
+			text = strconv.Itoa(int(f))
+		}
+	}
+	switch text {
+	case "":
+		if _, isStr := v.(string); isStr {
+			return "" // all, as when wait is left out
+		}
+	case JoinWaitAll, JoinWaitAny:
+		return text
+	}
+	if n, ok := branchCount(text); ok {
+		return strconv.Itoa(n)
+	}
+	p.addf(w, "wait", "must be %s, got %s", joinWaitList, kindOf(v))
+	return ""
+}
 
-const nodeTypeList = "start, action, decision, wait, sleep or end"
+// branchCount reads a number of branches written in decimal digits: from 1
+// to the largest int32.
+func branchCount(text string) (int, bool) {
+	i, err := strconv.ParseInt(text, 10, 32)
+	return int(i), err == nil && i >= 1
+}
+
+// choice reads a setting that takes one of a few words (allowed), in any
+// case; it is kept in lower case. list names the words for the message.
+func (p *parser) choice(w where, m map[string]any, key string, allowed []string, list string) string {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return ""
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		p.addf(w, key, "must be %s, got %s", list, kindOf(v))
+		return ""
+	}
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s != "" && !slices.Contains(allowed, s) {
+		msg := fmt.Sprintf("must be %s, got %s", list, kindOf(v))
+		if sug := suggest(s, allowed); sug != "" {
+			msg += fmt.Sprintf("; did you mean %q?", sug)
+		}
+		p.addf(w, key, "%s", msg)
+		return ""
+	}
+	return s
+}
+
+// concurrency reads how many items a map node runs at once.
+func (p *parser) concurrency(w where, m map[string]any) int32 {
+	before := len(p.problems)
+	c := p.whole(w, m, "concurrency")
+	if v, ok := m["concurrency"]; ok && v != nil && len(p.problems) == before && (c < 1 || c > MaxMapConcurrency) {
+		p.addf(w, "concurrency", "%s, got %d", concurrencyRule, c)
+		return 0
+	}
+	return c
+}
+
+// keyMap reads a mapping of context keys to context keys (what describes
+// it: "child context key: parent context key"); its entries are reported
+// as "<key>.<entry>".
+func (p *parser) keyMap(w where, m map[string]any, key, what string) map[string]string {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return nil
+	}
+	km, ok := v.(map[string]any)
+	if !ok {
+		p.addf(w, key, "must be a mapping of %s, got %s", what, kindOf(v))
+		return nil
+	}
+	in := w.in(key)
+	out := make(map[string]string, len(km))
+	for _, k := range slices.Sorted(maps.Keys(km)) {
+		s, ok := km[k].(string)
+		if !ok {
+			p.addf(in, k, "must be a string (a mapping of %s), got %s", what, kindOf(km[k]))
+			continue
+		}
+		out[k] = s
+	}
+	return out
+}
+
+// output reads a node's output, which the node's type decides: for a map
+// node the context key that gets the items' results (Node.output), for a
+// workflow node a mapping of parent context key to child context key
+// (Node.output_keys). On other nodes either is kept for Validate to report.
+func (p *parser) output(w where, m map[string]any, n *novav1.Node) {
+	v, ok := m["output"]
+	if !ok || v == nil {
+		return
+	}
+	const keys = "parent context key: child context key"
+	_, isMap := v.(map[string]any)
+	switch t := n.GetType(); {
+	case t == novav1.NodeType_NODE_TYPE_WORKFLOW:
+		n.OutputKeys = p.keyMap(w, m, "output", keys)
+	case t == novav1.NodeType_NODE_TYPE_MAP:
+		s, isStr := v.(string)
+		if !isStr {
+			p.addf(w, "output", "must be a string: the context key that gets the list of the items' results (default %s), got %s", DefaultMapOutput, kindOf(v))
+			return
+		}
+		n.Output = s
+	case isMap:
+		n.OutputKeys = p.keyMap(w, m, "output", keys)
+	default:
+		if s, isStr := v.(string); isStr {
+			n.Output = s
+			return
+		}
+		p.addf(w, "output", "must be a string (a map node's context key for its results) or a mapping of %s (a workflow node's), got %s", keys, kindOf(v))
+	}
+}
+
+// The node types as users write them.
+var nodeTypeNames = []string{"start", "action", "decision", "wait", "sleep", "join", "map", "workflow", "end"}
+
+const nodeTypeList = "start, action, decision, wait, sleep, join, map, workflow or end"
 
 // ParseNodeType maps a type name to a NodeType. It accepts NOVA's spelling
-// (start, action, decision, wait, sleep, end) and the original NOVA class names
-// (StartNode, ActionNode, ...), in any case. Unknown names give NODE_TYPE_UNSPECIFIED.
+// (start, action, decision, wait, sleep, join, map, workflow, end) and the
+// original NOVA class names (StartNode, ActionNode, ...), in any case.
+// Unknown names give NODE_TYPE_UNSPECIFIED.
 func ParseNodeType(s string) novav1.NodeType {
 	s = strings.ToLower(strings.TrimSpace(s))
 	s = strings.TrimSuffix(s, "node")
@@ -547,6 +690,12 @@ func ParseNodeType(s string) novav1.NodeType {
 		return novav1.NodeType_NODE_TYPE_WAIT
 	case "sleep":
 		return novav1.NodeType_NODE_TYPE_SLEEP
+	case "join":
+		return novav1.NodeType_NODE_TYPE_JOIN
+	case "map":
+		return novav1.NodeType_NODE_TYPE_MAP
+	case "workflow":
+		return novav1.NodeType_NODE_TYPE_WORKFLOW
 	default:
 		return novav1.NodeType_NODE_TYPE_UNSPECIFIED
 	}
@@ -567,6 +716,12 @@ func TypeName(t novav1.NodeType) string {
 		return "wait"
 	case novav1.NodeType_NODE_TYPE_SLEEP:
 		return "sleep"
+	case novav1.NodeType_NODE_TYPE_JOIN:
+		return "join"
+	case novav1.NodeType_NODE_TYPE_MAP:
+		return "map"
+	case novav1.NodeType_NODE_TYPE_WORKFLOW:
+		return "workflow"
 	default:
 		return "unspecified"
 	}

@@ -10,8 +10,9 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// ErrNotRunnable is returned by PinCode for a node that runs nothing (a
-// start, end, wait or sleep node).
+// ErrNotRunnable is returned by PinCode for a node that is not an action or
+// decision node: one that runs nothing (a start, end, wait, sleep or join
+// node), or a map or workflow node.
 var ErrNotRunnable = errors.New("node runs no code")
 
 // PinCode returns a copy of def in which node nodeID runs code, in language
@@ -21,9 +22,9 @@ var ErrNotRunnable = errors.New("node runs no code")
 // the top of the code, for whoever reads either. A code node gets the new
 // code. def itself is left as it was.
 //
-// The errors wrap ErrUnknownNode (no such node), ErrNotRunnable (a start,
-// end, wait or sleep node), or describe code or a language that cannot be
-// pinned; a definition that is no longer valid afterwards is a
+// The errors wrap ErrUnknownNode (no such node), ErrNotRunnable (neither
+// an action nor a decision node), or describe code or a language that
+// cannot be pinned; a definition that is no longer valid afterwards is a
 // *ValidationError.
 func PinCode(def *novav1.WorkflowDefinition, nodeID, code, language string) (*novav1.WorkflowDefinition, error) {
 	if def == nil {

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -44,8 +45,10 @@ type validator struct {
 	byID   map[string]*novav1.Node
 	order  []*novav1.Node // unique nodes with an id, in definition order
 	starts []*novav1.Node
-	// out holds the indexes of edges whose both ends exist, per source node.
+	// out holds the indexes of edges whose both ends exist, per source node;
+	// in holds them per target node.
 	out map[string][]int
+	in  map[string][]int
 }
 
 func (v *validator) add(nodeID, field, format string, args ...any) {
@@ -113,7 +116,8 @@ func (v *validator) node(n *novav1.Node) {
 	switch t := n.GetType(); t {
 	case novav1.NodeType_NODE_TYPE_UNSPECIFIED:
 		v.add(id, "type", "is required: %s", nodeTypeList)
-	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END, novav1.NodeType_NODE_TYPE_WAIT, novav1.NodeType_NODE_TYPE_SLEEP:
+	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END, novav1.NodeType_NODE_TYPE_WAIT, novav1.NodeType_NODE_TYPE_SLEEP,
+		novav1.NodeType_NODE_TYPE_JOIN:
 		if hasCode || hasPrompt {
 			v.add(id, "", "%s node runs nothing, but it has code or a prompt; put the work in an action node", withArticle(t))
 		}
@@ -123,6 +127,12 @@ func (v *validator) node(n *novav1.Node) {
 			v.add(id, "", "has both code and prompt; a node runs either code as written or a prompt (AI node), not both")
 		case !hasCode && !hasPrompt:
 			v.add(id, "", "has neither code nor prompt; %s node needs one of them", withArticle(t))
+		}
+	case novav1.NodeType_NODE_TYPE_MAP:
+		// Its body (code, prompt or workflow) is mapFields'.
+	case novav1.NodeType_NODE_TYPE_WORKFLOW:
+		if hasCode || hasPrompt {
+			v.add(id, "", "a workflow node runs the workflow it names, but it has code or a prompt; put the work in an action node")
 		}
 	default:
 		v.add(id, "type", "unknown node type %d", int32(t))
@@ -147,11 +157,17 @@ func (v *validator) node(n *novav1.Node) {
 	v.budget(id, n.GetBudget())
 	v.waitFields(n)
 	v.sleepFields(n)
+	v.foreignFields(n)
+	v.joinFields(n)
+	v.mapFields(n)
+	v.workflowFields(n)
 	if r := n.GetRetry(); r != nil {
 		switch t := n.GetType(); {
 		case t == novav1.NodeType_NODE_TYPE_ACTION, t == novav1.NodeType_NODE_TYPE_DECISION && hasCode:
 		case t == novav1.NodeType_NODE_TYPE_DECISION:
 			v.add(id, "retry", "a decision node without code has nothing to retry; retry applies to action nodes and to decision nodes with code")
+		case t == novav1.NodeType_NODE_TYPE_MAP:
+			v.add(id, "retry", "retry applies to action nodes and to decision nodes with code, not to a map node's items; set on_item_failure: collect to run every item whatever fails")
 		case t != novav1.NodeType_NODE_TYPE_UNSPECIFIED:
 			v.add(id, "retry", "%s node runs no code, so it has nothing to retry; retry applies to action nodes and to decision nodes with code", withArticle(t))
 		}
@@ -215,6 +231,151 @@ func (v *validator) sleepFields(n *novav1.Node) {
 		v.add(id, "", "a sleep node needs duration (e.g. 90s or 2h) or until (a context key holding an RFC 3339 time)")
 	case !(d > 0) || math.IsInf(d, 0):
 		v.add(id, "duration", "must be more than 0 seconds, got %g", d)
+	}
+}
+
+// foreignFields reports the fields of join, map and workflow nodes that a
+// node of another type has.
+func (v *validator) foreignFields(n *novav1.Node) {
+	id, t := n.GetId(), n.GetType()
+	if t == novav1.NodeType_NODE_TYPE_UNSPECIFIED {
+		return
+	}
+	join := []novav1.NodeType{novav1.NodeType_NODE_TYPE_JOIN}
+	mapNode := []novav1.NodeType{novav1.NodeType_NODE_TYPE_MAP}
+	for _, f := range []struct {
+		name   string
+		set    bool
+		owners []novav1.NodeType
+		who    string
+	}{
+		{"wait", n.GetWait() != "", join, "a join node"},
+		{"merge", n.GetMerge() != "", join, "a join node"},
+		{"items", n.GetItems() != "", mapNode, "a map node"},
+		{"concurrency", n.GetConcurrency() != 0, mapNode, "a map node"},
+		{"on_item_failure", n.GetOnItemFailure() != "", mapNode, "a map node"},
+		{"workflow", n.GetWorkflow() != "", []novav1.NodeType{novav1.NodeType_NODE_TYPE_WORKFLOW, novav1.NodeType_NODE_TYPE_MAP}, "a workflow or map node"},
+		{"input", len(n.GetInput()) > 0, []novav1.NodeType{novav1.NodeType_NODE_TYPE_WORKFLOW, novav1.NodeType_NODE_TYPE_MAP}, "a workflow node (or a map over a workflow)"},
+	} {
+		if f.set && !slices.Contains(f.owners, t) {
+			v.add(id, f.name, "only %s has %s; this is %s node", f.who, f.name, withArticle(t))
+		}
+	}
+	if t == novav1.NodeType_NODE_TYPE_MAP && len(n.GetInput()) > 0 && n.GetWorkflow() == "" {
+		v.add(id, "input", "map node %q has input but no workflow: input maps the keys a sub-workflow gets, for a map whose body is workflow", id)
+	}
+	switch {
+	case n.GetOutput() == "" || t == novav1.NodeType_NODE_TYPE_MAP:
+	case t == novav1.NodeType_NODE_TYPE_WORKFLOW:
+		v.add(id, "output", "a workflow node's output maps parent context keys to child context keys, got the single key %q; only a map node's output is one context key", n.GetOutput())
+	default:
+		v.add(id, "output", "only a map node has output as a context key; this is %s node", withArticle(t))
+	}
+	switch {
+	case len(n.GetOutputKeys()) == 0 || t == novav1.NodeType_NODE_TYPE_WORKFLOW:
+	case t == novav1.NodeType_NODE_TYPE_MAP:
+		v.add(id, "output", "a map node's output is the context key that gets its results, not a mapping; only a workflow node's output maps keys")
+	default:
+		v.add(id, "output", "only a workflow node has output as a mapping; this is %s node", withArticle(t))
+	}
+}
+
+// joinFields checks a join node's wait and merge.
+func (v *validator) joinFields(n *novav1.Node) {
+	if n.GetType() != novav1.NodeType_NODE_TYPE_JOIN {
+		return
+	}
+	id := n.GetId()
+	switch w := n.GetWait(); w {
+	case "", JoinWaitAll, JoinWaitAny:
+	default:
+		if _, ok := branchCount(w); !ok {
+			v.add(id, "wait", "must be %s, got %q", joinWaitList, w)
+		}
+	}
+	if m := n.GetMerge(); m != "" && !slices.Contains(mergeModes, m) {
+		v.add(id, "merge", "must be %s, got %q", mergeList, m)
+	}
+}
+
+// mapFields checks a map node: the list it runs over, its one body, how
+// many items run at once, what a failing item does and where the results
+// go.
+func (v *validator) mapFields(n *novav1.Node) {
+	if n.GetType() != novav1.NodeType_NODE_TYPE_MAP {
+		return
+	}
+	id := n.GetId()
+	if strings.TrimSpace(n.GetItems()) == "" {
+		v.add(id, "items", "map node %q needs items: the context key of the list it runs over", id)
+	}
+	var bodies []string
+	for _, b := range []struct{ name, value string }{{"code", n.GetCode()}, {"prompt", n.GetPrompt()}, {"workflow", n.GetWorkflow()}} {
+		if strings.TrimSpace(b.value) != "" {
+			bodies = append(bodies, b.name)
+		}
+	}
+	switch len(bodies) {
+	case 0:
+		v.add(id, "", "map node %q has no body; give it code, prompt or workflow: what runs for each item", id)
+	case 1:
+	default:
+		v.add(id, "", "map node %q has %s; a map node runs one body for each item: code, prompt or workflow, not several", id, both(bodies))
+	}
+	if c := n.GetConcurrency(); c < 0 || c > MaxMapConcurrency {
+		v.add(id, "concurrency", "%s, got %d", concurrencyRule, c)
+	}
+	if f := n.GetOnItemFailure(); f != "" && !slices.Contains(onItemFailures, f) {
+		v.add(id, "on_item_failure", "must be %s, got %q", onItemFailureList, f)
+	}
+	if o := n.GetOutput(); o != "" && strings.TrimSpace(o) == "" {
+		v.add(id, "output", "must name a context key (default %s), got %q", DefaultMapOutput, o)
+	}
+	switch wf := n.GetWorkflow(); {
+	case wf != "" && strings.TrimSpace(wf) == "":
+		v.add(id, "workflow", "must name a registered workflow, got %q", wf)
+	case wf != "" && wf == v.def.GetName():
+		v.add(id, "workflow", "map node %q runs workflow %q, the workflow it is in, for each item: a workflow cannot call itself", id, wf)
+	}
+}
+
+// workflowFields checks a workflow node: the workflow it runs and the keys
+// its input and output map.
+func (v *validator) workflowFields(n *novav1.Node) {
+	if n.GetType() == novav1.NodeType_NODE_TYPE_MAP && n.GetWorkflow() != "" {
+		v.inputKeys(n)
+	}
+	if n.GetType() != novav1.NodeType_NODE_TYPE_WORKFLOW {
+		return
+	}
+	id := n.GetId()
+	switch wf := n.GetWorkflow(); {
+	case strings.TrimSpace(wf) == "":
+		v.add(id, "workflow", "workflow node %q needs workflow: the name of the registered workflow it runs", id)
+	case wf == v.def.GetName():
+		v.add(id, "workflow", "workflow node %q runs workflow %q, the workflow it is in: a workflow cannot call itself", id, wf)
+	}
+	v.inputKeys(n)
+	for _, f := range []struct {
+		name, to, from string
+		keys           map[string]string
+	}{{"output", "parent", "child", n.GetOutputKeys()}} {
+		for _, k := range slices.Sorted(maps.Keys(f.keys)) {
+			if strings.TrimSpace(k) == "" || strings.TrimSpace(f.keys[k]) == "" {
+				v.add(id, f.name, "maps %s key %q to %s key %q; %s maps %s context keys to %s context keys, and neither may be empty",
+					f.to, k, f.from, f.keys[k], f.name, f.to, f.from)
+			}
+		}
+	}
+}
+
+// inputKeys checks that no key of a node's input map is empty.
+func (v *validator) inputKeys(n *novav1.Node) {
+	for _, k := range slices.Sorted(maps.Keys(n.GetInput())) {
+		if strings.TrimSpace(k) == "" || strings.TrimSpace(n.GetInput()[k]) == "" {
+			v.add(n.GetId(), "input", "maps child key %q to parent key %q; input maps child context keys to parent context keys, and neither may be empty",
+				k, n.GetInput()[k])
+		}
 	}
 }
 
@@ -338,7 +499,7 @@ func (v *validator) budget(nodeID string, b *novav1.Budget) {
 }
 
 func (v *validator) edges() {
-	v.out = map[string][]int{}
+	v.out, v.in = map[string][]int{}, map[string][]int{}
 	for i, e := range v.def.GetEdges() {
 		field := fmt.Sprintf("edges[%d]", i)
 		ok := true
@@ -354,6 +515,7 @@ func (v *validator) edges() {
 		}
 		if ok {
 			v.out[e.GetFrom()] = append(v.out[e.GetFrom()], i)
+			v.in[e.GetTo()] = append(v.in[e.GetTo()], i)
 		}
 	}
 
@@ -361,25 +523,9 @@ func (v *validator) edges() {
 	for _, n := range v.order {
 		id, out := n.GetId(), v.out[n.GetId()]
 		switch t := n.GetType(); t {
-		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP:
-			switch {
-			case len(out) == 0:
-				v.add(id, "", "has no outgoing edge; %s node needs exactly one", withArticle(t))
-			case len(out) > 1:
-				v.add(id, "", "has %d outgoing edges (to %s); %s node has exactly one, use a decision node to branch",
-					len(out), targets(edges, out), withArticle(t))
-			}
-			for _, i := range out {
-				switch c := edges[i].GetCondition(); c {
-				case "":
-				case TimeoutCondition:
-					v.add(id, fmt.Sprintf("edges[%d].condition", i),
-						"edge %s -> %s has condition %q; only a wait node with a timeout has a timeout edge", id, edges[i].GetTo(), c)
-				default:
-					v.add(id, fmt.Sprintf("edges[%d].condition", i),
-						"edge %s -> %s has condition %q; only edges leaving a decision or wait node have conditions", id, edges[i].GetTo(), c)
-				}
-			}
+		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP,
+			novav1.NodeType_NODE_TYPE_JOIN, novav1.NodeType_NODE_TYPE_MAP, novav1.NodeType_NODE_TYPE_WORKFLOW:
+			v.plainEdges(n, out)
 		case novav1.NodeType_NODE_TYPE_WAIT:
 			v.waitEdges(n, out)
 		case novav1.NodeType_NODE_TYPE_DECISION:
@@ -409,10 +555,80 @@ func (v *validator) edges() {
 	}
 }
 
-// waitEdges checks the edges leaving wait node n: without decide_on one
-// edge without condition, taken when the signal comes; with decide_on one
-// edge per value of that payload field; and at most one timeout edge, when
-// the node has a timeout.
+// plainEdges checks the edges leaving a start, action, sleep, join, map or
+// workflow node: none has a condition; a join node has exactly one, the
+// others one or several (their targets run at once), each to another node.
+// A join node also needs several incoming edges, at least as many as it
+// waits for.
+func (v *validator) plainEdges(n *novav1.Node, out []int) {
+	id, t, edges := n.GetId(), n.GetType(), v.def.GetEdges()
+	join := t == novav1.NodeType_NODE_TYPE_JOIN
+	switch {
+	case len(out) == 0 && join:
+		v.add(id, "", "has no outgoing edge; a join node needs exactly one")
+	case len(out) == 0:
+		v.add(id, "", "has no outgoing edge; %s node needs one (or several, whose targets run at once)", withArticle(t))
+	case len(out) > 1 && join:
+		v.add(id, "", "has %d outgoing edges (to %s); a join node has exactly one: the branches it merges go on as one", len(out), targets(edges, out))
+	}
+	var plain []int
+	for _, i := range out {
+		switch c := edges[i].GetCondition(); c {
+		case "":
+			plain = append(plain, i)
+		case TimeoutCondition:
+			v.add(id, fmt.Sprintf("edges[%d].condition", i),
+				"edge %s -> %s has condition %q; only a wait node with a timeout has a timeout edge", id, edges[i].GetTo(), c)
+		default:
+			v.add(id, fmt.Sprintf("edges[%d].condition", i),
+				"edge %s -> %s has condition %q; only edges leaving a decision or wait node have conditions", id, edges[i].GetTo(), c)
+		}
+	}
+	if !join {
+		v.distinctTargets(id, plain)
+		return
+	}
+	in := v.in[id]
+	if len(in) < 2 {
+		v.add(id, "", "join node %q has %s; a join waits for several branches: give it at least two", id, count(len(in), "incoming edge", "incoming edges"))
+	}
+	if w := n.GetWait(); w != JoinWaitAll && w != JoinWaitAny {
+		if c, ok := branchCount(w); ok && len(in) > 0 && c > len(in) {
+			verb := "lead"
+			if len(in) == 1 {
+				verb = "leads"
+			}
+			v.add(id, "wait", "join node %q waits for %d branches, but %s %s to it; wait must be all, any or a number from 1 to %d",
+				id, c, count(len(in), "edge", "edges"), verb, len(in))
+		}
+	}
+}
+
+// distinctTargets reports edges of out (indexes of edges leaving node id,
+// whose targets all run) that lead to the same node.
+func (v *validator) distinctTargets(id string, out []int) {
+	edges := v.def.GetEdges()
+	byTarget := map[string][]string{}
+	var order []string
+	for _, i := range out {
+		to := edges[i].GetTo()
+		if _, seen := byTarget[to]; !seen {
+			order = append(order, to)
+		}
+		byTarget[to] = append(byTarget[to], fmt.Sprintf("edges[%d]", i))
+	}
+	for _, to := range order {
+		if same := byTarget[to]; len(same) > 1 {
+			v.add(id, "", "has %d edges to %s (%s); the branches leaving a node lead to different nodes: remove the repeated edge",
+				len(same), to, strings.Join(same, ", "))
+		}
+	}
+}
+
+// waitEdges checks the edges leaving wait node n: without decide_on one or
+// more edges without condition, all taken when the signal comes, each to
+// another node; with decide_on one edge per value of that payload field;
+// and at most one timeout edge, when the node has a timeout.
 func (v *validator) waitEdges(n *novav1.Node, out []int) {
 	id, decideOn, edges := n.GetId(), n.GetDecideOn(), v.def.GetEdges()
 	hasTimeout := n.GetTimeoutSeconds() > 0
@@ -430,7 +646,7 @@ func (v *validator) waitEdges(n *novav1.Node, out []int) {
 		case c == TimeoutCondition:
 			timeoutTo = to
 		case decideOn == "" && c != "":
-			v.add(id, field, "edge %s -> %s has condition %q; a wait node without decide_on has one edge without condition (and may have a %q edge); set decide_on to choose the edge by a payload field", id, to, c, TimeoutCondition)
+			v.add(id, field, "edge %s -> %s has condition %q; a wait node without decide_on has edges without condition, all taken when its signal comes (and may have a %q edge); set decide_on to choose the edge by a payload field", id, to, c, TimeoutCondition)
 		case decideOn == "":
 			plain = append(plain, i)
 		case c == "":
@@ -449,9 +665,9 @@ func (v *validator) waitEdges(n *novav1.Node, out []int) {
 		v.add(id, "", "wait node deciding on %q has no outgoing edge for a value; add one edge per value of payload field %q, each with that value as its condition", decideOn, decideOn)
 	case decideOn != "":
 	case len(plain) == 0:
-		v.add(id, "", "has no outgoing edge without condition; a wait node needs exactly one, taken when its signal comes")
-	case len(plain) > 1:
-		v.add(id, "", "has %d outgoing edges without condition (to %s); a wait node without decide_on has exactly one, set decide_on to branch on the signal's payload", len(plain), targets(edges, plain))
+		v.add(id, "", "has no outgoing edge without condition; a wait node needs at least one, taken when its signal comes")
+	default:
+		v.distinctTargets(id, plain)
 	}
 }
 
@@ -481,6 +697,24 @@ func (v *validator) reachability() {
 	}
 }
 
+// WorkflowRefs returns the names of the workflows def's workflow nodes and
+// map nodes run (their workflow), sorted, each once: the workflows that
+// must be registered for def to run, which a registry follows to find
+// calls that come back round to def.
+func WorkflowRefs(def *novav1.WorkflowDefinition) []string {
+	var refs []string
+	for _, n := range def.GetNodes() {
+		switch n.GetType() {
+		case novav1.NodeType_NODE_TYPE_WORKFLOW, novav1.NodeType_NODE_TYPE_MAP:
+			if wf := n.GetWorkflow(); strings.TrimSpace(wf) != "" {
+				refs = append(refs, wf)
+			}
+		}
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs)
+}
+
 func nodeList(nodes []*novav1.Node) string {
 	ids := make([]string, len(nodes))
 	for i, n := range nodes {
@@ -504,6 +738,22 @@ func withArticle(t novav1.NodeType) string {
 		return "an " + name
 	}
 	return "a " + name
+}
+
+// count gives "1 edge", "2 edges", "0 edges".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// both gives "both a and b", "a, b and c".
+func both(names []string) string {
+	if len(names) == 2 {
+		return "both " + names[0] + " and " + names[1]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 func orQ(id string) string {

@@ -171,7 +171,7 @@ func TestValidate(t *testing.T) {
 			name: "start without outgoing edge",
 			edit: func(def *novav1.WorkflowDefinition) { def.Edges = def.Edges[1:] },
 			want: []wantProblem{
-				{"start", "", "has no outgoing edge; a start node needs exactly one"},
+				{"start", "", "has no outgoing edge; a start node needs one (or several, whose targets run at once)"},
 				{"extract", "", "unreachable"},
 				{"check_amount", "", "unreachable"},
 				{"manager_approval", "", "unreachable"},
@@ -180,11 +180,17 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
-			name: "action with two outgoing edges",
+			name: "action fanning out to two nodes",
 			edit: func(def *novav1.WorkflowDefinition) {
 				def.Edges = append(def.Edges, &novav1.Edge{From: "extract", To: "done"})
 			},
-			want: []wantProblem{{"extract", "", "has 2 outgoing edges (to check_amount, done)"}},
+		},
+		{
+			name: "action with two edges to one node",
+			edit: func(def *novav1.WorkflowDefinition) {
+				def.Edges = append(def.Edges, &novav1.Edge{From: "extract", To: "done"}, &novav1.Edge{From: "extract", To: "check_amount"})
+			},
+			want: []wantProblem{{"extract", "", "has 2 edges to check_amount (edges[1], edges[7]); the branches leaving a node lead to different nodes: remove the repeated edge"}},
 		},
 		{
 			name: "condition on action edge",
@@ -273,7 +279,7 @@ func TestValidationErrorListsEachProblemOnItsOwnLine(t *testing.T) {
   - node "extract": has both code and prompt; a node runs either code as written or a prompt (AI node), not both
   - node "extract", field "prompt": AI (prompt) nodes need a model, and this deployment has none: give the AI agents OPENAI_API_KEY or OPENAI_BASE_URL and set NOVA_ALLOW_PROMPT=true on the graph engine
   - edges[5].to: edge auto_approve -> nowhere leads to unknown node "nowhere"
-  - node "auto_approve": has no outgoing edge; an action node needs exactly one`
+  - node "auto_approve": has no outgoing edge; an action node needs one (or several, whose targets run at once)`
 	if err.Error() != want {
 		t.Errorf("Error() =\n%s\nwant\n%s", err, want)
 	}

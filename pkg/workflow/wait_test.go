@@ -179,7 +179,7 @@ func TestParseNewFieldErrors(t *testing.T) {
 		want workflow.Problem
 	}{
 		{"type close to wait", "name: w\nnodes:\n  - {id: a, type: wiat}\n",
-			workflow.Problem{NodeID: "a", Field: "type", Message: `unknown node type "wiat"; did you mean "wait"? (use start, action, decision, wait, sleep or end)`}},
+			workflow.Problem{NodeID: "a", Field: "type", Message: `unknown node type "wiat"; did you mean "wait"? (use start, action, decision, wait, sleep, join, map, workflow or end)`}},
 		{"schema is a list", "name: w\nnodes:\n  - {id: a, type: wait, schema: [1]}\n",
 			workflow.Problem{NodeID: "a", Field: "schema", Message: "must be a JSON Schema: a mapping such as {type: object, required: [approved]}, got a list"}},
 		{"schema text is not JSON", "name: w\nnodes:\n  - {id: a, type: wait, schema: 'type: object'}\n",
@@ -278,14 +278,21 @@ func TestValidateWaitAndSleep(t *testing.T) {
 		}, nil},
 		{"without decide_on, conditions", func(def *novav1.WorkflowDefinition) { node(def, "approve").DecideOn = "" },
 			[]string{
-				`node "approve", field "edges[1].condition": edge approve -> cool_off has condition "true"; a wait node without decide_on has one edge without condition (and may have a "timeout" edge); set decide_on to choose the edge by a payload field`,
-				`node "approve", field "edges[2].condition": edge approve -> done has condition "false"; a wait node without decide_on has one edge without condition (and may have a "timeout" edge); set decide_on to choose the edge by a payload field`,
-				`node "approve": has no outgoing edge without condition; a wait node needs exactly one, taken when its signal comes`,
+				`node "approve", field "edges[1].condition": edge approve -> cool_off has condition "true"; a wait node without decide_on has edges without condition, all taken when its signal comes (and may have a "timeout" edge); set decide_on to choose the edge by a payload field`,
+				`node "approve", field "edges[2].condition": edge approve -> done has condition "false"; a wait node without decide_on has edges without condition, all taken when its signal comes (and may have a "timeout" edge); set decide_on to choose the edge by a payload field`,
+				`node "approve": has no outgoing edge without condition; a wait node needs at least one, taken when its signal comes`,
 			}},
-		{"without decide_on, two edges", func(def *novav1.WorkflowDefinition) {
+		{"without decide_on, two edges and a timeout edge to one of them", func(def *novav1.WorkflowDefinition) {
 			node(def, "approve").DecideOn = ""
 			def.Edges[1].Condition, def.Edges[2].Condition = "", ""
-		}, []string{`node "approve": has 2 outgoing edges without condition (to cool_off, done); a wait node without decide_on has exactly one, set decide_on to branch on the signal's payload`}},
+		}, nil},
+		{"without decide_on, two edges to one node", func(def *novav1.WorkflowDefinition) {
+			node(def, "approve").DecideOn = ""
+			def.Edges[1].Condition, def.Edges[2].Condition = "", ""
+			def.Edges[2].To = "cool_off"
+		}, []string{
+			`node "approve": has 2 edges to cool_off (edges[1], edges[2]); the branches leaving a node lead to different nodes: remove the repeated edge`,
+		}},
 		{"timeout edge without a timeout", func(def *novav1.WorkflowDefinition) { node(def, "approve").TimeoutSeconds = 0 },
 			[]string{`node "approve", field "edges[3].condition": edge approve -> done has condition "timeout", but wait node approve has no timeout; set its timeout (e.g. 72h) or remove the edge`}},
 		{"a wait node with a timeout needs no timeout edge", func(def *novav1.WorkflowDefinition) {
@@ -298,9 +305,12 @@ func TestValidateWaitAndSleep(t *testing.T) {
 			[]string{`node "charge", field "edges[6].condition": edge charge -> done has condition "timeout"; only a wait node with a timeout has a timeout edge`}},
 		{"condition on a sleep node's edge", func(def *novav1.WorkflowDefinition) { def.Edges[4].Condition = "late" },
 			[]string{`node "cool_off", field "edges[4].condition": edge cool_off -> until_due has condition "late"; only edges leaving a decision or wait node have conditions`}},
-		{"sleep with two edges", func(def *novav1.WorkflowDefinition) {
+		{"sleep fanning out", func(def *novav1.WorkflowDefinition) {
 			def.Edges = append(def.Edges, &novav1.Edge{From: "cool_off", To: "done"})
-		}, []string{`node "cool_off": has 2 outgoing edges (to until_due, done); a sleep node has exactly one, use a decision node to branch`}},
+		}, nil},
+		{"sleep with the same edge twice", func(def *novav1.WorkflowDefinition) {
+			def.Edges = append(def.Edges, &novav1.Edge{From: "cool_off", To: "until_due"})
+		}, []string{`node "cool_off": has 2 edges to until_due (edges[4], edges[7]); the branches leaving a node lead to different nodes: remove the repeated edge`}},
 		{"sleep with duration and until", func(def *novav1.WorkflowDefinition) { node(def, "cool_off").Until = "due_at" },
 			[]string{`node "cool_off": has both duration and until; a sleep node sleeps for a duration or until a time, not both`}},
 		{"sleep with neither", func(def *novav1.WorkflowDefinition) { node(def, "cool_off").DurationSeconds = 0 },

@@ -88,7 +88,10 @@ func writeChain(w io.Writer, c *chainstore.ExecutionChain, asJSON bool) error {
 	}
 	fmt.Fprintln(w, ")")
 	for _, n := range nodes {
-		fmt.Fprintf(w, "\n#%d %s [%s] visit %d: %s, %.1f ms\n", n.Sequence, n.NodeID, n.NodeType, n.Visit, n.Status, n.ExecutionTime)
+		fmt.Fprintf(w, "\n#%d %s [%s] visit %d: %s, %.1f ms%s\n", n.Sequence, n.NodeID, n.NodeType, n.Visit, n.Status, n.ExecutionTime, visitPlace(n))
+		if len(n.ChildExecutionIDs) > 0 {
+			fmt.Fprintf(w, "   child executions: %s\n", strings.Join(n.ChildExecutionIDs, ", "))
+		}
 		if n.NodeType == "decision" && n.PathTaken != "" {
 			fmt.Fprintf(w, "   decision %q -> %s\n", n.DecisionResult, n.PathTaken)
 		} else if n.PathTaken != "" {
@@ -209,4 +212,16 @@ func printAI(w io.Writer, ai map[string]any) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return line
+}
+
+// visitPlace says where a visit ran when the execution ran branches: its
+// branch, or a map's item.
+func visitPlace(n chainstore.NodeDoc) string {
+	switch {
+	case n.Item != nil:
+		return fmt.Sprintf(", item %d", *n.Item)
+	case n.Branch != "":
+		return ", branch " + n.Branch
+	}
+	return ""
 }

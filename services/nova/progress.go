@@ -55,7 +55,7 @@ func (p *progressPrinter) print(ev client.Progress) {
 		if n.GetVisit() > 1 {
 			visit = fmt.Sprintf(" (visit %d)", n.GetVisit())
 		}
-		fmt.Fprintf(p.w, "  ▶ %-*s started  %s%s\n", p.width, n.GetNodeId(), kind, visit)
+		fmt.Fprintf(p.w, "  ▶ %-*s started  %s%s%s\n", p.width, nodeLabel(n.GetNodeId(), n.Item), kind, visit, branchNote(n.GetBranch(), n.Item))
 	case ev.StepCompleted != nil:
 		s := ev.StepCompleted
 		if !p.ai[s.GetNodeId()] && s.GetAttemptNumber() <= 1 {
@@ -87,7 +87,7 @@ func (p *progressPrinter) print(ev client.Progress) {
 		if n.GetStatus() != execution.NodeSuccess {
 			mark, status = "✗", execution.StatusFailed
 		}
-		line := fmt.Sprintf("  %s %-*s %-8s %.1f ms", mark, p.width, n.GetNodeId(), status, n.GetExecutionTimeMs())
+		line := fmt.Sprintf("  %s %-*s %-8s %.1f ms", mark, p.width, nodeLabel(n.GetNodeId(), n.Item), status, n.GetExecutionTimeMs())
 		if a := n.GetAiMetadata().GetFields()["attempts"]; a != nil && a.GetNumberValue() > 1 {
 			line += fmt.Sprintf(", %d attempts", int(a.GetNumberValue()))
 		}
@@ -97,8 +97,26 @@ func (p *progressPrinter) print(ev client.Progress) {
 		if e := n.GetErrorMessage(); e != "" {
 			line += "  " + firstLine(e)
 		}
+		line += branchNote(n.GetBranch(), n.Item)
 		fmt.Fprintln(p.w, line)
 	}
+}
+
+// nodeLabel names a node visit: a map's item by its position, "orders[3]".
+func nodeLabel(node string, item *int32) string {
+	if item == nil {
+		return node
+	}
+	return fmt.Sprintf("%s[%d]", node, *item)
+}
+
+// branchNote says which branch a visit ran in, when the execution ran
+// several at once ("" for a map's item, which its label names).
+func branchNote(branch string, item *int32) string {
+	if branch == "" || item != nil {
+		return ""
+	}
+	return "  branch " + branch
 }
 
 // wait returns when the completion has been shown, or after at most d.

@@ -109,7 +109,7 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "nova signal: %v\n", err)
 		return exitInvalid
 	}
-	node := execution.WaitNode(st)
+	node := execution.WaitNode(st, name)
 	if err := workflow.CheckPayload(node, decoded); err != nil {
 		fmt.Fprintf(stderr, "nova signal: %s\n", payloadProblem(node, err))
 		return exitInvalid

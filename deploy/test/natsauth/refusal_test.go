@@ -84,7 +84,11 @@ func probes() []probe {
 		// Commands: producers start workflows and refinements, only the
 		// engine commands agents, but for the gateway running code outside
 		// any workflow (POST /v1/execute) in the sandbox.
-		add(u, "pub", bus.CommandSubject(bus.AgentGraphEngine), isProducer(u))
+		// The engine too: a sub-workflow's child is started (and
+		// cancelled with its parent) by a command to the engine.
+		add(u, "pub", bus.CommandSubject(bus.AgentGraphEngine), isProducer(u) || u == userGraphEngine)
+		// A child's end, told to its parent, is the engine's own result.
+		add(u, "pub", bus.EventSubject(exec, bus.KindChildCompleted), u == userGraphEngine)
 		for _, a := range resultSenders {
 			add(u, "pub", bus.CommandSubject(a), u == userGraphEngine || u == userGateway && a == userSandbox)
 		}

@@ -37,8 +37,10 @@ type StartWorkflow struct {
 	Rerun *RerunFrom `protobuf:"bytes,6,opt,name=rerun,proto3" json:"rerun,omitempty"`
 	// Set when a schedule started the execution: its workflow's schedule id
 	// and the tick it stands for.
-	ScheduleId    string                 `protobuf:"bytes,7,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
-	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	ScheduleId  string                 `protobuf:"bytes,7,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	// A sub-workflow's child: the parent's node visit that started it.
+	Parent        *ParentRef `protobuf:"bytes,9,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +120,13 @@ func (x *StartWorkflow) GetScheduleId() string {
 func (x *StartWorkflow) GetScheduledAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ScheduledAt
+	}
+	return nil
+}
+
+func (x *StartWorkflow) GetParent() *ParentRef {
+	if x != nil {
+		return x.Parent
 	}
 	return nil
 }
@@ -1252,6 +1261,201 @@ func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
 	return nil
 }
 
+// ParentRef names the node visit of a parent execution that started a
+// sub-workflow's execution.
+type ParentRef struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	NodeId      string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The step the parent waits for (the child's execution id).
+	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Visit  int32  `protobuf:"varint,4,opt,name=visit,proto3" json:"visit,omitempty"`
+	// A map item: its position (the parent waits for each item's child).
+	Item *int32 `protobuf:"varint,5,opt,name=item,proto3,oneof" json:"item,omitempty"`
+	// The parent's dispatch number of the start (as a command's sequence).
+	Sequence      int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParentRef) Reset() {
+	*x = ParentRef{}
+	mi := &file_nova_v1_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParentRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParentRef) ProtoMessage() {}
+
+func (x *ParentRef) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParentRef.ProtoReflect.Descriptor instead.
+func (*ParentRef) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ParentRef) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ParentRef) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ParentRef) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *ParentRef) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+func (x *ParentRef) GetItem() int32 {
+	if x != nil && x.Item != nil {
+		return *x.Item
+	}
+	return 0
+}
+
+func (x *ParentRef) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+// ChildCompleted tells a parent execution that the child execution one of
+// its workflow (or map) nodes started has ended. The graph engine publishes
+// it as the child ends.
+// Type io.nova.result.workflow.completed.v1 on
+// nova.evt.<parent execution_id>.result.workflow.
+type ChildCompleted struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Parent           *ParentRef             `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	ChildExecutionId string                 `protobuf:"bytes,2,opt,name=child_execution_id,json=childExecutionId,proto3" json:"child_execution_id,omitempty"`
+	WorkflowName     string                 `protobuf:"bytes,3,opt,name=workflow_name,json=workflowName,proto3" json:"workflow_name,omitempty"`
+	// "succeeded", "failed" or "cancelled".
+	Status        string     `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Error         string     `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Context       *JSONValue `protobuf:"bytes,6,opt,name=context,proto3" json:"context,omitempty"`
+	CostUsd       float64    `protobuf:"fixed64,7,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	ModelCalls    int32      `protobuf:"varint,8,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildCompleted) Reset() {
+	*x = ChildCompleted{}
+	mi := &file_nova_v1_events_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildCompleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildCompleted) ProtoMessage() {}
+
+func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildCompleted.ProtoReflect.Descriptor instead.
+func (*ChildCompleted) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ChildCompleted) GetParent() *ParentRef {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+func (x *ChildCompleted) GetChildExecutionId() string {
+	if x != nil {
+		return x.ChildExecutionId
+	}
+	return ""
+}
+
+func (x *ChildCompleted) GetWorkflowName() string {
+	if x != nil {
+		return x.WorkflowName
+	}
+	return ""
+}
+
+func (x *ChildCompleted) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ChildCompleted) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ChildCompleted) GetContext() *JSONValue {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *ChildCompleted) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *ChildCompleted) GetModelCalls() int32 {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return 0
+}
+
 // WorkflowStarted is published once when an execution begins.
 // Type io.nova.workflow.started.v1 on nova.evt.<execution_id>.workflow.started.
 type WorkflowStarted struct {
@@ -1264,15 +1468,17 @@ type WorkflowStarted struct {
 	// A rerun: what it reruns.
 	Rerun *RerunFrom `protobuf:"bytes,7,opt,name=rerun,proto3" json:"rerun,omitempty"`
 	// Started by a schedule: its id and tick.
-	ScheduleId    string                 `protobuf:"bytes,8,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
-	ScheduledAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	ScheduleId  string                 `protobuf:"bytes,8,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	// A sub-workflow's child: the parent's node visit that started it.
+	Parent        *ParentRef `protobuf:"bytes,10,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1490,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1503,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -1356,6 +1562,13 @@ func (x *WorkflowStarted) GetScheduledAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WorkflowStarted) GetParent() *ParentRef {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
 // WorkflowCompleted is published once when an execution ends.
 // Type io.nova.workflow.completed.v1 on nova.evt.<execution_id>.workflow.completed.
 type WorkflowCompleted struct {
@@ -1378,14 +1591,16 @@ type WorkflowCompleted struct {
 	CancelledBy  string `protobuf:"bytes,13,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	CancelReason string `protobuf:"bytes,14,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
 	// The execution this one reruns.
-	RerunOf       string `protobuf:"bytes,15,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	RerunOf string `protobuf:"bytes,15,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	// A sub-workflow's child: the parent's node visit that started it.
+	Parent        *ParentRef `protobuf:"bytes,16,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1612,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1625,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -1511,6 +1726,13 @@ func (x *WorkflowCompleted) GetRerunOf() string {
 	return ""
 }
 
+func (x *WorkflowCompleted) GetParent() *ParentRef {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
 type NodeSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1528,7 +1750,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1762,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1775,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -1642,7 +1864,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1876,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1889,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -1821,7 +2043,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2055,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2068,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -2027,16 +2249,20 @@ type NodeStarted struct {
 	NodeType    string                 `protobuf:"bytes,3,opt,name=node_type,json=nodeType,proto3" json:"node_type,omitempty"`
 	Visit       int32                  `protobuf:"varint,4,opt,name=visit,proto3" json:"visit,omitempty"`
 	// True when the node is an AI node (a prompt, no code).
-	Ai            bool                   `protobuf:"varint,5,opt,name=ai,proto3" json:"ai,omitempty"`
-	Sequence      int32                  `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Ai        bool                   `protobuf:"varint,5,opt,name=ai,proto3" json:"ai,omitempty"`
+	Sequence  int32                  `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// The branch it runs in ("" when the execution follows one line), and a
+	// map item's position.
+	Branch        string `protobuf:"bytes,8,opt,name=branch,proto3" json:"branch,omitempty"`
+	Item          *int32 `protobuf:"varint,9,opt,name=item,proto3,oneof" json:"item,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2274,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2287,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -2113,6 +2339,20 @@ func (x *NodeStarted) GetStartedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *NodeStarted) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *NodeStarted) GetItem() int32 {
+	if x != nil && x.Item != nil {
+		return *x.Item
+	}
+	return 0
+}
+
 // NodeCompleted records one visit of a node (a chain_of_work document).
 // Type io.nova.node.completed.v1 on nova.evt.<execution_id>.node.completed.
 type NodeCompleted struct {
@@ -2155,13 +2395,19 @@ type NodeCompleted struct {
 	TimedOut bool            `protobuf:"varint,29,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// carried_over: the execution where the node ran.
 	CarriedOverFrom string `protobuf:"bytes,30,opt,name=carried_over_from,json=carriedOverFrom,proto3" json:"carried_over_from,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The branch the visit ran in, and a map item's position (each item of a
+	// map node is a visit of its own, found by its index).
+	Branch string `protobuf:"bytes,31,opt,name=branch,proto3" json:"branch,omitempty"`
+	Item   *int32 `protobuf:"varint,32,opt,name=item,proto3,oneof" json:"item,omitempty"`
+	// A workflow node's (or a map's) child executions.
+	ChildExecutionIds []string `protobuf:"bytes,33,rep,name=child_execution_ids,json=childExecutionIds,proto3" json:"child_execution_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2419,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2432,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -2385,6 +2631,27 @@ func (x *NodeCompleted) GetCarriedOverFrom() string {
 	return ""
 }
 
+func (x *NodeCompleted) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *NodeCompleted) GetItem() int32 {
+	if x != nil && x.Item != nil {
+		return *x.Item
+	}
+	return 0
+}
+
+func (x *NodeCompleted) GetChildExecutionIds() []string {
+	if x != nil {
+		return x.ChildExecutionIds
+	}
+	return nil
+}
+
 // SignalReceived is a signal a wait node took.
 type SignalReceived struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2398,7 +2665,7 @@ type SignalReceived struct {
 
 func (x *SignalReceived) Reset() {
 	*x = SignalReceived{}
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2677,7 @@ func (x *SignalReceived) String() string {
 func (*SignalReceived) ProtoMessage() {}
 
 func (x *SignalReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2690,7 @@ func (x *SignalReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
 func (*SignalReceived) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SignalReceived) GetName() string {
@@ -2479,13 +2746,15 @@ type StepCompleted struct {
 	ExecutionTimeMs float64                `protobuf:"fixed64,19,opt,name=execution_time_ms,json=executionTimeMs,proto3" json:"execution_time_ms,omitempty"`
 	Timestamp       *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
 	StepId          string                 `protobuf:"bytes,21,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A map item's position.
+	Item          *int32 `protobuf:"varint,22,opt,name=item,proto3,oneof" json:"item,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2766,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2779,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -2660,6 +2929,13 @@ func (x *StepCompleted) GetStepId() string {
 	return ""
 }
 
+func (x *StepCompleted) GetItem() int32 {
+	if x != nil && x.Item != nil {
+		return *x.Item
+	}
+	return 0
+}
+
 // DeadLetter carries an event that could not be handled.
 // Type io.nova.deadletter.v1 on nova.dlq.<consumer>; its id is
 // dlq:<consumer>:<stream>:<stream_sequence>, one per consumer and message.
@@ -2697,7 +2973,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2985,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2998,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -2813,7 +3089,7 @@ var File_nova_v1_events_proto protoreflect.FileDescriptor
 
 const file_nova_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\"\xd2\x02\n" +
+	"\x14nova/v1/events.proto\x12\anova.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\"\xfe\x02\n" +
 	"\rStartWorkflow\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -2824,7 +3100,8 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x05rerun\x18\x06 \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x12\x1f\n" +
 	"\vschedule_id\x18\a \x01(\tR\n" +
 	"scheduleId\x12=\n" +
-	"\fscheduled_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAtJ\x04\b\x04\x10\x05\"j\n" +
+	"\fscheduled_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12*\n" +
+	"\x06parent\x18\t \x01(\v2\x12.nova.v1.ParentRefR\x06parentJ\x04\b\x04\x10\x05\"j\n" +
 	"\tRerunFrom\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
@@ -2923,7 +3200,25 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x10RegisterWorkflow\x12;\n" +
 	"\n" +
 	"definition\x18\x01 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
-	"definition\"\x8f\x03\n" +
+	"definition\"\xb4\x01\n" +
+	"\tParentRef\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12\x14\n" +
+	"\x05visit\x18\x04 \x01(\x05R\x05visit\x12\x17\n" +
+	"\x04item\x18\x05 \x01(\x05H\x00R\x04item\x88\x01\x01\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequenceB\a\n" +
+	"\x05_item\"\xa7\x02\n" +
+	"\x0eChildCompleted\x12*\n" +
+	"\x06parent\x18\x01 \x01(\v2\x12.nova.v1.ParentRefR\x06parent\x12,\n" +
+	"\x12child_execution_id\x18\x02 \x01(\tR\x10childExecutionId\x12#\n" +
+	"\rworkflow_name\x18\x03 \x01(\tR\fworkflowName\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12,\n" +
+	"\acontext\x18\x06 \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12\x19\n" +
+	"\bcost_usd\x18\a \x01(\x01R\acostUsd\x12\x1f\n" +
+	"\vmodel_calls\x18\b \x01(\x05R\n" +
+	"modelCalls\"\xbb\x03\n" +
 	"\x0fWorkflowStarted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12;\n" +
@@ -2936,7 +3231,9 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x05rerun\x18\a \x01(\v2\x12.nova.v1.RerunFromR\x05rerun\x12\x1f\n" +
 	"\vschedule_id\x18\b \x01(\tR\n" +
 	"scheduleId\x12=\n" +
-	"\fscheduled_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAtJ\x04\b\x04\x10\x05\"\x96\x04\n" +
+	"\fscheduled_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12*\n" +
+	"\x06parent\x18\n" +
+	" \x01(\v2\x12.nova.v1.ParentRefR\x06parentJ\x04\b\x04\x10\x05\"\xc2\x04\n" +
 	"\x11WorkflowCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12#\n" +
 	"\rworkflow_name\x18\x02 \x01(\tR\fworkflowName\x12\x16\n" +
@@ -2954,7 +3251,8 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"modelCalls\x12!\n" +
 	"\fcancelled_by\x18\r \x01(\tR\vcancelledBy\x12#\n" +
 	"\rcancel_reason\x18\x0e \x01(\tR\fcancelReason\x12\x19\n" +
-	"\brerun_of\x18\x0f \x01(\tR\arerunOfJ\x04\b\x04\x10\x05\"\xbb\x01\n" +
+	"\brerun_of\x18\x0f \x01(\tR\arerunOf\x12*\n" +
+	"\x06parent\x18\x10 \x01(\v2\x12.nova.v1.ParentRefR\x06parentJ\x04\b\x04\x10\x05\"\xbb\x01\n" +
 	"\vNodeSummary\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1a\n" +
@@ -3013,7 +3311,7 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x04logs\x18\x16 \x03(\tR\x04logs\x12\x14\n" +
 	"\x05limit\x18\x17 \x01(\tR\x05limit\x12\x1f\n" +
 	"\vstep_number\x18\x1b \x01(\x05R\n" +
-	"stepNumberJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\xe3\x01\n" +
+	"stepNumberJ\x04\b\a\x10\bJ\x04\b\x14\x10\x15J\x04\b\x15\x10\x16\"\x9d\x02\n" +
 	"\vNodeStarted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -3022,7 +3320,10 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x02ai\x18\x05 \x01(\bR\x02ai\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x05R\bsequence\x129\n" +
 	"\n" +
-	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xe5\b\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x16\n" +
+	"\x06branch\x18\b \x01(\tR\x06branch\x12\x17\n" +
+	"\x04item\x18\t \x01(\x05H\x00R\x04item\x88\x01\x01B\a\n" +
+	"\x05_item\"\xcf\t\n" +
 	"\rNodeCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -3057,13 +3358,17 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x0fnext_attempt_at\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12/\n" +
 	"\x06signal\x18\x1c \x01(\v2\x17.nova.v1.SignalReceivedR\x06signal\x12\x1b\n" +
 	"\ttimed_out\x18\x1d \x01(\bR\btimedOut\x12*\n" +
-	"\x11carried_over_from\x18\x1e \x01(\tR\x0fcarriedOverFromJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\xa8\x01\n" +
+	"\x11carried_over_from\x18\x1e \x01(\tR\x0fcarriedOverFrom\x12\x16\n" +
+	"\x06branch\x18\x1f \x01(\tR\x06branch\x12\x17\n" +
+	"\x04item\x18  \x01(\x05H\x00R\x04item\x88\x01\x01\x12.\n" +
+	"\x13child_execution_ids\x18! \x03(\tR\x11childExecutionIdsB\a\n" +
+	"\x05_itemJ\x04\b\a\x10\bJ\x04\b\b\x10\t\"\xa8\x01\n" +
 	"\x0eSignalReceived\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\apayload\x18\x02 \x01(\v2\x12.nova.v1.JSONValueR\apayload\x12\x17\n" +
 	"\asent_by\x18\x03 \x01(\tR\x06sentBy\x12;\n" +
 	"\vreceived_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"receivedAt\"\x96\x06\n" +
+	"receivedAt\"\xb8\x06\n" +
 	"\rStepCompleted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -3093,7 +3398,9 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\rerror_message\x18\x12 \x01(\tR\ferrorMessage\x12*\n" +
 	"\x11execution_time_ms\x18\x13 \x01(\x01R\x0fexecutionTimeMs\x128\n" +
 	"\ttimestamp\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x17\n" +
-	"\astep_id\x18\x15 \x01(\tR\x06stepId\"\xe8\x03\n" +
+	"\astep_id\x18\x15 \x01(\tR\x06stepId\x12\x17\n" +
+	"\x04item\x18\x16 \x01(\x05H\x00R\x04item\x88\x01\x01B\a\n" +
+	"\x05_item\"\xe8\x03\n" +
 	"\n" +
 	"DeadLetter\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\tR\bconsumer\x12\x18\n" +
@@ -3127,7 +3434,7 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
 	(*RerunFrom)(nil),             // 1: nova.v1.RerunFrom
@@ -3143,75 +3450,82 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*StartRefinement)(nil),       // 11: nova.v1.StartRefinement
 	(*RefinementProgress)(nil),    // 12: nova.v1.RefinementProgress
 	(*RegisterWorkflow)(nil),      // 13: nova.v1.RegisterWorkflow
-	(*WorkflowStarted)(nil),       // 14: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 15: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 16: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 17: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 18: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 19: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 20: nova.v1.NodeCompleted
-	(*SignalReceived)(nil),        // 21: nova.v1.SignalReceived
-	(*StepCompleted)(nil),         // 22: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 23: nova.v1.DeadLetter
-	nil,                           // 24: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 25: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 26: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*Schedule)(nil),              // 28: nova.v1.Schedule
-	(*Refinement)(nil),            // 29: nova.v1.Refinement
-	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 31: google.protobuf.ListValue
+	(*ParentRef)(nil),             // 14: nova.v1.ParentRef
+	(*ChildCompleted)(nil),        // 15: nova.v1.ChildCompleted
+	(*WorkflowStarted)(nil),       // 16: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 17: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 18: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 19: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 20: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 21: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 22: nova.v1.NodeCompleted
+	(*SignalReceived)(nil),        // 23: nova.v1.SignalReceived
+	(*StepCompleted)(nil),         // 24: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 25: nova.v1.DeadLetter
+	nil,                           // 26: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 27: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 28: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*Schedule)(nil),              // 30: nova.v1.Schedule
+	(*Refinement)(nil),            // 31: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 32: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 33: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	25, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	26, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	27, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	28, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
 	1,  // 2: nova.v1.StartWorkflow.rerun:type_name -> nova.v1.RerunFrom
-	27, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
-	26, // 4: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
-	28, // 5: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
-	27, // 6: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	27, // 7: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
-	27, // 8: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
-	29, // 9: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	30, // 10: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	18, // 11: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	25, // 12: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	25, // 13: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	26, // 14: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	27, // 15: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
-	27, // 17: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
-	26, // 18: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	16, // 19: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	27, // 20: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	27, // 21: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	26, // 22: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	26, // 23: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	30, // 24: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	26, // 25: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	26, // 26: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	27, // 27: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	26, // 28: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	26, // 29: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	30, // 30: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	27, // 31: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	27, // 32: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	30, // 33: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	27, // 34: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
-	21, // 35: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
-	26, // 36: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
-	27, // 37: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
-	30, // 38: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	30, // 39: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	31, // 40: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	27, // 41: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	24, // 42: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	27, // 43: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	29, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
+	14, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
+	28, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
+	30, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
+	29, // 7: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	29, // 8: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	29, // 9: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	31, // 10: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	32, // 11: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	20, // 12: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	27, // 13: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	14, // 14: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
+	28, // 15: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
+	27, // 16: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	28, // 17: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	29, // 18: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 19: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	29, // 20: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	14, // 21: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
+	28, // 22: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	18, // 23: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	29, // 24: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	29, // 25: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	14, // 26: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
+	28, // 27: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	28, // 28: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	32, // 29: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	28, // 30: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	28, // 31: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	29, // 32: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	28, // 33: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	28, // 34: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	32, // 35: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	29, // 36: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	29, // 37: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	32, // 38: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	29, // 39: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	23, // 40: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	28, // 41: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	29, // 42: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	32, // 43: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	32, // 44: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	33, // 45: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	29, // 46: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	26, // 47: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	29, // 48: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -3223,13 +3537,17 @@ func file_nova_v1_events_proto_init() {
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
 	file_nova_v1_events_proto_msgTypes[12].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[14].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[22].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -185,7 +185,25 @@ type ExecutionState struct {
 	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
 	// The W3C traceparent of the execution's start: steering commands (a
 	// signal, a cancel) continue the execution's trace, linked to theirs.
-	Traceparent   string `protobuf:"bytes,28,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,28,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// The branches running at once, when the execution forked (a node with
+	// several outgoing edges, a map's items). While there are any, the
+	// fields of the current node above are empty between events, context is
+	// what the branches started from (with what ended branches changed), and
+	// each branch holds its own node, step, timer and context. Empty: the
+	// execution follows one line, in the fields above.
+	Branches []*Branch `protobuf:"bytes,29,rep,name=branches,proto3" json:"branches,omitempty"`
+	// Branches that arrived at a join node and wait there, by join node.
+	Joins map[string]*JoinState `protobuf:"bytes,30,rep,name=joins,proto3" json:"joins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Counts the branches made, for their ids.
+	BranchSeq int32 `protobuf:"varint,31,opt,name=branch_seq,json=branchSeq,proto3" json:"branch_seq,omitempty"`
+	// The map run of the current node, when it is a map node.
+	MapRun *MapRun `protobuf:"bytes,32,opt,name=map_run,json=mapRun,proto3" json:"map_run,omitempty"`
+	// The parent execution, when this one is a sub-workflow's child.
+	Parent *ParentRef `protobuf:"bytes,33,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Context keys changed by branches that ended at an end node while
+	// others ran (two that change one key conflict).
+	EndedKeys     []string `protobuf:"bytes,34,rep,name=ended_keys,json=endedKeys,proto3" json:"ended_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +420,437 @@ func (x *ExecutionState) GetTraceparent() string {
 	return ""
 }
 
+func (x *ExecutionState) GetBranches() []*Branch {
+	if x != nil {
+		return x.Branches
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetJoins() map[string]*JoinState {
+	if x != nil {
+		return x.Joins
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetBranchSeq() int32 {
+	if x != nil {
+		return x.BranchSeq
+	}
+	return 0
+}
+
+func (x *ExecutionState) GetMapRun() *MapRun {
+	if x != nil {
+		return x.MapRun
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetParent() *ParentRef {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetEndedKeys() []string {
+	if x != nil {
+		return x.EndedKeys
+	}
+	return nil
+}
+
+// Branch is one line of control of an execution that runs several at
+// once: the node it is at, what that node waits for, and its own copy of
+// the context.
+type Branch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "b1", "b2", ...: unique in the execution.
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	CurrentNode   string                 `protobuf:"bytes,2,opt,name=current_node,json=currentNode,proto3" json:"current_node,omitempty"`
+	PendingStepId string                 `protobuf:"bytes,3,opt,name=pending_step_id,json=pendingStepId,proto3" json:"pending_step_id,omitempty"`
+	NodeStartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=node_started_at,json=nodeStartedAt,proto3" json:"node_started_at,omitempty"`
+	NodeInput     *JSONValue             `protobuf:"bytes,5,opt,name=node_input,json=nodeInput,proto3" json:"node_input,omitempty"`
+	Ai            *AIRun                 `protobuf:"bytes,6,opt,name=ai,proto3" json:"ai,omitempty"`
+	Timer         *Timer                 `protobuf:"bytes,7,opt,name=timer,proto3" json:"timer,omitempty"`
+	WaitingFor    string                 `protobuf:"bytes,8,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	Context       *JSONValue             `protobuf:"bytes,9,opt,name=context,proto3" json:"context,omitempty"`
+	MapRun        *MapRun                `protobuf:"bytes,10,opt,name=map_run,json=mapRun,proto3" json:"map_run,omitempty"`
+	// Context keys the branch set or deleted since the fork that made it;
+	// fork_changes holds, for each fork it is nested in, what the branch
+	// that forked had changed (outermost first).
+	ChangedKeys []string   `protobuf:"bytes,11,rep,name=changed_keys,json=changedKeys,proto3" json:"changed_keys,omitempty"`
+	ForkChanges []*KeyList `protobuf:"bytes,12,rep,name=fork_changes,json=forkChanges,proto3" json:"fork_changes,omitempty"`
+	// A map's item: the branch (or "" for the execution's line) running the
+	// map, and the item's position.
+	IsItem    bool   `protobuf:"varint,13,opt,name=is_item,json=isItem,proto3" json:"is_item,omitempty"`
+	MapBranch string `protobuf:"bytes,14,opt,name=map_branch,json=mapBranch,proto3" json:"map_branch,omitempty"`
+	Item      int32  `protobuf:"varint,15,opt,name=item,proto3" json:"item,omitempty"`
+	// An item's own record of the map node (its visit, attempts).
+	ItemNode *NodeState `protobuf:"bytes,16,opt,name=item_node,json=itemNode,proto3" json:"item_node,omitempty"`
+	// The node the branch arrived from (a join records it).
+	FromNode      string `protobuf:"bytes,17,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Branch) Reset() {
+	*x = Branch{}
+	mi := &file_nova_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Branch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Branch) ProtoMessage() {}
+
+func (x *Branch) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Branch.ProtoReflect.Descriptor instead.
+func (*Branch) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Branch) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Branch) GetCurrentNode() string {
+	if x != nil {
+		return x.CurrentNode
+	}
+	return ""
+}
+
+func (x *Branch) GetPendingStepId() string {
+	if x != nil {
+		return x.PendingStepId
+	}
+	return ""
+}
+
+func (x *Branch) GetNodeStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NodeStartedAt
+	}
+	return nil
+}
+
+func (x *Branch) GetNodeInput() *JSONValue {
+	if x != nil {
+		return x.NodeInput
+	}
+	return nil
+}
+
+func (x *Branch) GetAi() *AIRun {
+	if x != nil {
+		return x.Ai
+	}
+	return nil
+}
+
+func (x *Branch) GetTimer() *Timer {
+	if x != nil {
+		return x.Timer
+	}
+	return nil
+}
+
+func (x *Branch) GetWaitingFor() string {
+	if x != nil {
+		return x.WaitingFor
+	}
+	return ""
+}
+
+func (x *Branch) GetContext() *JSONValue {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *Branch) GetMapRun() *MapRun {
+	if x != nil {
+		return x.MapRun
+	}
+	return nil
+}
+
+func (x *Branch) GetChangedKeys() []string {
+	if x != nil {
+		return x.ChangedKeys
+	}
+	return nil
+}
+
+func (x *Branch) GetForkChanges() []*KeyList {
+	if x != nil {
+		return x.ForkChanges
+	}
+	return nil
+}
+
+func (x *Branch) GetIsItem() bool {
+	if x != nil {
+		return x.IsItem
+	}
+	return false
+}
+
+func (x *Branch) GetMapBranch() string {
+	if x != nil {
+		return x.MapBranch
+	}
+	return ""
+}
+
+func (x *Branch) GetItem() int32 {
+	if x != nil {
+		return x.Item
+	}
+	return 0
+}
+
+func (x *Branch) GetItemNode() *NodeState {
+	if x != nil {
+		return x.ItemNode
+	}
+	return nil
+}
+
+func (x *Branch) GetFromNode() string {
+	if x != nil {
+		return x.FromNode
+	}
+	return ""
+}
+
+type KeyList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyList) Reset() {
+	*x = KeyList{}
+	mi := &file_nova_v1_state_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyList) ProtoMessage() {}
+
+func (x *KeyList) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyList.ProtoReflect.Descriptor instead.
+func (*KeyList) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KeyList) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// JoinState is what a join node holds between the arrivals of its branches.
+type JoinState struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Arrived []*Branch              `protobuf:"bytes,1,rep,name=arrived,proto3" json:"arrived,omitempty"`
+	// Branches that can still reach the join after it went on (wait: any or
+	// a number): they end when they arrive.
+	Absorb        []string `protobuf:"bytes,2,rep,name=absorb,proto3" json:"absorb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinState) Reset() {
+	*x = JoinState{}
+	mi := &file_nova_v1_state_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinState) ProtoMessage() {}
+
+func (x *JoinState) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinState.ProtoReflect.Descriptor instead.
+func (*JoinState) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *JoinState) GetArrived() []*Branch {
+	if x != nil {
+		return x.Arrived
+	}
+	return nil
+}
+
+func (x *JoinState) GetAbsorb() []string {
+	if x != nil {
+		return x.Absorb
+	}
+	return nil
+}
+
+// MapRun is the state of one visit of a map node.
+type MapRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Visit int32                  `protobuf:"varint,1,opt,name=visit,proto3" json:"visit,omitempty"`
+	Total int32                  `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// Items started so far (the next one to start is this index).
+	Started  int32 `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
+	Finished int32 `protobuf:"varint,4,opt,name=finished,proto3" json:"finished,omitempty"`
+	// The list run over, as it is in the context (inline, or a reference to
+	// the value store).
+	Items *JSONValue `protobuf:"bytes,5,opt,name=items,proto3" json:"items,omitempty"`
+	// What each finished item set as result, by index (unset: not finished
+	// yet); a failed item under on_item_failure collect holds {"error": ...}.
+	Results []*JSONValue `protobuf:"bytes,6,rep,name=results,proto3" json:"results,omitempty"`
+	Failed  int32        `protobuf:"varint,7,opt,name=failed,proto3" json:"failed,omitempty"`
+	// The sub-workflow executions its items started.
+	Children      []string `protobuf:"bytes,8,rep,name=children,proto3" json:"children,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MapRun) Reset() {
+	*x = MapRun{}
+	mi := &file_nova_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MapRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MapRun) ProtoMessage() {}
+
+func (x *MapRun) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MapRun.ProtoReflect.Descriptor instead.
+func (*MapRun) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MapRun) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+func (x *MapRun) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *MapRun) GetStarted() int32 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
+func (x *MapRun) GetFinished() int32 {
+	if x != nil {
+		return x.Finished
+	}
+	return 0
+}
+
+func (x *MapRun) GetItems() *JSONValue {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *MapRun) GetResults() []*JSONValue {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *MapRun) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *MapRun) GetChildren() []string {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
 // ScheduleState is one schedule of a registered workflow, kept in the KV
 // bucket nova_schedules under <workflow>.<schedule id>.
 type ScheduleState struct {
@@ -419,7 +868,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_nova_v1_state_proto_msgTypes[1]
+	mi := &file_nova_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +880,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[1]
+	mi := &file_nova_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +893,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ScheduleState) GetWorkflow() string {
@@ -501,7 +950,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_nova_v1_state_proto_msgTypes[2]
+	mi := &file_nova_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +962,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[2]
+	mi := &file_nova_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +975,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Timer) GetId() string {
@@ -637,7 +1086,7 @@ type AIRun struct {
 
 func (x *AIRun) Reset() {
 	*x = AIRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[3]
+	mi := &file_nova_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +1098,7 @@ func (x *AIRun) String() string {
 func (*AIRun) ProtoMessage() {}
 
 func (x *AIRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[3]
+	mi := &file_nova_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +1111,7 @@ func (x *AIRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
 func (*AIRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AIRun) GetPhase() string {
@@ -899,7 +1348,7 @@ type AIStep struct {
 
 func (x *AIStep) Reset() {
 	*x = AIStep{}
-	mi := &file_nova_v1_state_proto_msgTypes[4]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1360,7 @@ func (x *AIStep) String() string {
 func (*AIStep) ProtoMessage() {}
 
 func (x *AIStep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[4]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1373,7 @@ func (x *AIStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
 func (*AIStep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AIStep) GetAgent() string {
@@ -1001,7 +1450,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[5]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1462,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[5]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1475,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -1090,7 +1539,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_nova_v1_state_proto_msgTypes[6]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1551,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[6]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1564,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Spend) GetUsd() float64 {
@@ -1155,7 +1604,7 @@ type RefineRun struct {
 
 func (x *RefineRun) Reset() {
 	*x = RefineRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1616,7 @@ func (x *RefineRun) String() string {
 func (*RefineRun) ProtoMessage() {}
 
 func (x *RefineRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1629,7 @@ func (x *RefineRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
 func (*RefineRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RefineRun) GetRequest() *StartRefinement {
@@ -1256,7 +1705,7 @@ type RefineAttemptRun struct {
 
 func (x *RefineAttemptRun) Reset() {
 	*x = RefineAttemptRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1717,7 @@ func (x *RefineAttemptRun) String() string {
 func (*RefineAttemptRun) ProtoMessage() {}
 
 func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1730,7 @@ func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
 func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
@@ -1316,7 +1765,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x95\t\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xde\v\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -1350,11 +1799,59 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vschedule_id\x18\x1a \x01(\tR\n" +
 	"scheduleId\x12=\n" +
 	"\fscheduled_at\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12 \n" +
-	"\vtraceparent\x18\x1c \x01(\tR\vtraceparent\x1aL\n" +
+	"\vtraceparent\x18\x1c \x01(\tR\vtraceparent\x12+\n" +
+	"\bbranches\x18\x1d \x03(\v2\x0f.nova.v1.BranchR\bbranches\x128\n" +
+	"\x05joins\x18\x1e \x03(\v2\".nova.v1.ExecutionState.JoinsEntryR\x05joins\x12\x1d\n" +
+	"\n" +
+	"branch_seq\x18\x1f \x01(\x05R\tbranchSeq\x12(\n" +
+	"\amap_run\x18  \x01(\v2\x0f.nova.v1.MapRunR\x06mapRun\x12*\n" +
+	"\x06parent\x18! \x01(\v2\x12.nova.v1.ParentRefR\x06parent\x12\x1d\n" +
+	"\n" +
+	"ended_keys\x18\" \x03(\tR\tendedKeys\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xf7\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.NodeStateR\x05value:\x028\x01\x1aL\n" +
+	"\n" +
+	"JoinsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\x8b\x05\n" +
+	"\x06Branch\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fcurrent_node\x18\x02 \x01(\tR\vcurrentNode\x12&\n" +
+	"\x0fpending_step_id\x18\x03 \x01(\tR\rpendingStepId\x12B\n" +
+	"\x0fnode_started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rnodeStartedAt\x121\n" +
+	"\n" +
+	"node_input\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\tnodeInput\x12\x1e\n" +
+	"\x02ai\x18\x06 \x01(\v2\x0e.nova.v1.AIRunR\x02ai\x12$\n" +
+	"\x05timer\x18\a \x01(\v2\x0e.nova.v1.TimerR\x05timer\x12\x1f\n" +
+	"\vwaiting_for\x18\b \x01(\tR\n" +
+	"waitingFor\x12,\n" +
+	"\acontext\x18\t \x01(\v2\x12.nova.v1.JSONValueR\acontext\x12(\n" +
+	"\amap_run\x18\n" +
+	" \x01(\v2\x0f.nova.v1.MapRunR\x06mapRun\x12!\n" +
+	"\fchanged_keys\x18\v \x03(\tR\vchangedKeys\x123\n" +
+	"\ffork_changes\x18\f \x03(\v2\x10.nova.v1.KeyListR\vforkChanges\x12\x17\n" +
+	"\ais_item\x18\r \x01(\bR\x06isItem\x12\x1d\n" +
+	"\n" +
+	"map_branch\x18\x0e \x01(\tR\tmapBranch\x12\x12\n" +
+	"\x04item\x18\x0f \x01(\x05R\x04item\x12/\n" +
+	"\titem_node\x18\x10 \x01(\v2\x12.nova.v1.NodeStateR\bitemNode\x12\x1b\n" +
+	"\tfrom_node\x18\x11 \x01(\tR\bfromNode\"\x1d\n" +
+	"\aKeyList\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"N\n" +
+	"\tJoinState\x12)\n" +
+	"\aarrived\x18\x01 \x03(\v2\x0f.nova.v1.BranchR\aarrived\x12\x16\n" +
+	"\x06absorb\x18\x02 \x03(\tR\x06absorb\"\xf6\x01\n" +
+	"\x06MapRun\x12\x14\n" +
+	"\x05visit\x18\x01 \x01(\x05R\x05visit\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x18\n" +
+	"\astarted\x18\x03 \x01(\x05R\astarted\x12\x1a\n" +
+	"\bfinished\x18\x04 \x01(\x05R\bfinished\x12(\n" +
+	"\x05items\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\x05items\x12,\n" +
+	"\aresults\x18\x06 \x03(\v2\x12.nova.v1.JSONValueR\aresults\x12\x16\n" +
+	"\x06failed\x18\a \x01(\x05R\x06failed\x12\x1a\n" +
+	"\bchildren\x18\b \x03(\tR\bchildren\"\xf7\x01\n" +
 	"\rScheduleState\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12-\n" +
 	"\bschedule\x18\x02 \x01(\v2\x11.nova.v1.ScheduleR\bschedule\x127\n" +
@@ -1476,71 +1973,93 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_nova_v1_state_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
 	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
 	(*ExecutionState)(nil),        // 2: nova.v1.ExecutionState
-	(*ScheduleState)(nil),         // 3: nova.v1.ScheduleState
-	(*Timer)(nil),                 // 4: nova.v1.Timer
-	(*AIRun)(nil),                 // 5: nova.v1.AIRun
-	(*AIStep)(nil),                // 6: nova.v1.AIStep
-	(*NodeState)(nil),             // 7: nova.v1.NodeState
-	(*Spend)(nil),                 // 8: nova.v1.Spend
-	(*RefineRun)(nil),             // 9: nova.v1.RefineRun
-	(*RefineAttemptRun)(nil),      // 10: nova.v1.RefineAttemptRun
-	nil,                           // 11: nova.v1.ExecutionState.NodesEntry
-	(*WorkflowDefinition)(nil),    // 12: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 13: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*RerunFrom)(nil),             // 15: nova.v1.RerunFrom
-	(*Schedule)(nil),              // 16: nova.v1.Schedule
-	(*AttemptRecord)(nil),         // 17: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 18: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 19: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 20: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 21: nova.v1.ModelCall
-	(*StartRefinement)(nil),       // 22: nova.v1.StartRefinement
-	(*RefineAttempt)(nil),         // 23: nova.v1.RefineAttempt
+	(*Branch)(nil),                // 3: nova.v1.Branch
+	(*KeyList)(nil),               // 4: nova.v1.KeyList
+	(*JoinState)(nil),             // 5: nova.v1.JoinState
+	(*MapRun)(nil),                // 6: nova.v1.MapRun
+	(*ScheduleState)(nil),         // 7: nova.v1.ScheduleState
+	(*Timer)(nil),                 // 8: nova.v1.Timer
+	(*AIRun)(nil),                 // 9: nova.v1.AIRun
+	(*AIStep)(nil),                // 10: nova.v1.AIStep
+	(*NodeState)(nil),             // 11: nova.v1.NodeState
+	(*Spend)(nil),                 // 12: nova.v1.Spend
+	(*RefineRun)(nil),             // 13: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 14: nova.v1.RefineAttemptRun
+	nil,                           // 15: nova.v1.ExecutionState.NodesEntry
+	nil,                           // 16: nova.v1.ExecutionState.JoinsEntry
+	(*WorkflowDefinition)(nil),    // 17: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 18: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*RerunFrom)(nil),             // 20: nova.v1.RerunFrom
+	(*ParentRef)(nil),             // 21: nova.v1.ParentRef
+	(*Schedule)(nil),              // 22: nova.v1.Schedule
+	(*AttemptRecord)(nil),         // 23: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 24: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 25: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 26: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 27: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 28: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 29: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	12, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	13, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	11, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	14, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	14, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	14, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	13, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	5,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	8,  // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	9,  // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
-	4,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
-	15, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
-	14, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
-	16, // 13: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	14, // 14: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	14, // 15: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	14, // 16: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	17, // 17: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	13, // 18: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	18, // 19: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	6,  // 20: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	19, // 21: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	20, // 22: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	21, // 23: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	8,  // 24: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	22, // 25: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	10, // 26: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	21, // 27: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	23, // 28: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	21, // 29: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	19, // 30: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	7,  // 31: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	17, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	18, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	15, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	19, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	19, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	19, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	18, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	9,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	12, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	13, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	8,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
+	20, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
+	19, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
+	3,  // 13: nova.v1.ExecutionState.branches:type_name -> nova.v1.Branch
+	16, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
+	6,  // 15: nova.v1.ExecutionState.map_run:type_name -> nova.v1.MapRun
+	21, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
+	19, // 17: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
+	18, // 18: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
+	9,  // 19: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
+	8,  // 20: nova.v1.Branch.timer:type_name -> nova.v1.Timer
+	18, // 21: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
+	6,  // 22: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
+	4,  // 23: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
+	11, // 24: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
+	3,  // 25: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
+	18, // 26: nova.v1.MapRun.items:type_name -> nova.v1.JSONValue
+	18, // 27: nova.v1.MapRun.results:type_name -> nova.v1.JSONValue
+	22, // 28: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	19, // 29: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	19, // 30: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	19, // 31: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	23, // 32: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	18, // 33: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	24, // 34: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	10, // 35: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	25, // 36: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	26, // 37: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	27, // 38: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	12, // 39: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	28, // 40: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	14, // 41: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	27, // 42: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	29, // 43: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	27, // 44: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	25, // 45: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	11, // 46: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	5,  // 47: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -1558,7 +2077,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

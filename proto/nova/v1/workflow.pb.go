@@ -33,6 +33,14 @@ const (
 	NodeType_NODE_TYPE_WAIT NodeType = 5
 	// Waits for a duration or until a time.
 	NodeType_NODE_TYPE_SLEEP NodeType = 6
+	// Waits for the branches that come to it, merges their contexts and
+	// goes on along its one outgoing edge.
+	NodeType_NODE_TYPE_JOIN NodeType = 7
+	// Runs its body (code, a prompt, or a sub-workflow) once per item of a
+	// list in the context, several at once, and collects what each sets.
+	NodeType_NODE_TYPE_MAP NodeType = 8
+	// Runs a registered workflow as a child execution.
+	NodeType_NODE_TYPE_WORKFLOW NodeType = 9
 )
 
 // Enum value maps for NodeType.
@@ -45,6 +53,9 @@ var (
 		4: "NODE_TYPE_END",
 		5: "NODE_TYPE_WAIT",
 		6: "NODE_TYPE_SLEEP",
+		7: "NODE_TYPE_JOIN",
+		8: "NODE_TYPE_MAP",
+		9: "NODE_TYPE_WORKFLOW",
 	}
 	NodeType_value = map[string]int32{
 		"NODE_TYPE_UNSPECIFIED": 0,
@@ -54,6 +65,9 @@ var (
 		"NODE_TYPE_END":         4,
 		"NODE_TYPE_WAIT":        5,
 		"NODE_TYPE_SLEEP":       6,
+		"NODE_TYPE_JOIN":        7,
+		"NODE_TYPE_MAP":         8,
+		"NODE_TYPE_WORKFLOW":    9,
 	}
 )
 
@@ -526,7 +540,35 @@ type Node struct {
 	DurationSeconds float64 `protobuf:"fixed64,18,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
 	Until           string  `protobuf:"bytes,19,opt,name=until,proto3" json:"until,omitempty"`
 	// How this code node is tried again; overrides the workflow's.
-	Retry         *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
+	// join: how many incoming branches it waits for: "all" (the default),
+	// "any", or a number.
+	Wait string `protobuf:"bytes,21,opt,name=wait,proto3" json:"wait,omitempty"`
+	// join: what a key two branches both changed becomes: "error" (the
+	// default: the execution fails naming the key and both branches),
+	// "last" (the branch that arrived last wins) or "list" (the values, in
+	// the order the branches arrived).
+	Merge string `protobuf:"bytes,22,opt,name=merge,proto3" json:"merge,omitempty"`
+	// map: the context key holding the list it runs its body over.
+	Items string `protobuf:"bytes,23,opt,name=items,proto3" json:"items,omitempty"`
+	// map: how many items run at once (0: the default, 4).
+	Concurrency int32 `protobuf:"varint,24,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// map: the context key that gets the list of what each item set as
+	// context["result"] (a sub-workflow body: its final context), in item
+	// order (default "results").
+	Output string `protobuf:"bytes,25,opt,name=output,proto3" json:"output,omitempty"`
+	// map: "fail" (the default: the first failing item fails the node) or
+	// "collect" (every item runs; a failed one's entry is {"error": ...}).
+	OnItemFailure string `protobuf:"bytes,26,opt,name=on_item_failure,json=onItemFailure,proto3" json:"on_item_failure,omitempty"`
+	// workflow, or a map whose body is a sub-workflow: the registered
+	// workflow to run.
+	Workflow string `protobuf:"bytes,27,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// workflow: child context key <- parent context key. Empty: the whole
+	// context goes in.
+	Input map[string]string `protobuf:"bytes,28,rep,name=input,proto3" json:"input,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// workflow: parent context key <- child context key. Empty: the child's
+	// final context is merged back.
+	OutputKeys    map[string]string `protobuf:"bytes,29,rep,name=output_keys,json=outputKeys,proto3" json:"output_keys,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -701,6 +743,69 @@ func (x *Node) GetRetry() *RetryPolicy {
 	return nil
 }
 
+func (x *Node) GetWait() string {
+	if x != nil {
+		return x.Wait
+	}
+	return ""
+}
+
+func (x *Node) GetMerge() string {
+	if x != nil {
+		return x.Merge
+	}
+	return ""
+}
+
+func (x *Node) GetItems() string {
+	if x != nil {
+		return x.Items
+	}
+	return ""
+}
+
+func (x *Node) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *Node) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *Node) GetOnItemFailure() string {
+	if x != nil {
+		return x.OnItemFailure
+	}
+	return ""
+}
+
+func (x *Node) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *Node) GetInput() map[string]string {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *Node) GetOutputKeys() map[string]string {
+	if x != nil {
+		return x.OutputKeys
+	}
+	return nil
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -804,7 +909,7 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\b_max_usdB\x12\n" +
 	"\x10_max_usd_per_dayB\x12\n" +
-	"\x10_max_model_calls\"\xef\x04\n" +
+	"\x10_max_model_calls\"\x96\b\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -828,12 +933,29 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\tdecide_on\x18\x11 \x01(\tR\bdecideOn\x12)\n" +
 	"\x10duration_seconds\x18\x12 \x01(\x01R\x0fdurationSeconds\x12\x14\n" +
 	"\x05until\x18\x13 \x01(\tR\x05until\x12*\n" +
-	"\x05retry\x18\x14 \x01(\v2\x14.nova.v1.RetryPolicyR\x05retryB\b\n" +
+	"\x05retry\x18\x14 \x01(\v2\x14.nova.v1.RetryPolicyR\x05retry\x12\x12\n" +
+	"\x04wait\x18\x15 \x01(\tR\x04wait\x12\x14\n" +
+	"\x05merge\x18\x16 \x01(\tR\x05merge\x12\x14\n" +
+	"\x05items\x18\x17 \x01(\tR\x05items\x12 \n" +
+	"\vconcurrency\x18\x18 \x01(\x05R\vconcurrency\x12\x16\n" +
+	"\x06output\x18\x19 \x01(\tR\x06output\x12&\n" +
+	"\x0fon_item_failure\x18\x1a \x01(\tR\ronItemFailure\x12\x1a\n" +
+	"\bworkflow\x18\x1b \x01(\tR\bworkflow\x12.\n" +
+	"\x05input\x18\x1c \x03(\v2\x18.nova.v1.Node.InputEntryR\x05input\x12>\n" +
+	"\voutput_keys\x18\x1d \x03(\v2\x1d.nova.v1.Node.OutputKeysEntryR\n" +
+	"outputKeys\x1a8\n" +
+	"\n" +
+	"InputEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
+	"\x0fOutputKeysEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
 	"\x06_cache\"H\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +
-	"\tcondition\x18\x03 \x01(\tR\tcondition*\xa4\x01\n" +
+	"\tcondition\x18\x03 \x01(\tR\tcondition*\xe3\x01\n" +
 	"\bNodeType\x12\x19\n" +
 	"\x15NODE_TYPE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fNODE_TYPE_START\x10\x01\x12\x14\n" +
@@ -841,7 +963,10 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x12NODE_TYPE_DECISION\x10\x03\x12\x11\n" +
 	"\rNODE_TYPE_END\x10\x04\x12\x12\n" +
 	"\x0eNODE_TYPE_WAIT\x10\x05\x12\x13\n" +
-	"\x0fNODE_TYPE_SLEEP\x10\x06B/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
+	"\x0fNODE_TYPE_SLEEP\x10\x06\x12\x12\n" +
+	"\x0eNODE_TYPE_JOIN\x10\a\x12\x11\n" +
+	"\rNODE_TYPE_MAP\x10\b\x12\x16\n" +
+	"\x12NODE_TYPE_WORKFLOW\x10\tB/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
 
 var (
 	file_nova_v1_workflow_proto_rawDescOnce sync.Once
@@ -856,7 +981,7 @@ func file_nova_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_nova_v1_workflow_proto_goTypes = []any{
 	(NodeType)(0),              // 0: nova.v1.NodeType
 	(*WorkflowDefinition)(nil), // 1: nova.v1.WorkflowDefinition
@@ -865,23 +990,27 @@ var file_nova_v1_workflow_proto_goTypes = []any{
 	(*Budget)(nil),             // 4: nova.v1.Budget
 	(*Node)(nil),               // 5: nova.v1.Node
 	(*Edge)(nil),               // 6: nova.v1.Edge
-	(*JSONValue)(nil),          // 7: nova.v1.JSONValue
+	nil,                        // 7: nova.v1.Node.InputEntry
+	nil,                        // 8: nova.v1.Node.OutputKeysEntry
+	(*JSONValue)(nil),          // 9: nova.v1.JSONValue
 }
 var file_nova_v1_workflow_proto_depIdxs = []int32{
-	5, // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
-	6, // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
-	4, // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
-	2, // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
-	3, // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
-	7, // 5: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
-	0, // 6: nova.v1.Node.type:type_name -> nova.v1.NodeType
-	4, // 7: nova.v1.Node.budget:type_name -> nova.v1.Budget
-	2, // 8: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5,  // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
+	6,  // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
+	4,  // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
+	2,  // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
+	3,  // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
+	9,  // 5: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
+	0,  // 6: nova.v1.Node.type:type_name -> nova.v1.NodeType
+	4,  // 7: nova.v1.Node.budget:type_name -> nova.v1.Budget
+	2,  // 8: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
+	7,  // 9: nova.v1.Node.input:type_name -> nova.v1.Node.InputEntry
+	8,  // 10: nova.v1.Node.output_keys:type_name -> nova.v1.Node.OutputKeysEntry
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_workflow_proto_init() }
@@ -899,7 +1028,7 @@ func file_nova_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_workflow_proto_rawDesc), len(file_nova_v1_workflow_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

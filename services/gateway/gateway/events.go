@@ -416,7 +416,7 @@ func (g *Gateway) signalCommand(r *http.Request, ev *event.Event) (*novav1.Signa
 	if err := execution.CheckSignalTarget(st, cmd.Signal); err != nil {
 		return nil, "", under("data", steerProblem(err))
 	}
-	node := execution.WaitNode(st)
+	node := execution.WaitNode(st, cmd.Signal)
 	if p := checkPayload(node, cmd.Signal, payload); p != nil {
 		for i, e := range p.Errors {
 			// The payload as a whole, or a field of it.

@@ -508,6 +508,9 @@ type executionDoc struct {
 	// Waiting is what the execution waits for while its current node is a
 	// wait node.
 	Waiting *waitingView `json:"waiting,omitempty"`
+	// Branches are the lines of control running at once, while the
+	// execution runs several (a fan-out, a map's items).
+	Branches []branchView `json:"branches,omitempty"`
 }
 
 // getExecution is GET /v1/executions/{id}: the audit store's document and

@@ -187,7 +187,7 @@ func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error 
 	if err := execution.CheckSignalTarget(st, name); err != nil {
 		return steerProblem(err)
 	}
-	node := execution.WaitNode(st)
+	node := execution.WaitNode(st, name)
 	if p := checkPayload(node, name, payload); p != nil {
 		return p
 	}
@@ -295,16 +295,47 @@ type waitingView struct {
 	Until       *time.Time      `json:"until,omitempty"`
 }
 
-// waitingOf is what st waits for, nil when it waits for no signal.
+// waitingOf is the signal st waits for (the first of its lines that waits
+// for one), nil when it waits for none.
 func waitingOf(st *novav1.ExecutionState) *waitingView {
-	if st.GetStatus() != execution.StatusRunning || st.GetWaitingFor() == "" {
+	if st.GetStatus() != execution.StatusRunning {
 		return nil
 	}
-	v := &waitingView{Node: st.GetCurrentNode(), Signal: st.GetWaitingFor(), Until: timeOf(execution.WaitUntil(st))}
-	if n := execution.WaitNode(st); n != nil {
-		v.Description, v.DecideOn, v.Schema = n.GetDescription(), n.GetDecideOn(), schemaJSON(n.GetSchema())
+	for _, l := range execution.Lines(st) {
+		if l.GetWaitingFor() == "" {
+			continue
+		}
+		v := &waitingView{Node: l.GetCurrentNode(), Signal: l.GetWaitingFor(), Until: timeOf(execution.WaitUntil(l))}
+		if n := execution.WaitNode(st, l.GetWaitingFor()); n != nil {
+			v.Description, v.DecideOn, v.Schema = n.GetDescription(), n.GetDecideOn(), schemaJSON(n.GetSchema())
+		}
+		return v
 	}
-	return v
+	return nil
+}
+
+// branchView is one branch of a running execution that runs several at
+// once.
+type branchView struct {
+	ID         string `json:"id"`
+	Node       string `json:"node,omitempty"`
+	WaitingFor string `json:"waiting_for,omitempty"`
+	// A map's item: its position.
+	Item *int32 `json:"item,omitempty"`
+}
+
+// branchesOf are st's branches, nil when it follows one line.
+func branchesOf(st *novav1.ExecutionState) []branchView {
+	var out []branchView
+	for _, b := range st.GetBranches() {
+		v := branchView{ID: b.GetId(), Node: b.GetCurrentNode(), WaitingFor: b.GetWaitingFor()}
+		if b.GetIsItem() {
+			v.Item = new(b.GetItem())
+			v.Node = b.GetFromNode()
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // schemaJSON is a wait node's schema as JSON: the schema itself, or, should
@@ -329,6 +360,7 @@ func addLive(view *executionDoc, st *novav1.ExecutionState) {
 	case execution.StatusRunning:
 		view.CurrentNode = st.GetCurrentNode()
 		view.Waiting = waitingOf(st)
+		view.Branches = branchesOf(st)
 	case execution.StatusCancelled:
 		if view.CancelledBy == "" {
 			view.CancelledBy, view.CancelReason = st.GetCancelledBy(), st.GetCancelReason()

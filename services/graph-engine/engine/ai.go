@@ -92,7 +92,7 @@ func (t *transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
 	return &novav1.StepRef{
 		ExecutionId: t.st.ExecutionId,
 		NodeId:      node.Id,
-		StepId:      fmt.Sprintf("%s/%s/%d/s%d", t.st.ExecutionId, node.Id, ns.Visits, ai.StepNumber),
+		StepId:      fmt.Sprintf("%s/s%d", t.visitKey(node.Id, ns.Visits), ai.StepNumber),
 		Visit:       ns.Visits,
 		Attempt:     ai.Attempt,
 		Sequence:    t.st.Dispatch + 1,

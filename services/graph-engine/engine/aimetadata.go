@@ -53,6 +53,7 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 		ExecutionTimeMs: outcome.GetDurationMs(),
 		Timestamp:       tsNow(t.now),
 		StepId:          ref.StepId,
+		Item:            t.itemIndex(),
 	}
 	if id, ok := output["sandbox_id"].(string); ok {
 		step.SandboxId = id

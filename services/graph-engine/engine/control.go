@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -83,13 +85,30 @@ func (t *transition) cancel(cmd *novav1.CancelExecution) error {
 	t.emit(bus.KindExecutionCancelled, t.st.ExecutionId+"/cancelled", bus.TypeExecutionCancelled, &novav1.ExecutionCancelled{
 		ExecutionId: t.st.ExecutionId, Reason: cmd.Reason, RequestedBy: by, NodeId: t.st.CurrentNode, CancelledAt: tsNow(t.now),
 	})
-	t.releaseHold()
-	t.clearTimer()
-	t.st.WaitingFor = ""
 	if t.st.Refine != nil {
+		t.releaseHold()
+		t.clearTimer()
 		t.refineFail(msg) // refineFinish ends it cancelled
 		return nil
 	}
+	t.cancelLine(msg)
+	for _, b := range slices.Clone(t.st.Branches) {
+		t.runIn(b, func() { t.cancelLine(msg); t.lineGone = true })
+	}
+	t.st.Joins = nil
+	t.st.Status, t.st.Error = statusCancelled, msg
+	t.completed()
+	return nil
+}
+
+// cancelLine ends the visit the line is at as cancelled: its timer and
+// budget holds are dropped, and the child execution it waits for is
+// cancelled too.
+func (t *transition) cancelLine(msg string) {
+	t.releaseHold()
+	t.clearTimer()
+	t.st.WaitingFor = ""
+	t.cancelChild(msg)
 	if t.graph != nil && t.st.CurrentNode != "" {
 		if node := t.graph.Node(t.st.CurrentNode); node != nil {
 			ns := t.nodeState(node.Id)
@@ -97,10 +116,52 @@ func (t *transition) cancel(cmd *novav1.CancelExecution) error {
 			t.nodeCompleted(node, ns.Visits, nodeCancelled, msg, "", "", nil)
 		}
 	}
-	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
-	t.st.Status, t.st.Error = statusCancelled, msg
-	t.completed()
-	return nil
+	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai, t.st.MapRun = "", "", nil, nil
+}
+
+// cancelChild cancels the child execution the line waits for, if any.
+func (t *transition) cancelChild(reason string) {
+	child := t.childOf()
+	if child == "" {
+		return
+	}
+	t.out = append(t.out, outEvent{
+		subject:   bus.CommandSubject(bus.AgentGraphEngine),
+		id:        execution.CancelEventID(child),
+		typ:       bus.TypeExecutionCancel,
+		execution: child,
+		msg: &novav1.CancelExecution{ExecutionId: child, RequestedBy: "execution " + t.st.ExecutionId,
+			Reason: fmt.Sprintf("its parent execution %s ended: %s", t.st.ExecutionId, reason)},
+	})
+	t.changed = true
+}
+
+// endLines drops, as the execution ends, what its other lines hold: their
+// timers, budget holds and child executions.
+func (t *transition) endLines() {
+	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 {
+		if t.st.Status != statusSucceeded {
+			t.cancelChild(t.st.Error)
+		}
+		return
+	}
+	reason := cmp.Or(t.st.Error, t.st.Status)
+	if t.br == nil {
+		t.cancelChild(reason)
+	}
+	for _, b := range slices.Clone(t.st.Branches) {
+		if b == t.br {
+			continue
+		}
+		t.runIn(b, func() {
+			t.releaseHold()
+			t.clearTimer()
+			t.cancelChild(reason)
+			t.lineGone = true
+		})
+	}
+	t.st.Branches, t.st.Joins = nil, nil
+	t.changed = true
 }
 
 func (e *Engine) signal(ctx context.Context, ev event.Event) error {
@@ -112,7 +173,9 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("signal names an invalid execution id %q", id))
 	}
-	err := e.steer(ctx, id, func(t *transition) error { return t.signal(&cmd, ev.ID(), ev.Time()) })
+	err := e.steer(ctx, id, func(t *transition) error {
+		return t.onLine(func(b *novav1.Branch) bool { return b.WaitingFor == cmd.Signal }, func() error { return t.signal(&cmd, ev.ID(), ev.Time()) })
+	})
 	if errors.Is(err, errUnknownExecution) {
 		if e.now().Sub(ev.Time()) < controlGrace {
 			return err
@@ -158,14 +221,16 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 	if err := workflow.CheckPayload(node, decoded); err != nil {
 		return reject(err.Error())
 	}
-	var decision, next string
+	var decision string
+	var targets []string
 	if node.DecideOn != "" {
 		v, _ := workflow.DecisionString(decoded[node.DecideOn])
-		if next, err = t.graph.Decide(node.Id, v); err != nil {
+		next, err := t.graph.Decide(node.Id, v)
+		if err != nil {
 			return reject(fmt.Sprintf("payload field %q: %v", node.DecideOn, err))
 		}
-		decision = v
-	} else if next, err = t.graph.Next(node.Id); err != nil {
+		decision, targets = v, []string{next}
+	} else if targets, err = t.graph.Targets(node.Id); err != nil {
 		return reject(err.Error())
 	}
 	ns := t.nodeState(node.Id)
@@ -174,10 +239,10 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 	t.clearTimer()
 	t.st.WaitingFor = ""
 	ns.Status, ns.Error = statusSucceeded, ""
-	nc := t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, next, nil)
+	nc := t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, strings.Join(targets, ","), nil)
 	nc.Signal = &novav1.SignalReceived{Name: cmd.Signal, Payload: cmd.Payload, SentBy: cmd.SentBy, ReceivedAt: tsNow(t.now)}
 	t.st.CurrentNode, t.st.PendingStepId = "", ""
-	t.enter(next)
+	t.follow(node, targets)
 	return nil
 }
 
@@ -254,15 +319,19 @@ func (t *transition) sleepUntil(node *novav1.Node) (time.Time, error) {
 }
 
 func (t *transition) sleepEnded(node *novav1.Node, ns *novav1.NodeState) {
-	next, err := t.graph.Next(node.Id)
+	if t.isItem() {
+		t.route(node, ns, nil)
+		return
+	}
+	targets, err := t.graph.Targets(node.Id)
 	if err != nil {
 		t.nodeFailed(node, ns, err.Error(), nil)
 		return
 	}
 	ns.Status, ns.Error = statusSucceeded, ""
-	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", next, nil)
+	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", strings.Join(targets, ","), nil)
 	t.st.CurrentNode, t.st.PendingStepId = "", ""
-	t.enter(next)
+	t.follow(node, targets)
 }
 
 // retryLater records a failed run of a code node as a failed attempt and
@@ -326,13 +395,18 @@ func (t *transition) aiInfraFailed(node *novav1.Node, msg string, r *novav1.Code
 
 // waiting announces that the current node waits.
 func (t *transition) waiting(w *novav1.NodeWaiting) {
-	t.emit(bus.KindNodeWaiting, fmt.Sprintf("%s/%s/%d/waiting/%s/%d", t.st.ExecutionId, w.NodeId, w.Visit, w.Kind, w.Attempt),
+	t.emit(bus.KindNodeWaiting, fmt.Sprintf("%s/waiting/%s/%d", t.visitKey(w.NodeId, w.Visit), w.Kind, w.Attempt),
 		bus.TypeNodeWaiting, w)
 }
 
-// timerID names a node visit's timer of kind, unique in the execution.
-func timerID(kind string, node *novav1.Node, ns *novav1.NodeState) string {
-	return fmt.Sprintf("%s-%d-%s", node.Id, ns.Visits, kind)
+// timerID names a node visit's timer of kind, unique in the execution (a
+// map's items by their position).
+func (t *transition) timerID(kind string, node *novav1.Node, ns *novav1.NodeState) string {
+	id := fmt.Sprintf("%s-%d-%s", node.Id, ns.Visits, kind)
+	if t.isItem() {
+		id += fmt.Sprintf("-i%d", t.br.Item)
+	}
+	return id
 }
 
 // setTimer makes a durable timer of kind for node the execution's timer:
@@ -341,7 +415,7 @@ func timerID(kind string, node *novav1.Node, ns *novav1.NodeState) string {
 // any, is removed once the state is stored.
 func (t *transition) setTimer(kind string, node *novav1.Node, ns *novav1.NodeState, due time.Time) {
 	t.clearTimer()
-	id := timerID(kind, node, ns)
+	id := t.timerID(kind, node, ns)
 	tm := &novav1.Timer{Id: id, Kind: kind, NodeId: node.Id, DueAt: tsNow(due), Visit: ns.Visits, Attempt: ns.RetryAttempt}
 	t.st.Timer = tm
 	t.out = append(t.out, outEvent{
@@ -370,7 +444,9 @@ func (e *Engine) handleTimer(ctx context.Context, ev event.Event) error {
 	if err := bus.Decode(ev, &tf); err != nil {
 		return err
 	}
-	err := e.update(ctx, tf.ExecutionId, tf.NodeId, func(t *transition) error { return t.timerFired(&tf) })
+	err := e.update(ctx, tf.ExecutionId, tf.NodeId, func(t *transition) error {
+		return t.onLine(func(b *novav1.Branch) bool { return b.GetTimer().GetId() == tf.TimerId }, func() error { return t.timerFired(&tf) })
+	})
 	if errors.Is(err, errUnknownExecution) {
 		// The execution's state is gone (it ended past the keep).
 		e.log.InfoContext(ctx, "timer of an execution that is gone", "execution_id", tf.ExecutionId, "timer", tf.TimerId)

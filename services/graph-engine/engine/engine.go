@@ -9,7 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -136,6 +139,17 @@ type Engine struct {
 	days      *dayCounters
 	// schedules is the KV bucket of workflow schedules.
 	schedules jetstream.KeyValue
+	// locks serialise the events of one execution in this replica.
+	locks [64]sync.Mutex
+	// items keeps the lists large maps run over, read back once.
+	items *itemLists
+}
+
+// lock is the mutex of execution id's events.
+func (e *Engine) lock(id string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return &e.locks[h.Sum32()%uint32(len(e.locks))]
 }
 
 // Run builds the engine and serves until ctx ends.
@@ -192,7 +206,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 		tp = tracenoop.NewTracerProvider()
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days}
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: newItemLists(8)}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
 	}
@@ -319,6 +333,12 @@ func (e *Engine) register(ctx context.Context, ev event.Event) error {
 	if !execution.ValidKey(cmd.Definition.Name) {
 		return bus.Permanent(fmt.Errorf("register: workflow name %q must be letters, digits, '-', '_' or '='", cmd.Definition.Name))
 	}
+	if err := e.checkRefs(ctx, cmd.Definition); err != nil {
+		if errors.Is(err, errInvalidDefinition) {
+			return bus.Permanent(fmt.Errorf("register: %w", err))
+		}
+		return err
+	}
 	// The same definition registered again (a producer's retry, a deploy
 	// that registers at each start) is left as it is: another revision
 	// would push an older, different one out of the bucket's history.
@@ -386,6 +406,7 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 		StartedAt:   tsNow(e.now()),
 		Nodes:       map[string]*novav1.NodeState{},
 		Traceparent: traceparentOf(ctx),
+		Parent:      cmd.Parent,
 	}
 	t := e.newTransition(st)
 	e.bindCache(ctx, t, embedMemo{})
@@ -426,6 +447,7 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 	} else {
 		t.enter(t.graph.Start().Id)
 	}
+	t.settle()
 	if err := e.applyBudget(ctx, t); err != nil {
 		return err
 	}
@@ -493,7 +515,61 @@ func (e *Engine) definition(ctx context.Context, cmd *novav1.StartWorkflow) (*no
 	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: e.cfg.AllowPrompt}); err != nil {
 		return nil, fmt.Errorf("%w: %v", errInvalidDefinition, err)
 	}
+	if err := e.checkRefs(ctx, def); err != nil {
+		return nil, err
+	}
 	return def, nil
+}
+
+// checkRefs checks the workflows def's workflow and map nodes run: each
+// must be registered, and none may lead back to def (a cycle of
+// sub-workflows would start executions without end). An error of the
+// definition wraps errInvalidDefinition.
+func (e *Engine) checkRefs(ctx context.Context, def *novav1.WorkflowDefinition) error {
+	refs := workflow.WorkflowRefs(def)
+	if len(refs) == 0 {
+		return nil
+	}
+	// Depth-first over the registered definitions; path is the chain of
+	// calls from def.
+	seen := map[string]bool{}
+	var walk func(name string, path []string) error
+	walk = func(name string, path []string) error {
+		path = append(path, name)
+		if name == def.GetName() {
+			return fmt.Errorf("%w: workflow %q calls itself through sub-workflows: %s", errInvalidDefinition, def.GetName(), strings.Join(path, " → "))
+		}
+		if seen[name] {
+			return nil
+		}
+		seen[name] = true
+		entry, err := e.defs.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && !execution.ValidKey(name)) {
+			return fmt.Errorf("%w: workflow %q runs workflow %q, which is not registered (register it first)", errInvalidDefinition, path[len(path)-2], name)
+		}
+		if err != nil {
+			return fmt.Errorf("read workflow %q: %w", name, err)
+		}
+		var child novav1.WorkflowDefinition
+		if err := proto.Unmarshal(entry.Value(), &child); err != nil {
+			return fmt.Errorf("%w: stored workflow %q is unreadable: %v", errInvalidDefinition, name, err)
+		}
+		for _, r := range workflow.WorkflowRefs(&child) {
+			if err := walk(r, path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, r := range refs {
+		if !execution.ValidKey(r) {
+			return fmt.Errorf("%w: workflow %q runs workflow %q, which is not registered (register it first)", errInvalidDefinition, def.GetName(), r)
+		}
+		if err := walk(r, []string{def.GetName()}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
@@ -504,7 +580,9 @@ func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
 	if err := sameExecution(bus.Subject(ctx), ref.GetExecutionId()); err != nil {
 		return err
 	}
-	return e.update(ctx, ref.GetExecutionId(), ref.GetNodeId(), apply)
+	return e.update(ctx, ref.GetExecutionId(), ref.GetNodeId(), func(t *transition) error {
+		return t.onStep(ref.GetStepId(), func() error { return apply(t) })
+	})
 }
 
 // decodeResult reads a result of type typ with decode: the step it
@@ -523,6 +601,11 @@ func decodeResult(typ string, decode func(proto.Message) error) (*novav1.StepRef
 		return readResult(decode, &novav1.CodeValidated{}, (*novav1.CodeValidated).GetRef, (*transition).codeValidated)
 	case bus.TypeOutputValidated:
 		return readResult(decode, &novav1.OutputValidated{}, (*novav1.OutputValidated).GetRef, (*transition).outputValidated)
+	case bus.TypeChildCompleted:
+		return readResult(decode, &novav1.ChildCompleted{}, func(r *novav1.ChildCompleted) *novav1.StepRef {
+			p := r.GetParent()
+			return &novav1.StepRef{ExecutionId: p.GetExecutionId(), NodeId: p.GetNodeId(), StepId: p.GetStepId(), Sequence: p.GetSequence()}
+		}, (*transition).childCompleted)
 	default:
 		return nil, nil, bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", typ))
 	}
@@ -603,7 +686,7 @@ func (e *Engine) resultDeadLettered(ctx context.Context, dl *novav1.DeadLetter) 
 			"subject", dl.Subject, "subject_execution", subjectID, "payload_execution", ref.GetExecutionId(), "reason", dl.Reason)
 		return nil
 	}
-	return e.endDeadLettered(ctx, dl, ref.GetExecutionId(), ref.GetNodeId(), func(t *transition) error {
+	return e.endDeadLettered(ctx, dl, ref.GetExecutionId(), ref.GetNodeId(), ref.GetStepId(), func(t *transition) error {
 		if t.st.Status != statusRunning {
 			return nil
 		}
@@ -629,8 +712,8 @@ const unknownExecutionGrace = 5 * time.Second
 // a dead letter is retried only for what may pass: reading or storing the
 // state, an execution whose state may not be stored yet
 // (unknownExecutionGrace); what never will is logged and acknowledged.
-func (e *Engine) endDeadLettered(ctx context.Context, dl *novav1.DeadLetter, id, nodeID string, fn func(*transition) error) error {
-	err := e.update(ctx, id, nodeID, fn)
+func (e *Engine) endDeadLettered(ctx context.Context, dl *novav1.DeadLetter, id, nodeID, stepID string, fn func(*transition) error) error {
+	err := e.update(ctx, id, nodeID, func(t *transition) error { return t.onStep(stepID, func() error { return fn(t) }) })
 	if errors.Is(err, errUnknownExecution) {
 		if dl.GetFailedAt() != nil && e.now().Sub(dl.GetFailedAt().AsTime()) < unknownExecutionGrace {
 			return err // retried with the consumer's backoff
@@ -665,7 +748,7 @@ func (e *Engine) agentCommandDeadLettered(ctx context.Context, dl *novav1.DeadLe
 	}
 	ref := agentCmd.GetRef()
 	msg := fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason)
-	return e.endDeadLettered(ctx, dl, ref.ExecutionId, ref.NodeId, func(t *transition) error {
+	return e.endDeadLettered(ctx, dl, ref.ExecutionId, ref.NodeId, ref.GetStepId(), func(t *transition) error {
 		if t.st.Refine != nil {
 			if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
 				return err
@@ -695,7 +778,7 @@ func (e *Engine) sandboxCommandDeadLettered(ctx context.Context, dl *novav1.Dead
 		ErrorKind: errorKindDeadLetter,
 		Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
 	}
-	return e.endDeadLettered(ctx, dl, cmd.ExecutionId, cmd.NodeId, func(t *transition) error { return t.codeExecuted(res) })
+	return e.endDeadLettered(ctx, dl, cmd.ExecutionId, cmd.NodeId, cmd.StepId, func(t *transition) error { return t.codeExecuted(res) })
 }
 
 func decodeData(data []byte, msg proto.Message) error {
@@ -740,8 +823,14 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 	}
 	ctx, span := e.tracer.Start(ctx, "graph-engine advance", opts...)
 	defer span.End()
+	// Events of one execution are applied one at a time in this replica
+	// (branches that finish together would otherwise lose most races);
+	// compare-and-set orders them across replicas.
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
 	memo := embedMemo{}
-	for range 10 {
+	for range 50 {
 		entry, err := first, error(nil)
 		if first == nil {
 			entry, err = e.execs.Get(ctx, id)
@@ -771,6 +860,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		} else if err != nil {
 			return err
 		}
+		t.settle()
 		if !t.changed {
 			return nil
 		}
@@ -843,6 +933,9 @@ func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 func (e *Engine) shrink(ctx context.Context, t *transition) error {
 	if e.values == nil {
 		return nil
+	}
+	if err := e.shrinkBranches(ctx, t); err != nil {
+		return err
 	}
 	large := false
 	for _, raw := range t.ctx {

@@ -93,6 +93,28 @@ type transition struct {
 	// timersFx are the subjects of the timers the transition dropped, whose
 	// schedules are removed once the state is stored.
 	timersFx []string
+
+	// br is the branch whose line the state's current-node fields hold
+	// while the transition works on it (runIn); nil: the execution's one
+	// line. lineStart is its context as the work began (what it changed is
+	// told from it); lineGone says its line ended (it arrived at a join,
+	// ended, forked, or was a map item that finished).
+	br        *novav1.Branch
+	lineStart jsonvalue.Object
+	lineGone  bool
+	// openLine: the execution's one line became the branch br during the
+	// transition (toBranch); settle puts it away.
+	openLine bool
+	// parallel: the transition worked on branches; settle looks at the
+	// joins, the maps and the end.
+	parallel bool
+	// ended are the branches that ended at an end node, merged into the
+	// context as the transition settles.
+	ended []*novav1.Branch
+	// prevNode is the node whose visit completed last; children are the
+	// child executions of the visit being completed.
+	prevNode string
+	children []string
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
@@ -144,6 +166,11 @@ func (t *transition) started() {
 func (t *transition) enter(id string) {
 	for t.st.Status == statusRunning {
 		node := t.graph.Node(id)
+		if node.Type == novav1.NodeType_NODE_TYPE_JOIN {
+			// A join's visit is when its branches are there (settle).
+			t.arrive(node)
+			return
+		}
 		ns := t.nodeState(id)
 		// Checked before counting, so that visits says how often the node
 		// ran; a retry policy's attempts do not count.
@@ -163,15 +190,23 @@ func (t *transition) enter(id string) {
 			ns.Status = statusSucceeded
 			t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
 			if node.Type == novav1.NodeType_NODE_TYPE_END {
+				if t.inBranches() {
+					t.branchEnded()
+					return
+				}
 				t.complete()
 				return
 			}
-			next, err := t.graph.Next(id)
+			targets, err := t.graph.Targets(id)
 			if err != nil {
 				t.fail(err.Error())
 				return
 			}
-			id = next
+			if len(targets) > 1 {
+				t.fork(node, targets)
+				return
+			}
+			id = targets[0]
 		default:
 			if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
 				// A decision is made by this node's code only, never by a
@@ -191,6 +226,12 @@ func (t *transition) enter(id string) {
 			case novav1.NodeType_NODE_TYPE_SLEEP:
 				t.enterSleep(node, ns)
 				return
+			case novav1.NodeType_NODE_TYPE_MAP:
+				t.startMap(node, ns)
+				return
+			case novav1.NodeType_NODE_TYPE_WORKFLOW:
+				t.startChild(node, ns)
+				return
 			}
 			if node.Prompt != "" {
 				t.startAI(node)
@@ -205,14 +246,41 @@ func (t *transition) enter(id string) {
 
 // nodeStarted announces the visit of node that begins.
 func (t *transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
-	t.emit(bus.KindNodeStarted, fmt.Sprintf("%s/%s/%d/started", t.st.ExecutionId, node.Id, ns.Visits), bus.TypeNodeStarted,
-		&novav1.NodeStarted{
-			ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: workflow.TypeName(node.Type), Visit: ns.Visits,
-			Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
-		})
+	started := &novav1.NodeStarted{
+		ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: workflow.TypeName(node.Type), Visit: ns.Visits,
+		Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
+	}
+	started.Branch, started.Item = t.branchOf()
+	t.emit(bus.KindNodeStarted, t.visitKey(node.Id, ns.Visits)+"/started", bus.TypeNodeStarted, started)
+}
+
+// branchOf is the branch the transition works on and, for a map's item,
+// its position.
+func (t *transition) branchOf() (string, *int32) {
+	if t.br == nil {
+		return "", nil
+	}
+	if t.br.IsItem {
+		return t.br.Id, new(t.br.Item)
+	}
+	return t.br.Id, nil
+}
+
+// visitKey names a visit of node in event and step ids: a map's items,
+// visits of one node visit, are told apart by their position.
+func (t *transition) visitKey(node string, visit int32) string {
+	key := fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node, visit)
+	if t.isItem() {
+		key += fmt.Sprintf("#%d", t.br.Item)
+	}
+	return key
 }
 
 func (t *transition) nodeState(id string) *novav1.NodeState {
+	if t.isItem() && id == t.br.FromNode && t.br.ItemNode != nil {
+		// An item's own record of its map node.
+		return t.br.ItemNode
+	}
 	ns := t.st.Nodes[id]
 	if ns == nil {
 		ns = &novav1.NodeState{}
@@ -221,13 +289,9 @@ func (t *transition) nodeState(id string) *novav1.NodeState {
 	return ns
 }
 
-func stepID(execution, node string, visit, attempt int32) string {
-	return fmt.Sprintf("%s/%s/%d/%d", execution, node, visit, attempt)
-}
-
 // dispatch runs a code node's code in the sandbox.
 func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
-	step := stepID(t.st.ExecutionId, node.Id, ns.Visits, ns.Attempts)
+	step := fmt.Sprintf("%s/%d", t.visitKey(node.Id, ns.Visits), ns.Attempts)
 	t.execute(node, step, ns.Visits, ns.Attempts, ns.Attempts, node.Code, "TASK", t.st.Context)
 }
 
@@ -369,7 +433,12 @@ func (t *transition) merge(r *novav1.CodeExecuted) {
 // route completes a node whose run succeeded and moves to the next node; a
 // decision node's branch_decision must match an outgoing edge.
 func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) {
-	var decision, next string
+	if t.isItem() {
+		t.itemFinished(node, ns, r)
+		return
+	}
+	var decision string
+	var targets []string
 	var err error
 	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
 		var value any
@@ -381,9 +450,11 @@ func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 			v = ""
 		}
 		decision = v
+		var next string
 		next, err = t.graph.Decide(node.Id, v)
+		targets = []string{next}
 	} else {
-		next, err = t.graph.Next(node.Id)
+		targets, err = t.graph.Targets(node.Id)
 	}
 	if err != nil {
 		t.nodeFailed(node, ns, err.Error(), r)
@@ -391,9 +462,9 @@ func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 	}
 	ns.Status = statusSucceeded
 	ns.Error = ""
-	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, next, r)
+	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, strings.Join(targets, ","), r)
 	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
-	t.enter(next)
+	t.follow(node, targets)
 }
 
 func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {
@@ -401,6 +472,10 @@ func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg str
 	ns.Status, ns.Error = statusFailed, msg
 	t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
 	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
+	if t.isItem() {
+		t.itemFailed(node, msg)
+		return
+	}
 	t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 }
 
@@ -447,7 +522,10 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 	if workflow.RetryPolicyOf(t.st.Definition, node) != nil {
 		nc.Attempt = max(t.nodeState(node.Id).RetryAttempt, 1)
 	}
-	t.emit(bus.KindNodeCompleted, fmt.Sprintf("%s/%s/%d/completed", t.st.ExecutionId, node.Id, visit), bus.TypeNodeCompleted, nc)
+	nc.Branch, nc.Item = t.branchOf()
+	nc.ChildExecutionIds, t.children = t.children, nil
+	t.prevNode = node.Id
+	t.emit(bus.KindNodeCompleted, t.visitKey(node.Id, visit)+"/completed", bus.TypeNodeCompleted, nc)
 	return nc
 }
 
@@ -489,7 +567,15 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 		ExecutionTimeMs: r.DurationMs,
 		Timestamp:       tsNow(t.now),
 		StepId:          r.StepId,
+		Item:            t.itemIndex(),
 	})
+}
+
+// itemIndex is the position of the map item the transition works on, nil
+// when it works on none.
+func (t *transition) itemIndex() *int32 {
+	_, item := t.branchOf()
+	return item
 }
 
 func (t *transition) fail(msg string) {
@@ -504,8 +590,21 @@ func (t *transition) complete() {
 }
 
 func (t *transition) completed() {
+	t.endLines()
 	t.st.CompletedAt = tsNow(t.now)
-	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, execution.Completion(t.st))
+	done := execution.Completion(t.st)
+	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, done)
+	if p := t.st.Parent; p != nil {
+		// The parent's workflow (or map) node waits for this.
+		t.out = append(t.out, outEvent{
+			subject:   bus.EventSubject(p.ExecutionId, bus.KindChildCompleted),
+			id:        t.st.ExecutionId + "/child-completed",
+			typ:       bus.TypeChildCompleted,
+			execution: p.ExecutionId,
+			msg: &novav1.ChildCompleted{Parent: p, ChildExecutionId: t.st.ExecutionId, WorkflowName: done.WorkflowName,
+				Status: t.st.Status, Error: t.st.Error, Context: t.st.Context, CostUsd: done.CostUsd, ModelCalls: done.ModelCalls},
+		})
+	}
 }
 
 func languageOf(n *novav1.Node) string {

@@ -104,7 +104,7 @@ func TestEarlyResultIsRetriedNotDropped(t *testing.T) {
 	st, cmd := begin(t, e, loopYAML, nil)
 	// The result of the command the next transition will dispatch, arriving
 	// before that transition's state is stored.
-	early := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "again", StepId: stepID("x1", "again", 1, 1),
+	early := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "again", StepId: "x1/again/1/1",
 		Visit: 1, Attempt: 1, Sequence: cmd.Sequence + 1, Status: nodeSuccess}
 	if err := e.newTransition(st).codeExecuted(early); !errors.Is(err, errEarlyResult) {
 		t.Errorf("early result: %v, want errEarlyResult", err)
