@@ -78,6 +78,7 @@ help:
 	@echo 'make bench-chain  the chain of work per execution: BSON bytes by collection and the disk bytes of the embedded store, for a 3-node code workflow and ai-orders (BENCH_CHAIN_FLAGS="-baseline-bin DIR" measures another build beside)'
 	@echo 'make bench-restart  nova dev restarted after kill -9 with 0, 10000 and 100000 ended executions kept, killed a while after the server wrote its state and before it first did: time until the bucket answers and until a workflow completes, and the TTL scan it logged (BENCH_RESTART_FLAGS=...)'
 	@echo 'make bench-control  steering executions: cancel to the program gone (p50/p99, beside a bare SIGKILL), CPU and RSS of nova dev with 1000 executions waiting for a signal over a minute (beside none), lateness of 200 sleeps of 2 s (beside bare message schedules) (BENCH_CONTROL_FLAGS=...)'
+	@echo 'make bench-parallel  branches: 10 sleeps of 0.5 s fanned out and joined (beside in a row), a map of 1000 items at concurrency 16 (engine time and CPU per item, RSS; beside 1000 one-node executions), 3-node throughput (beside the commit before branches) (BENCH_PARALLEL_FLAGS=...)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
 	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
@@ -323,6 +324,20 @@ bench-restart: build
 # Steering executions on nova dev: cancel to the program's process gone,
 # CPU and memory while 1000 executions wait for a signal, lateness of 200
 # sleeps of 2 s, each beside a baseline (BENCH_CONTROL_FLAGS="-idle 10s").
+# Branches: a fan-out of 10 sleeps beside the same nodes in a row, a map of
+# 1000 items at concurrency 16 beside 1000 one-node executions, and the
+# 3-node sequential throughput beside the commit before branches
+# (BENCH_PARALLEL_BASE), built here from its tree.
+BENCH_PARALLEL_BASE ?= 8601b4f
+.PHONY: bench-parallel
+bench-parallel: build
+	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchparallel ./benchparallel
+	rm -rf $(BIN)/base && mkdir -p $(BIN)/base/src
+	git archive $(BENCH_PARALLEL_BASE) | tar -x -C $(BIN)/base/src
+	cd $(BIN)/base/src/services/nova && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(BIN)/base/nova .
+	rm -rf $(BIN)/base/src
+	$(BIN)/nova-benchparallel -bin $(BIN) -base-bin $(BIN)/base $(BENCH_PARALLEL_FLAGS)
+
 .PHONY: bench-control
 bench-control: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcontrol ./benchcontrol

@@ -27,7 +27,7 @@ func (t *transition) runCached(node *novav1.Node) bool {
 	if t.semantic != nil {
 		ai.CacheGroup = codecache.Group(in, t.semanticModel)
 	}
-	if entry := t.lookup(ai.CacheKey); entry != nil {
+	if entry := t.cached(ai.CacheKey); entry != nil {
 		t.useCached(node, entry, nil)
 		return true
 	}
@@ -44,6 +44,16 @@ func (t *transition) runCached(node *novav1.Node) bool {
 	}
 	t.cacheFx.misses++
 	return false
+}
+
+// cached is the cache's entry of key: one this transition is about to
+// store (a map's first item, whose code the next items run), else the
+// stored one.
+func (t *transition) cached(key string) *codecache.Entry {
+	if p, ok := t.cacheFx.puts[key]; ok {
+		return p.entry
+	}
+	return t.lookup(key)
 }
 
 // cacheInput is what the node's cache key is made of; ok is false when the

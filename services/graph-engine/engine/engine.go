@@ -806,6 +806,13 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
+	// Events of one execution are applied one at a time in this replica
+	// (branches that finish together would otherwise lose most races);
+	// compare-and-set orders them across replicas. The span below is the
+	// work, not the wait for the lock.
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
 	opts := []trace.SpanStartOption{trace.WithAttributes(attribute.String("execution.id", id), attribute.String("node.id", nodeID))}
 	// A steering command reads the state first, for the execution's trace;
 	// that read is the one the first pass below applies fn to.
@@ -823,12 +830,6 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 	}
 	ctx, span := e.tracer.Start(ctx, "graph-engine advance", opts...)
 	defer span.End()
-	// Events of one execution are applied one at a time in this replica
-	// (branches that finish together would otherwise lose most races);
-	// compare-and-set orders them across replicas.
-	mu := e.lock(id)
-	mu.Lock()
-	defer mu.Unlock()
 	memo := embedMemo{}
 	for range 50 {
 		entry, err := first, error(nil)

@@ -615,6 +615,11 @@ func (t *transition) moveMap(b *novav1.Branch) bool {
 		}
 	}
 	free := int32(workflow.MapConcurrency(node)) - running
+	if node.Prompt != "" && workflow.CacheEnabled(t.st.Definition, node) && mr.Finished == 0 {
+		// An AI body: the first item alone, so that its code, once it
+		// passes, is in the cache for the others (no model call each).
+		free = min(free, 1-running)
+	}
 	if free <= 0 || mr.Started >= mr.Total {
 		return false
 	}
