@@ -45,6 +45,10 @@ type ExecutionDoc struct {
 	// Started by a schedule: its id and the tick.
 	ScheduleID  string     `bson:"schedule_id,omitempty" json:"schedule_id,omitempty"`
 	ScheduledAt *time.Time `bson:"scheduled_at,omitempty" json:"scheduled_at,omitempty"`
+	// A sub-workflow's child: the parent execution and its node that
+	// started it.
+	ParentExecutionID string `bson:"parent_execution_id,omitempty" json:"parent_execution_id,omitempty"`
+	ParentNode        string `bson:"parent_node,omitempty" json:"parent_node,omitempty"`
 }
 
 // NodeSummaryDoc is one node's outcome in ExecutionDoc.Nodes.

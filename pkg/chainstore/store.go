@@ -327,6 +327,9 @@ func startedFields(ev *novav1.WorkflowStarted) (id string, set bson.D, err error
 	if sid := ev.GetScheduleId(); sid != "" {
 		set = append(set, bson.E{Key: "schedule_id", Value: sid}, bson.E{Key: "scheduled_at", Value: timeOf(ev.GetScheduledAt())})
 	}
+	if p := ev.GetParent(); p.GetExecutionId() != "" {
+		set = append(set, bson.E{Key: "parent_execution_id", Value: p.GetExecutionId()}, bson.E{Key: "parent_node", Value: p.GetNodeId()})
+	}
 	return id, set, nil
 }
 

@@ -146,6 +146,7 @@ func Completion(st *novav1.ExecutionState) *novav1.WorkflowCompleted {
 		CancelledBy:  st.CancelledBy,
 		CancelReason: st.CancelReason,
 		RerunOf:      st.GetRerun().GetExecutionId(),
+		Parent:       st.GetParent(),
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.Nodes)) {
 		ns := st.Nodes[id]

@@ -1354,7 +1354,7 @@ func (x *ParentRef) GetSequence() int32 {
 // its workflow (or map) nodes started has ended. The graph engine publishes
 // it as the child ends.
 // Type io.nova.result.workflow.completed.v1 on
-// nova.evt.<parent execution_id>.result.workflow.
+// nova.evt.<parent execution_id>.result.graph-engine.
 type ChildCompleted struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Parent           *ParentRef             `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`

@@ -158,6 +158,7 @@ func (t *transition) started() {
 		Rerun:        t.st.Rerun,
 		ScheduleId:   t.st.ScheduleId,
 		ScheduledAt:  t.st.ScheduledAt,
+		Parent:       t.st.Parent,
 	})
 }
 

@@ -336,6 +336,14 @@ edges:
 		if st == nil || st.GetParent().GetExecutionId() != wc.ExecutionId || st.GetParent().GetNodeId() != "call" || st.Status != "succeeded" {
 			t.Fatalf("child %s state: parent %v, status %q", childID, st.GetParent(), st.GetStatus())
 		}
+		e.auditIdle()
+		doc, err := e.s.Store.Execution(e.ctx, childID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc.ParentExecutionID != wc.ExecutionId || doc.ParentNode != "call" {
+			t.Errorf("child's audit document: parent %q node %q, want %s call", doc.ParentExecutionID, doc.ParentNode, wc.ExecutionId)
+		}
 	})
 	t.Run("a failing child fails the node with its error", func(t *testing.T) {
 		wc := e.run(parent, map[string]any{"n": -1})

@@ -111,3 +111,72 @@ func serviceName(s tracetest.SpanStub) string {
 	v, _ := s.Resource.Set().Value(semconv.ServiceNameKey)
 	return v.AsString()
 }
+
+// TestBranchesOverlapInOneTrace: the sandbox runs of a fan-out's branches
+// are spans of the workflow's one trace, and they overlap in time.
+func TestBranchesOverlapInOneTrace(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	e := startEnv(t, func(o *stack.Options) {
+		o.SpanExporter = spans
+		o.Sandbox = stack.SandboxConfig(false)
+		o.Sandbox.Workers = 3 // the three branches' programs at once
+	})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("e2e-producer"))))
+	e.connect(bus.WithTracerProvider(tp))
+	def := parse(t, `
+name: traced-fan-out
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "import time\ntime.sleep(0.3)\ncontext['a'] = 1"}
+  - {id: b, type: action, code: "import time\ntime.sleep(0.3)\ncontext['b'] = 1"}
+  - {id: c, type: action, code: "import time\ntime.sleep(0.3)\ncontext['c'] = 1"}
+  - {id: join, type: join}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: start, to: b}
+  - {from: start, to: c}
+  - {from: a, to: join}
+  - {from: b, to: join}
+  - {from: c, to: join}
+  - {from: join, to: done}
+`)
+	ctx, root := tp.Tracer("e2e").Start(e.ctx, "run workflow")
+	wc, err := e.client.Run(ctx, def, nil)
+	root.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc.Status != "succeeded" {
+		t.Fatalf("status %q, error %q; want succeeded", wc.Status, wc.Error)
+	}
+	if err := e.client.WaitConsumerIdle(e.ctx, bus.StreamCommands, bus.AgentSandbox); err != nil {
+		t.Fatal(err)
+	}
+	var runs []tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		if serviceName(s) == stack.Sandbox && strings.Contains(s.Name, " handle ") &&
+			slices.Contains(s.Attributes, attribute.String("execution.id", wc.ExecutionId)) {
+			runs = append(runs, s)
+		}
+	}
+	if len(runs) != 3 {
+		t.Fatalf("%d sandbox handle spans name the execution, want 3 (a, b, c)", len(runs))
+	}
+	latestStart, earliestEnd := runs[0].StartTime, runs[0].EndTime
+	for _, s := range runs {
+		if s.SpanContext.TraceID() != root.SpanContext().TraceID() {
+			t.Errorf("sandbox span in trace %s, want the workflow's %s", s.SpanContext.TraceID(), root.SpanContext().TraceID())
+		}
+		if s.StartTime.After(latestStart) {
+			latestStart = s.StartTime
+		}
+		if s.EndTime.Before(earliestEnd) {
+			earliestEnd = s.EndTime
+		}
+	}
+	if !latestStart.Before(earliestEnd) {
+		t.Errorf("the branches' sandbox spans do not overlap: the last starts at %v, the first ends at %v", latestStart, earliestEnd)
+	}
+}
