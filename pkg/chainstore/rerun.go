@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -52,10 +53,13 @@ func (s *Store) RerunStart(ctx context.Context, id string, req RerunRequest) (*n
 	if exec.Status == StatusRunning {
 		return nil, fmt.Errorf("%w: execution %s is running: cancel it, or wait for its end, before rerunning it", ErrRunning, id)
 	}
-	chain, err := s.Chain(ctx, id)
+	all, err := s.Chain(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	// A map's items are visits inside its node's own: a rerun starts at,
+	// and carries over, whole nodes.
+	chain := slices.DeleteFunc(all, func(n NodeDoc) bool { return n.Item != nil })
 	from, at, err := rerunNode(id, chain, req.From)
 	if err != nil {
 		return nil, err

@@ -410,6 +410,7 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 	}
 	t := e.newTransition(st)
 	e.bindCache(ctx, t, embedMemo{})
+	e.bindValues(ctx, t)
 	if _, err := jsonvalue.FromProto(cmd.Context); err != nil {
 		// A producer's mistake: the execution fails and says why.
 		st.Context = nil

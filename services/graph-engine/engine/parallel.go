@@ -550,7 +550,7 @@ func (t *transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
 		t.nodeFailed(node, ns, fmt.Sprintf("the context has no key %q (the list its items come from)", node.Items), nil)
 		return
 	}
-	items, err := t.itemList(raw)
+	items, err := t.itemList(t.visitKey(node.Id, ns.Visits), raw)
 	if err != nil {
 		t.nodeFailed(node, ns, fmt.Sprintf("items %q: %v", node.Items, err), nil)
 		return
@@ -567,28 +567,37 @@ func (t *transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
 }
 
 // itemList is the list raw holds (read back from the value store when it
-// is kept there), as its items' JSON.
-func (t *transition) itemList(raw []byte) ([]json.RawMessage, error) {
-	if ref, ok := valueref.RawRef(raw); ok {
-		if t.e != nil && t.e.items != nil {
-			if list, ok := t.e.items.get(ref.SHA256); ok {
-				return list, nil
-			}
-		}
+// is kept there), as its items' JSON. The map visit named key reads and
+// splits it once in this replica (Engine.items), not at each item.
+func (t *transition) itemList(key string, raw []byte) ([]json.RawMessage, error) {
+	cache := t.e.itemCache()
+	if list, ok := cache.get(key); ok {
+		return list, nil
+	}
+	full := raw
+	if _, ok := valueref.RawRef(raw); ok {
 		if t.readValue == nil {
 			return nil, fmt.Errorf("the list is kept in the value store, which this engine cannot read")
 		}
-		full, err := t.readValue(raw)
-		if err != nil {
+		var err error
+		if full, err = t.readValue(raw); err != nil {
 			return nil, err
 		}
-		list, err := splitList(full)
-		if err == nil && t.e != nil && t.e.items != nil {
-			t.e.items.put(ref.SHA256, list)
-		}
-		return list, err
 	}
-	return splitList(raw)
+	list, err := splitList(full)
+	if err == nil {
+		cache.put(key, list)
+	}
+	return list, err
+}
+
+// itemCache is the engine's cache of map lists (a throwaway one for an
+// Engine built by hand in tests).
+func (e *Engine) itemCache() *itemLists {
+	if e == nil || e.items == nil {
+		return newItemLists(1)
+	}
+	return e.items
 }
 
 func splitList(raw []byte) ([]json.RawMessage, error) {
@@ -623,7 +632,7 @@ func (t *transition) moveMap(b *novav1.Branch) bool {
 	if free <= 0 || mr.Started >= mr.Total {
 		return false
 	}
-	items, err := t.itemList(mr.Items.GetRaw())
+	items, err := t.itemList(fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node.Id, mr.Visit), mr.Items.GetRaw())
 	if err != nil || len(items) != int(mr.Total) {
 		t.runIn(b, func() {
 			t.nodeFailed(node, t.nodeState(node.Id), fmt.Sprintf("items %q could not be read back: %v", node.Items, err), nil)
@@ -864,9 +873,11 @@ func (t *transition) childOf() string {
 	return ""
 }
 
-// itemLists keeps the lists that maps over large values run over, as read
-// back from the value store, so that starting an item does not read the
-// whole list again. It holds at most n lists.
+// itemLists keeps the lists that maps run over, split into their items (read
+// back from the value store when kept there), by map visit, so that
+// starting an item neither reads nor splits the whole list again. It holds
+// at most n lists; another replica, or this one after a restart, splits a
+// list once more.
 type itemLists struct {
 	mu    sync.Mutex
 	n     int

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/nova/stack"
 )
 
 // Branches on the embedded servers: fan-out and join, joins after a
@@ -460,4 +462,54 @@ edges:
 	})
 	st := e.state(childID)
 	mustContain(t, "child's cancel", st.CancelReason, exec.ID)
+}
+
+// A map over a list kept by reference (a large value): each item's
+// context carries its item, not the list, and the results come back
+// whole.
+func TestMapOverLargeList(t *testing.T) {
+	e := startEnv(t, func(o *stack.Options) { o.ValueThreshold = 1024 })
+	def := parse(t, `
+name: map-large
+nodes:
+  - {id: start, type: start}
+  - id: each
+    type: map
+    items: docs
+    concurrency: 4
+    output: sizes
+    code: |
+      context["result"] = {"i": context["index"], "len": len(context["item"]), "keys": sorted(context.keys())}
+  - {id: end, type: end}
+edges: [{from: start, to: each}, {from: each, to: end}]
+`)
+	docs := make([]string, 40)
+	for i := range docs {
+		docs[i] = strings.Repeat(string(rune('a'+i%26)), 100+i)
+	}
+	wc := e.run(def, map[string]any{"docs": docs})
+	if wc.Status != "succeeded" {
+		t.Fatalf("status %q: %s", wc.Status, wc.Error)
+	}
+	// The list went to the value store: the start event's context holds a
+	// reference, not the list.
+	st := e.state(wc.ExecutionId)
+	if raw := string(st.GetContext().GetRaw()); !strings.Contains(raw, `"$ref"`) {
+		t.Errorf("the state's context holds the list inline (%d bytes), want a reference", len(raw))
+	}
+	final := jsonvalue.MustObject(wc.Context)
+	if err := e.values.Expand(e.ctx, final); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := ctxMap(final.Proto())["sizes"].([]any)
+	if len(got) != len(docs) {
+		t.Fatalf("sizes = %d results, want %d", len(got), len(docs))
+	}
+	for i, r := range got {
+		m, _ := r.(map[string]any)
+		keys, _ := m["keys"].([]any)
+		if m["i"] != float64(i) || m["len"] != float64(100+i) || len(keys) != 2 || keys[0] != "index" || keys[1] != "item" {
+			t.Errorf("sizes[%d] = %v, want index %d, length %d, and only item and index in the item's context", i, r, i, 100+i)
+		}
+	}
 }
