@@ -408,10 +408,7 @@ func (t *transition) passJoin(node *novav1.Node, arrivals []*novav1.Branch, join
 		keys = append(keys, a.ChangedKeys...)
 	}
 	slices.Sort(keys)
-	b := t.newBranch(&novav1.Branch{Context: first.Context, ForkChanges: stack, FromNode: node.Id})
-	t.changed = true
-	t.runIn(b, func() {
-		b.ChangedKeys = slices.Compact(keys)
+	visit := func() {
 		ns := t.nodeState(node.Id)
 		if limit := workflow.MaxVisits(node); int(ns.Visits-ns.Retried) >= limit {
 			ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", node.Id, limit)
@@ -440,7 +437,17 @@ func (t *transition) passJoin(node *novav1.Node, arrivals []*novav1.Branch, join
 		t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", strings.Join(targets, ","), nil)
 		t.st.CurrentNode, t.st.PendingStepId = "", ""
 		t.follow(node, targets)
-	})
+	}
+	t.changed = true
+	if t.br == nil && len(t.st.Branches) == 0 && len(t.st.Joins) == 0 && len(t.st.EndedKeys) == 0 && len(t.ended) == 0 {
+		// Nothing else runs: the execution follows one line again, from
+		// the join on.
+		t.loadLine(&novav1.Branch{Context: first.Context})
+		visit()
+		return
+	}
+	b := t.newBranch(&novav1.Branch{Context: first.Context, ForkChanges: stack, ChangedKeys: slices.Compact(keys), FromNode: node.Id})
+	t.runIn(b, visit)
 }
 
 // mergeArrivals merges the contexts of the branches that came to join:

@@ -350,6 +350,20 @@ edges:
 			`decision "low" -> auto_approve`,
 			"step 1 sandbox/code_execution attempt 1: success")
 	})
+
+	t.Run("run shows branches and map items", func(t *testing.T) {
+		example := filepath.Join("..", "..", "..", "examples", "order-batch.yaml")
+		r := nova(t, bin, "run", example, "--progress", "--chain", "--data-dir", t.TempDir(),
+			"--set", `orders=[{"id": 1, "total": 120}, {"id": 2, "total": 2400}, {"id": 3, "total": 75}]`)
+		if r.code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr:\n%s", r.code, r.stderr)
+		}
+		mustContain(t, "stdout", r.stdout,
+			"status     succeeded",
+			`"report": "3 orders, 2595 in all, high risk: [2]"`,
+			"score[2]", "branch b1", "branch b2",
+			"] visit 1: success, ", ", item 1\n", "branch b2\n")
+	})
 }
 
 // TestRunDetachAndSignal drives the invoice example as make demo does:
