@@ -1,14 +1,21 @@
 package e2e
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/engine"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 
@@ -512,4 +519,84 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 			t.Errorf("sizes[%d] = %v, want index %d, length %d, and only item and index in the item's context", i, r, i, 100+i)
 		}
 	}
+}
+
+// Two graph engines take one execution's events: a map's items and a
+// fan-out's branches finish on either, their state updated with
+// compare-and-set, and nothing is lost.
+func TestBranchesAcrossEngineReplicas(t *testing.T) {
+	e := startEnv(t, func(o *stack.Options) {
+		o.Sandbox = stack.SandboxConfig(false)
+		o.Sandbox.Workers = 8
+	})
+	b2, err := e.s.Connect(e.ctx, "engine-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b2.Close)
+	values, err := valueref.Open(e.ctx, b2.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := tracetest.NewInMemoryExporter()
+	second, err := engine.New(e.ctx, engine.Deps{Bus: b2, Values: values, Logger: slog.New(slog.DiscardHandler),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)), Config: engine.Config{Workers: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = second.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	def := parse(t, `
+name: two-engines
+nodes:
+  - {id: start, type: start}
+  - {id: each, type: map, items: xs, concurrency: 8, output: ys, code: 'context["result"] = context["item"] + 1'}
+  - {id: side, type: action, code: 'context["side"] = True'}
+  - {id: join, type: join}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: each}
+  - {from: start, to: side}
+  - {from: each, to: join}
+  - {from: side, to: join}
+  - {from: join, to: end}
+`)
+	xs := make([]int, 60)
+	for i := range xs {
+		xs[i] = i
+	}
+	var ids []string
+	for range 3 {
+		wc := e.run(def, map[string]any{"xs": xs})
+		if wc.Status != "succeeded" {
+			t.Fatalf("status %q: %s", wc.Status, wc.Error)
+		}
+		got := ctxMap(wc.Context)
+		ys, _ := got["ys"].([]any)
+		if len(ys) != len(xs) || got["side"] != true {
+			t.Fatalf("ys %d results, side %v", len(ys), got["side"])
+		}
+		for i, y := range ys {
+			if y != float64(i+1) {
+				t.Errorf("ys[%d] = %v, want %d", i, y, i+1)
+			}
+		}
+		ids = append(ids, wc.ExecutionId)
+	}
+	// The second replica applied some of their events.
+	n := 0
+	for _, s := range spans.GetSpans() {
+		for _, a := range s.Attributes {
+			if string(a.Key) == "execution.id" && slices.Contains(ids, a.Value.AsString()) {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("the second engine applied none of the executions' events")
+	}
+	t.Logf("the second engine applied %d of the events", n)
 }
