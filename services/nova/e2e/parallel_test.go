@@ -600,3 +600,157 @@ edges:
 	}
 	t.Logf("the second engine applied %d of the events", n)
 }
+
+func TestJoinWaitAnyAndLoops(t *testing.T) {
+	e := startEnv(t)
+	t.Run("wait: any goes on with the first branch", func(t *testing.T) {
+		def := parse(t, `
+name: race
+nodes:
+  - {id: start, type: start}
+  - {id: fast, type: action, code: "context['winner'] = 'fast'"}
+  - {id: slow, type: action, code: "import time\ntime.sleep(0.5)\ncontext['winner'] = 'slow'"}
+  - {id: first, type: join, wait: any}
+  - {id: after, type: action, code: "context['seen'] = context['winner']"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: fast}
+  - {from: start, to: slow}
+  - {from: fast, to: first}
+  - {from: slow, to: first}
+  - {from: first, to: after}
+  - {from: after, to: end}
+`)
+		wc := e.run(def, map[string]any{})
+		got := ctxMap(wc.Context)
+		if wc.Status != "succeeded" || got["seen"] != "fast" || got["winner"] != "fast" {
+			t.Fatalf("status %q (%s), context %v; want the fast branch's context only", wc.Status, wc.Error, got)
+		}
+		nodes := e.chain(wc.ExecutionId)
+		if j := visits(nodes, "first"); len(j) != 1 {
+			t.Errorf("join visits %d, want 1: the slow branch ends at it", len(j))
+		}
+		if a := visits(nodes, "after"); len(a) != 1 {
+			t.Errorf("after ran %d times, want once", len(a))
+		}
+	})
+	t.Run("a fan-out inside a loop", func(t *testing.T) {
+		def := parse(t, `
+name: loop-fan-out
+nodes:
+  - {id: start, type: start}
+  - {id: round, type: action, code: "context['round'] = context.get('round', 0) + 1"}
+  - {id: a, type: action, code: "context['a'] = context.get('a', 0) + 1"}
+  - {id: b, type: action, code: "context['b'] = context.get('b', 0) + 10"}
+  - {id: join, type: join}
+  - {id: again, type: decision, code: "context['branch_decision'] = 'yes' if context['round'] < 3 else 'no'"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: round}
+  - {from: round, to: a}
+  - {from: round, to: b}
+  - {from: a, to: join}
+  - {from: b, to: join}
+  - {from: join, to: again}
+  - {from: again, to: round, condition: "yes"}
+  - {from: again, to: end, condition: "no"}
+`)
+		wc := e.run(def, map[string]any{})
+		got := ctxMap(wc.Context)
+		if wc.Status != "succeeded" || got["round"] != float64(3) || got["a"] != float64(3) || got["b"] != float64(30) {
+			t.Fatalf("status %q (%s), context %v; want three rounds of a and b", wc.Status, wc.Error, got)
+		}
+		nodes := e.chain(wc.ExecutionId)
+		if j := visits(nodes, "join"); len(j) != 3 || j[2].Visit != 3 {
+			t.Errorf("join visits %d, want 3", len(j))
+		}
+	})
+	t.Run("max_visits counts a branch's visits", func(t *testing.T) {
+		def := parse(t, `
+name: loop-limit
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, max_visits: 2, code: "context['n'] = context.get('n', 0) + 1"}
+  - {id: b, type: action, code: "pass"}
+  - {id: join, type: join}
+  - {id: more, type: decision, code: "context['branch_decision'] = 'yes'"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: start, to: b}
+  - {from: a, to: join}
+  - {from: b, to: join}
+  - {from: join, to: more}
+  - {from: more, to: a, condition: "yes"}
+  - {from: more, to: end, condition: "no"}
+`)
+		wc := e.run(def, map[string]any{})
+		if wc.Status != "failed" {
+			t.Fatalf("status %q, want failed", wc.Status)
+		}
+		mustContain(t, "error", wc.Error, `node "a" exceeded its maximum of 2 visits`)
+	})
+}
+
+// A wait node in one branch takes its signal while another branch works;
+// cancelling a forked execution ends every branch.
+func TestSignalAndCancelInBranches(t *testing.T) {
+	e := startEnv(t)
+	def := parse(t, `
+name: approve-while-working
+nodes:
+  - {id: start, type: start}
+  - {id: approve, type: wait, signal: approve}
+  - {id: work, type: action, code: "context['worked'] = True"}
+  - {id: join, type: join}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: approve}
+  - {from: start, to: work}
+  - {from: approve, to: join}
+  - {from: work, to: join}
+  - {from: join, to: end}
+`)
+	t.Run("signal", func(t *testing.T) {
+		exec, err := e.client.Start(e.ctx, def, "", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitingFor(exec.ID, "approve", "signal")
+		e.eventually(testTimeout/3, "work is done", func() bool {
+			st := e.state(exec.ID)
+			return st != nil && len(st.Joins["join"].GetArrived()) == 1
+		})
+		e.signalExec(exec.ID, "approve", map[string]any{"approved": true})
+		wc, err := exec.Wait(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ctxMap(wc.Context); wc.Status != "succeeded" || got["approved"] != true || got["worked"] != true {
+			t.Fatalf("status %q (%s), context %v", wc.Status, wc.Error, got)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		exec, err := e.client.Start(e.ctx, def, "", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitingFor(exec.ID, "approve", "signal")
+		e.cancelExec(exec.ID, "not needed", "e2e")
+		wc, err := exec.Wait(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wc.Status != "cancelled" {
+			t.Fatalf("status %q, want cancelled", wc.Status)
+		}
+		st := e.state(exec.ID)
+		if len(st.Branches) != 0 || len(st.Joins) != 0 || st.Timer != nil {
+			t.Errorf("a cancelled execution keeps branches %v, joins %v", st.Branches, st.Joins)
+		}
+		nodes := e.chain(wc.ExecutionId)
+		if a := visits(nodes, "approve"); len(a) != 1 || a[0].Status != "cancelled" {
+			t.Errorf("approve's visit %+v, want cancelled", a)
+		}
+	})
+}
