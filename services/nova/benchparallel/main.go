@@ -55,6 +55,7 @@ type config struct {
 	concurrency  int
 	throughput   int
 	workers      int
+	phases       string
 	keep         bool
 }
 
@@ -69,6 +70,7 @@ func main() {
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "items of the map at once")
 	fs.IntVar(&cfg.throughput, "throughput", 2000, "executions of the 3-node workflow")
 	fs.IntVar(&cfg.workers, "workers", 16, "programs the sandbox runs at once (NOVA_SANDBOX_WORKERS) for the fan-out and the map")
+	fs.StringVar(&cfg.phases, "phases", "fanout,map,spans,fastpath", "what to measure, in order")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the data dirs and nova dev's logs")
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -129,18 +131,26 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	fmt.Printf("branches on nova dev (%s), NOVA_SANDBOX_WORKERS=%d\n\n", d.proc.Describe(), cfg.workers)
-	err = benchFanOut(d, cfg)
-	if err == nil {
+	on := func(p string) bool { return slices.Contains(strings.Split(cfg.phases, ","), p) }
+	if on("fanout") {
+		err = benchFanOut(d, cfg)
+	}
+	if err == nil && on("map") {
 		err = benchMap(d, cfg)
 	}
 	d.close()
 	if err != nil {
 		return err
 	}
-	if err := benchEngineSpans(ctx, cfg); err != nil {
-		return err
+	if on("spans") {
+		if err := benchEngineSpans(ctx, cfg); err != nil {
+			return err
+		}
 	}
-	return benchFastPath(ctx, cfg)
+	if on("fastpath") {
+		return benchFastPath(ctx, cfg)
+	}
+	return nil
 }
 
 func parse(yaml string) *novav1.WorkflowDefinition {
