@@ -59,6 +59,10 @@ type nodeStartedView struct {
 	AI          bool       `json:"ai"`
 	Sequence    int32      `json:"sequence"`
 	StartedAt   *time.Time `json:"started_at,omitempty"`
+	// The branch the visit runs in ("" when the execution follows one
+	// line), and a map item's position.
+	Branch string `json:"branch,omitempty"`
+	Item   *int32 `json:"item,omitempty"`
 }
 
 // nodeWaitingView is the data of a node.waiting event: the current node
@@ -250,9 +254,13 @@ func storedFrames(doc *chainstore.ExecutionDoc, nodes []chainstore.NodeDoc) ([][
 	for _, n := range nodes {
 		if n.NodeType != "start" && n.NodeType != "end" {
 			// The engine announces the nodes it dispatches to an agent.
-			if err := add(bus.KindNodeStarted, nodeStartedView{ExecutionID: n.ExecutionID, NodeID: n.NodeID,
+			started := nodeStartedView{ExecutionID: n.ExecutionID, NodeID: n.NodeID,
 				NodeType: n.NodeType, Visit: int32(n.Visit), AI: ai[n.NodeID], Sequence: int32(n.Sequence),
-				StartedAt: n.StartedAt}); err != nil {
+				StartedAt: n.StartedAt, Branch: n.Branch}
+			if n.Item != nil {
+				started.Item = new(int32(*n.Item))
+			}
+			if err := add(bus.KindNodeStarted, started); err != nil {
 				return nil, err
 			}
 		}
@@ -364,7 +372,8 @@ func eventData(kind string, ev *event.Event) (any, error) {
 			return nil, err
 		}
 		data = nodeStartedView{ExecutionID: s.GetExecutionId(), NodeID: s.GetNodeId(), NodeType: s.GetNodeType(),
-			Visit: s.GetVisit(), AI: s.GetAi(), Sequence: s.GetSequence(), StartedAt: timeOf(s.GetStartedAt())}
+			Visit: s.GetVisit(), AI: s.GetAi(), Sequence: s.GetSequence(), StartedAt: timeOf(s.GetStartedAt()),
+			Branch: s.GetBranch(), Item: s.Item}
 	case bus.KindStepCompleted:
 		var s novav1.StepCompleted
 		if err := bus.Decode(*ev, &s); err != nil {

@@ -27,6 +27,7 @@ export function chooseDirection(d) {
 }
 const nodeW = 170;
 const nodeH = 52;
+const progressH = 22;
 // drawGraph returns the SVG of def: of an execution with state, or the
 // definition alone without.
 export function drawGraph(def, state, onSelect, selected = "", direction = defaultDirection(def)) {
@@ -36,8 +37,9 @@ export function drawGraph(def, state, onSelect, selected = "", direction = defau
     g.setDefaultEdgeLabel(() => ({}));
     const nodes = def.nodes ?? [];
     const edges = def.edges ?? [];
+    const heightOf = (id) => (state?.progress?.has(id) ? nodeH + progressH : nodeH);
     for (const n of nodes)
-        g.setNode(n.id, { width: nodeW, height: nodeH });
+        g.setNode(n.id, { width: nodeW, height: heightOf(n.id) });
     edges.forEach((e, i) => {
         const label = e.condition ?? "";
         g.setEdge(e.from, e.to, { label, width: label ? Math.min(160, 7 * label.length) : 0, height: label ? 16 : 0, labelpos: "c" }, `e${i}`);
@@ -46,6 +48,8 @@ export function drawGraph(def, state, onSelect, selected = "", direction = defau
     const takenEdges = new Set();
     for (let i = 0; i + 1 < taken.length; i++)
         takenEdges.add(`${taken[i]}\u0000${taken[i + 1]}`);
+    for (const k of state?.takenEdges ?? [])
+        takenEdges.add(k);
     const { width, height } = g.graph();
     const svg = s("svg", { class: "graph", viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": `Graph of ${def.name ?? "the workflow"}` }, s("defs", null, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" }))));
     edges.forEach((e, i) => {
@@ -63,9 +67,11 @@ export function drawGraph(def, state, onSelect, selected = "", direction = defau
     for (const n of nodes) {
         const box = g.node(n.id);
         const st = state ? state.status.get(n.id) ?? "pending" : "none";
+        const boxH = heightOf(n.id);
         const x = box.x - nodeW / 2;
-        const y = box.y - nodeH / 2;
-        const label = `${n.id}: ${typeName(n.type)}${n.prompt ? " (AI)" : ""}${state ? `, ${st}` : ""}`;
+        const y = box.y - boxH / 2;
+        const progress = state?.progress?.get(n.id);
+        const label = `${n.id}: ${typeName(n.type)}${n.prompt ? " (AI)" : ""}${state ? `, ${st}` : ""}${progress ? `, ${progress.title}` : ""}`;
         const since = st === "running" || st === "waiting" || st === "retrying" ? state?.since?.get(n.id) : undefined;
         const sinceMs = Date.parse(since ?? "");
         const group = s("g", {
@@ -76,13 +82,21 @@ export function drawGraph(def, state, onSelect, selected = "", direction = defau
             "data-node": n.id,
             "data-status": state ? st : null,
             transform: `translate(${x.toFixed(1)} ${y.toFixed(1)})`,
-        }, s("title", null, label), s("rect", { width: nodeW, height: nodeH, rx: typeName(n.type) === "decision" ? 14 : 5 }), s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)), s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`), state
+        }, s("title", null, label), s("rect", { width: nodeW, height: boxH, rx: typeName(n.type) === "decision" ? 14 : 5 }), s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)), s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`), state
             ? s("text", { x: nodeW - 10, y: 40, class: "node-status", "text-anchor": "end" }, `${symbols[st] ?? "•"} ${statusWord(st)}`, Number.isFinite(sinceMs) ? [" ", s("tspan", { "data-since": sinceMs }, elapsed(Date.now() - sinceMs))] : null)
-            : null);
+            : null, progress ? progressBar(progress) : null);
         activate(group, () => onSelect(n.id));
         svg.append(group);
     }
     return svg;
+}
+// progressBar is a map node's items under its status: how many ended well
+// (and failed) as text, and as a bar along the box's foot.
+function progressBar(p) {
+    const w = nodeW - 20;
+    const done = Math.max(0, Math.min(1, p.done));
+    const failed = Math.max(0, Math.min(1 - done, p.failed));
+    return s("g", { class: "node-progress" }, s("text", { x: 10, y: nodeH + 6, class: "progress-text" }, p.text), s("rect", { x: 10, y: nodeH + 12, width: w, height: 4, rx: 2, class: "progress-track" }), done > 0 ? s("rect", { x: 10, y: nodeH + 12, width: Math.max(1, w * done), height: 4, rx: 2, class: "progress-done" }) : null, failed > 0 ? s("rect", { x: 10 + w * done, y: nodeH + 12, width: Math.max(1, w * failed), height: 4, class: "progress-failed" }) : null);
 }
 // statusWord is a status as the pages write it: carried_over is "carried over".
 export function statusWord(status) {
@@ -92,16 +106,80 @@ function clip(text, n) {
     const chars = Array.from(text);
     return chars.length <= n ? text : chars.slice(0, n - 1).join("") + "…";
 }
+// maxItemRows is how many of a map visit's items the timeline draws; the
+// others are told by their number ("… and 970 more items").
+export const maxItemRows = 30;
+// pickItems are the items of a map visit that a page shows, in their order:
+// all of them up to max; of more, the first ones (head), then the last of
+// those still open (running or failed: tail), and how many are left out
+// between (hidden).
+export function pickItems(items, open, max = maxItemRows) {
+    if (items.length <= max)
+        return { head: items, hidden: 0, tail: [] };
+    const opened = items.filter(open);
+    const head = items.slice(0, max - Math.min(opened.length, Math.floor(max / 2)));
+    const inHead = new Set(head);
+    const later = opened.filter((t) => !inHead.has(t));
+    const tail = later.slice(Math.max(0, later.length - (max - head.length)));
+    return { head, hidden: items.length - head.length - tail.length, tail };
+}
+// timelineRows orders the visits as the timeline draws them: in the order
+// they started, each map visit's items right under it, at most maxItemRows
+// of them (the first ones, then those running or failed).
+function timelineRows(timed) {
+    const own = timed.filter((t) => t.item === null);
+    const groups = new Map();
+    for (const t of timed) {
+        if (t.item === null)
+            continue;
+        // The map's own visit: the one of the highest visit number not above
+        // the item's (an item's retry has a number of its own).
+        let owner;
+        for (const o of own) {
+            if (o.v.node_id === t.v.node_id && Number(o.v.visit) <= Number(t.v.visit) && (!owner || Number(o.v.visit) > Number(owner.v.visit)))
+                owner = o;
+        }
+        const key = owner ?? `${t.v.node_id}\u0000${t.v.visit}`;
+        let g = groups.get(key);
+        if (!g)
+            groups.set(key, (g = []));
+        g.push(t);
+    }
+    const blocks = own.map((o) => ({ start: o.start, rows: [{ t: o }] }));
+    const itemRows = (items) => {
+        const { head, hidden, tail } = pickItems(items, (t) => t.v.status !== "success" && t.v.status !== "succeeded");
+        const rows = head.map((t) => ({ t }));
+        if (hidden > 0)
+            rows.push({ more: hidden, of: items[0].v.node_id });
+        for (const t of tail)
+            rows.push({ t });
+        return rows;
+    };
+    for (const [key, items] of groups) {
+        // Items started together read in their order.
+        items.sort((a, b) => a.start - b.start || a.item - b.item || Number(a.v.visit) - Number(b.v.visit));
+        const rows = itemRows(items);
+        const block = typeof key === "string" ? undefined : blocks.find((b) => b.rows[0].t === key);
+        if (block)
+            block.rows.push(...rows);
+        else
+            blocks.push({ start: items[0].start, rows });
+    }
+    blocks.sort((a, b) => a.start - b.start);
+    return blocks.flatMap((b) => b.rows);
+}
 // drawTimeline draws each visit as a bar on one time axis, in the order
-// the visits started: where the execution's time went, and what waited. A
-// running visit's bar reaches now. It fits width (at least 420 px).
+// the visits started (a map's items under it): where the execution's time
+// went, what ran at once (each visit has a row of its own, so bars that
+// overlap in time are side by side) and what waited. A running visit's bar
+// reaches now. It fits width (at least 420 px).
 export function drawTimeline(visits, onSelect, width, now = Date.now()) {
     const timed = visits
         .map((v) => {
         const start = Date.parse(v.started_at ?? "");
         const live = v.status === "running" || v.status === "waiting";
         const end = live ? Math.max(start, now) : Date.parse(v.completed_at ?? "") || start + Number(v.execution_time);
-        return { v, start, end };
+        return { v, start, end, item: v.item === undefined || v.item === null ? null : Number(v.item) };
     })
         .filter((t) => Number.isFinite(t.start) && Number.isFinite(t.end))
         .sort((a, b) => a.start - b.start);
@@ -109,19 +187,42 @@ export function drawTimeline(visits, onSelect, width, now = Date.now()) {
         return null;
     const t0 = Math.min(...timed.map((t) => t.start));
     const span = Math.max(1, Math.max(...timed.map((t) => t.end)) - t0);
+    const rows = timelineRows(timed);
     width = Math.max(420, Math.floor(width));
     const labelW = Math.min(180, Math.round(width * 0.24));
     const textW = 130;
     const barsW = width - labelW - textW;
     const rowH = 22;
-    const height = timed.length * rowH + 24;
+    const height = rows.length * rowH + 24;
     const x = (ms) => labelW + (ms / span) * barsW;
     const svg = s("svg", { class: "timeline", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `Timeline of ${timed.length} visits over ${duration(span)}` }, s("line", { x1: labelW, y1: height - 18, x2: labelW + barsW, y2: height - 18, class: "axis" }), s("text", { x: labelW, y: height - 4, class: "tick" }, "0"), s("text", { x: labelW + barsW / 2, y: height - 4, class: "tick", "text-anchor": "middle" }, duration(span / 2)), s("text", { x: labelW + barsW, y: height - 4, class: "tick", "text-anchor": "end" }, duration(span)));
     const nameChars = Math.max(8, Math.floor((labelW - 40) / 7));
-    timed.forEach(({ v, start, end }, i) => {
+    rows.forEach((row, i) => {
         const y = i * rowH;
+        if ("more" in row) {
+            svg.append(s("text", { x: labelW + 4, y: y + 15, class: "more-items", "data-more": row.more, "data-node": row.of }, `… and ${row.more} more item${row.more === 1 ? "" : "s"}`));
+            return;
+        }
+        const { v, start, end, item } = row.t;
         const took = v.status === "running" || v.status === "waiting" ? `${v.status} ${elapsed(end - start)}` : `${statusWord(v.status)} · ${duration(end - start)}`;
-        const bar = s("g", { class: `visit-bar status-${v.status}`, "data-node": v.node_id, tabindex: 0, role: "button", "aria-label": `${v.node_id} visit ${v.visit}: ${took}` }, s("title", null, `${v.node_id} #${v.visit}: ${took}, from ${duration(start - t0)}`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, `${clip(v.node_id, nameChars)} #${v.visit}`), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: Math.min(x(end - t0) + 4, labelW + barsW + 4), y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${took}`));
+        const what = `${v.node_id} ${item !== null ? `[${item}] ` : ""}#${v.visit}${v.branch ? ` in branch ${v.branch}` : ""}`;
+        // An item reads as its map's, by position: each[3]; a visit in a
+        // branch names the branch.
+        const label = item !== null
+            ? [`${clip(v.node_id, Math.max(4, nameChars - String(item).length - 2))}[${item}]`]
+            : v.branch
+                ? [`${clip(v.node_id, Math.max(4, nameChars - v.branch.length - 3))} #${v.visit} `, s("tspan", { class: "branch" }, v.branch)]
+                : [`${clip(v.node_id, nameChars)} #${v.visit}`];
+        const bar = s("g", {
+            class: `visit-bar status-${v.status}${item !== null ? " item" : ""}`,
+            "data-node": v.node_id,
+            "data-visit": v.visit,
+            "data-item": item,
+            "data-branch": v.branch || null,
+            tabindex: 0,
+            role: "button",
+            "aria-label": `${v.node_id} visit ${v.visit}${item !== null ? ` item ${item}` : ""}${v.branch ? ` in branch ${v.branch}` : ""}: ${took}`,
+        }, s("title", null, `${what}: ${took}, from ${duration(start - t0)}`), s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, label), s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }), s("text", { x: Math.min(x(end - t0) + 4, labelW + barsW + 4), y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${took}`));
         activate(bar, () => onSelect(v.node_id));
         svg.append(bar);
     });

@@ -47,12 +47,14 @@ export function applyEvent(view, ev) {
                 doc.workflow_name = String(data.workflow_name ?? "");
             break;
         case "node.started": {
-            const v = visitOf(view, String(data.node_id), Number(data.visit));
+            const v = visitOf(view, String(data.node_id), Number(data.visit), itemOf(data));
             if (v.status === "running") {
                 v.node_type = String(data.node_type ?? v.node_type ?? "");
                 v.started_at ??= data.started_at;
                 v.ai = data.ai === true;
                 v.sequence ??= Number(data.sequence);
+                if (data.branch)
+                    v.branch ??= String(data.branch);
                 if (!ended(doc.status))
                     doc.current_node = v.node_id;
             }
@@ -60,7 +62,7 @@ export function applyEvent(view, ev) {
         }
         case "step.completed": {
             const step = data;
-            const v = visitOf(view, String(step.node_id), Number(step.visit));
+            const v = visitOf(view, String(step.node_id), Number(step.visit), itemOf(data));
             const steps = (v.steps ??= []);
             const i = steps.findIndex((s) => Number(s.step_number) === Number(step.step_number));
             if (i < 0)
@@ -72,7 +74,7 @@ export function applyEvent(view, ev) {
         }
         case "node.completed": {
             const done = data;
-            const v = visitOf(view, String(done.node_id), Number(done.visit));
+            const v = visitOf(view, String(done.node_id), Number(done.visit), itemOf(data));
             if (v.status === "running") {
                 const steps = v.steps;
                 Object.assign(v, done);
@@ -94,15 +96,111 @@ export function applyEvent(view, ev) {
             break;
     }
 }
-// visitOf is the visit of a node, added as running when the view lacks it.
-function visitOf(view, nodeID, visit) {
-    let v = view.nodes.find((n) => n.node_id === nodeID && Number(n.visit) === visit);
+// itemOf is a visit's (or an event's) map item position, null for a visit
+// that is not one of a map's items.
+export function itemOf(v) {
+    return v.item === undefined || v.item === null ? null : Number(v.item);
+}
+// visitKey tells the visits of a view apart: a node's visit, and for a map's
+// item its position (each item is a visit of its own, with the visit number
+// of the map's).
+export function visitKey(nodeID, visit, item) {
+    return `${nodeID}\u0000${visit}\u0000${item ?? ""}`;
+}
+// byKey finds a view's visits by visitKey (a map of a thousand items has a
+// thousand visits, and every event looks one up).
+const byKey = new WeakMap();
+// visitOf is the visit of a node (or of a map's item), added as running when
+// the view lacks it.
+function visitOf(view, nodeID, visit, item) {
+    let index = byKey.get(view);
+    if (!index) {
+        index = new Map();
+        // The first of a key wins, as a search from the start would find it.
+        for (const n of view.nodes) {
+            const k = visitKey(n.node_id, Number(n.visit), itemOf(n));
+            if (!index.has(k))
+                index.set(k, n);
+        }
+        byKey.set(view, index);
+    }
+    const key = visitKey(nodeID, visit, item);
+    let v = index.get(key);
     if (!v) {
         v = { node_id: nodeID, node_type: "", visit, status: "running", execution_time: 0 };
+        if (item !== null)
+            v.item = item;
         view.nodes.push(v);
+        index.set(key, v);
         view.nodes.sort((a, b) => (Number(a.sequence) || 1e9) - (Number(b.sequence) || 1e9) || (a.started_at ?? "").localeCompare(b.started_at ?? ""));
     }
     return v;
+}
+// itemVisits are the visits of the items of a map node's own visit
+// mapVisit, every attempt, in the view's order. An item's retry is a visit
+// of its own with a higher visit number, so an item belongs to the map's
+// visit with the highest number not above its own.
+export function itemVisits(view, mapVisit) {
+    const at = Number(mapVisit.visit);
+    let next = Infinity;
+    for (const n of view.nodes) {
+        const visit = Number(n.visit);
+        if (n.node_id === mapVisit.node_id && itemOf(n) === null && visit > at && visit < next)
+            next = visit;
+    }
+    return view.nodes.filter((n) => n.node_id === mapVisit.node_id && itemOf(n) !== null && Number(n.visit) >= at && Number(n.visit) < next);
+}
+// mapItems are the items of a map node's visit, the last attempt of each,
+// by item position.
+export function mapItems(view, mapVisit) {
+    const items = new Map();
+    for (const n of itemVisits(view, mapVisit)) {
+        const item = itemOf(n);
+        const had = items.get(item);
+        if (!had || Number(had.visit) <= Number(n.visit))
+            items.set(item, n);
+    }
+    return items;
+}
+// mapProgress counts the items of a map node's visit.
+export function mapProgress(view, mapVisit, node) {
+    const p = { total: null, done: 0, failed: 0, running: 0 };
+    const items = mapItems(view, mapVisit);
+    for (const v of items.values()) {
+        if (v.status === "running")
+            p.running++;
+        else if (v.status === "success" || v.status === "succeeded")
+            p.done++;
+        else if (v.next_attempt_at && !ended(view.execution.status) && mapVisit.status === "running")
+            p.running++;
+        else
+            p.failed++;
+    }
+    const length = (x) => (Array.isArray(x) ? x.length : null);
+    const outputKey = node?.output || "results";
+    let total = null;
+    if (mapVisit.status !== "running")
+        total = length(mapVisit.output_result?.[outputKey]);
+    if (total === null && node?.items) {
+        total = length(mapVisit.input_context?.[node.items]);
+        if (total === null) {
+            // The context the map began with: the last visit ended before it
+            // that holds the list, else the execution's first context.
+            const before = view.nodes.filter((n) => itemOf(n) === null && n.status !== "running" && n.output_result && node.items in n.output_result && (Number(n.sequence) || 1e9) < (Number(mapVisit.sequence) || 1e9));
+            const last = before[before.length - 1];
+            total = last ? length(last.output_result[node.items]) : length(view.execution.initial_context?.[node.items]);
+        }
+    }
+    if (total !== null || mapVisit.status !== "running")
+        p.total = Math.max(total ?? 0, items.size);
+    return p;
+}
+// progressText reads a map's progress: "12/40 items done" ("12 items done"
+// while the count is not known), with how many failed; short: "12/40 done".
+export function progressText(p, short = false) {
+    const of = p.total !== null ? `/${p.total}` : "";
+    const items = short ? "" : ` item${(p.total ?? p.done) === 1 ? "" : "s"}`;
+    return `${p.done}${of}${items} done${p.failed ? ` · ${p.failed} failed` : ""}`;
 }
 // liveContext is the context as far as the execution has come: the final
 // one once it ended, else the last completed visit's, else the initial one;
@@ -111,7 +209,8 @@ export function liveContext(view) {
     const doc = view.execution;
     if (doc.final_context !== undefined && doc.final_context !== null && ended(doc.status))
         return { context: doc.final_context, after: "" };
-    const done = view.nodes.filter((n) => n.status !== "running" && n.output_result);
+    // A map's item works on a context of its own (its item, its result).
+    const done = view.nodes.filter((n) => n.status !== "running" && n.output_result && itemOf(n) === null);
     const last = done[done.length - 1];
     if (last && !ended(doc.status))
         return { context: last.output_result, after: last.node_type === "start" ? "start" : `${last.node_id} #${last.visit}` };

@@ -11,7 +11,7 @@ import { Child, cut, elapsed, h, replace, shortID, stamp } from "./dom.js";
 import { ExactNumber, parseExact, pretty } from "./exact.js";
 import { showError } from "./executions.js";
 import { Definition, DefNode } from "./graph.js";
-import { Waiting } from "./live.js";
+import { itemOf, Waiting } from "./live.js";
 import { rememberStarted } from "./start.js";
 import { VisitDoc } from "./visits.js";
 
@@ -567,7 +567,42 @@ export function visitNotes(v: VisitDoc, node: DefNode | undefined, def: Definiti
     );
   }
   if (v.timed_out) notes.push(h("span", { class: "timed-out" }, "timed out: no signal came in time"));
+  // A map's item is named in its row (each[3]); its branch is its own.
+  if (v.branch && itemOf(v) === null) notes.push(h("span", { class: "branch" }, `branch ${v.branch}`));
+  if (v.child_execution_ids?.length) notes.push(h("span", { class: "children" }, childLinks(v, 3)));
   return notes.length ? h("div", { class: "visit-notes" }, notes) : null;
+}
+
+// visitPlace says where a visit ran: a map's item, the branch, and the
+// child executions it started, each a link.
+export function visitPlace(v: VisitDoc): Child {
+  const item = itemOf(v);
+  const children = v.child_execution_ids ?? [];
+  if (item === null && !v.branch && !children.length) return null;
+  return h(
+    "p",
+    { class: "visit-place" },
+    item !== null ? h("span", { class: "item" }, `Item ${item} of the map`) : null,
+    v.branch ? h("span", { class: "branch" }, `ran in branch ${v.branch}`) : null,
+    children.length ? h("span", { class: "children" }, childLinks(v, 30)) : null,
+  );
+}
+
+// childLinks links a visit's child executions, the first max of them. A
+// child's id is its parent's with the node, visit and item after it
+// (<parent>_<node>_<visit>_<item>): each reads by what follows the parent's.
+function childLinks(v: VisitDoc, max: number): Child {
+  const ids = v.child_execution_ids ?? [];
+  const shown = ids.slice(0, max);
+  const label = (id: string) => {
+    const at = id.lastIndexOf(`_${v.node_id}_`);
+    return at > 0 ? id.slice(at + 1) : shortID(id);
+  };
+  return [
+    ids.length === 1 ? "child execution " : "child executions ",
+    shown.map((id, i) => [i ? ", " : "", h("a", { href: `#/executions/${encodeURIComponent(id)}`, title: id, class: "child-execution" }, h("code", null, label(id)))]),
+    ids.length > max ? ` … and ${ids.length - max} more` : "",
+  ];
 }
 
 // visitDetail is the same at length for a node's visits: the payload in

@@ -11,8 +11,8 @@ import { cancelButton, executionLink, RerunOf, rerunButton, tickDeadlines, visit
 import { duration, h, money, replace, running, spend, stamp, startClock } from "./dom.js";
 import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
-import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, typeName } from "./graph.js";
-import { applyEvent, copyView, ended, ExecutionView, liveContext, liveSpend } from "./live.js";
+import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, NodeProgress, pickItems, typeName } from "./graph.js";
+import { applyEvent, copyView, ended, ExecutionView, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText } from "./live.js";
 import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
@@ -138,43 +138,67 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     const focusedNode = focused?.getAttribute("data-node") ?? "";
     const focusedIn = focused?.closest("svg.graph") ? "graph" : focused?.closest("svg.timeline") ? "timeline" : "";
 
-    // A node's status is that of its last visit; the engine's current
-    // node is running.
+    // A node's status is that of its last visit (a map's own, not its
+    // items'); the engine's current node, and the node of each branch, is
+    // running. Several run at once in a fan-out.
     const status = new Map<string, string>();
     const startedAt = new Map<string, string>();
     for (const n of v.nodes) {
+      if (itemOf(n) !== null) continue;
       status.set(n.node_id, n.status);
       if (n.status === "running" && n.started_at) startedAt.set(n.node_id, n.started_at);
+      else startedAt.delete(n.node_id);
     }
-    if (!ended(doc.status) && doc.current_node && !status.has(doc.current_node)) status.set(doc.current_node, "running");
+    if (!ended(doc.status)) {
+      for (const at of [doc.current_node, ...(doc.branches ?? []).map((b) => b.node)]) if (at && !status.has(at)) status.set(at, "running");
+    }
     // A wait or sleep node that runs waits; a node whose failed attempt is
     // tried again later is retrying.
     const defNode = (nodeId: string) => def?.nodes?.find((n) => n.id === nodeId);
+    // A node's last visit: a map's own, not one of its items'.
+    const lastVisit = (nodeId: string) => v.nodes.filter((n) => n.node_id === nodeId && itemOf(n) === null).pop();
+    // A map node's items: how far its last visit has come.
+    const progress = new Map<string, NodeProgress>();
+    for (const dn of def?.nodes ?? []) {
+      const mv = typeName(dn.type) === "map" ? lastVisit(dn.id) : undefined;
+      if (!mv) continue;
+      const p = mapProgress(v, mv, dn);
+      progress.set(dn.id, {
+        text: progressText(p, p.failed > 0),
+        done: p.total ? p.done / p.total : 0,
+        failed: p.total ? p.failed / p.total : 0,
+        title: `${progressText(p)}${p.running ? `, ${p.running} running` : ""}`,
+      });
+    }
     if (!ended(doc.status)) {
       for (const [nodeId, st] of status) {
         const kind = typeName(defNode(nodeId)?.type);
         if (st === "running" && (kind === "wait" || kind === "sleep")) status.set(nodeId, "waiting");
       }
-      const last = v.nodes[v.nodes.length - 1];
-      if (last && last.status === "failed" && last.next_attempt_at) {
-        status.set(last.node_id, "retrying");
-        if (last.completed_at) startedAt.set(last.node_id, last.completed_at);
+      // Each node's last visit (of any branch) that failed and is tried again.
+      for (const [nodeId, st] of status) {
+        const last = st === "failed" ? lastVisit(nodeId) : undefined;
+        if (last && last.next_attempt_at) {
+          status.set(nodeId, "retrying");
+          if (last.completed_at) startedAt.set(nodeId, last.completed_at);
+        }
       }
     }
     for (const [nodeId, st] of status) if (st === "waiting" && !startedAt.has(nodeId)) {
-      const vs = v.nodes.filter((n) => n.node_id === nodeId && n.started_at);
+      const vs = v.nodes.filter((n) => n.node_id === nodeId && n.started_at && itemOf(n) === null);
       if (vs.length) startedAt.set(nodeId, vs[vs.length - 1]!.started_at!);
     }
     // The node whose failure (or cancel) ended the execution: a rerun
     // starts there by default.
     const failedNode =
-      doc.status === "failed" || doc.status === "cancelled" ? [...v.nodes].reverse().find((n) => n.status === doc.status || n.status === "failed")?.node_id ?? "" : "";
+      doc.status === "failed" || doc.status === "cancelled"
+        ? [...v.nodes].reverse().find((n) => (n.status === doc.status || n.status === "failed") && itemOf(n) === null)?.node_id ?? ""
+        : "";
     const rerunOf: RerunOf | null = ended(doc.status) && !refinement ? { executionId: doc.execution_id, workflow: doc.workflow_name, signal } : null;
     // Nodes an ended execution never reached did not run; they are not pending.
     if (ended(doc.status)) for (const n of def?.nodes ?? []) if (!status.has(n.id)) status.set(n.id, "skipped");
 
     const cost = liveSpend(v);
-    const lastVisit = (nodeId: string) => v.nodes.filter((n) => n.node_id === nodeId).pop();
     replace(
       head,
       h(
@@ -272,6 +296,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
               definition: def,
               rerun: rerunOf,
               failedNode,
+              view: v,
             },
           )
         : h("p", { class: "note" }, "Select a node to see its visits."),
@@ -298,36 +323,66 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
       replace(
         graph,
         h("div", { class: "graph-tools" }, toggle, h("span", { class: "meta" }, ` ${def.nodes.length} node${def.nodes.length === 1 ? "" : "s"}`)),
-        drawGraph(def, { status, since: startedAt, taken: doc.path ?? [] }, select, selected, dir),
+        drawGraph(def, { status, since: startedAt, taken: doc.path ?? [], takenEdges: branchEdges(def, v.nodes), progress }, select, selected, dir),
       );
     }
 
     const columns = ["Node", "Type", "Status", "Visit", "Duration", "Model cost", "Error"];
     if (rerunOf) columns.push("Rerun");
     replace(nodesHead, h("tr", null, columns.map((t) => h("th", { scope: "col" }, t))));
+    // A map's items are listed under its visit: the first ones and the last
+    // of those running or failed, the others told by their number.
+    const listed = v.nodes.filter((n) => !selected || n.node_id === selected);
+    const rows: (VisitDoc | { more: number; node: string })[] = [];
+    const placed = new Set<VisitDoc>();
+    const mapped = new Set(listed.filter((n) => itemOf(n) !== null).map((n) => n.node_id));
+    for (const n of listed) {
+      if (itemOf(n) !== null) continue;
+      rows.push(n);
+      // By position (an item's attempts in turn).
+      const items = mapped.has(n.node_id) ? itemVisits(v, n).sort((a, b) => itemOf(a)! - itemOf(b)! || Number(a.visit) - Number(b.visit)) : [];
+      if (!items.length) continue;
+      const { head, hidden, tail } = pickItems(items, (x) => x.status !== "success" && x.status !== "succeeded");
+      rows.push(...head);
+      if (hidden > 0) rows.push({ more: hidden, node: n.node_id });
+      rows.push(...tail);
+      for (const x of items) placed.add(x);
+    }
+    for (const n of listed) if (itemOf(n) !== null && !placed.has(n)) rows.push(n);
     replace(
       nodes,
-      v.nodes
-        .filter((n) => !selected || n.node_id === selected)
-        .map((n) => {
-          const dn = defNode(n.node_id);
-          const kind = dn?.type ? typeName(dn.type) : n.node_type;
-          const shown = n.status === "running" && (kind === "wait" || kind === "sleep") && !ended(doc.status) ? "waiting" : n.status;
-          const carried = n.status === "carried_over";
-          const isLast = lastVisit(n.node_id) === n;
+      rows.map((n) => {
+        if ("more" in n) {
           return h(
             "tr",
-            { "data-node": n.node_id, "data-status": n.status, class: carried ? "carried-over" : n.node_id === failedNode && isLast ? (n.status === "failed" ? "failed-node" : "ended-here") : null },
-            h("td", null, n.node_id),
-            h("td", null, kind),
-            h("td", null, statusBadge(shown), visitNotes(n, dn, def)),
-            h("td", { class: "num" }, n.visit),
-            h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))),
-            h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"),
-            h("td", { class: "error" }, n.error_message ?? ""),
-            rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null,
+            { class: "more-items", "data-node": n.node },
+            h("td", { colspan: columns.length, class: "note" }, `… and ${n.more} more item${n.more === 1 ? "" : "s"} of ${n.node}`),
           );
-        }),
+        }
+        const item = itemOf(n);
+        const dn = defNode(n.node_id);
+        const kind = dn?.type ? typeName(dn.type) : n.node_type;
+        const shown = n.status === "running" && (kind === "wait" || kind === "sleep") && !ended(doc.status) ? "waiting" : n.status;
+        const carried = n.status === "carried_over";
+        const isLast = lastVisit(n.node_id) === n;
+        return h(
+          "tr",
+          {
+            "data-node": n.node_id,
+            "data-status": n.status,
+            "data-item": item,
+            class: carried ? "carried-over" : n.node_id === failedNode && isLast ? (n.status === "failed" ? "failed-node" : "ended-here") : item !== null ? "item-row" : null,
+          },
+          h("td", null, item !== null ? `${n.node_id}[${item}]` : n.node_id),
+          h("td", null, kind),
+          h("td", null, statusBadge(shown), visitNotes(n, dn, def)),
+          h("td", { class: "num" }, n.visit),
+          h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))),
+          h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"),
+          h("td", { class: "error" }, n.error_message ?? ""),
+          rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null,
+        );
+      }),
     );
     if (v.nodes.length === 0) replace(nodes, h("tr", null, h("td", { colspan: columns.length, class: "note" }, "No node has started yet.")));
 
@@ -481,6 +536,28 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   else void load();
   void follow();
   void refinementMessages(id, refineLog, signal);
+}
+
+// branchEdges are the edges an execution that ran branches took: its path
+// interleaves the branches, so an edge is taken when a visit of its source
+// sent the line there (path_taken names the targets), or, for a visit that
+// does not say, when its target began as or after its source ended. Empty
+// for an execution that followed one line (its path says it all).
+function branchEdges(def: Definition, visits: VisitDoc[]): Set<string> {
+  const out = new Set<string>();
+  const own = visits.filter((n) => itemOf(n) === null);
+  if (!own.some((n) => n.branch) && own.length === visits.length) return out;
+  for (const e of def.edges ?? []) {
+    const from = own.filter((n) => n.node_id === e.from && n.status !== "running" && n.completed_at);
+    const to = own.filter((n) => n.node_id === e.to && n.started_at);
+    if (!from.length || !to.length) continue;
+    const said = from.filter((n) => n.path_taken);
+    const taken = said.length
+      ? said.some((n) => n.path_taken!.split(",").includes(e.to))
+      : from.some((f) => to.some((x) => Date.parse(x.started_at!) >= Date.parse(f.completed_at!)));
+    if (taken) out.add(`${e.from}\u0000${e.to}`);
+  }
+  return out;
 }
 
 // scheduledBy says which schedule started the execution and at which tick,

@@ -8,7 +8,7 @@
 
 import { ServerEvent } from "./api.js";
 import { parseExact } from "./exact.js";
-import { Definition } from "./graph.js";
+import { Definition, DefNode } from "./graph.js";
 import { StepDoc, VisitDoc } from "./visits.js";
 
 export interface ExecutionDoc {
@@ -39,6 +39,18 @@ export interface ExecutionDoc {
   // Started by a schedule: its id and the tick.
   schedule_id?: string;
   scheduled_at?: string;
+  // The lines of control running at once, while the execution runs
+  // several (a fan-out, a map's items).
+  branches?: BranchView[];
+}
+
+// BranchView is one branch of a running execution: the node it is at, what
+// it waits for, and for a map's item its position (node is then the map).
+export interface BranchView {
+  id: string;
+  node?: string;
+  waiting_for?: string;
+  item?: number;
 }
 
 // Waiting is what a wait node waits for (GET /v1/executions/{id}): the
@@ -100,19 +112,20 @@ export function applyEvent(view: ExecutionView, ev: ServerEvent): void {
       if (!doc.workflow_name) doc.workflow_name = String(data.workflow_name ?? "");
       break;
     case "node.started": {
-      const v = visitOf(view, String(data.node_id), Number(data.visit));
+      const v = visitOf(view, String(data.node_id), Number(data.visit), itemOf(data));
       if (v.status === "running") {
         v.node_type = String(data.node_type ?? v.node_type ?? "");
         v.started_at ??= data.started_at as string | undefined;
         v.ai = data.ai === true;
         v.sequence ??= Number(data.sequence);
+        if (data.branch) v.branch ??= String(data.branch);
         if (!ended(doc.status)) doc.current_node = v.node_id;
       }
       break;
     }
     case "step.completed": {
       const step = data as unknown as StepDoc & { node_id: string; visit: number };
-      const v = visitOf(view, String(step.node_id), Number(step.visit));
+      const v = visitOf(view, String(step.node_id), Number(step.visit), itemOf(data));
       const steps = (v.steps ??= []);
       const i = steps.findIndex((s) => Number(s.step_number) === Number(step.step_number));
       if (i < 0) steps.push(step);
@@ -122,7 +135,7 @@ export function applyEvent(view: ExecutionView, ev: ServerEvent): void {
     }
     case "node.completed": {
       const done = data as unknown as VisitDoc;
-      const v = visitOf(view, String(done.node_id), Number(done.visit));
+      const v = visitOf(view, String(done.node_id), Number(done.visit), itemOf(data));
       if (v.status === "running") {
         const steps = v.steps;
         Object.assign(v, done);
@@ -144,15 +157,120 @@ export function applyEvent(view: ExecutionView, ev: ServerEvent): void {
   }
 }
 
-// visitOf is the visit of a node, added as running when the view lacks it.
-function visitOf(view: ExecutionView, nodeID: string, visit: number): VisitDoc {
-  let v = view.nodes.find((n) => n.node_id === nodeID && Number(n.visit) === visit);
+// itemOf is a visit's (or an event's) map item position, null for a visit
+// that is not one of a map's items.
+export function itemOf(v: { item?: unknown }): number | null {
+  return v.item === undefined || v.item === null ? null : Number(v.item);
+}
+
+// visitKey tells the visits of a view apart: a node's visit, and for a map's
+// item its position (each item is a visit of its own, with the visit number
+// of the map's).
+export function visitKey(nodeID: string, visit: number, item: number | null): string {
+  return `${nodeID}\u0000${visit}\u0000${item ?? ""}`;
+}
+
+// byKey finds a view's visits by visitKey (a map of a thousand items has a
+// thousand visits, and every event looks one up).
+const byKey = new WeakMap<ExecutionView, Map<string, VisitDoc>>();
+
+// visitOf is the visit of a node (or of a map's item), added as running when
+// the view lacks it.
+function visitOf(view: ExecutionView, nodeID: string, visit: number, item: number | null): VisitDoc {
+  let index = byKey.get(view);
+  if (!index) {
+    index = new Map();
+    // The first of a key wins, as a search from the start would find it.
+    for (const n of view.nodes) {
+      const k = visitKey(n.node_id, Number(n.visit), itemOf(n));
+      if (!index.has(k)) index.set(k, n);
+    }
+    byKey.set(view, index);
+  }
+  const key = visitKey(nodeID, visit, item);
+  let v = index.get(key);
   if (!v) {
     v = { node_id: nodeID, node_type: "", visit, status: "running", execution_time: 0 };
+    if (item !== null) v.item = item;
     view.nodes.push(v);
+    index.set(key, v);
     view.nodes.sort((a, b) => (Number(a.sequence) || 1e9) - (Number(b.sequence) || 1e9) || (a.started_at ?? "").localeCompare(b.started_at ?? ""));
   }
   return v;
+}
+
+// MapProgress is how far a visit of a map node has come through its items:
+// how many ended well, failed, run now, and how many there are (null while
+// the page cannot tell: the list is kept in the value store).
+export interface MapProgress {
+  total: number | null;
+  done: number;
+  failed: number;
+  running: number;
+}
+
+// itemVisits are the visits of the items of a map node's own visit
+// mapVisit, every attempt, in the view's order. An item's retry is a visit
+// of its own with a higher visit number, so an item belongs to the map's
+// visit with the highest number not above its own.
+export function itemVisits(view: ExecutionView, mapVisit: VisitDoc): VisitDoc[] {
+  const at = Number(mapVisit.visit);
+  let next = Infinity;
+  for (const n of view.nodes) {
+    const visit = Number(n.visit);
+    if (n.node_id === mapVisit.node_id && itemOf(n) === null && visit > at && visit < next) next = visit;
+  }
+  return view.nodes.filter((n) => n.node_id === mapVisit.node_id && itemOf(n) !== null && Number(n.visit) >= at && Number(n.visit) < next);
+}
+
+// mapItems are the items of a map node's visit, the last attempt of each,
+// by item position.
+export function mapItems(view: ExecutionView, mapVisit: VisitDoc): Map<number, VisitDoc> {
+  const items = new Map<number, VisitDoc>();
+  for (const n of itemVisits(view, mapVisit)) {
+    const item = itemOf(n)!;
+    const had = items.get(item);
+    if (!had || Number(had.visit) <= Number(n.visit)) items.set(item, n);
+  }
+  return items;
+}
+
+// mapProgress counts the items of a map node's visit.
+export function mapProgress(view: ExecutionView, mapVisit: VisitDoc, node: DefNode | undefined): MapProgress {
+  const p: MapProgress = { total: null, done: 0, failed: 0, running: 0 };
+  const items = mapItems(view, mapVisit);
+  for (const v of items.values()) {
+    if (v.status === "running") p.running++;
+    else if (v.status === "success" || v.status === "succeeded") p.done++;
+    else if (v.next_attempt_at && !ended(view.execution.status) && mapVisit.status === "running") p.running++;
+    else p.failed++;
+  }
+  const length = (x: unknown) => (Array.isArray(x) ? x.length : null);
+  const outputKey = node?.output || "results";
+  let total: number | null = null;
+  if (mapVisit.status !== "running") total = length(mapVisit.output_result?.[outputKey]);
+  if (total === null && node?.items) {
+    total = length(mapVisit.input_context?.[node.items]);
+    if (total === null) {
+      // The context the map began with: the last visit ended before it
+      // that holds the list, else the execution's first context.
+      const before = view.nodes.filter(
+        (n) => itemOf(n) === null && n.status !== "running" && n.output_result && node.items! in n.output_result && (Number(n.sequence) || 1e9) < (Number(mapVisit.sequence) || 1e9),
+      );
+      const last = before[before.length - 1];
+      total = last ? length(last.output_result![node.items]) : length((view.execution.initial_context as Record<string, unknown> | undefined)?.[node.items]);
+    }
+  }
+  if (total !== null || mapVisit.status !== "running") p.total = Math.max(total ?? 0, items.size);
+  return p;
+}
+
+// progressText reads a map's progress: "12/40 items done" ("12 items done"
+// while the count is not known), with how many failed; short: "12/40 done".
+export function progressText(p: MapProgress, short = false): string {
+  const of = p.total !== null ? `/${p.total}` : "";
+  const items = short ? "" : ` item${(p.total ?? p.done) === 1 ? "" : "s"}`;
+  return `${p.done}${of}${items} done${p.failed ? ` · ${p.failed} failed` : ""}`;
 }
 
 // liveContext is the context as far as the execution has come: the final
@@ -161,7 +279,8 @@ function visitOf(view: ExecutionView, nodeID: string, visit: number): VisitDoc {
 export function liveContext(view: ExecutionView): { context: unknown; after: string } | undefined {
   const doc = view.execution;
   if (doc.final_context !== undefined && doc.final_context !== null && ended(doc.status)) return { context: doc.final_context, after: "" };
-  const done = view.nodes.filter((n) => n.status !== "running" && n.output_result);
+  // A map's item works on a context of its own (its item, its result).
+  const done = view.nodes.filter((n) => n.status !== "running" && n.output_result && itemOf(n) === null);
   const last = done[done.length - 1];
   if (last && !ended(doc.status)) return { context: last.output_result, after: last.node_type === "start" ? "start" : `${last.node_id} #${last.visit}` };
   if (doc.initial_context !== undefined && doc.initial_context !== null) return { context: doc.initial_context, after: "start" };

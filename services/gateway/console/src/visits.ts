@@ -4,14 +4,14 @@
 // back, the model, tokens, cost and time. A running visit shows how long it
 // has run, the agent step it is in, and the steps ended so far.
 
-import { Child, duration, h, money, running } from "./dom.js";
-import { attemptText, deadline, RerunOf, rerunButton, sleepUntil, visitDetail } from "./control.js";
+import { Child, cut, duration, h, money, running } from "./dom.js";
+import { attemptText, deadline, RerunOf, rerunButton, sleepUntil, visitDetail, visitPlace } from "./control.js";
 import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, OutputAnalysis, updatesOf } from "./fields.js";
 import { openFix } from "./fix.js";
-import { Definition, DefNode, typeName } from "./graph.js";
-import { currentStep, stepLabel } from "./live.js";
+import { Definition, DefNode, pickItems, typeName } from "./graph.js";
+import { currentStep, ExecutionView, itemOf, mapItems, mapProgress, stepLabel } from "./live.js";
 
 export interface StepDoc {
   step_number: number;
@@ -27,6 +27,7 @@ export interface StepDoc {
   error_message?: string;
   execution_time_ms: number;
   output_data?: Record<string, unknown>;
+  item?: number;
 }
 
 export interface VisitDoc {
@@ -63,6 +64,13 @@ export interface VisitDoc {
   timed_out?: boolean;
   // A rerun's visit not run again: the execution where it ran.
   carried_over_from?: string;
+  // The branch the visit ran in, when the execution ran several at once;
+  // a map's item: its position (each item is a visit of its own, with the
+  // map's node id and visit number).
+  branch?: string;
+  item?: number;
+  // The executions a workflow node (or a map over a sub-workflow) started.
+  child_execution_ids?: string[];
 }
 
 // SignalDoc is a signal a wait node took.
@@ -91,10 +99,15 @@ export interface VisitsOf {
   rerun?: RerunOf | null;
   // failedNode: the node whose failure ended the execution.
   failedNode?: string;
+  // view: the execution as the page shows it (a map visit's items).
+  view?: ExecutionView;
 }
 
 export function visitsPanel(node: DefNode | undefined, id: string, visits: VisitDoc[], of: VisitsOf): HTMLElement {
   const prompt = node?.prompt;
+  // A map's items are shown under the map's own visit they belong to.
+  const own = visits.filter((v) => itemOf(v) === null);
+  const orphans = visits.filter((v) => itemOf(v) !== null && !own.some((o) => o.visit <= v.visit));
   return h(
     "section",
     { class: "visits", "aria-label": `Visits of node ${id}` },
@@ -103,8 +116,78 @@ export function visitsPanel(node: DefNode | undefined, id: string, visits: Visit
     prompt ? [h("h3", null, "Prompt"), h("pre", { class: "prompt" }, prompt)] : null,
     visits.length === 0
       ? h("p", { class: "note" }, of.finished ? "Not visited in this execution." : "Not visited yet.")
-      : visits.map((v, i) => (v.status === "running" ? runningView(v, node, of) : visitView(v, node, of, i === visits.length - 1))),
+      : [
+          own.map((v, i) => [
+            v.status === "running" ? runningView(v, node, of) : visitView(v, node, of, i === own.length - 1),
+            typeName(node?.type) === "map" || visits.some((x) => itemOf(x) !== null && x.visit >= v.visit) ? itemsView(v, node, of) : null,
+          ]),
+          orphans.length ? itemList(orphans, node, of) : null,
+        ],
   );
+}
+
+// itemsView is a map visit's items: how far they have come, and each item
+// (the first ones and the last of those running or failed, for a long list)
+// as a line that opens to the item's visit; a failed one is open.
+function itemsView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): Child {
+  if (!of.view) return null;
+  const items = [...mapItems(of.view, v).values()].sort((a, b) => itemOf(a)! - itemOf(b)!);
+  const p = mapProgress(of.view, v, node);
+  return h(
+    "section",
+    { class: "map-items", "data-visit": String(v.visit) },
+    h(
+      "h4",
+      null,
+      "Items",
+      h(
+        "span",
+        { class: "meta map-progress" },
+        ` · ${p.done}${p.total !== null ? ` of ${p.total}` : ""} done`,
+        p.failed ? `, ${p.failed} failed` : "",
+        p.running ? `, ${p.running} running` : "",
+        node?.concurrency ? ` · ${node.concurrency} at once` : "",
+      ),
+    ),
+    items.length ? itemList(items, node, of) : h("p", { class: "note" }, "No item has started yet."),
+  );
+}
+
+function itemList(items: VisitDoc[], node: DefNode | undefined, of: VisitsOf): Child {
+  const { head, hidden, tail } = pickItems(items, (x) => x.status !== "success" && x.status !== "succeeded");
+  const line = (x: VisitDoc) => {
+    const failed = x.status === "failed" || x.status === "error";
+    return h(
+      "details",
+      { class: "item-visit", "data-item": String(itemOf(x)), "data-status": x.status, open: failed },
+      h(
+        "summary",
+        null,
+        h("code", null, `${x.node_id}[${itemOf(x)}]`),
+        " ",
+        statusBadge(x.status),
+        h("span", { class: "meta" }, x.status === "running" ? [" for ", running("span", x.started_at)] : ` ${duration(Math.round(Number(x.execution_time)))}`, x.branch ? ` · branch ${x.branch}` : ""),
+        x.output_result && "result" in x.output_result && !failed
+          ? [h("span", { class: "meta" }, " · result "), h("code", { class: "item-result" }, cut(JSON.stringify(x.output_result.result) ?? "null", 60))]
+          : null,
+        x.error_message ? h("span", { class: "error item-error" }, ` ${x.error_message}`) : null,
+      ),
+      x.status === "running" ? runningView(x, node, of) : visitView(x, node, of, false),
+    );
+  };
+  return h(
+    "div",
+    { class: "item-list" },
+    head.map(line),
+    hidden > 0 ? h("p", { class: "note more-items" }, `… and ${hidden} more item${hidden === 1 ? "" : "s"}`) : null,
+    tail.map(line),
+  );
+}
+
+// visitTitle heads a visit: "Visit 2", or a map's item "Item 3".
+function visitTitle(v: VisitDoc): string {
+  const item = itemOf(v);
+  return item !== null ? `Item ${item} ` : `Visit ${v.visit} `;
 }
 
 // isAI: the visit ran an AI node's pipeline (or a refinement's), whose
@@ -124,7 +207,7 @@ function runningView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTML
     return h(
       "article",
       { class: "visit running", "data-visit": String(v.visit) },
-      h("h3", null, `Visit ${v.visit} `, statusBadge("waiting"), h("span", { class: "meta" }, " for ", running("span", v.started_at))),
+      h("h3", null, visitTitle(v), statusBadge("waiting"), h("span", { class: "meta" }, " for ", running("span", v.started_at))),
       h(
         "p",
         { class: "current-step" },
@@ -137,8 +220,9 @@ function runningView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): HTML
   const attempt = attemptText(v, node, of.definition);
   return h(
     "article",
-    { class: "visit running", "data-visit": String(v.visit) },
-    h("h3", null, `Visit ${v.visit} `, statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at), attempt ? ` · ${attempt}` : "")),
+    { class: "visit running", "data-visit": String(v.visit), "data-item": itemOf(v) },
+    h("h3", null, visitTitle(v), statusBadge("running"), h("span", { class: "meta" }, " for ", running("span", v.started_at), attempt ? ` · ${attempt}` : "")),
+    visitPlace(v),
     h(
       "p",
       { class: "current-step" },
@@ -169,14 +253,15 @@ function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf, last: b
   const rerun = of.rerun && last && !carried ? rerunButton(of.rerun, v.node_id, v, v.node_id === of.failedNode) : null;
   return h(
     "article",
-    { class: `visit${carried ? " carried-over" : ""}`, "data-visit": String(v.visit) },
+    { class: `visit${carried ? " carried-over" : ""}`, "data-visit": String(v.visit), "data-item": itemOf(v) },
     h(
       "div",
       { class: "visit-head" },
-      h("h3", null, `Visit ${v.visit} `, statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)),
+      h("h3", null, visitTitle(v), statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)),
       rerun,
     ),
     visitDetail(v, node, of.definition),
+    visitPlace(v),
     carried ? null : visitBody(v, node, of),
   );
 }

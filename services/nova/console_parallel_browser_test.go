@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// fanOutYAML runs a, b and c at once, a second each, and joins them.
+const fanOutYAML = `name: console-fanout
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "import time\ntime.sleep(1)\ncontext['a'] = True"}
+  - {id: b, type: action, code: "import time\ntime.sleep(1)\ncontext['b'] = True"}
+  - {id: c, type: action, code: "import time\ntime.sleep(1)\ncontext['c'] = True"}
+  - {id: both, type: join}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: start, to: b}
+  - {from: start, to: c}
+  - {from: a, to: both}
+  - {from: b, to: both}
+  - {from: c, to: both}
+  - {from: both, to: end}
+`
+
+// mapYAML doubles each of the numbers in orders, four at a time, each item
+// taking 0.2 s.
+const mapYAML = `name: console-map
+nodes:
+  - {id: start, type: start}
+  - id: each
+    type: map
+    items: orders
+    concurrency: 4
+    output: results
+    code: |
+      import time
+      time.sleep(0.2)
+      context["result"] = context["item"] * 2
+  - {id: end, type: end}
+edges:
+  - {from: start, to: each}
+  - {from: each, to: end}
+`
+
+// childYAML scores a customer; parentYAML runs it as a sub-workflow.
+const childYAML = `name: console-child
+nodes:
+  - {id: start, type: start}
+  - {id: score, type: action, code: "context['risk'] = len(context['customer'])"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: score}
+  - {from: score, to: end}
+`
+
+const parentYAML = `name: console-parent
+nodes:
+  - {id: start, type: start}
+  - {id: check, type: workflow, workflow: console-child, input: {customer: buyer}, output: {risk: risk}}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: check}
+  - {from: check, to: end}
+`
+
+// TestConsoleParallelInBrowser drives the execution page of executions
+// that run several branches at once, in headless Chromium against nova dev,
+// with screenshots at 1400 and 800 px in the parallel folder of the
+// console's screenshots: while a fan-out runs, its graph shows a, b and c
+// running at the same time, each in a branch of its own, and its timeline
+// their bars side by side; once it ended, the bars overlap in time. A map
+// over 40 items shows its items' progress on its node while its own status
+// stays running, its items in the timeline as each[N]; ended, 40/40 items
+// done, at most 30 item rows and the others told by their number. The
+// console's live model keeps a map's items apart, and a timeline of 1,000
+// items draws 30 of them. A workflow node's visit links its child execution.
+func TestConsoleParallelInBrowser(t *testing.T) {
+	chromium := chromiumPath()
+	if chromium == "" {
+		t.Skip("SKIPPED: no chromium (Debian package chromium, installed by make deps): the console's parallel browser test did not run")
+	}
+	if testing.Short() {
+		t.Skip("a browser and nova dev")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	t.Setenv("NOVA_CONSOLE_SCREENSHOTS", filepath.Join(consoleShots(), "parallel"))
+	// Three branches, and four items, at once: the sandbox runs that many.
+	t.Setenv("NOVA_SANDBOX_WORKERS", "4")
+	m, _ := startDev(t, ctx, regexp.MustCompile(`HTTP API (http://\S+)\n\s+NOVA_API_KEY=(\S+)`), "--gateway-addr", "127.0.0.1:0")
+	base, key := m[1], m[2]
+	for _, wf := range []string{fanOutYAML, mapYAML, childYAML, parentYAML} {
+		api(t, base, key, "POST", "/v1/workflows", "application/yaml", wf, nil)
+	}
+
+	b := newBrowser(t, ctx, chromium)
+	t.Logf("screenshots: %s", b.shots)
+	b.do("sign in", chromedp.Navigate(base+"/#key="+key+"&to=/workflows"))
+	b.until("the workflows page", `!!document.querySelector("main table")`)
+
+	// run starts workflow from its page, as a person does: the execution's
+	// page follows it from its first event.
+	var runs []string
+	run := func(workflow, context string) {
+		t.Helper()
+		b.do("open "+workflow+"'s start form", chromedp.Navigate(base+"/#/workflows/"+workflow+"?start=1"))
+		b.until("the start form", `!!document.querySelector("form.start #start-context")`)
+		b.do("start "+workflow,
+			chromedp.SetValue(chromedp.CSS("form.start #start-context"), context),
+			chromedp.Click(chromedp.CSS(`form.start button[type=submit]`)))
+		b.until("the execution page", `location.hash.startsWith("#/executions/") && !!document.querySelector("svg.graph")`)
+		runs = append(runs, eval[string](b, "execution id", `decodeURIComponent(location.hash.split("/")[2].split("?")[0])`))
+	}
+
+	// The fan-out, running: a, b and c at once in the graph, each visit
+	// naming its branch, and their bars running side by side.
+	abcRunning := `["a", "b", "c"].every(n => document.querySelector('svg.graph [data-node="' + n + '"]')?.dataset.status === "running" &&
+		document.querySelector('svg.timeline .visit-bar.status-running[data-node="' + n + '"]') &&
+		/^branch b\d+$/.test(document.querySelector('table.nodes tr[data-node="' + n + '"] .visit-notes .branch')?.textContent ?? ""))`
+	b.shotWhile("01-fanout-running", "a, b and c running at once", abcRunning, func() { run("console-fanout", `{"order": "A-7"}`) })
+	fanOut := runs[len(runs)-1]
+	b.until("the fan-out succeeded", `document.querySelector(".execution-head h1 .badge")?.textContent.includes("succeeded") &&
+		["a", "b", "c", "both", "end"].every(n => document.querySelector('svg.graph [data-node="' + n + '"]')?.dataset.status === "success") &&
+		!document.querySelector('svg.timeline .visit-bar.status-running')`)
+	// Every edge the branches took is drawn taken: the path interleaves them.
+	if got := eval[string](b, "the edges taken", `[...document.querySelectorAll("svg.graph path.edge.taken")].map(e => e.dataset.from + ">" + e.dataset.to).sort().join(" ")`); got != "a>both b>both both>end c>both start>a start>b start>c" {
+		t.Errorf("the graph's taken edges: %q; want every edge", got)
+	}
+	type bar struct {
+		X0, X1, Y float64
+		Branch    string
+	}
+	bars := eval[map[string]bar](b, "the bars of a, b and c", `Object.fromEntries(["a", "b", "c"].map(n => {
+		const g = document.querySelector('svg.timeline .visit-bar[data-node="' + n + '"]');
+		const r = g.querySelector("rect");
+		const x = Number(r.getAttribute("x"));
+		return [n, {X0: x, X1: x + Number(r.getAttribute("width")), Y: Number(r.getAttribute("y")), Branch: g.dataset.branch ?? ""}];
+	}))`)
+	branches := map[string]bool{}
+	for _, p := range [][2]string{{"a", "b"}, {"b", "c"}, {"a", "c"}} {
+		x, y := bars[p[0]], bars[p[1]]
+		// Each ran a second of the same ~1 s: they overlap for most of it.
+		if over := min(x.X1, y.X1) - max(x.X0, y.X0); over <= 0.5*min(x.X1-x.X0, y.X1-y.X0) {
+			t.Errorf("the timeline's bars of %s %+v and %s %+v do not overlap in time", p[0], x, p[1], y)
+		}
+		if x.Y == y.Y {
+			t.Errorf("the bars of %s and %s are on one row (y %v)", p[0], p[1], x.Y)
+		}
+	}
+	for n, x := range bars {
+		if !regexp.MustCompile(`^b\d+$`).MatchString(x.Branch) || branches[x.Branch] {
+			t.Errorf("the bar of %s names branch %q; want a branch of its own", n, x.Branch)
+		}
+		branches[x.Branch] = true
+	}
+	b.shot("02-fanout-ended")
+
+	// The map, part-way: its node counts the items done and stays running
+	// (its own visit has not ended, though items have); its items are rows
+	// of the timeline, each[N].
+	orders := make([]string, 40)
+	for i := range orders {
+		orders[i] = fmt.Sprint(i)
+	}
+	mapPartWay := `(() => {
+		const g = document.querySelector('svg.graph [data-node="each"]');
+		const m = /^(\d+)\/40 items done$/.exec(g?.querySelector(".progress-text")?.textContent ?? "");
+		const items = [...document.querySelectorAll('svg.timeline .visit-bar.item[data-node="each"]')];
+		return g?.dataset.status === "running" && !!m && Number(m[1]) >= 4 && Number(m[1]) <= 32 &&
+			items.length >= 4 && items.every(i => /^each\[\d+\]$/.test(i.querySelector(".label").textContent)) &&
+			document.querySelector('table.nodes tr[data-node="each"]:not([data-item])')?.dataset.status === "running";
+	})()`
+	b.shotWhile("03-map-running", "the map part-way", mapPartWay, func() { run("console-map", `{"orders": [`+strings.Join(orders, ", ")+`]}`) })
+	mapped := runs[len(runs)-1]
+
+	// The map ended: 40 of 40 items done; 30 item rows, 10 more told.
+	b.until("the map succeeded", `document.querySelector(".execution-head h1 .badge")?.textContent.includes("succeeded") &&
+		document.querySelector('svg.graph [data-node="each"]')?.dataset.status === "success" &&
+		document.querySelector('svg.graph [data-node="each"] .progress-text')?.textContent === "40/40 items done"`)
+	ended := eval[map[string]any](b, "the ended map", `(() => {
+		const items = [...document.querySelectorAll('svg.timeline .visit-bar.item[data-node="each"]')];
+		return {
+			bars: items.length,
+			allDone: items.every(i => i.classList.contains("status-success")),
+			first: items[0]?.querySelector(".label").textContent ?? "",
+			more: document.querySelector("svg.timeline .more-items")?.textContent ?? "",
+			rows: document.querySelectorAll('table.nodes tr.item-row[data-node="each"]').length,
+			firstRow: document.querySelector('table.nodes tr.item-row[data-node="each"] td')?.textContent ?? "",
+			moreRow: document.querySelector("table.nodes tr.more-items")?.textContent ?? "",
+			bar: Number(document.querySelector('svg.graph [data-node="each"] rect.progress-done')?.getAttribute("width") ?? 0) /
+				Number(document.querySelector('svg.graph [data-node="each"] rect.progress-track')?.getAttribute("width") ?? 1),
+		};
+	})()`)
+	for name, want := range map[string]any{
+		"bars": 30.0, "allDone": true, "first": "each[0]", "more": "… and 10 more items", "rows": 30.0, "firstRow": "each[0]",
+		"moreRow": "… and 10 more items of each", "bar": 1.0,
+	} {
+		if ended[name] != want {
+			t.Errorf("the ended map: %s = %v, want %v", name, ended[name], want)
+		}
+	}
+	b.shot("04-map-ended")
+	b.selectNode("open the map node", "each")
+	b.until("its items", `document.querySelector(".visits .map-items .map-progress")?.textContent === " · 40 of 40 done · 4 at once" &&
+		document.querySelectorAll(".visits .item-list details.item-visit").length === 30 &&
+		document.querySelector(".visits .item-list .more-items")?.textContent === "… and 10 more items"`)
+	b.shot("05-map-items")
+	var view struct {
+		Execution struct {
+			FinalContext map[string]any `json:"final_context"`
+		} `json:"execution"`
+	}
+	api(t, base, key, "GET", "/v1/executions/"+mapped, "", "", &view)
+	if results, _ := view.Execution.FinalContext["results"].([]any); len(results) != 40 || results[39] != 78.0 {
+		t.Errorf("the map's results %v; want the 40 items doubled", view.Execution.FinalContext["results"])
+	}
+	t.Logf("fan-out %s, map %s (runs %v)", fanOut, mapped, runs)
+
+	// A sub-workflow: the workflow node's visit links its child execution,
+	// in the Nodes table and in its visits.
+	var parent struct {
+		ExecutionID string `json:"execution_id"`
+		Status      string `json:"status"`
+	}
+	api(t, base, key, "POST", "/v1/executions?wait=60s", "application/json", `{"workflow": "console-parent", "context": {"buyer": "ada"}}`, &parent)
+	if parent.Status != "succeeded" {
+		t.Fatalf("console-parent %s: %s", parent.ExecutionID, parent.Status)
+	}
+	child := parent.ExecutionID + "_check_1"
+	b.do("open the parent execution", chromedp.Navigate(base+"/#/executions/"+parent.ExecutionID+"?node=check"))
+	b.until("its child linked", fmt.Sprintf(`document.querySelector('table.nodes tr[data-node="check"] .visit-notes .children a')?.getAttribute("href") === "#/executions/%[1]s" &&
+		document.querySelector('.visits .visit-place .children a')?.getAttribute("href") === "#/executions/%[1]s"`, child))
+	b.click("follow the link", `.visits .visit-place .children a`)
+	b.until("the child's page", fmt.Sprintf(`location.hash === "#/executions/%s" && document.querySelector(".execution-head h1 .badge")?.textContent.includes("succeeded") &&
+		document.querySelector('svg.graph [data-node="score"]')?.dataset.status === "success"`, child))
+
+	// The live model and the timeline, in the browser that runs them: a
+	// map's items are visits of their own, apart from the map's; the map's
+	// status is its own visit's; 1,000 items draw 30 rows.
+	checks := eval[map[string]string](b, "the console's modules", `(async () => {
+		const live = await import("/console/dist/live.js");
+		const graph = await import("/console/dist/graph.js");
+		const out = {};
+		const view = {execution: {execution_id: "e", workflow_name: "w", status: "running", initial_context: {orders: [1, 2, 3, 4, 5]}}, nodes: []};
+		const ev = (event, data) => live.applyEvent(view, {id: "", event, data: JSON.stringify(data)});
+		const node = {id: "each", type: "NODE_TYPE_MAP", items: "orders"};
+		ev("node.started", {node_id: "each", visit: 1, sequence: 2, branch: "", started_at: "2025-03-01T12:00:00Z"});
+		ev("node.started", {node_id: "each", visit: 1, item: 0, sequence: 3, branch: "b1", started_at: "2025-03-01T12:00:01Z"});
+		ev("node.started", {node_id: "each", visit: 1, item: 1, sequence: 4, branch: "b2", started_at: "2025-03-01T12:00:01Z"});
+		ev("node.completed", {node_id: "each", visit: 1, item: 0, branch: "b1", status: "success", output_result: {result: 2}});
+		ev("node.completed", {node_id: "each", visit: 1, item: 1, branch: "b2", status: "failed", error_message: "boom"});
+		ev("step.completed", {node_id: "each", visit: 1, item: 1, step_number: 1, step_name: "code_execution", agent_name: "sandbox", status: "failed"});
+		const key = n => n.node_id + "/" + n.visit + "/" + (n.item ?? "-") + ":" + n.status + (n.branch ? "@" + n.branch : "") + (n.steps ? "+" + n.steps.length : "");
+		out.visits = view.nodes.map(key).join(" ");
+		out.progress = live.progressText(live.mapProgress(view, view.nodes[0], node));
+		out.context = JSON.stringify(live.liveContext(view));
+		ev("node.completed", {node_id: "each", visit: 1, status: "success", output_result: {results: [2, 4, 6, 8, 10]}});
+		out.ended = view.nodes.map(key).join(" ");
+		const many = [];
+		for (let i = 0; i < 1000; i++) many.push({node_id: "big", visit: 1, item: i, status: i === 999 ? "running" : "success",
+			started_at: new Date(Date.UTC(2025, 2, 1, 12, 0, 0, i * 10)).toISOString(), execution_time: 5});
+		many.unshift({node_id: "big", visit: 1, status: "running", started_at: "2025-03-01T12:00:00Z", execution_time: 0});
+		const svg = graph.drawTimeline(many, () => {}, 1000, Date.UTC(2025, 2, 1, 12, 0, 11));
+		const items = [...svg.querySelectorAll(".visit-bar.item")];
+		out.timeline = [svg.querySelectorAll(".visit-bar").length, items.length, items[0].querySelector(".label").textContent,
+			items[items.length - 1].querySelector(".label").textContent, svg.querySelector(".more-items").textContent].join(" | ");
+		return out;
+	})()`)
+	for name, want := range map[string]string{
+		"visits":   "each/1/-:running each/1/0:success@b1 each/1/1:failed@b2+1",
+		"progress": "1/5 items done · 1 failed",
+		"context":  `{"context":{"orders":[1,2,3,4,5]},"after":"start"}`,
+		"ended":    "each/1/-:success each/1/0:success@b1 each/1/1:failed@b2+1",
+		"timeline": "31 | 30 | big[0] | big[999] | … and 970 more items",
+	} {
+		if checks[name] != want {
+			t.Errorf("console module check %s: got %q, want %q", name, checks[name], want)
+		}
+	}
+
+	for _, f := range b.failedAnswers() {
+		t.Errorf("the page had an answer %s", f)
+	}
+	select {
+	case msg := <-b.dialogs:
+		t.Errorf("the page opened a JavaScript dialog: %q", msg)
+	default:
+	}
+}
+
+// shotWhile writes screenshots NAME-1400.png and NAME-800.png of the page
+// while cond holds (what is drawn of a running execution), the window that
+// wide, checking that the page is no wider. run starts what the page shows
+// again, when it is over before a screenshot shows it (a fan-out of a
+// second is over in about one); it runs at least once.
+func (b *browser) shotWhile(name, what, cond string, run func()) {
+	b.t.Helper()
+	started := false
+	for _, width := range []int64{wideWidth, narrowWidth} {
+		b.do(fmt.Sprintf("a window %d px wide", width), chromedp.EmulateViewport(width, shotHeight))
+		for try := 1; ; try++ {
+			if try > 4 {
+				b.t.Errorf("%s at %d px: %s was over before each of %d screenshots", name, width, what, try-1)
+				break
+			}
+			if !started || b.poll(200*time.Millisecond, cond) != nil {
+				run()
+				started = true
+				b.until(what, cond)
+			}
+			// The page draws itself again for the window's width.
+			if err := b.poll(5*time.Second, `(() => {
+				const w = document.querySelector(".timeline-wrap"), s = w?.querySelector("svg.timeline");
+				return !s || Math.abs(s.width.baseVal.value - Math.max(420, w.clientWidth)) < 2;
+			})()`); err != nil {
+				b.t.Errorf("%s: the page did not draw itself for %d px: %v", name, width, err)
+			}
+			if wide := eval[int](b, "page width", `document.documentElement.scrollWidth`); wide > int(width) {
+				b.t.Errorf("%s: the page is %d px wide in a window of %d px", name, wide, width)
+			}
+			if b.poll(50*time.Millisecond, cond) != nil {
+				continue
+			}
+			b.screenshot(fmt.Sprintf("%s-%d", name, width), chromedp.FullScreenshot(100))
+			// Still so after the screenshot: it shows what cond says.
+			if b.poll(50*time.Millisecond, cond) == nil {
+				break
+			}
+		}
+	}
+	b.do("a window as wide as before", chromedp.EmulateViewport(wideWidth, shotHeight))
+}
