@@ -744,7 +744,9 @@ func (x *JoinState) GetAbsorb() []string {
 	return nil
 }
 
-// MapRun is the state of one visit of a map node.
+// MapRun is the state of one visit of a map node. Its results are kept
+// packed, in the order the items finished: one event of a map of 10,000
+// items rewrites a few bytes a result, not a message each.
 type MapRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Visit int32                  `protobuf:"varint,1,opt,name=visit,proto3" json:"visit,omitempty"`
@@ -752,13 +754,14 @@ type MapRun struct {
 	// Items started so far (the next one to start is this index).
 	Started  int32 `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
 	Finished int32 `protobuf:"varint,4,opt,name=finished,proto3" json:"finished,omitempty"`
-	// The list run over, as it is in the context (inline, or a reference to
-	// the value store).
-	Items *JSONValue `protobuf:"bytes,5,opt,name=items,proto3" json:"items,omitempty"`
-	// What each finished item set as result, by index (unset: not finished
-	// yet); a failed item under on_item_failure collect holds {"error": ...}.
-	Results []*JSONValue `protobuf:"bytes,6,rep,name=results,proto3" json:"results,omitempty"`
-	Failed  int32        `protobuf:"varint,7,opt,name=failed,proto3" json:"failed,omitempty"`
+	// The JSON of each finished item's result (what it set as result; a
+	// failed item under on_item_failure collect: {"error": ...}; a large
+	// one: a reference to the value store), one after another; done_index
+	// is each one's item and done_end where it ends in results.
+	Results   []byte  `protobuf:"bytes,9,opt,name=results,proto3" json:"results,omitempty"`
+	DoneIndex []int32 `protobuf:"varint,10,rep,packed,name=done_index,json=doneIndex,proto3" json:"done_index,omitempty"`
+	DoneEnd   []int32 `protobuf:"varint,11,rep,packed,name=done_end,json=doneEnd,proto3" json:"done_end,omitempty"`
+	Failed    int32   `protobuf:"varint,7,opt,name=failed,proto3" json:"failed,omitempty"`
 	// The sub-workflow executions its items started.
 	Children      []string `protobuf:"bytes,8,rep,name=children,proto3" json:"children,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -823,16 +826,23 @@ func (x *MapRun) GetFinished() int32 {
 	return 0
 }
 
-func (x *MapRun) GetItems() *JSONValue {
+func (x *MapRun) GetResults() []byte {
 	if x != nil {
-		return x.Items
+		return x.Results
 	}
 	return nil
 }
 
-func (x *MapRun) GetResults() []*JSONValue {
+func (x *MapRun) GetDoneIndex() []int32 {
 	if x != nil {
-		return x.Results
+		return x.DoneIndex
+	}
+	return nil
+}
+
+func (x *MapRun) GetDoneEnd() []int32 {
+	if x != nil {
+		return x.DoneEnd
 	}
 	return nil
 }
@@ -1842,16 +1852,19 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\"N\n" +
 	"\tJoinState\x12)\n" +
 	"\aarrived\x18\x01 \x03(\v2\x0f.nova.v1.BranchR\aarrived\x12\x16\n" +
-	"\x06absorb\x18\x02 \x03(\tR\x06absorb\"\xf6\x01\n" +
+	"\x06absorb\x18\x02 \x03(\tR\x06absorb\"\xfe\x01\n" +
 	"\x06MapRun\x12\x14\n" +
 	"\x05visit\x18\x01 \x01(\x05R\x05visit\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x18\n" +
 	"\astarted\x18\x03 \x01(\x05R\astarted\x12\x1a\n" +
-	"\bfinished\x18\x04 \x01(\x05R\bfinished\x12(\n" +
-	"\x05items\x18\x05 \x01(\v2\x12.nova.v1.JSONValueR\x05items\x12,\n" +
-	"\aresults\x18\x06 \x03(\v2\x12.nova.v1.JSONValueR\aresults\x12\x16\n" +
+	"\bfinished\x18\x04 \x01(\x05R\bfinished\x12\x18\n" +
+	"\aresults\x18\t \x01(\fR\aresults\x12\x1d\n" +
+	"\n" +
+	"done_index\x18\n" +
+	" \x03(\x05R\tdoneIndex\x12\x19\n" +
+	"\bdone_end\x18\v \x03(\x05R\adoneEnd\x12\x16\n" +
 	"\x06failed\x18\a \x01(\x05R\x06failed\x12\x1a\n" +
-	"\bchildren\x18\b \x03(\tR\bchildren\"\xf7\x01\n" +
+	"\bchildren\x18\b \x03(\tR\bchildrenJ\x04\b\x05\x10\x06J\x04\b\x06\x10\a\"\xf7\x01\n" +
 	"\rScheduleState\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12-\n" +
 	"\bschedule\x18\x02 \x01(\v2\x11.nova.v1.ScheduleR\bschedule\x127\n" +
@@ -2033,33 +2046,31 @@ var file_nova_v1_state_proto_depIdxs = []int32{
 	4,  // 23: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
 	11, // 24: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
 	3,  // 25: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
-	18, // 26: nova.v1.MapRun.items:type_name -> nova.v1.JSONValue
-	18, // 27: nova.v1.MapRun.results:type_name -> nova.v1.JSONValue
-	22, // 28: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	19, // 29: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	19, // 30: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	19, // 31: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	23, // 32: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	18, // 33: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	24, // 34: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	10, // 35: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	25, // 36: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	26, // 37: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	27, // 38: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	12, // 39: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	28, // 40: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	14, // 41: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	27, // 42: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	29, // 43: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	27, // 44: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	25, // 45: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	11, // 46: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	5,  // 47: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	22, // 26: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	19, // 27: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	19, // 28: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	19, // 29: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	23, // 30: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	18, // 31: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	24, // 32: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	10, // 33: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	25, // 34: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	26, // 35: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	27, // 36: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	12, // 37: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	28, // 38: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	14, // 39: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	27, // 40: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	29, // 41: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	27, // 42: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	25, // 43: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	11, // 44: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	5,  // 45: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }

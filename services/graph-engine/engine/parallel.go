@@ -564,12 +564,7 @@ func (t *transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
 	}
 	t.toBranch()
 	t.st.CurrentNode, t.st.PendingStepId = node.Id, ""
-	mr := &novav1.MapRun{Visit: ns.Visits, Total: int32(len(items)), Items: jsonvalue.Proto(raw)}
-	mr.Results = make([]*novav1.JSONValue, len(items))
-	for i := range mr.Results {
-		mr.Results[i] = &novav1.JSONValue{}
-	}
-	t.st.MapRun = mr
+	t.st.MapRun = &novav1.MapRun{Visit: ns.Visits, Total: int32(len(items))}
 	t.changed = true
 }
 
@@ -639,14 +634,14 @@ func (t *transition) moveMap(b *novav1.Branch) bool {
 	if free <= 0 || mr.Started >= mr.Total {
 		return false
 	}
-	items, err := t.itemList(fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node.Id, mr.Visit), mr.Items.GetRaw())
+	base := jsonvalue.MustObject(b.Context).Clone()
+	items, err := t.itemList(fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node.Id, mr.Visit), base[node.Items])
 	if err != nil || len(items) != int(mr.Total) {
 		t.runIn(b, func() {
 			t.nodeFailed(node, t.nodeState(node.Id), fmt.Sprintf("items %q could not be read back: %v", node.Items, err), nil)
 		})
 		return true
 	}
-	base := jsonvalue.MustObject(b.Context).Clone()
 	delete(base, node.Items)
 	for ; free > 0 && mr.Started < mr.Total; free-- {
 		i := mr.Started
@@ -723,11 +718,18 @@ func (t *transition) itemFailed(node *novav1.Node, msg string) {
 func (t *transition) itemDone(result []byte, failed bool) {
 	t.lineGone = true
 	owner := t.branch(t.br.MapBranch)
-	if owner == nil || owner.MapRun == nil || int(t.br.Item) >= len(owner.MapRun.Results) {
+	if owner == nil || owner.MapRun == nil || t.br.Item >= owner.MapRun.Total {
 		return
 	}
 	mr := owner.MapRun
-	mr.Results[t.br.Item] = jsonvalue.Proto(result)
+	if t.largeValue(result) {
+		// Kept by reference (shrinkBranches stores it) once the event is
+		// applied; here it is marked to be.
+		t.largeResults = append(t.largeResults, largeResult{owner: owner, index: t.br.Item})
+	}
+	mr.Results = append(mr.Results, result...)
+	mr.DoneIndex = append(mr.DoneIndex, t.br.Item)
+	mr.DoneEnd = append(mr.DoneEnd, int32(len(mr.Results)))
 	mr.Finished++
 	if failed {
 		mr.Failed++
@@ -740,13 +742,20 @@ func (t *transition) itemDone(result []byte, failed bool) {
 func (t *transition) finishMap(node *novav1.Node) {
 	mr := t.st.MapRun
 	ns := t.nodeState(node.Id)
+	byIndex := make([][]byte, mr.Total)
+	start := int32(0)
+	for i, idx := range mr.DoneIndex {
+		if idx >= 0 && idx < mr.Total {
+			byIndex[idx] = mr.Results[start:mr.DoneEnd[i]]
+		}
+		start = mr.DoneEnd[i]
+	}
 	var list bytes.Buffer
 	list.WriteByte('[')
-	for i, r := range mr.Results {
+	for i, raw := range byIndex {
 		if i > 0 {
 			list.WriteByte(',')
 		}
-		raw := r.GetRaw()
 		if _, ok := valueref.RawRef(raw); ok && t.readValue != nil {
 			full, err := t.readValue(raw)
 			if err != nil {
@@ -947,18 +956,14 @@ func (e *Engine) shrinkBranches(ctx context.Context, t *transition) error {
 			b.NodeInput = nv
 		}
 		b.Context = nv
-		if mr := b.MapRun; mr != nil {
-			for i, r := range mr.Results {
-				if len(r.GetRaw()) > threshold {
-					o := jsonvalue.Object{"v": r.GetRaw()}
-					if err := e.values.Shrink(ctx, o); err != nil {
-						return err
-					}
-					mr.Results[i] = jsonvalue.Proto(o["v"])
-				}
-			}
+
+	}
+	for _, lr := range t.largeResults {
+		if err := e.shrinkResult(ctx, lr); err != nil {
+			return err
 		}
 	}
+	t.largeResults = nil
 	for _, js := range t.st.Joins {
 		for _, a := range js.Arrived {
 			nv, err := shrinkValue(a.Context)
@@ -967,6 +972,46 @@ func (e *Engine) shrinkBranches(ctx context.Context, t *transition) error {
 			}
 			a.Context = nv
 		}
+	}
+	return nil
+}
+
+// largeResult is a map item's result over the value store's threshold,
+// kept by reference once the event is applied.
+type largeResult struct {
+	owner *novav1.Branch
+	index int32
+}
+
+// largeValue tells whether raw goes to the value store.
+func (t *transition) largeValue(raw []byte) bool {
+	return t.e != nil && t.e.values != nil && len(raw) > t.e.values.Threshold()
+}
+
+// shrinkResult stores item lr.index's result of the map lr.owner runs in
+// the value store and keeps its reference in its place.
+func (e *Engine) shrinkResult(ctx context.Context, lr largeResult) error {
+	mr := lr.owner.MapRun
+	if mr == nil {
+		return nil
+	}
+	start := int32(0)
+	for i, idx := range mr.DoneIndex {
+		end := mr.DoneEnd[i]
+		if idx == lr.index {
+			o := jsonvalue.Object{"v": slices.Clone(mr.Results[start:end])}
+			if err := e.values.Shrink(ctx, o); err != nil {
+				return err
+			}
+			ref := o["v"]
+			delta := int32(len(ref)) - (end - start)
+			mr.Results = slices.Concat(mr.Results[:start], ref, mr.Results[end:])
+			for j := i; j < len(mr.DoneEnd); j++ {
+				mr.DoneEnd[j] += delta
+			}
+			return nil
+		}
+		start = end
 	}
 	return nil
 }

@@ -115,6 +115,8 @@ type transition struct {
 	// child executions of the visit being completed.
 	prevNode string
 	children []string
+	// largeResults are map items' results to keep by reference.
+	largeResults []largeResult
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {

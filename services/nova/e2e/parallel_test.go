@@ -486,7 +486,7 @@ nodes:
     concurrency: 4
     output: sizes
     code: |
-      context["result"] = {"i": context["index"], "len": len(context["item"]), "keys": sorted(context.keys())}
+      context["result"] = {"i": context["index"], "len": len(context["item"]), "keys": sorted(context.keys()), "echo": context["item"] * 10}
   - {id: end, type: end}
 edges: [{from: start, to: each}, {from: each, to: end}]
 `)
@@ -515,6 +515,9 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 	for i, r := range got {
 		m, _ := r.(map[string]any)
 		keys, _ := m["keys"].([]any)
+		if echo, _ := m["echo"].(string); echo != strings.Repeat(docs[i], 10) {
+			t.Errorf("sizes[%d].echo is %d characters, want the item 10 times (%d): a result over the threshold, kept by reference, comes back whole", i, len(echo), 10*len(docs[i]))
+		}
 		if m["i"] != float64(i) || m["len"] != float64(100+i) || len(keys) != 2 || keys[0] != "index" || keys[1] != "item" {
 			t.Errorf("sizes[%d] = %v, want index %d, length %d, and only item and index in the item's context", i, r, i, 100+i)
 		}
