@@ -287,8 +287,17 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 		}
 	}
 
+	// The only failed answers may be the 404s of an execution this page
+	// started, read before the engine stored it (the page says "Starting
+	// the execution…" and loads it on its first event).
 	for _, f := range b.failedAnswers() {
-		t.Errorf("the page had an answer %s", f)
+		started := false
+		for _, id := range runs {
+			started = started || strings.HasPrefix(f, "404 ") && strings.HasSuffix(f, "/v1/executions/"+id)
+		}
+		if !started {
+			t.Errorf("the page had an answer %s", f)
+		}
 	}
 	select {
 	case msg := <-b.dialogs:

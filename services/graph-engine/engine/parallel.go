@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -785,7 +786,9 @@ func (t *transition) childID(node *novav1.Node, visit int32) string {
 	if t.isItem() {
 		id += fmt.Sprintf("_%d", t.br.Item)
 	}
-	return id
+	// A node id a key cannot hold makes the id a UUID derived from it, as
+	// the child's start would.
+	return execution.ID(id)
 }
 
 // startChild starts the workflow node's (or map item's) child execution:
