@@ -176,8 +176,11 @@ func modelNote(opts stack.Options) string {
 type devFlags struct {
 	dataDir, rules, gatewayAddr, pprofAddr string
 	natsPort, mongoPort, cluster           int
-	zygoteIdle                             time.Duration
-	noAuth                                 bool
+	// sandboxWorkers is -1 when the flag is not given (the variable, or
+	// one per CPU).
+	sandboxWorkers int
+	zygoteIdle     time.Duration
+	noAuth         bool
 }
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -232,8 +235,13 @@ func parseDevFlags(args []string, stderr io.Writer) (devFlags, bool) {
 	fs.StringVar(&f.gatewayAddr, "gateway-addr", stack.DefaultGatewayAddr, "`address` of the HTTP API (port 0 picks a free one; \"off\" runs no gateway)")
 	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's profiles of nova dev (net/http/pprof) at `address`, e.g. 127.0.0.1:6060")
 	fs.DurationVar(&f.zygoteIdle, "zygote-idle", 5*time.Minute, "stop the sandbox's full Python zygote (pandas, numpy, ...: about 100 MiB) after this long without a program that needs it; the next one starts it again (0: keep it)")
+	fs.IntVar(&f.sandboxWorkers, "sandbox-workers", -1, "programs the sandbox runs at once (default: $NOVA_SANDBOX_WORKERS, else one per CPU nova dev may use)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve the HTTP API without API keys (local development only: anyone who reaches the port may do anything)")
 	if _, err := parseFlags(fs, args); err != nil {
+		return f, false
+	}
+	if f.sandboxWorkers == 0 || f.sandboxWorkers < -1 {
+		fmt.Fprintf(stderr, "nova dev: --sandbox-workers %d: want 1 or more programs at once (leave it out for one per CPU)\n", f.sandboxWorkers)
 		return f, false
 	}
 	if f.zygoteIdle < 0 {
@@ -260,6 +268,9 @@ func devStackOptions(f devFlags, log *slog.Logger) (stack.Options, string, error
 	opts.NATSPort, opts.MongoPort, opts.NATSCluster = f.natsPort, f.mongoPort, f.cluster
 	opts.Sandbox.Warm = true
 	opts.Sandbox.ZygoteIdle = f.zygoteIdle
+	if f.sandboxWorkers > 0 {
+		opts.Sandbox.Workers = f.sandboxWorkers
+	}
 	var localKey string
 	if f.gatewayAddr != "off" {
 		if localKey, err = devGateway(&opts, f.gatewayAddr, f.noAuth); err != nil {
@@ -273,6 +284,13 @@ func devStackOptions(f devFlags, log *slog.Logger) (stack.Options, string, error
 // start a workflow on it.
 func printDevRunning(stdout io.Writer, s *stack.Stack, opts stack.Options, localKey string, noAuth bool) {
 	fmt.Fprintf(stdout, "NOVA dev server running (%s)\n", strings.Join(s.Modules(), ", "))
+	if opts.Sandbox != nil {
+		how := "one per CPU; --sandbox-workers or NOVA_SANDBOX_WORKERS to change"
+		if opts.Sandbox.Workers > 0 {
+			how = "as set"
+		}
+		fmt.Fprintf(stdout, "  sandbox  %d programs at once (%s)\n", opts.Sandbox.RunWorkers(), how)
+	}
 	if u := s.GatewayURL(); u != "" {
 		switch {
 		case noAuth:

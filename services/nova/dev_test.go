@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -220,11 +223,43 @@ func TestDevRefusesBadSettings(t *testing.T) {
 	}{
 		{[]string{"--zygote-idle", "-1s"}, "--zygote-idle -1s: want a duration of 0 or more"},
 		{[]string{"--cluster", "2"}, "--cluster 2: a NATS cluster needs 3 or more servers"},
+		{[]string{"--sandbox-workers", "0"}, "--sandbox-workers 0: want 1 or more programs at once"},
 	} {
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"--data-dir", t.TempDir()}, tc.args...)
 		if code := cmdDev(t.Context(), args, &stdout, &stderr); code != exitInvalid || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("nova dev %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr.String(), exitInvalid, tc.want)
 		}
+	}
+}
+
+// nova dev's sandbox runs one program per CPU it may use unless told
+// otherwise: by the flag, or the sandbox's own variable.
+func TestDevSandboxWorkers(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name string
+		env  string
+		args []string
+		want int
+	}{
+		{"one per CPU", "", nil, runtime.GOMAXPROCS(0)},
+		{"the variable", "7", nil, 7},
+		{"the flag wins", "7", []string{"--sandbox-workers", "12"}, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("NOVA_SANDBOX_WORKERS", tc.env)
+			f, ok := parseDevFlags(append([]string{"--data-dir", t.TempDir()}, tc.args...), io.Discard)
+			if !ok {
+				t.Fatal("flags refused")
+			}
+			opts, _, err := devStackOptions(f, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := opts.Sandbox.RunWorkers(); got != tc.want {
+				t.Errorf("sandbox workers %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

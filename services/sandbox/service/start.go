@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 // Config is the sandbox's configuration as its binary and nova dev read it
 // from the environment.
 type Config struct {
-	// Workers is how many programs a replica runs at once.
-	Workers int `env:"NOVA_SANDBOX_WORKERS" default:"2"`
+	// Workers is how many programs a replica runs at once; 0: one per CPU
+	// the process may use (GOMAXPROCS, which follows its CPU affinity and
+	// its cgroup's CPU limit).
+	Workers int `env:"NOVA_SANDBOX_WORKERS" default:"0"`
 	// Backend "process" runs programs with NO ISOLATION (machines without user
 	// namespaces only); it is logged at WARN on every start.
 	Backend string `env:"NOVA_SANDBOX_BACKEND" default:"bwrap"`
@@ -86,6 +89,15 @@ type Config struct {
 	JavaScript bool `env:"NOVA_SANDBOX_JAVASCRIPT" default:"true"`
 }
 
+// RunWorkers is how many programs the replica runs at once: Workers, or
+// when that is 0 one per CPU the process may use.
+func (cfg Config) RunWorkers() int {
+	if cfg.Workers > 0 {
+		return cfg.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
 // DefaultConfig is the configuration with every default, as the binary
 // reads it from an empty environment.
 func DefaultConfig() Config {
@@ -144,14 +156,15 @@ func Start(ctx context.Context, cfg Config, env *service.Env, opts ...StartOptio
 		err = env.Bus.EnsureStreams(ctx)
 	}
 	if err == nil {
-		_, err = env.Bus.DeclareConsumer(ctx, ConsumerSpec(cfg.Workers))
+		_, err = env.Bus.DeclareConsumer(ctx, ConsumerSpec(cfg.RunWorkers()))
 	}
 	if err != nil {
 		_ = r.Close()
 		return nil, err
 	}
 	tel := env.Telemetry
-	return &Service{runner: r, deps: Deps{Bus: env.Bus, Runner: r, JS: js, Values: values, Logger: env.Logger, Workers: cfg.Workers,
+	env.Logger.Info("sandbox workers", "workers", cfg.RunWorkers(), "set", cfg.Workers > 0, "cpus", runtime.GOMAXPROCS(0))
+	return &Service{runner: r, deps: Deps{Bus: env.Bus, Runner: r, JS: js, Values: values, Logger: env.Logger, Workers: cfg.RunWorkers(),
 		Python: cfg.Python, RuntimeCacheDir: o.runtimeCacheDir, Replicas: env.Replicas,
 		MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider}}, nil
 }
@@ -165,7 +178,7 @@ func (s *Service) Close() error { return s.runner.Close() }
 func (cfg Config) runnerConfig(env *service.Env) runner.Config {
 	zygotes := 0
 	if cfg.Warm {
-		zygotes = cmp.Or(cfg.Zygotes, runner.ZygotesFor(cfg.Workers))
+		zygotes = cmp.Or(cfg.Zygotes, runner.ZygotesFor(cfg.RunWorkers()))
 	}
 	return runner.Config{
 		Backend:          cfg.Backend,
