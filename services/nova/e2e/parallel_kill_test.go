@@ -100,7 +100,7 @@ func TestBranchesSurviveKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	host, runs := startRunLog(t)
-	const items, branches = 24, 6
+	const items, branches = 20, 6
 	mapDef := parse(t, fmt.Sprintf(`
 name: kill-map
 nodes:
@@ -129,7 +129,7 @@ edges: [{from: start, to: each}, {from: each, to: done}]
     allow_hosts: ["%[2]s"]
     code: |
       import time, requests
-      time.sleep(%[3]d * 0.5)
+      time.sleep(%[3]d * 0.3)
       context["b%[1]d"] = True
       requests.get("http://%[2]s/branch/%[1]d", timeout=10).raise_for_status()
 `, i, host, i)

@@ -567,12 +567,12 @@ edges:
   - {from: side, to: join}
   - {from: join, to: end}
 `)
-	xs := make([]int, 60)
+	xs := make([]int, 40)
 	for i := range xs {
 		xs[i] = i
 	}
 	var ids []string
-	for range 3 {
+	for range 2 {
 		wc := e.run(def, map[string]any{"xs": xs})
 		if wc.Status != "succeeded" {
 			t.Fatalf("status %q: %s", wc.Status, wc.Error)
