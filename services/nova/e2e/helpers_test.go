@@ -156,9 +156,15 @@ func (e *env) pastDuplicateWindows() {
 		}
 		cfg := stream.CachedInfo().Config
 		window := cfg.Duplicates
-		cfg.Duplicates = short
-		if _, err := js.UpdateStream(e.ctx, cfg); err != nil {
-			e.t.Fatalf("shorten the duplicate window of %s: %v", name, err)
+		// Twice: an update makes the server purge its ids at once, but that
+		// purge may run before the update sets the new window, and then
+		// waits out the old one. The second update's purge finds the short
+		// window the first one set.
+		for _, d := range []time.Duration{short, short + time.Millisecond} {
+			cfg.Duplicates = d
+			if _, err := js.UpdateStream(e.ctx, cfg); err != nil {
+				e.t.Fatalf("shorten the duplicate window of %s: %v", name, err)
+			}
 		}
 		e.t.Cleanup(func() {
 			cfg.Duplicates = window
