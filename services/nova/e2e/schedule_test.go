@@ -61,6 +61,12 @@ func (tk *ticks) next(within time.Duration) *novav1.WorkflowStarted {
 		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
 			continue
 		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			// A clustered server that stopped: the events stream elects
+			// another leader, and the consumer is made again on it.
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			tk.e.t.Fatal(err)
 		}
