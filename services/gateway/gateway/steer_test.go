@@ -505,6 +505,20 @@ func TestSteerWithTheEngine(t *testing.T) {
 		if wc.GetStatus() != "cancelled" || wc.GetCancelledBy() != "writer" || wc.GetCancelReason() != "not needed" {
 			t.Errorf("completion: status %s, cancelled by %q: %q", wc.GetStatus(), wc.GetCancelledBy(), wc.GetCancelReason())
 		}
+		// The engine publishes the completion before it stores the state
+		// the gateway reads: wait for the state too.
+		kv, err := h.bus.JetStream().KeyValue(t.Context(), bus.BucketExecutions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if st, err := execution.ReadState(t.Context(), kv, id); err == nil && st.GetStatus() == "cancelled" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the engine's state of %s does not say cancelled", id)
+			}
+		}
 		// Again: nothing to do.
 		var again struct {
 			Status      string `json:"status"`
