@@ -38,7 +38,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
@@ -110,17 +109,6 @@ func run(ctx context.Context, cfg config) error {
 		return loadgen.ExitedError(ctx, running, err)
 	}
 	return nil
-}
-
-func parse(yaml string) *novav1.WorkflowDefinition {
-	def, err := workflow.Parse([]byte(yaml))
-	if err == nil {
-		err = workflow.Validate(def, workflow.ValidateOptions{})
-	}
-	if err != nil {
-		panic(err)
-	}
-	return def
 }
 
 // start publishes the start of def as execution id.
@@ -224,7 +212,7 @@ func completion(ctx context.Context, js jetstream.JetStream, id string) (*novav1
 }
 
 func benchCancel(ctx context.Context, b *bus.Bus, _ int, n int) error {
-	def := parse(sleeperWorkflow)
+	def := loadgen.Workflow(sleeperWorkflow)
 	var toGone, toDone, killed []time.Duration
 	for i := range 2 * n {
 		name := fmt.Sprintf("nvcancel-%d", i)
@@ -283,34 +271,9 @@ func row(w *tabwriter.Writer, what string, ds []time.Duration) {
 	fmt.Fprintf(w, "  %s\t%v\t%v\n", what, loadgen.Percentile(ds, 0.5).Round(10*time.Microsecond), loadgen.Percentile(ds, 0.99).Round(10*time.Microsecond))
 }
 
-// usage is a process's CPU time (user and system, its own and its waited
-// children's) and RSS from /proc.
-func usage(pid int) (cpu time.Duration, rssKiB int64, err error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime (fields 14-17)
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += v
-	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			rssKiB, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	return time.Duration(ticks) * time.Second / 100, rssKiB, nil // USER_HZ is 100 on Linux
-}
-
 // measure is the CPU nova dev used over d and its RSS at the end.
 func measure(ctx context.Context, pid int, d time.Duration) (time.Duration, int64, error) {
-	c0, _, err := usage(pid)
+	c0, _, err := loadgen.Usage(pid)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -319,7 +282,7 @@ func measure(ctx context.Context, pid int, d time.Duration) (time.Duration, int6
 		return 0, 0, ctx.Err()
 	case <-time.After(d):
 	}
-	c1, rss, err := usage(pid)
+	c1, rss, err := loadgen.Usage(pid)
 	return c1 - c0, rss, err
 }
 
@@ -340,7 +303,7 @@ func benchWaiting(ctx context.Context, b *bus.Bus, pid int, cfg config) error {
 	if err != nil {
 		return err
 	}
-	def := parse(waitWorkflow)
+	def := loadgen.Workflow(waitWorkflow)
 	ids := make([]string, cfg.waiting)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-wait-%d-%s", i, uuid.NewString()[:8])
@@ -418,7 +381,7 @@ func benchTimers(ctx context.Context, b *bus.Bus, n int) error {
 	if err != nil {
 		return err
 	}
-	def := parse(sleepWorkflow)
+	def := loadgen.Workflow(sleepWorkflow)
 	prefix := "bench-sleep-" + uuid.NewString()[:8]
 	for i := range n {
 		if err := start(ctx, b, def, fmt.Sprintf("%s-%d", prefix, i), "{}"); err != nil {

@@ -20,8 +20,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -223,7 +221,7 @@ func startDev(ctx context.Context, cfg config, dir, pprof string, def *novav1.Wo
 func quiet(ctx context.Context, pid int) error {
 	const window = 500 * time.Millisecond
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
-		before, err := sampleGroup(pid)
+		before, err := loadgen.SampleGroup(pid)
 		if err != nil {
 			return err
 		}
@@ -232,11 +230,11 @@ func quiet(ctx context.Context, pid int) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		after, err := sampleGroup(pid)
+		after, err := loadgen.SampleGroup(pid)
 		if err != nil {
 			return err
 		}
-		if used := after.main + after.children - before.main - before.children; used < window/20 {
+		if used := after.Main + after.Children - before.Main - before.Children; used < window/20 {
 			return nil
 		}
 	}
@@ -333,11 +331,11 @@ func idlePSS(ctx context.Context, pid int, name string, wait time.Duration) (res
 	case <-ctx.Done():
 		return result{}, ctx.Err()
 	}
-	s, err := sampleGroup(pid)
+	s, err := loadgen.SampleGroup(pid)
 	if err != nil {
 		return result{}, err
 	}
-	return result{name: name, pssMiB: s.pssMiB, pssMainMiB: s.pssMainMiB}, nil
+	return result{name: name, pssMiB: s.PSSMiB, pssMainMiB: s.PSSMainMiB}, nil
 }
 
 func printResults(results []result) error {
@@ -426,7 +424,7 @@ func measure(ctx context.Context, cfg config, d *dev, name string, def *novav1.W
 	if err := settled(ctx, b.JetStream(), name+": before"); err != nil {
 		return r, err
 	}
-	before, err := sampleGroup(pid)
+	before, err := loadgen.SampleGroup(pid)
 	if err != nil {
 		return r, err
 	}
@@ -445,8 +443,8 @@ wait:
 		case <-done:
 			break wait
 		case <-tick.C:
-			if s, err := sampleGroup(pid); err == nil {
-				peak, peakMain = max(peak, s.pssMiB), max(peakMain, s.pssMainMiB)
+			if s, err := loadgen.SampleGroup(pid); err == nil {
+				peak, peakMain = max(peak, s.PSSMiB), max(peakMain, s.PSSMainMiB)
 			}
 		}
 	}
@@ -454,7 +452,7 @@ wait:
 	if err := settled(ctx, b.JetStream(), name); err != nil {
 		return r, err
 	}
-	after, err := sampleGroup(pid)
+	after, err := loadgen.SampleGroup(pid)
 	if err != nil {
 		return r, err
 	}
@@ -476,9 +474,9 @@ wait:
 	}
 	r.wfPerSec = float64(n) / elapsed.Seconds()
 	r.p50, r.p90, r.p99 = loadgen.Percentile(lat, 0.50), loadgen.Percentile(lat, 0.90), loadgen.Percentile(lat, 0.99)
-	r.cpuMain = (after.main - before.main) / time.Duration(n)
-	r.cpuSandbox = (after.children - before.children) / time.Duration(n)
-	r.pssMiB, r.pssMainMiB = max(peak, after.pssMiB), max(peakMain, after.pssMainMiB)
+	r.cpuMain = (after.Main - before.Main) / time.Duration(n)
+	r.cpuSandbox = (after.Children - before.Children) / time.Duration(n)
+	r.pssMiB, r.pssMainMiB = max(peak, after.PSSMiB), max(peakMain, after.PSSMainMiB)
 	return r, nil
 }
 
@@ -509,91 +507,6 @@ func settled(ctx context.Context, js jetstream.JetStream, what string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// groupSample is the CPU used so far by a process and its descendants: the
-// process's own (main), and that of every live descendant plus what the
-// reaped ones used (children); and their PSS now. Descendants are found by
-// parent pid, since sandboxed programs run in their own sessions.
-type groupSample struct {
-	main, children time.Duration
-	pssMiB         float64 // the group's
-	pssMainMiB     float64 // the process's own
-}
-
-// clockTick is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
-const clockTick = 100
-
-type procStat struct {
-	ppid                         int
-	utime, stime, cutime, cstime time.Duration
-}
-
-func sampleGroup(root int) (groupSample, error) {
-	var s groupSample
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return s, err
-	}
-	stats := map[int]procStat{}
-	kids := map[int][]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command name, which is in parentheses.
-		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+2:]))
-		if len(f) < 15 {
-			continue
-		}
-		tick := func(i int) time.Duration {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			return time.Duration(v) * time.Second / clockTick
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		stats[pid] = procStat{ppid: ppid, utime: tick(11), stime: tick(12), cutime: tick(13), cstime: tick(14)}
-		kids[ppid] = append(kids[ppid], pid)
-	}
-	rs, ok := stats[root]
-	if !ok {
-		return s, fmt.Errorf("process %d is gone", root)
-	}
-	s.main = rs.utime + rs.stime
-	s.children = rs.cutime + rs.cstime
-	s.pssMainMiB = pssOf(root)
-	s.pssMiB = s.pssMainMiB
-	queue := slices.Clone(kids[root])
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		st := stats[pid]
-		s.children += st.utime + st.stime + st.cutime + st.cstime
-		s.pssMiB += pssOf(pid)
-		queue = append(queue, kids[pid]...)
-	}
-	return s, nil
-}
-
-// pssOf reads a process's proportional set size in MiB (0 when unreadable).
-func pssOf(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // baseline runs three `python3 -c` subprocesses per workflow, one workflow

@@ -42,7 +42,6 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
-	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
@@ -153,17 +152,6 @@ func run(ctx context.Context, cfg config) error {
 	return nil
 }
 
-func parse(yaml string) *novav1.WorkflowDefinition {
-	def, err := workflow.Parse([]byte(yaml))
-	if err == nil {
-		err = workflow.Validate(def, workflow.ValidateOptions{})
-	}
-	if err != nil {
-		panic(err)
-	}
-	return def
-}
-
 // runOnce starts def with context and waits for its completion.
 func runOnce(ctx context.Context, b *bus.Bus, def *novav1.WorkflowDefinition, contextJSON string) (*novav1.WorkflowCompleted, time.Duration, error) {
 	id := uuid.NewString()
@@ -239,7 +227,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func benchFanOut(d *dev, cfg config) error {
-	par, seq := parse(fanOut(cfg.branches, true)), parse(fanOut(cfg.branches, false))
+	par, seq := loadgen.Workflow(fanOut(cfg.branches, true)), loadgen.Workflow(fanOut(cfg.branches, false))
 	var parT, seqT []time.Duration
 	for range cfg.runs {
 		_, t, err := runOnce(d.running, d.b, par, "{}")
@@ -262,7 +250,7 @@ func benchFanOut(d *dev, cfg config) error {
 const itemCode = `context["result"] = context["item"] * 2`
 
 func benchMap(d *dev, cfg config) error {
-	def := parse(fmt.Sprintf(`
+	def := loadgen.Workflow(fmt.Sprintf(`
 name: bench-map
 nodes:
   - {id: start, type: start}
@@ -270,7 +258,7 @@ nodes:
   - {id: done, type: end}
 edges: [{from: start, to: each}, {from: each, to: done}]
 `, cfg.concurrency, itemCode))
-	one := parse(fmt.Sprintf(`
+	one := loadgen.Workflow(fmt.Sprintf(`
 name: bench-one
 nodes:
   - {id: start, type: start}
@@ -384,7 +372,7 @@ func sandboxAlone(ctx context.Context, b *bus.Bus, cfg config) (time.Duration, e
 }
 
 func benchFastPath(ctx context.Context, cfg config) error {
-	def := parse(loadgen.Chain(3))
+	def := loadgen.Workflow(loadgen.Chain(3))
 	fmt.Printf("fast path: %d executions of a 3-node sequential workflow, 8 in flight\n", cfg.throughput)
 	measure := func(label, bin string) error {
 		d, err := startDev(ctx, bin, cfg.keep)
@@ -415,29 +403,14 @@ func benchFastPath(ctx context.Context, cfg config) error {
 	return measure("before branches (base)", cfg.baseBin)
 }
 
-// cpuOf is the CPU time process pid has used (user and system, its own).
+// cpuOf is the CPU time process pid has used itself (user and system).
 func cpuOf(pid int) time.Duration {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	s, _ := loadgen.SampleGroup(pid)
+	return s.Main
 }
 
 // rssOf is process pid's resident set, in MiB.
 func rssOf(pid int) float64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	_, kib, _ := loadgen.Usage(pid)
+	return float64(kib) / 1024
 }

@@ -46,7 +46,7 @@ func benchEngineSpans(ctx context.Context, cfg config) error {
 	for i := range xs {
 		xs[i] = i
 	}
-	mapDef := parse(fmt.Sprintf(`
+	mapDef := loadgen.Workflow(fmt.Sprintf(`
 name: bench-map
 nodes:
   - {id: start, type: start}
@@ -69,7 +69,7 @@ edges: [{from: start, to: each}, {from: each, to: done}]
 	mapTotal, mapCount := engineTime(spans, wc.ExecutionId)
 
 	spans.Reset()
-	one := parse(fmt.Sprintf(`
+	one := loadgen.Workflow(fmt.Sprintf(`
 name: bench-one
 nodes:
   - {id: start, type: start}

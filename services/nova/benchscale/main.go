@@ -37,8 +37,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/novaflow/nova/pkg/workflow"
-	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
@@ -216,15 +214,23 @@ func measure(ctx context.Context, cfg config, bin, cpus string, inFlight int) (r
 		return result{}, loadgen.ExitedError(ctx, running, err)
 	}
 	defer b.Close()
-	def := parse(loadgen.Chain(3))
+	def := loadgen.Workflow(loadgen.Chain(3))
 	warm := loadgen.NewLoad(b, def, 200)
 	warm.Run(running, max(inFlight, 8))
-	cpu0 := cpuOf(proc.Pid())
+	// nova dev's CPU and its descendants' (zygotes, programs).
+	before, err := loadgen.SampleGroup(proc.Pid())
+	if err != nil {
+		return result{}, err
+	}
 	load := loadgen.NewLoad(b, def, cfg.workflows)
 	start := time.Now()
 	load.Run(running, inFlight)
 	elapsed := time.Since(start)
-	cpu := cpuOf(proc.Pid()) - cpu0
+	after, err := loadgen.SampleGroup(proc.Pid())
+	if err != nil {
+		return result{}, loadgen.ExitedError(ctx, running, err)
+	}
+	cpu := after.Main + after.Children - before.Main - before.Children
 	if n := int(load.Completed.Load()); n != cfg.workflows {
 		return result{}, loadgen.ExitedError(ctx, running, fmt.Errorf("%d of %d executions completed", n, cfg.workflows))
 	}
@@ -259,61 +265,4 @@ func printTable(rows []result, efficiency bool) {
 		fmt.Fprintln(w, line)
 	}
 	w.Flush()
-}
-
-func parse(yaml string) *novav1.WorkflowDefinition {
-	def, err := workflow.Parse([]byte(yaml))
-	if err == nil {
-		err = workflow.Validate(def, workflow.ValidateOptions{})
-	}
-	if err != nil {
-		panic(err)
-	}
-	return def
-}
-
-// cpuOf is the CPU time process pid and its descendants (the sandbox's
-// zygotes and programs) have used, those that ended included (each
-// process's cutime and cstime hold its waited-for children's).
-func cpuOf(pid int) time.Duration {
-	type proc struct {
-		ppid  int
-		ticks int64
-	}
-	procs := map[int]proc{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-		if len(f) < 15 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		var ticks int64
-		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += v
-		}
-		procs[p] = proc{ppid: pp, ticks: ticks}
-	}
-	var total int64
-	for p, pr := range procs {
-		for q := p; q > 1; q = procs[q].ppid {
-			if q == pid {
-				total += pr.ticks
-				break
-			}
-			if _, ok := procs[q]; !ok {
-				break
-			}
-		}
-	}
-	return time.Duration(total) * 10 * time.Millisecond
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
@@ -498,4 +499,17 @@ func Connect(ctx context.Context, url, name string) (*bus.Bus, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// Workflow parses and validates a benchmark's workflow, written in its
+// source; one that does not parse is the benchmark's bug, and panics.
+func Workflow(yaml string) *novav1.WorkflowDefinition {
+	def, err := workflow.Parse([]byte(yaml))
+	if err == nil {
+		err = workflow.Validate(def, workflow.ValidateOptions{})
+	}
+	if err != nil {
+		panic(err)
+	}
+	return def
 }
