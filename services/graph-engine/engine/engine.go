@@ -939,30 +939,43 @@ func (e *Engine) shrink(ctx context.Context, t *transition) error {
 	if err := e.shrinkBranches(ctx, t); err != nil {
 		return err
 	}
+	old := t.st.Context
+	nv, shrunk, err := e.shrinkObject(ctx, t, t.ctx, old)
+	if err != nil || !shrunk {
+		return err
+	}
+	t.st.Context = nv
+	// The node input shares the old context; it gets the shrunk one.
+	if t.st.NodeInput == old {
+		t.st.NodeInput = t.st.Context
+	}
+	return nil
+}
+
+// shrinkObject keeps the members of context o (whose proto is old) over
+// the threshold in the value store, in place, and reports whether any
+// was. The events t built before share old; they get the shrunk one,
+// which it returns (old when nothing was shrunk). Only members over the
+// threshold are looked at, so small contexts cost nothing here.
+func (e *Engine) shrinkObject(ctx context.Context, t *transition, o jsonvalue.Object, old *novav1.JSONValue) (*novav1.JSONValue, bool, error) {
 	large := false
-	for _, raw := range t.ctx {
+	for _, raw := range o {
 		if len(raw) > e.values.Threshold() {
 			large = true
 			break
 		}
 	}
 	if !large {
-		return nil
+		return old, false, nil
 	}
-	if err := e.values.Shrink(ctx, t.ctx); err != nil {
-		return err
+	if err := e.values.Shrink(ctx, o); err != nil {
+		return nil, false, err
 	}
-	old := t.st.Context
-	t.setContext()
-	// The node input and the events built before shrinking share the old
-	// context; they get the shrunk one.
-	if t.st.NodeInput == old {
-		t.st.NodeInput = t.st.Context
+	nv := o.Proto()
+	for _, out := range t.out {
+		replaceValue(out.msg.ProtoReflect(), old, nv)
 	}
-	for _, o := range t.out {
-		replaceValue(o.msg.ProtoReflect(), old, t.st.Context)
-	}
-	return nil
+	return nv, true, nil
 }
 
 // replaceValue points every top-level JSONValue field of m that is old at new.

@@ -36,14 +36,6 @@ import (
 // (to different values) fails the execution unless the join's merge says
 // "last" or "list".
 
-// lineState is the current-node fields of the state: the line the
-// transition works on.
-type lineState struct {
-	current, pending string
-	started          *novav1.Branch // node_started_at, node_input, ai, timer, waiting_for, map_run
-	context          *novav1.JSONValue
-}
-
 // activeLine is what runIn saves of the line it leaves to run another.
 type activeLine struct {
 	br        *novav1.Branch
@@ -931,24 +923,9 @@ func (c *itemLists) put(digest string, list []json.RawMessage) {
 // large results of map items, in the value store, as shrink does for the
 // context.
 func (e *Engine) shrinkBranches(ctx context.Context, t *transition) error {
-	threshold := e.values.Threshold()
 	shrinkValue := func(v *novav1.JSONValue) (*novav1.JSONValue, error) {
-		o := jsonvalue.MustObject(v)
-		large := false
-		for _, raw := range o {
-			large = large || len(raw) > threshold
-		}
-		if !large {
-			return v, nil
-		}
-		if err := e.values.Shrink(ctx, o); err != nil {
-			return nil, err
-		}
-		nv := o.Proto()
-		for _, out := range t.out {
-			replaceValue(out.msg.ProtoReflect(), v, nv)
-		}
-		return nv, nil
+		nv, _, err := e.shrinkObject(ctx, t, jsonvalue.MustObject(v), v)
+		return nv, err
 	}
 	for _, b := range t.st.Branches {
 		nv, err := shrinkValue(b.Context)
