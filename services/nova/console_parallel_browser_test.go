@@ -12,13 +12,13 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// fanOutYAML runs a, b and c at once, a second each, and joins them.
+// fanOutYAML runs a, b and c at once, two seconds each, and joins them.
 const fanOutYAML = `name: console-fanout
 nodes:
   - {id: start, type: start}
-  - {id: a, type: action, code: "import time\ntime.sleep(1)\ncontext['a'] = True"}
-  - {id: b, type: action, code: "import time\ntime.sleep(1)\ncontext['b'] = True"}
-  - {id: c, type: action, code: "import time\ntime.sleep(1)\ncontext['c'] = True"}
+  - {id: a, type: action, code: "import time\ntime.sleep(2)\ncontext['a'] = True"}
+  - {id: b, type: action, code: "import time\ntime.sleep(2)\ncontext['b'] = True"}
+  - {id: c, type: action, code: "import time\ntime.sleep(2)\ncontext['c'] = True"}
   - {id: both, type: join}
   - {id: end, type: end}
 edges:
@@ -31,8 +31,9 @@ edges:
   - {from: both, to: end}
 `
 
-// mapYAML doubles each of the numbers in orders, four at a time, each item
-// taking 0.2 s.
+// mapYAML doubles each of the numbers in orders, four at a time: the first
+// eight items take 0.2 s each, the others 0.8 s, so that the map is part-way
+// for some five seconds, long enough for a screenshot on a slow machine.
 const mapYAML = `name: console-map
 nodes:
   - {id: start, type: start}
@@ -43,7 +44,7 @@ nodes:
     output: results
     code: |
       import time
-      time.sleep(0.2)
+      time.sleep(0.2 if context["index"] < 8 else 0.8)
       context["result"] = context["item"] * 2
   - {id: end, type: end}
 edges:
@@ -148,7 +149,7 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 	branches := map[string]bool{}
 	for _, p := range [][2]string{{"a", "b"}, {"b", "c"}, {"a", "c"}} {
 		x, y := bars[p[0]], bars[p[1]]
-		// Each ran a second of the same ~1 s: they overlap for most of it.
+		// Each ran two seconds of the same ~2 s: they overlap for most of it.
 		if over := min(x.X1, y.X1) - max(x.X0, y.X0); over <= 0.5*min(x.X1-x.X0, y.X1-y.X0) {
 			t.Errorf("the timeline's bars of %s %+v and %s %+v do not overlap in time", p[0], x, p[1], y)
 		}

@@ -75,6 +75,12 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		select {
 		case <-first.C:
 			if shown == nil {
+				// An execution that ended at its start publishes its events
+				// just before the engine stores its state: if they were
+				// purged in between, the state is there by now.
+				if wc, err := c.Purged(ctx, id); err == nil && wc != nil {
+					return showPurged(stdout, stderr, wc)
+				}
 				fmt.Fprintf(stderr, "nova watch: no execution %q (no event of it in %v; events are kept for a limited time)\n", id, firstEventWait)
 				return exitFailed
 			}
