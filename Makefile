@@ -80,6 +80,7 @@ help:
 	@echo 'make bench-control  steering executions: cancel to the program gone (p50/p99, beside a bare SIGKILL), CPU and RSS of nova dev with 1000 executions waiting for a signal over a minute (beside none), lateness of 200 sleeps of 2 s (beside bare message schedules) (BENCH_CONTROL_FLAGS=...)'
 	@echo 'make bench-parallel  branches: 10 sleeps of 0.5 s fanned out and joined (beside in a row), a map of 1000 items at concurrency 16 (engine time and CPU per item, RSS; beside 1000 one-node executions), 3-node throughput (beside the commit before branches) (BENCH_PARALLEL_FLAGS=...)'
 	@echo 'make bench-scale  the 3-node workflow as nova dev gets 1, 2, 4, 8, 12 cores (taskset; wf/s, p50/p99, CPU per workflow, against linear; shapes that do not fit are listed), and the fast path at 1 and 32 in flight beside the commit before (BENCH_SCALE_FLAGS=...)'
+	@echo 'make bench-scale-pack  $(BIN)/bench-scale-pack.tgz: static binaries, bwrap and its libraries, and packed.sh, to run make bench-scale on a machine without network or Go (packed.sh TARBALL OUTDIR)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
 	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
@@ -346,6 +347,21 @@ bench-scale: build
 	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchscale ./benchscale
 	$(call base-nova,$(BENCH_SCALE_BASE),$(BIN)/base-scale)
 	$(BIN)/nova-benchscale -bin $(BIN) -base-bin $(BIN)/base-scale $(BENCH_SCALE_FLAGS)
+
+# bench-scale-pack writes $(BIN)/bench-scale-pack.tgz for a machine without
+# network or Go (a many-core one): static binaries, bubblewrap and the
+# libraries it links beyond libc, and the script that runs it
+# (services/nova/benchscale/packed.sh TARBALL OUTDIR).
+.PHONY: bench-scale-pack
+bench-scale-pack:
+	rm -rf $(BIN)/bench-scale-pack && mkdir -p $(BIN)/bench-scale-pack/lib
+	for s in nova graph-engine sandbox audit; do \
+		(cd services/$$s && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$(BIN)/bench-scale-pack/$$s .) || exit 1; done
+	cd services/nova && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$(BIN)/bench-scale-pack/nova-benchscale ./benchscale
+	cp "$$(command -v bwrap)" services/nova/benchscale/packed.sh $(BIN)/bench-scale-pack/
+	ldd "$$(command -v bwrap)" | awk '/=> \// && $$1 !~ /^libc\.so/ {print $$3}' | xargs -I{} cp -L {} $(BIN)/bench-scale-pack/lib/
+	tar -C $(BIN)/bench-scale-pack -czf $(BIN)/bench-scale-pack.tgz .
+	@ls -l $(BIN)/bench-scale-pack.tgz $(BIN)/bench-scale-pack/lib
 
 # base-nova builds nova from another commit's tree into a directory, for
 # the benchmarks that compare with it: $(call base-nova,REV,DIR).
