@@ -291,6 +291,13 @@ func printDevRunning(stdout io.Writer, s *stack.Stack, opts stack.Options, local
 		}
 		fmt.Fprintf(stdout, "  sandbox  %d programs at once (%s)\n", opts.Sandbox.RunWorkers(), how)
 	}
+	if opts.Engine != nil {
+		workers, how := opts.Engine.Workers, "as set"
+		if workers <= 0 {
+			workers, how = engine.DefaultWorkers(), "two per CPU, at least 8; NOVA_WORKERS to change"
+		}
+		fmt.Fprintf(stdout, "  engine   %d events at once per consumer (%s)\n", workers, how)
+	}
 	if u := s.GatewayURL(); u != "" {
 		switch {
 		case noAuth:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/syncbuf"
 	"github.com/novaflow/nova/services/nova/client"
+	"github.com/novaflow/nova/services/nova/stack"
 )
 
 // startDev runs `nova dev` with args on fresh ports and data dir until the
@@ -261,5 +263,22 @@ func TestDevSandboxWorkers(t *testing.T) {
 				t.Errorf("sandbox workers %d, want %d", got, tc.want)
 			}
 		})
+	}
+	// The engine's workers: two per CPU, at least 8, unless NOVA_WORKERS.
+	for env, want := range map[string]int{"": max(8, 2*runtime.GOMAXPROCS(0)), "5": 5} {
+		t.Setenv("NOVA_WORKERS", env)
+		f, ok := parseDevFlags([]string{"--data-dir", t.TempDir()}, io.Discard)
+		if !ok {
+			t.Fatal("flags refused")
+		}
+		opts, _, err := devStackOptions(f, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var banner strings.Builder
+		printDevRunning(&banner, &stack.Stack{}, opts, "", false)
+		if line := fmt.Sprintf("engine   %d events at once per consumer", want); !strings.Contains(banner.String(), line) {
+			t.Errorf("NOVA_WORKERS=%q: the banner does not say %q:\n%s", env, line, banner.String())
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +52,8 @@ const (
 type Config struct {
 	// DefaultNodeTimeout applies when neither node nor workflow sets one.
 	DefaultNodeTimeout time.Duration
-	// Workers is how many events each consumer handles at once.
+	// Workers is how many events each consumer handles at once (0:
+	// DefaultWorkers).
 	Workers int
 	// AllowPrompt accepts AI (prompt) nodes; off until the AI pipeline runs.
 	AllowPrompt bool
@@ -218,13 +220,23 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	return e, nil
 }
 
+// DefaultWorkers is how many events each consumer of the engine handles at
+// once when Config.Workers is 0: two per CPU the process may use
+// (GOMAXPROCS, which follows its CPU affinity and quota), at least 8. A
+// handler mostly waits on NATS (the state's update, the events' acks), so
+// it takes more than one per CPU to keep the CPUs busy; a fixed number
+// would cap the throughput of a large machine.
+func DefaultWorkers() int {
+	return max(8, 2*runtime.GOMAXPROCS(0))
+}
+
 // withDefaults is cfg with every setting left zero at its default.
 func (cfg Config) withDefaults() Config {
 	if cfg.DefaultNodeTimeout <= 0 {
 		cfg.DefaultNodeTimeout = 30 * time.Second
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = DefaultWorkers()
 	}
 	if cfg.SandboxAttempts <= 0 {
 		cfg.SandboxAttempts = 3
@@ -285,6 +297,7 @@ func (e *Engine) consumers() []bus.Consumer {
 
 // Run consumes commands, results and dead letters until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
+	e.log.InfoContext(ctx, "engine workers", "workers", e.cfg.Workers, "cpus", runtime.GOMAXPROCS(0))
 	g, ctx := errgroup.WithContext(ctx)
 	handlers := []bus.Handler{e.handleCommand, e.handleResult, e.handleDeadLetter, e.handleTimer, e.handleTick}
 	for i, c := range e.consumers() {

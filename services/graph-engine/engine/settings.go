@@ -19,8 +19,9 @@ import (
 type Settings struct {
 	// NodeTimeout applies to a node when neither it nor its workflow sets one.
 	NodeTimeout time.Duration `env:"NOVA_NODE_TIMEOUT" default:"30s"`
-	// Workers is how many events each of the engine's consumers handles at once.
-	Workers int `env:"NOVA_WORKERS" default:"8"`
+	// Workers is how many events each of the engine's consumers handles at
+	// once; 0: two per CPU the process may use, at least 8.
+	Workers int `env:"NOVA_WORKERS" default:"0"`
 	// ValueThreshold is the size in bytes over which a context value goes to
 	// the value store and travels by reference.
 	ValueThreshold int `env:"NOVA_VALUE_REF_THRESHOLD" default:"262144"`

@@ -71,6 +71,9 @@ type config struct {
 	// nova dev's sandbox workers fixed at that number (as before they
 	// followed its cores).
 	beforeWorkers int
+	// env is settings given to nova dev and every service (the load's
+	// own NOVA_ variables are not passed on).
+	env []string
 }
 
 func main() {
@@ -99,6 +102,13 @@ func main() {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the data dirs and the processes' logs")
 	fs.StringVar(&cfg.profile, "profile", "", "write CPU profiles of the last shape of each kind to `DIR`")
 	fs.IntVar(&cfg.beforeWorkers, "before-workers", 0, "also measure each cores shape with nova dev's sandbox workers fixed at `N` (2: as before they followed its cores; 0: not)")
+	fs.Func("env", "a `NAME=VALUE` setting for nova dev and every service, e.g. NOVA_WORKERS=16 (repeatable)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("want NAME=VALUE")
+		}
+		cfg.env = append(cfg.env, v)
+		return nil
+	})
 	fs.StringVar(&cfg.tmp, "tmp", "", "directory for the data dirs (default: the system's)")
 	_ = fs.Parse(os.Args[1:])
 	for f := range strings.SplitSeq(*coresFlag, ",") {
@@ -380,6 +390,7 @@ func measure(ctx context.Context, cfg config, bin, cpus string, inFlight int, pr
 		return result{}, err
 	}
 	proc.Args = append(proc.Args, devArgs...)
+	proc.Env = append(proc.Env, cfg.env...)
 	sys := &system{natsURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort), pprof: map[string]string{}}
 	if profile != "" {
 		port, err := loadgen.FreePort()

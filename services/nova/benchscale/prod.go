@@ -215,7 +215,7 @@ func startProd(ctx context.Context, cfg config, s prodShape, l layout, dir strin
 		}
 		p := &loadgen.Proc{Name: label, Path: filepath.Join(bin, name), Log: filepath.Join(dir, label+".log"),
 			Env: loadgen.BaseEnv(append([]string{"NATS_URL=" + sys.natsURL, "MONGODB_URI=" + mongoURI,
-				fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health), "LOG_LEVEL=warn", "NOVA_PPROF=true"}, env...)...)}
+				fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health), "LOG_LEVEL=warn", "NOVA_PPROF=true"}, append(env, cfg.env...)...)...)}
 		if _, ok := sys.pprof[part]; !ok {
 			sys.pprof[part] = fmt.Sprintf("http://127.0.0.1:%d", health)
 		}
