@@ -60,6 +60,7 @@ type config struct {
 	prod         []prodShape
 	loadCores    int
 	natsCores    int
+	natsServers  int
 	engineCores  int
 	sandboxCores int
 	workflows    int
@@ -95,6 +96,7 @@ func main() {
 	prodFlag := fs.String("prod", "1:1,2:2,3:3,4:4", "graph engines:sandboxes of the production shape, one shape each (none: \"\")")
 	fs.IntVar(&cfg.loadCores, "load-cores", 2, "cores of the load (the machine's last ones; at most all but one)")
 	fs.IntVar(&cfg.natsCores, "nats-cores", 2, "cores of the production shape's NATS server")
+	fs.IntVar(&cfg.natsServers, "nats-servers", 1, "NATS servers of the production shape: 1, or 3 or more in a cluster with every stream on 3 (R3); each gets -nats-cores")
 	fs.IntVar(&cfg.engineCores, "engine-cores", 1, "cores of each graph engine of the production shape")
 	fs.IntVar(&cfg.sandboxCores, "sandbox-cores", 2, "cores of each sandbox of the production shape")
 	fs.IntVar(&cfg.workflows, "workflows", 2000, "executions per measurement")
@@ -128,6 +130,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
 			os.Exit(2)
 		}
+	}
+	if cfg.natsServers == 2 || cfg.natsServers < 1 {
+		fmt.Fprintf(os.Stderr, "benchscale: -nats-servers %d: want 1, or 3 or more\n", cfg.natsServers)
+		os.Exit(2)
 	}
 	if cfg.profile != "" {
 		if err := os.MkdirAll(cfg.profile, 0o750); err != nil {
@@ -294,6 +300,9 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("production shape %v: %w", s, err)
 		}
 		r.shape, r.units = s.String(), min(s.engines, s.sandboxes)
+		if cfg.natsServers >= 3 {
+			r.shape += fmt.Sprintf(", %d NATS servers (R3)", cfg.natsServers)
+		}
 		if pinned {
 			r.shape += fmt.Sprintf(" (NATS %s, store+audit %s, engines %s, sandboxes %s)", l.nats, l.store,
 				strings.Join(l.engines, " "), strings.Join(l.sandboxes, " "))
@@ -458,15 +467,9 @@ func drive(ctx context.Context, cfg config, sys *system, inFlight int, profile s
 		}
 		return out, nil
 	}
-	var v0, v1 varz
-	var c0, c1 connz
-	if sys.monitor != "" {
-		if err := getJSON(ctx, sys.monitor+"/varz", &v0); err != nil {
-			return result{}, err
-		}
-		if err := getJSON(ctx, sys.monitor+"/connz", &c0); err != nil {
-			return result{}, err
-		}
+	v0, c0, err := readServers(ctx, sys.monitors)
+	if err != nil {
+		return result{}, err
 	}
 	seq0, err := streamSeqs(ctx, js)
 	if err != nil {
@@ -516,18 +519,15 @@ func drive(ctx context.Context, cfg config, sys *system, inFlight int, profile s
 		r.parts = append(r.parts, partCPU{name: p.name, n: len(p.procs), cores: p.cores, perWorkflow: cpu})
 		r.cpuPerWorkflow += cpu
 	}
-	if sys.monitor != "" {
-		if err := getJSON(ctx, sys.monitor+"/varz", &v1); err != nil {
+	if len(sys.monitors) > 0 {
+		v1, c1, err := readServers(ctx, sys.monitors)
+		if err != nil {
 			return result{}, err
 		}
 		r.natsMsgs = float64((v1.InMsgs-v0.InMsgs)+(v1.OutMsgs-v0.OutMsgs)) / elapsed.Seconds()
-		if err := getJSON(ctx, sys.monitor+"/connz", &c1); err != nil {
-			return result{}, err
-		}
-		before := c0.byClient()
 		r.clientMsgs = map[string]float64{}
-		for name, n := range c1.byClient() {
-			if d := n - before[name]; d > 0 {
+		for name, n := range c1 {
+			if d := n - c0[name]; d > 0 {
 				r.clientMsgs[name] = float64(d) / float64(cfg.workflows)
 			}
 		}
@@ -541,9 +541,6 @@ func drive(ctx context.Context, cfg config, sys *system, inFlight int, profile s
 		if d := s - seq0[name]; d > 0 {
 			r.stored[name] = float64(d) / float64(cfg.workflows)
 		}
-	}
-	if bl.err != nil {
-		return result{}, fmt.Errorf("consumer backlogs: %w", bl.err)
 	}
 	r.backlog = bl.top(3)
 	if r.hops, err = readHops(ctx, js, load, start); err != nil {

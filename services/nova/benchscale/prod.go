@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
@@ -77,7 +80,7 @@ func planLayout(cfg config, s prodShape, free int, pinned bool) (layout, bool) {
 		next += n
 		return r
 	}
-	l.nats = take(cfg.natsCores)
+	l.nats = take(cfg.natsCores * max(cfg.natsServers, 1))
 	l.store = take(1)
 	for i := range l.engines {
 		l.engines[i] = take(cfg.engineCores)
@@ -87,6 +90,48 @@ func planLayout(cfg config, s prodShape, free int, pinned bool) (layout, bool) {
 	}
 	l.used = next
 	return l, next <= free
+}
+
+// splitCPUs is the i-th of n equal parts of cpus ("a-b"); cpus itself when
+// it does not split so, "" for "".
+func splitCPUs(cpus string, n, i int) string {
+	k := countCPUs(cpus)
+	if k == 0 || n <= 1 || k%n != 0 {
+		return cpus
+	}
+	from, _, _ := strings.Cut(cpus, "-")
+	a, _ := strconv.Atoi(from)
+	per := k / n
+	return cpuRange(a+i*per, a+(i+1)*per-1)
+}
+
+// waitJetStream waits until the NATS server (or cluster) at url answers
+// JetStream requests: a cluster's first one waits for its meta leader.
+func waitJetStream(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("JetStream at %s does not answer: %w", url, errors.Join(err, ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // countCPUs is the number of CPUs of "a-b" or "a" (0 for "").
@@ -116,11 +161,11 @@ func pin(p *loadgen.Proc, cpus string) {
 // and where its NATS server is.
 type system struct {
 	natsURL string
-	// monitor is the NATS server's statistics endpoint ("" when the
+	// monitors are the NATS servers' statistics endpoints (none when the
 	// server runs inside nova dev).
-	monitor string
-	parts   []sysPart
-	procs   []*loadgen.Proc
+	monitors []string
+	parts    []sysPart
+	procs    []*loadgen.Proc
 	// pprof is each part's profile endpoint, by part name.
 	pprof map[string]string
 }
@@ -150,15 +195,11 @@ func startProd(ctx context.Context, cfg config, s prodShape, l layout, dir strin
 	if err != nil {
 		return nil, err
 	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = loadgen.FreePort(); err != nil {
-			return nil, err
-		}
+	mongoPort, err := loadgen.FreePort()
+	if err != nil {
+		return nil, err
 	}
-	natsPort, monitorPort, mongoPort := ports[0], ports[1], ports[2]
-	sys := &system{natsURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort), monitor: fmt.Sprintf("http://127.0.0.1:%d", monitorPort),
-		pprof: map[string]string{"NATS server": fmt.Sprintf("http://127.0.0.1:%d", monitorPort)}}
+	sys := &system{pprof: map[string]string{}}
 	mongoURI := fmt.Sprintf("mongodb://127.0.0.1:%d/", mongoPort)
 	start := func(part string, p *loadgen.Proc, cpus string) error {
 		pin(p, cpus)
@@ -183,20 +224,67 @@ func startProd(ctx context.Context, cfg config, s prodShape, l layout, dir strin
 		return nil, err
 	}
 
-	natsProc := &loadgen.Proc{Name: "NATS server", Path: self, Log: filepath.Join(dir, "nats.log"), Env: loadgen.BaseEnv(),
-		Args: []string{"nats", "-dir", filepath.Join(dir, "data"), "-port", fmt.Sprint(natsPort), "-monitor", fmt.Sprintf("127.0.0.1:%d", monitorPort)}}
+	// One NATS server, or a cluster of -nats-servers with every stream
+	// replicated on 3 of them; the CPUs of l.nats split between them.
+	servers := max(cfg.natsServers, 1)
+	var spec devstack.ClusterSpec
+	var natsProcs []*loadgen.Proc
+	if servers >= 3 {
+		if spec, err = devstack.NewClusterSpec(filepath.Join(dir, "data"), 0, servers); err != nil {
+			return nil, err
+		}
+		sys.natsURL = spec.URL()
+	} else {
+		port, err := loadgen.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		sys.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+		spec.ClientPorts = []int{port}
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	for i := range servers {
+		monitor, err := loadgen.FreePort()
+		if err != nil {
+			return fail(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", monitor)
+		sys.monitors = append(sys.monitors, "http://"+addr)
+		if i == 0 {
+			sys.pprof["NATS server"] = "http://" + addr
+		}
+		args := []string{"nats", "-dir", filepath.Join(dir, "data"), "-port", fmt.Sprint(spec.ClientPorts[i]), "-monitor", addr}
+		if servers >= 3 {
+			args = append(args, "-spec", string(specJSON), "-i", fmt.Sprint(i))
+		}
+		p := &loadgen.Proc{Name: fmt.Sprintf("NATS server %d", i), Path: self, Log: filepath.Join(dir, fmt.Sprintf("nats-%d.log", i)),
+			Env: loadgen.BaseEnv(), Args: args}
+		if err := start("NATS server", p, splitCPUs(l.nats, servers, i)); err != nil {
+			return fail(err)
+		}
+		natsProcs = append(natsProcs, p)
+	}
 	storeProc := &loadgen.Proc{Name: "store", Path: self, Log: filepath.Join(dir, "store.log"), Env: loadgen.BaseEnv(),
 		Args: []string{"store", "-dir", filepath.Join(dir, "data"), "-port", fmt.Sprint(mongoPort)}}
-	if err := start("NATS server", natsProc, l.nats); err != nil {
-		return fail(err)
-	}
 	if err := start("store", storeProc, l.store); err != nil {
 		return fail(err)
 	}
-	running, cancel := loadgen.WhileAllRunning(ctx, natsProc, storeProc)
-	err = loadgen.WaitDial(running, sys.natsURL)
+	running, cancel := loadgen.WhileAllRunning(ctx, append(natsProcs, storeProc)...)
+	// A server listens on its monitor once it is current with its
+	// cluster; then JetStream must answer.
+	for _, m := range sys.monitors {
+		if err == nil {
+			err = loadgen.WaitDial(running, strings.TrimPrefix(m, "http://"))
+		}
+	}
 	if err == nil {
 		err = loadgen.WaitDial(running, fmt.Sprintf("127.0.0.1:%d", mongoPort))
+	}
+	if err == nil {
+		err = waitJetStream(running, sys.natsURL)
 	}
 	err = loadgen.ExitedError(ctx, running, err)
 	cancel()
@@ -215,7 +303,8 @@ func startProd(ctx context.Context, cfg config, s prodShape, l layout, dir strin
 		}
 		p := &loadgen.Proc{Name: label, Path: filepath.Join(bin, name), Log: filepath.Join(dir, label+".log"),
 			Env: loadgen.BaseEnv(append([]string{"NATS_URL=" + sys.natsURL, "MONGODB_URI=" + mongoURI,
-				fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health), "LOG_LEVEL=warn", "NOVA_PPROF=true"}, append(env, cfg.env...)...)...)}
+				fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health), "LOG_LEVEL=warn", "NOVA_PPROF=true",
+				fmt.Sprintf("NOVA_STREAM_REPLICAS=%d", min(servers, 3))}, append(env, cfg.env...)...)...)}
 		if _, ok := sys.pprof[part]; !ok {
 			sys.pprof[part] = fmt.Sprintf("http://127.0.0.1:%d", health)
 		}
@@ -248,11 +337,26 @@ func natsPart(args []string) int {
 	dir := fs.String("dir", "", "data directory")
 	port := fs.Int("port", 0, "client port")
 	monitor := fs.String("monitor", "", "address of the statistics and profiles")
+	specJSON := fs.String("spec", "", "a cluster's devstack.ClusterSpec as JSON (none: one server)")
+	i := fs.Int("i", 0, "this server's index in -spec")
 	_ = fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: *dir, NATSPort: *port,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var n *devstack.NATS
+	var err error
+	if *specJSON == "" {
+		n, err = devstack.StartNATS(ctx, devstack.Options{DataDir: *dir, NATSPort: *port, Logger: log})
+	} else {
+		var spec devstack.ClusterSpec
+		if err = json.Unmarshal([]byte(*specJSON), &spec); err == nil {
+			if n, err = devstack.StartClusterNode(spec, *i, log); err == nil {
+				if err = n.WaitCurrent(ctx); err != nil {
+					n.Shutdown()
+				}
+			}
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nats: %v\n", err)
 		return 1
@@ -320,6 +424,29 @@ type connz struct {
 		InMsgs  int64  `json:"in_msgs"`
 		OutMsgs int64  `json:"out_msgs"`
 	} `json:"connections"`
+}
+
+// readServers sums the messages in and out of the servers at monitors,
+// and by client name.
+func readServers(ctx context.Context, monitors []string) (varz, map[string]int64, error) {
+	var total varz
+	clients := map[string]int64{}
+	for _, m := range monitors {
+		var v varz
+		var c connz
+		if err := getJSON(ctx, m+"/varz", &v); err != nil {
+			return varz{}, nil, err
+		}
+		if err := getJSON(ctx, m+"/connz", &c); err != nil {
+			return varz{}, nil, err
+		}
+		total.InMsgs += v.InMsgs
+		total.OutMsgs += v.OutMsgs
+		for name, n := range c.byClient() {
+			clients[name] += n
+		}
+	}
+	return total, clients, nil
 }
 
 // byClient is the messages in and out of each client name's connections.

@@ -34,7 +34,6 @@ type backlog struct {
 	sum     map[string]float64 // by stream/consumer
 	max     map[string]int
 	samples int
-	err     error
 }
 
 func (b *backlog) run(ctx context.Context, js jetstream.JetStream) {
@@ -63,8 +62,10 @@ func (b *backlog) run(ctx context.Context, js jetstream.JetStream) {
 			}
 		}
 		b.mu.Lock()
-		if err := streams.Err(); err != nil && ctx.Err() == nil {
-			b.err = err
+		if err := streams.Err(); err != nil {
+			// A sample the server did not answer in full is left out.
+			b.mu.Unlock()
+			continue
 		}
 		b.samples++
 		for k, v := range seen {
@@ -134,11 +135,20 @@ func readHops(ctx context.Context, js jetstream.JetStream, l *loadgen.Load, sinc
 	visits := make([][]*novav1.NodeCompleted, len(l.IDs))
 	results := map[string]result{} // by execution/node/visit
 	key := func(id, node string, visit int32) string { return fmt.Sprintf("%s/%s/%d", id, node, visit) }
-	oc, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted), bus.EventFilter(bus.KindSandboxResult)},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
-	if err != nil {
-		return hops{}, fmt.Errorf("read node visits: %w", err)
+	// A cluster may be moving a stream's leader for a moment: asked again.
+	var oc jetstream.Consumer
+	var err error
+	for try := 0; ; try++ {
+		oc, err = js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted), bus.EventFilter(bus.KindSandboxResult)},
+			DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
+		if err == nil {
+			break
+		}
+		if try == 10 {
+			return hops{}, fmt.Errorf("read node visits: %w", err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	for {
 		batch, err := oc.FetchNoWait(1000)
