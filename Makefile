@@ -79,7 +79,7 @@ help:
 	@echo 'make bench-restart  nova dev restarted after kill -9 with 0, 10000 and 100000 ended executions kept, killed a while after the server wrote its state and before it first did: time until the bucket answers and until a workflow completes, and the TTL scan it logged (BENCH_RESTART_FLAGS=...)'
 	@echo 'make bench-control  steering executions: cancel to the program gone (p50/p99, beside a bare SIGKILL), CPU and RSS of nova dev with 1000 executions waiting for a signal over a minute (beside none), lateness of 200 sleeps of 2 s (beside bare message schedules) (BENCH_CONTROL_FLAGS=...)'
 	@echo 'make bench-parallel  branches: 10 sleeps of 0.5 s fanned out and joined (beside in a row), a map of 1000 items at concurrency 16 (engine time and CPU per item, RSS; beside 1000 one-node executions), 3-node throughput (beside the commit before branches) (BENCH_PARALLEL_FLAGS=...)'
-	@echo 'make bench-scale  the 3-node workflow as nova dev gets 1, 2, 4, 8, 12 cores (taskset; wf/s, p50/p99, CPU per workflow, against linear; shapes that do not fit are listed), and the fast path at 1 and 32 in flight beside the commit before (BENCH_SCALE_FLAGS=...)'
+	@echo 'make bench-scale  the 3-node workflow as nova dev gets 1, 2, 4, 8, 12 cores and as the production shape (NATS, store, audit, engines, sandboxes each a process) gets 1:1 to 4:4 engines:sandboxes (taskset; wf/s, p50/p99, CPU per workflow by part, against linear, NATS msgs and backlogs, where the time went; shapes that do not fit are listed), and the fast path at 1 and 32 in flight beside the commit before (BENCH_SCALE_FLAGS="-nats-servers 3 -profile DIR -before-workers 2")'
 	@echo 'make bench-scale-pack  $(BIN)/bench-scale-pack.tgz: static binaries, bwrap and its libraries, and packed.sh, to run make bench-scale on a machine without network or Go (packed.sh TARBALL OUTDIR)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
@@ -337,8 +337,9 @@ bench-parallel: build
 	$(call base-nova,$(BENCH_PARALLEL_BASE),$(BIN)/base-parallel)
 	$(BIN)/nova-benchparallel -bin $(BIN) -base-bin $(BIN)/base-parallel $(BENCH_PARALLEL_FLAGS)
 
-# Throughput as nova dev gets more cores (pinned with taskset, the load on
-# the last cores; the shapes that do not fit the machine are listed as
+# Throughput as nova dev gets more cores and as the production shape gets
+# more engine and sandbox replicas (each part pinned with taskset, the load
+# on the last cores; the shapes that do not fit the machine are listed as
 # skipped), and the fast path at 1 and 32 in flight beside the commit
 # before the sandbox ran one program per CPU (BENCH_SCALE_BASE).
 BENCH_SCALE_BASE ?= 89e9ece~1

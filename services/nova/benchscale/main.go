@@ -30,6 +30,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -41,6 +42,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +74,7 @@ type config struct {
 	// nova dev's sandbox workers fixed at that number (as before they
 	// followed its cores).
 	beforeWorkers int
+	rounds        int
 	// env is settings given to nova dev and every service (the load's
 	// own NOVA_ variables are not passed on).
 	env []string
@@ -111,6 +114,7 @@ func main() {
 		cfg.env = append(cfg.env, v)
 		return nil
 	})
+	fs.IntVar(&cfg.rounds, "rounds", 4, "rounds of the fast-path check, each build once per round, first in every other round")
 	fs.StringVar(&cfg.tmp, "tmp", "", "directory for the data dirs (default: the system's)")
 	_ = fs.Parse(os.Args[1:])
 	for f := range strings.SplitSeq(*coresFlag, ",") {
@@ -131,6 +135,10 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	if cfg.rounds < 1 {
+		fmt.Fprintf(os.Stderr, "benchscale: -rounds %d: want 1 or more\n", cfg.rounds)
+		os.Exit(2)
+	}
 	if cfg.natsServers == 2 || cfg.natsServers < 1 {
 		fmt.Fprintf(os.Stderr, "benchscale: -nats-servers %d: want 1, or 3 or more\n", cfg.natsServers)
 		os.Exit(2)
@@ -143,11 +151,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, cfg)
-	for _, c := range cleanups {
-		c()
-	}
-	if err != nil {
+	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "benchscale: %v\n", err)
 		os.Exit(1)
 	}
@@ -282,12 +286,13 @@ func run(ctx context.Context, cfg config) error {
 	}
 	for i, s := range fitting {
 		l, _ := planLayout(cfg, s, free, pinned)
-		dir, err := workDir(cfg)
+		dir, remove, err := workDir(cfg)
 		if err != nil {
 			return err
 		}
 		sys, err := startProd(ctx, cfg, s, l, dir)
 		if err != nil {
+			remove()
 			return fmt.Errorf("production shape %v: %w", s, err)
 		}
 		profile := ""
@@ -296,6 +301,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		r, err := drive(ctx, cfg, sys, cfg.inFlight, profile)
 		sys.stop()
+		remove()
 		if err != nil {
 			return fmt.Errorf("production shape %v: %w", s, err)
 		}
@@ -330,20 +336,57 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}
 	}
-	fmt.Printf("\nfast path on every CPU, unpinned, this build beside %s\n", cfg.baseBin)
-	var reg []result
+	fmt.Printf("\nfast path on every CPU, unpinned, this build beside %s: %d rounds, each build first in half of them; each run, then the median\n",
+		cfg.baseBin, cfg.rounds)
+	var reg, each []result
 	for _, n := range []int{1, 32} {
-		for _, b := range []struct{ label, bin string }{{"this build", cfg.bin}, {"base", cfg.baseBin}} {
-			r, err := measure(ctx, cfg, b.bin, "", n, "")
-			if err != nil {
-				return err
+		builds := []struct{ label, bin string }{{"this build", cfg.bin}, {"base", cfg.baseBin}}
+		runs := map[string][]result{}
+		for round := range cfg.rounds {
+			// ABBA: this, base, base, this, ...
+			for i := range builds {
+				b := builds[(i+round)%2]
+				r, err := measure(ctx, cfg, b.bin, "", n, "")
+				if err != nil {
+					return err
+				}
+				r.shape, r.inFlight = fmt.Sprintf("%s, round %d", b.label, round+1), n
+				each = append(each, r)
+				runs[b.label] = append(runs[b.label], r)
 			}
+		}
+		for _, b := range builds {
+			r := median(runs[b.label])
 			r.shape, r.inFlight = b.label, n
 			reg = append(reg, r)
 		}
 	}
+	printTable(each, false)
+	fmt.Println()
 	printTable(reg, false)
 	return nil
+}
+
+// median is the median throughput and CPU per workflow of runs (of an
+// even number, the mean of the middle two), with the latencies of the
+// run of the median throughput.
+func median(runs []result) result {
+	mid := func(xs []float64) float64 {
+		slices.Sort(xs)
+		if len(xs)%2 == 0 {
+			return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+		}
+		return xs[len(xs)/2]
+	}
+	wfs := make([]float64, len(runs))
+	cpus := make([]float64, len(runs))
+	for i, x := range runs {
+		wfs[i], cpus[i] = x.wfs, float64(x.cpuPerWorkflow)
+	}
+	slices.SortFunc(runs, func(a, b result) int { return cmp.Compare(a.wfs, b.wfs) })
+	r := runs[len(runs)/2]
+	r.wfs, r.cpuPerWorkflow = mid(wfs), time.Duration(mid(cpus))
+	return r
 }
 
 func cpuRange(from, to int) string {
@@ -390,10 +433,11 @@ func measure(ctx context.Context, cfg config, bin, cpus string, inFlight int, pr
 	if err != nil {
 		return result{}, err
 	}
-	dir, err := workDir(cfg)
+	dir, remove, err := workDir(cfg)
 	if err != nil {
 		return result{}, err
 	}
+	defer remove()
 	proc, natsPort, _, err := loadgen.NovaDev(bin, dir)
 	if err != nil {
 		return result{}, err
@@ -419,22 +463,20 @@ func measure(ctx context.Context, cfg config, bin, cpus string, inFlight int, pr
 	return drive(ctx, cfg, sys, inFlight, profile)
 }
 
-// workDir is a new directory for one shape's data and logs, removed at
-// the end unless -keep.
-func workDir(cfg config) (string, error) {
+// workDir is a new directory for one shape's data and logs, and what
+// removes it once the shape has stopped (nothing with -keep): the disk
+// writes of one shape's data do not run on into the next one's.
+func workDir(cfg config) (string, func(), error) {
 	dir, err := os.MkdirTemp(cfg.tmp, "benchscale-")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if cfg.keep {
 		fmt.Fprintf(os.Stderr, "benchscale: data and logs in %s\n", dir)
-	} else {
-		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+		return dir, func() {}, nil
 	}
-	return dir, nil
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
 }
-
-var cleanups []func()
 
 // drive runs the load against a started system: a warm-up, then
 // cfg.workflows executions, inFlight at once, sampling each part's CPU
