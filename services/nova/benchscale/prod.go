@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
@@ -103,35 +101,6 @@ func splitCPUs(cpus string, n, i int) string {
 	a, _ := strconv.Atoi(from)
 	per := k / n
 	return cpuRange(a+i*per, a+(i+1)*per-1)
-}
-
-// waitJetStream waits until the NATS server (or cluster) at url answers
-// JetStream requests: a cluster's first one waits for its meta leader.
-func waitJetStream(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := js.AccountInfo(actx)
-		acancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("JetStream at %s does not answer: %w", url, errors.Join(err, ctx.Err()))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // countCPUs is the number of CPUs of "a-b" or "a" (0 for "").
@@ -284,7 +253,7 @@ func startProd(ctx context.Context, cfg config, s prodShape, l layout, dir strin
 		err = loadgen.WaitDial(running, fmt.Sprintf("127.0.0.1:%d", mongoPort))
 	}
 	if err == nil {
-		err = waitJetStream(running, sys.natsURL)
+		err = loadgen.WaitJetStream(running, sys.natsURL)
 	}
 	err = loadgen.ExitedError(ctx, running, err)
 	cancel()
@@ -465,17 +434,27 @@ func (c connz) byClient() map[string]int64 {
 func getJSON(ctx context.Context, url string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := get(ctx, url)
 	if err != nil {
 		return err
+	}
+	defer body.Close()
+	return json.NewDecoder(body).Decode(v)
+}
+
+// get is the body of a GET of url that answered 200 OK.
+func get(ctx context.Context, url string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return resp.Body, nil
 }

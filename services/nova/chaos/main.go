@@ -575,7 +575,7 @@ func startNATSCluster(ctx context.Context, dir string, n int) ([]*loadgen.Proc, 
 	running, stopRunning := loadgen.WhileAllRunning(ctx, nodes...)
 	err = waitReadyFiles(running, spec)
 	if err == nil {
-		err = waitMetaLeader(running, spec.URL())
+		err = loadgen.WaitJetStream(running, spec.URL())
 	}
 	err = loadgen.ExitedError(ctx, running, err)
 	stopRunning()
@@ -653,34 +653,6 @@ func victimTarget(ctx context.Context, victim, natsURL string, nodes, services [
 		}
 		return target{describe: p.Describe, kill: p.Kill, downtime: time.Second,
 			restart: func(context.Context) error { return p.Start() }}
-	}
-}
-
-// waitMetaLeader waits until the cluster answers JetStream requests.
-func waitMetaLeader(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err = js.AccountInfo(actx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the NATS cluster never elected a meta leader: %w", errors.Join(err, ctx.Err()))
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
 

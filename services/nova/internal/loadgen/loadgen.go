@@ -25,6 +25,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
@@ -512,4 +513,33 @@ func Workflow(yaml string) *novav1.WorkflowDefinition {
 		panic(err)
 	}
 	return def
+}
+
+// WaitJetStream waits until the NATS server (or cluster) at url answers
+// JetStream requests: a cluster's first one waits for its meta leader.
+func WaitJetStream(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("JetStream at %s does not answer: %w", url, errors.Join(err, ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
