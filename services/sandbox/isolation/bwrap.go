@@ -47,7 +47,7 @@ func SystemMounts(etc ...string) ([]string, error) {
 // Sandbox is the bubblewrap sandbox of one execution.
 type Sandbox struct {
 	// InfoFD is the descriptor on which bwrap reports the sandbox's pid 1 (see
-	// PID1.ReadInfo).
+	// PID1.ReadInfo); -1: none.
 	InfoFD int
 	// System holds the mounts of the system (SystemMounts).
 	System []string
@@ -72,7 +72,9 @@ func (s Sandbox) Args() []string {
 		"--new-session",
 		"--cap-drop", "ALL",
 		"--hostname", "nova-sandbox",
-		"--info-fd", strconv.Itoa(s.InfoFD),
+	}
+	if s.InfoFD >= 0 {
+		args = append(args, "--info-fd", strconv.Itoa(s.InfoFD))
 	}
 	args = append(args, s.System...)
 	args = append(args,

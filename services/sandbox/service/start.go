@@ -146,6 +146,12 @@ func Start(ctx context.Context, cfg Config, env *service.Env, opts ...StartOptio
 	if err != nil {
 		return nil, err
 	}
+	// Where bubblewrap cannot build a sandbox no program can run: say so
+	// now, and why, rather than at the first node.
+	if err := r.CheckIsolation(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
 	js, err := cfg.javaScript(env, o.optionalJS)
 	if err != nil {
 		_ = r.Close()
