@@ -87,7 +87,10 @@ help:
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make bench-export  nova chain export of 1000 and 100000 executions from the embedded FerretDB: executions/s, peak Go heap and peak RSS growth side by side (BENCH_EXPORT_FLAGS="-executions 20000")'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight, and the server firing the ticks of a schedule; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
-	@echo 'make images  docker build of every service (needs a Docker engine)'
+	@echo 'make deps-images  install podman, buildah, podman-compose, debootstrap and runc (only for the image targets), and the settings podman needs here'
+	@echo 'make base-images  local stand-ins of the base images the Dockerfiles name (debian:bookworm-slim, golang:1.26-bookworm, distroless static) where the registry cannot be reached'
+	@echo 'make images  build the nine images with podman (or Docker), tagged $(IMAGE_PREFIX)/<service>:$(IMAGE_TAG) as the chart names them'
+	@echo 'make images-test  build the images, then test them with podman: non-root, no toolchain, services up on a read-only root, the sandbox in the chart's context and without each relaxation'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
 	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (same value sets)'
@@ -420,13 +423,20 @@ bench-cache:
 bench-sandbox:
 	cd services/sandbox && $(GO) run ./cmd/bench-sandbox $(BENCH_SANDBOX_FLAGS)
 
-.PHONY: images
+# Container images, with podman (make deps-images) or a Docker engine;
+# deploy/images/images.sh says how. make base-images makes local stand-ins
+# of the Dockerfiles' base images where the registry cannot be reached.
+.PHONY: deps-images base-images images
+deps-images:
+	deploy/images/images.sh deps
+base-images:
+	deploy/images/images.sh base
 images:
-	@docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine; none is reachable on this machine" >&2; exit 1; }
-	@for s in nova $(SERVICES); do \
-		echo "docker build -f services/$$s/Dockerfile -t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) ."; \
-		docker build -f services/$$s/Dockerfile -t $(IMAGE_PREFIX)/$$s:$(IMAGE_TAG) .; \
-	done
+	PREFIX=$(IMAGE_PREFIX) TAG=$(IMAGE_TAG) SERVICES="nova $(SERVICES)" deploy/images/images.sh build
+# The images' tests (deploy/test/images), on images built from this tree.
+.PHONY: images-test
+images-test: base-images images
+	cd deploy/test && IMAGE_PREFIX=$(IMAGE_PREFIX) IMAGE_TAG=$(IMAGE_TAG) NOVA_IMAGES_TEST=1 $(GO) test -count=1 -v ./images
 
 # Helm is built from the Go module proxy (no prebuilt binary), at the version
 # deploy/test requires: its chart test renders and lints with the same Helm.

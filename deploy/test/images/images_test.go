@@ -1,0 +1,310 @@
+// Package images tests NOVA's container images as `make images` builds them,
+// run with podman: every service image starts as a non-root user on a
+// read-only root file system with no capabilities and answers /readyz; no
+// runtime image carries a Go toolchain or a compiler; the sandbox image, run
+// with the chart's security context, runs a program, and without each
+// relaxation that context makes it refuses to start, saying what to allow.
+//
+// `make images-test` builds the images and runs them (NOVA_IMAGES_TEST=1: a
+// missing podman or image is an error); `make test` skips them.
+package images
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/devstack/devstacktest"
+	"github.com/novaflow/nova/pkg/eventjson"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// required: the images must be there (make images-test).
+var required = os.Getenv("NOVA_IMAGES_TEST") == "1"
+
+func image(service string) string {
+	prefix, tag := os.Getenv("IMAGE_PREFIX"), os.Getenv("IMAGE_TAG")
+	if prefix == "" {
+		prefix = "nova"
+	}
+	if tag == "" {
+		tag = "dev"
+	}
+	return fmt.Sprintf("localhost/%s/%s:%s", prefix, service, tag)
+}
+
+// podman runs podman as deploy/images/images.sh does (runc, cgroupfs) and
+// returns its output.
+func podman(args ...string) (string, error) {
+	out, err := exec.Command("podman", append([]string{"--runtime", "runc", "--cgroup-manager", "cgroupfs"}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// need skips (or with NOVA_IMAGES_TEST=1 fails) the test without podman or
+// without the images.
+func need(t *testing.T, services ...string) {
+	t.Helper()
+	if !required {
+		// Images built before a change would test the old code: only
+		// make images-test, which builds them first, runs these.
+		t.Skip("SKIPPED: the images' tests run with make images-test (NOVA_IMAGES_TEST=1), which builds them first")
+	}
+	missing := func(why string) { t.Fatal(why + " (make deps-images base-images images)") }
+	if _, err := exec.LookPath("podman"); err != nil {
+		missing("no podman")
+	}
+	for _, s := range services {
+		if _, err := podman("image", "exists", image(s)); err != nil {
+			missing("no image " + image(s))
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// container is one started with podman run -d, removed when the test ends.
+type container struct {
+	t    *testing.T
+	name string
+}
+
+func run(t *testing.T, args ...string) *container {
+	t.Helper()
+	name := "nova-images-test-" + uuid.NewString()[:8]
+	if out, err := podman(append([]string{"run", "-d", "--name", name}, args...)...); err != nil {
+		t.Fatalf("podman run %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Cleanup(func() { _, _ = podman("rm", "-f", "-t", "2", name) })
+	return &container{t: t, name: name}
+}
+
+func (c *container) logs() string {
+	out, _ := podman("logs", c.name)
+	return out
+}
+
+// ready waits until url answers 200, failing with the container's state
+// and log if it exits or does not within a minute.
+func (c *container) ready(url string) {
+	c.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		state, _ := podman("inspect", "-f", "{{.State.Status}}", c.name)
+		if state == "exited" || time.Now().After(deadline) {
+			c.t.Fatalf("%s is %s and %s does not answer 200 (%v); its log:\n%s", c.name, state, url, err, c.logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// exited waits for the container to exit and returns its exit code.
+func (c *container) exited() int {
+	c.t.Helper()
+	out, err := podman("wait", c.name)
+	if err != nil {
+		c.t.Fatalf("podman wait %s: %v %s", c.name, err, out)
+	}
+	var code int
+	fmt.Sscan(out, &code)
+	return code
+}
+
+// The nine images: non-root and no toolchain; the seven services up on a
+// read-only root with no capabilities against a real NATS and store, and
+// the CLI validating a workflow there.
+func TestServiceImages(t *testing.T) {
+	services := []string{"graph-engine", "audit", "gateway", "input-analyzer", "code-generator", "code-validator", "output-validator", "nova", "sandbox"}
+	need(t, services...)
+	ctx := t.Context()
+	dir := t.TempDir()
+	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Shutdown)
+	m, err := devstack.StartMongo(ctx, devstack.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	keys, err := filepath.Abs("../../gateway-keys.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services {
+		t.Run(s, func(t *testing.T) {
+			user, err := podman("image", "inspect", "-f", "{{.Config.User}}", image(s))
+			if err != nil || user == "" || user == "root" || user == "0" || strings.HasPrefix(user, "0:") || strings.HasPrefix(user, "root:") {
+				t.Errorf("%s runs as %q (%v); want a non-root user", image(s), user, err)
+			}
+			size, _ := podman("image", "inspect", "-f", "{{.Size}}", image(s))
+			var bytes int64
+			fmt.Sscan(size, &bytes)
+			t.Logf("%s: %.1f MB, user %s", image(s), float64(bytes)/1e6, user)
+			root, err := podman("image", "mount", image(s))
+			if err != nil {
+				t.Fatalf("podman image mount: %v %s", err, root)
+			}
+			t.Cleanup(func() { _, _ = podman("image", "unmount", image(s)) })
+			for _, tool := range []string{"usr/local/go", "usr/bin/go", "usr/bin/gcc", "usr/bin/cc", "usr/bin/make", "go/pkg/mod"} {
+				if _, err := os.Stat(filepath.Join(root, tool)); err == nil {
+					t.Errorf("%s carries /%s: a build tool in a runtime image", image(s), tool)
+				}
+			}
+
+			if s == "sandbox" {
+				return // run by TestSandboxImage, in the chart's context
+			}
+			base := []string{"--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"}
+			if s == "nova" {
+				// The CLI: validates a workflow from a read-only root.
+				wf, err := filepath.Abs("../../../examples/invoice-routing.yaml")
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := run(t, append(base, "-v", wf+":/wf.yaml:ro", image(s), "validate", "/wf.yaml")...)
+				if code := c.exited(); code != 0 {
+					t.Errorf("nova validate in its image: exit %d\n%s", code, c.logs())
+				}
+				return
+			}
+			health := freePort(t)
+			env := []string{"-e", "NATS_URL=" + n.URL(), "-e", "MONGODB_URI=" + m.URI(), "-e", fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health)}
+			if s == "gateway" {
+				env = append(env, "-v", keys+":/etc/nova/gateway-keys.yaml:ro", "-e", "NOVA_GATEWAY_KEYS_FILE=/etc/nova/gateway-keys.yaml",
+					"-e", fmt.Sprintf("GATEWAY_ADDR=127.0.0.1:%d", freePort(t)))
+			}
+			c := run(t, append(append(base, env...), image(s))...)
+			c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		})
+	}
+}
+
+// The sandbox image with the chart's security context (its own user
+// namespace as hostUsers: false, no capabilities, a read-only root,
+// seccomp and AppArmor unconfined, /proc unmasked) runs a program sent over
+// NATS; without each relaxation it refuses to start, saying what to allow,
+// or starts where that relaxation is not needed, which the log shows.
+func TestSandboxImage(t *testing.T) {
+	need(t, "sandbox")
+	ctx := t.Context()
+	b := devstacktest.Bus(ctx, t, "images-test")
+	port := strings.TrimPrefix(b.Conn().ConnectedUrl(), "nats://127.0.0.1:")
+	apparmor := hostHasAppArmor()
+	relaxations := map[string][]string{
+		"seccomp unconfined":  {"--security-opt", "seccomp=unconfined"},
+		"AppArmor unconfined": {"--security-opt", "apparmor=unconfined"},
+		"/proc unmasked":      {"--security-opt", "unmask=ALL"},
+	}
+	// What each relaxation's absence does on a host like this one (podman
+	// 4.3's default seccomp profile; AppArmor where the kernel has it).
+	without := map[string]string{
+		"seccomp unconfined": "seccomp=unconfined",
+		"/proc unmasked":     "procMount: Unmasked",
+	}
+	if apparmor {
+		without["AppArmor unconfined"] = "AppArmor"
+	}
+	start := func(t *testing.T, skip string) (*container, int) {
+		health := freePort(t)
+		args := []string{"--userns=auto", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+			"--network", "slirp4netns:allow_host_loopback=true", "-p", fmt.Sprintf("127.0.0.1:%d:8080", health),
+			"-e", "NATS_URL=nats://10.0.2.2:" + port, "-e", "HEALTH_ADDR=0.0.0.0:8080"}
+		for name, flags := range relaxations {
+			if name != skip {
+				args = append(args, flags...)
+			}
+		}
+		return run(t, append(args, image("sandbox"))...), health
+	}
+
+	t.Run("the chart's context", func(t *testing.T) {
+		c, health := start(t, "")
+		c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		res, err := execute(ctx, b, "x = 6 * 7\ncontext['answer'] = x\nprint('ran in the container')")
+		if err != nil {
+			t.Fatalf("a node's program in the sandbox container: %v\n%s", err, c.logs())
+		}
+		if res.Status != "success" || !strings.Contains(res.Stdout, "ran in the container") {
+			t.Errorf("a node's program in the sandbox container: %s %s %s", res.Status, res.Error, res.Stdout)
+		}
+	})
+	for name := range relaxations {
+		t.Run("without "+name, func(t *testing.T) {
+			c, health := start(t, name)
+			want, needed := without[name]
+			if !needed {
+				c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+				t.Logf("without %s the sandbox starts (AppArmor on this host: %v)", name, apparmor)
+				return
+			}
+			code := c.exited()
+			log := c.logs()
+			if code == 0 || !strings.Contains(log, "the sandbox cannot isolate programs here") || !strings.Contains(log, want) {
+				t.Errorf("without %s: exit %d; want it to refuse to start naming %q; its log:\n%s", name, code, want, log)
+			}
+			t.Logf("without %s: exit %d: %s", name, code, lastLine(log))
+		})
+	}
+}
+
+func hostHasAppArmor() bool {
+	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
+	return err == nil && strings.TrimSpace(string(b)) == "Y"
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// execute sends one program to the sandbox over NATS, as the engine does,
+// and waits for its result.
+func execute(ctx context.Context, b *bus.Bus, code string) (*novav1.CodeExecuted, error) {
+	id := "images-" + uuid.NewString()[:8]
+	sub, err := b.Conn().SubscribeSync(bus.EventSubject(id, bus.KindSandboxResult))
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	req := &novav1.ExecuteCode{ExecutionId: id, NodeId: "node", StepId: id + "/node/1", Visit: 1, Attempt: 1,
+		Language: "python", Code: code, Stage: "TASK", TimeoutSeconds: 30}
+	if err := b.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), req.StepId, bus.TypeSandboxExecute, req, nil); err != nil {
+		return nil, err
+	}
+	m, err := sub.NextMsg(time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("no result: %w", err)
+	}
+	var out novav1.CodeExecuted
+	if err := eventjson.Unmarshal(m.Data, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
