@@ -24,6 +24,9 @@ STANDIN_LABEL=io.nova.local-stand-in
 DEBIAN=docker.io/library/debian:bookworm-slim
 GOLANG=docker.io/library/golang:1.26-bookworm
 DISTROLESS=gcr.io/distroless/static-debian12:nonroot
+# The images deploy/compose.yaml runs besides NOVA's.
+NATS=docker.io/library/nats:2.15.2-alpine
+MONGO=docker.io/library/mongo:7.0
 
 log() { printf '%s %s\n' "$(date +%T)" "$*"; }
 die() { printf 'images.sh: %s\n' "$*" >&2; exit 1; }
@@ -158,7 +161,53 @@ cmd_base() {
 		EOF
 		$e build -q -t "$DISTROLESS" "$d" >/dev/null
 	fi
-	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless" |
+	# The images compose runs besides NOVA's: NATS, from the nats-server
+	# module the project pins, and in place of mongo:7.0 FerretDB, from the
+	# module the project embeds, on SQLite.
+	local nats_version ferret_version
+	nats_version=$(cd "$root/pkg/devstack" && go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
+	ferret_version=$(cd "$root/pkg/devstack" && go list -m -f '{{.Version}}' github.com/FerretDB/FerretDB)
+	if exists "$NATS" || pull "$NATS"; then
+		log "$NATS: present"
+	else
+		log "$NATS: not pullable; nats-server $nats_version built from its module, on $DEBIAN with wget (a local stand-in)"
+		mkdir -p "$work/nats"
+		cat >"$work/nats/Containerfile" <<-EOF
+			FROM $GOLANG AS build
+			RUN --mount=type=cache,target=/go/pkg/mod CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" github.com/nats-io/nats-server/v2@$nats_version
+			FROM $DEBIAN
+			RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wget \\
+			 && rm -rf /var/lib/apt/lists/*
+			COPY --from=build /go/bin/nats-server /usr/local/bin/nats-server
+			EXPOSE 4222 6222 8222
+			ENTRYPOINT ["nats-server"]
+			CMD ["--config", "/etc/nats/nats-server.conf"]
+			LABEL $STANDIN_LABEL="nats-server $nats_version from its Go module on $DEBIAN with wget (compose's health check), built $(date -u +%F)"
+		EOF
+		$e build --network host -q -t "$NATS" "$work/nats" >/dev/null
+	fi
+	if exists "$MONGO" || pull "$MONGO"; then
+		log "$MONGO: present"
+	else
+		log "$MONGO: not pullable; FerretDB $ferret_version on SQLite in its place, built from its module (a local stand-in)"
+		mkdir -p "$work/mongo"
+		cat >"$work/mongo/Containerfile" <<-EOF
+			FROM $GOLANG AS build
+			RUN --mount=type=cache,target=/go/pkg/mod CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" github.com/FerretDB/FerretDB/cmd/ferretdb@$ferret_version
+			FROM $DEBIAN
+			COPY --from=build /go/bin/ferretdb /usr/local/bin/ferretdb
+			ENV FERRETDB_HANDLER=sqlite FERRETDB_SQLITE_URL=file:/data/db/ FERRETDB_STATE_DIR=/data/db \\
+			    FERRETDB_LISTEN_ADDR=:27017 FERRETDB_TELEMETRY=disable
+			RUN mkdir -p /data/db
+			VOLUME /data/db
+			EXPOSE 27017
+			ENTRYPOINT ["ferretdb"]
+			LABEL $STANDIN_LABEL="FerretDB $ferret_version on SQLite from its Go module, in place of mongo:7.0 (no mongosh), built $(date -u +%F)"
+		EOF
+		$e build --network host -q -t "$MONGO" "$work/mongo" >/dev/null
+	fi
+	$e image prune -f >/dev/null
+	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless|nats|mongo" |
 		sed "s/map\[\(.*\)\]/\1/"
 }
 
