@@ -24,9 +24,8 @@ STANDIN_LABEL=io.nova.local-stand-in
 DEBIAN=docker.io/library/debian:bookworm-slim
 GOLANG=docker.io/library/golang:1.26-bookworm
 DISTROLESS=gcr.io/distroless/static-debian12:nonroot
-# The images deploy/compose.yaml runs besides NOVA's.
+# The image deploy/compose.yaml runs for NATS.
 NATS=docker.io/library/nats:2.15.2-alpine
-MONGO=docker.io/library/mongo:7.0
 
 log() { printf '%s %s\n' "$(date +%T)" "$*"; }
 die() { printf 'images.sh: %s\n' "$*" >&2; exit 1; }
@@ -162,11 +161,9 @@ cmd_base() {
 		$e build -q -t "$DISTROLESS" "$d" >/dev/null
 	fi
 	# The images compose runs besides NOVA's: NATS, from the nats-server
-	# module the project pins, and in place of mongo:7.0 FerretDB, from the
-	# module the project embeds, on SQLite.
-	local nats_version ferret_version
+	# module the project pins.
+	local nats_version
 	nats_version=$(cd "$root/pkg/devstack" && go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
-	ferret_version=$(cd "$root/pkg/devstack" && go list -m -f '{{.Version}}' github.com/FerretDB/FerretDB)
 	if exists "$NATS" || pull "$NATS"; then
 		log "$NATS: present"
 	else
@@ -186,28 +183,8 @@ cmd_base() {
 		EOF
 		$e build --network host -q -t "$NATS" "$work/nats" >/dev/null
 	fi
-	if exists "$MONGO" || pull "$MONGO"; then
-		log "$MONGO: present"
-	else
-		log "$MONGO: not pullable; FerretDB $ferret_version on SQLite in its place, built from its module (a local stand-in)"
-		mkdir -p "$work/mongo"
-		cat >"$work/mongo/Containerfile" <<-EOF
-			FROM $GOLANG AS build
-			RUN --mount=type=cache,target=/go/pkg/mod CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" github.com/FerretDB/FerretDB/cmd/ferretdb@$ferret_version
-			FROM $DEBIAN
-			COPY --from=build /go/bin/ferretdb /usr/local/bin/ferretdb
-			ENV FERRETDB_HANDLER=sqlite FERRETDB_SQLITE_URL=file:/data/db/ FERRETDB_STATE_DIR=/data/db \\
-			    FERRETDB_LISTEN_ADDR=:27017 FERRETDB_TELEMETRY=disable
-			RUN mkdir -p /data/db
-			VOLUME /data/db
-			EXPOSE 27017
-			ENTRYPOINT ["ferretdb"]
-			LABEL $STANDIN_LABEL="FerretDB $ferret_version on SQLite from its Go module, in place of mongo:7.0 (no mongosh), built $(date -u +%F)"
-		EOF
-		$e build --network host -q -t "$MONGO" "$work/mongo" >/dev/null
-	fi
 	$e image prune -f >/dev/null
-	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless|nats|mongo" |
+	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless|nats" |
 		sed "s/map\[\(.*\)\]/\1/"
 }
 
