@@ -233,7 +233,11 @@ func TestSandboxImage(t *testing.T) {
 	}
 	start := func(t *testing.T, skip string) (*container, int) {
 		health := freePort(t)
-		args := []string{"--userns=auto", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+		userns := "--userns=auto"
+		if skip == "own user namespace" {
+			userns = "--userns=host"
+		}
+		args := []string{userns, "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 			"--network", "slirp4netns:allow_host_loopback=true", "-p", fmt.Sprintf("127.0.0.1:%d:8080", health),
 			"-e", "NATS_URL=nats://10.0.2.2:" + port, "-e", "HEALTH_ADDR=0.0.0.0:8080"}
 		for name, flags := range relaxations {
@@ -253,6 +257,16 @@ func TestSandboxImage(t *testing.T) {
 		}
 		if res.Status != "success" || !strings.Contains(res.Stdout, "ran in the container") {
 			t.Errorf("a node's program in the sandbox container: %s %s %s", res.Status, res.Error, res.Stdout)
+		}
+	})
+	// Kubernetes allows procMount: Unmasked only in a pod with a user
+	// namespace of its own (hostUsers: false); podman unmasks /proc in
+	// the host's too, and bubblewrap does not need the pod's own.
+	t.Run("in the host's user namespace", func(t *testing.T) {
+		c, health := start(t, "own user namespace")
+		c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		if res, err := execute(ctx, b, "print('host userns')"); err != nil || res.Status != "success" {
+			t.Errorf("a program in the host's user namespace: %v %v\n%s", res, err, c.logs())
 		}
 	})
 	for name := range relaxations {
