@@ -222,12 +222,7 @@ func run(ctx context.Context, cfg config) error {
 	if len(cfg.cores) > 0 && !canPin {
 		skipped = append(skipped, "every nova dev cores shape (no taskset, or one CPU)")
 	}
-	fits := 0
-	for _, k := range cfg.cores {
-		if canPin && k <= free {
-			fits++
-		}
-	}
+	var cores []int
 	for _, k := range cfg.cores {
 		if !canPin {
 			break
@@ -236,9 +231,11 @@ func run(ctx context.Context, cfg config) error {
 			skipped = append(skipped, fmt.Sprintf("nova dev on %d cores (%d left beside the load)", k, free))
 			continue
 		}
-		fits--
+		cores = append(cores, k)
+	}
+	for i, k := range cores {
 		profile := ""
-		if fits == 0 {
+		if i == len(cores)-1 {
 			profile = cfg.profile
 		}
 		r, err := measure(ctx, cfg, cfg.bin, cpuRange(0, k-1), cfg.inFlight, profile)
