@@ -292,11 +292,11 @@ func printDevRunning(stdout io.Writer, s *stack.Stack, opts stack.Options, local
 		fmt.Fprintf(stdout, "  sandbox  %d programs at once (%s)\n", opts.Sandbox.RunWorkers(), how)
 	}
 	if opts.Engine != nil {
-		workers, how := opts.Engine.Workers, "as set"
-		if workers <= 0 {
-			workers, how = engine.DefaultWorkers(), "two per CPU, at least 8; NOVA_WORKERS to change"
+		how := "two per CPU, at least 8; NOVA_WORKERS to change"
+		if opts.Engine.Workers > 0 {
+			how = "as set"
 		}
-		fmt.Fprintf(stdout, "  engine   %d events at once per consumer (%s)\n", workers, how)
+		fmt.Fprintf(stdout, "  engine   %d events at once per consumer (%s)\n", opts.Engine.RunWorkers(), how)
 	}
 	if u := s.GatewayURL(); u != "" {
 		switch {

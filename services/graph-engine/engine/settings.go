@@ -49,6 +49,15 @@ type Settings struct {
 	llm.Settings
 }
 
+// RunWorkers is how many events each of the engine's consumers handles at
+// once with these settings: Workers, or when that is 0 DefaultWorkers.
+func (s Settings) RunWorkers() int {
+	if s.Workers > 0 {
+		return s.Workers
+	}
+	return DefaultWorkers()
+}
+
 // DefaultSettings are the settings with every default, as the binary reads
 // them from an empty environment (a program that embeds the engine sets a
 // few of them).

@@ -40,10 +40,10 @@ func TestWorkersFollowCPUs(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := s.Config(1); err != nil || cfg.withDefaults().Workers != 5 {
-		t.Errorf("NOVA_WORKERS=5: %d workers, %v", cfg.withDefaults().Workers, err)
+	if cfg, err := s.Config(1); err != nil || cfg.withDefaults().Workers != 5 || s.RunWorkers() != 5 {
+		t.Errorf("NOVA_WORKERS=5: %d workers (RunWorkers %d), %v", cfg.withDefaults().Workers, s.RunWorkers(), err)
 	}
-	if d := DefaultSettings(); d.Workers != 0 {
-		t.Errorf("NOVA_WORKERS unset: %d, want 0 (two per CPU)", d.Workers)
+	if d := DefaultSettings(); d.Workers != 0 || d.RunWorkers() != DefaultWorkers() {
+		t.Errorf("NOVA_WORKERS unset: %d (RunWorkers %d), want 0 (two per CPU: %d)", d.Workers, d.RunWorkers(), DefaultWorkers())
 	}
 }
