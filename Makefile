@@ -87,7 +87,7 @@ help:
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make bench-export  nova chain export of 1000 and 100000 executions from the embedded FerretDB: executions/s, peak Go heap and peak RSS growth side by side (BENCH_EXPORT_FLAGS="-executions 20000")'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight, and the server firing the ticks of a schedule; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
-	@echo 'make deps-images  install podman, buildah, podman-compose, debootstrap and runc (only for the image targets), and the settings podman needs here'
+	@echo 'make deps-images  install $(IMAGE_DEB_PACKAGES) (only for the image targets), and the settings podman needs here'
 	@echo 'make base-images  local stand-ins of the base images the Dockerfiles name (debian:bookworm-slim, golang:1.26-bookworm, distroless static) where the registry cannot be reached'
 	@echo 'make images  build the nine images with podman (or Docker), tagged $(IMAGE_PREFIX)/<service>:$(IMAGE_TAG) as the chart names them'
 	@echo 'make images-test  build the images, then test them with podman: non-root, no toolchain, services up on a read-only root, the sandbox in the chart's context and without each relaxation'
@@ -426,9 +426,12 @@ bench-sandbox:
 # Container images, with podman (make deps-images) or a Docker engine;
 # deploy/images/images.sh says how. make base-images makes local stand-ins
 # of the Dockerfiles' base images where the registry cannot be reached.
+# What deps-images installs: the container engine and its tools, only for
+# the image targets (make deps does not).
+IMAGE_DEB_PACKAGES := podman buildah podman-compose debootstrap runc uidmap slirp4netns
 .PHONY: deps-images base-images images
 deps-images:
-	deploy/images/images.sh deps
+	PACKAGES="$(IMAGE_DEB_PACKAGES)" deploy/images/images.sh deps
 base-images:
 	deploy/images/images.sh base
 images:

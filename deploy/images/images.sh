@@ -2,9 +2,10 @@
 # Builds and checks NOVA's container images with podman (or docker when that
 # is what the machine has), without a registry when none can be reached.
 #
-#   images.sh deps    install podman, buildah, podman-compose, debootstrap and
-#                     runc (Debian packages), and the settings podman needs on
-#                     a host like the development machines (see below)
+#   images.sh deps    install podman, buildah, podman-compose, debootstrap,
+#                     runc, uidmap and slirp4netns (Debian packages), and the
+#                     settings podman needs on a host like the development
+#                     machines (see below)
 #   images.sh base    make the base images the Dockerfiles name, as local
 #                     stand-ins from Debian packages, where they cannot be pulled
 #   images.sh build   build the nine images, tagged as the chart names them
@@ -43,7 +44,11 @@ engine() {
 }
 
 cmd_deps() {
-	local want=(podman buildah podman-compose debootstrap runc uidmap) missing=()
+	# PACKAGES is the Makefile's IMAGE_DEB_PACKAGES. slirp4netns: the
+	# network of a container with a user namespace of its own; uidmap:
+	# that namespace's id ranges.
+	local want missing=()
+	read -r -a want <<<"${PACKAGES:-podman buildah podman-compose debootstrap runc uidmap slirp4netns}"
 	for p in "${want[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
