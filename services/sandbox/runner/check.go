@@ -41,7 +41,7 @@ func (r *Runner) CheckIsolation(ctx context.Context) error {
 		if msg == "" {
 			msg = err.Error()
 		}
-		return fmt.Errorf("%w: %s %s: %s%s", ErrIsolation, r.cfg.Bwrap, "--unshare-all --proc /proc ... "+r.cfg.Python, msg, isolationHint(msg))
+		return fmt.Errorf("%w: %s --unshare-all --proc /proc ... %s: %s%s", ErrIsolation, r.cfg.Bwrap, r.cfg.Python, msg, isolationHint(msg))
 	}
 	return nil
 }
