@@ -25,8 +25,9 @@ STANDIN_LABEL=io.nova.local-stand-in
 DEBIAN=docker.io/library/debian:bookworm-slim
 GOLANG=docker.io/library/golang:1.26-bookworm
 DISTROLESS=gcr.io/distroless/static-debian12:nonroot
-# The image deploy/compose.yaml runs for NATS.
+# The images deploy/compose.yaml runs for NATS and the store.
 NATS=docker.io/library/nats:2.15.2-alpine
+MONGO=docker.io/library/mongo:7.0
 
 log() { printf '%s %s\n' "$(date +%T)" "$*"; }
 die() { printf 'images.sh: %s\n' "$*" >&2; exit 1; }
@@ -48,7 +49,7 @@ cmd_deps() {
 	# network of a container with a user namespace of its own; uidmap:
 	# that namespace's id ranges.
 	local want missing=()
-	read -r -a want <<<"${PACKAGES:-podman buildah podman-compose debootstrap runc uidmap slirp4netns}"
+	read -r -a want <<<"${PACKAGES:-podman buildah podman-compose debootstrap runc uidmap slirp4netns golang-github-containernetworking-plugin-dnsname}"
 	for p in "${want[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
@@ -188,8 +189,38 @@ cmd_base() {
 		EOF
 		$e build --network host -q -t "$NATS" "$work/nats" >/dev/null
 	fi
+	# The store: FerretDB from the module nova dev embeds, as nova-store
+	# (pkg/devstack/cmd/nova-store), with its data in /data/db as mongo's.
+	if exists "$MONGO" || pull "$MONGO"; then
+		log "$MONGO: present"
+	else
+		local ferretdb_version
+		ferretdb_version=$(cd "$root/pkg/devstack" && go list -m -f '{{.Version}}' github.com/FerretDB/FerretDB)
+		log "$MONGO: not pullable; FerretDB $ferretdb_version on SQLite (nova-store), on $DEBIAN (a local stand-in)"
+		mkdir -p "$work/mongo"
+		cat >"$work/mongo/Containerfile" <<-EOF
+			FROM $GOLANG AS build
+			WORKDIR /src
+			ENV CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly
+			COPY proto/ proto/
+			COPY pkg/ pkg/
+			RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \\
+			    cd pkg/devstack && go build -trimpath -ldflags="-s -w" -o /out/nova-store ./cmd/nova-store
+			FROM $DEBIAN
+			RUN groupadd --system --gid 999 mongodb && useradd --system --uid 999 --gid 999 --home-dir /data/db mongodb \\
+			 && install -d -o 999 -g 999 /data/db
+			COPY --from=build /out/nova-store /usr/local/bin/nova-store
+			USER 999:999
+			VOLUME /data/db
+			EXPOSE 27017
+			ENTRYPOINT ["nova-store"]
+			CMD ["-listen", "0.0.0.0:27017", "-data", "/data/db"]
+			LABEL $STANDIN_LABEL="FerretDB $ferretdb_version on SQLite (pkg/devstack/cmd/nova-store) on $DEBIAN; no mongosh: health check with nova-store ping; built $(date -u +%F)"
+		EOF
+		$e build --network host -q -f "$work/mongo/Containerfile" -t "$MONGO" "$root" >/dev/null
+	fi
 	$e image prune -f >/dev/null
-	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless|nats" |
+	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless|nats|mongo" |
 		sed "s/map\[\(.*\)\]/\1/"
 }
 

@@ -38,6 +38,10 @@ type Options struct {
 	NATSCluster int
 	// MongoPort is the MongoDB wire port on 127.0.0.1; 0 picks a free port.
 	MongoPort int
+	// MongoHost is the address FerretDB listens on instead of 127.0.0.1,
+	// e.g. "0.0.0.0" for a store that other machines or containers reach
+	// (cmd/nova-store).
+	MongoHost string
 	// NATSSyncInterval is how often the NATS server writes each stream's
 	// state (its index, and the expiry of messages with a TTL) and syncs it
 	// to disk: after a kill -9 it scans what was written since (0:

@@ -49,10 +49,14 @@ func StartMongo(ctx context.Context, opts Options) (*Mongo, error) {
 	}
 
 	port := max(opts.MongoPort, 0) // FerretDB binds in New, so port 0 resolves there.
+	host := opts.MongoHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
 
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener: ferretdb.ListenerConfig{
-			TCP: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			TCP: net.JoinHostPort(host, strconv.Itoa(port)),
 		},
 		// FerretDB logs every failed command (a duplicate key, the driver's endSessions it
 		// does not implement) as a warning with a full message dump; the client gets
@@ -117,7 +121,8 @@ func pingMongo(ctx context.Context, uri string) error {
 	return nil
 }
 
-// URI is the connection string, mongodb://127.0.0.1:PORT/.
+// URI is the connection string, mongodb://HOST:PORT/ (127.0.0.1 unless
+// Options.MongoHost says otherwise).
 func (m *Mongo) URI() string { return m.uri }
 
 // Close stops FerretDB and waits until its listener, connections and SQLite handles are
