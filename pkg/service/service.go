@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -107,7 +108,14 @@ type Env struct {
 	mu       sync.Mutex
 	checks   []health.Check
 	degraded []health.Check
+	started  atomic.Bool
 }
+
+// Started says the service has started: its consumers are declared and
+// what it checks at start has passed. Until then /readyz answers 503
+// "starting", so that no probe calls ready a service that may still
+// refuse to start.
+func (e *Env) Started() { e.started.Store(true) }
 
 // setupTelemetry builds the service's logger, traces and metrics from the
 // common settings.
@@ -251,6 +259,12 @@ func Run(ctx context.Context, name string, cfg Config, run func(ctx context.Cont
 	env.AddReadiness("nats", func(context.Context) error {
 		if !b.Conn().IsConnected() {
 			return errors.New("not connected")
+		}
+		return nil
+	})
+	env.AddReadiness("start", func(context.Context) error {
+		if !env.started.Load() {
+			return errors.New("starting")
 		}
 		return nil
 	})

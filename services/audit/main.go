@@ -21,6 +21,7 @@ func main() {
 		if err != nil {
 			return err
 		}
+		env.Started()
 		return s.Run(ctx)
 	}))
 }

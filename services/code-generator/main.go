@@ -24,6 +24,7 @@ func main() {
 		if err != nil {
 			return err
 		}
+		env.Started()
 		return s.Run(ctx)
 	}))
 }

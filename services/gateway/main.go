@@ -27,5 +27,6 @@ func run(ctx context.Context, env *service.Env, cfg config) error {
 	if err != nil {
 		return err
 	}
+	env.Started()
 	return gw.Run(ctx)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -114,4 +115,72 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestReadyOnlyOnceStarted: /readyz answers 503 "starting" while a
+// service starts, connected to NATS or not, and 200 once it says it has
+// started, so that no probe calls ready a service that may still refuse to
+// start.
+func TestReadyOnlyOnceStarted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	n, err := devstack.StartNATS(ctx, devstack.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown()
+	health := freeAddr(t)
+	t.Setenv("NATS_URL", n.URL())
+	t.Setenv("HEALTH_ADDR", health)
+	t.Setenv("LOG_LEVEL", "warn")
+
+	started := make(chan struct{})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var cfg config
+	go func() {
+		done <- service.Run(rctx, "gateway", &cfg, func(ctx context.Context, env *service.Env) error {
+			<-started
+			env.Started()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for {
+		code, body := readyz()
+		if code != 0 {
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+				t.Fatalf("/readyz before the service started: %d %s; want 503 saying starting", code, body)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("/readyz never answered: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(started)
+	for {
+		code, body := readyz()
+		if code == http.StatusOK {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("/readyz after the service started: %d %s; want 200", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
 }

@@ -23,6 +23,7 @@ func main() {
 			return err
 		}
 		defer s.Close()
+		env.Started()
 		return s.Run(ctx)
 	}))
 }
