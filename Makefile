@@ -92,6 +92,7 @@ help:
 	@echo 'make images  build the nine images with podman (or Docker), tagged $(IMAGE_PREFIX)/<service>:$(IMAGE_TAG) as the chart names them'
 	@echo 'make images-test  build the images, then test them with podman: non-root, no toolchain, services up on a read-only root, the sandbox in the chart's context and without each relaxation'
 	@echo 'make compose-test  build the images, bring deploy/compose.yaml up with podman-compose, run the examples through the gateway with curl, kill the sandbox under load, take it down'
+	@echo 'make kube-test  build Helm and the images, play the chart's pods with podman kube play (helm template, values of a small install), run workflows through its gateway'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
 	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (same value sets)'
@@ -429,7 +430,7 @@ bench-sandbox:
 # of the Dockerfiles' base images where the registry cannot be reached.
 # What deps-images installs: the container engine and its tools, only for
 # the image targets (make deps does not).
-IMAGE_DEB_PACKAGES := podman buildah podman-compose debootstrap runc uidmap slirp4netns golang-github-containernetworking-plugin-dnsname
+IMAGE_DEB_PACKAGES := podman buildah podman-compose debootstrap runc uidmap slirp4netns golang-github-containernetworking-plugin-dnsname catatonit
 .PHONY: deps-images base-images images
 deps-images:
 	PACKAGES="$(IMAGE_DEB_PACKAGES)" deploy/images/images.sh deps
@@ -446,6 +447,11 @@ images-test: base-images images
 .PHONY: compose-test
 compose-test: base-images images
 	cd deploy/test && IMAGE_PREFIX=$(IMAGE_PREFIX) IMAGE_TAG=$(IMAGE_TAG) NOVA_COMPOSE_TEST=1 $(GO) test -count=1 -v ./compose
+# The chart's pods played with podman kube play (deploy/test/kube says
+# what kube play cannot run and how each is checked instead).
+.PHONY: kube-test
+kube-test: helm base-images images
+	cd deploy/test && HELM=$(HELM) IMAGE_PREFIX=$(IMAGE_PREFIX) IMAGE_TAG=$(IMAGE_TAG) NOVA_KUBE_TEST=1 $(GO) test -count=1 -v ./kube
 
 # Helm is built from the Go module proxy (no prebuilt binary), at the version
 # deploy/test requires: its chart test renders and lints with the same Helm.

@@ -3,7 +3,8 @@
 # is what the machine has), without a registry when none can be reached.
 #
 #   images.sh deps    install podman, buildah, podman-compose, debootstrap,
-#                     runc, uidmap and slirp4netns (Debian packages), and the
+#                     runc, uidmap, slirp4netns, the CNI dnsname plugin and
+#                     catatonit (Debian packages), and the
 #                     settings podman needs on a host like the development
 #                     machines (see below)
 #   images.sh base    make the base images the Dockerfiles name, as local
@@ -47,9 +48,11 @@ engine() {
 cmd_deps() {
 	# PACKAGES is the Makefile's IMAGE_DEB_PACKAGES. slirp4netns: the
 	# network of a container with a user namespace of its own; uidmap:
-	# that namespace's id ranges.
+	# that namespace's id ranges; the CNI dnsname plugin: containers find
+	# each other by name on a network (compose's services); catatonit:
+	# the init of a pod's infra container (kube play).
 	local want missing=()
-	read -r -a want <<<"${PACKAGES:-podman buildah podman-compose debootstrap runc uidmap slirp4netns golang-github-containernetworking-plugin-dnsname}"
+	read -r -a want <<<"${PACKAGES:-podman buildah podman-compose debootstrap runc uidmap slirp4netns golang-github-containernetworking-plugin-dnsname catatonit}"
 	for p in "${want[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
@@ -107,6 +110,7 @@ cmd_base() {
 		rm -rf "$work"/debian/var/lib/apt/lists/* "$work"/debian/var/cache/apt/*.bin "$work"/debian/var/cache/apt/archives/*.deb
 		tar -C "$work/debian" -c . | $e import --quiet \
 			--change "LABEL $STANDIN_LABEL=\"debootstrap --variant=minbase bookworm, built $(date -u +%F)\"" \
+			--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 			--change 'CMD ["bash"]' - "$DEBIAN" >/dev/null
 		rm -rf "$work/debian"
 	fi
