@@ -231,7 +231,7 @@ func TestSandboxImage(t *testing.T) {
 	if apparmor {
 		without["AppArmor unconfined"] = "AppArmor"
 	}
-	start := func(t *testing.T, skip string) (*container, int) {
+	start := func(t *testing.T, skip string, extra ...string) (*container, int) {
 		health := freePort(t)
 		userns := "--userns=auto"
 		if skip == "own user namespace" {
@@ -245,7 +245,7 @@ func TestSandboxImage(t *testing.T) {
 				args = append(args, flags...)
 			}
 		}
-		return run(t, append(args, image("sandbox"))...), health
+		return run(t, append(append(args, extra...), image("sandbox"))...), health
 	}
 
 	t.Run("the chart's context", func(t *testing.T) {
@@ -258,6 +258,39 @@ func TestSandboxImage(t *testing.T) {
 		if res.Status != "success" || !strings.Contains(res.Stdout, "ran in the container") {
 			t.Errorf("a node's program in the sandbox container: %s %s %s", res.Status, res.Error, res.Stdout)
 		}
+	})
+	// The sandbox service's abuse suite (services/sandbox/service), its
+	// programs sent over NATS to the container: every isolation property
+	// it checks in process holds inside the container too. The container
+	// gets the suite's secret in its environment and the limits and warm
+	// zygotes of its "warm" mode.
+	t.Run("the abuse suite in the chart's context", func(t *testing.T) {
+		c, health := start(t, "",
+			"-e", "OPENAI_API_KEY=sk-test-abuse-4f1c9e",
+			"-e", "NOVA_SANDBOX_WORKERS=2",
+			"-e", "NOVA_SANDBOX_ZYGOTES=2", "-e", "NOVA_SANDBOX_LIGHT_ZYGOTES=0",
+			"-e", fmt.Sprint("NOVA_SANDBOX_MEMORY_BYTES=", 256<<20),
+			"-e", fmt.Sprint("NOVA_SANDBOX_DISK_BYTES=", 16<<20),
+			"-e", "NOVA_SANDBOX_MAX_PROCESSES=64",
+			"-e", fmt.Sprint("NOVA_SANDBOX_MAX_OUTPUT_BYTES=", 64<<10),
+			"-e", fmt.Sprint("NOVA_SANDBOX_OUTPUT_LIMIT_BYTES=", 8<<20))
+		c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		began := time.Now()
+		suite := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-run", "^TestAbuse$/^external$", "./service/")
+		suite.Dir = filepath.Join("..", "..", "..", "services", "sandbox")
+		suite.Env = append(os.Environ(), "NOVA_ABUSE_NATS_URL="+b.Conn().ConnectedUrl())
+		out, err := suite.CombinedOutput()
+		var passed []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if l := strings.TrimSpace(line); strings.HasPrefix(l, "--- PASS: TestAbuse/external/") {
+				passed = append(passed, strings.TrimPrefix(l, "--- PASS: TestAbuse/external/"))
+			}
+		}
+		if err != nil || len(passed) == 0 {
+			t.Fatalf("the abuse suite against the sandbox container: %v\n%s\nthe container's log:\n%s", err, out, c.logs())
+		}
+		t.Logf("the abuse suite against the sandbox container: %d cases passed in %.1f s:\n%s",
+			len(passed), time.Since(began).Seconds(), strings.Join(passed, "\n"))
 	})
 	// Kubernetes allows procMount: Unmasked only in a pod with a user
 	// namespace of its own (hostUsers: false); podman unmasks /proc in

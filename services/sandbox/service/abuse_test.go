@@ -169,7 +169,37 @@ func (h *harness) stillServing() {
 	}
 }
 
+// connectService is the harness for a sandbox service that already
+// consumes nova.cmd.sandbox on the NATS at url: the sandbox image in a
+// container (deploy/test/images), run with the secret in its environment
+// and the limits and zygotes of the "warm" mode below.
+func connectService(t *testing.T, url string) *harness {
+	t.Helper()
+	ctx := t.Context()
+	b, err := bus.Connect(ctx, url, bus.WithName("sandbox-abuse-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := b.Conn().SubscribeSync(bus.EventSubject("abuse", bus.KindSandboxResult))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}}
+}
+
+// The abuse suite: every isolation property the sandbox promises, each
+// tried by a program. With NOVA_ABUSE_NATS_URL set it runs against the
+// sandbox service listening there instead of one in this process.
 func TestAbuse(t *testing.T) {
+	if url := os.Getenv("NOVA_ABUSE_NATS_URL"); url != "" {
+		t.Run("external", func(t *testing.T) { testAbuse(t, connectService(t, url), true) })
+		return
+	}
 	t.Setenv("OPENAI_API_KEY", secret)
 	cfg := runner.Config{
 		MemoryBytes:      256 << 20,
@@ -298,7 +328,9 @@ context['found'] = found`,
 		},
 		{
 			name: "kill every process of the sandbox",
-			code: "import subprocess\nchild = subprocess.Popen(['sleep', '30'])\nsubprocess.run(['kill', '-9', '-1'])\ncontext['alive'] = True\ncontext['child'] = child.wait(5)",
+			// kill -9 -1 from a child process, as Python (the sandbox's
+			// images have no procps, so no kill command).
+			code: "import subprocess, sys\nchild = subprocess.Popen(['sleep', '30'])\nsubprocess.run([sys.executable, '-c', 'import os, signal; os.kill(-1, signal.SIGKILL)'])\ncontext['alive'] = True\ncontext['child'] = child.wait(5)",
 			want: killAll,
 		},
 	}
