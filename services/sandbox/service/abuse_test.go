@@ -56,6 +56,9 @@ type harness struct {
 	mu      sync.Mutex
 	seq     int
 	pending map[string]*nats.Msg // results that came while waiting for another
+	// run tells this harness's steps from another's on the same NATS:
+	// the stream drops a command whose id it saw in the last two minutes.
+	run string
 }
 
 func startService(t *testing.T, cfg runner.Config) *harness {
@@ -106,7 +109,7 @@ func startService(t *testing.T, cfg runner.Config) *harness {
 		}
 		r.Close()
 	})
-	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}}
+	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
 // execute sends one program and returns its result and the raw event.
@@ -121,7 +124,7 @@ func (h *harness) send(req *novav1.ExecuteCode) string {
 	h.mu.Lock()
 	h.seq++
 	req.ExecutionId, req.NodeId = "abuse", "node"
-	req.StepId = "abuse/node/" + strconv.Itoa(h.seq)
+	req.StepId = "abuse/node/" + h.run + "-" + strconv.Itoa(h.seq)
 	h.mu.Unlock()
 	if req.Stage == "" {
 		req.Stage = "TASK"
@@ -189,7 +192,7 @@ func connectService(t *testing.T, url string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}}
+	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
 // The abuse suite: every isolation property the sandbox promises, each
