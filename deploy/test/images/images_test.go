@@ -28,28 +28,19 @@ import (
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/eventjson"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+
+	"github.com/novaflow/nova/deploy/test/internal/podmantest"
 )
 
 // required: the images must be there (make images-test).
 var required = os.Getenv("NOVA_IMAGES_TEST") == "1"
 
-func image(service string) string {
-	prefix, tag := os.Getenv("IMAGE_PREFIX"), os.Getenv("IMAGE_TAG")
-	if prefix == "" {
-		prefix = "nova"
-	}
-	if tag == "" {
-		tag = "dev"
-	}
-	return fmt.Sprintf("localhost/%s/%s:%s", prefix, service, tag)
-}
-
-// podman runs podman as deploy/images/images.sh does (runc, cgroupfs) and
-// returns its output.
-func podman(args ...string) (string, error) {
-	out, err := exec.Command("podman", append([]string{"--runtime", "runc", "--cgroup-manager", "cgroupfs"}, args...)...).CombinedOutput()
-	return strings.TrimSpace(string(out)), err
-}
+// image and podman are podmantest's: the name make images gives, podman
+// as deploy/images/images.sh runs it.
+var (
+	image  = podmantest.Image
+	podman = podmantest.Podman
+)
 
 // need skips (or with NOVA_IMAGES_TEST=1 fails) the test without podman or
 // without the images.

@@ -69,14 +69,7 @@ func startService(t *testing.T, cfg runner.Config) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := slog.New(slog.DiscardHandler)
 	b := devstacktest.Bus(ctx, t, "sandbox-abuse-test")
-	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := b.Conn().SubscribeSync(bus.EventSubject("abuse", bus.KindSandboxResult))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(t, b)
 
 	work, err := os.MkdirTemp("", "nova-abuse-")
 	if err != nil {
@@ -100,7 +93,7 @@ func startService(t *testing.T, cfg runner.Config) *harness {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- service.Run(ctx, service.Deps{Bus: b, Runner: r, Values: values, Logger: quiet, Workers: 2})
+		done <- service.Run(ctx, service.Deps{Bus: b, Runner: r, Values: h.values, Logger: quiet, Workers: 2})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -109,6 +102,20 @@ func startService(t *testing.T, cfg runner.Config) *harness {
 		}
 		r.Close()
 	})
+	return h
+}
+
+// newHarness opens the value store and the results subscription on b.
+func newHarness(t *testing.T, b *bus.Bus) *harness {
+	t.Helper()
+	values, err := valueref.Open(t.Context(), b.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := b.Conn().SubscribeSync(bus.EventSubject("abuse", bus.KindSandboxResult))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
@@ -178,21 +185,12 @@ func (h *harness) stillServing() {
 // and the limits and zygotes of the "warm" mode below.
 func connectService(t *testing.T, url string) *harness {
 	t.Helper()
-	ctx := t.Context()
-	b, err := bus.Connect(ctx, url, bus.WithName("sandbox-abuse-test"))
+	b, err := bus.Connect(t.Context(), url, bus.WithName("sandbox-abuse-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	values, err := valueref.Open(ctx, b.JetStream(), 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := b.Conn().SubscribeSync(bus.EventSubject("abuse", bus.KindSandboxResult))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &harness{t: t, b: b, values: values, results: results, pending: map[string]*nats.Msg{}, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	return newHarness(t, b)
 }
 
 // The abuse suite: every isolation property the sandbox promises, each
