@@ -747,7 +747,12 @@ edges:
 		if wc.Status != "cancelled" {
 			t.Fatalf("status %q, want cancelled", wc.Status)
 		}
-		st := e.state(exec.ID)
+		// The engine publishes the end, then stores the state.
+		var st *novav1.ExecutionState
+		e.eventually(testTimeout/3, "the cancelled state is stored", func() bool {
+			st = e.state(exec.ID)
+			return st.GetStatus() == "cancelled"
+		})
 		if len(st.Branches) != 0 || len(st.Joins) != 0 || st.Timer != nil {
 			t.Errorf("a cancelled execution keeps branches %v, joins %v", st.Branches, st.Joins)
 		}
