@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -190,6 +191,9 @@ func drainTo(c *capture, f *os.File) {
 	buf := readBuffers.Get().(*[readBufferSize]byte)
 	defer readBuffers.Put(buf)
 	copyWith(c, f, buf[:])
+	// A passed deadline fails RawConn.Read before it calls the function
+	// below: clear it. The function never waits, so nothing blocks.
+	_ = f.SetReadDeadline(time.Time{})
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
