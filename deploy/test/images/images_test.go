@@ -2,8 +2,9 @@
 // run with podman: every service image starts as a non-root user on a
 // read-only root file system with no capabilities and answers /readyz; no
 // runtime image carries a Go toolchain or a compiler; the sandbox image, run
-// with the chart's security context, runs a program, and without each
-// relaxation that context makes it refuses to start, saying what to allow.
+// with the chart's security context, runs a program and holds against the
+// sandbox's abuse suite, and without each relaxation that context makes it
+// refuses to start, saying what to allow.
 //
 // `make images-test` builds the images and runs them (NOVA_IMAGES_TEST=1: a
 // missing podman or image is an error); `make test` skips them.
@@ -11,6 +12,7 @@ package images
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -28,6 +30,7 @@ import (
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
 	"github.com/novaflow/nova/pkg/eventjson"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/sandbox/abusesuite"
 
 	"github.com/novaflow/nova/deploy/test/internal/podmantest"
 )
@@ -126,6 +129,36 @@ func (c *container) exited() int {
 	return code
 }
 
+// zygotesReady waits until the sandbox in the container has logged n
+// distinct zygotes ready (LOG_LEVEL=debug), failing with its log if it
+// exits or they are not within two minutes.
+func (c *container) zygotesReady(n int) {
+	c.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		log := c.logs()
+		ready := map[string]bool{}
+		for _, line := range strings.Split(log, "\n") {
+			var rec struct {
+				Msg     string `json:"msg"`
+				Zygote  string `json:"zygote"`
+				Startup any    `json:"startup"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "sandbox zygote ready" && rec.Startup != nil {
+				ready[rec.Zygote] = true
+			}
+		}
+		if len(ready) >= n {
+			return
+		}
+		state, _ := podman("inspect", "-f", "{{.State.Status}}", c.name)
+		if state == "exited" || time.Now().After(deadline) {
+			c.t.Fatalf("%s is %s with %d of %d zygotes ready; its log:\n%s", c.name, state, len(ready), n, log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // The nine images: non-root and no toolchain; the seven services up on a
 // read-only root with no capabilities against a real NATS and store, and
 // the CLI validating a workflow there.
@@ -200,8 +233,10 @@ func TestServiceImages(t *testing.T) {
 // The sandbox image with the chart's security context (its own user
 // namespace as hostUsers: false, no capabilities, a read-only root,
 // seccomp and AppArmor unconfined, /proc unmasked) runs a program sent over
-// NATS; without each relaxation it refuses to start, saying what to allow,
-// or starts where that relaxation is not needed, which the log shows.
+// NATS, and the abuse suite's programs (services/sandbox/abusesuite) in each
+// of the runner's modes; without each relaxation it refuses to start, saying
+// what to allow, or starts where that relaxation is not needed and the
+// suite shows it isolates as well.
 func TestSandboxImage(t *testing.T) {
 	need(t, "sandbox")
 	ctx := t.Context()
@@ -250,44 +285,63 @@ func TestSandboxImage(t *testing.T) {
 			t.Errorf("a node's program in the sandbox container: %s %s %s", res.Status, res.Error, res.Stdout)
 		}
 	})
-	// abuse runs the sandbox service's abuse suite (services/sandbox/service)
-	// against the container started with these flags: its programs sent
-	// over NATS, every isolation property it checks in process must hold
-	// inside the container too. The container gets the suite's secret in its
-	// environment and the limits and warm zygotes of its "warm" mode.
-	abuse := func(t *testing.T, skip string) {
-		c, health := start(t, skip,
-			"-e", "OPENAI_API_KEY=sk-test-abuse-4f1c9e",
-			"-e", "NOVA_SANDBOX_WORKERS=2",
-			"-e", "NOVA_SANDBOX_ZYGOTES=2", "-e", "NOVA_SANDBOX_LIGHT_ZYGOTES=0",
-			"-e", fmt.Sprint("NOVA_SANDBOX_MEMORY_BYTES=", 256<<20),
-			"-e", fmt.Sprint("NOVA_SANDBOX_DISK_BYTES=", 16<<20),
-			"-e", "NOVA_SANDBOX_MAX_PROCESSES=64",
-			"-e", fmt.Sprint("NOVA_SANDBOX_MAX_OUTPUT_BYTES=", 64<<10),
-			"-e", fmt.Sprint("NOVA_SANDBOX_OUTPUT_LIMIT_BYTES=", 8<<20))
+	// abuse runs the sandbox service's abuse suite (services/sandbox/abusesuite)
+	// against the container started with these flags, in one of the
+	// runner's modes: its programs sent over NATS, every isolation property
+	// it checks in process must hold inside the container too. The
+	// container gets the suite's secret in its environment and the mode's
+	// limits, workers and zygotes; the suite starts once they are ready.
+	abuse := func(t *testing.T, skip string, mode abusesuite.Mode) {
+		extra := []string{"-e", "LOG_LEVEL=debug"} // says when each zygote is ready
+		for _, kv := range mode.Env() {
+			extra = append(extra, "-e", kv)
+		}
+		c, health := start(t, skip, extra...)
 		c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		c.zygotesReady(mode.ZygoteCount())
+		// Programs that try the host's loopback go to 10.0.2.2, where the
+		// service reaches it (its NATS_URL); those that try the container's
+		// own ports go to its health port, 8080. The container runs as root
+		// on this machine (rootful podman), so its processes are this
+		// machine's and HostProcesses counts them, whatever their user
+		// namespace; the suite shows that it sees them.
+		t.Log("processes left alive are counted in this machine's /proc, where rootful podman's containers' processes are")
+		// What the programs must not reach or see, the container's own
+		// processes do: the secret is in its environment, and the host's
+		// loopback (the NATS there) and the health port answer in its network.
+		control := `import os, socket
+assert os.environ['OPENAI_API_KEY'] == %q, 'no secret in the environment'
+for addr in [('10.0.2.2', %s), ('127.0.0.1', 8080)]:
+    socket.create_connection(addr, timeout=5).close()
+print('reached')`
+		if out, err := podman("exec", c.name, "/usr/bin/python3", "-c", fmt.Sprintf(control, abusesuite.Secret, port)); err != nil || out != "reached" {
+			t.Fatalf("in the container, outside the sandbox: %v %s", err, out)
+		}
 		began := time.Now()
-		suite := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-run", "^TestAbuse$/^external$", "./service/")
-		suite.Dir = filepath.Join("..", "..", "..", "services", "sandbox")
-		suite.Env = append(os.Environ(), "NOVA_ABUSE_NATS_URL="+b.Conn().ConnectedUrl())
-		out, err := suite.CombinedOutput()
-		var passed []string
-		for _, line := range strings.Split(string(out), "\n") {
-			if l := strings.TrimSpace(line); strings.HasPrefix(l, "--- PASS: TestAbuse/external/") {
-				passed = append(passed, strings.TrimPrefix(l, "--- PASS: TestAbuse/external/"))
-			}
+		abusesuite.Run(t, abusesuite.Target{
+			Client:       abusesuite.NewClient(t, b),
+			Mode:         mode,
+			HostLoopback: "10.0.2.2",
+			OwnPorts:     []int{8080},
+			Alive:        abusesuite.HostProcesses,
+		})
+		t.Logf("the abuse suite (%s) against the sandbox container: %.1f s", mode.Name, time.Since(began).Seconds())
+		if t.Failed() {
+			t.Logf("the container's log:\n%s", c.logs())
 		}
-		if err != nil || len(passed) == 0 {
-			t.Fatalf("the abuse suite against the sandbox container: %v\n%s\nthe container's log:\n%s", err, out, c.logs())
-		}
-		t.Logf("the abuse suite against the sandbox container: %d cases passed in %.1f s:\n%s",
-			len(passed), time.Since(began).Seconds(), strings.Join(passed, "\n"))
 	}
-	t.Run("the abuse suite in the chart's context", func(t *testing.T) { abuse(t, "") })
+	t.Run("the abuse suite in the chart's context", func(t *testing.T) {
+		for _, mode := range abusesuite.Modes {
+			t.Run(mode.Name, func(t *testing.T) { abuse(t, "", mode) })
+		}
+	})
+	// Where a relaxation is not needed the suite runs in the warm mode, as
+	// the chart's defaults run programs (a light zygote beside full ones).
+	warm := abusesuite.WarmMode
 	// Kubernetes allows procMount: Unmasked only in a pod with a user
 	// namespace of its own (hostUsers: false); podman unmasks /proc in
 	// the host's too, and bubblewrap does not need the pod's own.
-	t.Run("in the host's user namespace", func(t *testing.T) { abuse(t, "own user namespace") })
+	t.Run("in the host's user namespace", func(t *testing.T) { abuse(t, "own user namespace", warm) })
 	for name := range relaxations {
 		t.Run("without "+name, func(t *testing.T) {
 			want, needed := without[name]
@@ -295,7 +349,7 @@ func TestSandboxImage(t *testing.T) {
 				// It starts (abuse waits for it to be ready), and
 				// isolates as well without it.
 				t.Logf("without %s the sandbox starts (AppArmor on this host: %v); the abuse suite then:", name, apparmor)
-				abuse(t, name)
+				abuse(t, name, warm)
 				return
 			}
 			c, _ := start(t, name)

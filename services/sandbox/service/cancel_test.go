@@ -19,6 +19,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/eventjson"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/sandbox/abusesuite"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
 
@@ -38,7 +39,7 @@ var cancelModes = []struct {
 // cancels executions as the graph engine does.
 type cancelRig struct {
 	t       testing.TB
-	h       *harness
+	h       *abusesuite.Client
 	results *nats.Subscription
 	pending map[string]*nats.Msg
 }
@@ -46,7 +47,7 @@ type cancelRig struct {
 func newCancelRig(t *testing.T, zygotes, light int) *cancelRig {
 	t.Helper()
 	h := startService(t, runner.Config{Zygotes: zygotes, LightZygotes: light, MaxProcesses: 64})
-	results, err := h.b.Conn().SubscribeSync(bus.EventFilter(bus.KindSandboxResult))
+	results, err := h.Bus().Conn().SubscribeSync(bus.EventFilter(bus.KindSandboxResult))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func (c *cancelRig) send(execution, code string, timeout float64) string {
 	c.t.Helper()
 	step := execution + "/node/" + strconv.FormatInt(cancelSeq.Add(1), 10)
 	req := &novav1.ExecuteCode{ExecutionId: execution, NodeId: "node", StepId: step, Code: code, TimeoutSeconds: timeout, Stage: "TASK"}
-	if err := c.h.b.PublishProto(context.Background(), bus.CommandSubject(bus.AgentSandbox), step, bus.TypeSandboxExecute, req, nil); err != nil {
+	if err := c.h.Bus().PublishProto(context.Background(), bus.CommandSubject(bus.AgentSandbox), step, bus.TypeSandboxExecute, req, nil); err != nil {
 		c.t.Fatal(err)
 	}
 	return step
@@ -76,7 +77,7 @@ func (c *cancelRig) send(execution, code string, timeout float64) string {
 // cancel publishes the cancellation of execution as the graph engine does.
 func (c *cancelRig) cancel(execution string) {
 	c.t.Helper()
-	if err := c.h.b.PublishProto(context.Background(), bus.EventSubject(execution, bus.KindExecutionCancelled), execution+"/cancelled",
+	if err := c.h.Bus().PublishProto(context.Background(), bus.EventSubject(execution, bus.KindExecutionCancelled), execution+"/cancelled",
 		bus.TypeExecutionCancelled, &novav1.ExecutionCancelled{ExecutionId: execution, RequestedBy: "test"},
 		map[string]string{bus.ExtensionExecutionID: execution}); err != nil {
 		c.t.Fatal(err)
@@ -120,7 +121,7 @@ func (c *cancelRig) settled() {
 	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s, err := c.h.b.JetStream().Stream(context.Background(), bus.StreamCommands)
+		s, err := c.h.Bus().JetStream().Stream(context.Background(), bus.StreamCommands)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -335,14 +336,14 @@ func TestCancellationKillsTheProgram(t *testing.T) {
 					}
 				}
 				c.settled()
-				c.h.stillServing()
+				c.h.StillServing(c.t)
 			})
 
 			t.Run("a program of an execution cancelled a moment before does not start", func(t *testing.T) {
 				c := c.on(t)
 				execution := "cancel-before-" + mode.name
 				c.cancel(execution)
-				if err := c.h.b.Conn().Flush(); err != nil {
+				if err := c.h.Bus().Conn().Flush(); err != nil {
 					t.Fatal(err)
 				}
 				marker := newMarker()
@@ -354,7 +355,7 @@ func TestCancellationKillsTheProgram(t *testing.T) {
 				if res.SandboxId != "" {
 					t.Errorf("the program ran in sandbox %s", res.SandboxId)
 				}
-				if n := countAlive("sleep\x00" + marker + "\x00"); n > 0 {
+				if n := abusesuite.HostProcesses("sleep\x00" + marker + "\x00"); n > 0 {
 					t.Errorf("the program of a cancelled execution started %d children", n)
 				}
 				c.settled()

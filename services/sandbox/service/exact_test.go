@@ -61,7 +61,7 @@ func TestExactContextThroughTheBus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, raw := h.execute(&novav1.ExecuteCode{Code: tt.code, Context: jsonvalue.Proto([]byte(tt.context))})
+			res, raw := h.Execute(t, &novav1.ExecuteCode{Code: tt.code, Context: jsonvalue.Proto([]byte(tt.context))})
 			if res.Status != tt.status || !strings.Contains(res.Error, tt.error) {
 				t.Fatalf("status %s %s: %q; want %s %q\nstderr %s", res.Status, res.ErrorKind, res.Error, tt.status, tt.error, res.Stderr)
 			}
@@ -80,5 +80,5 @@ func TestExactContextThroughTheBus(t *testing.T) {
 			}
 		})
 	}
-	h.stillServing()
+	h.StillServing(t)
 }
