@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +157,7 @@ func TestCompose(t *testing.T) {
 	// The AI agents call the scripted model (the examples' rules) over
 	// HTTP, at the host's address on the project's network, which exists
 	// once a container is on it: the model listens there after compose up.
-	modelAddr := net.JoinHostPort(podmantest.Network(t, project+"_default"), podmantest.FreePort(t))
+	modelAddr := net.JoinHostPort(podmantest.Network(t, project+"_default"), strconv.Itoa(podmantest.FreePort(t)))
 	c := &compose{t: t, file: file, env: []string{
 		"OPENAI_BASE_URL=http://" + modelAddr + "/v1",
 		"OPENAI_API_KEY=sk-compose-test-scripted",
@@ -190,32 +191,14 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
-	examples := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	s.Run("register examples/invoice-routing.yaml and examples/ai-orders.yaml (curl)", func() {
-		for _, name := range []string{"invoice-routing.yaml", "ai-orders.yaml"} {
-			if code, doc := gw.Curl(t, "POST", "/v1/workflows", "application/yaml", examples(name)); code != http.StatusOK && code != http.StatusCreated {
-				t.Fatalf("POST /v1/workflows %s: %d %v", name, code, doc)
-			}
-		}
+		gw.RegisterExamples(t, "invoice-routing.yaml", "ai-orders.yaml")
 	})
 
-	invoiceAuto := []string{"start", "extract", "validate", "check_amount", "auto_approve", "done"}
 	invoiceManager := []string{"start", "extract", "validate", "check_amount", "manager_approval", "record_approval", "done"}
 	s.Run("invoice-routing: one approved automatically, one by a manager's signal (curl)", func() {
-		code, doc := gw.Curl(t, "POST", "/v1/executions?wait=60s", "application/json", []byte(`{"workflow":"invoice-routing","context":{"amount":200}}`))
-		if code != http.StatusOK || doc["status"] != "succeeded" {
-			t.Fatalf("invoice-routing, 200: %d %v", code, doc)
-		}
-		if err := podmantest.CheckChain(gw.Ended(t, ctx, doc["execution_id"].(string)), invoiceAuto); err != nil {
-			t.Error(err)
-		}
-		code, doc = gw.Curl(t, "POST", "/v1/executions", "application/json", []byte(`{"workflow":"invoice-routing"}`))
+		gw.Run(t, ctx, `{"workflow":"invoice-routing","context":{"amount":200}}`, podmantest.InvoiceAutoPath)
+		code, doc := gw.Curl(t, "POST", "/v1/executions", "application/json", []byte(`{"workflow":"invoice-routing"}`))
 		if code != http.StatusAccepted {
 			t.Fatalf("invoice-routing, sample invoice: %d %v", code, doc)
 		}
@@ -230,14 +213,7 @@ func TestCompose(t *testing.T) {
 		}
 	})
 	s.Run("ai-orders: code written by the scripted model, checked, run (curl)", func() {
-		code, doc := gw.Curl(t, "POST", "/v1/executions?wait=120s", "application/json", []byte(`{"workflow":"ai-orders","context":{"total":1500}}`))
-		if code != http.StatusOK || doc["status"] != "succeeded" {
-			t.Fatalf("ai-orders: %d %v", code, doc)
-		}
-		id := doc["execution_id"].(string)
-		if err := podmantest.CheckChain(gw.Ended(t, ctx, id), []string{"start", "discount", "route", "review", "done"}); err != nil {
-			t.Error(err)
-		}
+		id := gw.Run(t, ctx, `{"workflow":"ai-orders","context":{"total":1500}}`, podmantest.AIOrdersPath)
 		if _, doc := gw.Curl(t, "GET", "/v1/executions/"+id, "", nil); doc != nil {
 			nodes, _ := doc["nodes"].([]any)
 			t.Logf("ai-orders %s: chain of work read back with curl: %d node visits, model calls %v", id, len(nodes), doc["execution"].(map[string]any)["model_calls"])
@@ -330,7 +306,7 @@ func TestCompose(t *testing.T) {
 		s.Run(fmt.Sprintf(what, loadRuns), func() {
 			var bad []string
 			for _, id := range ids {
-				if err := podmantest.CheckChain(gw.Ended(t, ctx, id), invoiceAuto); err != nil {
+				if err := podmantest.CheckChain(gw.Ended(t, ctx, id), podmantest.InvoiceAutoPath); err != nil {
 					bad = append(bad, err.Error())
 				}
 			}

@@ -11,10 +11,8 @@
 package images
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,10 +23,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
 	"github.com/novaflow/nova/pkg/devstack/devstacktest"
-	"github.com/novaflow/nova/pkg/eventjson"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/sandbox/abusesuite"
 
@@ -63,16 +59,6 @@ func need(t *testing.T, services ...string) {
 			missing("no image " + image(s))
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // container is one started with podman run -d, removed when the test ends.
@@ -218,11 +204,11 @@ func TestServiceImages(t *testing.T) {
 				}
 				return
 			}
-			health := freePort(t)
+			health := podmantest.FreePort(t)
 			env := []string{"-e", "NATS_URL=" + n.URL(), "-e", "MONGODB_URI=" + m.URI(), "-e", fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health)}
 			if s == "gateway" {
 				env = append(env, "-v", keys+":/etc/nova/gateway-keys.yaml:ro", "-e", "NOVA_GATEWAY_KEYS_FILE=/etc/nova/gateway-keys.yaml",
-					"-e", fmt.Sprintf("GATEWAY_ADDR=127.0.0.1:%d", freePort(t)))
+					"-e", fmt.Sprintf("GATEWAY_ADDR=127.0.0.1:%d", podmantest.FreePort(t)))
 			}
 			c := run(t, append(append(base, env...), image(s))...)
 			c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
@@ -258,7 +244,7 @@ func TestSandboxImage(t *testing.T) {
 		without["AppArmor unconfined"] = "AppArmor"
 	}
 	start := func(t *testing.T, skip string, extra ...string) (*container, int) {
-		health := freePort(t)
+		health := podmantest.FreePort(t)
 		userns := "--userns=auto"
 		if skip == "own user namespace" {
 			userns = "--userns=host"
@@ -277,10 +263,13 @@ func TestSandboxImage(t *testing.T) {
 	t.Run("the chart's context", func(t *testing.T) {
 		c, health := start(t, "")
 		c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
-		res, err := execute(ctx, b, "x = 6 * 7\ncontext['answer'] = x\nprint('ran in the container')")
-		if err != nil {
-			t.Fatalf("a node's program in the sandbox container: %v\n%s", err, c.logs())
-		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the container's log:\n%s", c.logs())
+			}
+		})
+		res, _ := abusesuite.NewClient(t, b).Execute(t, &novav1.ExecuteCode{
+			Language: "python", Code: "x = 6 * 7\ncontext['answer'] = x\nprint('ran in the container')", TimeoutSeconds: 30})
 		if res.Status != "success" || !strings.Contains(res.Stdout, "ran in the container") {
 			t.Errorf("a node's program in the sandbox container: %s %s %s", res.Status, res.Error, res.Stdout)
 		}
@@ -358,7 +347,7 @@ print('reached')`
 			if code == 0 || !strings.Contains(log, "the sandbox cannot isolate programs here") || !strings.Contains(log, want) {
 				t.Errorf("without %s: exit %d; want it to refuse to start naming %q; its log:\n%s", name, code, want, log)
 			}
-			t.Logf("without %s: exit %d: %s", name, code, lastLine(log))
+			t.Logf("without %s: exit %d: %s", name, code, podmantest.LastLine(log))
 		})
 	}
 }
@@ -366,34 +355,4 @@ print('reached')`
 func hostHasAppArmor() bool {
 	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	return err == nil && strings.TrimSpace(string(b)) == "Y"
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
-// execute sends one program to the sandbox over NATS, as the engine does,
-// and waits for its result.
-func execute(ctx context.Context, b *bus.Bus, code string) (*novav1.CodeExecuted, error) {
-	id := "images-" + uuid.NewString()[:8]
-	sub, err := b.Conn().SubscribeSync(bus.EventSubject(id, bus.KindSandboxResult))
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	req := &novav1.ExecuteCode{ExecutionId: id, NodeId: "node", StepId: id + "/node/1", Visit: 1, Attempt: 1,
-		Language: "python", Code: code, Stage: "TASK", TimeoutSeconds: 30}
-	if err := b.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), req.StepId, bus.TypeSandboxExecute, req, nil); err != nil {
-		return nil, err
-	}
-	m, err := sub.NextMsg(time.Minute)
-	if err != nil {
-		return nil, fmt.Errorf("no result: %w", err)
-	}
-	var out novav1.CodeExecuted
-	if err := eventjson.Unmarshal(m.Data, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
 }

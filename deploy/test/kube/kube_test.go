@@ -20,11 +20,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,13 +47,13 @@ var required = os.Getenv("NOVA_KUBE_TEST") == "1"
 
 // leftOut is what kube play does not run, and where each is checked.
 var leftOut = map[string]string{
-	"Service":                 "no Services or their DNS: pods reach NATS and the store by pod name on a podman network with DNS; the Services' selectors and ports are checked by the chart test",
+	"Service":                 "no Services or their DNS: pods reach NATS and the store by an alias on a podman network with DNS; the Services' selectors and ports are checked by the chart test",
 	"NetworkPolicy":           "not enforced by podman; the policies' peers and ports are checked by the chart test",
 	"HorizontalPodAutoscaler": "no autoscaling; the HPAs' targets are checked by the chart test",
 	"ScaledObject":            "no KEDA; the ScaledObjects are checked by the chart test against KEDA's own scaler code",
 	"PodDisruptionBudget":     "no evictions; checked by the chart test",
 	"ServiceAccount":          "no Kubernetes API; the pods mount no token (automountServiceAccountToken: false, checked by the chart test)",
-	"ServiceMonitor":          "no Prometheus Operator; the pods' /metrics are read here instead",
+	"ServiceMonitor":          "no Prometheus Operator; checked by the chart test",
 }
 
 type object = map[string]any
@@ -102,7 +102,7 @@ func TestKubePlay(t *testing.T) {
 
 	// The scripted model listens on the host's address on the test's
 	// network, which exists once a pod is on it.
-	modelAddr := net.JoinHostPort(podmantest.Network(t, network), podmantest.FreePort(t))
+	modelAddr := net.JoinHostPort(podmantest.Network(t, network), strconv.Itoa(podmantest.FreePort(t)))
 
 	var rendered []byte
 	s.Run("helm template helm/nova -f deploy/test/kube/values.yaml", func() {
@@ -191,10 +191,9 @@ func TestKubePlay(t *testing.T) {
 				named := map[string]string{}
 				for _, p := range listAt(c, "ports") {
 					p := p.(object)
-					hp := podmantest.FreePort(t)
-					var port int
-					fmt.Sscan(hp, &port)
+					port := podmantest.FreePort(t)
 					p["hostPort"] = port
+					hp := strconv.Itoa(port)
 					named[fmt.Sprint(p["name"])] = hp
 					named[fmt.Sprint(p["containerPort"])] = hp
 					if name == release+"-gateway" && fmt.Sprint(p["containerPort"]) == "8000" {
@@ -291,7 +290,7 @@ func TestKubePlay(t *testing.T) {
 				for {
 					log, _ := podmantest.Podman("logs", ctr)
 					if strings.Contains(log, "procMount: Unmasked") {
-						t.Logf("%s: %s", ctr, lastLine(log))
+						t.Logf("%s: %s", ctr, podmantest.LastLine(log))
 						break
 					}
 					podmantest.Pause(t, ctx, ctr+" does not refuse to start naming procMount: Unmasked; its log:\n"+log)
@@ -330,34 +329,10 @@ func TestKubePlay(t *testing.T) {
 		t.Logf("probes answered:\n%s", strings.Join(seen, "\n"))
 	})
 	gw := podmantest.Gateway{URL: "http://127.0.0.1:" + gateway, Key: "nova_gk_compose-dev-only"}
-	examples := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	s.Run("register and run invoice-routing and ai-orders through the chart's gateway (curl)", func() {
-		for _, name := range []string{"invoice-routing.yaml", "ai-orders.yaml"} {
-			if code, doc := gw.Curl(t, "POST", "/v1/workflows", "application/yaml", examples(name)); code != http.StatusOK && code != http.StatusCreated {
-				t.Fatalf("POST /v1/workflows %s: %d %v", name, code, doc)
-			}
-		}
-		for _, run := range []struct {
-			body string
-			path []string
-		}{
-			{`{"workflow":"invoice-routing","context":{"amount":200}}`, []string{"start", "extract", "validate", "check_amount", "auto_approve", "done"}},
-			{`{"workflow":"ai-orders","context":{"total":1500}}`, []string{"start", "discount", "route", "review", "done"}},
-		} {
-			code, doc := gw.Curl(t, "POST", "/v1/executions?wait=60s", "application/json", []byte(run.body))
-			if code != http.StatusOK || doc["status"] != "succeeded" {
-				t.Fatalf("%s: %d %v", run.body, code, doc)
-			}
-			if err := podmantest.CheckChain(gw.Ended(t, ctx, doc["execution_id"].(string)), run.path); err != nil {
-				t.Error(err)
-			}
-		}
+		gw.RegisterExamples(t, "invoice-routing.yaml", "ai-orders.yaml")
+		gw.Run(t, ctx, `{"workflow":"invoice-routing","context":{"amount":200}}`, podmantest.InvoiceAutoPath)
+		gw.Run(t, ctx, `{"workflow":"ai-orders","context":{"total":1500}}`, podmantest.AIOrdersPath)
 	})
 }
 
@@ -538,11 +513,6 @@ func runFlags(t *testing.T, template, c object, configMaps []object, secrets map
 		args = append(args, "-p", fmt.Sprintf("127.0.0.1:%v:%v", p["hostPort"], p["containerPort"]))
 	}
 	return append(args, c["image"].(string))
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }
 
 // infra is what the chart expects outside it: one NATS server with

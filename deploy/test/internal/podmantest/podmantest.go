@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -70,15 +71,20 @@ func (s *Steps) Print(what string) {
 }
 
 // FreePort is a port free on the host now.
-func FreePort(t *testing.T) string {
+func FreePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// LastLine is the last line of s.
+func LastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // WaitReady waits until url answers 200.
@@ -152,6 +158,45 @@ func (g Gateway) Get(ctx context.Context, path string, into any) (int, error) {
 	}
 	defer resp.Body.Close()
 	return resp.StatusCode, json.NewDecoder(resp.Body).Decode(into)
+}
+
+// The paths the examples take: invoice-routing's amount under the
+// approval limit, ai-orders' total of 1500.
+var (
+	InvoiceAutoPath = []string{"start", "extract", "validate", "check_amount", "auto_approve", "done"}
+	AIOrdersPath    = []string{"start", "discount", "route", "review", "done"}
+)
+
+// RegisterExamples registers workflows of examples/ through the gateway
+// with curl, as their YAML.
+func (g Gateway) RegisterExamples(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, doc := g.Curl(t, "POST", "/v1/workflows", "application/yaml", b); code != http.StatusOK && code != http.StatusCreated {
+			t.Fatalf("POST /v1/workflows %s: %d %v", name, code, doc)
+		}
+	}
+}
+
+// Run starts an execution with curl (body: POST /v1/executions's), waits
+// for its end (the gateway's longest wait, 60 s), which must be a
+// success, and checks its chain of work along want (CheckChain). It
+// returns the execution's id.
+func (g Gateway) Run(t *testing.T, ctx context.Context, body string, want []string) string {
+	t.Helper()
+	code, doc := g.Curl(t, "POST", "/v1/executions?wait=60s", "application/json", []byte(body))
+	if code != http.StatusOK || doc["status"] != "succeeded" {
+		t.Fatalf("%s: %d %v", body, code, doc)
+	}
+	id := doc["execution_id"].(string)
+	if err := CheckChain(g.Ended(t, ctx, id), want); err != nil {
+		t.Error(err)
+	}
+	return id
 }
 
 // Execution is what the tests read of GET /v1/executions/{id}.
@@ -264,7 +309,7 @@ func Network(t *testing.T, name string) string {
 // waiting for addr to exist (a network's address, see Network).
 func ScriptedModel(t *testing.T, ctx context.Context, addr string) {
 	t.Helper()
-	rules, err := scripted.LoadRules("../../../examples/scripted-llm.yaml")
+	rules, err := scripted.LoadRules(filepath.Join("..", "..", "..", "examples", "scripted-llm.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
