@@ -417,7 +417,8 @@ func testRunLimits(t *testing.T, r *Runner) {
 // countSleeps counts host processes whose command line is exactly `sleep arg`
 // and that are not being killed: a process with SIGKILL pending never runs
 // again (warm runs return once everything of theirs has it, without waiting
-// for the kernel to free their memory).
+// for the kernel to free their memory). arg is an isolationtest.SleepMarker,
+// so that only the caller's sleeps are counted.
 func countSleeps(t *testing.T, arg string) int {
 	t.Helper()
 	want := []byte("sleep\x00" + arg + "\x00")
@@ -458,16 +459,48 @@ func dying(proc string) bool {
 	return false
 }
 
+// countSleeps counts the sleeps of its marker, running ones only: not another
+// test's sleep beside them, nor one that was killed.
+func TestCountSleepsSeesItsMarkerOnly(t *testing.T) {
+	mine, other := isolationtest.SleepMarker(30), isolationtest.SleepMarker(30)
+	start := func(arg string) *exec.Cmd {
+		cmd := exec.Command("sleep", arg)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	sleep := start(mine)
+	start(other)
+	if n := countSleeps(t, mine); n != 1 {
+		t.Fatalf("%d `sleep %s` counted, want the 1 started", n, mine)
+	}
+	if err := sleep.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sleep.Wait()
+	if n := countSleeps(t, mine); n != 0 {
+		t.Errorf("%d `sleep %s` counted after it was killed", n, mine)
+	}
+	if n := countSleeps(t, other); n != 1 {
+		t.Errorf("%d `sleep %s` counted, want the 1 still running", n, other)
+	}
+}
+
 func TestRunTimeoutKillsEverything(t *testing.T) {
 	forEachMode(t, Config{}, testRunTimeoutKillsEverything)
 }
 
 func testRunTimeoutKillsEverything(t *testing.T, r *Runner) {
+	// Each case's sleeps carry a marker of their own in place of SLEEP
+	// (isolationtest.SleepMarker), so that the count after the run is of this
+	// run's processes only: other tests, and other copies of this one, run
+	// sleeps beside it.
 	tests := []struct {
-		name     string
-		sleepArg string
-		code     string
-		timeout  bool
+		name   string
+		code   string
+		sleeps bool
 		// limit is the run's timeout (default 1s): a program that finishes
 		// needs time enough to start its children on a loaded machine.
 		limit time.Duration
@@ -477,55 +510,54 @@ func testRunTimeoutKillsEverything(t *testing.T, r *Runner) {
 			code: "print('started', flush=True)\nwhile True: pass",
 		},
 		{
-			name:     "child process then busy loop",
-			sleepArg: "30",
-			code:     "import subprocess\np = subprocess.Popen(['sleep', '30'])\nprint('started', p.poll() is None)\nwhile True: pass",
+			name:   "child process then busy loop",
+			sleeps: true,
+			code:   "import subprocess\np = subprocess.Popen(['sleep', 'SLEEP'])\nprint('started', p.poll() is None)\nwhile True: pass",
 		},
 		{
-			name:     "child in its own session and a forked grandchild",
-			sleepArg: "30.5",
+			name:   "child in its own session and a forked grandchild",
+			sleeps: true,
 			code: `import os, subprocess, time
-subprocess.Popen(['sleep', '30.5'], start_new_session=True)
+subprocess.Popen(['sleep', 'SLEEP'], start_new_session=True)
 if os.fork() == 0:
     os.setsid()
-    os.execvp('sleep', ['sleep', '30.5'])
+    os.execvp('sleep', ['sleep', 'SLEEP'])
 print('started', True)
 time.sleep(60)`,
 		},
 		{
-			name:     "background child detached from the output, left by a finished program",
-			sleepArg: "30.125",
+			name:   "background child detached from the output, left by a finished program",
+			sleeps: true,
 			code: `import subprocess
-p = subprocess.Popen(['sleep', '30.125'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+p = subprocess.Popen(['sleep', 'SLEEP'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 print('started', p.poll() is None)`,
 		},
 		{
-			name:     "many detached children of a finished program",
-			sleepArg: "30.0625",
+			name:   "many detached children of a finished program",
+			sleeps: true,
 			code: `import subprocess
-ps = [subprocess.Popen(['sleep', '30.0625'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(100)]
+ps = [subprocess.Popen(['sleep', 'SLEEP'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(100)]
 print('started', all(p.poll() is None for p in ps))`,
 			limit: 15 * time.Second,
 		},
 		{
-			name:     "background child left by a finished program",
-			sleepArg: "30.25",
-			code:     "import subprocess\np = subprocess.Popen(['sleep', '30.25'])\nprint('started', p.poll() is None)",
+			name:   "background child left by a finished program",
+			sleeps: true,
+			code:   "import subprocess\np = subprocess.Popen(['sleep', 'SLEEP'])\nprint('started', p.poll() is None)",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.sleepArg != "" && countSleeps(t, tt.sleepArg) > 0 {
-				t.Fatalf("a `sleep %s` runs already; cannot tell", tt.sleepArg)
-			}
+			marker := isolationtest.SleepMarker(30)
+			code := strings.ReplaceAll(tt.code, "SLEEP", marker)
 			limit := cmp.Or(tt.limit, time.Second)
-			res := run(t, r, Request{Code: tt.code, Timeout: limit})
+			res := run(t, r, Request{Code: code, Timeout: limit})
 			if !strings.HasPrefix(res.Stdout, "started") || strings.Contains(res.Stdout, "False") {
 				t.Fatalf("the program did not start as expected: stdout %q, stderr %q", res.Stdout, res.Stderr)
 			}
-			if tt.sleepArg != "" {
-				if n := countSleeps(t, tt.sleepArg); n > 0 {
-					t.Errorf("%d `sleep %s` processes survived the run", n, tt.sleepArg)
+			if tt.sleeps {
+				if n := countSleeps(t, marker); n > 0 {
+					t.Errorf("%d `sleep %s` processes survived the run", n, marker)
 				}
 			}
 			if !strings.Contains(tt.name, "loop") && !strings.Contains(tt.name, "session") {
@@ -611,14 +643,15 @@ func TestRunCancelled(t *testing.T) {
 func testRunCancelled(t *testing.T, r *Runner) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	res, err := r.Run(ctx, Request{Code: "import subprocess\nsubprocess.Popen(['sleep', '30.75'])\nwhile True: pass", Timeout: time.Minute})
+	marker := isolationtest.SleepMarker(30)
+	res, err := r.Run(ctx, Request{Code: "import subprocess\nsubprocess.Popen(['sleep', '" + marker + "'])\nwhile True: pass", Timeout: time.Minute})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the caller's deadline", err)
 	}
 	if res.Status != StatusError {
 		t.Errorf("status %q", res.Status)
 	}
-	if n := countSleeps(t, "30.75"); n > 0 {
+	if n := countSleeps(t, marker); n > 0 {
 		t.Errorf("%d child processes survived the cancelled run", n)
 	}
 }

@@ -3,9 +3,12 @@ package runner
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/novaflow/nova/services/sandbox/isolation/isolationtest"
 )
 
 // One zygote serves every run below, so anything that leaked from one run to
@@ -19,7 +22,7 @@ func testWarmRunsShareNothing(t *testing.T, r *Runner) {
 		name         string
 		first, check string
 		want         string
-		sleepArg     string
+		sleeps       bool
 	}{
 		{
 			name:  "files in /tmp, /dev/shm and the working directory",
@@ -28,11 +31,11 @@ func testWarmRunsShareNothing(t *testing.T, r *Runner) {
 			want:  `{"seen": []}`,
 		},
 		{
-			name:     "a process left running",
-			first:    "import subprocess\nsubprocess.Popen(['sleep', '31.5'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
-			check:    "import os\ncontext['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())",
-			want:     `{"pids": [1]}`, // its own process, pid 1 of its namespace, and nothing else
-			sleepArg: "31.5",
+			name:   "a process left running",
+			first:  "import subprocess\nsubprocess.Popen(['sleep', 'SLEEP'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+			check:  "import os\ncontext['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())",
+			want:   `{"pids": [1]}`, // its own process, pid 1 of its namespace, and nothing else
+			sleeps: true,
 		},
 		{
 			name:  "module state",
@@ -55,10 +58,13 @@ func testWarmRunsShareNothing(t *testing.T, r *Runner) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wantSuccess(t, run(t, r, Request{Code: tt.first}), `{}`)
-			if tt.sleepArg != "" {
-				if n := countSleeps(t, tt.sleepArg); n > 0 {
-					t.Errorf("%d `sleep %s` survived the run that started them", n, tt.sleepArg)
+			// The sleep carries a marker of its own in place of SLEEP, so
+			// that the count is of this run's processes only.
+			marker := isolationtest.SleepMarker(31)
+			wantSuccess(t, run(t, r, Request{Code: strings.ReplaceAll(tt.first, "SLEEP", marker)}), `{}`)
+			if tt.sleeps {
+				if n := countSleeps(t, marker); n > 0 {
+					t.Errorf("%d `sleep %s` survived the run that started them", n, marker)
 				}
 			}
 			wantSuccess(t, run(t, r, Request{Code: tt.check}), tt.want)
