@@ -12,13 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novaflow/nova/services/sandbox/isolation/isolationtest"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
 
 // Hostile JavaScript: every case must end contained, with a clear result, and
 // the runner must go on serving.
 
-// hostProcesses lists host processes whose command line contains token.
+// hostProcesses lists host processes whose command line contains token, an
+// isolationtest.SleepMarker, so that they are the test's own.
 func hostProcesses(t *testing.T, token string) []string {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
@@ -48,9 +50,10 @@ func TestAbuseInfiniteLoop(t *testing.T) {
 	r := newTestRunner(t, Config{})
 	// A child sleeps with a token in its command line, so that the host can look
 	// for it once the run is over.
+	token := isolationtest.SleepMarker(41)
 	code := `
 console.log('started')
-require('child_process').spawn('sleep', ['41.2718'], { detached: true, stdio: 'ignore' }).unref()
+require('child_process').spawn('sleep', ['` + token + `'], { detached: true, stdio: 'ignore' }).unref()
 console.log('looping')
 while (true) {}`
 	start := time.Now()
@@ -65,7 +68,7 @@ while (true) {}`
 	if want := []string{"started", "looping"}; strings.Join(res.Logs, ",") != strings.Join(want, ",") {
 		t.Errorf("logs %q, want the partial logs %q", res.Logs, want)
 	}
-	if left := hostProcesses(t, "41.2718"); len(left) > 0 {
+	if left := hostProcesses(t, token); len(left) > 0 {
 		t.Errorf("processes of the sandbox outlived it: %v", left)
 	}
 	assertServing(t, r)
@@ -244,26 +247,28 @@ return { loopback: await dial('127.0.0.1', %d), outside: await dial('1.1.1.1', 8
 
 func TestAbuseOrphanChildren(t *testing.T) {
 	r := newTestRunner(t, Config{})
+	token := isolationtest.SleepMarker(43)
 	code := `
 const { spawn } = require('child_process')
-spawn('/bin/sh', ['-c', 'sleep 43.7192 & sleep 43.7192'], { detached: true, stdio: 'ignore' }).unref()
+spawn('/bin/sh', ['-c', 'sleep ` + token + ` & sleep ` + token + `'], { detached: true, stdio: 'ignore' }).unref()
 return 'left children behind'`
 	res := run(t, r, runner.Request{Code: code})
 	if res.Status != runner.StatusSuccess {
 		t.Fatalf("status %s: %s", res.Status, res.Error)
 	}
-	if left := hostProcesses(t, "43.7192"); len(left) > 0 {
+	if left := hostProcesses(t, token); len(left) > 0 {
 		t.Errorf("children outlived the run: %v", left)
 	}
 }
 
 func TestAbuseForkBomb(t *testing.T) {
 	r := newTestRunner(t, Config{MaxProcesses: 64})
+	token := isolationtest.SleepMarker(44)
 	code := `
 const { spawn } = require('child_process')
 let failed = 0
 for (let i = 0; i < 5000; i++) {
-  try { spawn('sleep', ['44.0913'], { stdio: 'ignore' }).on('error', () => { failed++ }) } catch (e) { failed++ }
+  try { spawn('sleep', ['` + token + `'], { stdio: 'ignore' }).on('error', () => { failed++ }) } catch (e) { failed++ }
 }
 await new Promise((resolve) => setTimeout(resolve, 200))
 return { failed }`
@@ -276,7 +281,7 @@ return { failed }`
 			t.Errorf("5000 processes started without failure: %s", res.Value)
 		}
 	}
-	if left := hostProcesses(t, "44.0913"); len(left) > 0 {
+	if left := hostProcesses(t, token); len(left) > 0 {
 		t.Errorf("%d processes outlived the run", len(left))
 	}
 	assertServing(t, r)

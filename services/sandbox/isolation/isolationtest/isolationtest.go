@@ -36,9 +36,10 @@ var markers atomic.Int64
 // SleepMarker returns an argument for sleep, seconds and a fraction, that
 // only the sleeps the caller starts with it have on their command line: the
 // fraction's digits are this test process's pid, seven digits, then a count
-// of the markers it gave. A test that looks for `sleep <marker>` among the
-// host's processes then finds its own only, whatever other tests, or other
-// copies of itself, run beside it.
+// of the markers it gave, six digits (so that no marker is the start of
+// another). A test that looks for `sleep <marker>` among the host's
+// processes then finds its own only, whatever other tests, or other copies
+// of itself, run beside it.
 func SleepMarker(seconds int) string {
-	return fmt.Sprintf("%d.%07d%d", seconds, os.Getpid(), markers.Add(1))
+	return fmt.Sprintf("%d.%07d%06d", seconds, os.Getpid(), markers.Add(1))
 }
