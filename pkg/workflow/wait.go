@@ -116,9 +116,11 @@ func schemaError(err error) string {
 
 // CheckPayload checks a signal's payload (decoded with numbers as
 // json.Number, as jsonvalue does) against wait node n's schema. A node
-// without a schema takes any payload. The error is a *PayloadError naming
-// the first field that fails, or says that the node's schema does not
-// compile (which Validate refuses).
+// without a schema takes any payload. The error says that the node's schema
+// does not compile (which Validate refuses), or names every field at fault:
+// its text is that of the first field in path order (errors.As finds that
+// *PayloadError), and its Unwrap() []error is a *PayloadError for each
+// field and problem, in path order, so that a form can mark them all at once.
 func CheckPayload(n *novav1.Node, payload map[string]any) error {
 	text := n.GetSchema()
 	if text == "" {
@@ -139,8 +141,29 @@ func CheckPayload(n *novav1.Node, payload map[string]any) error {
 	if !errors.As(err, &verr) {
 		return &PayloadError{Problem: err.Error()}
 	}
-	f := firstFailure(verr)
-	return &PayloadError{Field: f.path, Problem: f.problem}
+	var all []failure
+	collectFailures(verr, &all)
+	if len(all) == 0 {
+		f := firstFailure(verr)
+		return &PayloadError{Field: f.path, Problem: f.problem}
+	}
+	// Stable: of one field's problems the first found stays first, as
+	// firstFailure picks it.
+	slices.SortStableFunc(all, func(a, b failure) int { return strings.Compare(a.path, b.path) })
+	seen := map[failure]bool{}
+	var errs []any
+	for _, f := range all {
+		if !seen[f] {
+			seen[f] = true
+			errs = append(errs, &PayloadError{Field: f.path, Problem: f.problem})
+		}
+	}
+	if len(errs) == 1 {
+		return errs[0].(error)
+	}
+	// "%w" prints the first; each "%.0w" prints nothing (a precision of
+	// zero) but still wraps its error.
+	return fmt.Errorf("%w"+strings.Repeat("%.0w", len(errs)-1), errs...)
 }
 
 // Compiled schemas by their text: wait nodes are few, signals many.

@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -500,6 +501,53 @@ func TestCheckPayload(t *testing.T) {
 		})
 	}
 
+	t.Run("every field at fault", func(t *testing.T) {
+		for _, tt := range []struct {
+			payload string
+			want    []string // each field's problem, in path order; the first is the error's text
+		}{
+			{`{"approved": 1, "amount": "x", "count": "y"}`, []string{
+				`payload field "amount": must be a number`,
+				`payload field "approved": must be true or false`,
+				`payload field "count": must be a whole number`,
+			}},
+			{`{"amount": 0.25, "note": "too long", "lines": [{"sku": "ab"}, {}], "zeta": 1}`, []string{
+				`payload field "amount": must be at least 0.5`,
+				`payload field "approved": is required`,
+				`payload field "lines.0.sku": must match the pattern "^[A-Z]+$"`,
+				`payload field "lines.1.sku": is required`,
+				`payload field "note": must be at most 5 characters long`,
+				`payload field "zeta": is not allowed`,
+			}},
+			{`{"approved": "yes"}`, []string{`payload field "approved": must be true or false`}},
+		} {
+			t.Run(tt.payload, func(t *testing.T) {
+				err := workflow.CheckPayload(n, payload(t, tt.payload))
+				if err == nil || err.Error() != tt.want[0] {
+					t.Fatalf("CheckPayload error = %v, want the first field's: %s", err, tt.want[0])
+				}
+				var first *workflow.PayloadError
+				if !errors.As(err, &first) || first.Error() != tt.want[0] {
+					t.Errorf("errors.As finds %v, want %s", first, tt.want[0])
+				}
+				each := []error{err}
+				if m, ok := err.(interface{ Unwrap() []error }); ok {
+					each = m.Unwrap()
+				}
+				var got []string
+				for _, e := range each {
+					var pe *workflow.PayloadError
+					if !errors.As(e, &pe) {
+						t.Fatalf("%v is no *PayloadError", e)
+					}
+					got = append(got, pe.Error())
+				}
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("fields at fault:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+				}
+			})
+		}
+	})
 	t.Run("the whole payload", func(t *testing.T) {
 		n := &novav1.Node{Id: "w", Schema: `{"minProperties": 2}`}
 		err := workflow.CheckPayload(n, payload(t, `{"a": 1}`))

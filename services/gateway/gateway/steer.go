@@ -213,7 +213,7 @@ func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error 
 }
 
 // checkPayload holds a signal's payload to its wait node's schema: 422
-// naming the field at fault.
+// naming every field at fault (errors), the first of them in detail.
 func checkPayload(node *novav1.Node, name string, payload jsonvalue.Object) *Problem {
 	decoded, err := payload.Decoded()
 	if err != nil {
@@ -224,17 +224,25 @@ func checkPayload(node *novav1.Node, name string, payload jsonvalue.Object) *Pro
 	if err == nil {
 		return nil
 	}
-	field, detail := "payload", err.Error()
-	var pe *workflow.PayloadError
-	if errors.As(err, &pe) {
-		if pe.Field != "" {
-			field = pe.Field
+	each := []error{err}
+	if all, ok := err.(interface{ Unwrap() []error }); ok {
+		each = all.Unwrap()
+	}
+	fields := make([]FieldError, 0, len(each))
+	for _, e := range each {
+		fe := FieldError{Field: "payload", Node: node.GetId(), Detail: e.Error()}
+		var pe *workflow.PayloadError
+		if errors.As(e, &pe) {
+			if pe.Field != "" {
+				fe.Field = pe.Field
+			}
+			fe.Detail = pe.Problem
 		}
-		detail = pe.Problem
+		fields = append(fields, fe)
 	}
 	return newProblem(http.StatusUnprocessableEntity, TypeInvalidPayload,
 		fmt.Sprintf("signal %q: the payload does not meet the schema of wait node %q: %s", name, node.GetId(), err),
-		FieldError{Field: field, Node: node.GetId(), Detail: detail})
+		fields...)
 }
 
 // steeredState is the engine's state of execution id for a cancel or a

@@ -23,7 +23,8 @@ import (
 )
 
 // approvalSchema is the schema of the approval wait node of steeredStates.
-const approvalSchema = `{"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}`
+const approvalSchema = `{"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"},
+	"amount": {"type": "number", "minimum": 0}, "note": {"type": "string", "maxLength": 20}}}`
 
 // steeredStates stores in the engine's bucket the states of four
 // executions, as the engine writes them: one waiting at wait node
@@ -283,6 +284,18 @@ func TestSignal(t *testing.T) {
 			http.StatusUnprocessableEntity, gateway.TypeInvalidPayload)
 		if len(p.Errors) != 1 || !strings.Contains(p.Errors[0].Field+p.Errors[0].Detail, "approved") {
 			t.Errorf("problem %+v does not name the missing field approved", p)
+		}
+		// Every field at fault at once, in path order; the detail keeps
+		// the first one's words.
+		p = problem(t, signal(h.key["signaller"], ids["waiting"], "approve", `{"approved": "yes", "amount": -1, "note": "far longer than twenty characters"}`, nil),
+			http.StatusUnprocessableEntity, gateway.TypeInvalidPayload)
+		var got []string
+		for _, e := range p.Errors {
+			got = append(got, e.Node+" "+e.Field+": "+e.Detail)
+		}
+		want := []string{"approve amount: must be at least 0", "approve approved: must be true or false", "approve note: must be at most 20 characters long"}
+		if !slices.Equal(got, want) || !strings.HasSuffix(p.Detail, `: payload field "amount": must be at least 0`) {
+			t.Errorf("problem %+v\nwant errors %q and the first in its detail", p, want)
 		}
 		p = problem(t, signal(h.key["signaller"], ids["waiting"], "approve", `[true]`, nil),
 			http.StatusUnprocessableEntity, gateway.TypeInvalidPayload)
