@@ -143,6 +143,10 @@ type ChainReader interface {
 	Chain(ctx context.Context, executionID string) ([]chainstore.NodeDoc, error)
 	// ListExecutions is a page of executions, newest first.
 	ListExecutions(ctx context.Context, f chainstore.ListFilter) ([]chainstore.ExecutionDoc, error)
+	// TotalsOf counts the executions a filter selects and sums their cost.
+	TotalsOf(ctx context.Context, f chainstore.ListFilter) (chainstore.ListTotals, error)
+	// FailedItems counts the failed map items of each of some executions.
+	FailedItems(ctx context.Context, ids []string) (map[string]int, error)
 	// Export calls emit with each execution f selects, whole, newest first,
 	// a page at a time.
 	Export(ctx context.Context, f chainstore.ExportFilter, emit func(*chainstore.ExecutionChain) error) error
@@ -262,10 +266,13 @@ func New(d Deps) (*Gateway, error) {
 	})
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
+	// Not under /v1/executions/: an execution may be named "totals".
+	g.handle("GET /v1/execution-totals", ScopeExecutionsRead, d.Limits.Timeout, g.totalExecutions)
 	// The literal paths are more specific than {id}, so ServeMux gives them
 	// these routes whatever the order; no execution is named "events" or
 	// "export" (execution.ID).
 	g.handle("GET /v1/executions/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamExecutions)
+	g.handle("POST /v1/executions/batch", ScopeExecutionsWrite, d.Limits.Timeout, g.batchExecutions)
 	g.handle("GET /v1/executions/export", ScopeExecutionsRead, d.Limits.StreamTimeout, g.exportExecutions)
 	g.handle("GET /v1/executions/{id}", ScopeExecutionsRead, d.Limits.Timeout, g.getExecution)
 	g.handle("GET /v1/executions/{id}/events", ScopeExecutionsRead, d.Limits.StreamTimeout, g.streamEvents)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -33,9 +34,16 @@ type listItem struct {
 	DurationMs   int64      `json:"duration_ms,omitempty"`
 	// What the execution's model calls cost so far and how many (0 while
 	// the audit store has not recorded them).
-	CostUSD    float64   `json:"cost_usd"`
-	ModelCalls int       `json:"model_calls"`
-	Links      itemLinks `json:"links"`
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int     `json:"model_calls"`
+	// A sub-workflow's child: the execution and node that started it.
+	ParentExecutionID string `json:"parent_execution_id,omitempty"`
+	ParentNode        string `json:"parent_node,omitempty"`
+	// ItemsFailed is how many items of its map nodes failed, for an
+	// execution that succeeded with them (on_item_failure collect); GET
+	// /v1/executions counts them, its stream does not.
+	ItemsFailed int       `json:"items_failed,omitempty"`
+	Links       itemLinks `json:"links"`
 }
 
 type itemLinks struct {
@@ -87,7 +95,16 @@ func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
 	if p := checkQuery(r, "id", "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
 		return chainstore.ListFilter{}, p
 	}
-	q := r.URL.Query()
+	f, errs := listFilterOf(r.URL.Query(), "")
+	if len(errs) > 0 {
+		return f, invalid(problemsDetail("the query", len(errs)), errs...)
+	}
+	return f, nil
+}
+
+// listFilterOf reads the filters of GET /v1/executions from q, naming each
+// at fault as field+its name.
+func listFilterOf(q url.Values, field string) (chainstore.ListFilter, []FieldError) {
 	f := chainstore.ListFilter{IDPrefix: q.Get("id"), Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
 	var errs []FieldError
 	if _, given := q["id"]; given && !engineKey.MatchString(f.IDPrefix) {
@@ -129,10 +146,10 @@ func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
 		}
 		f.After = p
 	}
-	if len(errs) > 0 {
-		return f, invalid(problemsDetail("the query", len(errs)), errs...)
+	for i := range errs {
+		errs[i].Field = field + errs[i].Field
 	}
-	return f, nil
+	return f, errs
 }
 
 // listExecutions is GET /v1/executions: newest first, one page at a time.
@@ -152,10 +169,48 @@ func (g *Gateway) listExecutions(w http.ResponseWriter, r *http.Request) error {
 		docs = docs[:limit]
 		page.NextCursor = encodeCursor(docs[limit-1].Position())
 	}
+	var succeeded []string
 	for _, d := range docs {
 		page.Executions = append(page.Executions, listItemOf(&d))
+		if d.Status == execution.StatusSucceeded {
+			succeeded = append(succeeded, d.ExecutionID)
+		}
+	}
+	failed, err := g.store.FailedItems(r.Context(), succeeded)
+	if err != nil {
+		return g.unavailable(r, "the audit store cannot be read", err)
+	}
+	for i := range page.Executions {
+		page.Executions[i].ItemsFailed = failed[page.Executions[i].ExecutionID]
 	}
 	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+// listTotals is GET /v1/execution-totals: how many executions the filters
+// of GET /v1/executions select, over every page, and what their model
+// calls cost.
+type listTotals struct {
+	Executions int64   `json:"executions"`
+	CostUSD    float64 `json:"cost_usd"`
+	ModelCalls int64   `json:"model_calls"`
+}
+
+// totalExecutions is GET /v1/execution-totals, with the filters of GET
+// /v1/executions (limit and cursor are refused: totals have no page).
+func (g *Gateway) totalExecutions(w http.ResponseWriter, r *http.Request) error {
+	if p := checkQuery(r, "id", "workflow", "status", "since", "until"); p != nil {
+		return p
+	}
+	f, errs := listFilterOf(r.URL.Query(), "")
+	if len(errs) > 0 {
+		return invalid(problemsDetail("the query", len(errs)), errs...)
+	}
+	t, err := g.store.TotalsOf(r.Context(), f)
+	if err != nil {
+		return g.unavailable(r, "the audit store cannot be read", err)
+	}
+	writeJSON(w, http.StatusOK, listTotals{Executions: t.Executions, CostUSD: t.CostUSD, ModelCalls: t.ModelCalls})
 	return nil
 }
 
@@ -166,6 +221,7 @@ func listItemOf(d *chainstore.ExecutionDoc) listItem {
 		ExecutionID: d.ExecutionID, WorkflowName: d.WorkflowName, Status: d.Status, Error: d.Error,
 		StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,
 		CostUSD: d.CostUSD, ModelCalls: d.ModelCalls,
+		ParentExecutionID: d.ParentExecutionID, ParentNode: d.ParentNode,
 		Links: itemLinks{Self: executionLinks(d.ExecutionID).Self},
 	}
 }
