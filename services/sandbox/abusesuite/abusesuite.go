@@ -28,6 +28,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/sandbox/isolation/isolationtest"
 )
 
 // Target is a sandbox service that consumes nova.cmd.sandbox, run with
@@ -60,6 +61,9 @@ func Run(t *testing.T, tg Target) {
 	c := tg.Client
 	limits := Limits()
 	hostPort := listen(t)
+	// The sleeps the cases look for after their runs carry markers of this
+	// run's own: other tests, or another run of the suite, sleep beside it.
+	outlives, apart := isolationtest.SleepMarker(33), isolationtest.SleepMarker(33)
 	// Programs reach the host's loopback at HostLoopback only through the
 	// service's network: on the host's own loopback the sandbox's empty
 	// network namespace has its own loopback, where nothing listens; from
@@ -157,9 +161,9 @@ context['found'] = found`,
 		},
 		{
 			name: "sleep in a child that outlives the parent",
-			code: "import subprocess\nsubprocess.Popen(['sleep', '33.25'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\ncontext['started'] = True",
+			code: "import subprocess\nsubprocess.Popen(['sleep', '" + outlives + "'], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\ncontext['started'] = True",
 			want: want{status: "success", updates: map[string]any{"started": true}, within: 5 * time.Second, check: func(t *testing.T, _ *novav1.CodeExecuted) {
-				if n := tg.Alive("sleep\x0033.25\x00"); n > 0 {
+				if n := tg.Alive("sleep\x00" + outlives + "\x00"); n > 0 {
 					t.Errorf("%d sleep processes outlived the run", n)
 				}
 			}},
@@ -239,7 +243,7 @@ context['found'] = found`,
 		first := `import socket, subprocess, time
 open('/tmp/first', 'w').write('x')
 srv = socket.socket(); srv.bind(('127.0.0.1', 6000)); srv.listen()
-subprocess.Popen(['sleep', '33.5'])
+subprocess.Popen(['sleep', 'SLEEP'])
 time.sleep(2)
 context['first'] = True`
 		second := `import os, socket, time
@@ -257,13 +261,14 @@ for p in os.listdir('/proc'):
             cmdlines.append(open(f'/proc/{p}/cmdline').read())
         except OSError:
             pass
-context['seen'] = {'files': os.listdir('/tmp'), 'tcp': reach(), 'sleep': any('33.5' in c for c in cmdlines)}`
+context['seen'] = {'files': os.listdir('/tmp'), 'tcp': reach(), 'sleep': any('SLEEP' in c for c in cmdlines)}`
+		first, second = strings.ReplaceAll(first, "SLEEP", apart), strings.ReplaceAll(second, "SLEEP", apart)
 		// Two workers take them at once.
 		stepA, stepB := c.Send(t, &novav1.ExecuteCode{Code: first}), c.Send(t, &novav1.ExecuteCode{Code: second})
 		// The first's sleep, alive while it runs, shows that Alive sees
 		// the sandbox's processes, so that its 0 after a run means none
 		// is left.
-		sleep := "sleep\x0033.5\x00"
+		sleep := "sleep\x00" + apart + "\x00"
 		counted := false
 		for deadline := time.Now().Add(time.Minute); !counted && time.Now().Before(deadline); {
 			counted = tg.Alive(sleep) > 0

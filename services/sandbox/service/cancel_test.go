@@ -20,6 +20,7 @@ import (
 	"github.com/novaflow/nova/pkg/eventjson"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/sandbox/abusesuite"
+	"github.com/novaflow/nova/services/sandbox/isolation/isolationtest"
 	"github.com/novaflow/nova/services/sandbox/runner"
 )
 
@@ -142,9 +143,9 @@ func sleeper(marker string) string {
 }
 
 // newMarker is a sleep time no other process of the host has on its
-// command line.
+// command line, another copy of this test's included.
 func newMarker() string {
-	return fmt.Sprintf("600.%d%06d", os.Getpid()%1000, cancelSeq.Add(1))
+	return isolationtest.SleepMarker(600)
 }
 
 // tree is the processes of a running program, seen from the host: the
