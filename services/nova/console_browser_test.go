@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,14 +37,16 @@ func chromiumPath() string {
 	return ""
 }
 
-// consoleShots is where the browser test writes its screenshots:
-// $NOVA_CONSOLE_SCREENSHOTS, else nova-console-screenshots in the temporary
-// directory.
+// consoleShots is where the browser tests write their screenshots:
+// $NOVA_CONSOLE_SCREENSHOTS, else nova-console-screenshots-<pid> in the
+// temporary directory, this test process's own: a browser test clears its
+// folder first, and another run beside it (make test, another person's run)
+// would clear or overwrite this one's screenshots, or own the folder.
 func consoleShots() string {
 	if d := os.Getenv("NOVA_CONSOLE_SCREENSHOTS"); d != "" {
 		return d
 	}
-	return filepath.Join(os.TempDir(), "nova-console-screenshots")
+	return filepath.Join(os.TempDir(), "nova-console-screenshots-"+strconv.Itoa(os.Getpid()))
 }
 
 // browser drives one headless Chromium tab.
