@@ -1,6 +1,7 @@
 // Building the page. Every value that came from a workflow, a model or a
 // user reaches the document as a text node or an attribute value set
 // through the DOM, never as markup: the console has no innerHTML.
+import { agoText, durationText, elapsedText } from "./duration.js";
 // h makes an element: attributes starting with "on" are listeners, true
 // and false set or leave out a boolean attribute, the rest are text.
 export function h(tag, attrs = null, ...children) {
@@ -80,42 +81,26 @@ export function stamp(iso) {
         return "";
     return new Date().toDateString() === t.toDateString() ? t.toLocaleTimeString() : t.toLocaleString();
 }
-// since is a short "how long ago" for a time.
+// since is a short "how long ago" for a time: "5 s ago", "3 min ago",
+// "2 h ago"; a day or more ago, the date and time.
 export function since(iso, now = Date.now()) {
     if (!iso)
         return "";
     const ms = now - Date.parse(iso);
     if (!Number.isFinite(ms))
         return "";
-    if (ms < 60_000)
-        return `${Math.max(0, Math.round(ms / 1000))} s ago`;
-    if (ms < 3_600_000)
-        return `${Math.round(ms / 60_000)} min ago`;
     if (ms < 86_400_000)
-        return `${Math.round(ms / 3_600_000)} h ago`;
+        return `${agoText(ms)} ago`;
     return new Date(iso).toISOString().slice(0, 16).replace("T", " ");
 }
+// duration is a measured duration in milliseconds ("850 ms", "2 min 30 s").
 export function duration(value) {
     // A number read exactly (ExactNumber) is a number here.
-    const ms = Number(value ?? NaN);
-    if (!Number.isFinite(ms))
-        return "";
-    if (ms < 1000)
-        return `${Math.round(ms)} ms`;
-    if (ms < 60_000)
-        return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
-    return `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
+    return durationText(Number(value ?? NaN));
 }
 // elapsed is how long something has been running, in whole seconds.
 export function elapsed(ms) {
-    if (!Number.isFinite(ms) || ms < 1000)
-        return "<1 s";
-    const s = Math.floor(ms / 1000);
-    if (s < 60)
-        return `${s} s`;
-    if (s < 3600)
-        return `${Math.floor(s / 60)} min ${s % 60} s`;
-    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+    return elapsedText(ms);
 }
 // running is an element whose text is the time since iso, kept current by
 // startClock (data-since); prefix and suffix go around it.
