@@ -21,12 +21,28 @@ import { workflowsPage } from "./workflows.js";
 import { h, replace } from "./dom.js";
 const main = document.getElementById("main");
 let current = null;
+// shownPath is the route's path drawn last (the hash before its "?").
+let shownPath = "";
 function route() {
     // Leaving a page ends what it does: its reads and streams, and a dialog
     // it opened (which acted on that page's execution).
     current?.abort();
     current = new AbortController();
     const hash = location.hash.replace(/^#/, "");
+    // The same page again with other parameters (a filter of the executions
+    // list applied as it changes): the control that changed them keeps the
+    // focus, so arrow keys go on through its options and Tab goes on from it.
+    const path = hash.split("?", 1)[0] ?? "";
+    const had = document.activeElement;
+    const keep = path === shownPath && had instanceof HTMLElement && had.id && main.contains(had) ? had.id : "";
+    shownPath = path;
+    draw(hash);
+    if (keep)
+        document.getElementById(keep)?.focus({ preventScroll: true });
+}
+function draw(hash) {
+    if (!current)
+        return;
     if (hash.startsWith("key=")) {
         // #key=<key>[&to=<route>]: keep the key, go to the route.
         const link = new URLSearchParams(hash);
@@ -99,6 +115,12 @@ onUnauthorized((p) => {
     setAPIKey("");
     current?.abort();
     loginPage(main, p.detail || "The API key was refused.");
+});
+// The skip link (the page's first stop for Tab) moves the focus to the
+// page's content; as a fragment link it would be taken for a route.
+document.querySelector("a.skip-link")?.addEventListener("click", (ev) => {
+    ev.preventDefault();
+    main.focus();
 });
 document.getElementById("signout")?.addEventListener("click", () => {
     setAPIKey("");
