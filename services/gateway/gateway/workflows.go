@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -46,6 +48,24 @@ type workflowSummary struct {
 	NodeCount int           `json:"node_count"`
 	UpdatedAt time.Time     `json:"updated_at"`
 	Links     workflowLinks `json:"links"`
+	// Unchanged is set on a registration of the definition the name has
+	// already: nothing new was stored, Revision is the stored one.
+	Unchanged bool `json:"unchanged,omitempty"`
+	// Runs sums up the workflow's last executions, with ?runs=N only.
+	Runs *recentRuns `json:"runs,omitempty"`
+}
+
+// recentRuns are a workflow's last executions as GET /v1/workflows?runs=N
+// sums them up: the newest, and how many of the last N ended and
+// succeeded.
+type recentRuns struct {
+	// Last is the newest execution; absent when it never ran.
+	Last *listItem `json:"last,omitempty"`
+	// Counted executions, at most N; Ended of them ended, Succeeded of
+	// those succeeded.
+	Counted   int `json:"counted"`
+	Ended     int `json:"ended"`
+	Succeeded int `json:"succeeded"`
 }
 
 // workflowView is GET /v1/workflows/{name}: the summary and the definition,
@@ -93,25 +113,78 @@ func (g *Gateway) registerWorkflow(w http.ResponseWriter, r *http.Request) error
 	if p != nil {
 		return p
 	}
-	entry, err := g.register(r, def)
+	entry, unchanged, err := g.registerChange(r, def)
 	if err != nil {
 		return err
 	}
 	s := summarize(entry, def)
 	w.Header().Set("Location", s.Links.Self)
+	if unchanged {
+		s.Unchanged = true
+		writeJSON(w, http.StatusOK, s)
+		return nil
+	}
 	writeJSON(w, http.StatusCreated, s)
 	return nil
 }
 
 // register registers def with the engine by the register command `nova
 // register` publishes, and returns the registry's entry once the engine
-// has stored it, so that a start by name that follows finds it.
+// has stored it (or holds it already), so that a start by name that
+// follows finds it.
 func (g *Gateway) register(r *http.Request, def *novav1.WorkflowDefinition) (jetstream.KeyValueEntry, error) {
+	entry, _, err := g.registerChange(r, def)
+	return entry, err
+}
+
+// registerChange is register, and tells whether def was unchanged. A
+// definition the registry holds already as the name's latest is answered
+// at once with that entry and unchanged set: the engine stores nothing for
+// it, so there is no write to wait for. The command is still sent, for the
+// engine re-applies the definition's schedules on every registration.
+func (g *Gateway) registerChange(r *http.Request, def *novav1.WorkflowDefinition) (entry jetstream.KeyValueEntry, unchanged bool, err error) {
 	ctx := r.Context()
 	kv, err := g.bucket(ctx, bus.BucketWorkflows)
 	if err != nil {
-		return nil, g.unavailable(r, "the workflow registry cannot be read; is the graph engine running?", err)
+		return nil, false, g.unavailable(r, "the workflow registry cannot be read; is the graph engine running?", err)
 	}
+	current, err := kv.Get(ctx, def.Name)
+	switch {
+	case err == nil:
+		var stored novav1.WorkflowDefinition
+		if proto.Unmarshal(current.Value(), &stored) == nil && proto.Equal(&stored, def) {
+			if err := g.publishRegister(ctx, "register-"+uuid.NewString(), def); err != nil {
+				return nil, false, g.publishProblem(r, err)
+			}
+			return current, true, nil
+		}
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, false, g.unavailable(r, "the workflow registry cannot be read", err)
+	}
+	entry, err = g.awaitRegister(r, kv, def)
+	return entry, false, err
+}
+
+// publishRegister publishes the register command of def, as `nova
+// register` does.
+func (g *Gateway) publishRegister(ctx context.Context, eventID string, def *novav1.WorkflowDefinition) error {
+	return g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowRegister,
+		&novav1.RegisterWorkflow{Definition: def}, nil)
+}
+
+// publishProblem is the answer to a register command the bus did not take.
+func (g *Gateway) publishProblem(r *http.Request, err error) error {
+	if r.Context().Err() != nil {
+		return r.Context().Err()
+	}
+	return g.unavailable(r, "the register command was not acknowledged by the bus; try again", err)
+}
+
+// awaitRegister publishes the register command of def and returns the
+// registry's entry once the engine has stored def, or the engine's
+// refusal.
+func (g *Gateway) awaitRegister(r *http.Request, kv jetstream.KeyValue, def *novav1.WorkflowDefinition) (jetstream.KeyValueEntry, error) {
+	ctx := r.Context()
 	// Both watches begin before the command is published, so that neither
 	// the engine's write nor its refusal is missed.
 	stored, err := kv.Watch(ctx, def.Name, jetstream.UpdatesOnly())
@@ -125,13 +198,8 @@ func (g *Gateway) register(r *http.Request, def *novav1.WorkflowDefinition) (jet
 		return nil, g.unavailable(r, "the graph engine's refusals cannot be watched", err)
 	}
 	defer stop()
-	err = g.bus.PublishProto(ctx, bus.CommandSubject(bus.AgentGraphEngine), eventID, bus.TypeWorkflowRegister,
-		&novav1.RegisterWorkflow{Definition: def}, nil)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, g.unavailable(r, "the register command was not acknowledged by the bus; try again", err)
+	if err := g.publishRegister(ctx, eventID, def); err != nil {
+		return nil, g.publishProblem(r, err)
 	}
 	for {
 		select {
@@ -248,10 +316,20 @@ func (g *Gateway) watchRefusal(ctx context.Context, eventID string) (<-chan *nov
 }
 
 // listWorkflows is GET /v1/workflows: every registered workflow, by name.
+// With ?runs=N (1 to maxWorkflowRuns) each also sums up its last N
+// executions, so that a page of workflows and their health is one read.
 func (g *Gateway) listWorkflows(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	if p := checkQuery(r); p != nil {
+	if p := checkQuery(r, "runs"); p != nil {
 		return p
+	}
+	runs := 0
+	if v := r.URL.Query().Get("runs"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxWorkflowRuns {
+			return invalidField("runs", fmt.Sprintf("%q is not a whole number from 1 to %d", v, maxWorkflowRuns))
+		}
+		runs = n
 	}
 	list := workflowList{Workflows: []workflowSummary{}}
 	kv, err := g.bucket(ctx, bus.BucketWorkflows)
@@ -290,8 +368,64 @@ func (g *Gateway) listWorkflows(w http.ResponseWriter, r *http.Request) error {
 		list.Workflows = append(list.Workflows, summarize(entry, &def))
 	}
 	slices.SortFunc(list.Workflows, func(a, b workflowSummary) int { return strings.Compare(a.Name, b.Name) })
+	if runs > 0 {
+		if err := g.sumRuns(ctx, list.Workflows, runs); err != nil {
+			return g.unavailable(r, "the audit store cannot be read", err)
+		}
+	}
 	writeJSON(w, http.StatusOK, list)
 	return nil
+}
+
+// maxWorkflowRuns bounds GET /v1/workflows?runs=N.
+const maxWorkflowRuns = 100
+
+// sumRuns sets the Runs of each workflow from its last n executions. It
+// reads the newest n executions per workflow (at most the store's listing
+// limit) in one listing; only when that window is full and a workflow has
+// fewer than n in it (it ran rarely, or not lately) is that workflow's own
+// listing read.
+func (g *Gateway) sumRuns(ctx context.Context, workflows []workflowSummary, n int) error {
+	window := min(max(n*len(workflows), n), chainstore.MaxListLimit)
+	newest, err := g.store.ListExecutions(ctx, chainstore.ListFilter{Limit: window})
+	if err != nil {
+		return err
+	}
+	byName := map[string][]chainstore.ExecutionDoc{}
+	for _, d := range newest {
+		if len(byName[d.WorkflowName]) < n {
+			byName[d.WorkflowName] = append(byName[d.WorkflowName], d)
+		}
+	}
+	for i := range workflows {
+		docs := byName[workflows[i].Name]
+		if len(newest) == window && len(docs) < n {
+			if docs, err = g.store.ListExecutions(ctx, chainstore.ListFilter{Workflow: workflows[i].Name, Limit: n}); err != nil {
+				return err
+			}
+		}
+		workflows[i].Runs = sumOf(docs)
+	}
+	return nil
+}
+
+// sumOf sums up executions listed newest first.
+func sumOf(docs []chainstore.ExecutionDoc) *recentRuns {
+	sum := &recentRuns{Counted: len(docs)}
+	if len(docs) > 0 {
+		last := listItemOf(&docs[0])
+		sum.Last = &last
+	}
+	for _, d := range docs {
+		if d.Status == execution.StatusRunning {
+			continue
+		}
+		sum.Ended++
+		if d.Status == execution.StatusSucceeded {
+			sum.Succeeded++
+		}
+	}
+	return sum
 }
 
 // getWorkflow is GET /v1/workflows/{name}: the registration a start by name

@@ -333,3 +333,117 @@ func TestWorkflowRevisions(t *testing.T) {
 		t.Errorf("the first registration, no longer kept: %q; want it to say so and name the kept ones", p.Detail)
 	}
 }
+
+// A definition registered again unchanged is answered at once, 200 with
+// the stored revision and unchanged: the engine stores nothing for it, so
+// there is no write to wait for. A changed one is stored as before.
+func TestWorkflowsRegisterUnchanged(t *testing.T) {
+	name := "same-" + uuid.NewString()[:8]
+	var first, again, changed workflowDoc
+	decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "2")), http.StatusCreated, &first)
+	tests := []struct {
+		name, contentType, body string
+	}{
+		{"the same YAML", "application/yaml", doublerYAML(name, "2")},
+		{"the same definition as JSON", "application/json", fmt.Sprintf(`{"name": %q, "nodes": [{"id": "start", "type": "start"},
+			{"id": "double", "type": "action", "code": "context[\"n\"] = context[\"n\"] * 2"}, {"id": "end", "type": "end"}],
+			"edges": [{"from": "start", "to": "double"}, {"from": "double", "to": "end"}]}`, name)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := postWorkflow(t, h.key["admin"], tt.contentType, tt.body)
+			var raw map[string]any
+			decode(t, resp, http.StatusOK, &raw)
+			decode(t, resp, http.StatusOK, &again)
+			if again.Revision != first.Revision || raw["unchanged"] != true || !again.UpdatedAt.Equal(first.UpdatedAt) {
+				t.Errorf("registered again unchanged: %s; want revision %d, unchanged", resp.body, first.Revision)
+			}
+			if loc := resp.header.Get("Location"); loc != first.Links.Self {
+				t.Errorf("Location = %q, want %q", loc, first.Links.Self)
+			}
+		})
+	}
+	resp := postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "3"))
+	decode(t, resp, http.StatusCreated, &changed)
+	if changed.Revision <= first.Revision || strings.Contains(string(resp.body), "unchanged") {
+		t.Errorf("a changed definition: %s; want a new revision after %d", resp.body, first.Revision)
+	}
+}
+
+// GET /v1/workflows?runs=N sums up each workflow's last N executions in
+// the one answer: the newest, and how many ended and succeeded.
+func TestWorkflowsListRuns(t *testing.T) {
+	prefix := "runs-" + uuid.NewString()[:8]
+	ran, never := prefix+"-ran", prefix+"-never"
+	for _, name := range []string{ran, never} {
+		decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "2")), http.StatusCreated, &workflowDoc{})
+	}
+	runByName(t, ran, 1)
+	runByName(t, ran, 2)
+	// None * 2 raises: that run fails.
+	resp := h.do(t, h.url, request{method: "POST", path: "/v1/executions?wait=60s", key: h.key["writer"],
+		body: fmt.Sprintf(`{"workflow": %q, "context": {"n": null}}`, ran)})
+	var failed completionDoc
+	decode(t, resp, http.StatusOK, &failed)
+	h.waitAudit(t)
+
+	type summed struct {
+		Name string `json:"name"`
+		Runs *struct {
+			Last *struct {
+				ExecutionID string `json:"execution_id"`
+				Status      string `json:"status"`
+			} `json:"last"`
+			Counted   int `json:"counted"`
+			Ended     int `json:"ended"`
+			Succeeded int `json:"succeeded"`
+		} `json:"runs"`
+	}
+	list := func(query string) map[string]summed {
+		t.Helper()
+		var l struct {
+			Workflows []summed `json:"workflows"`
+		}
+		decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows" + query, key: h.key["reader"]}), http.StatusOK, &l)
+		out := map[string]summed{}
+		for _, w := range l.Workflows {
+			out[w.Name] = w
+		}
+		return out
+	}
+	tests := []struct {
+		query                     string
+		workflow                  string
+		counted, ended, succeeded int
+		lastStatus, lastID        string
+	}{
+		{"?runs=20", ran, 3, 3, 2, failed.Status, failed.ExecutionID},
+		{"?runs=2", ran, 2, 2, 1, failed.Status, failed.ExecutionID},
+		{"?runs=20", never, 0, 0, 0, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.workflow+tt.query, func(t *testing.T) {
+			w := list(tt.query)[tt.workflow]
+			r := w.Runs
+			if r == nil || r.Counted != tt.counted || r.Ended != tt.ended || r.Succeeded != tt.succeeded {
+				t.Fatalf("%s: runs %+v, want %d counted, %d ended, %d succeeded", tt.workflow, r, tt.counted, tt.ended, tt.succeeded)
+			}
+			if tt.lastID == "" && r.Last != nil || tt.lastID != "" && (r.Last == nil || r.Last.ExecutionID != tt.lastID || r.Last.Status != tt.lastStatus) {
+				t.Errorf("%s: last run %+v, want %q %s", tt.workflow, r.Last, tt.lastID, tt.lastStatus)
+			}
+		})
+	}
+	if failed.Status != "failed" {
+		t.Errorf("the run with n null ended %s, want failed", failed.Status)
+	}
+	if w := list("")[ran]; w.Runs != nil {
+		t.Errorf("without ?runs the list sums up runs: %+v", w.Runs)
+	}
+	for _, bad := range []string{"0", "101", "many"} {
+		p := problem(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows?runs=" + bad, key: h.key["reader"]}),
+			http.StatusBadRequest, gateway.TypeInvalidRequest)
+		if !slices.Equal(p.fields(), []string{"runs"}) {
+			t.Errorf("runs=%s: fields %v, want runs", bad, p.fields())
+		}
+	}
+}
