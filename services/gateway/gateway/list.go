@@ -42,8 +42,12 @@ type listItem struct {
 	// ItemsFailed is how many items of its map nodes failed, for an
 	// execution that succeeded with them (on_item_failure collect); GET
 	// /v1/executions counts them, its stream does not.
-	ItemsFailed int       `json:"items_failed,omitempty"`
-	Links       itemLinks `json:"links"`
+	ItemsFailed int `json:"items_failed,omitempty"`
+	// Cursor continues a listing after this execution, as next_cursor
+	// after a page's last: a list that shows rows it did not read (the
+	// stream's) pages on from the last row it shows.
+	Cursor string    `json:"cursor"`
+	Links  itemLinks `json:"links"`
 }
 
 type itemLinks struct {
@@ -222,6 +226,7 @@ func listItemOf(d *chainstore.ExecutionDoc) listItem {
 		StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, DurationMs: d.DurationMs,
 		CostUSD: d.CostUSD, ModelCalls: d.ModelCalls,
 		ParentExecutionID: d.ParentExecutionID, ParentNode: d.ParentNode,
-		Links: itemLinks{Self: executionLinks(d.ExecutionID).Self},
+		Cursor: encodeCursor(d.Position()),
+		Links:  itemLinks{Self: executionLinks(d.ExecutionID).Self},
 	}
 }

@@ -26,6 +26,7 @@ type executionItem struct {
 	DurationMs   int64      `json:"duration_ms"`
 	CostUSD      *float64   `json:"cost_usd"`
 	ModelCalls   *int       `json:"model_calls"`
+	Cursor       string     `json:"cursor"`
 	Links        struct {
 		Self string `json:"self"`
 	} `json:"links"`
@@ -93,6 +94,19 @@ func TestListExecutions(t *testing.T) {
 				}
 			}
 			got = append(got, l.ids()...)
+			// Each item's cursor is where a page after it starts.
+			if l.NextCursor != "" && l.Executions[1].Cursor != l.NextCursor {
+				t.Errorf("page %d: the last item's cursor %q, next_cursor %q", pages, l.Executions[1].Cursor, l.NextCursor)
+			}
+			if l.Executions[0].Cursor == "" || l.Executions[0].Cursor == l.Executions[1].Cursor {
+				t.Errorf("page %d: item cursors %q and %q", pages, l.Executions[0].Cursor, l.Executions[1].Cursor)
+			}
+			if pages == 1 {
+				after := h.list(t, url.Values{"workflow": {wfA}, "limit": {"2"}, "cursor": {l.Executions[0].Cursor}}).ids()
+				if want := []string{a[1], a[2]}; !slices.Equal(after, want) {
+					t.Errorf("the page after the first item's cursor lists %v, want %v", after, want)
+				}
+			}
 			if l.NextCursor == "" {
 				if pages != 3 {
 					t.Errorf("%d pages, want 3", pages)
