@@ -1,10 +1,16 @@
 // The executions page, #/executions: every execution, newest first, a page
 // at a time through the API's cursor, found by id (or its first
-// characters), workflow, status and start time. The filters and the page
-// are in the URL (?id=&workflow=&status=&since=&until=&cursor=), so a
-// search can be bookmarked or sent. The first page is kept up to date live.
+// characters), workflow, status and start time, with how many the filters
+// select and what they cost. The filters and the page are in the URL
+// (?id=&workflow=&status=&since=&until=&cursor=&page=), so a search can be
+// bookmarked or sent. The first page is kept up to date live; Older pages on
+// from the last row it shows, so rows pushed off it by new ones are on the
+// next. Rows can be ticked (or every execution the filters select) and
+// cancelled or rerun together (batch.ts).
 import { getJSON, Problem, stream } from "./api.js";
-import { cut, duration, fromLocalInput, h, localInput, money, replace, shortID, since, stamp } from "./dom.js";
+import { batchBar, Selection } from "./batch.js";
+import { cut, duration, fromLocalInput, h, localInput, money, replace, since, stamp } from "./dom.js";
+import { idCell } from "./lineage.js";
 // RefineWorkflow is the workflow name of a refinement's execution.
 export const RefineWorkflow = "refine";
 const statuses = ["", "running", "succeeded", "failed", "cancelled"];
@@ -30,23 +36,41 @@ export function spendCell(e) {
         ? h("td", { class: "num", title: `${n} model call${n === 1 ? "" : "s"}` }, `${money(e.cost_usd)} · ${n} call${n === 1 ? "" : "s"}`)
         : h("td", { class: "num note" }, "—");
 }
-// executionRow is one execution in a table of them (executionsTable).
-export function executionRow(e, withWorkflow = true) {
-    return h("tr", { "data-execution": e.execution_id, "data-status": e.status }, h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}`, title: e.execution_id }, h("code", null, shortID(e.execution_id)))), withWorkflow ? h("td", null, workflowCell(e.workflow_name)) : null, h("td", null, statusBadge(e.status)), h("td", { title: e.started_at ?? "" }, since(e.started_at)), h("td", { class: "num" }, duration(e.duration_ms)), spendCell(e), h("td", { class: "error" }, cut(e.error ?? "", 100)));
+// itemsFailed flags the map items that failed in an execution that
+// succeeded (on_item_failure collect), or nothing.
+function itemsFailed(e) {
+    const n = Number(e.items_failed ?? 0);
+    if (!n)
+        return null;
+    return h("span", { class: "items-failed", title: "its map collected the failed items' errors and went on" }, `, ${n} item${n === 1 ? "" : "s"} failed`);
 }
-export function executionsTable(rows, withWorkflow = true) {
-    const cols = ["Execution", withWorkflow ? "Workflow" : "", "Status", "Started", "Duration", "Model cost", "Error"].filter(Boolean);
-    return h("div", { class: "table-scroll" }, h("table", { class: "executions" }, h("thead", null, h("tr", null, cols.map((t) => h("th", { scope: "col" }, t)))), rows));
+// executionRow is one execution in a table of them (executionsTable); with
+// select, its first cell has a checkbox.
+export function executionRow(e, withWorkflow = true, select, children = 0) {
+    return h("tr", { "data-execution": e.execution_id, "data-status": e.status, "data-items-failed": e.items_failed || null, class: select?.has(e.execution_id) ? "selected" : null }, idCell(e, select, children), withWorkflow ? h("td", null, workflowCell(e.workflow_name)) : null, h("td", { class: "status" }, statusBadge(e.status), itemsFailed(e)), h("td", { title: e.started_at ?? "" }, since(e.started_at)), h("td", { class: "num" }, duration(e.duration_ms)), spendCell(e), h("td", { class: "error" }, cut(e.error ?? "", 100)));
+}
+// executionsTable is a table of executions; head, when given, is the first
+// column's heading (the executions page puts its select-all box there).
+export function executionsTable(rows, withWorkflow = true, head) {
+    const cols = [withWorkflow ? "Workflow" : "", "Status", "Started", "Duration", "Model cost", "Error"].filter(Boolean);
+    return h("div", { class: "table-scroll" }, h("table", { class: "executions" }, h("thead", null, h("tr", null, h("th", { scope: "col" }, head ?? null, "Execution"), cols.map((t) => h("th", { scope: "col" }, t)))), rows));
 }
 // pageSize is how many executions a page shows.
 const pageSize = 50;
 // retryAfter is how long the list waits before it opens its stream again.
 const retryAfter = 2000;
+// totalsAfter is how long after a live change the totals are read again.
+const totalsAfter = 2000;
 // filterNames are the URL's filters, as GET /v1/executions names them.
 const filterNames = ["id", "workflow", "status", "since", "until"];
+// plural is "1 execution", "3 executions".
+export function plural(n, word) {
+    return `${n.toLocaleString("en")} ${word}${n === 1 ? "" : "s"}`;
+}
 export function executionsPage(root, params, signal) {
     const f = Object.fromEntries(filterNames.map((n) => [n, params.get(n) ?? ""]));
     const cursor = params.get("cursor") ?? "";
+    const pageNo = cursor ? Math.max(2, Number.parseInt(params.get("page") ?? "2", 10) || 2) : 1;
     const search = h("input", {
         id: "filter-id",
         name: "id",
@@ -65,6 +89,7 @@ export function executionsPage(root, params, signal) {
     const from = h("input", { id: "filter-since", name: "since", type: "datetime-local", value: f.since ? localInput(f.since) : "" });
     const to = h("input", { id: "filter-until", name: "until", type: "datetime-local", value: f.until ? localInput(f.until) : "" });
     const rows = h("tbody");
+    const summary = h("p", { class: "note summary", "aria-live": "polite" });
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
     const pager = h("nav", { class: "pager", "aria-label": "Pages" });
     const go = (extra = {}) => {
@@ -90,7 +115,14 @@ export function executionsPage(root, params, signal) {
     for (const el of [workflow, status])
         el.addEventListener("change", () => go());
     const filtered = filterNames.some((n) => f[n]);
-    replace(root, h("div", { class: "page-head" }, h("h1", null, "Executions"), h("a", { href: "#/workflows", class: "action" }, "Start a workflow →")), form, note, executionsTable(rows), pager);
+    // The executions this page acts on: ticked rows, or every one the
+    // filters select.
+    let totals = null;
+    const selection = new Selection(() => draw());
+    const allBox = h("input", { type: "checkbox", class: "select-page", "aria-label": "Select every execution on this page" });
+    allBox.addEventListener("change", () => selection.setPage(allBox.checked));
+    const bar = batchBar(selection, f, () => totals, signal);
+    replace(root, h("div", { class: "page-head" }, h("h1", null, "Executions"), h("a", { href: "#/workflows", class: "action" }, "Start a workflow →")), form, summary, bar.el, note, executionsTable(rows, true, allBox), pager);
     getJSON("/v1/workflows", signal)
         .then((doc) => {
         for (const w of doc.workflows)
@@ -114,12 +146,26 @@ export function executionsPage(root, params, signal) {
         (!f.id || e.execution_id.startsWith(f.id)) &&
         (!f.since || (!!e.started_at && Date.parse(e.started_at) >= Date.parse(f.since))) &&
         (!f.until || (!!e.started_at && Date.parse(e.started_at) < Date.parse(f.until)));
+    const showTotals = () => {
+        if (!totals)
+            return;
+        const n = Number(totals.executions);
+        const pages = Math.max(1, Math.ceil(n / pageSize));
+        replace(summary, h("strong", { class: "total" }, plural(n, "execution")), filtered ? " match these filters" : "", " · ", h("span", { class: "total-cost", title: "what the model calls of every execution the filters select cost (price table)" }, `model cost ${money(Number(totals.cost_usd))} · ${plural(Number(totals.model_calls), "model call")}`), " · ", h("span", { class: "page-no" }, `page ${pageNo} of ${Math.max(pages, pageNo)}`));
+    };
     const draw = () => {
-        const shown = [...items.values()]
+        const sorted = [...items.values()]
             .filter((e) => cursor || matches(e))
-            .sort((a, b) => (b.started_at ?? "").localeCompare(a.started_at ?? "") || b.execution_id.localeCompare(a.execution_id))
-            .slice(0, pageSize);
-        replace(rows, shown.map((e) => executionRow(e)));
+            .sort(newestFirst);
+        const shown = sorted.slice(0, pageSize);
+        const children = new Map();
+        for (const e of shown)
+            if (e.parent_execution_id)
+                children.set(e.parent_execution_id, (children.get(e.parent_execution_id) ?? 0) + 1);
+        selection.shown(shown.map((e) => e.execution_id));
+        replace(rows, shown.map((e) => executionRow(e, true, selection, children.get(e.execution_id) ?? 0)));
+        allBox.checked = shown.length > 0 && shown.every((e) => selection.has(e.execution_id));
+        allBox.disabled = shown.length === 0;
         if (!listed)
             return;
         if (shown.length === 0) {
@@ -128,9 +174,13 @@ export function executionsPage(root, params, signal) {
         else {
             const first = shown[shown.length - 1]?.started_at;
             const last = shown[0]?.started_at;
-            replace(note, `${shown.length} execution${shown.length === 1 ? "" : "s"}`, first && last ? `, started ${stamp(first)} to ${stamp(last)}` : "", cursor ? "" : " · kept up to date live");
+            replace(note, `${shown.length} shown`, first && last ? `, started ${stamp(first)} to ${stamp(last)}` : "", cursor ? "" : " · kept up to date live");
         }
-        replace(pager, cursor ? h("a", { href: "#/executions" + queryOf(f), class: "newest" }, "← Newest") : null, next ? h("button", { type: "button", class: "secondary older", onclick: () => go({ cursor: next }) }, "Older →") : null);
+        // Rows the stream pushed off this page are on the next: it starts
+        // after the last row shown, not after the last row read.
+        const older = next || sorted.length > shown.length ? (shown[shown.length - 1]?.cursor ?? next) : "";
+        replace(pager, cursor ? h("a", { href: "#/executions" + queryOf(f), class: "newest" }, "← Newest") : null, h("span", { class: "note page-no" }, `Page ${pageNo}`), older ? h("button", { type: "button", class: "secondary older", onclick: () => go({ cursor: older, page: String(pageNo + 1) }) }, "Older →") : null);
+        bar.refresh();
     };
     const upsert = (e) => {
         const had = items.get(e.execution_id);
@@ -138,13 +188,36 @@ export function executionsPage(root, params, signal) {
             return;
         items.set(e.execution_id, { ...had, ...e, cost_usd: Math.max(Number(had?.cost_usd ?? 0), Number(e.cost_usd ?? 0)) });
     };
+    const q = new URLSearchParams();
+    for (const n of filterNames)
+        if (f[n])
+            q.set(n, f[n]);
+    // The totals are read beside the page, and again a moment after the
+    // stream changed what they count.
+    let totalsTimer = 0;
+    const readTotals = () => {
+        totalsTimer = 0;
+        getJSON(`/v1/execution-totals${q.size ? "?" + q : ""}`, signal).then((t) => {
+            totals = t;
+            showTotals();
+            bar.refresh();
+        }, (e) => {
+            if (!signal.aborted)
+                showError(summary, e);
+        });
+    };
+    const totalsSoon = () => {
+        if (!totalsTimer)
+            totalsTimer = window.setTimeout(readTotals, totalsAfter);
+    };
+    signal.addEventListener("abort", () => clearTimeout(totalsTimer));
     const follow = async () => {
-        const q = new URLSearchParams();
+        const sq = new URLSearchParams();
         if (f.workflow)
-            q.set("workflow", f.workflow);
+            sq.set("workflow", f.workflow);
         while (!signal.aborted) {
             try {
-                await stream(`/v1/executions/events${q.size ? "?" + q : ""}`, { signal, lastEventId }, (ev) => {
+                await stream(`/v1/executions/events${sq.size ? "?" + sq : ""}`, { signal, lastEventId }, (ev) => {
                     lastEventId = ev.id || lastEventId;
                     let item;
                     try {
@@ -153,6 +226,8 @@ export function executionsPage(root, params, signal) {
                     catch {
                         return;
                     }
+                    if (ev.event === "workflow.started" || ev.event === "workflow.completed")
+                        totalsSoon();
                     if (!listed) {
                         pending.push(item);
                         return;
@@ -170,14 +245,12 @@ export function executionsPage(root, params, signal) {
     };
     if (!cursor)
         void follow();
-    const q = new URLSearchParams({ limit: String(pageSize) });
-    for (const n of filterNames)
-        if (f[n])
-            q.set(n, f[n]);
+    const lq = new URLSearchParams(q);
+    lq.set("limit", String(pageSize));
     if (cursor)
-        q.set("cursor", cursor);
+        lq.set("cursor", cursor);
     replace(note, "Reading…");
-    getJSON(`/v1/executions?${q}`, signal).then((doc) => {
+    getJSON(`/v1/executions?${lq}`, signal).then((doc) => {
         for (const e of doc.executions)
             upsert(e);
         next = doc.next_cursor ?? "";
@@ -190,9 +263,20 @@ export function executionsPage(root, params, signal) {
         if (!signal.aborted)
             showError(note, e);
     });
+    readTotals();
     // "5 s ago" moves on without a request.
     const timer = setInterval(draw, 10_000);
     signal.addEventListener("abort", () => clearInterval(timer));
+}
+// newestFirst orders executions as GET /v1/executions lists them: by start
+// time to the millisecond (the store's precision; the stream's times have
+// more), newest first, then by id, descending; those without a start last.
+function newestFirst(a, b) {
+    const ta = a.started_at ? Date.parse(a.started_at) : -Infinity;
+    const tb = b.started_at ? Date.parse(b.started_at) : -Infinity;
+    if (ta !== tb)
+        return tb > ta ? 1 : -1;
+    return a.execution_id < b.execution_id ? 1 : a.execution_id > b.execution_id ? -1 : 0;
 }
 function queryOf(f) {
     const q = new URLSearchParams();

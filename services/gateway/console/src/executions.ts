@@ -1,11 +1,17 @@
 // The executions page, #/executions: every execution, newest first, a page
 // at a time through the API's cursor, found by id (or its first
-// characters), workflow, status and start time. The filters and the page
-// are in the URL (?id=&workflow=&status=&since=&until=&cursor=), so a
-// search can be bookmarked or sent. The first page is kept up to date live.
+// characters), workflow, status and start time, with how many the filters
+// select and what they cost. The filters and the page are in the URL
+// (?id=&workflow=&status=&since=&until=&cursor=&page=), so a search can be
+// bookmarked or sent. The first page is kept up to date live; Older pages on
+// from the last row it shows, so rows pushed off it by new ones are on the
+// next. Rows can be ticked (or every execution the filters select) and
+// cancelled or rerun together (batch.ts).
 
 import { getJSON, Problem, stream } from "./api.js";
-import { cut, duration, fromLocalInput, h, localInput, money, replace, shortID, since, stamp } from "./dom.js";
+import { batchBar, Selection } from "./batch.js";
+import { cut, duration, fromLocalInput, h, localInput, money, replace, since, stamp } from "./dom.js";
+import { idCell } from "./lineage.js";
 
 export interface ExecutionItem {
   execution_id: string;
@@ -17,6 +23,20 @@ export interface ExecutionItem {
   duration_ms?: number;
   cost_usd?: number;
   model_calls?: number;
+  // A sub-workflow's child: the execution and node that started it.
+  parent_execution_id?: string;
+  parent_node?: string;
+  // Items of its map nodes that failed in an execution that succeeded.
+  items_failed?: number;
+  // Where a page after this execution starts.
+  cursor?: string;
+}
+
+// ExecutionTotals are what the filters select over every page.
+export interface ExecutionTotals {
+  executions: number;
+  cost_usd: number;
+  model_calls: number;
 }
 
 export interface ExecutionList {
@@ -61,14 +81,23 @@ export function spendCell(e: { cost_usd?: number; model_calls?: number }): HTMLE
     : h("td", { class: "num note" }, "—");
 }
 
-// executionRow is one execution in a table of them (executionsTable).
-export function executionRow(e: ExecutionItem, withWorkflow = true): HTMLElement {
+// itemsFailed flags the map items that failed in an execution that
+// succeeded (on_item_failure collect), or nothing.
+function itemsFailed(e: ExecutionItem): HTMLElement | null {
+  const n = Number(e.items_failed ?? 0);
+  if (!n) return null;
+  return h("span", { class: "items-failed", title: "its map collected the failed items' errors and went on" }, `, ${n} item${n === 1 ? "" : "s"} failed`);
+}
+
+// executionRow is one execution in a table of them (executionsTable); with
+// select, its first cell has a checkbox.
+export function executionRow(e: ExecutionItem, withWorkflow = true, select?: Selection, children = 0): HTMLElement {
   return h(
     "tr",
-    { "data-execution": e.execution_id, "data-status": e.status },
-    h("td", null, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}`, title: e.execution_id }, h("code", null, shortID(e.execution_id)))),
+    { "data-execution": e.execution_id, "data-status": e.status, "data-items-failed": e.items_failed || null, class: select?.has(e.execution_id) ? "selected" : null },
+    idCell(e, select, children),
     withWorkflow ? h("td", null, workflowCell(e.workflow_name)) : null,
-    h("td", null, statusBadge(e.status)),
+    h("td", { class: "status" }, statusBadge(e.status), itemsFailed(e)),
     h("td", { title: e.started_at ?? "" }, since(e.started_at)),
     h("td", { class: "num" }, duration(e.duration_ms)),
     spendCell(e),
@@ -76,12 +105,19 @@ export function executionRow(e: ExecutionItem, withWorkflow = true): HTMLElement
   );
 }
 
-export function executionsTable(rows: HTMLElement, withWorkflow = true): HTMLElement {
-  const cols = ["Execution", withWorkflow ? "Workflow" : "", "Status", "Started", "Duration", "Model cost", "Error"].filter(Boolean);
+// executionsTable is a table of executions; head, when given, is the first
+// column's heading (the executions page puts its select-all box there).
+export function executionsTable(rows: HTMLElement, withWorkflow = true, head?: HTMLElement): HTMLElement {
+  const cols = [withWorkflow ? "Workflow" : "", "Status", "Started", "Duration", "Model cost", "Error"].filter(Boolean);
   return h(
     "div",
     { class: "table-scroll" },
-    h("table", { class: "executions" }, h("thead", null, h("tr", null, cols.map((t) => h("th", { scope: "col" }, t)))), rows),
+    h(
+      "table",
+      { class: "executions" },
+      h("thead", null, h("tr", null, h("th", { scope: "col" }, head ?? null, "Execution"), cols.map((t) => h("th", { scope: "col" }, t)))),
+      rows,
+    ),
   );
 }
 
@@ -89,12 +125,22 @@ export function executionsTable(rows: HTMLElement, withWorkflow = true): HTMLEle
 const pageSize = 50;
 // retryAfter is how long the list waits before it opens its stream again.
 const retryAfter = 2000;
+// totalsAfter is how long after a live change the totals are read again.
+const totalsAfter = 2000;
 // filterNames are the URL's filters, as GET /v1/executions names them.
 const filterNames = ["id", "workflow", "status", "since", "until"] as const;
 
+export type Filters = Record<(typeof filterNames)[number], string>;
+
+// plural is "1 execution", "3 executions".
+export function plural(n: number, word: string): string {
+  return `${n.toLocaleString("en")} ${word}${n === 1 ? "" : "s"}`;
+}
+
 export function executionsPage(root: HTMLElement, params: URLSearchParams, signal: AbortSignal): void {
-  const f = Object.fromEntries(filterNames.map((n) => [n, params.get(n) ?? ""])) as Record<(typeof filterNames)[number], string>;
+  const f = Object.fromEntries(filterNames.map((n) => [n, params.get(n) ?? ""])) as Filters;
   const cursor = params.get("cursor") ?? "";
+  const pageNo = cursor ? Math.max(2, Number.parseInt(params.get("page") ?? "2", 10) || 2) : 1;
   const search = h("input", {
     id: "filter-id",
     name: "id",
@@ -117,6 +163,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   const from = h("input", { id: "filter-since", name: "since", type: "datetime-local", value: f.since ? localInput(f.since) : "" });
   const to = h("input", { id: "filter-until", name: "until", type: "datetime-local", value: f.until ? localInput(f.until) : "" });
   const rows = h("tbody");
+  const summary = h("p", { class: "note summary", "aria-live": "polite" });
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
   const pager = h("nav", { class: "pager", "aria-label": "Pages" });
 
@@ -150,12 +197,21 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   for (const el of [workflow, status]) el.addEventListener("change", () => go());
 
   const filtered = filterNames.some((n) => f[n]);
+  // The executions this page acts on: ticked rows, or every one the
+  // filters select.
+  let totals: ExecutionTotals | null = null;
+  const selection: Selection = new Selection(() => draw());
+  const allBox = h("input", { type: "checkbox", class: "select-page", "aria-label": "Select every execution on this page" });
+  allBox.addEventListener("change", () => selection.setPage(allBox.checked));
+  const bar = batchBar(selection, f, () => totals, signal);
   replace(
     root,
     h("div", { class: "page-head" }, h("h1", null, "Executions"), h("a", { href: "#/workflows", class: "action" }, "Start a workflow →")),
     form,
+    summary,
+    bar.el,
     note,
-    executionsTable(rows),
+    executionsTable(rows, true, allBox),
     pager,
   );
 
@@ -182,12 +238,32 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     (!f.id || e.execution_id.startsWith(f.id)) &&
     (!f.since || (!!e.started_at && Date.parse(e.started_at) >= Date.parse(f.since))) &&
     (!f.until || (!!e.started_at && Date.parse(e.started_at) < Date.parse(f.until)));
+  const showTotals = () => {
+    if (!totals) return;
+    const n = Number(totals.executions);
+    const pages = Math.max(1, Math.ceil(n / pageSize));
+    replace(
+      summary,
+      h("strong", { class: "total" }, plural(n, "execution")),
+      filtered ? " match these filters" : "",
+      " · ",
+      h("span", { class: "total-cost", title: "what the model calls of every execution the filters select cost (price table)" },
+        `model cost ${money(Number(totals.cost_usd))} · ${plural(Number(totals.model_calls), "model call")}`),
+      " · ",
+      h("span", { class: "page-no" }, `page ${pageNo} of ${Math.max(pages, pageNo)}`),
+    );
+  };
   const draw = () => {
-    const shown = [...items.values()]
+    const sorted = [...items.values()]
       .filter((e) => cursor || matches(e))
-      .sort((a, b) => (b.started_at ?? "").localeCompare(a.started_at ?? "") || b.execution_id.localeCompare(a.execution_id))
-      .slice(0, pageSize);
-    replace(rows, shown.map((e) => executionRow(e)));
+      .sort(newestFirst);
+    const shown = sorted.slice(0, pageSize);
+    const children = new Map<string, number>();
+    for (const e of shown) if (e.parent_execution_id) children.set(e.parent_execution_id, (children.get(e.parent_execution_id) ?? 0) + 1);
+    selection.shown(shown.map((e) => e.execution_id));
+    replace(rows, shown.map((e) => executionRow(e, true, selection, children.get(e.execution_id) ?? 0)));
+    allBox.checked = shown.length > 0 && shown.every((e) => selection.has(e.execution_id));
+    allBox.disabled = shown.length === 0;
     if (!listed) return;
     if (shown.length === 0) {
       replace(note, filtered ? ["No execution matches. ", h("a", { href: "#/executions" }, "Clear the filters")] : "No executions yet.");
@@ -196,16 +272,21 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
       const last = shown[0]?.started_at;
       replace(
         note,
-        `${shown.length} execution${shown.length === 1 ? "" : "s"}`,
+        `${shown.length} shown`,
         first && last ? `, started ${stamp(first)} to ${stamp(last)}` : "",
         cursor ? "" : " · kept up to date live",
       );
     }
+    // Rows the stream pushed off this page are on the next: it starts
+    // after the last row shown, not after the last row read.
+    const older = next || sorted.length > shown.length ? (shown[shown.length - 1]?.cursor ?? next) : "";
     replace(
       pager,
       cursor ? h("a", { href: "#/executions" + queryOf(f), class: "newest" }, "← Newest") : null,
-      next ? h("button", { type: "button", class: "secondary older", onclick: () => go({ cursor: next }) }, "Older →") : null,
+      h("span", { class: "note page-no" }, `Page ${pageNo}`),
+      older ? h("button", { type: "button", class: "secondary older", onclick: () => go({ cursor: older, page: String(pageNo + 1) }) }, "Older →") : null,
     );
+    bar.refresh();
   };
   const upsert = (e: ExecutionItem) => {
     const had = items.get(e.execution_id);
@@ -213,12 +294,35 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     items.set(e.execution_id, { ...had, ...e, cost_usd: Math.max(Number(had?.cost_usd ?? 0), Number(e.cost_usd ?? 0)) });
   };
 
+  const q = new URLSearchParams();
+  for (const n of filterNames) if (f[n]) q.set(n, f[n]);
+  // The totals are read beside the page, and again a moment after the
+  // stream changed what they count.
+  let totalsTimer = 0;
+  const readTotals = () => {
+    totalsTimer = 0;
+    getJSON<ExecutionTotals>(`/v1/execution-totals${q.size ? "?" + q : ""}`, signal).then(
+      (t) => {
+        totals = t;
+        showTotals();
+        bar.refresh();
+      },
+      (e) => {
+        if (!signal.aborted) showError(summary, e);
+      },
+    );
+  };
+  const totalsSoon = () => {
+    if (!totalsTimer) totalsTimer = window.setTimeout(readTotals, totalsAfter);
+  };
+  signal.addEventListener("abort", () => clearTimeout(totalsTimer));
+
   const follow = async () => {
-    const q = new URLSearchParams();
-    if (f.workflow) q.set("workflow", f.workflow);
+    const sq = new URLSearchParams();
+    if (f.workflow) sq.set("workflow", f.workflow);
     while (!signal.aborted) {
       try {
-        await stream(`/v1/executions/events${q.size ? "?" + q : ""}`, { signal, lastEventId }, (ev) => {
+        await stream(`/v1/executions/events${sq.size ? "?" + sq : ""}`, { signal, lastEventId }, (ev) => {
           lastEventId = ev.id || lastEventId;
           let item: ExecutionItem;
           try {
@@ -226,6 +330,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
           } catch {
             return;
           }
+          if (ev.event === "workflow.started" || ev.event === "workflow.completed") totalsSoon();
           if (!listed) {
             pending.push(item);
             return;
@@ -241,11 +346,11 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   };
   if (!cursor) void follow();
 
-  const q = new URLSearchParams({ limit: String(pageSize) });
-  for (const n of filterNames) if (f[n]) q.set(n, f[n]);
-  if (cursor) q.set("cursor", cursor);
+  const lq = new URLSearchParams(q);
+  lq.set("limit", String(pageSize));
+  if (cursor) lq.set("cursor", cursor);
   replace(note, "Reading…");
-  getJSON<ExecutionList>(`/v1/executions?${q}`, signal).then(
+  getJSON<ExecutionList>(`/v1/executions?${lq}`, signal).then(
     (doc) => {
       for (const e of doc.executions) upsert(e);
       next = doc.next_cursor ?? "";
@@ -258,9 +363,20 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
       if (!signal.aborted) showError(note, e);
     },
   );
+  readTotals();
   // "5 s ago" moves on without a request.
   const timer = setInterval(draw, 10_000);
   signal.addEventListener("abort", () => clearInterval(timer));
+}
+
+// newestFirst orders executions as GET /v1/executions lists them: by start
+// time to the millisecond (the store's precision; the stream's times have
+// more), newest first, then by id, descending; those without a start last.
+function newestFirst(a: ExecutionItem, b: ExecutionItem): number {
+  const ta = a.started_at ? Date.parse(a.started_at) : -Infinity;
+  const tb = b.started_at ? Date.parse(b.started_at) : -Infinity;
+  if (ta !== tb) return tb > ta ? 1 : -1;
+  return a.execution_id < b.execution_id ? 1 : a.execution_id > b.execution_id ? -1 : 0;
 }
 
 function queryOf(f: Record<string, string>): string {
