@@ -19,7 +19,7 @@ var ErrExecutionCancelled = errors.New("the execution was cancelled")
 const cancelWatchFlushWait = 10 * time.Second
 
 // WatchCancellations calls onCancel with the execution of every
-// ExecutionCancelled event published from now on, until stop is called or
+// ExecutionCancelled and ExecutionStopped event published from now on, until stop is called or
 // ctx ends. It reads them on a plain NATS subscription (what JetStream stores
 // on nova.evt.*.execution.cancelled reaches it too), not a durable consumer,
 // so every replica of every service hears each one. The execution is the
@@ -31,7 +31,9 @@ const cancelWatchFlushWait = 10 * time.Second
 // work it would have stopped runs to its end, and the graph engine ignores
 // its result.
 func (b *Bus) WatchCancellations(ctx context.Context, onCancel func(executionID string)) (stop func(), err error) {
-	sub, err := b.nc.Subscribe(EventFilter(KindExecutionCancelled), func(m *nats.Msg) {
+	// One subscription hears both: ExecutionCancelled, and ExecutionStopped
+	// (an execution that ended while some of its lines still ran work).
+	sub, err := b.nc.Subscribe(EventFilter(KindExecutionEnds), func(m *nats.Msg) {
 		if execution, _, ok := ParseEventSubject(m.Subject); ok {
 			onCancel(execution)
 		}

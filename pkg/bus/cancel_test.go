@@ -242,3 +242,25 @@ func TestCancelsForget(t *testing.T) {
 		t.Fatalf("memory holds %d entries (%d ids), want at most %d", n, m, CancelsRemembered)
 	}
 }
+
+// An execution that ended while some of its lines still ran work
+// (ExecutionStopped) ends that work as a cancel does.
+func TestCancelsHearStoppedExecutions(t *testing.T) {
+	b := cancelBus(t)
+	c, err := b.NewCancels(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, release := c.Start("exec-stopped", context.Background())
+	defer release()
+	other, releaseOther := c.Start("exec-other", context.Background())
+	defer releaseOther()
+	if err := b.PublishProto(context.Background(), EventSubject("exec-stopped", KindExecutionStopped), "exec-stopped/stopped",
+		TypeExecutionStopped, &novav1.ExecutionStopped{ExecutionId: "exec-stopped", Reason: "node \"a\" failed"},
+		map[string]string{ExtensionExecutionID: "exec-stopped"}); err != nil {
+		t.Fatal(err)
+	}
+	cancelledWithin(t, ctx, 5*time.Second)
+	notCancelled(t, other)
+}

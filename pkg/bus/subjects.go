@@ -37,6 +37,7 @@ const (
 
 	TypeExecutionCancel    = "io.nova.execution.cancel.v1"
 	TypeExecutionCancelled = "io.nova.execution.cancelled.v1"
+	TypeExecutionStopped   = "io.nova.execution.stopped.v1"
 	TypeExecutionSignal    = "io.nova.execution.signal.v1"
 	TypeSignalRejected     = "io.nova.execution.signal.rejected.v1"
 	TypeNodeWaiting        = "io.nova.node.waiting.v1"
@@ -109,7 +110,12 @@ const (
 	KindRefinement         = "refinement"
 	KindNodeWaiting        = "node.waiting"
 	KindExecutionCancelled = "execution.cancelled"
-	KindSignalRejected     = "signal.rejected"
+	// KindExecutionStopped: the execution ended while some of its lines
+	// still ran work, which is to stop as for a cancel.
+	KindExecutionStopped = "execution.stopped"
+	// KindExecutionEnds matches both: what stops an execution's work.
+	KindExecutionEnds  = "execution.*"
+	KindSignalRejected = "signal.rejected"
 	// KindChildCompleted is the graph engine's result for a parent
 	// execution: one of its child executions ended.
 	KindChildCompleted = "result." + AgentGraphEngine

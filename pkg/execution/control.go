@@ -53,9 +53,11 @@ func CheckCancel(st *novav1.ExecutionState) error {
 	return &EndedError{ID: st.GetExecutionId(), Status: st.GetStatus()}
 }
 
-// Lines are st's lines of control: its branches when it runs several at
-// once, else the one line its current-node fields hold (as a Branch with
-// no id).
+// Lines are st's lines of control, each with its node, pending step,
+// timer and what it waits for: one (id "") while the execution follows one
+// line, one per branch and map item once it forked. States written before
+// every line was a record of its own held a one-line execution's line in
+// their current-node fields; it is read from there.
 func Lines(st *novav1.ExecutionState) []*novav1.Branch {
 	if len(st.GetBranches()) > 0 {
 		return st.GetBranches()
@@ -65,6 +67,37 @@ func Lines(st *novav1.ExecutionState) []*novav1.Branch {
 	}
 	return []*novav1.Branch{{CurrentNode: st.GetCurrentNode(), PendingStepId: st.GetPendingStepId(), NodeStartedAt: st.GetNodeStartedAt(),
 		Timer: st.GetTimer(), WaitingFor: st.GetWaitingFor(), MapRun: st.GetMapRun()}}
+}
+
+// Forked are st's lines when it runs several at once (branches, map
+// items), nil while it follows one line.
+func Forked(st *novav1.ExecutionState) []*novav1.Branch {
+	lines := Lines(st)
+	if len(lines) == 1 && lines[0].GetId() == "" {
+		return nil
+	}
+	return lines
+}
+
+// CurrentNode is the node st's one line is at, "" when it runs several
+// lines at once, or none.
+func CurrentNode(st *novav1.ExecutionState) string {
+	lines := Lines(st)
+	if len(lines) == 1 && lines[0].GetId() == "" {
+		return lines[0].GetCurrentNode()
+	}
+	return ""
+}
+
+// WaitingFor is the signal the first of st's lines that waits for one
+// waits for, "" when none does.
+func WaitingFor(st *novav1.ExecutionState) string {
+	for _, l := range Lines(st) {
+		if l.GetWaitingFor() != "" {
+			return l.GetWaitingFor()
+		}
+	}
+	return ""
 }
 
 // CheckSignalTarget tells whether st waits for signal name: nil when one of
@@ -149,4 +182,21 @@ func WaitUntil(l *novav1.Branch) *timestamppb.Timestamp {
 		return tm.GetDueAt()
 	}
 	return nil
+}
+
+// Parked are the lines of st that wait at a join for others, by join node:
+// each line's id.
+func Parked(st *novav1.ExecutionState) map[string][]string {
+	out := map[string][]string{}
+	for join, js := range st.GetJoins() {
+		for _, l := range js.GetArrived() {
+			out[join] = append(out[join], l.GetId())
+		}
+		for _, a := range js.GetActivations() {
+			for _, l := range a.GetArrived() {
+				out[join] = append(out[join], l.GetId())
+			}
+		}
+	}
+	return out
 }

@@ -31,6 +31,9 @@ func Validate(def *novav1.WorkflowDefinition, opts ValidateOptions) error {
 	v.nodes()
 	v.edges()
 	v.reachability()
+	if len(v.problems) == 0 {
+		v.stuckJoins()
+	}
 	if len(v.problems) > 0 {
 		return &ValidationError{Workflow: def.GetName(), Problems: v.problems}
 	}

@@ -379,7 +379,7 @@ func procsSignal(t *testing.T, ctx context.Context, b *bus.Bus, id, name string,
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.GetWaitingFor() == name {
+		if execution.WaitingFor(st) == name {
 			break
 		}
 		if st != nil && st.GetStatus() != execution.StatusRunning {

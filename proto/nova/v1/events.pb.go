@@ -660,6 +660,80 @@ func (x *ExecutionCancelled) GetCancelledAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// ExecutionStopped says an execution ended while some of its lines still
+// ran work (a failed node in one branch while others ran): the sandbox and
+// the agents stop what they run for it, as for a cancel. Published on
+// nova.evt.<execution_id>.execution.stopped only when such work remained.
+// Type io.nova.execution.stopped.v1.
+type ExecutionStopped struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	Reason      string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The nodes that were running.
+	NodeIds       []string               `protobuf:"bytes,3,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	StoppedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=stopped_at,json=stoppedAt,proto3" json:"stopped_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionStopped) Reset() {
+	*x = ExecutionStopped{}
+	mi := &file_nova_v1_events_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionStopped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionStopped) ProtoMessage() {}
+
+func (x *ExecutionStopped) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionStopped.ProtoReflect.Descriptor instead.
+func (*ExecutionStopped) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExecutionStopped) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ExecutionStopped) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExecutionStopped) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *ExecutionStopped) GetStoppedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StoppedAt
+	}
+	return nil
+}
+
 // TimerFired is the message of a durable timer (a JetStream message
 // schedule) when it comes due: the scheduler publishes it to
 // nova.timer.fired.<execution_id>.<timer id>.
@@ -677,7 +751,7 @@ type TimerFired struct {
 
 func (x *TimerFired) Reset() {
 	*x = TimerFired{}
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +763,7 @@ func (x *TimerFired) String() string {
 func (*TimerFired) ProtoMessage() {}
 
 func (x *TimerFired) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +776,7 @@ func (x *TimerFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerFired.ProtoReflect.Descriptor instead.
 func (*TimerFired) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TimerFired) GetExecutionId() string {
@@ -768,7 +842,7 @@ type NodeWaiting struct {
 
 func (x *NodeWaiting) Reset() {
 	*x = NodeWaiting{}
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +854,7 @@ func (x *NodeWaiting) String() string {
 func (*NodeWaiting) ProtoMessage() {}
 
 func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +867,7 @@ func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWaiting.ProtoReflect.Descriptor instead.
 func (*NodeWaiting) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeWaiting) GetExecutionId() string {
@@ -907,7 +981,7 @@ type StartRefinement struct {
 
 func (x *StartRefinement) Reset() {
 	*x = StartRefinement{}
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +993,7 @@ func (x *StartRefinement) String() string {
 func (*StartRefinement) ProtoMessage() {}
 
 func (x *StartRefinement) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1006,7 @@ func (x *StartRefinement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRefinement.ProtoReflect.Descriptor instead.
 func (*StartRefinement) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartRefinement) GetExecutionId() string {
@@ -1047,7 +1121,7 @@ type RefinementProgress struct {
 
 func (x *RefinementProgress) Reset() {
 	*x = RefinementProgress{}
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1133,7 @@ func (x *RefinementProgress) String() string {
 func (*RefinementProgress) ProtoMessage() {}
 
 func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1146,7 @@ func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefinementProgress.ProtoReflect.Descriptor instead.
 func (*RefinementProgress) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RefinementProgress) GetExecutionId() string {
@@ -1226,7 +1300,7 @@ type RegisterWorkflow struct {
 
 func (x *RegisterWorkflow) Reset() {
 	*x = RegisterWorkflow{}
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1312,7 @@ func (x *RegisterWorkflow) String() string {
 func (*RegisterWorkflow) ProtoMessage() {}
 
 func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1325,7 @@ func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflow.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflow) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
@@ -1280,7 +1354,7 @@ type ParentRef struct {
 
 func (x *ParentRef) Reset() {
 	*x = ParentRef{}
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1366,7 @@ func (x *ParentRef) String() string {
 func (*ParentRef) ProtoMessage() {}
 
 func (x *ParentRef) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1379,7 @@ func (x *ParentRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParentRef.ProtoReflect.Descriptor instead.
 func (*ParentRef) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ParentRef) GetExecutionId() string {
@@ -1372,7 +1446,7 @@ type ChildCompleted struct {
 
 func (x *ChildCompleted) Reset() {
 	*x = ChildCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1458,7 @@ func (x *ChildCompleted) String() string {
 func (*ChildCompleted) ProtoMessage() {}
 
 func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1471,7 @@ func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildCompleted.ProtoReflect.Descriptor instead.
 func (*ChildCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChildCompleted) GetParent() *ParentRef {
@@ -1478,7 +1552,7 @@ type WorkflowStarted struct {
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1564,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1577,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -1600,7 +1674,7 @@ type WorkflowCompleted struct {
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1686,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1699,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -1750,7 +1824,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1836,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1849,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -1864,7 +1938,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1950,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1963,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -2043,7 +2117,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2129,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2142,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -2262,7 +2336,7 @@ type NodeStarted struct {
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2348,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2361,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -2407,7 +2481,7 @@ type NodeCompleted struct {
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2493,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2506,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -2665,7 +2739,7 @@ type SignalReceived struct {
 
 func (x *SignalReceived) Reset() {
 	*x = SignalReceived{}
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2751,7 @@ func (x *SignalReceived) String() string {
 func (*SignalReceived) ProtoMessage() {}
 
 func (x *SignalReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2764,7 @@ func (x *SignalReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
 func (*SignalReceived) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SignalReceived) GetName() string {
@@ -2754,7 +2828,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2840,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2853,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -2973,7 +3047,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3059,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3072,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -3138,7 +3212,13 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12!\n" +
 	"\frequested_by\x18\x03 \x01(\tR\vrequestedBy\x12\x17\n" +
 	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12=\n" +
-	"\fcancelled_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcancelledAt\"\xaa\x01\n" +
+	"\fcancelled_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcancelledAt\"\xa3\x01\n" +
+	"\x10ExecutionStopped\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
+	"\bnode_ids\x18\x03 \x03(\tR\anodeIds\x129\n" +
+	"\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xaa\x01\n" +
 	"\n" +
 	"TimerFired\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
@@ -3434,7 +3514,7 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
 	(*RerunFrom)(nil),             // 1: nova.v1.RerunFrom
@@ -3445,87 +3525,89 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*ScheduleTick)(nil),          // 6: nova.v1.ScheduleTick
 	(*SignalRejected)(nil),        // 7: nova.v1.SignalRejected
 	(*ExecutionCancelled)(nil),    // 8: nova.v1.ExecutionCancelled
-	(*TimerFired)(nil),            // 9: nova.v1.TimerFired
-	(*NodeWaiting)(nil),           // 10: nova.v1.NodeWaiting
-	(*StartRefinement)(nil),       // 11: nova.v1.StartRefinement
-	(*RefinementProgress)(nil),    // 12: nova.v1.RefinementProgress
-	(*RegisterWorkflow)(nil),      // 13: nova.v1.RegisterWorkflow
-	(*ParentRef)(nil),             // 14: nova.v1.ParentRef
-	(*ChildCompleted)(nil),        // 15: nova.v1.ChildCompleted
-	(*WorkflowStarted)(nil),       // 16: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 17: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 18: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 19: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 20: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 21: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 22: nova.v1.NodeCompleted
-	(*SignalReceived)(nil),        // 23: nova.v1.SignalReceived
-	(*StepCompleted)(nil),         // 24: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 25: nova.v1.DeadLetter
-	nil,                           // 26: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 27: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 28: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*Schedule)(nil),              // 30: nova.v1.Schedule
-	(*Refinement)(nil),            // 31: nova.v1.Refinement
-	(*structpb.Struct)(nil),       // 32: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 33: google.protobuf.ListValue
+	(*ExecutionStopped)(nil),      // 9: nova.v1.ExecutionStopped
+	(*TimerFired)(nil),            // 10: nova.v1.TimerFired
+	(*NodeWaiting)(nil),           // 11: nova.v1.NodeWaiting
+	(*StartRefinement)(nil),       // 12: nova.v1.StartRefinement
+	(*RefinementProgress)(nil),    // 13: nova.v1.RefinementProgress
+	(*RegisterWorkflow)(nil),      // 14: nova.v1.RegisterWorkflow
+	(*ParentRef)(nil),             // 15: nova.v1.ParentRef
+	(*ChildCompleted)(nil),        // 16: nova.v1.ChildCompleted
+	(*WorkflowStarted)(nil),       // 17: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 18: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 19: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 20: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 21: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 22: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 23: nova.v1.NodeCompleted
+	(*SignalReceived)(nil),        // 24: nova.v1.SignalReceived
+	(*StepCompleted)(nil),         // 25: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 26: nova.v1.DeadLetter
+	nil,                           // 27: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 28: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 29: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*Schedule)(nil),              // 31: nova.v1.Schedule
+	(*Refinement)(nil),            // 32: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 33: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 34: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	27, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	28, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	28, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	29, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
 	1,  // 2: nova.v1.StartWorkflow.rerun:type_name -> nova.v1.RerunFrom
-	29, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
-	14, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
-	28, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
-	30, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
-	29, // 7: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	29, // 8: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
-	29, // 9: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
-	31, // 10: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	32, // 11: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	20, // 12: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	27, // 13: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	14, // 14: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
-	28, // 15: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
-	27, // 16: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	28, // 17: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	29, // 18: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 19: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
-	29, // 20: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
-	14, // 21: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
-	28, // 22: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	18, // 23: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	29, // 24: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	29, // 25: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	14, // 26: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
-	28, // 27: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	28, // 28: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	32, // 29: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	28, // 30: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	28, // 31: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	29, // 32: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	28, // 33: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	28, // 34: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	32, // 35: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	29, // 36: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	29, // 37: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	32, // 38: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	29, // 39: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
-	23, // 40: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
-	28, // 41: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
-	29, // 42: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
-	32, // 43: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	32, // 44: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	33, // 45: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	29, // 46: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	26, // 47: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	29, // 48: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	30, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
+	15, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
+	29, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
+	31, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
+	30, // 7: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	30, // 8: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	30, // 9: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	30, // 10: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	32, // 11: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	33, // 12: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	21, // 13: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	28, // 14: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	15, // 15: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
+	29, // 16: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
+	28, // 17: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	29, // 18: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	30, // 19: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 20: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	30, // 21: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	15, // 22: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
+	29, // 23: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	19, // 24: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	30, // 25: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	30, // 26: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	15, // 27: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
+	29, // 28: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	29, // 29: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	33, // 30: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	29, // 31: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	29, // 32: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	30, // 33: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	29, // 34: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	29, // 35: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	33, // 36: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	30, // 37: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	30, // 38: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	33, // 39: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	30, // 40: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	24, // 41: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	29, // 42: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	30, // 43: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	33, // 44: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	33, // 45: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	34, // 46: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	30, // 47: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	27, // 48: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	30, // 49: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -3536,18 +3618,18 @@ func file_nova_v1_events_proto_init() {
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
-	file_nova_v1_events_proto_msgTypes[12].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[14].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[15].OneofWrappers = []any{}
 	file_nova_v1_events_proto_msgTypes[22].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[23].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -151,6 +151,9 @@ type ExecutionState struct {
 	Context *JSONValue            `protobuf:"bytes,17,opt,name=context,proto3" json:"context,omitempty"`
 	Path    []string              `protobuf:"bytes,5,rep,name=path,proto3" json:"path,omitempty"`
 	Nodes   map[string]*NodeState `protobuf:"bytes,6,rep,name=nodes,proto3" json:"nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Fields 7, 8, 13, 18, 16, 21, 22 and 32 held the one line of an
+	// execution that did not fork; states written before every line was a
+	// record of its own (branches) are read from them once and moved there.
 	// The node waiting for a result, and the step id that result must carry.
 	CurrentNode   string                 `protobuf:"bytes,7,opt,name=current_node,json=currentNode,proto3" json:"current_node,omitempty"`
 	PendingStepId string                 `protobuf:"bytes,8,opt,name=pending_step_id,json=pendingStepId,proto3" json:"pending_step_id,omitempty"`
@@ -186,14 +189,13 @@ type ExecutionState struct {
 	// The W3C traceparent of the execution's start: steering commands (a
 	// signal, a cancel) continue the execution's trace, linked to theirs.
 	Traceparent string `protobuf:"bytes,28,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	// The branches running at once, when the execution forked (a node with
-	// several outgoing edges, a map's items). While there are any, the
-	// fields of the current node above are empty between events, context is
-	// what the branches started from (with what ended branches changed), and
-	// each branch holds its own node, step, timer and context. Empty: the
-	// execution follows one line, in the fields above.
+	// The lines of control of the running execution, each a record with its
+	// own node, pending step, timer, context and place in forks and maps: one
+	// for an execution that follows one line (its id ""), one per branch and
+	// map item once it forked. context above is the execution's context: the
+	// one line's while there is one, else what the lines started from.
 	Branches []*Branch `protobuf:"bytes,29,rep,name=branches,proto3" json:"branches,omitempty"`
-	// Branches that arrived at a join node and wait there, by join node.
+	// Lines that arrived at a join node and wait there, by join node.
 	Joins map[string]*JoinState `protobuf:"bytes,30,rep,name=joins,proto3" json:"joins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Counts the branches made, for their ids.
 	BranchSeq int32 `protobuf:"varint,31,opt,name=branch_seq,json=branchSeq,proto3" json:"branch_seq,omitempty"`
@@ -202,8 +204,12 @@ type ExecutionState struct {
 	// The parent execution, when this one is a sub-workflow's child.
 	Parent *ParentRef `protobuf:"bytes,33,opt,name=parent,proto3" json:"parent,omitempty"`
 	// Context keys changed by branches that ended at an end node while
-	// others ran (two that change one key conflict).
-	EndedKeys     []string `protobuf:"bytes,34,rep,name=ended_keys,json=endedKeys,proto3" json:"ended_keys,omitempty"`
+	// others ran, merged into context by the engine before lines were
+	// records; read only from such states.
+	EndedKeys []string `protobuf:"bytes,34,rep,name=ended_keys,json=endedKeys,proto3" json:"ended_keys,omitempty"`
+	// Lines that ended at an end node while others ran: merged into the
+	// context, by the join's rule, when the execution ends.
+	Ended         []*Branch `protobuf:"bytes,35,rep,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -462,6 +468,13 @@ func (x *ExecutionState) GetEndedKeys() []string {
 	return nil
 }
 
+func (x *ExecutionState) GetEnded() []*Branch {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
 // Branch is one line of control of an execution that runs several at
 // once: the node it is at, what that node waits for, and its own copy of
 // the context.
@@ -491,7 +504,10 @@ type Branch struct {
 	// An item's own record of the map node (its visit, attempts).
 	ItemNode *NodeState `protobuf:"bytes,16,opt,name=item_node,json=itemNode,proto3" json:"item_node,omitempty"`
 	// The node the branch arrived from (a join records it).
-	FromNode      string `protobuf:"bytes,17,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	FromNode string `protobuf:"bytes,17,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	// Joins where this line ends when it arrives: a join with wait: any or a
+	// number went on without it. Lines it forks inherit them.
+	AbsorbedAt    []string `protobuf:"bytes,18,rep,name=absorbed_at,json=absorbedAt,proto3" json:"absorbed_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -645,9 +661,22 @@ func (x *Branch) GetFromNode() string {
 	return ""
 }
 
+func (x *Branch) GetAbsorbedAt() []string {
+	if x != nil {
+		return x.AbsorbedAt
+	}
+	return nil
+}
+
+// KeyList is one fork a line descends from, with the context keys its
+// ancestor line changed between the fork before it and this one.
 type KeyList struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The fork: "<node>@<sequence>", unique in the execution; empty in
+	// states written before forks were named.
+	Fork          string `protobuf:"bytes,2,opt,name=fork,proto3" json:"fork,omitempty"`
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,13 +718,28 @@ func (x *KeyList) GetKeys() []string {
 	return nil
 }
 
-// JoinState is what a join node holds between the arrivals of its branches.
+func (x *KeyList) GetFork() string {
+	if x != nil {
+		return x.Fork
+	}
+	return ""
+}
+
+func (x *KeyList) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// JoinState is what a join node holds between the arrivals of its lines:
+// one activation per fork it closes that lines have arrived from.
 type JoinState struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Arrived []*Branch              `protobuf:"bytes,1,rep,name=arrived,proto3" json:"arrived,omitempty"`
-	// Branches that can still reach the join after it went on (wait: any or
-	// a number): they end when they arrive.
-	Absorb        []string `protobuf:"bytes,2,rep,name=absorb,proto3" json:"absorb,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Written before activations: read only from such states.
+	Arrived       []*Branch         `protobuf:"bytes,1,rep,name=arrived,proto3" json:"arrived,omitempty"`
+	Absorb        []string          `protobuf:"bytes,2,rep,name=absorb,proto3" json:"absorb,omitempty"`
+	Activations   []*JoinActivation `protobuf:"bytes,3,rep,name=activations,proto3" json:"activations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +788,70 @@ func (x *JoinState) GetAbsorb() []string {
 	return nil
 }
 
+func (x *JoinState) GetActivations() []*JoinActivation {
+	if x != nil {
+		return x.Activations
+	}
+	return nil
+}
+
+// JoinActivation is one firing of a join in the making: the lines that
+// arrived for it. scope is the fork whose lines it waits for (the
+// outermost fork in the first arrival's history that split lines which can
+// reach the join; "" when none), so that lines of a later loop round wait
+// for a later activation.
+type JoinActivation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Arrived       []*Branch              `protobuf:"bytes,2,rep,name=arrived,proto3" json:"arrived,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinActivation) Reset() {
+	*x = JoinActivation{}
+	mi := &file_nova_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinActivation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinActivation) ProtoMessage() {}
+
+func (x *JoinActivation) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinActivation.ProtoReflect.Descriptor instead.
+func (*JoinActivation) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *JoinActivation) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *JoinActivation) GetArrived() []*Branch {
+	if x != nil {
+		return x.Arrived
+	}
+	return nil
+}
+
 // MapRun is the state of one visit of a map node. Its results are kept
 // packed, in the order the items finished: one event of a map of 10,000
 // items rewrites a few bytes a result, not a message each.
@@ -770,7 +878,7 @@ type MapRun struct {
 
 func (x *MapRun) Reset() {
 	*x = MapRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[4]
+	mi := &file_nova_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +890,7 @@ func (x *MapRun) String() string {
 func (*MapRun) ProtoMessage() {}
 
 func (x *MapRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[4]
+	mi := &file_nova_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +903,7 @@ func (x *MapRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapRun.ProtoReflect.Descriptor instead.
 func (*MapRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MapRun) GetVisit() int32 {
@@ -878,7 +986,7 @@ type ScheduleState struct {
 
 func (x *ScheduleState) Reset() {
 	*x = ScheduleState{}
-	mi := &file_nova_v1_state_proto_msgTypes[5]
+	mi := &file_nova_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +998,7 @@ func (x *ScheduleState) String() string {
 func (*ScheduleState) ProtoMessage() {}
 
 func (x *ScheduleState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[5]
+	mi := &file_nova_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1011,7 @@ func (x *ScheduleState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleState.ProtoReflect.Descriptor instead.
 func (*ScheduleState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScheduleState) GetWorkflow() string {
@@ -960,7 +1068,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_nova_v1_state_proto_msgTypes[6]
+	mi := &file_nova_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1080,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[6]
+	mi := &file_nova_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1093,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Timer) GetId() string {
@@ -1096,7 +1204,7 @@ type AIRun struct {
 
 func (x *AIRun) Reset() {
 	*x = AIRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1216,7 @@ func (x *AIRun) String() string {
 func (*AIRun) ProtoMessage() {}
 
 func (x *AIRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1229,7 @@ func (x *AIRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
 func (*AIRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AIRun) GetPhase() string {
@@ -1358,7 +1466,7 @@ type AIStep struct {
 
 func (x *AIStep) Reset() {
 	*x = AIStep{}
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1478,7 @@ func (x *AIStep) String() string {
 func (*AIStep) ProtoMessage() {}
 
 func (x *AIStep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1491,7 @@ func (x *AIStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
 func (*AIStep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AIStep) GetAgent() string {
@@ -1460,7 +1568,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1580,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1593,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -1549,7 +1657,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1669,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1682,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Spend) GetUsd() float64 {
@@ -1614,7 +1722,7 @@ type RefineRun struct {
 
 func (x *RefineRun) Reset() {
 	*x = RefineRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1734,7 @@ func (x *RefineRun) String() string {
 func (*RefineRun) ProtoMessage() {}
 
 func (x *RefineRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1747,7 @@ func (x *RefineRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
 func (*RefineRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RefineRun) GetRequest() *StartRefinement {
@@ -1715,7 +1823,7 @@ type RefineAttemptRun struct {
 
 func (x *RefineAttemptRun) Reset() {
 	*x = RefineAttemptRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1835,7 @@ func (x *RefineAttemptRun) String() string {
 func (*RefineAttemptRun) ProtoMessage() {}
 
 func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1848,7 @@ func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
 func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
@@ -1775,7 +1883,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xde\v\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x85\f\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -1817,7 +1925,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\amap_run\x18  \x01(\v2\x0f.nova.v1.MapRunR\x06mapRun\x12*\n" +
 	"\x06parent\x18! \x01(\v2\x12.nova.v1.ParentRefR\x06parent\x12\x1d\n" +
 	"\n" +
-	"ended_keys\x18\" \x03(\tR\tendedKeys\x1aL\n" +
+	"ended_keys\x18\" \x03(\tR\tendedKeys\x12%\n" +
+	"\x05ended\x18# \x03(\v2\x0f.nova.v1.BranchR\x05ended\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
@@ -1825,7 +1934,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"JoinsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\x8b\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xac\x05\n" +
 	"\x06Branch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fcurrent_node\x18\x02 \x01(\tR\vcurrentNode\x12&\n" +
@@ -1847,12 +1956,20 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"map_branch\x18\x0e \x01(\tR\tmapBranch\x12\x12\n" +
 	"\x04item\x18\x0f \x01(\x05R\x04item\x12/\n" +
 	"\titem_node\x18\x10 \x01(\v2\x12.nova.v1.NodeStateR\bitemNode\x12\x1b\n" +
-	"\tfrom_node\x18\x11 \x01(\tR\bfromNode\"\x1d\n" +
+	"\tfrom_node\x18\x11 \x01(\tR\bfromNode\x12\x1f\n" +
+	"\vabsorbed_at\x18\x12 \x03(\tR\n" +
+	"absorbedAt\"E\n" +
 	"\aKeyList\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"N\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x12\n" +
+	"\x04fork\x18\x02 \x01(\tR\x04fork\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"\x89\x01\n" +
 	"\tJoinState\x12)\n" +
 	"\aarrived\x18\x01 \x03(\v2\x0f.nova.v1.BranchR\aarrived\x12\x16\n" +
-	"\x06absorb\x18\x02 \x03(\tR\x06absorb\"\xfe\x01\n" +
+	"\x06absorb\x18\x02 \x03(\tR\x06absorb\x129\n" +
+	"\vactivations\x18\x03 \x03(\v2\x17.nova.v1.JoinActivationR\vactivations\"Q\n" +
+	"\x0eJoinActivation\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12)\n" +
+	"\aarrived\x18\x02 \x03(\v2\x0f.nova.v1.BranchR\aarrived\"\xfe\x01\n" +
 	"\x06MapRun\x12\x14\n" +
 	"\x05visit\x18\x01 \x01(\x05R\x05visit\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x18\n" +
@@ -1986,7 +2103,7 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_nova_v1_state_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
 	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
@@ -1994,83 +2111,87 @@ var file_nova_v1_state_proto_goTypes = []any{
 	(*Branch)(nil),                // 3: nova.v1.Branch
 	(*KeyList)(nil),               // 4: nova.v1.KeyList
 	(*JoinState)(nil),             // 5: nova.v1.JoinState
-	(*MapRun)(nil),                // 6: nova.v1.MapRun
-	(*ScheduleState)(nil),         // 7: nova.v1.ScheduleState
-	(*Timer)(nil),                 // 8: nova.v1.Timer
-	(*AIRun)(nil),                 // 9: nova.v1.AIRun
-	(*AIStep)(nil),                // 10: nova.v1.AIStep
-	(*NodeState)(nil),             // 11: nova.v1.NodeState
-	(*Spend)(nil),                 // 12: nova.v1.Spend
-	(*RefineRun)(nil),             // 13: nova.v1.RefineRun
-	(*RefineAttemptRun)(nil),      // 14: nova.v1.RefineAttemptRun
-	nil,                           // 15: nova.v1.ExecutionState.NodesEntry
-	nil,                           // 16: nova.v1.ExecutionState.JoinsEntry
-	(*WorkflowDefinition)(nil),    // 17: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 18: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*RerunFrom)(nil),             // 20: nova.v1.RerunFrom
-	(*ParentRef)(nil),             // 21: nova.v1.ParentRef
-	(*Schedule)(nil),              // 22: nova.v1.Schedule
-	(*AttemptRecord)(nil),         // 23: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 24: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 25: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 26: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 27: nova.v1.ModelCall
-	(*StartRefinement)(nil),       // 28: nova.v1.StartRefinement
-	(*RefineAttempt)(nil),         // 29: nova.v1.RefineAttempt
+	(*JoinActivation)(nil),        // 6: nova.v1.JoinActivation
+	(*MapRun)(nil),                // 7: nova.v1.MapRun
+	(*ScheduleState)(nil),         // 8: nova.v1.ScheduleState
+	(*Timer)(nil),                 // 9: nova.v1.Timer
+	(*AIRun)(nil),                 // 10: nova.v1.AIRun
+	(*AIStep)(nil),                // 11: nova.v1.AIStep
+	(*NodeState)(nil),             // 12: nova.v1.NodeState
+	(*Spend)(nil),                 // 13: nova.v1.Spend
+	(*RefineRun)(nil),             // 14: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 15: nova.v1.RefineAttemptRun
+	nil,                           // 16: nova.v1.ExecutionState.NodesEntry
+	nil,                           // 17: nova.v1.ExecutionState.JoinsEntry
+	(*WorkflowDefinition)(nil),    // 18: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 19: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*RerunFrom)(nil),             // 21: nova.v1.RerunFrom
+	(*ParentRef)(nil),             // 22: nova.v1.ParentRef
+	(*Schedule)(nil),              // 23: nova.v1.Schedule
+	(*AttemptRecord)(nil),         // 24: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 25: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 26: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 27: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 28: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 29: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 30: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	17, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	18, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	15, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	19, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	19, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	19, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	18, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	9,  // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	12, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	13, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
-	8,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
-	20, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
-	19, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
+	18, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	19, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	16, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	20, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	20, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	20, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	19, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	10, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	13, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	14, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	9,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
+	21, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
+	20, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: nova.v1.ExecutionState.branches:type_name -> nova.v1.Branch
-	16, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
-	6,  // 15: nova.v1.ExecutionState.map_run:type_name -> nova.v1.MapRun
-	21, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
-	19, // 17: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
-	18, // 18: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
-	9,  // 19: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
-	8,  // 20: nova.v1.Branch.timer:type_name -> nova.v1.Timer
-	18, // 21: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
-	6,  // 22: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
-	4,  // 23: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
-	11, // 24: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
-	3,  // 25: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
-	22, // 26: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	19, // 27: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	19, // 28: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	19, // 29: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	23, // 30: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	18, // 31: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	24, // 32: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	10, // 33: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	25, // 34: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	26, // 35: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	27, // 36: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	12, // 37: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	28, // 38: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	14, // 39: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	27, // 40: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	29, // 41: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	27, // 42: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	25, // 43: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	11, // 44: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	5,  // 45: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	17, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
+	7,  // 15: nova.v1.ExecutionState.map_run:type_name -> nova.v1.MapRun
+	22, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
+	3,  // 17: nova.v1.ExecutionState.ended:type_name -> nova.v1.Branch
+	20, // 18: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
+	19, // 19: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
+	10, // 20: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
+	9,  // 21: nova.v1.Branch.timer:type_name -> nova.v1.Timer
+	19, // 22: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
+	7,  // 23: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
+	4,  // 24: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
+	12, // 25: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
+	3,  // 26: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
+	6,  // 27: nova.v1.JoinState.activations:type_name -> nova.v1.JoinActivation
+	3,  // 28: nova.v1.JoinActivation.arrived:type_name -> nova.v1.Branch
+	23, // 29: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	20, // 30: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	20, // 31: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	20, // 32: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	24, // 33: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	19, // 34: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	25, // 35: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	11, // 36: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	26, // 37: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	27, // 38: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	28, // 39: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	13, // 40: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	29, // 41: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	15, // 42: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	28, // 43: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	30, // 44: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	28, // 45: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	26, // 46: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	12, // 47: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	5,  // 48: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -2088,7 +2209,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -335,7 +335,7 @@ type branchView struct {
 // branchesOf are st's branches, nil when it follows one line.
 func branchesOf(st *novav1.ExecutionState) []branchView {
 	var out []branchView
-	for _, b := range st.GetBranches() {
+	for _, b := range execution.Forked(st) {
 		v := branchView{ID: b.GetId(), Node: b.GetCurrentNode(), WaitingFor: b.GetWaitingFor()}
 		if b.GetIsItem() {
 			v.Item = new(b.GetItem())
@@ -366,7 +366,7 @@ func schemaJSON(schema string) json.RawMessage {
 func addLive(view *executionDoc, st *novav1.ExecutionState) {
 	switch st.GetStatus() {
 	case execution.StatusRunning:
-		view.CurrentNode = st.GetCurrentNode()
+		view.CurrentNode = execution.CurrentNode(st)
 		view.Waiting = waitingOf(st)
 		view.Branches = branchesOf(st)
 	case execution.StatusCancelled:

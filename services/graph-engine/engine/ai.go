@@ -75,7 +75,7 @@ func (t *transition) startAI(node *novav1.Node) {
 	if model == "" {
 		model = t.st.Definition.Model
 	}
-	t.st.Ai = &novav1.AIRun{Model: model}
+	t.ln.Ai = &novav1.AIRun{Model: model}
 	t.nodeState(node.Id).Attempts = 0
 	if t.runCached(node) {
 		return
@@ -85,7 +85,7 @@ func (t *transition) startAI(node *novav1.Node) {
 
 // aiRef starts the next step of phase and returns its reference.
 func (t *transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	ai.Phase = phase
 	ai.StepNumber++
 	ns := t.nodeState(node.Id)
@@ -101,7 +101,7 @@ func (t *transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
 }
 
 func (t *transition) taskSpec(node *novav1.Node) *novav1.TaskSpec {
-	spec := &novav1.TaskSpec{Task: node.Prompt, NodeType: nodeTypeName(node), Model: t.st.Ai.Model, Language: languageOf(node)}
+	spec := &novav1.TaskSpec{Task: node.Prompt, NodeType: nodeTypeName(node), Model: t.ln.Ai.Model, Language: languageOf(node)}
 	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
 		for _, e := range t.graph.Outgoing(node.Id) {
 			spec.DecisionValues = append(spec.DecisionValues, e.Condition)
@@ -113,10 +113,10 @@ func (t *transition) taskSpec(node *novav1.Node) *novav1.TaskSpec {
 
 // aiNext issues the command of phase.
 func (t *transition) aiNext(node *novav1.Node, phase string) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	ref := t.aiRef(node, phase)
 	spec := t.taskSpec(node)
-	input := t.st.NodeInput
+	input := t.ln.NodeInput
 	rulesOnly := phase == phaseOutputValidate && ai.CacheHit && workflow.CacheValidate(t.st.Definition, node) != workflow.CacheValidateModel
 	if budgetPhase(phase) && !rulesOnly {
 		t.allow(node, ref)
@@ -161,7 +161,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 // generate starts the next generation attempt, or fails the node when the
 // attempts are used up.
 func (t *transition) generate(node *novav1.Node) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	if int(ai.Attempt) >= t.e.cfg.MaxAttempts {
 		last := ai.History[len(ai.History)-1]
 		msg := fmt.Sprintf("failed after %d attempts; last error (%s): %s", ai.Attempt, last.Phase, last.Error)
@@ -176,7 +176,7 @@ func (t *transition) generate(node *novav1.Node) {
 
 // attemptFailed records why the current attempt failed and tries again.
 func (t *transition) attemptFailed(node *novav1.Node, phase, msg string) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	if ai.CacheHit {
 		t.evictCached(node, phase, msg)
 		return
@@ -187,7 +187,7 @@ func (t *transition) attemptFailed(node *novav1.Node, phase, msg string) {
 
 // skipAnalysis goes on to the task without insights, noting why.
 func (t *transition) skipAnalysis(node *novav1.Node, why string) {
-	t.st.Ai.AnalysisError = why
+	t.ln.Ai.AnalysisError = why
 	t.generate(node)
 }
 
@@ -197,7 +197,7 @@ func (t *transition) inputAnalyzed(r *novav1.InputAnalyzed) error {
 	if err := t.checkAI(r.Ref); err != nil {
 		return err
 	}
-	node, ai := t.aiNode(r.Ref), t.st.Ai
+	node, ai := t.aiNode(r.Ref), t.ln.Ai
 	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
 		map[string]any{"needs_analysis": r.NeedsAnalysis, "reasoning": r.Reasoning, "complexity": r.Complexity,
 			"decided_without_model": r.DecidedWithoutModel}, nil)
@@ -226,7 +226,7 @@ func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
 	if err := t.checkAI(r.Ref); err != nil {
 		return err
 	}
-	node, ai := t.aiNode(r.Ref), t.st.Ai
+	node, ai := t.aiNode(r.Ref), t.ln.Ai
 	phase := ai.Phase
 	ai.ToolCalls = append(ai.ToolCalls, r.ToolCalls...)
 	t.aiStep(node, r.Ref, r.Outcome, r.Code, map[string]any{"stage": stageOf(phase), "history_attempts": float64(len(ai.History))},
@@ -270,7 +270,7 @@ func (t *transition) codeValidated(r *novav1.CodeValidated) error {
 	if err := t.checkAI(r.Ref); err != nil {
 		return err
 	}
-	node, ai := t.aiNode(r.Ref), t.st.Ai
+	node, ai := t.aiNode(r.Ref), t.ln.Ai
 	phase := ai.Phase
 	var findings []any
 	var msgs []string
@@ -307,7 +307,7 @@ func (t *transition) codeValidated(r *novav1.CodeValidated) error {
 
 // aiExecuted takes the sandbox's result of analysis or task code.
 func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
-	node, ai := t.graph.Node(r.NodeId), t.st.Ai
+	node, ai := t.graph.Node(r.NodeId), t.ln.Ai
 	ref := &novav1.StepRef{ExecutionId: r.ExecutionId, NodeId: r.NodeId, StepId: r.StepId, Visit: r.Visit,
 		Attempt: ai.Attempt, StepNumber: ai.StepNumber}
 	outcome := &novav1.AgentOutcome{Status: r.Status, Error: r.Error, DurationMs: r.DurationMs}
@@ -369,7 +369,7 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 // here: the same deterministic checks the output validator runs
 // (outputcheck), without the trip to it.
 func (t *transition) checkOutput(node *novav1.Node) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	ref := t.aiRef(node, phaseOutputCheck)
 	start := time.Now()
 	findings := outputcheck.Run(t.taskSpec(node), ai.Execution.GetContextUpdates(), ai.Execution.DeletedKeys)
@@ -393,7 +393,7 @@ func (t *transition) outputValidated(r *novav1.OutputValidated) error {
 // outputChecked takes the output checks' verdict, from the output
 // validator or run here (checkedIn names which).
 func (t *transition) outputChecked(node *novav1.Node, r *novav1.OutputValidated, checkedIn string) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
 		map[string]any{"valid": r.Valid, "reason": r.Reason, "failed_checks": stringsToAny(r.FailedChecks),
 			"model_consulted": r.ModelConsulted, "checked_in": checkedIn}, nil)
@@ -419,7 +419,7 @@ func (t *transition) checkAI(ref *novav1.StepRef) error {
 	if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
 		return err
 	}
-	if t.st.Ai == nil {
+	if t.ln.Ai == nil {
 		return errStale
 	}
 	return nil

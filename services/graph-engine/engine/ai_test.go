@@ -41,19 +41,19 @@ func pipeline(t *testing.T, e *Engine, st *novav1.ExecutionState, first proto.Me
 		switch r := res.(type) {
 		case *novav1.InputAnalyzed:
 			seen = append(seen, "analyze")
-			err = tr.inputAnalyzed(r)
+			err = applyStep(tr, func(t *transition) error { return t.inputAnalyzed(r) })
 		case *novav1.CodeGenerated:
 			seen = append(seen, "generate:"+cmd.(*novav1.GenerateCode).Stage)
-			err = tr.codeGenerated(r)
+			err = applyStep(tr, func(t *transition) error { return t.codeGenerated(r) })
 		case *novav1.CodeValidated:
 			seen = append(seen, "validate")
-			err = tr.codeValidated(r)
+			err = applyStep(tr, func(t *transition) error { return t.codeValidated(r) })
 		case *novav1.CodeExecuted:
 			seen = append(seen, "execute:"+cmd.(*novav1.ExecuteCode).Stage)
-			err = tr.codeExecuted(r)
+			err = applyStep(tr, func(t *transition) error { return t.codeExecuted(r) })
 		case *novav1.OutputValidated:
 			seen = append(seen, "output")
-			err = tr.outputValidated(r)
+			err = applyStep(tr, func(t *transition) error { return t.outputValidated(r) })
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func startAIExecution(t *testing.T, e *Engine, ctx map[string]any) (*novav1.Exec
 	c, _ := jsonvalue.ObjectOf(ctx)
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
-	tr.enter(tr.graph.Start().Id)
+	startIn(tr)
 	last := tr.out[len(tr.out)-1].msg
 	if _, ok := last.(*novav1.AnalyzeInput); !ok {
 		t.Fatalf("AI node started with %T, want input analysis", last)

@@ -22,7 +22,7 @@ func (t *transition) runCached(node *novav1.Node) bool {
 	if !ok {
 		return false
 	}
-	ai, spec := t.st.Ai, t.taskSpec(node)
+	ai, spec := t.ln.Ai, t.taskSpec(node)
 	ai.CacheKey = codecache.Key(in)
 	if t.semantic != nil {
 		ai.CacheGroup = codecache.Group(in, t.semanticModel)
@@ -65,7 +65,7 @@ func (t *transition) cacheInput(node *novav1.Node) (in codecache.Input, ok bool)
 	}
 	spec := t.taskSpec(node)
 	return codecache.Input{Task: spec.Task, NodeType: spec.NodeType, DecisionValues: spec.DecisionValues,
-		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Model: t.st.Ai.Model, Language: spec.Language, Runtime: t.runtime}, true
+		Shape: codecache.Shape(t.ln.NodeInput.GetRaw()), Model: t.ln.Ai.Model, Language: spec.Language, Runtime: t.runtime}, true
 }
 
 // useCached runs entry's code: found by the task's own key, or by the
@@ -73,7 +73,7 @@ func (t *transition) cacheInput(node *novav1.Node) (in codecache.Input, ok bool)
 // keeps a verdict of the deployed code validator (reuseVerdict), else to the
 // validator first.
 func (t *transition) useCached(node *novav1.Node, entry *codecache.Entry, sem *semanticResult) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	ai.CacheHit, ai.CacheMatch, ai.CachedFromExecution, ai.CachedFromNode = true, matchExact, entry.Execution, entry.Node
 	ai.SavedTokens, ai.SavedCostUsd, ai.SavedModelCalls = entry.Tokens, entry.CostUSD, entry.ModelCalls
 	ai.Code, ai.Stage, ai.StagesUsed = entry.Code, stageTask, 1
@@ -114,7 +114,7 @@ func (t *transition) reuseVerdict(node *novav1.Node, entry *codecache.Entry) boo
 	if v == nil || t.validator == "" || v.Validator != t.validator || entry.Runtime != t.runtime || v.Code != codecache.CodeDigest(entry.Code) {
 		return false
 	}
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	ai.ValidatorFingerprint, ai.VerdictReused = v.Validator, true
 	ref := t.aiRef(node, phaseVerdictReuse)
 	t.aiStep(node, ref, &novav1.AgentOutcome{Status: nodeSuccess}, ai.Code, map[string]any{"stage": stageTask},
@@ -141,7 +141,7 @@ func (t *transition) semanticMiss(node *novav1.Node, res semanticResult) {
 	outcome := &novav1.AgentOutcome{Status: nodeSuccess, Error: res.note}
 	outcome.ModelCalls, outcome.DurationMs = embeddingCalls(res.call)
 	ref := t.aiRef(node, phaseCacheLookup)
-	t.aiStep(node, ref, outcome, "", map[string]any{"cache_key": t.st.Ai.CacheKey, "task": node.Prompt}, output, nil)
+	t.aiStep(node, ref, outcome, "", map[string]any{"cache_key": t.ln.Ai.CacheKey, "task": node.Prompt}, output, nil)
 }
 
 func embeddingCalls(call *novav1.ModelCall) ([]*novav1.ModelCall, float64) {
@@ -162,7 +162,7 @@ func (fx *cacheEffects) hit(match string) {
 // starts the normal pipeline with that failure in the history. A semantic
 // hit's code is evicted from the entry it came from, as an exact hit's is.
 func (t *transition) evictCached(node *novav1.Node, phase, msg string) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	key := cmp.Or(ai.CachedKey, ai.CacheKey)
 	ai.History = append(ai.History, &novav1.AttemptRecord{Attempt: 0, Code: ai.Code, Phase: "cached_code_" + phase, Error: msg})
 	t.cacheFx.deletes = append(t.cacheFx.deletes, cacheDelete{key: key, group: ai.CacheGroup})
@@ -183,7 +183,7 @@ func (t *transition) evictCached(node *novav1.Node, phase, msg string) {
 // cost to produce. The code of a semantic hit that passed is stored under
 // this task's own key too, so that its next run hits exactly.
 func (t *transition) cacheAccepted(node *novav1.Node) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	if ai.CacheKey == "" {
 		// The runtime's fingerprint may have been published while the
 		// node ran (the first node of a fresh deployment): the code ran on
@@ -206,7 +206,7 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 		return
 	}
 	entry := &codecache.Entry{Code: ai.Code, Language: languageOf(node), Model: ai.Model, Task: node.Prompt, NodeType: nodeTypeName(node),
-		Shape: codecache.Shape(t.st.NodeInput.GetRaw()), Runtime: t.runtime, Workflow: t.st.Definition.GetName(),
+		Shape: codecache.Shape(t.ln.NodeInput.GetRaw()), Runtime: t.runtime, Workflow: t.st.Definition.GetName(),
 		Execution: t.st.ExecutionId, Node: node.Id, CreatedAt: t.now.UTC()}
 	if ai.StagesUsed == 2 && ai.DataInsights != nil {
 		entry.AnalysisCode = ai.AnalysisCode
@@ -232,13 +232,13 @@ func (t *transition) cacheAccepted(node *novav1.Node) {
 // this task's key (a read of that entry, then a put once the state is
 // stored); nothing when it is gone meanwhile.
 func (t *transition) cacheSemanticHit(node *novav1.Node) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	src := t.lookup(ai.CachedKey)
 	if src == nil || src.Code != ai.Code {
 		return
 	}
 	entry := *src
-	entry.Task, entry.Shape, entry.Runtime, entry.CreatedAt = node.Prompt, codecache.Shape(t.st.NodeInput.GetRaw()), t.runtime, t.now.UTC()
+	entry.Task, entry.Shape, entry.Runtime, entry.CreatedAt = node.Prompt, codecache.Shape(t.ln.NodeInput.GetRaw()), t.runtime, t.now.UTC()
 	entry.Workflow, entry.NodeType, entry.Embedding = t.st.Definition.GetName(), nodeTypeName(node), nil
 	entry.SemanticOrigin = &codecache.SemanticOrigin{Key: ai.CachedKey, Task: src.Task, Similarity: ai.CacheSimilarity,
 		Execution: t.st.ExecutionId}
@@ -252,7 +252,7 @@ func (t *transition) cacheSemanticHit(node *novav1.Node) {
 // validator passed again (its entry had no verdict of the deployed
 // validator), that verdict, so the next hit reuses it.
 func (t *transition) cacheVerdict() {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	src := t.lookup(ai.CacheKey)
 	if src == nil || src.Code != ai.Code {
 		return
@@ -265,7 +265,7 @@ func (t *transition) cacheVerdict() {
 // verdict is the code validator's pass of the current task code, to keep
 // with it in the cache; nil when no complete check on this runtime passed it.
 func (t *transition) verdict() *codecache.Verdict {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	if ai.ValidatorFingerprint == "" {
 		return nil
 	}
@@ -277,5 +277,5 @@ func (t *transition) cachePut(key string, entry *codecache.Entry) {
 	if t.cacheFx.puts == nil {
 		t.cacheFx.puts = map[string]cachePut{}
 	}
-	t.cacheFx.puts[key] = cachePut{entry: entry, group: t.st.Ai.CacheGroup}
+	t.cacheFx.puts[key] = cachePut{entry: entry, group: t.ln.Ai.CacheGroup}
 }

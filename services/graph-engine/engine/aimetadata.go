@@ -20,7 +20,7 @@ import (
 // chain-of-work step document.
 func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *novav1.AgentOutcome, code string,
 	input, output map[string]any, tools []*novav1.ToolCall) {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	names := stepNames[ai.Phase]
 	status := outcome.GetStatus()
 	if status == "" {
@@ -96,9 +96,9 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 
 // aiMetadata is the node's ai_metadata, named as in the original NOVA.
 func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *structpb.Struct {
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	u := aiUsageOf(ai)
-	u.timings["total_ms"] = float64(t.now.Sub(t.st.NodeStartedAt.AsTime()).Microseconds()) / 1000
+	u.timings["total_ms"] = float64(t.now.Sub(t.ln.NodeStartedAt.AsTime()).Microseconds()) / 1000
 	m := map[string]any{
 		"model":          u.model,
 		"prompt_task":    node.Prompt,
@@ -236,7 +236,7 @@ func (t *transition) failureMetadata(m map[string]any, errMsg string) {
 		m["budget_exceeded"] = budgetMetadata(be)
 	}
 	all := []any{}
-	for _, h := range t.st.Ai.History {
+	for _, h := range t.ln.Ai.History {
 		all = append(all, map[string]any{"attempt": float64(h.Attempt), "code": h.Code, "phase": h.Phase, "error": h.Error})
 	}
 	m["all_attempts"] = all

@@ -329,16 +329,16 @@ func (t *transition) allow(node *novav1.Node, ref *novav1.StepRef) {
 	if len(days) == 0 {
 		return
 	}
-	want := t.st.Ai.GetDayShareUsd()
+	want := t.ln.Ai.GetDayShareUsd()
 	if want <= 0 {
 		want = minDay / dayShareParts
 	}
 	if a.Usd != nil {
 		want = min(want, a.GetUsd())
 	}
-	t.st.Ai.HeldDayKeys = nil
+	t.ln.Ai.HeldDayKeys = nil
 	for _, d := range days {
-		t.st.Ai.HeldDayKeys = append(t.st.Ai.HeldDayKeys, d.key)
+		t.ln.Ai.HeldDayKeys = append(t.ln.Ai.HeldDayKeys, d.key)
 	}
 	t.budgetFx.holds = append(t.budgetFx.holds, dayHold{step: ref.StepId, days: days, want: want, allowance: a})
 }
@@ -398,7 +398,7 @@ func (t *transition) account(node *novav1.Node, ref *novav1.StepRef, calls []*no
 			(*s).ModelCalls += n
 		}
 	}
-	if ai := t.st.Ai; ai != nil && len(ai.HeldDayKeys) > 0 {
+	if ai := t.ln.Ai; ai != nil && len(ai.HeldDayKeys) > 0 {
 		t.budgetFx.settles = append(t.budgetFx.settles, daySettle{keys: ai.HeldDayKeys, step: ref.GetStepId(), usd: usd, calls: n})
 		ai.HeldDayKeys = nil
 	}
@@ -407,8 +407,8 @@ func (t *transition) account(node *novav1.Node, ref *novav1.StepRef, calls []*no
 // releaseHold frees the pending step's day shares when the execution ends
 // without its result (a dead letter).
 func (t *transition) releaseHold() {
-	if ai := t.st.Ai; ai != nil && len(ai.HeldDayKeys) > 0 {
-		t.budgetFx.settles = append(t.budgetFx.settles, daySettle{keys: ai.HeldDayKeys, step: t.st.PendingStepId})
+	if ai := t.ln.Ai; ai != nil && len(ai.HeldDayKeys) > 0 {
+		t.budgetFx.settles = append(t.budgetFx.settles, daySettle{keys: ai.HeldDayKeys, step: t.ln.PendingStepId})
 		ai.HeldDayKeys = nil
 	}
 }
@@ -422,7 +422,7 @@ func (t *transition) budgetStopped(node *novav1.Node, outcome *novav1.AgentOutco
 	if be == nil {
 		return false
 	}
-	ai := t.st.Ai
+	ai := t.ln.Ai
 	if l := be.GetLimit(); l.GetShare() && l.GetName() == workflow.LimitMaxUSDPerDay {
 		// What the step spent and the refused call need, and at least
 		// twice the share it had, so that a step of many calls gets there

@@ -53,7 +53,7 @@ func run(t *testing.T, e *Engine, yaml string, answer func(cmd proto.Message) pr
 	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
-	tr.enter(tr.graph.Start().Id)
+	startIn(tr)
 	all := tr.out
 	for st.Status == statusRunning {
 		var cmd proto.Message
@@ -69,15 +69,15 @@ func run(t *testing.T, e *Engine, yaml string, answer func(cmd proto.Message) pr
 		var err error
 		switch r := answer(cmd).(type) {
 		case *novav1.InputAnalyzed:
-			err = tr.inputAnalyzed(r)
+			err = applyStep(tr, func(t *transition) error { return t.inputAnalyzed(r) })
 		case *novav1.CodeGenerated:
-			err = tr.codeGenerated(r)
+			err = applyStep(tr, func(t *transition) error { return t.codeGenerated(r) })
 		case *novav1.CodeValidated:
-			err = tr.codeValidated(r)
+			err = applyStep(tr, func(t *transition) error { return t.codeValidated(r) })
 		case *novav1.CodeExecuted:
-			err = tr.codeExecuted(r)
+			err = applyStep(tr, func(t *transition) error { return t.codeExecuted(r) })
 		case *novav1.OutputValidated:
-			err = tr.outputValidated(r)
+			err = applyStep(tr, func(t *transition) error { return t.outputValidated(r) })
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -251,36 +251,38 @@ func TestDayShareGrowsOnRequest(t *testing.T) {
 	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
-	tr.enter(tr.graph.Start().Id)
+	startIn(tr)
 	day := tr.now.UTC().Format(time.DateOnly)
 	if len(tr.budgetFx.holds) != 1 {
 		t.Fatalf("holds %+v, want one for the input analysis", tr.budgetFx.holds)
 	}
 	h := tr.budgetFx.holds[0]
-	if h.want != 0.1 || len(h.days) != 1 || h.days[0].key != "ai."+day || h.step != st.PendingStepId {
+	if h.want != 0.1 || len(h.days) != 1 || h.days[0].key != "ai."+day || h.step != line0(st).PendingStepId {
 		t.Errorf("hold %+v, want 5/50 on ai.%s for the pending step", h, day)
 	}
-	if got := st.Ai.HeldDayKeys; len(got) != 1 || got[0] != "ai."+day {
+	if got := line0(st).Ai.HeldDayKeys; len(got) != 1 || got[0] != "ai."+day {
 		t.Errorf("held day keys %v", got)
 	}
 	// The agent was given a share of $0.1 and needs $0.3 for its call.
 	cmd := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput)
 	limit := &novav1.BudgetLimit{Name: "max_usd_per_day", Scope: `workflow "ai"`, Allowed: 5, Day: day, Share: true}
 	be := &novav1.BudgetExceeded{Limit: limit, Needed: 0.3, Given: 0.1, Agent: "input-analyzer", Model: "gpt-4o-mini"}
-	first := st.PendingStepId
+	first := line0(st).PendingStepId
 	tr = e.newTransition(st)
-	err := tr.inputAnalyzed(&novav1.InputAnalyzed{Ref: cmd.Ref, Outcome: &novav1.AgentOutcome{Status: "error",
-		Error: describe(be), BudgetExceeded: be}})
+	err := applyStep(tr, func(t *transition) error {
+		return t.inputAnalyzed(&novav1.InputAnalyzed{Ref: cmd.Ref, Outcome: &novav1.AgentOutcome{Status: "error",
+			Error: describe(be), BudgetExceeded: be}})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Status != statusRunning || st.PendingStepId == first {
-		t.Fatalf("status %s, pending %s: want the input analysis issued again", st.Status, st.PendingStepId)
+	if st.Status != statusRunning || line0(st).PendingStepId == first {
+		t.Fatalf("status %s, pending %s: want the input analysis issued again", st.Status, line0(st).PendingStepId)
 	}
 	if s := tr.budgetFx.settles; len(s) != 1 || s[0].step != first || s[0].usd != 0 {
 		t.Errorf("settles %+v, want the first step's share released", s)
 	}
-	if h := tr.budgetFx.holds; len(h) != 1 || h[0].want != 0.3 || h[0].step != st.PendingStepId {
+	if h := tr.budgetFx.holds; len(h) != 1 || h[0].want != 0.3 || h[0].step != line0(st).PendingStepId {
 		t.Errorf("holds %+v, want $0.3 (what the call needs) for the new step", h)
 	}
 	if _, ok := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput); !ok {
@@ -378,7 +380,7 @@ func TestEngineTakesDayShares(t *testing.T) {
 		c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
 		st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 		tr := e.newTransition(st)
-		tr.enter(tr.graph.Start().Id)
+		startIn(tr)
 		if err := e.applyBudget(ctx, tr); err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +398,7 @@ func TestEngineTakesDayShares(t *testing.T) {
 			t.Errorf("execution %d: allowance %v", i, a)
 		}
 		held += a.GetUsd()
-		if got := st.Ai.HeldDayKeys; len(got) != 2 || got[0] != "ai."+day || got[1] != "ai.discount."+day {
+		if got := line0(st).Ai.HeldDayKeys; len(got) != 2 || got[0] != "ai."+day || got[1] != "ai.discount."+day {
 			t.Errorf("held keys %v", got)
 		}
 	}

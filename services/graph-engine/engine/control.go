@@ -82,41 +82,58 @@ func (t *transition) cancel(cmd *novav1.CancelExecution) error {
 		msg += ": " + cmd.Reason
 	}
 	t.st.CancelledBy, t.st.CancelReason = by, cmd.Reason
+	var node string
+	for _, l := range t.st.Branches {
+		if l.CurrentNode != "" {
+			node = l.CurrentNode
+			break
+		}
+	}
 	t.emit(bus.KindExecutionCancelled, t.st.ExecutionId+"/cancelled", bus.TypeExecutionCancelled, &novav1.ExecutionCancelled{
-		ExecutionId: t.st.ExecutionId, Reason: cmd.Reason, RequestedBy: by, NodeId: t.st.CurrentNode, CancelledAt: tsNow(t.now),
+		ExecutionId: t.st.ExecutionId, Reason: cmd.Reason, RequestedBy: by, NodeId: node, CancelledAt: tsNow(t.now),
 	})
 	if t.st.Refine != nil {
+		t.bindAny()
 		t.releaseHold()
 		t.clearTimer()
 		t.refineFail(msg) // refineFinish ends it cancelled
 		return nil
 	}
-	t.cancelLine(msg)
-	for _, b := range slices.Clone(t.st.Branches) {
-		t.runIn(b, func() { t.cancelLine(msg); t.lineGone = true })
+	if one := t.oneLine(); one != nil {
+		t.st.Context = one.Context
 	}
-	t.st.Joins = nil
 	t.st.Status, t.st.Error = statusCancelled, msg
 	t.completed()
 	return nil
 }
 
-// cancelLine ends the visit the line is at as cancelled: its timer and
-// budget holds are dropped, and the child execution it waits for is
-// cancelled too.
-func (t *transition) cancelLine(msg string) {
+// oneLine is the execution's one line, nil when it runs several (or none).
+func (t *transition) oneLine() *novav1.Branch {
+	if len(t.st.Branches) == 1 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
+		return t.st.Branches[0]
+	}
+	return nil
+}
+
+// cancelLine ends the visit the transition's line is at as cancelled, with
+// reason: its timer and budget holds are dropped, and the child execution
+// it waits for is cancelled too. It reports whether the line had work in
+// progress (a command whose result it waited for).
+func (t *transition) cancelLine(reason string) bool {
 	t.releaseHold()
 	t.clearTimer()
-	t.st.WaitingFor = ""
-	t.cancelChild(msg)
-	if t.graph != nil && t.st.CurrentNode != "" {
-		if node := t.graph.Node(t.st.CurrentNode); node != nil {
+	t.ln.WaitingFor = ""
+	t.cancelChild(reason)
+	working := t.ln.PendingStepId != "" && t.childOf() == ""
+	if t.graph != nil && t.ln.CurrentNode != "" {
+		if node := t.graph.Node(t.ln.CurrentNode); node != nil {
 			ns := t.nodeState(node.Id)
-			ns.Status, ns.Error = statusCancelled, msg
-			t.nodeCompleted(node, ns.Visits, nodeCancelled, msg, "", "", nil)
+			ns.Status, ns.Error = statusCancelled, reason
+			t.nodeCompleted(node, ns.Visits, nodeCancelled, reason, "", "", nil)
 		}
 	}
-	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai, t.st.MapRun = "", "", nil, nil
+	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.Ai, t.ln.MapRun = "", "", nil, nil
+	return working
 }
 
 // cancelChild cancels the child execution the line waits for, if any.
@@ -136,32 +153,47 @@ func (t *transition) cancelChild(reason string) {
 	t.changed = true
 }
 
-// endLines drops, as the execution ends, what its other lines hold: their
-// timers, budget holds and child executions.
-func (t *transition) endLines() {
-	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 {
-		if t.st.Status != statusSucceeded {
-			t.cancelChild(t.st.Error)
-		}
+// endLines closes, as the execution ends, every line still open: the visit
+// each is at (a node, a map item) ends cancelled with why, its timers and
+// budget holds are dropped, its child execution is cancelled, and work it
+// ran (a program, an agent's step) is told to stop (ExecutionStopped; a
+// cancel's ExecutionCancelled says so already).
+func (t *transition) endLines(reason string) {
+	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
 		return
 	}
-	reason := cmp.Or(t.st.Error, t.st.Status)
-	if t.br == nil {
-		t.cancelChild(reason)
+	why := "the execution ended: " + reason
+	if t.st.Status == statusCancelled {
+		why = reason
 	}
-	for _, b := range slices.Clone(t.st.Branches) {
-		if b == t.br {
-			continue
+	// Items first, so that a map's own visit closes after its items'.
+	lines := slices.Clone(t.st.Branches)
+	slices.SortStableFunc(lines, func(a, b *novav1.Branch) int {
+		switch {
+		case a.IsItem == b.IsItem:
+			return 0
+		case a.IsItem:
+			return -1
 		}
-		t.runIn(b, func() {
-			t.releaseHold()
-			t.clearTimer()
-			t.cancelChild(reason)
-			t.lineGone = true
+		return 1
+	})
+	var stopped []string
+	for _, l := range lines {
+		t.on(l, func() {
+			node := t.ln.CurrentNode
+			if t.cancelLine(why) {
+				stopped = append(stopped, node)
+			}
 		})
 	}
-	t.st.Branches, t.st.Joins = nil, nil
+	t.st.Branches, t.st.Joins, t.st.Ended = nil, nil, nil
 	t.changed = true
+	if len(stopped) > 0 && t.st.Status != statusCancelled {
+		slices.Sort(stopped)
+		t.emit(bus.KindExecutionStopped, t.st.ExecutionId+"/stopped", bus.TypeExecutionStopped, &novav1.ExecutionStopped{
+			ExecutionId: t.st.ExecutionId, Reason: why, NodeIds: slices.Compact(stopped), StoppedAt: tsNow(t.now),
+		})
+	}
 }
 
 func (e *Engine) signal(ctx context.Context, ev event.Event) error {
@@ -199,7 +231,7 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent time.Time) error {
 	reject := func(reason string) error {
 		t.emit(bus.KindSignalRejected, t.st.ExecutionId+"/signal-rejected/"+eventID, bus.TypeSignalRejected, &novav1.SignalRejected{
-			ExecutionId: t.st.ExecutionId, Signal: cmd.Signal, Reason: reason, WaitingFor: t.st.WaitingFor, SignalEventId: eventID,
+			ExecutionId: t.st.ExecutionId, Signal: cmd.Signal, Reason: reason, WaitingFor: execution.WaitingFor(t.st), SignalEventId: eventID,
 		})
 		return nil
 	}
@@ -207,12 +239,12 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 		// The execution may be entering the wait node: its NodeWaiting
 		// event is published before its state is stored, and a sender
 		// that answers that event at once can come in between.
-		if t.st.Status == statusRunning && t.st.WaitingFor == "" && t.now.Sub(sent) < controlGrace {
+		if t.st.Status == statusRunning && execution.WaitingFor(t.st) == "" && t.now.Sub(sent) < controlGrace {
 			return fmt.Errorf("%w: %v", errSignalEarly, err)
 		}
 		return reject(err.Error())
 	}
-	node := t.graph.Node(t.st.CurrentNode)
+	node := t.graph.Node(t.ln.CurrentNode)
 	payload := jsonvalue.MustObject(cmd.Payload)
 	decoded, err := payload.Decoded()
 	if err != nil {
@@ -237,11 +269,11 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 	t.ctx.Merge(payload)
 	t.setContext()
 	t.clearTimer()
-	t.st.WaitingFor = ""
+	t.ln.WaitingFor = ""
 	ns.Status, ns.Error = statusSucceeded, ""
 	nc := t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, strings.Join(targets, ","), nil)
 	nc.Signal = &novav1.SignalReceived{Name: cmd.Signal, Payload: cmd.Payload, SentBy: cmd.SentBy, ReceivedAt: tsNow(t.now)}
-	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.ln.CurrentNode, t.ln.PendingStepId = "", ""
 	t.follow(node, targets)
 	return nil
 }
@@ -249,7 +281,7 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 // enterWait starts a wait node: it waits for its signal, and for its
 // timeout when it has one.
 func (t *transition) enterWait(node *novav1.Node, ns *novav1.NodeState) {
-	t.st.CurrentNode, t.st.PendingStepId, t.st.WaitingFor = node.Id, "", node.Signal
+	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.WaitingFor = node.Id, "", node.Signal
 	w := &novav1.NodeWaiting{
 		ExecutionId: t.st.ExecutionId, NodeId: node.Id, Visit: ns.Visits, Kind: waitingSignal, Signal: node.Signal,
 		Description: node.Description, Schema: node.Schema, DecideOn: node.DecideOn, Sequence: t.st.Sequence,
@@ -265,7 +297,7 @@ func (t *transition) enterWait(node *novav1.Node, ns *novav1.NodeState) {
 // waitTimedOut ends a wait node whose signal did not come in time: it takes
 // the node's timeout edge, or fails the node when it has none.
 func (t *transition) waitTimedOut(node *novav1.Node, ns *novav1.NodeState) {
-	t.st.WaitingFor = ""
+	t.ln.WaitingFor = ""
 	next, ok := t.graph.TimeoutEdge(node.Id)
 	if !ok {
 		t.nodeFailed(node, ns, fmt.Sprintf("no signal %q came within %s", node.Signal, workflow.WaitTimeout(node)), nil)
@@ -274,14 +306,14 @@ func (t *transition) waitTimedOut(node *novav1.Node, ns *novav1.NodeState) {
 	ns.Status, ns.Error = statusSucceeded, ""
 	nc := t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", next, nil)
 	nc.TimedOut = true
-	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.ln.CurrentNode, t.ln.PendingStepId = "", ""
 	t.enter(next)
 }
 
 // enterSleep starts a sleep node: a timer for its end, or the next node at
 // once when that time has passed.
 func (t *transition) enterSleep(node *novav1.Node, ns *novav1.NodeState) {
-	t.st.CurrentNode, t.st.PendingStepId = node.Id, ""
+	t.ln.CurrentNode, t.ln.PendingStepId = node.Id, ""
 	due, err := t.sleepUntil(node)
 	if err != nil {
 		t.nodeFailed(node, ns, err.Error(), nil)
@@ -330,7 +362,7 @@ func (t *transition) sleepEnded(node *novav1.Node, ns *novav1.NodeState) {
 	}
 	ns.Status, ns.Error = statusSucceeded, ""
 	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", strings.Join(targets, ","), nil)
-	t.st.CurrentNode, t.st.PendingStepId = "", ""
+	t.ln.CurrentNode, t.ln.PendingStepId = "", ""
 	t.follow(node, targets)
 }
 
@@ -349,7 +381,7 @@ func (t *transition) retryLater(node *novav1.Node, ns *novav1.NodeState, r *nova
 	ns.Status, ns.Error = "retrying", msg
 	nc := t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
 	nc.NextAttemptAt = tsNow(due)
-	t.st.PendingStepId, t.st.Ai = "", nil
+	t.ln.PendingStepId, t.ln.Ai = "", nil
 	t.setTimer(timerRetry, node, ns, due)
 	t.waiting(&novav1.NodeWaiting{ExecutionId: t.st.ExecutionId, NodeId: node.Id, Visit: ns.Visits, Kind: waitingRetry,
 		Attempt: attempt + 1, Until: tsNow(due), Sequence: t.st.Sequence})
@@ -365,8 +397,8 @@ func (t *transition) retryNow(node *novav1.Node, ns *novav1.NodeState) {
 	ns.Attempts = 1
 	ns.Status, ns.Error = "", ""
 	t.st.Sequence++
-	t.st.NodeStartedAt = tsNow(t.now)
-	t.st.NodeInput = t.st.Context
+	t.ln.NodeStartedAt = tsNow(t.now)
+	t.ln.NodeInput = t.ln.Context
 	t.nodeStarted(node, ns)
 	if node.Prompt != "" {
 		t.startAI(node)
@@ -404,7 +436,7 @@ func (t *transition) waiting(w *novav1.NodeWaiting) {
 func (t *transition) timerID(kind string, node *novav1.Node, ns *novav1.NodeState) string {
 	id := fmt.Sprintf("%s-%d-%s", node.Id, ns.Visits, kind)
 	if t.isItem() {
-		id += fmt.Sprintf("-i%d", t.br.Item)
+		id += fmt.Sprintf("-i%d", t.ln.Item)
 	}
 	return id
 }
@@ -417,7 +449,7 @@ func (t *transition) setTimer(kind string, node *novav1.Node, ns *novav1.NodeSta
 	t.clearTimer()
 	id := t.timerID(kind, node, ns)
 	tm := &novav1.Timer{Id: id, Kind: kind, NodeId: node.Id, DueAt: tsNow(due), Visit: ns.Visits, Attempt: ns.RetryAttempt}
-	t.st.Timer = tm
+	t.ln.Timer = tm
 	t.out = append(t.out, outEvent{
 		subject:   bus.TimerSubject(t.st.ExecutionId, id),
 		id:        t.st.ExecutionId + "/timer/" + id,
@@ -432,9 +464,9 @@ func (t *transition) setTimer(kind string, node *novav1.Node, ns *novav1.NodeSta
 // clearTimer drops the execution's timer; its schedule is removed once the
 // state is stored (if that is missed, it fires and is ignored as stale).
 func (t *transition) clearTimer() {
-	if tm := t.st.Timer; tm != nil {
+	if tm := t.ln.Timer; tm != nil {
 		t.timersFx = append(t.timersFx, bus.TimerSubject(t.st.ExecutionId, tm.Id))
-		t.st.Timer = nil
+		t.ln.Timer = nil
 		t.changed = true
 	}
 }
@@ -458,7 +490,7 @@ func (e *Engine) handleTimer(ctx context.Context, ev event.Event) error {
 // timerFired applies the execution's pending timer; any other is stale (a
 // wait that was signalled, a cancelled execution).
 func (t *transition) timerFired(tf *novav1.TimerFired) error {
-	tm := t.st.Timer
+	tm := t.ln.Timer
 	if t.st.Status != statusRunning || tm == nil || tm.Id != tf.TimerId || t.graph == nil {
 		return errStale
 	}
@@ -467,7 +499,7 @@ func (t *transition) timerFired(tf *novav1.TimerFired) error {
 		return errStale
 	}
 	ns := t.nodeState(node.Id)
-	t.st.Timer = nil
+	t.ln.Timer = nil
 	t.changed = true
 	switch tm.Kind {
 	case timerWaitTimeout:
@@ -505,8 +537,8 @@ func (t *transition) carryOver(r *novav1.RerunFrom) {
 		ns.Status = execution.NodeCarriedOver
 		t.st.Sequence++
 		t.st.Path = append(t.st.Path, id)
-		t.st.NodeStartedAt = tsNow(t.now)
-		t.st.NodeInput = nil
+		t.ln.NodeStartedAt = tsNow(t.now)
+		t.ln.NodeInput = nil
 		nc := t.nodeCompleted(node, ns.Visits, execution.NodeCarriedOver, "", "", "", nil)
 		nc.InputContext, nc.OutputResult, nc.CodeExecuted, nc.ExecutionTimeMs = nil, nil, "", 0
 		nc.CarriedOverFrom = r.ExecutionId

@@ -26,22 +26,30 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
-	tr.enter(tr.graph.Start().Id)
+	startIn(tr)
 	cmd := tr.out[len(tr.out)-1].msg
 	deadLettered := false
-	for st.Status == statusRunning && st.Timer == nil {
+	for st.Status == statusRunning && line0(st).Timer == nil {
 		tr = e.newTransition(st)
 		switch c := cmd.(type) {
 		case *novav1.AnalyzeInput:
-			err = tr.inputAnalyzed(&novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true})
+			err = applyStep(tr, func(t *transition) error {
+				return t.inputAnalyzed(&novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true})
+			})
 		case *novav1.GenerateCode:
-			err = tr.codeGenerated(&novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "context['discount'] = 150", Stage: "TASK"})
+			err = applyStep(tr, func(t *transition) error {
+				return t.codeGenerated(&novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "context['discount'] = 150", Stage: "TASK"})
+			})
 		case *novav1.ValidateCode:
-			err = tr.codeValidated(&novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true})
+			err = applyStep(tr, func(t *transition) error {
+				return t.codeValidated(&novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true})
+			})
 		case *novav1.ExecuteCode:
 			deadLettered = true
-			err = tr.codeExecuted(&novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
-				Status: "error", ErrorKind: errorKindDeadLetter, Error: "the sandbox could not handle the command after 3 deliveries"})
+			err = applyStep(tr, func(t *transition) error {
+				return t.codeExecuted(&novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
+					Status: "error", ErrorKind: errorKindDeadLetter, Error: "the sandbox could not handle the command after 3 deliveries"})
+			})
 		default:
 			t.Fatalf("unexpected command %T", cmd)
 		}
@@ -55,8 +63,8 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 			}
 		}
 	}
-	if !deadLettered || st.Status != statusRunning || st.Timer == nil || st.Timer.Kind != timerRetry || st.Ai != nil {
-		t.Fatalf("after the dead letter: %s, timer %v, ai %v; want running, waiting on the retry's timer", st.Status, st.Timer, st.Ai)
+	if !deadLettered || st.Status != statusRunning || line0(st).Timer == nil || line0(st).Timer.Kind != timerRetry || line0(st).Ai != nil {
+		t.Fatalf("after the dead letter: %s, timer %v, ai %v; want running, waiting on the retry's timer", st.Status, line0(st).Timer, line0(st).Ai)
 	}
 	var failed *novav1.NodeCompleted
 	for _, o := range tr.out {
@@ -71,19 +79,23 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 		t.Errorf("next attempt %s after the failure, want 5s", d)
 	}
 	tr = e.newTransition(st)
-	if err := tr.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: st.Timer.Id}); err != nil {
+	if err := applyStep(tr, func(t *transition) error {
+		return t.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: line0(st).Timer.Id})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	ns := st.Nodes["discount"]
-	if ns.Visits != 2 || ns.RetryAttempt != 2 || st.Ai == nil {
-		t.Fatalf("after the timer: visits %d, attempt %d, ai %v; want the node again as visit 2, attempt 2", ns.Visits, ns.RetryAttempt, st.Ai)
+	if ns.Visits != 2 || ns.RetryAttempt != 2 || line0(st).Ai == nil {
+		t.Fatalf("after the timer: visits %d, attempt %d, ai %v; want the node again as visit 2, attempt 2", ns.Visits, ns.RetryAttempt, line0(st).Ai)
 	}
 	if _, ok := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput); !ok {
 		t.Errorf("the second attempt began with %T, want input analysis", tr.out[len(tr.out)-1].msg)
 	}
 	// A timer that is not the pending one changes nothing.
 	before := proto.Clone(st)
-	if err := e.newTransition(st).timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "discount-1-retry"}); err != errStale || !proto.Equal(before, st) {
+	if err := applyStep(e.newTransition(st), func(t *transition) error {
+		return t.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "discount-1-retry"})
+	}); err != errStale || !proto.Equal(before, st) {
 		t.Errorf("a stale timer: %v", err)
 	}
 }

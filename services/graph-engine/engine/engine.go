@@ -455,12 +455,15 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 		return err
 	}
 	t.started()
+	t.startLine()
 	if r := st.Rerun; r != nil {
 		t.carryOver(r)
 		t.enter(r.NodeId)
 	} else {
 		t.enter(t.graph.Start().Id)
 	}
+	t.keepChanges()
+	t.ln = nil
 	t.settle()
 	if err := e.applyBudget(ctx, t); err != nil {
 		return err
@@ -479,7 +482,7 @@ func (e *Engine) create(ctx context.Context, t *transition) error {
 	if err := e.publish(ctx, t.out); err != nil {
 		return err
 	}
-	data, err := proto.Marshal(t.st)
+	data, err := marshalState(t.st)
 	if err != nil {
 		return bus.Permanent(err)
 	}
@@ -867,9 +870,6 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		t := e.newTransition(st)
 		e.bindCache(ctx, t, memo)
 		e.bindValues(ctx, t)
-		if st.Ai != nil {
-			span.SetAttributes(attribute.Int("attempt", int(st.Ai.Attempt)), attribute.String("phase", st.Ai.Phase))
-		}
 		if err := fn(t); errors.Is(err, errStale) {
 			return nil
 		} else if err != nil {
@@ -888,7 +888,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err := e.publish(ctx, t.out); err != nil {
 			return err
 		}
-		data, err := proto.Marshal(st)
+		data, err := marshalState(st)
 		if err != nil {
 			return bus.Permanent(err)
 		}
@@ -942,34 +942,71 @@ func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 	return e.bus.PublishAll(ctx, evs)
 }
 
-// shrink keeps large values of the context in the object store before the
-// transition's events are published. Only members over the threshold are
-// looked at, so small contexts cost nothing here.
+// shrink keeps large values of the contexts the state holds (the
+// execution's, each line's, those parked at joins or ended) in the object
+// store before the transition's events are published. Only members over
+// the threshold are looked at, so small contexts cost nothing here; a
+// context several hold is shrunk once.
 func (e *Engine) shrink(ctx context.Context, t *transition) error {
 	if e.values == nil {
 		return nil
 	}
-	if err := e.shrinkBranches(ctx, t); err != nil {
+	done := map[*novav1.JSONValue]*novav1.JSONValue{}
+	shrinkValue := func(v **novav1.JSONValue) error {
+		old := *v
+		if old == nil {
+			return nil
+		}
+		if nv, ok := done[old]; ok {
+			*v = nv
+			return nil
+		}
+		nv, _, err := e.shrinkObject(ctx, t, jsonvalue.MustObject(old), old)
+		if err != nil {
+			return err
+		}
+		done[old], *v = nv, nv
+		return nil
+	}
+	if err := shrinkValue(&t.st.Context); err != nil {
 		return err
 	}
-	old := t.st.Context
-	nv, shrunk, err := e.shrinkObject(ctx, t, t.ctx, old)
-	if err != nil || !shrunk {
-		return err
+	for _, l := range t.st.Branches {
+		if err := shrinkValue(&l.Context); err != nil {
+			return err
+		}
+		if nv, ok := done[l.NodeInput]; ok {
+			// The node input shares the old context; it gets the shrunk one.
+			l.NodeInput = nv
+		}
 	}
-	t.st.Context = nv
-	// The node input shares the old context; it gets the shrunk one.
-	if t.st.NodeInput == old {
-		t.st.NodeInput = t.st.Context
+	for _, js := range t.st.Joins {
+		for _, a := range js.Activations {
+			for _, r := range a.Arrived {
+				if err := shrinkValue(&r.Context); err != nil {
+					return err
+				}
+			}
+		}
 	}
+	for _, r := range t.st.Ended {
+		if err := shrinkValue(&r.Context); err != nil {
+			return err
+		}
+	}
+	for _, lr := range t.largeResults {
+		if err := e.shrinkResult(ctx, lr); err != nil {
+			return err
+		}
+	}
+	t.largeResults = nil
 	return nil
 }
 
 // shrinkObject keeps the members of context o (whose proto is old) over
 // the threshold in the value store, in place, and reports whether any
 // was. The events t built before share old; they get the shrunk one,
-// which it returns (old when nothing was shrunk). Only members over the
-// threshold are looked at, so small contexts cost nothing here.
+// which it returns (old when nothing was shrunk).
 func (e *Engine) shrinkObject(ctx context.Context, t *transition, o jsonvalue.Object, old *novav1.JSONValue) (*novav1.JSONValue, bool, error) {
 	large := false
 	for _, raw := range o {

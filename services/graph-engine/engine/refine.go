@@ -119,17 +119,20 @@ func checkRefinement(cmd *novav1.StartRefinement) string {
 // the refinement will do.
 func (t *transition) refineStart() {
 	st, req := t.st, t.st.Refine.Request
+	if t.ln == nil {
+		t.startLine()
+	}
 	st.Sequence = 1
 	st.Path = []string{refineNode.Id}
-	st.NodeStartedAt = tsNow(t.now)
-	st.NodeInput = st.Context
+	t.ln.NodeStartedAt = tsNow(t.now)
+	t.ln.NodeInput = st.Context
 	ns := t.nodeState(refineNode.Id)
 	ns.Visits = 1
 	t.emit(bus.KindWorkflowStarted, st.ExecutionId+"/started", bus.TypeWorkflowStarted, &novav1.WorkflowStarted{
 		ExecutionId: st.ExecutionId, WorkflowName: execution.RefineWorkflow, Context: st.Context, StartedAt: st.StartedAt,
 	})
 	t.emit(bus.KindNodeStarted, fmt.Sprintf("%s/%s/1/started", st.ExecutionId, refineNode.Id), bus.TypeNodeStarted, &novav1.NodeStarted{
-		ExecutionId: st.ExecutionId, NodeId: refineNode.Id, NodeType: "action", Visit: 1, Ai: true, Sequence: 1, StartedAt: st.NodeStartedAt,
+		ExecutionId: st.ExecutionId, NodeId: refineNode.Id, NodeType: "action", Visit: 1, Ai: true, Sequence: 1, StartedAt: t.ln.NodeStartedAt,
 	})
 	rf := req.GetRefinement()
 	t.refineMessage(&novav1.RefinementProgress{Type: "info", MaxAttempts: req.MaxAttempts, Message: fmt.Sprintf(
@@ -484,8 +487,8 @@ func (t *transition) refineFinish(a *novav1.RefineAttemptRun, errMsg string, met
 	input := st.Context
 	nc := &novav1.NodeCompleted{
 		ExecutionId: st.ExecutionId, NodeId: refineNode.Id, NodeType: "action", Visit: 1, Status: nodeStatus, InputContext: input,
-		OutputResult: input, ErrorMessage: errMsg, Sequence: 1, StartedAt: st.NodeStartedAt, CompletedAt: tsNow(t.now),
-		ExecutionTimeMs: float64(t.now.Sub(st.NodeStartedAt.AsTime()).Microseconds()) / 1000,
+		OutputResult: input, ErrorMessage: errMsg, Sequence: 1, StartedAt: t.ln.NodeStartedAt, CompletedAt: tsNow(t.now),
+		ExecutionTimeMs: float64(t.now.Sub(t.ln.NodeStartedAt.AsTime()).Microseconds()) / 1000,
 	}
 	// Named as an AI node's ai_metadata, so that readers of the chain of
 	// work show a refinement as they show an AI node.
@@ -523,7 +526,7 @@ func (t *transition) refineFinish(a *novav1.RefineAttemptRun, errMsg string, met
 
 	ns := t.nodeState(refineNode.Id)
 	ns.Status, ns.Error = status, errMsg
-	st.CurrentNode, st.PendingStepId = "", ""
+	t.ln.CurrentNode, t.ln.PendingStepId = "", ""
 	st.Context = nc.OutputResult
 	st.Status, st.Error = status, errMsg
 	t.completed()

@@ -94,23 +94,13 @@ type transition struct {
 	// schedules are removed once the state is stored.
 	timersFx []string
 
-	// br is the branch whose line the state's current-node fields hold
-	// while the transition works on it (runIn); nil: the execution's one
-	// line. lineStart is its context as the work began (what it changed is
-	// told from it); lineGone says its line ended (it arrived at a join,
-	// ended, forked, or was a map item that finished).
-	br        *novav1.Branch
+	// ln is the line of control the transition works on (lines.go), and
+	// lineStart its context as the work on it began (what it changed is
+	// told from it; nil for the execution's one line).
+	ln        *novav1.Branch
 	lineStart jsonvalue.Object
-	lineGone  bool
-	// openLine: the execution's one line became the branch br during the
-	// transition (toBranch); settle puts it away.
-	openLine bool
-	// parallel: the transition worked on branches; settle looks at the
-	// joins, the maps and the end.
-	parallel bool
-	// ended are the branches that ended at an end node, merged into the
-	// context as the transition settles.
-	ended []*novav1.Branch
+	// splitMemo memoises splits and reaches.
+	splitMemo map[string]bool
 	// prevNode is the node whose visit completed last; children are the
 	// child executions of the visit being completed.
 	prevNode string
@@ -131,13 +121,53 @@ func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
 	if st.Context == nil {
 		st.Context = t.ctx.Proto()
 	}
+	upgradeState(st)
 	return t
 }
 
-// setContext stores the transition's context in the state. Context values
-// are immutable text, so what an earlier snapshot (node input, an event)
-// holds never changes.
-func (t *transition) setContext() { t.st.Context = t.ctx.Proto() }
+// upgradeState moves the one line of a state written before every line was
+// a record of its own (its current-node fields) into its lines, and the
+// arrivals of its joins into one activation each.
+func upgradeState(st *novav1.ExecutionState) {
+	if len(st.Branches) == 0 && (st.CurrentNode != "" || st.PendingStepId != "" || st.Timer != nil || st.MapRun != nil || st.Ai != nil) {
+		st.Branches = []*novav1.Branch{{CurrentNode: st.CurrentNode, PendingStepId: st.PendingStepId, NodeStartedAt: st.NodeStartedAt,
+			NodeInput: st.NodeInput, Ai: st.Ai, Timer: st.Timer, WaitingFor: st.WaitingFor, MapRun: st.MapRun, Context: st.Context}}
+	}
+	st.CurrentNode, st.PendingStepId, st.NodeStartedAt, st.NodeInput = "", "", nil, nil
+	st.Ai, st.Timer, st.WaitingFor, st.MapRun = nil, nil, "", nil
+	if len(st.Branches) == 1 && st.Branches[0].Id == "" && st.Branches[0].Context == nil {
+		// The one line's context is stored once, as the execution's
+		// (marshalState).
+		st.Branches[0].Context = st.Context
+	}
+	for id, js := range st.Joins {
+		if len(js.Arrived) > 0 {
+			js.Activations = append(js.Activations, &novav1.JoinActivation{Arrived: js.Arrived})
+		}
+		for _, b := range js.Absorb {
+			for _, l := range st.Branches {
+				if l.Id == b {
+					l.AbsorbedAt = append(l.AbsorbedAt, id)
+				}
+			}
+		}
+		js.Arrived, js.Absorb = nil, nil
+		if len(js.Activations) == 0 {
+			delete(st.Joins, id)
+		}
+	}
+}
+
+// setContext stores the transition's context in its line (or, before the
+// execution has one, in the state). Context values are immutable text, so
+// what an earlier snapshot (node input, an event) holds never changes.
+func (t *transition) setContext() {
+	if t.ln != nil {
+		t.ln.Context = t.ctx.Proto()
+		return
+	}
+	t.st.Context = t.ctx.Proto()
+}
 
 func (t *transition) emit(kind, id, typ string, msg proto.Message) {
 	t.out = append(t.out, outEvent{
@@ -175,29 +205,17 @@ func (t *transition) enter(id string) {
 			return
 		}
 		ns := t.nodeState(id)
-		// Checked before counting, so that visits says how often the node
-		// ran; a retry policy's attempts do not count.
-		if limit := workflow.MaxVisits(node); int(ns.Visits-ns.Retried) >= limit {
-			ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", id, limit)
-			t.fail(ns.Error)
+		if !t.countVisit(node, ns) {
 			return
 		}
-		ns.Visits++
-		ns.RetryAttempt = 1
-		t.st.Sequence++
-		t.st.Path = append(t.st.Path, id)
 		switch node.Type {
 		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END:
-			t.st.NodeStartedAt = tsNow(t.now)
-			t.st.NodeInput = t.st.Context
+			t.ln.NodeStartedAt = tsNow(t.now)
+			t.ln.NodeInput = t.ln.Context
 			ns.Status = statusSucceeded
 			t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
 			if node.Type == novav1.NodeType_NODE_TYPE_END {
-				if t.inBranches() {
-					t.branchEnded()
-					return
-				}
-				t.complete()
+				t.lineEnded()
 				return
 			}
 			targets, err := t.graph.Targets(id)
@@ -219,8 +237,8 @@ func (t *transition) enter(id string) {
 					t.setContext()
 				}
 			}
-			t.st.NodeStartedAt = tsNow(t.now)
-			t.st.NodeInput = t.st.Context
+			t.ln.NodeStartedAt = tsNow(t.now)
+			t.ln.NodeInput = t.ln.Context
 			t.nodeStarted(node, ns)
 			switch node.Type {
 			case novav1.NodeType_NODE_TYPE_WAIT:
@@ -247,11 +265,27 @@ func (t *transition) enter(id string) {
 	}
 }
 
+// countVisit counts a visit of node, or fails the execution when the node
+// has had its max_visits: checked before counting, so that visits says how
+// often the node ran; a retry policy's attempts do not count.
+func (t *transition) countVisit(node *novav1.Node, ns *novav1.NodeState) bool {
+	if limit := workflow.MaxVisits(node); int(ns.Visits-ns.Retried) >= limit {
+		ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", node.Id, limit)
+		t.fail(ns.Error)
+		return false
+	}
+	ns.Visits++
+	ns.RetryAttempt = 1
+	t.st.Sequence++
+	t.st.Path = append(t.st.Path, node.Id)
+	return true
+}
+
 // nodeStarted announces the visit of node that begins.
 func (t *transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
 	started := &novav1.NodeStarted{
 		ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: workflow.TypeName(node.Type), Visit: ns.Visits,
-		Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.st.NodeStartedAt,
+		Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.ln.NodeStartedAt,
 	}
 	started.Branch, started.Item = t.branchOf()
 	t.emit(bus.KindNodeStarted, t.visitKey(node.Id, ns.Visits)+"/started", bus.TypeNodeStarted, started)
@@ -260,13 +294,13 @@ func (t *transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
 // branchOf is the branch the transition works on and, for a map's item,
 // its position.
 func (t *transition) branchOf() (string, *int32) {
-	if t.br == nil {
+	if t.ln == nil {
 		return "", nil
 	}
-	if t.br.IsItem {
-		return t.br.Id, new(t.br.Item)
+	if t.ln.IsItem {
+		return t.ln.Id, new(t.ln.Item)
 	}
-	return t.br.Id, nil
+	return t.ln.Id, nil
 }
 
 // visitKey names a visit of node in event and step ids: a map's items,
@@ -274,15 +308,15 @@ func (t *transition) branchOf() (string, *int32) {
 func (t *transition) visitKey(node string, visit int32) string {
 	key := fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node, visit)
 	if t.isItem() {
-		key += fmt.Sprintf("#%d", t.br.Item)
+		key += fmt.Sprintf("#%d", t.ln.Item)
 	}
 	return key
 }
 
 func (t *transition) nodeState(id string) *novav1.NodeState {
-	if t.isItem() && id == t.br.FromNode && t.br.ItemNode != nil {
+	if t.isItem() && id == t.ln.FromNode && t.ln.ItemNode != nil {
 		// An item's own record of its map node.
-		return t.br.ItemNode
+		return t.ln.ItemNode
 	}
 	ns := t.st.Nodes[id]
 	if ns == nil {
@@ -295,7 +329,7 @@ func (t *transition) nodeState(id string) *novav1.NodeState {
 // dispatch runs a code node's code in the sandbox.
 func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 	step := fmt.Sprintf("%s/%d", t.visitKey(node.Id, ns.Visits), ns.Attempts)
-	t.execute(node, step, ns.Visits, ns.Attempts, ns.Attempts, node.Code, "TASK", t.st.Context)
+	t.execute(node, step, ns.Visits, ns.Attempts, ns.Attempts, node.Code, "TASK", t.ln.Context)
 }
 
 // execute issues an ExecuteCode command for the pending step.
@@ -330,8 +364,8 @@ func (t *transition) execute(node *novav1.Node, step string, visit, attempt, ste
 // command gets the next dispatch number.
 func (t *transition) command(node *novav1.Node, step, agent, typ string, msg func(seq int32) proto.Message) {
 	t.st.Dispatch++
-	t.st.CurrentNode = node.Id
-	t.st.PendingStepId = step
+	t.ln.CurrentNode = node.Id
+	t.ln.PendingStepId = step
 	t.out = append(t.out, outEvent{
 		subject:   bus.CommandSubject(agent),
 		id:        step + "/cmd",
@@ -349,7 +383,7 @@ func (t *transition) checkPending(stepID string, seq int32) error {
 	if t.st.Status != statusRunning {
 		return errStale // the execution ended: a redelivery or a late result
 	}
-	if stepID == t.st.PendingStepId {
+	if stepID == t.ln.PendingStepId {
 		return nil
 	}
 	if seq > t.st.Dispatch {
@@ -375,10 +409,10 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 	if t.st.Refine != nil {
 		return t.refineExecuted(r)
 	}
-	if t.st.Ai != nil {
+	if t.ln.Ai != nil {
 		return t.aiExecuted(r)
 	}
-	node := t.graph.Node(t.st.CurrentNode)
+	node := t.graph.Node(t.ln.CurrentNode)
 	ns := t.nodeState(node.Id)
 	t.stepCompleted(node, r)
 
@@ -413,7 +447,7 @@ func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
 		return
 	}
 	var secrets []string
-	if input, err := jsonvalue.MustObject(t.st.NodeInput).Decoded(); err == nil {
+	if input, err := jsonvalue.MustObject(t.ln.NodeInput).Decoded(); err == nil {
 		secrets = redact.SecretValues(input)
 	}
 	for _, s := range []*string{&r.Error, &r.Traceback, &r.Stdout, &r.Stderr} {
@@ -466,7 +500,7 @@ func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 	ns.Status = statusSucceeded
 	ns.Error = ""
 	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", decision, strings.Join(targets, ","), r)
-	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
+	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.Ai = "", "", nil
 	t.follow(node, targets)
 }
 
@@ -474,7 +508,7 @@ func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg str
 	t.releaseHold()
 	ns.Status, ns.Error = statusFailed, msg
 	t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
-	t.st.CurrentNode, t.st.PendingStepId, t.st.Ai = "", "", nil
+	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.Ai = "", "", nil
 	if t.isItem() {
 		t.itemFailed(node, msg)
 		return
@@ -490,15 +524,15 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 		Visit:           visit,
 		Status:          status,
 		CodeExecuted:    node.Code,
-		InputContext:    t.st.NodeInput,
-		OutputResult:    t.st.Context,
+		InputContext:    t.ln.NodeInput,
+		OutputResult:    t.ln.Context,
 		ErrorMessage:    errMsg,
 		DecisionResult:  decision,
 		PathTaken:       pathTaken,
 		Sequence:        t.st.Sequence,
-		StartedAt:       t.st.NodeStartedAt,
+		StartedAt:       t.ln.NodeStartedAt,
 		CompletedAt:     tsNow(t.now),
-		ExecutionTimeMs: float64(t.now.Sub(t.st.NodeStartedAt.AsTime()).Microseconds()) / 1000,
+		ExecutionTimeMs: float64(t.now.Sub(t.ln.NodeStartedAt.AsTime()).Microseconds()) / 1000,
 	}
 	if node.Code == "" {
 		nc.CodeExecuted = node.Prompt
@@ -507,12 +541,12 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 		nc.Stdout, nc.Stderr, nc.Traceback = r.Stdout, r.Stderr, r.Traceback
 		nc.OutputAnalysis = r.OutputAnalysis
 	}
-	if t.st.Ai != nil {
+	if t.ln.Ai != nil {
 		nc.AiMetadata = t.aiMetadata(node, status, errMsg)
-		if t.st.Ai.Code != "" {
-			nc.CodeExecuted = t.st.Ai.Code
+		if t.ln.Ai.Code != "" {
+			nc.CodeExecuted = t.ln.Ai.Code
 		}
-		for _, s := range t.st.Ai.Steps {
+		for _, s := range t.ln.Ai.Steps {
 			for _, c := range s.ModelCalls {
 				nc.CostUsd += c.CostUsd
 				nc.ModelCalls++
@@ -552,7 +586,7 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 		output["stderr"] = r.Stderr
 	}
 	out, _ := newStruct(output)
-	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(jsonvalue.MustObject(t.st.NodeInput).Keys())})
+	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(jsonvalue.MustObject(t.ln.NodeInput).Keys())})
 	t.emit(bus.KindStepCompleted, r.StepId+"/step", bus.TypeStepCompleted, &novav1.StepCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
@@ -581,9 +615,19 @@ func (t *transition) itemIndex() *int32 {
 	return item
 }
 
+// fail ends the execution as failed with msg. Its final context is the
+// failing line's (a map item's map's), never an item's.
 func (t *transition) fail(msg string) {
 	t.st.Status = statusFailed
 	t.st.Error = msg
+	if l := t.ln; l != nil {
+		if l.IsItem {
+			l = t.line(l.MapBranch)
+		}
+		if l != nil && l.Context != nil {
+			t.st.Context = l.Context
+		}
+	}
 	t.completed()
 }
 
@@ -593,7 +637,7 @@ func (t *transition) complete() {
 }
 
 func (t *transition) completed() {
-	t.endLines()
+	t.endLines(cmp.Or(t.st.Error, t.st.Status))
 	t.st.CompletedAt = tsNow(t.now)
 	done := execution.Completion(t.st)
 	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, done)

@@ -44,7 +44,7 @@ func begin(t *testing.T, e *Engine, yaml string, ctx any) (*novav1.ExecutionStat
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
 	tr := e.newTransition(st)
 	tr.started()
-	tr.enter(tr.graph.Start().Id)
+	startIn(tr)
 	return st, lastCommand(t, tr)
 }
 
@@ -81,7 +81,7 @@ func TestLoopVisitsAndStaleResults(t *testing.T) {
 			updates = map[string]any{branchDecision: n < 3}
 		}
 		tr := e.newTransition(st)
-		if err := tr.codeExecuted(resultFor(cmd, updates)); err != nil {
+		if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(resultFor(cmd, updates)) }); err != nil {
 			t.Fatal(err)
 		}
 		cmd = lastCommand(t, tr)
@@ -94,7 +94,7 @@ func TestLoopVisitsAndStaleResults(t *testing.T) {
 	}
 	// A redelivered old result changes nothing.
 	tr := e.newTransition(st)
-	if err := tr.codeExecuted(resultFor(first, map[string]any{"n": 99.0})); !errors.Is(err, errStale) || tr.changed {
+	if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(resultFor(first, map[string]any{"n": 99.0})) }); !errors.Is(err, errStale) || tr.changed {
 		t.Errorf("stale result applied: err %v, changed %v", err, tr.changed)
 	}
 }
@@ -106,7 +106,7 @@ func TestEarlyResultIsRetriedNotDropped(t *testing.T) {
 	// before that transition's state is stored.
 	early := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "again", StepId: "x1/again/1/1",
 		Visit: 1, Attempt: 1, Sequence: cmd.Sequence + 1, Status: nodeSuccess}
-	if err := e.newTransition(st).codeExecuted(early); !errors.Is(err, errEarlyResult) {
+	if err := applyStep(e.newTransition(st), func(t *transition) error { return t.codeExecuted(early) }); !errors.Is(err, errEarlyResult) {
 		t.Errorf("early result: %v, want errEarlyResult", err)
 	}
 }
@@ -120,7 +120,7 @@ func TestMaxVisitsEndsALoop(t *testing.T) {
 			updates[branchDecision] = true
 		}
 		tr := e.newTransition(st)
-		if err := tr.codeExecuted(resultFor(cmd, updates)); err != nil {
+		if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(resultFor(cmd, updates)) }); err != nil {
 			t.Fatal(err)
 		}
 		cmd = lastCommand(t, tr)
@@ -140,7 +140,7 @@ func TestSandboxFaultIsRetriedThenFails(t *testing.T) {
 		r := resultFor(cmd, nil)
 		r.Status, r.ErrorKind, r.Error = "error", errorKindSandboxFault, "bwrap failed"
 		tr := e.newTransition(st)
-		if err := tr.codeExecuted(r); err != nil {
+		if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(r) }); err != nil {
 			t.Fatal(err)
 		}
 		cmd = lastCommand(t, tr)
@@ -171,7 +171,7 @@ func TestContextValuesStayExact(t *testing.T) {
 	tr := e.newTransition(st)
 	r := resultFor(cmd, nil)
 	r.ContextUpdates = jsonvalue.Proto([]byte(`{"n":1,"id2":9007199254740995,"f":151.0}`))
-	if err := tr.codeExecuted(r); err != nil {
+	if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(r) }); err != nil {
 		t.Fatal(err)
 	}
 	next := lastCommand(t, tr)
@@ -213,7 +213,7 @@ func TestPrintedSecretsAreScrubbed(t *testing.T) {
 	r.Stdout = "token " + bearer + ", stripe " + stripe + "\n"
 	r.Logs = []string{"using hunter2-abc"}
 	tr := e.newTransition(st)
-	if err := tr.codeExecuted(r); err != nil {
+	if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(r) }); err != nil {
 		t.Fatal(err)
 	}
 	var nc *novav1.NodeCompleted

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
@@ -351,7 +352,7 @@ func benchWaiting(ctx context.Context, b *bus.Bus, pid int, cfg config) error {
 // waiting tells whether a stored execution state waits for a signal.
 func waiting(state []byte) bool {
 	var st novav1.ExecutionState
-	return proto.Unmarshal(state, &st) == nil && st.WaitingFor != ""
+	return proto.Unmarshal(state, &st) == nil && execution.WaitingFor(&st) != ""
 }
 
 const sleepWorkflow = `

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/services/nova/stack"
 )
@@ -72,7 +73,8 @@ func TestCodeCachedWhenTheRuntimeCameLate(t *testing.T) {
 	}
 	e.eventually(10*time.Second, "the node waits for the code generator", func() bool {
 		st := e.state(exec.ID)
-		return st != nil && st.GetAi().GetPhase() == "generate"
+		lines := execution.Lines(st)
+		return st != nil && len(lines) == 1 && lines[0].GetAi().GetPhase() == "generate"
 	})
 	if err := runtimeinfo.Publish(e.ctx, e.bus.JetStream(), info); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -142,8 +143,8 @@ func TestWaitForSignal(t *testing.T) {
 	mustContain(t, "bad payload's rejection", rej.Reason, "approved")
 	rej = e.rejection(exec.ID, e.signalExec(exec.ID, "approval", map[string]any{"reviewed_by": "manager_1"}))
 	mustContain(t, "missing field's rejection", rej.Reason, "approved")
-	if st := e.state(exec.ID); st.Status != "running" || st.WaitingFor != "approval" {
-		t.Fatalf("after rejected signals: %s waiting for %q; want running, waiting for approval", st.Status, st.WaitingFor)
+	if st := e.state(exec.ID); st.Status != "running" || execution.WaitingFor(st) != "approval" {
+		t.Fatalf("after rejected signals: %s waiting for %q; want running, waiting for approval", st.Status, execution.WaitingFor(st))
 	}
 
 	e.signalExec(exec.ID, "approval", `{"approved": true, "reviewed_by": "manager_1", "limit": 1500.0}`)

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/novaflow/nova/pkg/chainstore"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -722,7 +723,7 @@ edges:
 		e.waitingFor(exec.ID, "approve", "signal")
 		e.eventually(testTimeout/3, "work is done", func() bool {
 			st := e.state(exec.ID)
-			return st != nil && len(st.Joins["join"].GetArrived()) == 1
+			return st != nil && len(execution.Parked(st)["join"]) == 1
 		})
 		e.signalExec(exec.ID, "approve", map[string]any{"approved": true})
 		wc, err := exec.Wait(e.ctx)

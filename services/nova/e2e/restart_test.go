@@ -12,6 +12,7 @@ import (
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/execution"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/stack"
@@ -65,7 +66,7 @@ func (e *env) waitRunning(id, node string) {
 	e.t.Helper()
 	e.eventually(10*time.Second, "node "+node+" runs in the sandbox", func() bool {
 		st := e.state(id)
-		return st != nil && st.CurrentNode == node && e.consumerInfo(bus.StreamCommands, bus.AgentSandbox).NumAckPending == 1
+		return st != nil && execution.CurrentNode(st) == node && e.consumerInfo(bus.StreamCommands, bus.AgentSandbox).NumAckPending == 1
 	})
 }
 
@@ -112,8 +113,8 @@ func TestRestartMidWorkflow(t *testing.T) {
 		e.eventually(10*time.Second, "the result of slow waits for the stopped engine", func() bool {
 			return e.consumerInfo(bus.StreamEvents, bus.ConsumerEngineResults).NumPending == 1
 		})
-		if st := e.state(exec.ID); st.Status != "running" || st.CurrentNode != "slow" {
-			t.Fatalf("execution %s at %q while the engine is down; want running at slow", st.Status, st.CurrentNode)
+		if st := e.state(exec.ID); st.Status != "running" || execution.CurrentNode(st) != "slow" {
+			t.Fatalf("execution %s at %q while the engine is down; want running at slow", st.Status, execution.CurrentNode(st))
 		}
 		if err := e.s.StartModule(e.ctx, stack.GraphEngine); err != nil {
 			t.Fatalf("restart graph engine: %v", err)
@@ -134,9 +135,9 @@ func TestRestartMidWorkflow(t *testing.T) {
 		e.eventually(10*time.Second, "the next command waits for the stopped sandbox", func() bool {
 			return e.consumerInfo(bus.StreamCommands, bus.AgentSandbox).NumPending == 1
 		})
-		if st := e.state(exec.ID); st.Status != "running" || st.CurrentNode != "last" || ctxMap(st.Context)["b"] != 2.0 {
+		if st := e.state(exec.ID); st.Status != "running" || execution.CurrentNode(st) != "last" || ctxMap(st.Context)["b"] != 2.0 {
 			t.Fatalf("execution %s at %q with b = %v while the sandbox is down; want running at last with b = 2",
-				st.Status, st.CurrentNode, ctxMap(st.Context)["b"])
+				st.Status, execution.CurrentNode(st), ctxMap(st.Context)["b"])
 		}
 		if err := e.s.StartModule(e.ctx, stack.Sandbox); err != nil {
 			t.Fatalf("restart sandbox: %v", err)

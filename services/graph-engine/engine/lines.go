@@ -1,0 +1,736 @@
+package engine
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// Lines of control. Every running execution holds its lines in
+// ExecutionState.branches, each a record with its own node, pending step,
+// timer, context and place in the forks it descends from: one line (id "")
+// until the execution forks, then one per branch and map item. The
+// transition works on one line at a time (t.ln), found by what the event
+// names (its step, its timer, the signal it waits for); nothing is copied
+// in or out of the execution's own fields.
+//
+// Forks are named ("<node>@<sequence>") and every line keeps the forks it
+// descends from, each with what its ancestor changed before it (a KeyList),
+// so that where lines meet (a join, or the end of the execution) each key
+// takes the latest write on the paths that reach it (mergeLines).
+//
+// A join collects its arrivals in activations: one per fork it closes, so
+// that a late line of an earlier loop round never counts for a later one.
+// An activation of wait: all goes on when no line of its fork can still
+// reach the join (dead-path elimination); wait: any or a number goes on
+// with the first arrivals, and the lines of its fork that could still
+// reach the join end there when they arrive (absorbed_at). An execution
+// whose joins wait only for lines parked at each other fails at once.
+
+// marshalState is st as the executions bucket stores it. The context of an
+// execution that follows one line is that line's: it is stored once, in
+// the state, and the line gets it back as it is read (upgradeState).
+func marshalState(st *novav1.ExecutionState) ([]byte, error) {
+	if len(st.Branches) == 1 && st.Branches[0].Id == "" && st.Branches[0].Context == st.Context {
+		l := st.Branches[0]
+		l.Context = nil
+		defer func() { l.Context = st.Context }()
+	}
+	return proto.Marshal(st)
+}
+
+// startLine makes the execution's one line, with its context, and makes it
+// the line the transition works on.
+func (t *transition) startLine() {
+	l := &novav1.Branch{Context: t.st.Context}
+	t.st.Branches = append(t.st.Branches, l)
+	t.bind(l)
+	t.changed = true
+}
+
+// bind makes l the line the transition works on.
+func (t *transition) bind(l *novav1.Branch) {
+	t.ln = l
+	t.ctx = jsonvalue.MustObject(l.Context)
+	if l.Context == nil {
+		l.Context = t.ctx.Proto()
+	}
+	// What a line changes is told from its context as the work began; the
+	// execution's one line has nothing to tell it from.
+	t.lineStart = nil
+	if l.Id != "" && !l.IsItem {
+		t.lineStart = t.ctx.Clone()
+	}
+}
+
+// on runs fn on line l, then goes back to the line the transition was on.
+func (t *transition) on(l *novav1.Branch, fn func()) {
+	ln, ctx, start := t.ln, t.ctx, t.lineStart
+	t.bind(l)
+	fn()
+	t.keepChanges()
+	t.ln, t.ctx, t.lineStart = ln, ctx, start
+}
+
+// keepChanges records in the transition's line the keys it changed since
+// the fork it descends from.
+func (t *transition) keepChanges() {
+	if t.lineStart != nil && t.live(t.ln) {
+		t.ln.ChangedKeys = t.lineChanges()
+	}
+}
+
+// live tells whether l is one of the execution's lines.
+func (t *transition) live(l *novav1.Branch) bool {
+	return slices.Contains(t.st.Branches, l)
+}
+
+// newLine adds l to the execution's lines with an id of its own.
+func (t *transition) newLine(l *novav1.Branch) *novav1.Branch {
+	t.st.BranchSeq++
+	l.Id = fmt.Sprintf("b%d", t.st.BranchSeq)
+	t.st.Branches = append(t.st.Branches, l)
+	t.changed = true
+	return l
+}
+
+// endLine drops l from the execution's lines.
+func (t *transition) endLine(l *novav1.Branch) {
+	t.st.Branches = slices.DeleteFunc(t.st.Branches, func(x *novav1.Branch) bool { return x == l })
+	t.changed = true
+}
+
+func (t *transition) line(id string) *novav1.Branch {
+	for _, l := range t.st.Branches {
+		if l.Id == id {
+			return l
+		}
+	}
+	return nil
+}
+
+// onLine applies fn to the line match finds. With none, fn sees a line of
+// its own that is at no node (and tells a stale or early event so).
+func (t *transition) onLine(match func(*novav1.Branch) bool, fn func() error) error {
+	var err error
+	for _, l := range t.st.Branches {
+		if match(l) {
+			t.on(l, func() { err = fn() })
+			return err
+		}
+	}
+	t.on(&novav1.Branch{Context: t.st.Context}, func() { err = fn() })
+	return err
+}
+
+// onStep is onLine for the result of step: the line waiting for it.
+func (t *transition) onStep(step string, fn func() error) error {
+	return t.onLine(func(b *novav1.Branch) bool { return b.PendingStepId == step }, fn)
+}
+
+// alone tells whether the transition's line is the execution's only one,
+// with nothing parked at a join or ended beside it.
+func (t *transition) alone() bool {
+	return len(t.st.Branches) == 1 && t.st.Branches[0] == t.ln && len(t.st.Joins) == 0 && len(t.st.Ended) == 0
+}
+
+// lineChanges are the context keys the transition's line set or deleted
+// since the fork it descends from.
+func (t *transition) lineChanges() []string {
+	if t.lineStart == nil {
+		return t.ln.GetChangedKeys()
+	}
+	keys := slices.Clone(t.ln.GetChangedKeys())
+	for k, raw := range t.ctx {
+		if old, ok := t.lineStart[k]; !ok || !bytes.Equal(old, raw) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range t.lineStart {
+		if _, ok := t.ctx[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// follow goes on from node to targets: the one next node, or a line for
+// each of several.
+func (t *transition) follow(from *novav1.Node, targets []string) {
+	if len(targets) == 1 {
+		t.enter(targets[0])
+		return
+	}
+	t.fork(from, targets)
+}
+
+// fork ends the transition's line and starts one for each target, each
+// with a copy of its context and the fork added to its history. Every new
+// line exists before any of them moves, so that one reaching an end node
+// at once sees the others.
+func (t *transition) fork(from *novav1.Node, targets []string) {
+	parent := t.ln
+	fork := &novav1.KeyList{Fork: fmt.Sprintf("%s@%d", from.Id, t.st.Sequence), Node: from.Id, Keys: t.lineChanges()}
+	history := append(slices.Clone(parent.ForkChanges), fork)
+	t.endLine(parent)
+	lines := make([]*novav1.Branch, len(targets))
+	for i := range targets {
+		lines[i] = t.newLine(&novav1.Branch{Context: parent.Context, ForkChanges: history, FromNode: from.Id,
+			AbsorbedAt: slices.Clone(parent.AbsorbedAt)})
+	}
+	for i, to := range targets {
+		if t.st.Status != statusRunning {
+			return
+		}
+		t.on(lines[i], func() { t.enter(to) })
+	}
+}
+
+// lineEnded ends the transition's line at an end node. The last line ends
+// the execution; one that ends while others run is kept (st.ended) and its
+// context merged with theirs when the execution ends.
+func (t *transition) lineEnded() {
+	l := t.ln
+	t.keepChanges()
+	t.endLine(l)
+	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
+		t.st.Context = l.Context
+		t.complete()
+		return
+	}
+	t.st.Ended = append(t.st.Ended, &novav1.Branch{Id: l.Id, Context: l.Context, ChangedKeys: l.ChangedKeys,
+		ForkChanges: l.ForkChanges, FromNode: cmp.Or(t.prevNode, l.FromNode)})
+}
+
+// arrive parks the transition's line at join: it waits there in the
+// activation of its fork, or ends there when the join went on without it.
+func (t *transition) arrive(join *novav1.Node) {
+	l := t.ln
+	t.keepChanges()
+	t.endLine(l)
+	if slices.Contains(l.AbsorbedAt, join.Id) {
+		return
+	}
+	js := t.st.Joins[join.Id]
+	if js == nil {
+		js = &novav1.JoinState{}
+		if t.st.Joins == nil {
+			t.st.Joins = map[string]*novav1.JoinState{}
+		}
+		t.st.Joins[join.Id] = js
+	}
+	rec := &novav1.Branch{Id: l.Id, Context: l.Context, ChangedKeys: l.ChangedKeys, ForkChanges: l.ForkChanges,
+		FromNode: cmp.Or(t.prevNode, l.FromNode), NodeStartedAt: tsNow(t.now), AbsorbedAt: l.AbsorbedAt}
+	scope := t.scopeOf(rec, join.Id)
+	for _, a := range js.Activations {
+		if a.Scope == scope {
+			a.Arrived = append(a.Arrived, rec)
+			return
+		}
+	}
+	js.Activations = append(js.Activations, &novav1.JoinActivation{Scope: scope, Arrived: []*novav1.Branch{rec}})
+}
+
+// scopeOf is the fork whose lines l's activation at join waits for: the
+// outermost fork in l's history that split lines which can reach the join
+// ("" when none does).
+func (t *transition) scopeOf(l *novav1.Branch, join string) string {
+	for _, f := range l.ForkChanges {
+		if f.Fork != "" && t.splits(f.Node, join) {
+			return f.Fork
+		}
+	}
+	return ""
+}
+
+// splits tells whether node starts two or more lines that can reach join.
+func (t *transition) splits(node, join string) bool {
+	key := node + "\x00" + join
+	if v, ok := t.splitMemo[key]; ok {
+		return v
+	}
+	n := 0
+	if targets, err := t.graph.Targets(node); err == nil && len(targets) > 1 {
+		for _, to := range targets {
+			if to == join || t.graph.CanReach(to, join) {
+				n++
+			}
+		}
+	}
+	if t.splitMemo == nil {
+		t.splitMemo = map[string]bool{}
+	}
+	t.splitMemo[key] = n >= 2
+	return n >= 2
+}
+
+// reaches tells whether a path leads from node from to node to without
+// passing node avoid ("": any path).
+func (t *transition) reaches(from, to, avoid string) bool {
+	if avoid == "" {
+		return t.graph.CanReach(from, to)
+	}
+	key := from + "\x00" + to + "\x00" + avoid
+	if v, ok := t.splitMemo[key]; ok {
+		return v
+	}
+	v := workflow.ReachesAvoiding(t.graph, from, to, avoid)
+	if t.splitMemo == nil {
+		t.splitMemo = map[string]bool{}
+	}
+	t.splitMemo[key] = v
+	return v
+}
+
+// inScope tells whether l descends from fork scope ("": every line does).
+func inScope(l *novav1.Branch, scope string) bool {
+	if scope == "" {
+		return true
+	}
+	for _, f := range l.ForkChanges {
+		if f.Fork == scope {
+			return true
+		}
+	}
+	return false
+}
+
+// settle does what follows from the lines' moves: maps start their next
+// items or finish, joins whose lines all came go on, and the execution ends
+// when no line is left (merging what the lines that ended changed) or fails
+// when its joins wait only for each other.
+func (t *transition) settle() {
+	if t.st.Status != statusRunning {
+		return
+	}
+	if len(t.st.Branches) == 1 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 && t.st.Branches[0].MapRun == nil {
+		// One line: the execution's context is its.
+		t.st.Context = t.st.Branches[0].Context
+		return
+	}
+	for range 100000 {
+		if t.st.Status != statusRunning || !t.settleOnce() {
+			break
+		}
+	}
+	if t.st.Status != statusRunning {
+		return
+	}
+	if stuck := t.stuckJoins(); stuck != "" {
+		t.bindAny()
+		t.fail(stuck)
+		return
+	}
+	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 {
+		t.finishEnded()
+		return
+	}
+	owners := 0
+	var one *novav1.Branch
+	for _, l := range t.st.Branches {
+		if !l.IsItem {
+			owners++
+			one = l
+		}
+	}
+	if owners == 1 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
+		t.st.Context = one.Context
+	}
+}
+
+// bindAny makes sure the transition works on a line: its own, else the
+// first the execution has, else one at no node.
+func (t *transition) bindAny() {
+	if t.ln != nil {
+		return
+	}
+	if len(t.st.Branches) > 0 {
+		t.bind(t.st.Branches[0])
+		return
+	}
+	t.bind(&novav1.Branch{Context: t.st.Context})
+}
+
+// finishEnded ends an execution whose lines all ended at end nodes: their
+// contexts merged are its final context.
+func (t *transition) finishEnded() {
+	ended := t.st.Ended
+	t.st.Ended = nil
+	t.changed = true
+	if len(ended) == 0 {
+		t.complete()
+		return
+	}
+	merged, _, _, err := mergeLines(workflow.MergeError, ended)
+	var conflict *mergeConflict
+	if errors.As(err, &conflict) {
+		t.fail(fmt.Sprintf("branches %s (from node %q) and %s (from node %q) ended at end nodes having both changed context key %q",
+			conflict.a.Id, conflict.a.FromNode, conflict.b.Id, conflict.b.FromNode, conflict.key))
+		return
+	}
+	// Keys that branches ended with before lines were records are in the
+	// context already.
+	base := jsonvalue.MustObject(t.st.Context)
+	for _, k := range t.st.EndedKeys {
+		if raw, ok := base[k]; ok && !changedBy(ended, k) {
+			merged[k] = raw
+		}
+	}
+	t.st.EndedKeys = nil
+	t.st.Context = merged.Proto()
+	t.complete()
+}
+
+func changedBy(lines []*novav1.Branch, k string) bool {
+	for _, l := range lines {
+		if writeDepth(l, k) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// settleOnce makes one move of settle; it reports whether it made one.
+func (t *transition) settleOnce() bool {
+	for _, b := range slices.Clone(t.st.Branches) {
+		if b.MapRun != nil && t.live(b) && t.moveMap(b) {
+			return true
+		}
+	}
+	ids := make([]string, 0, len(t.st.Joins))
+	for id := range t.st.Joins {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if t.tryJoin(id, t.st.Joins[id]) {
+			return true
+		}
+	}
+	return false
+}
+
+// reacher is a line that can still reach a join: one that runs (line), or
+// one parked at another join's activation (at).
+type reacher struct {
+	line *novav1.Branch
+	at   *novav1.JoinActivation
+}
+
+// reachers are the lines of activation a's fork that can still reach join
+// id and have not been let go by it.
+func (t *transition) reachers(id string, a *novav1.JoinActivation) []reacher {
+	counts := func(l *novav1.Branch) bool {
+		return !l.IsItem && !slices.Contains(l.AbsorbedAt, id) && inScope(l, a.Scope)
+	}
+	// A path back through the scope's fork starts lines of a new scope,
+	// which a later activation waits for.
+	fork, _, _ := strings.Cut(a.Scope, "@")
+	var out []reacher
+	for _, l := range t.st.Branches {
+		if l.CurrentNode != "" && counts(l) && t.reaches(l.CurrentNode, id, fork) {
+			out = append(out, reacher{line: l})
+		}
+	}
+	for other, js := range t.st.Joins {
+		if other == id || !t.reaches(other, id, fork) {
+			continue
+		}
+		for _, b := range js.Activations {
+			for _, r := range b.Arrived {
+				if counts(r) {
+					out = append(out, reacher{line: r, at: b})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tryJoin lets an activation of join id go on when the lines it waits for
+// are there; it reports whether one did.
+func (t *transition) tryJoin(id string, js *novav1.JoinState) bool {
+	node := t.graph.Node(id)
+	want := workflow.JoinWait(node)
+	for i, a := range js.Activations {
+		reach := t.reachers(id, a)
+		arrived := a.Arrived
+		var joinErr error
+		switch {
+		case want == 0 && len(reach) > 0:
+			continue
+		case want > 0 && len(arrived) < want:
+			if len(arrived)+len(reach) >= want {
+				continue
+			}
+			joinErr = fmt.Errorf("it waits for %d branches, but %d arrived and no other can reach it", want, len(arrived))
+		case want > 0:
+			// Arrivals past the number it waits for end here.
+			arrived = arrived[:want]
+			for _, r := range reach {
+				r.line.AbsorbedAt = append(r.line.AbsorbedAt, id)
+			}
+		}
+		js.Activations = slices.Delete(js.Activations, i, i+1)
+		if len(js.Activations) == 0 {
+			delete(t.st.Joins, id)
+		}
+		t.changed = true
+		t.passJoin(node, arrived, joinErr)
+		return true
+	}
+	return false
+}
+
+// stuckJoins names the joins that can no longer go on, "" when every join
+// can: an activation goes on only when a line still runs that can reach it,
+// directly or through another join that can go on.
+func (t *transition) stuckJoins() string {
+	if len(t.st.Joins) == 0 {
+		return ""
+	}
+	type act struct {
+		join  string
+		a     *novav1.JoinActivation
+		reach []reacher
+	}
+	var acts []act
+	ids := make([]string, 0, len(t.st.Joins))
+	for id := range t.st.Joins {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		for _, a := range t.st.Joins[id].Activations {
+			acts = append(acts, act{join: id, a: a, reach: t.reachers(id, a)})
+		}
+	}
+	live := map[*novav1.JoinActivation]bool{}
+	for moved := true; moved; {
+		moved = false
+		for _, x := range acts {
+			if live[x.a] {
+				continue
+			}
+			for _, r := range x.reach {
+				if r.at == nil || live[r.at] {
+					live[x.a], moved = true, true
+					break
+				}
+			}
+		}
+	}
+	var joins, waits []string
+	for _, x := range acts {
+		if live[x.a] {
+			continue
+		}
+		joins = append(joins, fmt.Sprintf("%q", x.join))
+		for _, r := range x.a.Arrived {
+			waits = append(waits, fmt.Sprintf("%s at %q", cmp.Or(r.Id, "the execution's line"), x.join))
+		}
+	}
+	if len(joins) == 0 {
+		return ""
+	}
+	joins, waits = slices.Compact(joins), slices.Compact(waits)
+	return fmt.Sprintf("joins %s wait for each other and can no longer go on: each waits for a line parked at another (%s)",
+		strings.Join(joins, ", "), strings.Join(waits, ", "))
+}
+
+// passJoin is the visit of a join node whose lines came: their contexts
+// merged, a new line goes on along its edge (or the node fails).
+func (t *transition) passJoin(node *novav1.Node, arrivals []*novav1.Branch, joinErr error) {
+	merged, history, changed, mergeErr := mergeLines(node.Merge, arrivals)
+	if joinErr == nil {
+		joinErr = mergeErr
+	}
+	first := arrivals[0]
+	var absorbed []string
+	for _, a := range arrivals {
+		absorbed = append(absorbed, a.AbsorbedAt...)
+	}
+	slices.Sort(absorbed)
+	l := &novav1.Branch{Context: first.Context, ForkChanges: history, ChangedKeys: changed, FromNode: node.Id,
+		AbsorbedAt: slices.Compact(absorbed)}
+	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 && len(history) == 0 {
+		// Nothing else runs: the execution follows one line again.
+		t.st.Branches = append(t.st.Branches, l)
+		t.changed = true
+	} else {
+		t.newLine(l)
+	}
+	t.on(l, func() {
+		ns := t.nodeState(node.Id)
+		if !t.countVisit(node, ns) {
+			return
+		}
+		t.ln.NodeStartedAt = first.NodeStartedAt
+		t.ln.NodeInput = first.Context
+		t.nodeStarted(node, ns)
+		if joinErr != nil {
+			t.nodeFailed(node, ns, joinErr.Error(), nil)
+			return
+		}
+		t.ctx = merged
+		t.setContext()
+		targets, err := t.graph.Targets(node.Id)
+		if err != nil {
+			t.nodeFailed(node, ns, err.Error(), nil)
+			return
+		}
+		ns.Status, ns.Error = statusSucceeded, ""
+		t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", strings.Join(targets, ","), nil)
+		t.ln.CurrentNode, t.ln.PendingStepId = "", ""
+		t.follow(node, targets)
+	})
+}
+
+// mergeConflict is a key two lines changed to different values, neither
+// write after the other.
+type mergeConflict struct {
+	a, b *novav1.Branch
+	key  string
+}
+
+func (c *mergeConflict) Error() string {
+	return fmt.Sprintf("branches %s (from node %q) and %s (from node %q) both changed context key %q; "+
+		"give the join merge: last or merge: list to allow it", c.a.Id, c.a.FromNode, c.b.Id, c.b.FromNode, c.key)
+}
+
+// writeDepth is where in l's history key k was last written: the index of
+// the fork whose preceding stretch wrote it, len(l.ForkChanges) for a write
+// since its last fork, -1 for none that l knows of.
+func writeDepth(l *novav1.Branch, k string) int {
+	if slices.Contains(l.ChangedKeys, k) {
+		return len(l.ForkChanges)
+	}
+	for j := len(l.ForkChanges) - 1; j >= 0; j-- {
+		if slices.Contains(l.ForkChanges[j].Keys, k) {
+			return j
+		}
+	}
+	return -1
+}
+
+// commonForks is how many forks, from the outermost, a and b both descend
+// from.
+func commonForks(a, b *novav1.Branch) int {
+	n := 0
+	for n < len(a.ForkChanges) && n < len(b.ForkChanges) && a.ForkChanges[n].Fork == b.ForkChanges[n].Fork {
+		n++
+	}
+	return n
+}
+
+// mergeLines merges the contexts of lines that met (at a join, or at the
+// end of the execution), by causality: for each key, a line's value is
+// overtaken when it wrote it before it parted from another line that wrote
+// it since (changes inherited at an inner fork count as that branch's). The
+// values no other overtakes must agree, else merge (the join's rule) says
+// what the key becomes: "last" the value of the line that arrived last,
+// "list" a list of them in arrival order; otherwise the merge fails naming
+// the key and two lines. branch_decision stays with each line.
+//
+// It also returns the merged line's history (the forks every line descends
+// from, less the innermost, which the meeting closes) and the keys changed
+// since the last of them.
+func mergeLines(merge string, lines []*novav1.Branch) (jsonvalue.Object, []*novav1.KeyList, []string, error) {
+	out := jsonvalue.MustObject(lines[0].Context).Clone()
+	delete(out, branchDecision)
+	common := len(lines[0].ForkChanges)
+	for _, l := range lines[1:] {
+		common = min(common, commonForks(lines[0], l))
+	}
+	// The lines meet where the innermost fork they all descend from is
+	// closed: the merged line goes on as the line that forked there, whose
+	// changes since the fork before count as its own.
+	closed := max(common-1, 0)
+	history := lines[0].ForkChanges[:closed]
+	var keys []string
+	for _, l := range lines {
+		keys = append(keys, l.ChangedKeys...)
+		for _, f := range l.ForkChanges[closed:] {
+			keys = append(keys, f.Keys...)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	ctxs := make([]jsonvalue.Object, len(lines))
+	for i, l := range lines {
+		ctxs[i] = jsonvalue.MustObject(l.Context)
+	}
+	var changed []string
+	for _, k := range keys {
+		if k == branchDecision {
+			continue
+		}
+		depth := make([]int, len(lines))
+		for i, l := range lines {
+			depth[i] = writeDepth(l, k)
+		}
+		if slices.Max(depth) >= closed {
+			changed = append(changed, k)
+		}
+		var winners []int
+		for i := range lines {
+			overtaken := false
+			for j := range lines {
+				if j == i {
+					continue
+				}
+				if p := commonForks(lines[i], lines[j]); depth[i] < p && depth[j] >= p {
+					overtaken = true
+					break
+				}
+			}
+			if !overtaken {
+				winners = append(winners, i)
+			}
+		}
+		same := true
+		w0 := winners[0]
+		for _, w := range winners[1:] {
+			a, aok := ctxs[w0][k]
+			b, bok := ctxs[w][k]
+			same = same && aok == bok && bytes.Equal(a, b)
+		}
+		last := winners[len(winners)-1]
+		switch {
+		case same || merge == workflow.MergeLast:
+			if raw, ok := ctxs[last][k]; ok {
+				out[k] = raw
+			} else {
+				delete(out, k)
+			}
+		case merge == workflow.MergeList:
+			var list bytes.Buffer
+			list.WriteByte('[')
+			for i, w := range winners {
+				if i > 0 {
+					list.WriteByte(',')
+				}
+				if raw, ok := ctxs[w][k]; ok {
+					list.Write(raw)
+				} else {
+					list.WriteString("null")
+				}
+			}
+			list.WriteByte(']')
+			out[k] = list.Bytes()
+		default:
+			return nil, history, nil, &mergeConflict{a: lines[winners[0]], b: lines[winners[1]], key: k}
+		}
+	}
+	return out, history, changed, nil
+}

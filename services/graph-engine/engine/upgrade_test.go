@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
+)
+
+// States written before every line was a record of its own (a one-line
+// execution's line in the state's current-node fields, a join's arrivals
+// in one list) are read and continued: a waiting execution, a sleeping one
+// and a half-done map, each as that engine stored it, finish here.
+
+func oldState(t *testing.T, yaml string, ctx string) *novav1.ExecutionState {
+	t.Helper()
+	def, err := workflow.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: jsonvalue.Proto([]byte(ctx)),
+		StartedAt: tsNow(time.Now().Add(-time.Minute)), Nodes: map[string]*novav1.NodeState{}}
+}
+
+func TestOldStatesContinue(t *testing.T) {
+	e := newTestEngine()
+	t.Run("waiting", func(t *testing.T) {
+		st := oldState(t, `
+name: approve
+nodes:
+  - {id: start, type: start}
+  - {id: approve, type: wait, signal: approval}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: approve}
+  - {from: approve, to: end}
+`, `{"x": 1}`)
+		st.CurrentNode, st.WaitingFor, st.NodeInput, st.NodeStartedAt = "approve", "approval", st.Context, tsNow(time.Now())
+		st.Sequence, st.Path = 2, []string{"start", "approve"}
+		st.Nodes["start"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
+		st.Nodes["approve"] = &novav1.NodeState{Visits: 1, RetryAttempt: 1}
+		tr := e.newTransition(st)
+		cmd := &novav1.SignalExecution{ExecutionId: "x1", Signal: "approval", Payload: jsonvalue.Proto([]byte(`{"approved": true}`))}
+		if err := tr.onLine(func(b *novav1.Branch) bool { return b.WaitingFor == cmd.Signal },
+			func() error { return tr.signal(cmd, "s1", time.Now()) }); err != nil {
+			t.Fatal(err)
+		}
+		tr.settle()
+		if got := string(jsonvalue.MustObject(st.Context).Bytes()); st.Status != statusSucceeded || got != `{"approved":true,"x":1}` {
+			t.Fatalf("status %s (%s), context %s", st.Status, st.Error, got)
+		}
+	})
+	t.Run("sleeping", func(t *testing.T) {
+		st := oldState(t, `
+name: nap
+nodes:
+  - {id: start, type: start}
+  - {id: nap, type: sleep, duration: 1h}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: nap}
+  - {from: nap, to: end}
+`, `{"x": 1}`)
+		st.CurrentNode, st.NodeInput, st.NodeStartedAt = "nap", st.Context, tsNow(time.Now())
+		st.Timer = &novav1.Timer{Id: "nap-1-sleep", Kind: timerSleep, NodeId: "nap", Visit: 1, DueAt: tsNow(time.Now())}
+		st.Sequence, st.Path = 2, []string{"start", "nap"}
+		st.Nodes["start"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
+		st.Nodes["nap"] = &novav1.NodeState{Visits: 1, RetryAttempt: 1}
+		if err := applyStep(e.newTransition(st), func(t *transition) error {
+			return t.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "nap-1-sleep"})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != statusSucceeded || len(st.Branches) != 0 {
+			t.Fatalf("status %s (%s), lines %v", st.Status, st.Error, st.Branches)
+		}
+	})
+	t.Run("half-done map", func(t *testing.T) {
+		st := oldState(t, `
+name: each
+nodes:
+  - {id: start, type: start}
+  - {id: each, type: map, items: xs, code: "context['result'] = context['item'] * 10"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: each}
+  - {from: each, to: end}
+`, `{"xs": [1, 2, 3]}`)
+		// The map's line was a branch of its own (b1), its items b2..b4;
+		// item 0 has finished.
+		st.BranchSeq, st.Sequence, st.Dispatch, st.Path = 4, 5, 3, []string{"start", "each"}
+		st.Nodes["start"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
+		st.Nodes["each"] = &novav1.NodeState{Visits: 1, RetryAttempt: 1}
+		itemCtx := func(i int) *novav1.JSONValue {
+			return jsonvalue.Proto(fmt.Appendf(nil, `{"item": %d, "index": %d}`, i+1, i))
+		}
+		st.Branches = []*novav1.Branch{
+			{Id: "b1", CurrentNode: "each", Context: st.Context, ForkChanges: []*novav1.KeyList{{}},
+				MapRun: &novav1.MapRun{Visit: 1, Total: 3, Started: 3, Finished: 1, Results: []byte("10"), DoneIndex: []int32{0}, DoneEnd: []int32{2}}},
+			{Id: "b3", IsItem: true, MapBranch: "b1", Item: 1, FromNode: "each", CurrentNode: "each", PendingStepId: "x1/each/1#1/1",
+				Context: itemCtx(1), ItemNode: &novav1.NodeState{Visits: 1, Attempts: 1, RetryAttempt: 1}},
+			{Id: "b4", IsItem: true, MapBranch: "b1", Item: 2, FromNode: "each", CurrentNode: "each", PendingStepId: "x1/each/1#2/1",
+				Context: itemCtx(2), ItemNode: &novav1.NodeState{Visits: 1, Attempts: 1, RetryAttempt: 1}},
+		}
+		for i, step := range []string{"x1/each/1#2/1", "x1/each/1#1/1"} {
+			res := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "each", StepId: step, Sequence: int32(2 + i), Status: nodeSuccess,
+				ContextUpdates: jsonvalue.Proto(fmt.Appendf(nil, `{"result": %d}`, 30-10*i))}
+			tr := e.newTransition(st)
+			if err := tr.onStep(step, func() error { return tr.codeExecuted(res) }); err != nil {
+				t.Fatal(err)
+			}
+			tr.settle()
+		}
+		got := jsonvalue.MustObject(st.Context)
+		if st.Status != statusSucceeded || string(got["results"]) != "[10,20,30]" || string(got["xs"]) != "[1,2,3]" {
+			t.Fatalf("status %s (%s), context %s", st.Status, st.Error, got.Bytes())
+		}
+	})
+	t.Run("join with arrivals", func(t *testing.T) {
+		st := oldState(t, `
+name: both
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "pass"}
+  - {id: b, type: action, code: "pass"}
+  - {id: join, type: join}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: start, to: b}
+  - {from: a, to: join}
+  - {from: b, to: join}
+  - {from: join, to: end}
+`, `{}`)
+		st.BranchSeq, st.Sequence, st.Dispatch, st.Path = 2, 3, 2, []string{"start", "a", "b"}
+		st.Nodes["start"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
+		st.Nodes["a"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
+		st.Nodes["b"] = &novav1.NodeState{Visits: 1, Attempts: 1, RetryAttempt: 1}
+		st.Joins = map[string]*novav1.JoinState{"join": {Arrived: []*novav1.Branch{{Id: "b1", FromNode: "a",
+			Context: jsonvalue.Proto([]byte(`{"a": 1}`)), ChangedKeys: []string{"a"}, ForkChanges: []*novav1.KeyList{{}}, NodeStartedAt: tsNow(time.Now())}}}}
+		st.Branches = []*novav1.Branch{{Id: "b2", CurrentNode: "b", PendingStepId: "x1/b/1/1", Context: st.Context, ForkChanges: []*novav1.KeyList{{}}}}
+		res := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "b", StepId: "x1/b/1/1", Sequence: 2, Status: nodeSuccess,
+			ContextUpdates: jsonvalue.Proto([]byte(`{"b": 2}`))}
+		tr := e.newTransition(st)
+		if err := tr.onStep(res.StepId, func() error { return tr.codeExecuted(res) }); err != nil {
+			t.Fatal(err)
+		}
+		tr.settle()
+		if got := string(jsonvalue.MustObject(st.Context).Bytes()); st.Status != statusSucceeded || got != `{"a":1,"b":2}` {
+			t.Fatalf("status %s (%s), context %s", st.Status, st.Error, got)
+		}
+	})
+}
