@@ -7,6 +7,7 @@
 // resumed it, that it timed out, or that a rerun carried it over.
 import { postJSON, Problem } from "./api.js";
 import { cut, elapsed, h, replace, shortID, stamp } from "./dom.js";
+import { secondsText } from "./duration.js";
 import { ExactNumber, parseExact, pretty } from "./exact.js";
 import { showError } from "./executions.js";
 import { itemOf } from "./live.js";
@@ -116,9 +117,13 @@ export function tickDeadlines(now = Date.now()) {
 // asked are told, the signal, when the wait times out, and a form built from
 // the payload's JSON Schema. A boolean decide_on member is answered with
 // Approve and Reject (an enum one with a button per value); the other
-// members are inputs by type, the required ones marked. A 422 puts the
-// problem next to its field, a 409 says why the signal was refused.
-export function waitingPanel(executionId, w, signal, onSent) {
+// members are inputs by type, the required ones marked. Nothing is sent by
+// Enter: a decision's button (clicked, or pressed as the focused button)
+// checks every field against the schema, marks each one at fault, and when
+// none is shows the payload to be sent, which a second button sends. A 422
+// marks each field the gateway names, a 409 says why the signal was refused.
+// timeoutSeconds is the wait node's timeout, as its definition says.
+export function waitingPanel(executionId, w, signal, onSent, timeoutSeconds = 0) {
     const n = ++seq;
     const schema = schemaOf(w.schema);
     const props = schema.properties ?? {};
@@ -138,7 +143,7 @@ export function waitingPanel(executionId, w, signal, onSent) {
             ]
             : (decideSchema.enum ?? []).map((v) => [String(v), v, "choice"]);
         for (const [label, value, cls] of choices) {
-            const b = h("button", { type: "submit", class: `decision ${cls}`, name: decide, value: String(value), "data-decision": String(value) }, label);
+            const b = h("button", { type: "button", class: `decision ${cls}`, "data-decision": String(value) }, label);
             decisionButtons.push(b);
             decisionValues.set(b, value);
         }
@@ -151,78 +156,204 @@ export function waitingPanel(executionId, w, signal, onSent) {
     }
     const message = h("div", { class: "form-message", role: "alert" });
     const status = h("p", { class: "note", role: "status", "aria-live": "polite" });
-    const send = decisionButtons.length ? null : h("button", { type: "submit", class: "send-signal" }, `Send ${w.signal}`);
-    const form = h("form", { class: "signal-form", novalidate: true, "aria-label": `Signal ${w.signal}` }, fields.length ? fields.map((f) => f.wrap) : null, fields.length === 0 && !decisionButtons.length ? h("p", { class: "note" }, "The signal carries no fields.") : null, decideSchema && decisionButtons.length
+    const send = decisionButtons.length ? null : h("button", { type: "button", class: "send-signal" }, `Send ${w.signal}…`);
+    const buttons = [...decisionButtons, ...(send ? [send] : [])];
+    const editable = h("fieldset", { class: "signal-fields" }, h("legend", { class: "visually-hidden" }, `Payload of signal ${w.signal}`), fields.length ? fields.map((f) => f.wrap) : null, fields.length === 0 && !decisionButtons.length ? h("p", { class: "note" }, "The signal carries no fields.") : null, decideSchema && decisionButtons.length
         ? h("p", { class: "decide-on" }, "Decides on ", h("code", null, decide), decideSchema.description ? `: ${decideSchema.description}` : "")
-        : null, h("div", { class: "buttons" }, decisionButtons, send), message, status);
-    let waitingSince = 0;
-    form.addEventListener("submit", async (ev) => {
-        ev.preventDefault();
+        : null, h("div", { class: "buttons" }, buttons));
+    // The check before sending: what the chosen button will send.
+    const review = h("div", { class: "signal-review", role: "group", "aria-labelledby": `signal-${n}-review`, tabindex: -1, hidden: true });
+    const form = h("form", { class: "signal-form", novalidate: true, "aria-label": `Signal ${w.signal}` }, editable, review, message, status);
+    const chooseText = decisionButtons.length ? decisionButtons.map((b) => b.textContent).join(" or ") : `Send ${w.signal}`;
+    // Enter in a field sends nothing; it says what does.
+    form.addEventListener("keydown", (ev) => {
+        const t = ev.target;
+        if (ev.key === "Enter" && t instanceof HTMLInputElement) {
+            ev.preventDefault();
+            replace(status, `Enter does not send the signal: press ${chooseText}.`);
+        }
+    });
+    form.addEventListener("submit", (ev) => ev.preventDefault());
+    const clearErrors = () => {
         replace(message);
-        replace(status);
         for (const f of fields) {
             replace(f.error);
             f.input.removeAttribute("aria-invalid");
         }
+    };
+    const closeReview = () => {
+        review.hidden = true;
+        replace(review);
+        editable.disabled = false;
+    };
+    // markFields puts each problem next to its field (several of one field
+    // together) and says how many fields are at fault; the rest, of no
+    // field of the form, are listed.
+    const markFields = (problems) => {
+        const byField = new Map();
+        const rest = problems.filter((p) => {
+            const top = p.field.split(".")[0] ?? p.field;
+            const f = fields.find((x) => x.name === top || x.name === p.field);
+            if (!f)
+                return true;
+            byField.set(f, [...(byField.get(f) ?? []), p.field === f.name ? p.detail : `${p.field}: ${p.detail}`]);
+            return false;
+        });
+        for (const [f, details] of byField)
+            fieldError(f, details.join("; "));
+        if (byField.size) {
+            replace(message, byField.size === 1 ? "1 field does not meet the node's schema: see the field marked." : `${byField.size} fields do not meet the node's schema: see each field marked.`);
+            fields.find((f) => byField.has(f))?.input.focus();
+        }
+        return rest;
+    };
+    // choose checks every field, then shows what button b will send.
+    const choose = (b) => {
+        clearErrors();
+        replace(status);
         const payload = {};
+        const problems = [];
         for (const f of fields) {
+            let v;
             try {
-                const v = f.value();
-                if (v !== undefined)
-                    payload[f.name] = v;
+                v = f.value();
             }
             catch (e) {
-                fieldError(f, e.message);
-                f.input.focus();
-                return;
+                problems.push({ field: f.name, detail: e.message });
+                continue;
             }
+            if (v === undefined) {
+                if (f.required)
+                    problems.push({ field: f.name, detail: "is required" });
+                continue;
+            }
+            for (const detail of problemsOf(f.schema, v, f.input))
+                problems.push({ field: f.name, detail });
+            payload[f.name] = v;
         }
-        const submitter = ev.submitter;
-        if (decide && submitter && decisionValues.has(submitter))
-            payload[decide] = decisionValues.get(submitter);
-        const buttons = [...decisionButtons, ...(send ? [send] : [])];
-        buttons.forEach((b) => (b.disabled = true));
+        if (problems.length) {
+            markFields(problems);
+            return;
+        }
+        const label = decisionValues.has(b) ? b.textContent ?? "" : "";
+        if (decide && decisionValues.has(b))
+            payload[decide] = decisionValues.get(b);
+        const confirm = h("button", { type: "button", class: `confirm-signal ${b.className.replace(/\bdecision\b/, "").trim()}` }, label ? `${label} and send` : `Send ${w.signal}`);
+        const back = h("button", { type: "button", class: "secondary change-signal" }, "Change");
+        replace(review, h("h3", { id: `signal-${n}-review` }, label ? `${label}: check what will be sent` : "Check what will be sent"), h("p", { class: "note" }, "Signal ", h("code", null, w.signal), " to node ", h("code", null, w.node), ", with this payload:"), h("pre", { class: "signal-payload" }, pretty(payload)), h("div", { class: "buttons" }, confirm, back));
+        editable.disabled = true;
+        review.hidden = false;
+        review.focus();
+        back.addEventListener("click", () => {
+            closeReview();
+            b.focus();
+        });
+        review.onkeydown = (ev) => {
+            if (ev.key === "Escape" && !confirm.disabled) {
+                ev.preventDefault();
+                closeReview();
+                b.focus();
+            }
+        };
+        confirm.addEventListener("click", () => void sendPayload(payload, label, confirm, back));
+    };
+    for (const b of buttons)
+        b.addEventListener("click", () => choose(b));
+    let waitingSince = 0;
+    const sendPayload = async (payload, label, confirm, back) => {
+        replace(message);
+        confirm.disabled = true;
+        back.disabled = true;
         try {
             await postJSON(`/v1/executions/${encodeURIComponent(executionId)}/signals/${encodeURIComponent(w.signal)}`, JSON.stringify(payload), signal);
-            replace(status, `Signal ${w.signal} sent${submitter && decisionValues.has(submitter) ? ` (${submitter.textContent})` : ""}; the execution goes on once the engine takes it.`);
+            replace(status, `Signal ${w.signal} sent${label ? ` (${label})` : ""}; the execution goes on once the engine takes it.`);
             waitingSince = Date.now();
             onSent();
             // Should the engine not take it (the wait ended meanwhile), the page
             // still shows this wait a while later: the form can be sent again.
             setTimeout(() => {
                 if (form.isConnected && Date.now() - waitingSince >= 9000)
-                    buttons.forEach((b) => (b.disabled = false));
+                    closeReview();
             }, 10000);
         }
         catch (e) {
-            buttons.forEach((b) => (b.disabled = false));
             if (signal.aborted)
                 return;
             if (e instanceof Problem && e.status === 422 && e.errors.length) {
-                const rest = e.errors.filter((fe) => {
-                    const top = fe.field.split(".")[0] ?? fe.field;
-                    const f = fields.find((x) => x.name === top || x.name === fe.field);
-                    if (!f)
-                        return true;
-                    fieldError(f, fe.field === f.name ? fe.detail : `${fe.field}: ${fe.detail}`);
-                    return false;
-                });
+                closeReview();
+                const rest = markFields(e.errors);
                 if (rest.length)
                     showError(message, new Problem(e.status, e.title, e.detail, rest));
-                else
-                    replace(message, "The payload does not meet the node's schema: see the field marked.");
-                fields.find((f) => f.input.getAttribute("aria-invalid") === "true")?.input.focus();
             }
             else {
+                confirm.disabled = false;
+                back.disabled = false;
                 showError(message, e);
             }
         }
-    });
-    return h("section", { class: "waiting-panel", "aria-label": `Waiting for signal ${w.signal}`, "data-node": w.node, "data-signal": w.signal }, h("h2", null, "Waiting for a decision ", h("span", { class: "meta" }, "at node ", h("code", null, w.node))), w.description ? h("p", { class: "wait-description" }, w.description) : null, h("p", { class: "wait-meta" }, "Signal ", h("code", null, w.signal), " · ", w.until ? ["times out ", deadline(w.until)] : "waits until it comes (no timeout)"), form);
+    };
+    return h("section", { class: "waiting-panel", "aria-label": `Waiting for signal ${w.signal}`, "data-node": w.node, "data-signal": w.signal }, h("h2", null, "Waiting for a decision ", h("span", { class: "meta" }, "at node ", h("code", null, w.node))), w.description ? h("p", { class: "wait-description" }, w.description) : null, h("p", { class: "wait-meta" }, "Signal ", h("code", null, w.signal), " · ", w.until ? ["times out ", deadline(w.until)] : "waits until it comes (no timeout)", w.until && timeoutSeconds > 0 ? h("span", { class: "wait-timeout" }, ` · waits up to ${secondsText(timeoutSeconds)}`) : null), form);
 }
 function fieldError(f, detail) {
     replace(f.error, detail);
     f.input.setAttribute("aria-invalid", "true");
+}
+// problemsOf checks a field's value against its schema in the browser, in
+// the gateway's words, before anything is sent: its type, bounds, length,
+// pattern and format. What it does not check (a nested object's members)
+// the gateway does.
+function problemsOf(s, v, input) {
+    const out = [];
+    const type = typeOf(s);
+    // The schema is read with its numbers exact (0.50 is an ExactNumber).
+    const bound = (x) => (typeof x === "number" || x instanceof ExactNumber ? Number(x) : null);
+    const [min, max, over, under] = [bound(s.minimum), bound(s.maximum), bound(s.exclusiveMinimum), bound(s.exclusiveMaximum)];
+    const [minLength, maxLength] = [bound(s.minLength), bound(s.maxLength)];
+    if (type === "number" || type === "integer") {
+        if (!(v instanceof ExactNumber))
+            return ["must be a number"];
+        const x = Number(v.text);
+        if (type === "integer" && !Number.isInteger(x))
+            out.push("must be a whole number");
+        if (min !== null && x < min)
+            out.push(`must be at least ${min}`);
+        if (max !== null && x > max)
+            out.push(`must be at most ${max}`);
+        if (over !== null && x <= over)
+            out.push(`must be more than ${over}`);
+        if (under !== null && x >= under)
+            out.push(`must be less than ${under}`);
+    }
+    else if (type === "string" && typeof v === "string") {
+        const length = Array.from(v).length;
+        if (minLength !== null && length < minLength)
+            out.push(`must be at least ${minLength} characters long`);
+        if (maxLength !== null && length > maxLength)
+            out.push(`must be at most ${maxLength} characters long`);
+        if (typeof s.pattern === "string") {
+            try {
+                if (!new RegExp(s.pattern, "u").test(v))
+                    out.push(`must match the pattern ${JSON.stringify(s.pattern)}`);
+            }
+            catch {
+                // A pattern the browser cannot read: the gateway checks it.
+            }
+        }
+        const badFormat = (s.format === "email" || s.format === "uri") && input instanceof HTMLInputElement
+            ? input.validity.typeMismatch
+            : s.format === "date"
+                ? !/^\d{4}-\d{2}-\d{2}$/.test(v) || Number.isNaN(Date.parse(v))
+                : false;
+        if (badFormat)
+            out.push(`must be a valid ${s.format}`);
+    }
+    else if (type === "object" && (v === null || typeof v !== "object" || Array.isArray(v) || v instanceof ExactNumber)) {
+        out.push("must be an object");
+    }
+    else if (type === "array" && !Array.isArray(v)) {
+        out.push("must be a list");
+    }
+    return out;
 }
 // fieldFor is the input of one payload member, by its schema's type: a
 // select for an enum, a checkbox for a boolean, a number input for a
@@ -254,8 +385,8 @@ function fieldFor(id, name, s, required) {
             ...base,
             type: "number",
             step: type === "integer" ? 1 : "any",
-            min: s.minimum ?? null,
-            max: s.maximum ?? null,
+            min: s.minimum !== undefined ? String(s.minimum) : null,
+            max: s.maximum !== undefined ? String(s.maximum) : null,
             inputmode: type === "integer" ? "numeric" : "decimal",
             value: typeof s.default === "number" ? s.default : null,
         });
@@ -265,7 +396,7 @@ function fieldFor(id, name, s, required) {
             const text = num.value.trim();
             if (text === "") {
                 if (num.validity.badInput)
-                    throw new Error(`not a number`);
+                    throw new Error("must be a number");
                 return undefined;
             }
             // Sent as typed: 1500.0 keeps its digits.
@@ -273,13 +404,13 @@ function fieldFor(id, name, s, required) {
         };
     }
     else if (type === "string") {
-        const long = (s.maxLength ?? 0) > 200 || s.format === "textarea";
+        const long = Number(s.maxLength ?? 0) > 200 || s.format === "textarea";
         const text = long
             ? h("textarea", { ...base, rows: 3 })
             : h("input", {
                 ...base,
                 type: s.format === "email" ? "email" : s.format === "uri" ? "url" : "text",
-                maxlength: s.maxLength ?? null,
+                maxlength: s.maxLength !== undefined ? String(s.maxLength) : null,
                 autocomplete: "off",
             });
         if (typeof s.default === "string")
@@ -424,15 +555,17 @@ export function attemptText(v, node, def) {
     return max ? `attempt ${a} of ${max}` : `attempt ${a}`;
 }
 // visitNotes are a visit's short lines for the nodes table: carried over,
-// its attempt and the next, the signal that resumed it or its timeout.
-export function visitNotes(v, node, def) {
+// its attempt and, while it is still to come (retrying: the execution runs
+// and no later attempt began), when the next runs, the signal that resumed
+// it or its timeout.
+export function visitNotes(v, node, def, retrying) {
     const notes = [];
     if (v.carried_over_from)
         notes.push(h("span", { class: "carried" }, v.status === "carried_over" ? "from " : "carried over from ", executionLink(v.carried_over_from)));
     const attempt = attemptText(v, node, def);
     if (attempt)
         notes.push(h("span", { class: "attempt" }, attempt));
-    if (v.next_attempt_at)
+    if (v.next_attempt_at && retrying)
         notes.push(h("span", { class: "next-attempt" }, "next attempt at ", deadline(v.next_attempt_at, true)));
     if (v.signal) {
         const payload = v.signal.payload && Object.keys(v.signal.payload).length ? oneLine(v.signal.payload) : "";
@@ -474,14 +607,15 @@ function childLinks(v, max) {
 }
 // visitDetail is the same at length for a node's visits: the payload in
 // full, who sent it and when.
-export function visitDetail(v, node, def) {
+export function visitDetail(v, node, def, retrying) {
     const out = [];
     if (v.status === "carried_over" || v.carried_over_from) {
         out.push(h("p", { class: "carried" }, "Carried over from ", v.carried_over_from ? executionLink(v.carried_over_from) : "the execution rerun", ": this rerun did not run it again; its work is that execution's."));
     }
     const attempt = attemptText(v, node, def);
-    if (attempt || v.next_attempt_at) {
-        out.push(h("p", { class: "attempt" }, attempt ? `Retry policy: ${attempt}` : "", v.next_attempt_at ? [attempt ? " · " : "", "next attempt at ", deadline(v.next_attempt_at, true)] : ""));
+    const next = retrying ? v.next_attempt_at : undefined;
+    if (attempt || next) {
+        out.push(h("p", { class: "attempt" }, attempt ? `Retry policy: ${attempt}` : "", next ? [attempt ? " · " : "", "next attempt at ", deadline(next, true)] : ""));
     }
     if (v.signal) {
         out.push(h("div", { class: "signal-received" }, h("p", null, "Resumed by signal ", h("code", null, v.signal.name), v.signal.sent_by ? [" from ", h("strong", null, v.signal.sent_by)] : null, v.signal.received_at ? [" at ", h("time", { datetime: v.signal.received_at, title: v.signal.received_at }, stamp(v.signal.received_at))] : null), v.signal.payload ? [h("h4", null, "Payload"), h("pre", { class: "payload" }, pretty(v.signal.payload))] : null));

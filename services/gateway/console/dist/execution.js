@@ -11,8 +11,7 @@ import { duration, h, money, replace, running, spend, stamp, startClock } from "
 import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, defaultDirection, drawGraph, drawTimeline, pickItems, typeName } from "./graph.js";
-import { applyEvent, copyView, ended, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText } from "./live.js";
-import { lineageLine, resolveShortID } from "./lineage.js";
+import { applyEvent, copyView, ended, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText, visitSpend } from "./live.js";
 import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { visitsPanel } from "./visits.js";
@@ -48,10 +47,11 @@ export function executionPage(root, id, params, signal) {
     const timeline = h("div", { class: "timeline-wrap" });
     const nodes = h("tbody");
     const nodesHead = h("thead");
+    const nodesScope = h("p", { class: "meta nodes-scope", "aria-live": "polite" });
     const contextTitle = h("h2", null, "Context");
     const context = h("pre", { class: "context" }, "Reading the context…");
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" }, "Reading the execution…");
-    const page = h("div", { class: "execution" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), head, note, waitSlot, refineLog, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), h("div", { class: "table-scroll" }, h("table", { class: "nodes" }, nodesHead, nodes)), contextTitle, context);
+    const page = h("div", { class: "execution" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), head, note, waitSlot, refineLog, h("h2", null, "Graph"), graph, panel, h("h2", null, "Timeline"), timeline, h("h2", null, "Nodes"), nodesScope, h("div", { class: "table-scroll" }, h("table", { class: "nodes" }, nodesHead, nodes)), contextTitle, context);
     replace(root, page);
     let selected = params.get("node") ?? "";
     let direction = null;
@@ -191,7 +191,7 @@ export function executionPage(root, id, params, signal) {
                 ? h("p", { class: "error" }, doc.error)
                 : null, doc.rerun_of
             ? h("p", { class: "rerun-of" }, "↷ Rerun of ", executionLink(doc.rerun_of), doc.rerun_from ? [" from node ", h("code", null, doc.rerun_from)] : "", "; the nodes before it are carried over.")
-            : null, scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at), lineageLine(doc, signal), doc.reruns?.length
+            : null, scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at), doc.reruns?.length
             ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
             : null);
         // The wait node's form, while the execution waits there.
@@ -201,7 +201,7 @@ export function executionPage(root, id, params, signal) {
         const key = waitingNow ? `${w.node}/${w.signal}/${atWait?.visit ?? ""}/${w.until ?? ""}` : "";
         if (key !== waitKey) {
             waitKey = key;
-            replace(waitSlot, waitingNow ? waitingPanel(doc.execution_id, w, signal, () => reloadSoon()) : null);
+            replace(waitSlot, waitingNow ? waitingPanel(doc.execution_id, w, signal, () => reloadSoon(), Number(defNode(w.node)?.timeout_seconds ?? 0)) : null);
         }
         // A wait node just entered: the engine's state says what it waits for
         // a moment after its node.started event.
@@ -248,6 +248,17 @@ export function executionPage(root, id, params, signal) {
         // A map's items are listed under its visit: the first ones and the last
         // of those running or failed, the others told by their number.
         const listed = v.nodes.filter((n) => !selected || n.node_id === selected);
+        // laterAttempt: a visit of the same node (and item) began after n.
+        const laterAttempt = (n) => v.nodes.some((x) => x.node_id === n.node_id && itemOf(x) === itemOf(n) && Number(x.visit) > Number(n.visit));
+        // With a node selected the table lists its visits only, and says so.
+        replace(nodesScope, selected
+            ? [
+                "Only the visits of node ",
+                h("code", null, selected),
+                ` (${listed.length} of ${v.nodes.length} visit${v.nodes.length === 1 ? "" : "s"}). `,
+                h("button", { type: "button", class: "link show-all-nodes", onclick: () => select(selected) }, "Show all nodes"),
+            ]
+            : `All ${v.nodes.length} visit${v.nodes.length === 1 ? "" : "s"} of the execution.`);
         const rows = [];
         const placed = new Set();
         const mapped = new Set(listed.filter((n) => itemOf(n) !== null).map((n) => n.node_id));
@@ -285,7 +296,7 @@ export function executionPage(root, id, params, signal) {
                 "data-status": n.status,
                 "data-item": item,
                 class: carried ? "carried-over" : n.node_id === failedNode && isLast ? (n.status === "failed" ? "failed-node" : "ended-here") : item !== null ? "item-row" : null,
-            }, h("td", null, item !== null ? `${n.node_id}[${item}]` : n.node_id), h("td", null, kind), h("td", null, statusBadge(shown), visitNotes(n, dn, def)), h("td", { class: "num" }, n.visit), h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))), h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"), h("td", { class: "error" }, n.error_message ?? ""), rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null);
+            }, h("td", null, item !== null ? `${n.node_id}[${item}]` : n.node_id), h("td", null, kind), h("td", null, statusBadge(shown), visitNotes(n, dn, def, !ended(doc.status) && !laterAttempt(n))), h("td", { class: "num" }, n.visit), h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))), h("td", { class: "num" }, ((c) => (c.calls ? `${money(c.usd)} · ${c.calls}` : "—"))(visitSpend(n))), h("td", { class: "error" }, n.error_message ?? ""), rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null);
         }));
         if (v.nodes.length === 0)
             replace(nodes, h("tr", null, h("td", { colspan: columns.length, class: "note" }, "No node has started yet.")));
@@ -495,7 +506,6 @@ function notFound(root, id, p) {
     replace(root, h("section", { class: "not-found" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), h("h1", null, "No such execution"), h("p", null, h("strong", null, p.title), p.detail ? ` ${p.detail}` : ""), /^[-_=a-zA-Z0-9]{1,200}$/.test(id)
         ? h("p", null, h("a", { href: `#/executions?id=${encodeURIComponent(id)}` }, `Find executions whose id begins with ${id}`))
         : null));
-    void resolveShortID(root, id, () => !!root.querySelector(".not-found") && location.hash === `#/executions/${encodeURIComponent(id)}`);
 }
 // refinementMessages shows a refinement's messages (GET
 // /v1/refine/{id}/events, from the first), live while it runs.

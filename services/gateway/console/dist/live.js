@@ -219,25 +219,32 @@ export function liveContext(view) {
     return undefined;
 }
 // liveSpend is what the execution's model calls cost: the execution's
-// figures, or while it runs the sum of its agent steps when that is more
-// (the engine counts a step as it ends; the audit store records the
+// figures, or while it runs the sum of its visits' (visitSpend) when that is
+// more (the engine counts a step as it ends; the audit store records the
 // execution's total later).
 export function liveSpend(view) {
     let usd = 0;
     let calls = 0;
     for (const v of view.nodes) {
-        if (v.status !== "running" && v.model_calls !== undefined) {
-            usd += Number(v.cost_usd ?? 0);
-            calls += Number(v.model_calls ?? 0);
-            continue;
-        }
-        for (const st of v.steps ?? []) {
-            usd += Number(st.cost_usd ?? 0);
-            if (st.model_used || Number(st.tokens_input) > 0)
-                calls++;
-        }
+        const c = visitSpend(v);
+        usd += c.usd;
+        calls += c.calls;
     }
     return { usd: Math.max(usd, Number(view.execution.cost_usd ?? 0)), calls: Math.max(calls, Number(view.execution.model_calls ?? 0)) };
+}
+// visitSpend is what a visit's model calls cost: an ended visit's figures,
+// or, while it runs, the sum of its agent steps ended so far.
+export function visitSpend(v) {
+    if (v.status !== "running" && v.model_calls !== undefined)
+        return { usd: Number(v.cost_usd ?? 0), calls: Number(v.model_calls ?? 0) };
+    let usd = 0;
+    let calls = 0;
+    for (const st of v.steps ?? []) {
+        usd += Number(st.cost_usd ?? 0);
+        if (st.model_used || Number(st.tokens_input) > 0)
+            calls++;
+    }
+    return { usd, calls };
 }
 // Where an AI node's pipeline goes after each step (the engine's phases):
 // the next step and its agent, on success and on failure. A failed check

@@ -85,7 +85,10 @@ function visitView(v, node, of, last) {
     const carried = v.status === "carried_over";
     // A node is rerun from its last visit (the context that visit started with).
     const rerun = of.rerun && last && !carried ? rerunButton(of.rerun, v.node_id, v, v.node_id === of.failedNode) : null;
-    return h("article", { class: `visit${carried ? " carried-over" : ""}`, "data-visit": String(v.visit), "data-item": itemOf(v) }, h("div", { class: "visit-head" }, h("h3", null, visitTitle(v), statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), rerun), visitDetail(v, node, of.definition), visitPlace(v), carried ? null : visitBody(v, node, of));
+    return h("article", { class: `visit${carried ? " carried-over" : ""}`, "data-visit": String(v.visit), "data-item": itemOf(v) }, h("div", { class: "visit-head" }, h("h3", null, visitTitle(v), statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)), rerun), 
+    // Its next attempt is to come while the execution runs and this is the
+    // node's (or the item's) last attempt so far.
+    visitDetail(v, node, of.definition, !of.finished && (last || itemOf(v) !== null)), visitPlace(v), carried ? null : visitBody(v, node, of));
 }
 function visitBody(v, node, of) {
     return [

@@ -12,8 +12,7 @@ import { duration, h, money, replace, running, spend, stamp, startClock } from "
 import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, NodeProgress, pickItems, typeName } from "./graph.js";
-import { applyEvent, copyView, ended, ExecutionView, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText } from "./live.js";
-import { lineageLine, resolveShortID } from "./lineage.js";
+import { applyEvent, copyView, ended, ExecutionView, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText, visitSpend } from "./live.js";
 import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
@@ -56,6 +55,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   const timeline = h("div", { class: "timeline-wrap" });
   const nodes = h("tbody");
   const nodesHead = h("thead");
+  const nodesScope = h("p", { class: "meta nodes-scope", "aria-live": "polite" });
   const contextTitle = h("h2", null, "Context");
   const context = h("pre", { class: "context" }, "Reading the context…");
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" }, "Reading the execution…");
@@ -73,6 +73,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     h("h2", null, "Timeline"),
     timeline,
     h("h2", null, "Nodes"),
+    nodesScope,
     h(
       "div",
       { class: "table-scroll" },
@@ -261,7 +262,6 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           )
         : null,
       scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at),
-      lineageLine(doc, signal),
       doc.reruns?.length
         ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
         : null,
@@ -274,7 +274,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     const key = waitingNow ? `${w!.node}/${w!.signal}/${atWait?.visit ?? ""}/${w!.until ?? ""}` : "";
     if (key !== waitKey) {
       waitKey = key;
-      replace(waitSlot, waitingNow ? waitingPanel(doc.execution_id, w!, signal, () => reloadSoon()) : null);
+      replace(waitSlot, waitingNow ? waitingPanel(doc.execution_id, w!, signal, () => reloadSoon(), Number(defNode(w!.node)?.timeout_seconds ?? 0)) : null);
     }
     // A wait node just entered: the engine's state says what it waits for
     // a moment after its node.started event.
@@ -335,6 +335,20 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     // A map's items are listed under its visit: the first ones and the last
     // of those running or failed, the others told by their number.
     const listed = v.nodes.filter((n) => !selected || n.node_id === selected);
+    // laterAttempt: a visit of the same node (and item) began after n.
+    const laterAttempt = (n: VisitDoc) => v.nodes.some((x) => x.node_id === n.node_id && itemOf(x) === itemOf(n) && Number(x.visit) > Number(n.visit));
+    // With a node selected the table lists its visits only, and says so.
+    replace(
+      nodesScope,
+      selected
+        ? [
+            "Only the visits of node ",
+            h("code", null, selected),
+            ` (${listed.length} of ${v.nodes.length} visit${v.nodes.length === 1 ? "" : "s"}). `,
+            h("button", { type: "button", class: "link show-all-nodes", onclick: () => select(selected) }, "Show all nodes"),
+          ]
+        : `All ${v.nodes.length} visit${v.nodes.length === 1 ? "" : "s"} of the execution.`,
+    );
     const rows: (VisitDoc | { more: number; node: string })[] = [];
     const placed = new Set<VisitDoc>();
     const mapped = new Set(listed.filter((n) => itemOf(n) !== null).map((n) => n.node_id));
@@ -377,10 +391,10 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           },
           h("td", null, item !== null ? `${n.node_id}[${item}]` : n.node_id),
           h("td", null, kind),
-          h("td", null, statusBadge(shown), visitNotes(n, dn, def)),
+          h("td", null, statusBadge(shown), visitNotes(n, dn, def, !ended(doc.status) && !laterAttempt(n))),
           h("td", { class: "num" }, n.visit),
           h("td", { class: "num" }, n.status === "running" ? running("span", n.started_at) : carried ? "—" : duration(Math.round(Number(n.execution_time)))),
-          h("td", { class: "num" }, Number(n.model_calls ?? 0) ? `${money(n.cost_usd)} · ${n.model_calls}` : "—"),
+          h("td", { class: "num" }, ((c) => (c.calls ? `${money(c.usd)} · ${c.calls}` : "—"))(visitSpend(n))),
           h("td", { class: "error" }, n.error_message ?? ""),
           rerunOf ? h("td", null, isLast && !carried ? rerunButton(rerunOf, n.node_id, n, n.node_id === failedNode) : null) : null,
         );
@@ -595,7 +609,6 @@ function notFound(root: HTMLElement, id: string, p: Problem): void {
         : null,
     ),
   );
-  void resolveShortID(root, id, () => !!root.querySelector(".not-found") && location.hash === `#/executions/${encodeURIComponent(id)}`);
 }
 
 // refinementMessages shows a refinement's messages (GET

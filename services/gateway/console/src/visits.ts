@@ -260,7 +260,9 @@ function visitView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf, last: b
       h("h3", null, visitTitle(v), statusBadge(v.status), h("span", { class: "meta" }, carried ? "" : ` ${duration(Math.round(Number(v.execution_time)))}${spend}${cache}`)),
       rerun,
     ),
-    visitDetail(v, node, of.definition),
+    // Its next attempt is to come while the execution runs and this is the
+    // node's (or the item's) last attempt so far.
+    visitDetail(v, node, of.definition, !of.finished && (last || itemOf(v) !== null)),
     visitPlace(v),
     carried ? null : visitBody(v, node, of),
   );
