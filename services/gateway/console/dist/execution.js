@@ -12,6 +12,7 @@ import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, defaultDirection, drawGraph, drawTimeline, pickItems, typeName } from "./graph.js";
 import { applyEvent, copyView, ended, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText, visitSpend } from "./live.js";
+import { lineageLine, resolveShortID } from "./lineage.js";
 import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { visitsPanel } from "./visits.js";
@@ -191,7 +192,7 @@ export function executionPage(root, id, params, signal) {
                 ? h("p", { class: "error" }, doc.error)
                 : null, doc.rerun_of
             ? h("p", { class: "rerun-of" }, "↷ Rerun of ", executionLink(doc.rerun_of), doc.rerun_from ? [" from node ", h("code", null, doc.rerun_from)] : "", "; the nodes before it are carried over.")
-            : null, scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at), doc.reruns?.length
+            : null, scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at), lineageLine(doc, signal), doc.reruns?.length
             ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
             : null);
         // The wait node's form, while the execution waits there.
@@ -506,6 +507,7 @@ function notFound(root, id, p) {
     replace(root, h("section", { class: "not-found" }, h("p", { class: "crumbs" }, h("a", { href: "#/executions" }, "← Executions")), h("h1", null, "No such execution"), h("p", null, h("strong", null, p.title), p.detail ? ` ${p.detail}` : ""), /^[-_=a-zA-Z0-9]{1,200}$/.test(id)
         ? h("p", null, h("a", { href: `#/executions?id=${encodeURIComponent(id)}` }, `Find executions whose id begins with ${id}`))
         : null));
+    void resolveShortID(root, id, () => !!root.querySelector(".not-found") && location.hash === `#/executions/${encodeURIComponent(id)}`);
 }
 // refinementMessages shows a refinement's messages (GET
 // /v1/refine/{id}/events, from the first), live while it runs.

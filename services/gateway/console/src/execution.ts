@@ -13,6 +13,7 @@ import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
 import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, NodeProgress, pickItems, typeName } from "./graph.js";
 import { applyEvent, copyView, ended, ExecutionView, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText, visitSpend } from "./live.js";
+import { lineageLine, resolveShortID } from "./lineage.js";
 import { scheduleOfId, schedulesLink } from "./schedules.js";
 import { startedHere } from "./start.js";
 import { VisitDoc, visitsPanel } from "./visits.js";
@@ -262,6 +263,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           )
         : null,
       scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at),
+      lineageLine(doc, signal),
       doc.reruns?.length
         ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))
         : null,
@@ -609,6 +611,7 @@ function notFound(root: HTMLElement, id: string, p: Problem): void {
         : null,
     ),
   );
+  void resolveShortID(root, id, () => !!root.querySelector(".not-found") && location.hash === `#/executions/${encodeURIComponent(id)}`);
 }
 
 // refinementMessages shows a refinement's messages (GET
