@@ -39,7 +39,10 @@ type cancelResult struct {
 	CancelReason string `json:"cancel_reason,omitempty"`
 	// Already is set when the execution was cancelled before: nothing was
 	// sent.
-	Already bool   `json:"already,omitempty"`
+	Already bool `json:"already,omitempty"`
+	// Refused is set when nothing was sent: Error says why (an unknown
+	// execution, one that ended, no bus to send it on).
+	Refused bool   `json:"refused,omitempty"`
 	Error   string `json:"error,omitempty"`
 }
 
@@ -73,20 +76,26 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitInvalid
 	}
 	id := pos[0]
+	// A refusal is said on stderr and, with --json, as the outcome.
+	refuse := func(code int, problem string) int {
+		fmt.Fprintf(stderr, "nova cancel: %s\n", problem)
+		if *asJSON {
+			writeJSONOut(stdout, cancelResult{ExecutionID: id, Refused: true, Error: problem})
+		}
+		return code
+	}
 	b, _, err := connectRemote(ctx, false)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova cancel: %v\n", err)
-		return exitInvalid
+		return refuse(exitInvalid, err.Error())
 	}
 	defer b.Close()
 
-	st, code := steeredState(ctx, b, "cancel", id, stderr)
+	st, code, problem := steeredState(ctx, b, id)
 	if st == nil {
-		return code
+		return refuse(code, problem)
 	}
 	if err := execution.CheckCancel(st); err != nil {
-		fmt.Fprintf(stderr, "nova cancel: %v\n", err)
-		return exitInvalid
+		return refuse(exitInvalid, err.Error())
 	}
 	if st.GetStatus() == execution.StatusCancelled {
 		return printCancel(stdout, *asJSON, cancelResult{ExecutionID: id, Status: execution.StatusCancelled,
@@ -101,15 +110,13 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		var stop func()
 		done, stop, err = bus.First[novav1.WorkflowCompleted](ctx, b, bus.EventSubject(id, bus.KindWorkflowCompleted))
 		if err != nil {
-			fmt.Fprintf(stderr, "nova cancel: execution %s: its completion cannot be watched: %v\n", id, err)
-			return exitFailed
+			return refuse(exitFailed, fmt.Sprintf("execution %s: its completion cannot be watched: %v", id, err))
 		}
 		defer stop()
 	}
 	cmd := &novav1.CancelExecution{ExecutionId: id, Reason: *reason, RequestedBy: cliUser()}
 	if err := execution.PublishCancel(ctx, b, cmd); err != nil {
-		fmt.Fprintf(stderr, "nova cancel: execution %s: the cancel was not sent: %v\n", id, err)
-		return exitFailed
+		return refuse(exitFailed, fmt.Sprintf("execution %s: the cancel was not sent: %v", id, err))
 	}
 	res := cancelResult{ExecutionID: id, Status: "cancelling"}
 	if *timeout == 0 {
@@ -167,12 +174,11 @@ func printCancel(stdout io.Writer, asJSON bool, res cancelResult) int {
 }
 
 // steeredState is the engine's state of execution id for nova cancel and
-// nova signal (what): nil with the exit code, the problem said, when it
-// cannot be read or there is none.
-func steeredState(ctx context.Context, b *bus.Bus, what, id string, stderr io.Writer) (*novav1.ExecutionState, int) {
+// nova signal: nil with the exit code and the problem when it cannot be
+// read or there is none.
+func steeredState(ctx context.Context, b *bus.Bus, id string) (*novav1.ExecutionState, int, string) {
 	if !execution.ValidKey(id) {
-		fmt.Fprintf(stderr, "nova %s: no execution %q (not an execution id)\n", what, id)
-		return nil, exitInvalid
+		return nil, exitInvalid, fmt.Sprintf("no execution %q (not an execution id)", id)
 	}
 	var st *novav1.ExecutionState
 	kv, err := b.JetStream().KeyValue(ctx, bus.BucketExecutions)
@@ -181,17 +187,13 @@ func steeredState(ctx context.Context, b *bus.Bus, what, id string, stderr io.Wr
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
-		fmt.Fprintf(stderr, "nova %s: no execution %q (the engine has run none here)\n", what, id)
-		return nil, exitInvalid
+		return nil, exitInvalid, fmt.Sprintf("no execution %q (the engine has run none here)", id)
 	case err != nil:
-		fmt.Fprintf(stderr, "nova %s: execution %s: its state cannot be read: %v\n", what, id, err)
-		return nil, exitFailed
+		return nil, exitFailed, fmt.Sprintf("execution %s: its state cannot be read: %v", id, err)
 	case st == nil:
-		fmt.Fprintf(stderr, "nova %s: no execution %q (the engine keeps an ended execution's state for a week, NOVA_KEEP_ENDED_STATE)\n",
-			what, id)
-		return nil, exitInvalid
+		return nil, exitInvalid, fmt.Sprintf("no execution %q (the engine keeps an ended execution's state for a week, NOVA_KEEP_ENDED_STATE)", id)
 	}
-	return st, exitOK
+	return st, exitOK, ""
 }
 
 // cliUser is who nova cancel and nova signal name as the sender: the

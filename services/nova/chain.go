@@ -17,37 +17,59 @@ import (
 
 // storeFlags are the flags of the commands that read the audit store.
 type storeFlags struct {
+	fs                          *flag.FlagSet
 	dataDir, mongoURI, database *string
 }
 
 func addStoreFlags(fs *flag.FlagSet) storeFlags {
 	return storeFlags{
-		dataDir:  fs.String("data-dir", "./.nova", "data directory of the embedded store"),
+		fs:       fs,
+		dataDir:  fs.String("data-dir", "./.nova", "data directory of the embedded store (default: the store of the nova dev at NATS_URL, else ./.nova)"),
 		mongoURI: fs.String("mongo", os.Getenv("MONGODB_URI"), "MongoDB URI of the audit store (instead of --data-dir)"),
 		database: fs.String("database", "nova", "database of the chain of work"),
 	}
 }
 
-// open opens the audit store: the MongoDB of --mongo, else the embedded
-// store of --data-dir, started for the command; release closes both.
-func (f storeFlags) open(ctx context.Context) (st *chainstore.Store, release func(), err error) {
+// open opens the audit store: the MongoDB of --mongo (default
+// $MONGODB_URI), else the embedded store of --data-dir when it is given,
+// else the one the nova dev at NATS_URL runs, else the embedded store of
+// ./.nova, started for the command. where names the store it opened, for
+// messages; release closes it.
+func (f storeFlags) open(ctx context.Context) (st *chainstore.Store, release func(), where string, err error) {
 	uri, stop := *f.mongoURI, func() {}
+	where = "the audit store at " + redacted(uri)
+	if uri == "" && !flagSet(f.fs, "data-dir") {
+		found, natsURL, derr := devStoreURI(ctx)
+		switch {
+		case found != "":
+			uri, where = found, fmt.Sprintf("the audit store of the nova dev at %s (%s)", natsURL, redacted(found))
+		case derr != nil:
+			where = fmt.Sprintf("the embedded store of %s (no nova dev reachable at NATS_URL: %v; set MONGODB_URI or --data-dir for another store)",
+				*f.dataDir, derr)
+		default:
+			where = fmt.Sprintf("the embedded store of %s (the NATS server at %s names no nova dev store; set MONGODB_URI or --data-dir for another store)",
+				*f.dataDir, natsURL)
+		}
+	}
 	if uri == "" {
+		if flagSet(f.fs, "data-dir") {
+			where = "the embedded store of " + *f.dataDir
+		}
 		m, err := devstack.StartMongo(ctx, devstack.Options{DataDir: *f.dataDir})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, where, fmt.Errorf("%s: %w", where, err)
 		}
 		uri, stop = m.URI(), func() { _ = m.Close() }
 	}
 	st, err = chainstore.Open(ctx, uri, *f.database)
 	if err != nil {
 		stop()
-		return nil, nil, err
+		return nil, nil, where, fmt.Errorf("%s: %w", where, err)
 	}
 	return st, func() {
 		_ = st.Close(context.WithoutCancel(ctx))
 		stop()
-	}, nil
+	}, where, nil
 }
 
 // printChain prints the chain of work of one execution of the store, as

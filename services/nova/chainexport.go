@@ -51,7 +51,7 @@ func cmdChainExport(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitInvalid
 	}
 
-	st, release, err := store.open(ctx)
+	st, release, _, err := store.open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova chain export: %v\n", err)
 		return exitFailed

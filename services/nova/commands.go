@@ -13,8 +13,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 
@@ -199,9 +203,16 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nova dev: %v\n", err)
 		return exitFailed
 	}
+	removeStoreAddress, err := publishDevStore(ctx, s, opts)
+	if err != nil {
+		_ = s.Close()
+		fmt.Fprintf(stderr, "nova dev: %v\n", err)
+		return exitFailed
+	}
 	if f.pprofAddr != "" {
 		stopPprof, err := servePprof(ctx, f.pprofAddr)
 		if err != nil {
+			removeStoreAddress()
 			_ = s.Close()
 			fmt.Fprintf(stderr, "nova dev: --pprof: %v\n", err)
 			return exitInvalid
@@ -214,6 +225,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer func() { <-idle }() // every return below comes after ctx ended
 	printDevRunning(stdout, s, opts, localKey, f.noAuth)
 	<-ctx.Done()
+	removeStoreAddress()
 	if err := s.Close(); err != nil {
 		fmt.Fprintf(stderr, "nova dev: stop: %v\n", err)
 		return exitFailed
@@ -421,8 +433,11 @@ type runFlags struct {
 // runServices are the bus and audit store nova run starts its workflow
 // with; release closes them and whatever was started for them.
 type runServices struct {
-	bus     *bus.Bus
-	store   *chainstore.Store
+	bus   *bus.Bus
+	store *chainstore.Store
+	// natsEnv is the NATS_URL=... another nova command needs to reach
+	// the bus: "" when it is the environment's.
+	natsEnv string
 	release func()
 }
 
@@ -431,10 +446,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitInvalid
 	}
-	def, err := workflow.Load(f.file, workflow.ValidateOptions{AllowPrompt: true})
-	if err != nil {
-		fmt.Fprintf(stderr, "nova run: %v\n", err)
-		return exitInvalid
+	// With --remote, a name that is no file is a registered workflow's.
+	byName := f.remote && isRegisteredName(f.file)
+	var def *novav1.WorkflowDefinition
+	if !byName {
+		var err error
+		if def, err = workflow.Load(f.file, workflow.ValidateOptions{AllowPrompt: true}); err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitInvalid
+		}
 	}
 	initial, err := initialContext(f.contextFile, f.sets)
 	if err != nil {
@@ -455,7 +475,28 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer svc.release()
-	return runAndReport(ctx, f, def, initial, svc, stdout, stderr)
+	if byName {
+		if def, err = registeredDefinition(ctx, svc.bus, f.file); err != nil {
+			fmt.Fprintf(stderr, "nova run: %v\n", err)
+			return exitFailed
+		}
+		if def == nil {
+			fmt.Fprintf(stderr, "nova run: %q is neither a file nor a workflow registered at %s (nova register FILE registers one)\n",
+				f.file, svc.bus.Conn().ConnectedUrl())
+			return exitInvalid
+		}
+	}
+	return runAndReport(ctx, f, def, byName, initial, svc, stdout, stderr)
+}
+
+// isRegisteredName tells whether nova run's argument names a registered
+// workflow rather than a file: there is no such file, and it is a name
+// the registry can hold.
+func isRegisteredName(arg string) bool {
+	if _, err := os.Stat(arg); !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	return execution.ValidKey(arg)
 }
 
 // parseRunFlags reads nova run's flags and its one workflow file; false
@@ -472,7 +513,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
 	fs.BoolVar(&f.verbose, "v", false, "show the services' logs")
 	fs.StringVar(&f.rules, "llm-rules", "", rulesHelp)
-	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it (with --detach: only start it): the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI)")
+	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it (with --detach: only start it): the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI); instead of a FILE, the name of a registered workflow")
 	fs.BoolVar(&f.progress, "progress", isTerminal(stdout), "show each node as it starts and ends (default on a terminal)")
 	fs.BoolVar(&f.detach, "detach", false, "with --remote: start the workflow, print its execution id and exit without waiting (nova watch ID follows it)")
 	pos, err := parseFlags(fs, args)
@@ -480,7 +521,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
 		return f, false
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "nova run: want exactly one workflow FILE")
+		fmt.Fprintln(stderr, "nova run: want exactly one workflow FILE (with --remote, or the name of a registered workflow)")
 		return f, false
 	}
 	f.file = pos[0]
@@ -557,14 +598,14 @@ func startRunStack(ctx context.Context, f runFlags, def *novav1.WorkflowDefiniti
 		b.Close()
 		s.Close()
 	}
-	return runServices{bus: b, store: s.Store, release: release}, exitOK
+	return runServices{bus: b, store: s.Store, natsEnv: "NATS_URL=" + s.NATSURL(), release: release}, exitOK
 }
 
 // runAndReport starts def with initial, waits for it to end (showing its
 // progress when asked), prints the result and, with --chain, its chain of
 // work. It exits exitOK only when the execution succeeded. With --detach it
 // only starts it, prints its execution id and exits exitOK.
-func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinition, initial jsonvalue.Object,
+func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinition, byName bool, initial jsonvalue.Object,
 	svc runServices, stdout, stderr io.Writer) int {
 	values, err := valueref.Open(ctx, svc.bus.JetStream(), 0, 0)
 	if err != nil {
@@ -573,7 +614,13 @@ func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinitio
 	}
 	c := client.New(svc.bus, values)
 	defer c.Close()
-	exec, err := c.Start(ctx, def, "", initial)
+	var exec *client.Execution
+	if byName {
+		// The engine runs the registration it holds when the start comes.
+		exec, err = c.Start(ctx, nil, def.GetName(), initial)
+	} else {
+		exec, err = c.Start(ctx, def, "", initial)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nova run: %v\n", err)
 		return exitFailed
@@ -581,6 +628,21 @@ func runAndReport(ctx context.Context, f runFlags, def *novav1.WorkflowDefinitio
 	if f.detach {
 		return printDetached(stdout, f.asJSON, exec.ID)
 	}
+	// A wait for a signal is said at once, with the command that sends
+	// it: otherwise nova run only waits, silent, for as long as the node.
+	stopWaits, err := svc.bus.Watch(ctx, "waits of "+exec.ID, bus.StreamEvents,
+		jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventSubject(exec.ID, bus.KindNodeWaiting)}},
+		func(_ jetstream.Msg, ev *event.Event) {
+			var nw novav1.NodeWaiting
+			if bus.Decode(*ev, &nw) == nil && nw.GetKind() == "signal" {
+				waitNotice(stderr, exec.ID, def, &nw, svc.natsEnv, f.timeout)
+			}
+		})
+	if err != nil {
+		fmt.Fprintf(stderr, "nova run: %v\n", err)
+		return exitFailed
+	}
+	defer stopWaits()
 	var shown *progressPrinter
 	if f.progress && !f.asJSON {
 		shown = newProgressPrinter(stdout, nodeIDs(def))
@@ -766,7 +828,11 @@ func nodeSpend(nodes []runNodeResult) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-func cmdValidate(args []string, stdout, stderr io.Writer) int {
+// cmdValidate validates a definition, and when it calls other workflows
+// checks that they are registered on the deployment at NATS_URL (default
+// nova dev's): one not registered is an error there; with no deployment
+// reachable it says it could not check.
+func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pos, err := parseFlags(fs, args)
@@ -782,7 +848,42 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nova validate: %v\n", err)
 		return exitInvalid
 	}
+	if refs := workflow.WorkflowRefs(def); len(refs) > 0 {
+		if code := checkCalls(ctx, pos[0], def, stderr); code != exitOK {
+			return code
+		}
+	}
 	fmt.Fprintf(stdout, "%s: workflow %q is valid (%d nodes, %d edges)\n", pos[0], def.Name, len(def.Nodes), len(def.Edges))
+	return exitOK
+}
+
+// callCheckWait bounds how long nova validate tries to reach a deployment
+// to check the workflows a definition calls.
+const callCheckWait = 3 * time.Second
+
+// checkCalls checks that the workflows def calls are registered on the
+// deployment at NATS_URL; unreachable, it says on stderr that it could
+// not check, and passes.
+func checkCalls(ctx context.Context, file string, def *novav1.WorkflowDefinition, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(ctx, callCheckWait)
+	defer cancel()
+	calls := strings.Join(slices.Compact(slices.Sorted(slices.Values(workflow.WorkflowRefs(def)))), ", ")
+	b, _, err := connectRemote(ctx, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "nova validate: %s: could not check that the workflows it calls (%s) are registered: no deployment reachable at NATS_URL (%v)\n",
+			file, calls, err)
+		return exitOK
+	}
+	defer b.Close()
+	missing, err := unregisteredCalls(ctx, b, def)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "nova validate: %s: could not check that the workflows it calls (%s) are registered: %v\n", file, calls, err)
+		return exitOK
+	case missing != "":
+		fmt.Fprintf(stderr, "nova validate: %s: %s\n", file, missing)
+		return exitInvalid
+	}
 	return exitOK
 }
 
@@ -814,7 +915,7 @@ func cmdChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "nova chain: want exactly one EXECUTION_ID")
 		return exitInvalid
 	}
-	st, release, err := store.open(ctx)
+	st, release, _, err := store.open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova chain: %v\n", err)
 		return exitFailed

@@ -17,7 +17,9 @@ Usage:
   nova dev      [--data-dir DIR] [--nats-port N] [--mongo-port N] [--gateway-addr ADDR] [--no-auth]
   nova run      FILE [--set key=value]... [--context-file F.json] [--json] [--chain] [--progress] [--data-dir DIR]
                 [--remote [--detach]]
+  nova run      --remote WORKFLOW [--set key=value]... [--detach] [--json] [--progress]
   nova validate FILE
+  nova register FILE [--timeout 30s] [--json]
   nova watch    EXECUTION_ID [--timeout D]
   nova cancel   EXECUTION_ID [--reason TEXT] [--timeout 10s] [--json]
   nova signal   EXECUTION_ID SIGNAL [--set key=value]... [--data JSON] [--timeout 10s] [--json]
@@ -48,7 +50,8 @@ node waits for, its payload from --data and --set. nova rerun runs an ended
 execution again from a node (default: the one that failed), with the context
 its chain of work holds before that node and the --set changes; the nodes
 before it are carried over, not run again. nova schedule starts a registered
-workflow on a cron expression or at an interval.
+workflow on a cron expression or at an interval. nova register stores a
+definition with a running deployment (nova dev) for starts by name.
 
 Environment: NATS_URL and MONGODB_URI use external servers instead of the
 embedded ones; OTEL_EXPORTER_OTLP_ENDPOINT exports traces.
@@ -80,7 +83,9 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 	case "run":
 		return cmdRun(ctx, rest, stdout, stderr)
 	case "validate":
-		return cmdValidate(rest, stdout, stderr)
+		return cmdValidate(ctx, rest, stdout, stderr)
+	case "register":
+		return cmdRegister(ctx, rest, stdout, stderr)
 	case "watch":
 		return cmdWatch(ctx, rest, stdout, stderr)
 	case "cancel":

@@ -46,7 +46,7 @@ func cmdPin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "nova pin: want an EXECUTION_ID, then the AI NODEs to pin (default: every AI node that succeeded)")
 		return exitInvalid
 	}
-	st, release, err := store.open(ctx)
+	st, release, _, err := store.open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "nova pin: %v\n", err)
 		return exitFailed

@@ -181,7 +181,7 @@ func TestPin(t *testing.T) {
 		t.Fatalf("nova pin -o: exit %d\n%s%s", code, out, errOut)
 	}
 	var vOut, vErr bytes.Buffer
-	if code := cmdValidate([]string{file}, &vOut, &vErr); code != exitOK || !strings.Contains(vOut.String(), `workflow "pin-orders" is valid (6 nodes, 6 edges)`) {
+	if code := cmdValidate(t.Context(), []string{file}, &vOut, &vErr); code != exitOK || !strings.Contains(vOut.String(), `workflow "pin-orders" is valid (6 nodes, 6 edges)`) {
 		t.Fatalf("nova validate of the pinned definition: exit %d\n%s%s", code, vOut.String(), vErr.String())
 	}
 	text, err := os.ReadFile(file)

@@ -51,7 +51,8 @@ type rerunResult struct {
 // cmdRerun reruns an ended execution of a deployment (or of nova dev) from
 // one of its nodes: it builds the start from the execution's chain of work
 // in the audit store (--mongo, default $MONGODB_URI, else the embedded
-// store of --data-dir, as nova chain reads it), publishes it on NATS_URL
+// store of --data-dir, else the store of the nova dev at NATS_URL, as nova
+// chain reads it), publishes it on NATS_URL
 // and waits for the rerun's end. Exit 0 when the rerun succeeded (or, with
 // --no-wait, started), 1 when it failed or did not end within --timeout, 2
 // for a rerun that cannot be made (an unknown execution, one still
@@ -100,14 +101,14 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitInvalid
 	}
 	defer b.Close()
-	st, release, err := store.open(ctx)
+	st, release, where, err := store.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova rerun: the audit store: %v\n", err)
+		fmt.Fprintf(stderr, "nova rerun: %v\n", err)
 		return exitInvalid
 	}
 	defer release()
 
-	start, code := rerunStart(ctx, b, st, id, chainstore.RerunRequest{From: *from, Set: set}, *newest, stderr)
+	start, code := rerunStart(ctx, b, st, where, id, chainstore.RerunRequest{From: *from, Set: set}, *newest, stderr)
 	if start == nil {
 		return code
 	}
@@ -167,7 +168,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // registration with newest); nil with the exit code, the problem said,
 // when it cannot be made. An execution the engine has ended is waited for
 // until the audit store has recorded its end, at most recordWait.
-func rerunStart(ctx context.Context, b *bus.Bus, st *chainstore.Store, id string, req chainstore.RerunRequest, newest bool,
+func rerunStart(ctx context.Context, b *bus.Bus, st *chainstore.Store, where, id string, req chainstore.RerunRequest, newest bool,
 	stderr io.Writer) (*novav1.StartWorkflow, int) {
 	deadline := time.Now().Add(recordWait)
 	for {
@@ -197,14 +198,14 @@ func rerunStart(ctx context.Context, b *bus.Bus, st *chainstore.Store, id string
 		case state != nil && execution.Ended(state.GetStatus()) && time.Now().Before(deadline):
 			// Ended: the audit store records it within a few seconds.
 		case state != nil && execution.Ended(state.GetStatus()):
-			fmt.Fprintf(stderr, "nova rerun: execution %s ended %s, but the audit store has not recorded its end within %v; "+
-				"is the audit service running?\n", id, state.GetStatus(), recordWait)
+			fmt.Fprintf(stderr, "nova rerun: execution %s ended %s, but %s has not recorded its end within %v; "+
+				"is the audit service running, and writing to that store?\n", id, state.GetStatus(), where, recordWait)
 			return nil, exitFailed
 		case state != nil || errors.Is(err, chainstore.ErrRunning):
 			fmt.Fprintf(stderr, "nova rerun: execution %s is running: cancel it (nova cancel), or wait for its end, before rerunning it\n", id)
 			return nil, exitInvalid
 		default:
-			fmt.Fprintf(stderr, "nova rerun: no execution %q in the chain of work\n", id)
+			fmt.Fprintf(stderr, "nova rerun: no execution %q in the chain of work of %s\n", id, where)
 			return nil, exitInvalid
 		}
 		select {

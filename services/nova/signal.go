@@ -29,6 +29,9 @@ const (
 	signalEnded = "ended"
 	// signalSent: sent, no answer within the wait (or none waited for).
 	signalSent = "sent"
+	// signalRefused: not sent (an unknown or ended execution, a signal it
+	// does not wait for, a payload that fails the schema).
+	signalRefused = "refused"
 )
 
 // signalResult is what nova signal --json prints.
@@ -39,7 +42,7 @@ type signalResult struct {
 	Node string `json:"node"`
 	// EventID is the signal's CloudEvent id.
 	EventID string `json:"event_id"`
-	// Outcome is taken, rejected, ended or sent.
+	// Outcome is taken, rejected, ended, sent or refused.
 	Outcome string `json:"outcome"`
 	// Next is the node the execution went on to, when taken.
 	Next string `json:"next,omitempty"`
@@ -94,25 +97,30 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "nova signal: payload: %v\n", err)
 		return exitInvalid
 	}
+	// A refusal is said on stderr and, with --json, as the outcome.
+	refuse := func(code int, node, problem string) int {
+		fmt.Fprintf(stderr, "nova signal: %s\n", problem)
+		if *asJSON {
+			writeJSONOut(stdout, signalResult{ExecutionID: id, Signal: name, Node: node, Outcome: signalRefused, Error: problem})
+		}
+		return code
+	}
 	b, _, err := connectRemote(ctx, false)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova signal: %v\n", err)
-		return exitInvalid
+		return refuse(exitInvalid, "", err.Error())
 	}
 	defer b.Close()
 
-	st, code := steeredState(ctx, b, "signal", id, stderr)
+	st, code, problem := steeredState(ctx, b, id)
 	if st == nil {
-		return code
+		return refuse(code, "", problem)
 	}
 	if err := execution.CheckSignalTarget(st, name); err != nil {
-		fmt.Fprintf(stderr, "nova signal: %v\n", err)
-		return exitInvalid
+		return refuse(exitInvalid, "", err.Error())
 	}
 	node := execution.WaitNode(st, name)
 	if err := workflow.CheckPayload(node, decoded); err != nil {
-		fmt.Fprintf(stderr, "nova signal: %s\n", payloadProblem(node, err))
-		return exitInvalid
+		return refuse(exitInvalid, node.GetId(), payloadProblem(node, err))
 	}
 
 	res := signalResult{ExecutionID: id, Signal: name, Node: node.GetId(), EventID: "signal-" + uuid.NewString(), Outcome: signalSent}
@@ -121,16 +129,14 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		var stop func()
 		answers, stop, err = watchSignal(ctx, b, res, st.GetNodes()[node.GetId()].GetVisits())
 		if err != nil {
-			fmt.Fprintf(stderr, "nova signal: execution %s: its events cannot be watched: %v\n", id, err)
-			return exitFailed
+			return refuse(exitFailed, node.GetId(), fmt.Sprintf("execution %s: its events cannot be watched: %v", id, err))
 		}
 		defer stop()
 	}
 	err = execution.PublishSignal(ctx, b, res.EventID,
 		&novav1.SignalExecution{ExecutionId: id, Signal: name, Payload: payload.Proto(), SentBy: cliUser()})
 	if err != nil {
-		fmt.Fprintf(stderr, "nova signal: execution %s: the signal was not sent: %v\n", id, err)
-		return exitFailed
+		return refuse(exitFailed, node.GetId(), fmt.Sprintf("execution %s: the signal was not sent: %v", id, err))
 	}
 	if *timeout == 0 {
 		return printSignal(stdout, *asJSON, res)

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/execution"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
@@ -46,6 +50,19 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer b.Close()
 
+	if !execution.ValidKey(id) {
+		fmt.Fprintf(stderr, "nova watch: no execution %q (not an execution id)\n", id)
+		return exitFailed
+	}
+	switch known, err := executionKnown(ctx, b, id); {
+	case err != nil:
+		fmt.Fprintf(stderr, "nova watch: execution %s: %v\n", id, err)
+		return exitFailed
+	case !known:
+		fmt.Fprintf(stderr, "nova watch: no execution %q: the engine at %s has no state of it and its events stream holds none of its events\n",
+			id, b.Conn().ConnectedUrl())
+		return exitFailed
+	}
 	c := client.New(b, nil)
 	wc, err := c.Purged(ctx, id)
 	if err != nil {
@@ -85,7 +102,11 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				return exitFailed
 			}
 		case <-ctx.Done():
-			fmt.Fprintf(stderr, "nova watch: execution %s: %v\n", id, ctx.Err())
+			if shown == nil && ctx.Err() == context.DeadlineExceeded {
+				fmt.Fprintf(stderr, "nova watch: no event of execution %s within --timeout %v\n", id, *timeout)
+			} else {
+				fmt.Fprintf(stderr, "nova watch: execution %s: %v\n", id, ctx.Err())
+			}
 			return exitFailed
 		case p := <-events:
 			if shown == nil {
@@ -157,4 +178,39 @@ func maxNodeID(def *novav1.WorkflowDefinition) int {
 		n = max(n, len(node.GetId()))
 	}
 	return n
+}
+
+// executionKnown tells whether execution id is one nova watch can follow:
+// the engine has its state, the events stream holds an event of it, or
+// the engine has commands still to take up (its start may be one).
+func executionKnown(ctx context.Context, b *bus.Bus, id string) (bool, error) {
+	if st, err := engineState(ctx, b, id); err != nil || st != nil {
+		return st != nil, err
+	}
+	js := b.JetStream()
+	events, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, fmt.Errorf("the events stream: %w", err)
+	}
+	if err == nil {
+		info, err := events.Info(ctx, jetstream.WithSubjectFilter(bus.ExecutionFilter(id)))
+		if err != nil {
+			return false, fmt.Errorf("the events stream: %w", err)
+		}
+		if len(info.State.Subjects) > 0 {
+			return true, nil
+		}
+	}
+	cons, err := js.Consumer(ctx, bus.StreamCommands, bus.ConsumerEngineCommands)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the engine's commands: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("the engine's commands: %w", err)
+	}
+	return info.NumPending > 0 || info.NumAckPending > 0, nil
 }
