@@ -119,14 +119,11 @@ func (g *Graph) Targets(id string) ([]string, error) {
 	return to, nil
 }
 
-// hasTargets: nodes of type t go on along their edges without condition.
+// hasTargets: nodes of type t go on along their edges without condition
+// (a wait node's without decide_on; Targets tells those apart).
 func hasTargets(t novav1.NodeType) bool {
-	switch t {
-	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP, novav1.NodeType_NODE_TYPE_WAIT,
-		novav1.NodeType_NODE_TYPE_JOIN, novav1.NodeType_NODE_TYPE_MAP, novav1.NodeType_NODE_TYPE_WORKFLOW:
-		return true
-	}
-	return false
+	k := KindOf(t)
+	return k != nil && (k.Edges == EdgesPlain || k.Edges == EdgesWait)
 }
 
 // CanReach reports whether a path of one or more edges, whatever their

@@ -169,11 +169,11 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 		s, isStr := v.(string)
 		switch t := ParseNodeType(s); {
 		case !isStr:
-			p.addf(w, "type", "must be a string (%s), got %s", nodeTypeList, kindOf(v))
+			p.addf(w, "type", "must be a string (%s), got %s", nodeTypeList(), kindOf(v))
 		case t == novav1.NodeType_NODE_TYPE_UNSPECIFIED:
-			msg := fmt.Sprintf("unknown node type %q; use %s", s, nodeTypeList)
-			if sug := suggest(s, nodeTypeNames); sug != "" {
-				msg = fmt.Sprintf("unknown node type %q; did you mean %q? (use %s)", s, sug, nodeTypeList)
+			msg := fmt.Sprintf("unknown node type %q; use %s", s, nodeTypeList())
+			if sug := suggest(s, nodeTypeNames()); sug != "" {
+				msg = fmt.Sprintf("unknown node type %q; did you mean %q? (use %s)", s, sug, nodeTypeList())
 			}
 			p.addf(w, "type", "%s", msg)
 		default:
@@ -664,10 +664,20 @@ func (p *parser) output(w where, m map[string]any, n *novav1.Node) {
 	}
 }
 
-// The node types as users write them.
-var nodeTypeNames = []string{"start", "action", "decision", "wait", "sleep", "join", "map", "workflow", "end"}
+// nodeTypeNames are the node types as users write them (the kinds table).
+func nodeTypeNames() []string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.Name
+	}
+	return names
+}
 
-const nodeTypeList = "start, action, decision, wait, sleep, join, map, workflow or end"
+// nodeTypeList is the node types for an error: "start, action, ... or end".
+func nodeTypeList() string {
+	names := nodeTypeNames()
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // ParseNodeType maps a type name to a NodeType. It accepts NOVA's spelling
 // (start, action, decision, wait, sleep, join, map, workflow, end) and the
@@ -677,54 +687,20 @@ func ParseNodeType(s string) novav1.NodeType {
 	s = strings.ToLower(strings.TrimSpace(s))
 	s = strings.TrimSuffix(s, "node")
 	s = strings.TrimRight(s, "_- ")
-	switch s {
-	case "start":
-		return novav1.NodeType_NODE_TYPE_START
-	case "action":
-		return novav1.NodeType_NODE_TYPE_ACTION
-	case "decision":
-		return novav1.NodeType_NODE_TYPE_DECISION
-	case "end":
-		return novav1.NodeType_NODE_TYPE_END
-	case "wait":
-		return novav1.NodeType_NODE_TYPE_WAIT
-	case "sleep":
-		return novav1.NodeType_NODE_TYPE_SLEEP
-	case "join":
-		return novav1.NodeType_NODE_TYPE_JOIN
-	case "map":
-		return novav1.NodeType_NODE_TYPE_MAP
-	case "workflow":
-		return novav1.NodeType_NODE_TYPE_WORKFLOW
-	default:
-		return novav1.NodeType_NODE_TYPE_UNSPECIFIED
+	for _, k := range kinds {
+		if k.Name == s {
+			return k.Type
+		}
 	}
+	return novav1.NodeType_NODE_TYPE_UNSPECIFIED
 }
 
 // TypeName is the short name of a node type as users write it ("decision").
 func TypeName(t novav1.NodeType) string {
-	switch t {
-	case novav1.NodeType_NODE_TYPE_START:
-		return "start"
-	case novav1.NodeType_NODE_TYPE_ACTION:
-		return "action"
-	case novav1.NodeType_NODE_TYPE_DECISION:
-		return "decision"
-	case novav1.NodeType_NODE_TYPE_END:
-		return "end"
-	case novav1.NodeType_NODE_TYPE_WAIT:
-		return "wait"
-	case novav1.NodeType_NODE_TYPE_SLEEP:
-		return "sleep"
-	case novav1.NodeType_NODE_TYPE_JOIN:
-		return "join"
-	case novav1.NodeType_NODE_TYPE_MAP:
-		return "map"
-	case novav1.NodeType_NODE_TYPE_WORKFLOW:
-		return "workflow"
-	default:
-		return "unspecified"
+	if k := KindOf(t); k != nil {
+		return k.Name
 	}
+	return "unspecified"
 }
 
 func kindOf(v any) string {

@@ -116,29 +116,27 @@ func (v *validator) nodes() {
 func (v *validator) node(n *novav1.Node) {
 	id := n.GetId()
 	hasCode, hasPrompt := strings.TrimSpace(n.GetCode()) != "", strings.TrimSpace(n.GetPrompt()) != ""
-	switch t := n.GetType(); t {
-	case novav1.NodeType_NODE_TYPE_UNSPECIFIED:
-		v.add(id, "type", "is required: %s", nodeTypeList)
-	case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END, novav1.NodeType_NODE_TYPE_WAIT, novav1.NodeType_NODE_TYPE_SLEEP,
-		novav1.NodeType_NODE_TYPE_JOIN:
+	k := KindOf(n.GetType())
+	switch {
+	case n.GetType() == novav1.NodeType_NODE_TYPE_UNSPECIFIED:
+		v.add(id, "type", "is required: %s", nodeTypeList())
+	case k == nil:
+		v.add(id, "type", "unknown node type %d", int32(n.GetType()))
+	case k.Runs == RunsNothing:
 		if hasCode || hasPrompt {
-			v.add(id, "", "%s node runs nothing, but it has code or a prompt; put the work in an action node", withArticle(t))
+			v.add(id, "", "%s node runs nothing, but it has code or a prompt; put the work in an action node", withArticle(k.Type))
 		}
-	case novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_DECISION:
+	case k.Runs == RunsCode:
 		switch {
 		case hasCode && hasPrompt:
 			v.add(id, "", "has both code and prompt; a node runs either code as written or a prompt (AI node), not both")
 		case !hasCode && !hasPrompt:
-			v.add(id, "", "has neither code nor prompt; %s node needs one of them", withArticle(t))
+			v.add(id, "", "has neither code nor prompt; %s node needs one of them", withArticle(k.Type))
 		}
-	case novav1.NodeType_NODE_TYPE_MAP:
-		// Its body (code, prompt or workflow) is mapFields'.
-	case novav1.NodeType_NODE_TYPE_WORKFLOW:
+	case k.Runs == RunsWorkflow:
 		if hasCode || hasPrompt {
 			v.add(id, "", "a workflow node runs the workflow it names, but it has code or a prompt; put the work in an action node")
 		}
-	default:
-		v.add(id, "type", "unknown node type %d", int32(t))
 	}
 	if hasPrompt && !v.opts.AllowPrompt {
 		v.add(id, "prompt", "AI (prompt) nodes need a model, and this deployment has none: give the AI agents OPENAI_API_KEY or OPENAI_BASE_URL and set NOVA_ALLOW_PROMPT=true on the graph engine")
@@ -158,12 +156,13 @@ func (v *validator) node(n *novav1.Node) {
 		v.add(id, "cache_validate", "must be rules or model, got %q", n.GetCacheValidate())
 	}
 	v.budget(id, n.GetBudget())
-	v.waitFields(n)
-	v.sleepFields(n)
 	v.foreignFields(n)
-	v.joinFields(n)
-	v.mapFields(n)
-	v.workflowFields(n)
+	if k != nil && k.Check != nil {
+		k.Check(v, n)
+	}
+	if n.GetType() == novav1.NodeType_NODE_TYPE_MAP && n.GetWorkflow() != "" {
+		v.inputKeys(n)
+	}
 	if r := n.GetRetry(); r != nil {
 		switch t := n.GetType(); {
 		case t == novav1.NodeType_NODE_TYPE_ACTION, t == novav1.NodeType_NODE_TYPE_DECISION && hasCode:
@@ -181,18 +180,7 @@ func (v *validator) node(n *novav1.Node) {
 // waitFields checks a wait node's signal and schema, and that no other node
 // has them.
 func (v *validator) waitFields(n *novav1.Node) {
-	id, t := n.GetId(), n.GetType()
-	if t != novav1.NodeType_NODE_TYPE_WAIT {
-		if t == novav1.NodeType_NODE_TYPE_UNSPECIFIED {
-			return
-		}
-		for _, f := range []struct{ name, value string }{{"signal", n.GetSignal()}, {"schema", n.GetSchema()}, {"decide_on", n.GetDecideOn()}} {
-			if f.value != "" {
-				v.add(id, f.name, "only a wait node has %s; this is %s node", f.name, withArticle(t))
-			}
-		}
-		return
-	}
+	id := n.GetId()
 	switch sig := n.GetSignal(); {
 	case sig == "":
 		v.add(id, "signal", "is required: the name of the signal that resumes the node, e.g. approval")
@@ -209,20 +197,8 @@ func (v *validator) waitFields(n *novav1.Node) {
 // sleepFields checks that a sleep node sleeps for a duration or until a
 // time, and that no other node has them.
 func (v *validator) sleepFields(n *novav1.Node) {
-	id, t := n.GetId(), n.GetType()
+	id := n.GetId()
 	d, until := n.GetDurationSeconds(), n.GetUntil()
-	if t != novav1.NodeType_NODE_TYPE_SLEEP {
-		if t == novav1.NodeType_NODE_TYPE_UNSPECIFIED {
-			return
-		}
-		if d != 0 {
-			v.add(id, "duration", "only a sleep node has duration; this is %s node", withArticle(t))
-		}
-		if until != "" {
-			v.add(id, "until", "only a sleep node has until; this is %s node", withArticle(t))
-		}
-		return
-	}
 	switch {
 	case d != 0 && until != "":
 		v.add(id, "", "has both duration and until; a sleep node sleeps for a duration or until a time, not both")
@@ -237,31 +213,29 @@ func (v *validator) sleepFields(n *novav1.Node) {
 	}
 }
 
-// foreignFields reports the fields of join, map and workflow nodes that a
-// node of another type has.
+// foreignFields reports the fields that only nodes of other types have
+// (the kinds table's Fields).
 func (v *validator) foreignFields(n *novav1.Node) {
 	id, t := n.GetId(), n.GetType()
 	if t == novav1.NodeType_NODE_TYPE_UNSPECIFIED {
 		return
 	}
-	join := []novav1.NodeType{novav1.NodeType_NODE_TYPE_JOIN}
-	mapNode := []novav1.NodeType{novav1.NodeType_NODE_TYPE_MAP}
-	for _, f := range []struct {
-		name   string
-		set    bool
-		owners []novav1.NodeType
-		who    string
-	}{
-		{"wait", n.GetWait() != "", join, "a join node"},
-		{"merge", n.GetMerge() != "", join, "a join node"},
-		{"items", n.GetItems() != "", mapNode, "a map node"},
-		{"concurrency", n.GetConcurrency() != 0, mapNode, "a map node"},
-		{"on_item_failure", n.GetOnItemFailure() != "", mapNode, "a map node"},
-		{"workflow", n.GetWorkflow() != "", []novav1.NodeType{novav1.NodeType_NODE_TYPE_WORKFLOW, novav1.NodeType_NODE_TYPE_MAP}, "a workflow or map node"},
-		{"input", len(n.GetInput()) > 0, []novav1.NodeType{novav1.NodeType_NODE_TYPE_WORKFLOW, novav1.NodeType_NODE_TYPE_MAP}, "a workflow node (or a map over a workflow)"},
-	} {
-		if f.set && !slices.Contains(f.owners, t) {
-			v.add(id, f.name, "only %s has %s; this is %s node", f.who, f.name, withArticle(t))
+	seen := map[string]bool{}
+	for _, k := range kinds {
+		for _, f := range k.Fields {
+			if seen[f] || !fieldSet[f](n) {
+				continue
+			}
+			seen[f] = true
+			var owners []string
+			for _, o := range kinds {
+				if slices.Contains(o.Fields, f) {
+					owners = append(owners, o.Name)
+				}
+			}
+			if !slices.Contains(owners, TypeName(t)) {
+				v.add(id, f, "only %s has %s; this is %s node", ownersText(f, owners), f, withArticle(t))
+			}
 		}
 	}
 	if t == novav1.NodeType_NODE_TYPE_MAP && len(n.GetInput()) > 0 && n.GetWorkflow() == "" {
@@ -283,11 +257,26 @@ func (v *validator) foreignFields(n *novav1.Node) {
 	}
 }
 
+// ownersText names the node types that have field f, as an error says it.
+func ownersText(f string, owners []string) string {
+	if f == "input" {
+		return "a workflow node (or a map over a workflow)"
+	}
+	// The type named like the field first: "a workflow or map node".
+	slices.SortStableFunc(owners, func(a, b string) int {
+		switch {
+		case a == f:
+			return -1
+		case b == f:
+			return 1
+		}
+		return 0
+	})
+	return "a " + strings.Join(owners, " or ") + " node"
+}
+
 // joinFields checks a join node's wait and merge.
 func (v *validator) joinFields(n *novav1.Node) {
-	if n.GetType() != novav1.NodeType_NODE_TYPE_JOIN {
-		return
-	}
 	id := n.GetId()
 	switch w := n.GetWait(); w {
 	case "", JoinWaitAll, JoinWaitAny:
@@ -305,9 +294,6 @@ func (v *validator) joinFields(n *novav1.Node) {
 // many items run at once, what a failing item does and where the results
 // go.
 func (v *validator) mapFields(n *novav1.Node) {
-	if n.GetType() != novav1.NodeType_NODE_TYPE_MAP {
-		return
-	}
 	id := n.GetId()
 	if strings.TrimSpace(n.GetItems()) == "" {
 		v.add(id, "items", "map node %q needs items: the context key of the list it runs over", id)
@@ -345,12 +331,6 @@ func (v *validator) mapFields(n *novav1.Node) {
 // workflowFields checks a workflow node: the workflow it runs and the keys
 // its input and output map.
 func (v *validator) workflowFields(n *novav1.Node) {
-	if n.GetType() == novav1.NodeType_NODE_TYPE_MAP && n.GetWorkflow() != "" {
-		v.inputKeys(n)
-	}
-	if n.GetType() != novav1.NodeType_NODE_TYPE_WORKFLOW {
-		return
-	}
 	id := n.GetId()
 	switch wf := n.GetWorkflow(); {
 	case strings.TrimSpace(wf) == "":
@@ -525,13 +505,16 @@ func (v *validator) edges() {
 	edges := v.def.GetEdges()
 	for _, n := range v.order {
 		id, out := n.GetId(), v.out[n.GetId()]
-		switch t := n.GetType(); t {
-		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_ACTION, novav1.NodeType_NODE_TYPE_SLEEP,
-			novav1.NodeType_NODE_TYPE_JOIN, novav1.NodeType_NODE_TYPE_MAP, novav1.NodeType_NODE_TYPE_WORKFLOW:
+		k := KindOf(n.GetType())
+		if k == nil {
+			continue
+		}
+		switch k.Edges {
+		case EdgesPlain:
 			v.plainEdges(n, out)
-		case novav1.NodeType_NODE_TYPE_WAIT:
+		case EdgesWait:
 			v.waitEdges(n, out)
-		case novav1.NodeType_NODE_TYPE_DECISION:
+		case EdgesDecide:
 			if len(out) == 0 {
 				v.add(id, "", "decision node has no outgoing edges; add one edge per branch_decision value, each with a condition")
 			}
@@ -550,7 +533,7 @@ func (v *validator) edges() {
 				}
 				seen[c] = to
 			}
-		case novav1.NodeType_NODE_TYPE_END:
+		case EdgesNone:
 			if len(out) > 0 {
 				v.add(id, "", "end node has outgoing edges (to %s); an end node finishes the execution", targets(edges, out))
 			}

@@ -507,7 +507,10 @@ type Branch struct {
 	FromNode string `protobuf:"bytes,17,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
 	// Joins where this line ends when it arrives: a join with wait: any or a
 	// number went on without it. Lines it forks inherit them.
-	AbsorbedAt    []string `protobuf:"bytes,18,rep,name=absorbed_at,json=absorbedAt,proto3" json:"absorbed_at,omitempty"`
+	AbsorbedAt []string `protobuf:"bytes,18,rep,name=absorbed_at,json=absorbedAt,proto3" json:"absorbed_at,omitempty"`
+	// The visit of current_node the line is in: lines of two loop rounds may
+	// be at one node at once, each in a visit of its own.
+	Visit         int32 `protobuf:"varint,19,opt,name=visit,proto3" json:"visit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +669,13 @@ func (x *Branch) GetAbsorbedAt() []string {
 		return x.AbsorbedAt
 	}
 	return nil
+}
+
+func (x *Branch) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
 }
 
 // KeyList is one fork a line descends from, with the context keys its
@@ -1934,7 +1944,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"JoinsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xac\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xc2\x05\n" +
 	"\x06Branch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fcurrent_node\x18\x02 \x01(\tR\vcurrentNode\x12&\n" +
@@ -1958,7 +1968,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\titem_node\x18\x10 \x01(\v2\x12.nova.v1.NodeStateR\bitemNode\x12\x1b\n" +
 	"\tfrom_node\x18\x11 \x01(\tR\bfromNode\x12\x1f\n" +
 	"\vabsorbed_at\x18\x12 \x03(\tR\n" +
-	"absorbedAt\"E\n" +
+	"absorbedAt\x12\x14\n" +
+	"\x05visit\x18\x13 \x01(\x05R\x05visit\"E\n" +
 	"\aKeyList\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x12\n" +
 	"\x04fork\x18\x02 \x01(\tR\x04fork\x12\x12\n" +

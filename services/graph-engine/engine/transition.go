@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/novaflow/nova/pkg/codecache"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
-	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -194,75 +192,28 @@ func (t *transition) started() {
 	})
 }
 
-// enter visits node id and then every node that needs no agent (start, end),
-// until it dispatches a command or the execution ends.
+// enter moves the transition's line to node id: what happens there is
+// the node kind's (kinds.go).
 func (t *transition) enter(id string) {
-	for t.st.Status == statusRunning {
-		node := t.graph.Node(id)
-		if node.Type == novav1.NodeType_NODE_TYPE_JOIN {
-			// A join's visit is when its branches are there (settle).
-			t.arrive(node)
-			return
-		}
-		ns := t.nodeState(id)
-		if !t.countVisit(node, ns) {
-			return
-		}
-		switch node.Type {
-		case novav1.NodeType_NODE_TYPE_START, novav1.NodeType_NODE_TYPE_END:
-			t.ln.NodeStartedAt = tsNow(t.now)
-			t.ln.NodeInput = t.ln.Context
-			ns.Status = statusSucceeded
-			t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
-			if node.Type == novav1.NodeType_NODE_TYPE_END {
-				t.lineEnded()
-				return
-			}
-			targets, err := t.graph.Targets(id)
-			if err != nil {
-				t.fail(err.Error())
-				return
-			}
-			if len(targets) > 1 {
-				t.fork(node, targets)
-				return
-			}
-			id = targets[0]
-		default:
-			if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
-				// A decision is made by this node's code only, never by a
-				// branch_decision left over from an earlier node.
-				if _, ok := t.ctx[branchDecision]; ok {
-					delete(t.ctx, branchDecision)
-					t.setContext()
-				}
-			}
-			t.ln.NodeStartedAt = tsNow(t.now)
-			t.ln.NodeInput = t.ln.Context
-			t.nodeStarted(node, ns)
-			switch node.Type {
-			case novav1.NodeType_NODE_TYPE_WAIT:
-				t.enterWait(node, ns)
-				return
-			case novav1.NodeType_NODE_TYPE_SLEEP:
-				t.enterSleep(node, ns)
-				return
-			case novav1.NodeType_NODE_TYPE_MAP:
-				t.startMap(node, ns)
-				return
-			case novav1.NodeType_NODE_TYPE_WORKFLOW:
-				t.startChild(node, ns)
-				return
-			}
-			if node.Prompt != "" {
-				t.startAI(node)
-				return
-			}
-			ns.Attempts = 1
-			t.dispatch(node, ns)
-			return
-		}
+	if t.st.Status != statusRunning {
+		return
 	}
+	node := t.graph.Node(id)
+	kindOf(node).enter(t, node)
+}
+
+// beginVisit counts a visit of node by the transition's line and records
+// where it starts; it reports false when the node had its max_visits (the
+// execution failed).
+func (t *transition) beginVisit(node *novav1.Node) (*novav1.NodeState, bool) {
+	ns := t.nodeState(node.Id)
+	if !t.countVisit(node, ns) {
+		return nil, false
+	}
+	t.ln.NodeStartedAt = tsNow(t.now)
+	t.ln.NodeInput = t.ln.Context
+	t.ln.Visit = ns.Visits
+	return ns, true
 }
 
 // countVisit counts a visit of node, or fails the execution when the node
@@ -326,40 +277,6 @@ func (t *transition) nodeState(id string) *novav1.NodeState {
 	return ns
 }
 
-// dispatch runs a code node's code in the sandbox.
-func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
-	step := fmt.Sprintf("%s/%d", t.visitKey(node.Id, ns.Visits), ns.Attempts)
-	t.execute(node, step, ns.Visits, ns.Attempts, ns.Attempts, node.Code, "TASK", t.ln.Context)
-}
-
-// execute issues an ExecuteCode command for the pending step.
-// execute sends code to the sandbox as step stepNumber of the node's
-// attempt (a code node has one step per attempt).
-func (t *transition) execute(node *novav1.Node, step string, visit, attempt, stepNumber int32, code, stage string, context *novav1.JSONValue) {
-	timeout := workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout)
-	if stage == stageAnalysis {
-		timeout = min(timeout, t.e.cfg.AnalysisTimeout)
-	}
-	t.command(node, step, bus.AgentSandbox, bus.TypeSandboxExecute, func(seq int32) proto.Message {
-		return &novav1.ExecuteCode{
-			ExecutionId:    t.st.ExecutionId,
-			NodeId:         node.Id,
-			StepId:         step,
-			Visit:          visit,
-			Attempt:        attempt,
-			StepNumber:     stepNumber,
-			Language:       languageOf(node),
-			Code:           code,
-			Context:        context,
-			TimeoutSeconds: timeout.Seconds(),
-			Network:        node.Network || t.st.Definition.Network,
-			AllowHosts:     append(slices.Clone(t.st.Definition.AllowHosts), node.AllowHosts...),
-			Stage:          stage,
-			Sequence:       seq,
-		}
-	})
-}
-
 // command makes step the pending step and issues msg to agent. Every
 // command gets the next dispatch number.
 func (t *transition) command(node *novav1.Node, step, agent, typ string, msg func(seq int32) proto.Message) {
@@ -399,73 +316,6 @@ var errEarlyResult = errors.New("result arrived before its dispatch was stored")
 // errStale marks a result for a step that is no longer pending; it is
 // acknowledged and ignored.
 var errStale = errors.New("stale result")
-
-// codeExecuted applies the sandbox's result for the pending step.
-func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
-	if err := t.checkPending(r.StepId, r.Sequence); err != nil {
-		return err
-	}
-	t.scrubSecrets(r)
-	if t.st.Refine != nil {
-		return t.refineExecuted(r)
-	}
-	if t.ln.Ai != nil {
-		return t.aiExecuted(r)
-	}
-	node := t.graph.Node(t.ln.CurrentNode)
-	ns := t.nodeState(node.Id)
-	t.stepCompleted(node, r)
-
-	if r.Status != nodeSuccess {
-		if t.retryLater(node, ns, r) {
-			return nil
-		}
-		if r.ErrorKind == errorKindSandboxFault && int(ns.Attempts) < t.e.cfg.SandboxAttempts {
-			ns.Attempts++
-			t.dispatch(node, ns)
-			return nil
-		}
-		msg := r.Error
-		if msg == "" {
-			msg = "the code failed without a message"
-		}
-		t.nodeFailed(node, ns, msg, r)
-		return nil
-	}
-
-	t.merge(r)
-	t.route(node, ns, r)
-	return nil
-}
-
-// scrubSecrets hides, in what the code raised, printed or logged, the values
-// of the node input's secret keys and every secret recognised by its look
-// (redact.Scrub): a traceback may quote a password, and this text goes on to
-// the chain of work, the traces and the model's next prompt.
-func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
-	if r.Error == "" && r.Traceback == "" && r.Stdout == "" && r.Stderr == "" && len(r.Logs) == 0 {
-		return
-	}
-	var secrets []string
-	if input, err := jsonvalue.MustObject(t.ln.NodeInput).Decoded(); err == nil {
-		secrets = redact.SecretValues(input)
-	}
-	for _, s := range []*string{&r.Error, &r.Traceback, &r.Stdout, &r.Stderr} {
-		*s = redact.Scrub(*s, secrets)
-	}
-	for i, l := range r.Logs {
-		r.Logs[i] = redact.Scrub(l, secrets)
-	}
-}
-
-// merge applies a run's updates to the context: merged, never replaced.
-func (t *transition) merge(r *novav1.CodeExecuted) {
-	t.ctx.Merge(jsonvalue.MustObject(r.GetContextUpdates()))
-	for _, k := range r.DeletedKeys {
-		delete(t.ctx, k)
-	}
-	t.setContext()
-}
 
 // route completes a node whose run succeeded and moves to the next node; a
 // decision node's branch_decision must match an outgoing edge.
@@ -517,6 +367,11 @@ func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg str
 }
 
 func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMsg, decision, pathTaken string, r *novav1.CodeExecuted) *novav1.NodeCompleted {
+	if l := t.ln; l != nil && !l.IsItem && l.Visit > 0 && l.CurrentNode == node.Id {
+		// The line's own visit: another line (a later loop round) may be at
+		// the node in a later one.
+		visit = l.Visit
+	}
 	nc := &novav1.NodeCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
@@ -564,48 +419,6 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 	t.prevNode = node.Id
 	t.emit(bus.KindNodeCompleted, t.visitKey(node.Id, visit)+"/completed", bus.TypeNodeCompleted, nc)
 	return nc
-}
-
-// stepCompleted records the sandbox run as a chain-of-work step.
-func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
-	output := map[string]any{
-		"status":       r.Status,
-		"updated_keys": stringsToAny(jsonvalue.MustObject(r.GetContextUpdates()).Keys()),
-		"deleted_keys": stringsToAny(r.DeletedKeys),
-	}
-	if r.ErrorKind != "" {
-		output["error_kind"] = r.ErrorKind
-	}
-	if r.Traceback != "" {
-		output["traceback"] = r.Traceback
-	}
-	if r.Stdout != "" {
-		output["stdout"] = r.Stdout
-	}
-	if r.Stderr != "" {
-		output["stderr"] = r.Stderr
-	}
-	out, _ := newStruct(output)
-	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(jsonvalue.MustObject(t.ln.NodeInput).Keys())})
-	t.emit(bus.KindStepCompleted, r.StepId+"/step", bus.TypeStepCompleted, &novav1.StepCompleted{
-		ExecutionId:     t.st.ExecutionId,
-		NodeId:          node.Id,
-		Visit:           r.Visit,
-		StepNumber:      cmp.Or(r.StepNumber, r.Attempt), // commands issued before step_number had none
-		StepName:        "code_execution",
-		AgentName:       "sandbox",
-		AttemptNumber:   r.Attempt,
-		InputData:       in,
-		OutputData:      out,
-		GeneratedCode:   node.Code,
-		SandboxId:       r.SandboxId,
-		Status:          map[bool]string{true: nodeSuccess, false: nodeFailed}[r.Status == nodeSuccess],
-		ErrorMessage:    r.Error,
-		ExecutionTimeMs: r.DurationMs,
-		Timestamp:       tsNow(t.now),
-		StepId:          r.StepId,
-		Item:            t.itemIndex(),
-	})
 }
 
 // itemIndex is the position of the map item the transition works on, nil

@@ -157,7 +157,7 @@ name: merge
 nodes:
   - {id: start, type: start}
   - {id: left, type: action, code: "context['total'] = 1\ncontext['left'] = True"}
-  - {id: right, type: action, code: "import time\ntime.sleep(0.2)\ncontext['total'] = 2\ncontext['right'] = True"}
+  - {id: right, type: action, code: "import time\ntime.sleep(1.5)\ncontext['total'] = 2\ncontext['right'] = True"}
   - {id: join, type: join MERGE}
   - {id: end, type: end}
 edges:
