@@ -17,7 +17,13 @@ export function workflowPage(root, name, params, signal) {
     const note = h("p", { class: "note", role: "status", "aria-live": "polite" }, "Reading the workflow…");
     replace(root, h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "← Workflows")), h("h1", null, name), note);
     const path = `/v1/workflows/${encodeURIComponent(name)}`;
-    getExact(revision ? `${path}?revision=${encodeURIComponent(revision)}` : path, signal).then((w) => show(root, w, against, params.get("start") === "1", signal), (e) => {
+    getExact(revision ? `${path}?revision=${encodeURIComponent(revision)}` : path, signal).then((w) => {
+        show(root, w, against, params.get("start") === "1", signal);
+        // Come from the register form: say what it did.
+        const said = params.get("registered") === "1" ? `Registered: revision ${w.revision}.` : params.get("unchanged") === "1" ? `Unchanged: revision ${w.revision} is this definition already; nothing new was stored.` : "";
+        if (said)
+            root.querySelector(".page-head")?.after(h("p", { class: "notice registered", role: "status" }, said));
+    }, (e) => {
         if (signal.aborted)
             return;
         showError(note, e);

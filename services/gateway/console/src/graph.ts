@@ -152,9 +152,11 @@ export function drawGraph(
   for (const k of state?.takenEdges ?? []) takenEdges.add(k);
 
   const { width, height } = g.graph();
+  // The graph is drawn in a canvas of its own, whose viewBox zoom and pan
+  // move; the outer SVG is the box it fits and holds the zoom buttons.
   const svg = s(
     "svg",
-    { class: "graph", viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": `Graph of ${def.name ?? "the workflow"}` },
+    { class: "graph-canvas", viewBox: `0 0 ${width} ${height}`, width: "100%", height: "100%", preserveAspectRatio: "xMidYMid meet" },
     s("defs", null, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
       s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" }))),
   );
@@ -209,7 +211,175 @@ export function drawGraph(
     activate(group, () => onSelect(n.id));
     svg.append(group);
   }
-  return svg;
+  return viewport(def, direction, svg, width, height);
+}
+
+// View is where a graph is zoomed to: the part of it (in its own units)
+// the box shows.
+interface View {
+  direction: Direction;
+  x: number;
+  y: number;
+  w: number;
+  h: number;
+}
+
+// views keep a definition's zoom and pan while its page draws it again
+// (a node selected, an execution's event): a view of its own, or "fit"
+// once the Fit button fitted it.
+const views = new WeakMap<Definition, View | "fit">();
+
+// Zoom bounds, as the box's pixels per unit of the graph.
+const minScale = 0.1;
+const maxScale = 4;
+const zoomStep = 1.25;
+// minFit is the smallest scale a graph is fitted to on load: one that
+// would have to be drawn smaller (forty nodes and more) is drawn at its
+// size from its start instead, its nodes readable; Fit fits it all the
+// same.
+const minFit = 0.5;
+
+// viewport puts the drawn canvas in a box as wide as the page allows:
+// on load the whole graph fits it (never drawn larger than its size, nor
+// below minFit), the wheel zooms at the pointer, a drag pans, and the
+// buttons zoom in, out and fit the whole graph.
+function viewport(def: Definition, direction: Direction, canvas: SVGElement, gw: number, gh: number): SVGElement {
+  const maxH = Math.max(160, Math.round(window.innerHeight * 0.7));
+  const box = s("svg", {
+    class: "graph",
+    width: "100%",
+    height: Math.min(gh, maxH),
+    role: "group",
+    "aria-label": `Graph of ${def.name ?? "the workflow"}: the wheel zooms, a drag pans`,
+    "data-graph-width": Math.round(gw),
+    "data-graph-height": Math.round(gh),
+  });
+  const kept = views.get(def);
+  // null: as on load; "fit": the whole graph; else a view zoomed or
+  // panned. The first two follow the box's size.
+  let view: View | "fit" | null = kept === "fit" || (kept && kept.direction === direction) ? kept : null;
+  const auto = (whole: boolean): View => {
+    const r = box.getBoundingClientRect();
+    const bw = r.width || gw;
+    const bh = r.height || gh;
+    let f = Math.min(1, bw / gw, bh / gh);
+    if (f < minFit && !whole) f = 1;
+    const w = bw / f;
+    const h = bh / f;
+    // Centred where it fits, from its start (top left) where it does not.
+    return { direction, x: w >= gw ? (gw - w) / 2 : 0, y: h >= gh ? (gh - h) / 2 : 0, w, h };
+  };
+  const current = (): View => (view === null ? auto(false) : view === "fit" ? auto(true) : view);
+  const apply = () => {
+    const v = current();
+    canvas.setAttribute("viewBox", `${v.x.toFixed(1)} ${v.y.toFixed(1)} ${v.w.toFixed(1)} ${v.h.toFixed(1)}`);
+    box.setAttribute("data-zoomed", typeof view === "object" && view !== null ? "zoomed" : v.w >= gw - 0.5 && v.h >= gh - 0.5 ? "fit" : "full-size");
+  };
+  const set = (v: View) => {
+    view = v;
+    views.set(def, v);
+    apply();
+  };
+  const fit = () => {
+    view = "fit";
+    views.set(def, "fit");
+    apply();
+  };
+  // pixels per unit, as the canvas draws the view now (1 before layout)
+  const scale = () => (canvas as SVGGraphicsElement).getScreenCTM()?.a || 1;
+  // zoomAt zooms by k keeping the graph's point under (cx, cy), client
+  // pixels, where it is; without a point, at the box's middle.
+  const zoomAt = (k: number, cx?: number, cy?: number) => {
+    const now = scale();
+    k = Math.min(maxScale / now, Math.max(minScale / now, k));
+    if (Math.abs(k - 1) < 1e-3) return;
+    const v = current();
+    let px = v.x + v.w / 2;
+    let py = v.y + v.h / 2;
+    const ctm = (canvas as SVGGraphicsElement).getScreenCTM();
+    if (cx !== undefined && cy !== undefined && ctm) {
+      const p = new DOMPoint(cx, cy).matrixTransform(ctm.inverse());
+      px = p.x;
+      py = p.y;
+    }
+    set({ direction, x: px - (px - v.x) / k, y: py - (py - v.y) / k, w: v.w / k, h: v.h / k });
+  };
+  box.addEventListener(
+    "wheel",
+    (ev) => {
+      const e = ev as WheelEvent;
+      if (e.deltaY === 0) return;
+      e.preventDefault();
+      zoomAt(Math.pow(zoomStep, -Math.sign(e.deltaY) * Math.min(3, Math.abs(e.deltaY) / 100 || 1)), e.clientX, e.clientY);
+    },
+    { passive: false },
+  );
+  // A drag pans; a press that does not move is a click (a node's).
+  let drag: { id: number; x: number; y: number; moved: boolean; from: View } | null = null;
+  box.addEventListener("pointerdown", (ev) => {
+    const e = ev as PointerEvent;
+    if (e.button !== 0 || (e.target as Element).closest(".graph-zoom")) return;
+    drag = { id: e.pointerId, x: e.clientX, y: e.clientY, moved: false, from: current() };
+  });
+  box.addEventListener("pointermove", (ev) => {
+    const e = ev as PointerEvent;
+    if (!drag || e.pointerId !== drag.id) return;
+    const dx = e.clientX - drag.x;
+    const dy = e.clientY - drag.y;
+    if (!drag.moved && Math.hypot(dx, dy) < 4) return;
+    if (!drag.moved) {
+      drag.moved = true;
+      box.classList.add("panning");
+      try {
+        box.setPointerCapture(e.pointerId);
+      } catch {
+        // A pointer the browser does not know (a synthetic event) pans all the same.
+      }
+    }
+    const k = scale();
+    set({ ...drag.from, x: drag.from.x - dx / k, y: drag.from.y - dy / k });
+  });
+  const endDrag = (ev: Event) => {
+    const e = ev as PointerEvent;
+    if (!drag || e.pointerId !== drag.id) return;
+    if (drag.moved) {
+      // The click that ends a drag selects nothing.
+      box.addEventListener("click", (c) => c.stopPropagation(), { capture: true, once: true });
+      setTimeout(() => box.classList.remove("panning"), 0);
+    }
+    drag = null;
+  };
+  box.addEventListener("pointerup", endDrag);
+  box.addEventListener("pointercancel", endDrag);
+
+  const button = (label: string, text: string, x: number, act: () => void, cls: string) => {
+    const b = s("g", { class: `zoom-button ${cls}`, role: "button", tabindex: 0, "aria-label": label, transform: `translate(${x} 0)` },
+      s("title", null, label),
+      s("rect", { width: text.length > 1 ? 34 : 26, height: 24, rx: 4 }),
+      s("text", { x: text.length > 1 ? 17 : 13, y: 16.5, "text-anchor": "middle" }, text),
+    );
+    activate(b, act);
+    return b;
+  };
+  box.append(
+    canvas,
+    s("svg", { x: "100%", y: 0, overflow: "visible", class: "graph-zoom" },
+      s("g", { transform: "translate(-100 6)" },
+        button("Zoom out", "−", 0, () => zoomAt(1 / zoomStep), "zoom-out"),
+        button("Zoom in", "+", 30, () => zoomAt(zoomStep), "zoom-in"),
+        button("Fit the graph in its box", "Fit", 60, fit, "zoom-fit"),
+      ),
+    ),
+  );
+  apply();
+  // The box is as tall as the graph fitted to its width, within bounds.
+  new ResizeObserver(() => {
+    const w = box.getBoundingClientRect().width;
+    if (w <= 0) return;
+    box.setAttribute("height", String(Math.min(maxH, Math.max(Math.min(gh, 120), Math.ceil(gh * Math.min(1, w / gw))))));
+    apply();
+  }).observe(box);
+  return box;
 }
 
 // progressBar is a map node's items under its status: how many ended well
