@@ -131,6 +131,8 @@ edges:
 		{"register the parent", cmdRegister, []string{parent, "--json"}, exitOK, `"workflow": "cli-parent"`, "", ""},
 		{"run the registered parent by its name", cmdRun, []string{"--remote", "cli-parent", "--set", "n=21"}, exitOK,
 			"status     succeeded", "", ""},
+		{"run it with its chain of work, found through nova dev", cmdRun, []string{"--remote", "cli-parent", "--set", "n=21", "--chain"}, exitOK,
+			`chain of work of `, "", ""},
 		{"run a name neither a file nor registered", cmdRun, []string{"--remote", "cli-nowhere"}, exitInvalid, "",
 			`"cli-nowhere" is neither a file nor a workflow registered at`, ""},
 		{"watch an unknown execution", cmdWatch, []string{"no-such-execution", "--timeout", "3s"}, exitFailed, "",

@@ -513,7 +513,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (runFlags, bool) {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
 	fs.BoolVar(&f.verbose, "v", false, "show the services' logs")
 	fs.StringVar(&f.rules, "llm-rules", "", rulesHelp)
-	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it (with --detach: only start it): the services run elsewhere (needs NATS_URL; --chain needs MONGODB_URI); instead of a FILE, the name of a registered workflow")
+	fs.BoolVar(&f.remote, "remote", false, "only start the workflow and wait for it (with --detach: only start it): the services run elsewhere (needs NATS_URL; --chain reads MONGODB_URI, else nova dev's store); instead of a FILE, the name of a registered workflow")
 	fs.BoolVar(&f.progress, "progress", isTerminal(stdout), "show each node as it starts and ends (default on a terminal)")
 	fs.BoolVar(&f.detach, "detach", false, "with --remote: start the workflow, print its execution id and exit without waiting (nova watch ID follows it)")
 	pos, err := parseFlags(fs, args)
@@ -722,7 +722,7 @@ func hasPrompt(def *novav1.WorkflowDefinition) bool {
 // connectRemote connects to a running deployment at NATS_URL (default nova
 // dev's) as a producer, with the NATS credentials of the environment
 // (NATS_USER, NATS_CREDS, ...), and to its audit store when the chain is
-// wanted.
+// wanted: MONGODB_URI's, else the one the nova dev there names.
 func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *chainstore.Store, error) {
 	var common service.Common
 	if err := config.Load(&common, nil); err != nil {
@@ -741,8 +741,11 @@ func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *chainstore.S
 	}
 	uri := os.Getenv("MONGODB_URI")
 	if uri == "" {
-		b.Close()
-		return nil, nil, errors.New("--remote --chain needs MONGODB_URI")
+		// nova dev names its embedded store on its NATS server.
+		if uri, _, err = devStoreURI(ctx); err != nil || uri == "" {
+			b.Close()
+			return nil, nil, errors.New("--remote --chain needs MONGODB_URI: the NATS server at NATS_URL names no nova dev store")
+		}
 	}
 	st, err := chainstore.Open(ctx, uri, cmp.Or(os.Getenv("MONGODB_DATABASE"), "nova"))
 	if err != nil {
