@@ -26,9 +26,10 @@ type listedLinks struct {
 }
 
 type totalsDoc struct {
-	Executions int64   `json:"executions"`
-	CostUSD    float64 `json:"cost_usd"`
-	ModelCalls int64   `json:"model_calls"`
+	Executions int64     `json:"executions"`
+	CostUSD    float64   `json:"cost_usd"`
+	ModelCalls int64     `json:"model_calls"`
+	AsOf       time.Time `json:"as_of"`
 }
 
 // TestListLinksAndTotals: a sub-workflow's child lists its parent and the
@@ -90,6 +91,13 @@ func TestListLinksAndTotals(t *testing.T) {
 			}
 		})
 	}
+	t.Run("counted once for requests close together", func(t *testing.T) {
+		q := url.Values{"workflow": {parent}}
+		first, again := totals(q), totals(q)
+		if first.AsOf.IsZero() || !again.AsOf.Equal(first.AsOf) || again.Executions != first.Executions {
+			t.Errorf("totals %+v, then %+v; want the same count, as of the same time", first, again)
+		}
+	})
 	t.Run("every page", func(t *testing.T) {
 		// The total is of every execution, not of a page: as many as the
 		// pages of 500 list.

@@ -205,6 +205,9 @@ type Gateway struct {
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
 
+	// totals shares GET /v1/execution-totals' aggregations.
+	totals totalsCache
+
 	// One consumer each for the waits of new executions' completions and of
 	// POST /v1/execute's answers (bus.Waits).
 	completions, sandboxReplies *bus.Waits
