@@ -228,14 +228,17 @@ function viewport(def, direction, canvas, gw, gh) {
     };
     box.append(canvas, s("svg", { x: "100%", y: 0, overflow: "visible", class: "graph-zoom" }, s("g", { transform: "translate(-100 6)" }, button("Zoom out", "−", 0, () => zoomAt(1 / zoomStep), "zoom-out"), button("Zoom in", "+", 30, () => zoomAt(zoomStep), "zoom-in"), button("Fit the graph in its box", "Fit", 60, fit, "zoom-fit"))));
     apply();
-    // The box is as tall as the graph fitted to its width, within bounds.
-    new ResizeObserver(() => {
+    // Once on the page, before it is painted, the box is made as tall as
+    // the graph fitted to its width (within bounds) and the view fitted to
+    // the box. Once only: the pages draw the graph again when the window's
+    // width changes, and an observer per drawing would outlive it.
+    requestAnimationFrame(() => {
         const w = box.getBoundingClientRect().width;
         if (w <= 0)
             return;
         box.setAttribute("height", String(Math.min(maxH, Math.max(Math.min(gh, 120), Math.ceil(gh * Math.min(1, w / gw))))));
         apply();
-    }).observe(box);
+    });
     return box;
 }
 // progressBar is a map node's items under its status: how many ended well

@@ -372,13 +372,16 @@ function viewport(def: Definition, direction: Direction, canvas: SVGElement, gw:
     ),
   );
   apply();
-  // The box is as tall as the graph fitted to its width, within bounds.
-  new ResizeObserver(() => {
+  // Once on the page, before it is painted, the box is made as tall as
+  // the graph fitted to its width (within bounds) and the view fitted to
+  // the box. Once only: the pages draw the graph again when the window's
+  // width changes, and an observer per drawing would outlive it.
+  requestAnimationFrame(() => {
     const w = box.getBoundingClientRect().width;
     if (w <= 0) return;
     box.setAttribute("height", String(Math.min(maxH, Math.max(Math.min(gh, 120), Math.ceil(gh * Math.min(1, w / gw))))));
     apply();
-  }).observe(box);
+  });
   return box;
 }
 
