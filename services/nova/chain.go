@@ -44,8 +44,8 @@ func (f storeFlags) open(ctx context.Context) (st *chainstore.Store, release fun
 		case found != "":
 			uri, where = found, fmt.Sprintf("the audit store of the nova dev at %s (%s)", natsURL, redacted(found))
 		case derr != nil:
-			where = fmt.Sprintf("the embedded store of %s (no nova dev reachable at NATS_URL: %v; set MONGODB_URI or --data-dir for another store)",
-				*f.dataDir, derr)
+			where = fmt.Sprintf("the embedded store of %s (no nova dev reachable at %s: %v; set MONGODB_URI or --data-dir for another store)",
+				*f.dataDir, remoteNATSURL(), derr)
 		default:
 			where = fmt.Sprintf("the embedded store of %s (the NATS server at %s names no nova dev store; set MONGODB_URI or --data-dir for another store)",
 				*f.dataDir, natsURL)

@@ -159,7 +159,7 @@ edges:
 	t.Run("validate offline says it could not check", func(t *testing.T) {
 		t.Setenv("NATS_URL", "nats://127.0.0.1:1")
 		code, out, errOut := runCLI(ctx, cmdValidate, parent)
-		if code != exitOK || !strings.Contains(out, "is valid") || !strings.Contains(errOut, "could not check that the workflows it calls (cli-child) are registered") {
+		if code != exitOK || !strings.Contains(out, "is valid") || !strings.Contains(errOut, "could not check that the workflows it calls (cli-child) are registered: no deployment reachable at nats://127.0.0.1:1") {
 			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})

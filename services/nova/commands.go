@@ -755,6 +755,16 @@ func connectRemote(ctx context.Context, withChain bool) (*bus.Bus, *chainstore.S
 	return b, st, nil
 }
 
+// remoteNATSURL is the NATS server connectRemote connects to: NATS_URL,
+// by default nova dev's.
+func remoteNATSURL() string {
+	var common service.Common
+	if err := config.Load(&common, nil); err != nil {
+		return "NATS_URL"
+	}
+	return common.NATSURL
+}
+
 // initialContext merges --context-file and then every --set. Values keep
 // their exact JSON text (9007199254740993 stays that integer, 150.0 a float).
 func initialContext(file string, sets []string) (jsonvalue.Object, error) {
@@ -873,8 +883,8 @@ func checkCalls(ctx context.Context, file string, def *novav1.WorkflowDefinition
 	calls := strings.Join(slices.Compact(slices.Sorted(slices.Values(workflow.WorkflowRefs(def)))), ", ")
 	b, _, err := connectRemote(ctx, false)
 	if err != nil {
-		fmt.Fprintf(stderr, "nova validate: %s: could not check that the workflows it calls (%s) are registered: no deployment reachable at NATS_URL (%v)\n",
-			file, calls, err)
+		fmt.Fprintf(stderr, "nova validate: %s: could not check that the workflows it calls (%s) are registered: no deployment reachable at %s (NATS_URL): %v\n",
+			file, calls, remoteNATSURL(), err)
 		return exitOK
 	}
 	defer b.Close()
