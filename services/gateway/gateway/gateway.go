@@ -270,7 +270,7 @@ func New(d Deps) (*Gateway, error) {
 	g.handle("POST /v1/executions", ScopeExecutionsWrite, d.Limits.Timeout+d.Limits.MaxWait, g.startExecution)
 	g.handle("GET /v1/executions", ScopeExecutionsRead, d.Limits.Timeout, g.listExecutions)
 	// Not under /v1/executions/: an execution may be named "totals".
-	g.handle("GET /v1/execution-totals", ScopeExecutionsRead, d.Limits.Timeout, g.totalExecutions)
+	g.handle("GET /v1/execution-totals", ScopeExecutionsRead, totalsTimeout, g.totalExecutions)
 	// The literal paths are more specific than {id}, so ServeMux gives them
 	// these routes whatever the order; no execution is named "events" or
 	// "export" (execution.ID).

@@ -230,7 +230,9 @@ func (g *Gateway) totalExecutions(w http.ResponseWriter, r *http.Request) error 
 // Totals are computed again once they are totalsFresh old, and no sooner
 // than totalsDuty times the last computation took: a store that reads every
 // execution to count them (the embedded one, about 1.5 ms each) spends at
-// most a quarter of its time on it, however many lists are open.
+// most a quarter of its time on it, however many lists are open. A count
+// may take up to totalsTimeout (the route's limit too): on the embedded
+// store 10,000 executions take 18 s on an idle machine, more on a busy one.
 const (
 	totalsFresh   = 5 * time.Second
 	totalsDuty    = 3
