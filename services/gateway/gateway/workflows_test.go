@@ -374,8 +374,8 @@ func TestWorkflowsRegisterUnchanged(t *testing.T) {
 // the one answer: the newest, and how many ended and succeeded.
 func TestWorkflowsListRuns(t *testing.T) {
 	prefix := "runs-" + uuid.NewString()[:8]
-	ran, never := prefix+"-ran", prefix+"-never"
-	for _, name := range []string{ran, never} {
+	ran, never, later := prefix+"-ran", prefix+"-never", prefix+"-later"
+	for _, name := range []string{ran, never, later} {
 		decode(t, postWorkflow(t, h.key["admin"], "application/yaml", doublerYAML(name, "2")), http.StatusCreated, &workflowDoc{})
 	}
 	runByName(t, ran, 1)
@@ -385,6 +385,11 @@ func TestWorkflowsListRuns(t *testing.T) {
 		body: fmt.Sprintf(`{"workflow": %q, "context": {"n": null}}`, ran)})
 	var failed completionDoc
 	decode(t, resp, http.StatusOK, &failed)
+	// Newer than ran's runs: with ?runs=1 the listing of the newest
+	// executions may hold only later's, and ran's own is read.
+	for n := range 3 {
+		runByName(t, later, n)
+	}
 	h.waitAudit(t)
 
 	type summed struct {
@@ -420,6 +425,9 @@ func TestWorkflowsListRuns(t *testing.T) {
 		{"?runs=20", ran, 3, 3, 2, failed.Status, failed.ExecutionID},
 		{"?runs=2", ran, 2, 2, 1, failed.Status, failed.ExecutionID},
 		{"?runs=20", never, 0, 0, 0, "", ""},
+		{"?runs=1", ran, 1, 1, 0, failed.Status, failed.ExecutionID},
+		{"?runs=1", never, 0, 0, 0, "", ""},
+		{"?runs=1", later, 1, 1, 1, "succeeded", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.workflow+tt.query, func(t *testing.T) {
@@ -428,7 +436,8 @@ func TestWorkflowsListRuns(t *testing.T) {
 			if r == nil || r.Counted != tt.counted || r.Ended != tt.ended || r.Succeeded != tt.succeeded {
 				t.Fatalf("%s: runs %+v, want %d counted, %d ended, %d succeeded", tt.workflow, r, tt.counted, tt.ended, tt.succeeded)
 			}
-			if tt.lastID == "" && r.Last != nil || tt.lastID != "" && (r.Last == nil || r.Last.ExecutionID != tt.lastID || r.Last.Status != tt.lastStatus) {
+			if tt.lastStatus == "" && r.Last != nil || tt.lastStatus != "" && (r.Last == nil || r.Last.Status != tt.lastStatus) ||
+				tt.lastID != "" && r.Last.ExecutionID != tt.lastID {
 				t.Errorf("%s: last run %+v, want %q %s", tt.workflow, r.Last, tt.lastID, tt.lastStatus)
 			}
 		})
