@@ -205,9 +205,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	removeStoreAddress, err := publishDevStore(ctx, s, opts)
 	if err != nil {
-		_ = s.Close()
-		fmt.Fprintf(stderr, "nova dev: %v\n", err)
-		return exitFailed
+		// nova rerun, chain and pin then need MONGODB_URI or --data-dir.
+		fmt.Fprintf(stderr, "nova dev: %v; nova rerun, chain and pin will not find its store through NATS\n", err)
+		removeStoreAddress = func() {}
 	}
 	if f.pprofAddr != "" {
 		stopPprof, err := servePprof(ctx, f.pprofAddr)
