@@ -37,6 +37,8 @@ export interface ExecutionTotals {
   executions: number;
   cost_usd: number;
   model_calls: number;
+  // When the gateway counted them.
+  as_of?: string;
 }
 
 export interface ExecutionList {
@@ -163,7 +165,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   const from = h("input", { id: "filter-since", name: "since", type: "datetime-local", value: f.since ? localInput(f.since) : "" });
   const to = h("input", { id: "filter-until", name: "until", type: "datetime-local", value: f.until ? localInput(f.until) : "" });
   const rows = h("tbody");
-  const summary = h("p", { class: "note summary", "aria-live": "polite" });
+  const summary = h("p", { class: "note summary", "aria-live": "polite" }, "Counting the executions…");
   const note = h("p", { class: "note", role: "status", "aria-live": "polite" });
   const pager = h("nav", { class: "pager", "aria-label": "Pages" });
 
@@ -251,6 +253,8 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
         `model cost ${money(Number(totals.cost_usd))} · ${plural(Number(totals.model_calls), "model call")}`),
       " · ",
       h("span", { class: "page-no" }, `page ${pageNo} of ${Math.max(pages, pageNo)}`),
+      // A count the gateway reused (it counts a filter at most so often).
+      Date.now() - Date.parse(totals.as_of ?? "") > 10_000 ? h("span", { class: "as-of", title: totals.as_of }, ` · counted ${since(totals.as_of)}`) : null,
     );
   };
   const draw = () => {
@@ -296,8 +300,9 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
 
   const q = new URLSearchParams();
   for (const n of filterNames) if (f[n]) q.set(n, f[n]);
-  // The totals are read beside the page, and again a moment after the
-  // stream changed what they count.
+  // The totals are read once the page is (their count over every page
+  // would hold up its first paint), and again a moment after the stream
+  // changed what they count.
   let totalsTimer = 0;
   const readTotals = () => {
     totalsTimer = 0;
@@ -308,7 +313,11 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
         bar.refresh();
       },
       (e) => {
-        if (!signal.aborted) showError(summary, e);
+        if (signal.aborted) return;
+        // A count the gateway could not finish in time is still made
+        // (and kept a while): asked again, it answers at once.
+        showError(summary, e);
+        totalsSoon();
       },
     );
   };
@@ -358,12 +367,12 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
       for (const e of pending) upsert(e);
       pending = [];
       draw();
+      readTotals();
     },
     (e) => {
       if (!signal.aborted) showError(note, e);
     },
   );
-  readTotals();
   // "5 s ago" moves on without a request.
   const timer = setInterval(draw, 10_000);
   signal.addEventListener("abort", () => clearInterval(timer));
