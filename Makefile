@@ -83,7 +83,7 @@ help:
 	@echo 'make bench-scale-pack  $(BIN)/bench-scale-pack.tgz: static binaries, bwrap and its libraries, and packed.sh, to run make bench-scale on a machine without network or Go (packed.sh TARBALL OUTDIR)'
 	@echo 'make bench-gateway  what the HTTP gateway adds: p50 of POST /v1/executions?wait vs the start event over NATS, starts/s through each (BENCH_GATEWAY_FLAGS=...)'
 	@echo 'make bench-cache  the generated-code cache: examples/ai-orders.yaml 100 times with the scripted model over HTTP: model calls, tokens and cost of run 1 vs the others, AI-node latency on a hit vs a code node running the cached code; exits 1 if a later run calls the model (BENCH_CACHE_FLAGS=...)'
-	@echo 'make bench-console  the console executions list: first page with 100 and 10000 executions stored, API and headless Chromium (BENCH_CONSOLE_FLAGS="-runs 3")'
+	@echo 'make bench-console  the console: first paint of the executions list and the workflows page with 100 and 10000 executions stored, in headless Chromium, beside the gateway of BENCH_CONSOLE_BASELINE (BENCH_CONSOLE_FLAGS="-runs 3")'
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make bench-export  nova chain export of 1000 and 100000 executions from the embedded FerretDB: executions/s, peak Go heap and peak RSS growth side by side (BENCH_EXPORT_FLAGS="-executions 20000")'
 	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight, and the server firing the ticks of a schedule; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
@@ -399,12 +399,18 @@ BENCH_EXPORT_FLAGS ?=
 bench-export:
 	cd services/nova && $(GO) run ./benchexport $(BENCH_EXPORT_FLAGS)
 
-# The console's executions list: the API's first page (and the browser's,
-# with chromium) with 100 and 10,000 executions stored, side by side.
+# The console's first paint: the executions list (and its API reads) and
+# the workflows page, in headless Chromium with chromium, with 100 and
+# 10,000 executions stored, beside the gateway of BENCH_CONSOLE_BASELINE
+# (built from a git worktree of it) in the same run, with ratios. The
+# default baseline is the commit before the executions list's totals, whole
+# ids, parent links and batch actions; BENCH_CONSOLE_BASELINE= measures
+# this build alone.
+BENCH_CONSOLE_BASELINE ?= 6d5d177
 BENCH_CONSOLE_FLAGS ?=
 .PHONY: bench-console
 bench-console:
-	cd services/nova && $(GO) run ./benchconsole $(BENCH_CONSOLE_FLAGS)
+	cd services/nova && $(GO) run ./benchconsole $(if $(BENCH_CONSOLE_BASELINE),-baseline $(BENCH_CONSOLE_BASELINE)) $(BENCH_CONSOLE_FLAGS)
 
 .PHONY: bench-gateway
 bench-gateway: build
