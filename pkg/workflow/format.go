@@ -25,6 +25,7 @@ func FormatYAML(def *novav1.WorkflowDefinition) ([]byte, error) {
 	}
 	top := &yaml.Node{Kind: yaml.MappingNode}
 	mapField(top, "name", yamlString(def.GetName()))
+	strField(top, "description", def.GetDescription())
 	strField(top, "model", def.GetModel())
 	secondsField(top, "timeout", def.GetTimeoutSeconds())
 	trueField(top, "network", def.GetNetwork())

@@ -18,8 +18,9 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// Field names accepted in a definition. "description" is documentation only and
-// is dropped; "executor" exists for definitions written for the original NOVA.
+// Field names accepted in a definition. "description" is documentation only
+// (kept, shown and compared, never run); "executor" exists for definitions
+// written for the original NOVA.
 var (
 	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "schedules", "nodes", "edges"}
 	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
@@ -126,6 +127,7 @@ func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
 	w := where{}
 	p.unknownFields(w, m, workflowFields)
 	def.Name = p.str(w, m, "name")
+	def.Description = p.str(w, m, "description")
 	def.Model = p.str(w, m, "model")
 	def.TimeoutSeconds = p.seconds(w, m, "timeout")
 	def.Network = p.boolean(w, m, "network")

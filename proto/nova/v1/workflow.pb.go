@@ -125,7 +125,10 @@ type WorkflowDefinition struct {
 	// How code nodes that fail are tried again; a node's own policy wins.
 	Retry *RetryPolicy `protobuf:"bytes,11,opt,name=retry,proto3" json:"retry,omitempty"`
 	// When the workflow starts on its own (registered workflows only).
-	Schedules     []*Schedule `protobuf:"bytes,12,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	Schedules []*Schedule `protobuf:"bytes,12,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// What the workflow is for, for people: kept, shown and compared between
+	// revisions; it changes nothing about how the workflow runs.
+	Description   string `protobuf:"bytes,13,opt,name=description,proto3" json:"description,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +245,13 @@ func (x *WorkflowDefinition) GetSchedules() []*Schedule {
 		return x.Schedules
 	}
 	return nil
+}
+
+func (x *WorkflowDefinition) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
 }
 
 // RetryPolicy says how a failed code node (or an AI node's infrastructure
@@ -871,7 +881,7 @@ var File_nova_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16nova/v1/workflow.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xbe\x03\n" +
+	"\x16nova/v1/workflow.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xe0\x03\n" +
 	"\x12WorkflowDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12'\n" +
@@ -886,7 +896,8 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x06budget\x18\n" +
 	" \x01(\v2\x0f.nova.v1.BudgetR\x06budget\x12*\n" +
 	"\x05retry\x18\v \x01(\v2\x14.nova.v1.RetryPolicyR\x05retry\x12/\n" +
-	"\tschedules\x18\f \x03(\v2\x11.nova.v1.ScheduleR\tschedulesB\b\n" +
+	"\tschedules\x18\f \x03(\v2\x11.nova.v1.ScheduleR\tschedules\x12 \n" +
+	"\vdescription\x18\r \x01(\tR\vdescriptionB\b\n" +
 	"\x06_cache\"\xdd\x01\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x128\n" +
