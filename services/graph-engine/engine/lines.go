@@ -136,12 +136,6 @@ func (t *transition) onStep(step string, fn func() error) error {
 	return t.onLine(func(b *novav1.Branch) bool { return b.PendingStepId == step }, fn)
 }
 
-// alone tells whether the transition's line is the execution's only one,
-// with nothing parked at a join or ended beside it.
-func (t *transition) alone() bool {
-	return len(t.st.Branches) == 1 && t.st.Branches[0] == t.ln && len(t.st.Joins) == 0 && len(t.st.Ended) == 0
-}
-
 // lineChanges are the context keys the transition's line set or deleted
 // since the fork it descends from.
 func (t *transition) lineChanges() []string {
