@@ -4,6 +4,7 @@
 // executions, and a form that starts it (?start=1 goes to the form).
 import { getExact, getJSON, Problem } from "./api.js";
 import { h, replace, since } from "./dom.js";
+import { secondsText } from "./duration.js";
 import { ExactNumber } from "./exact.js";
 import { executionRow, executionsTable, showError } from "./executions.js";
 import { diffView } from "./fields.js";
@@ -77,7 +78,7 @@ function show(root, w, against, toStart, signal) {
     const runs = h("tbody");
     const runsNote = h("p", { class: "note" }, "Reading its executions…");
     const start = isLatest ? startForm(w.name, signal) : null;
-    replace(root, h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "← Workflows")), h("div", { class: "page-head" }, h("h1", null, w.name, " ", h("span", { class: "tag" }, `revision ${w.revision}`)), h("a", { href: "#/executions?workflow=" + encodeURIComponent(w.name), class: "action" }, "Its executions →")), h("p", { class: "meta" }, `${w.node_count} nodes · registered ${since(w.updated_at)}`, def.model ? ` · model ${def.model}` : "", def.timeout_seconds ? ` · timeout ${def.timeout_seconds} s` : ""), isLatest
+    replace(root, h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "← Workflows")), h("div", { class: "page-head" }, h("h1", null, w.name, " ", h("span", { class: "tag" }, `revision ${w.revision}`)), h("a", { href: "#/executions?workflow=" + encodeURIComponent(w.name), class: "action" }, "Its executions →")), h("p", { class: "meta" }, `${w.node_count} nodes · registered ${since(w.updated_at)}`, def.model ? ` · model ${def.model}` : "", def.timeout_seconds ? ` · timeout ${secondsText(def.timeout_seconds)}` : ""), isLatest
         ? null
         : h("p", { class: "notice" }, "An earlier revision: a start by name runs ", h("a", { href: page({}) }, `revision ${latest}`), "."), start, h("h2", null, "Graph"), graph, panel, diff, h("h2", null, "Revisions"), h("p", { class: "note" }, "The registry keeps the last 5 registrations of a name."), h("div", { class: "table-scroll" }, h("table", { class: "revisions" }, h("thead", null, h("tr", null, ["Revision", "Registered", "Nodes", ""].map((t) => h("th", { scope: "col" }, t)))), h("tbody", null, w.revisions.map((r) => h("tr", { "data-revision": String(r.revision), class: Number(r.revision) === Number(w.revision) ? "shown" : null }, h("td", { class: "num" }, Number(r.revision) === Number(w.revision) ? h("strong", null, r.revision) : h("a", { href: page({ revision: r.revision }) }, r.revision), Number(r.revision) === Number(latest) ? " (latest)" : ""), h("td", { title: r.updated_at }, since(r.updated_at)), h("td", { class: "num" }, r.node_count), h("td", null, Number(r.revision) === Number(w.revision)
         ? h("span", { class: "note" }, "shown")
@@ -117,7 +118,7 @@ function nodeDefinition(n, def) {
     if (n.model)
         settings.push(["Model", n.model]);
     if (n.timeout_seconds)
-        settings.push(["Timeout", `${n.timeout_seconds} s`]);
+        settings.push(["Timeout", secondsText(n.timeout_seconds)]);
     if (n.max_visits)
         settings.push(["Visits at most", String(n.max_visits)]);
     if (n.network)

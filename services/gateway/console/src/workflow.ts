@@ -5,6 +5,7 @@
 
 import { getExact, getJSON, Problem } from "./api.js";
 import { h, replace, since } from "./dom.js";
+import { secondsText } from "./duration.js";
 import { ExactNumber } from "./exact.js";
 import { ExecutionList, executionRow, executionsTable, showError } from "./executions.js";
 import { diffView } from "./fields.js";
@@ -120,7 +121,7 @@ function show(root: HTMLElement, w: WorkflowView, against: string, toStart: bool
       { class: "meta" },
       `${w.node_count} nodes · registered ${since(w.updated_at)}`,
       def.model ? ` · model ${def.model}` : "",
-      def.timeout_seconds ? ` · timeout ${def.timeout_seconds} s` : "",
+      def.timeout_seconds ? ` · timeout ${secondsText(def.timeout_seconds)}` : "",
     ),
     isLatest
       ? null
@@ -213,7 +214,7 @@ function nodeDefinition(n: DefNode, def: Definition): HTMLElement {
   const settings: [string, string][] = [];
   if (n.language) settings.push(["Language", n.language]);
   if (n.model) settings.push(["Model", n.model]);
-  if (n.timeout_seconds) settings.push(["Timeout", `${n.timeout_seconds} s`]);
+  if (n.timeout_seconds) settings.push(["Timeout", secondsText(n.timeout_seconds)]);
   if (n.max_visits) settings.push(["Visits at most", String(n.max_visits)]);
   if (n.network) settings.push(["Network", n.allow_hosts?.length ? n.allow_hosts.join(", ") : "any host"]);
   return h(
