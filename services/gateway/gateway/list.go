@@ -234,7 +234,7 @@ func (g *Gateway) totalExecutions(w http.ResponseWriter, r *http.Request) error 
 // may take up to totalsTimeout (the route's limit too): on the embedded
 // store 10,000 executions take 18 s on an idle machine, more on a busy one.
 const (
-	totalsFresh   = 5 * time.Second
+	totalsFresh   = time.Second
 	totalsDuty    = 3
 	totalsTimeout = 5 * time.Minute
 	maxTotals     = 256
@@ -293,6 +293,9 @@ func (c *totalsCache) get(ctx context.Context, key string, compute func(context.
 		cancel()
 		e.t, e.err, e.at, e.took = t, err, time.Now(), time.Since(now)
 		close(e.done)
+		if err := ctx.Err(); err != nil {
+			return chainstore.ListTotals{}, time.Time{}, err
+		}
 	}
 	select {
 	case <-e.done:
