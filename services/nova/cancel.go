@@ -94,12 +94,12 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if st == nil {
 		return refuse(code, problem)
 	}
-	if err := execution.CheckCancel(st); err != nil {
+	if err := st.CheckCancel(); err != nil {
 		return refuse(exitInvalid, err.Error())
 	}
-	if st.GetStatus() == execution.StatusCancelled {
+	if st.Status == execution.StatusCancelled {
 		return printCancel(stdout, *asJSON, cancelResult{ExecutionID: id, Status: execution.StatusCancelled,
-			CancelledBy: st.GetCancelledBy(), CancelReason: st.GetCancelReason(), Already: true})
+			CancelledBy: st.CancelledBy, CancelReason: st.CancelReason, Already: true})
 	}
 
 	// The completion is watched from the stream, one stored before the
@@ -176,14 +176,14 @@ func printCancel(stdout io.Writer, asJSON bool, res cancelResult) int {
 // steeredState is the engine's state of execution id for nova cancel and
 // nova signal: nil with the exit code and the problem when it cannot be
 // read or there is none.
-func steeredState(ctx context.Context, b *bus.Bus, id string) (*novav1.ExecutionState, int, string) {
+func steeredState(ctx context.Context, b *bus.Bus, id string) (*execution.View, int, string) {
 	if !execution.ValidKey(id) {
 		return nil, exitInvalid, fmt.Sprintf("no execution %q (not an execution id)", id)
 	}
-	var st *novav1.ExecutionState
+	var st *execution.View
 	kv, err := b.JetStream().KeyValue(ctx, bus.BucketExecutions)
 	if err == nil {
-		st, err = execution.ReadState(ctx, kv, id)
+		st, err = execution.ReadView(ctx, kv, id)
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):

@@ -195,11 +195,11 @@ func rerunStart(ctx context.Context, b *bus.Bus, st *chainstore.Store, where, id
 		case serr != nil:
 			fmt.Fprintf(stderr, "nova rerun: execution %s: its state cannot be read: %v\n", id, serr)
 			return nil, exitFailed
-		case state != nil && execution.Ended(state.GetStatus()) && time.Now().Before(deadline):
+		case state != nil && execution.Ended(state.Status) && time.Now().Before(deadline):
 			// Ended: the audit store records it within a few seconds.
-		case state != nil && execution.Ended(state.GetStatus()):
+		case state != nil && execution.Ended(state.Status):
 			fmt.Fprintf(stderr, "nova rerun: execution %s ended %s, but %s has not recorded its end within %v; "+
-				"is the audit service running, and writing to that store?\n", id, state.GetStatus(), where, recordWait)
+				"is the audit service running, and writing to that store?\n", id, state.Status, where, recordWait)
 			return nil, exitFailed
 		case state != nil || errors.Is(err, chainstore.ErrRunning):
 			fmt.Fprintf(stderr, "nova rerun: execution %s is running: cancel it (nova cancel), or wait for its end, before rerunning it\n", id)
@@ -252,7 +252,7 @@ func newestDefinition(ctx context.Context, b *bus.Bus, st *chainstore.Store, id 
 }
 
 // engineState is the engine's state of execution id, nil when it has none.
-func engineState(ctx context.Context, b *bus.Bus, id string) (*novav1.ExecutionState, error) {
+func engineState(ctx context.Context, b *bus.Bus, id string) (*execution.View, error) {
 	if !execution.ValidKey(id) {
 		return nil, nil
 	}
@@ -263,7 +263,7 @@ func engineState(ctx context.Context, b *bus.Bus, id string) (*novav1.ExecutionS
 	if err != nil {
 		return nil, err
 	}
-	return execution.ReadState(ctx, kv, id)
+	return execution.ReadView(ctx, kv, id)
 }
 
 // shrinkContext puts the large values of a start's context in the value

@@ -115,10 +115,10 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if st == nil {
 		return refuse(code, "", problem)
 	}
-	if err := execution.CheckSignalTarget(st, name); err != nil {
+	if err := st.CheckSignal(name); err != nil {
 		return refuse(exitInvalid, "", err.Error())
 	}
-	node := execution.WaitNode(st, name)
+	node := st.WaitNode(name)
 	if err := workflow.CheckPayload(node, decoded); err != nil {
 		return refuse(exitInvalid, node.GetId(), payloadProblem(node, err))
 	}
@@ -127,7 +127,7 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var answers <-chan signalResult
 	if *timeout > 0 {
 		var stop func()
-		answers, stop, err = watchSignal(ctx, b, res, st.GetNodes()[node.GetId()].GetVisits())
+		answers, stop, err = watchSignal(ctx, b, res, st.Node(node.GetId()).Visits)
 		if err != nil {
 			return refuse(exitFailed, node.GetId(), fmt.Sprintf("execution %s: its events cannot be watched: %v", id, err))
 		}

@@ -133,7 +133,7 @@ func (g *Gateway) batchExecutions(w http.ResponseWriter, r *http.Request) error 
 func (g *Gateway) batchCancel(r *http.Request, id, reason string) (batchResult, error) {
 	st, p := g.steeredState(r, id)
 	if p == nil {
-		if err := execution.CheckCancel(st); err != nil {
+		if err := st.CheckCancel(); err != nil {
 			p = steerProblem(err)
 		}
 	}
@@ -143,7 +143,7 @@ func (g *Gateway) batchCancel(r *http.Request, id, reason string) (batchResult, 
 		}
 		return batchResult{ExecutionID: id, Outcome: outcomeRefused, Detail: p.Detail}, nil
 	}
-	if st.GetStatus() == execution.StatusCancelled {
+	if st.Status == execution.StatusCancelled {
 		return batchResult{ExecutionID: id, Outcome: outcomeCancelled}, nil
 	}
 	ctx := r.Context()

@@ -188,7 +188,7 @@ func (g *Gateway) ingressCommand(r *http.Request, ev *event.Event) (ingress, *Pr
 		links := executionLinks(id)
 		in.answer.ExecutionID, in.answer.Links, in.location = id, links, links.Self
 		in.answer.Status = statusCancelling
-		if st.GetStatus() == execution.StatusCancelled {
+		if st.Status == execution.StatusCancelled {
 			in.answer.Status, in.done = execution.StatusCancelled, true
 		}
 		in.cmd, in.extensions = cancel, map[string]string{bus.ExtensionExecutionID: id}
@@ -356,7 +356,7 @@ func under(parent string, p *Problem) *Problem {
 // /v1/executions/{id}/cancel checks a cancel (404 for an unknown execution,
 // 409 for one that ended otherwise), with the API key's name as who asked;
 // st is the execution's state.
-func (g *Gateway) cancelCommand(r *http.Request, ev *event.Event) (*novav1.CancelExecution, *novav1.ExecutionState, *Problem) {
+func (g *Gateway) cancelCommand(r *http.Request, ev *event.Event) (*novav1.CancelExecution, *execution.View, *Problem) {
 	var cmd novav1.CancelExecution
 	if p := decodeData(ev, &cmd); p != nil {
 		return nil, nil, p
@@ -375,7 +375,7 @@ func (g *Gateway) cancelCommand(r *http.Request, ev *event.Event) (*novav1.Cance
 	if p != nil {
 		return nil, nil, p
 	}
-	if err := execution.CheckCancel(st); err != nil {
+	if err := st.CheckCancel(); err != nil {
 		return nil, nil, steerProblem(err)
 	}
 	cmd.RequestedBy = sender(r)
@@ -413,10 +413,10 @@ func (g *Gateway) signalCommand(r *http.Request, ev *event.Event) (*novav1.Signa
 	if p != nil {
 		return nil, "", p
 	}
-	if err := execution.CheckSignalTarget(st, cmd.Signal); err != nil {
+	if err := st.CheckSignal(cmd.Signal); err != nil {
 		return nil, "", under("data", steerProblem(err))
 	}
-	node := execution.WaitNode(st, cmd.Signal)
+	node := st.WaitNode(cmd.Signal)
 	if p := checkPayload(node, cmd.Signal, payload); p != nil {
 		for i, e := range p.Errors {
 			// The payload as a whole, or a field of it.
@@ -433,7 +433,7 @@ func (g *Gateway) signalCommand(r *http.Request, ev *event.Event) (*novav1.Signa
 
 // ingressState is the engine's state of the execution a cancel or a signal
 // event names: 404 for one no id of which can be.
-func (g *Gateway) ingressState(r *http.Request, id string) (*novav1.ExecutionState, *Problem) {
+func (g *Gateway) ingressState(r *http.Request, id string) (*execution.View, *Problem) {
 	if !execution.ValidKey(id) {
 		return nil, newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no execution %q", id),
 			FieldError{Field: "data.executionId", Detail: "no execution has this id"})

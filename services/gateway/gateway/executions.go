@@ -370,8 +370,8 @@ func (g *Gateway) awaitCompletion(ctx context.Context, id string, wait time.Dura
 	if early == nil {
 		// An execution that has ended (a repeat): its completion from the
 		// engine's state, as it was published; its events may be purged.
-		if st, err := g.liveState(ctx, id); err == nil && st != nil && st.GetStatus() != chainstore.StatusRunning {
-			return execution.Completion(st), nil
+		if st, err := g.liveState(ctx, id); err == nil && st != nil && st.Status != chainstore.StatusRunning {
+			return st.Completion(), nil
 		}
 		done, stop, err := bus.First[novav1.WorkflowCompleted](ctx, g.bus, bus.EventSubject(id, bus.KindWorkflowCompleted))
 		if err != nil {
@@ -552,7 +552,7 @@ func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 }
 
 // liveState is the engine's state of an execution, nil when it has none.
-func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionState, error) {
+func (g *Gateway) liveState(ctx context.Context, id string) (*execution.View, error) {
 	kv, err := g.bucket(ctx, bus.BucketExecutions)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
@@ -560,43 +560,36 @@ func (g *Gateway) liveState(ctx context.Context, id string) (*novav1.ExecutionSt
 	if err != nil {
 		return nil, err
 	}
-	return execution.ReadState(ctx, kv, id)
+	return execution.ReadView(ctx, kv, id)
 }
 
 // fromState describes an execution from the engine's state, in the audit
 // store's shape, with its definition. Errors are scrubbed of secrets, as the
 // store does.
-func fromState(st *novav1.ExecutionState) (executionDoc, error) {
-	def, err := chainstore.DefinitionDoc(st.GetDefinition())
+func fromState(st *execution.View) (executionDoc, error) {
+	def, err := chainstore.DefinitionDoc(st.Definition)
 	if err != nil {
-		return executionDoc{}, fmt.Errorf("execution state %s: definition: %w", st.GetExecutionId(), err)
+		return executionDoc{}, fmt.Errorf("execution state %s: definition: %w", st.ID, err)
 	}
 	doc := &chainstore.ExecutionDoc{
 		Definition:   def,
-		ExecutionID:  st.GetExecutionId(),
-		WorkflowName: st.GetDefinition().GetName(),
-		Status:       st.GetStatus(),
-		Path:         st.GetPath(),
-		Error:        redact.Scrub(st.GetError(), nil),
-		StartedAt:    timeOf(st.GetStartedAt()),
-		CompletedAt:  timeOf(st.GetCompletedAt()),
-		CostUSD:      st.GetSpend().GetUsd(),
-		ModelCalls:   int(st.GetSpend().GetModelCalls()),
-		RerunOf:      st.GetRerun().GetExecutionId(),
-		RerunFrom:    st.GetRerun().GetNodeId(),
-		ScheduleID:   st.GetScheduleId(),
-		ScheduledAt:  timeOf(st.GetScheduledAt()),
+		ExecutionID:  st.ID,
+		WorkflowName: st.Workflow,
+		Status:       st.Status,
+		Path:         st.Path,
+		Error:        redact.Scrub(st.Error, nil),
+		StartedAt:    timeOf(st.StartedAt),
+		CompletedAt:  timeOf(st.CompletedAt),
+		CostUSD:      st.CostUSD,
+		ModelCalls:   int(st.ModelCalls),
+		RerunOf:      st.RerunOf,
+		RerunFrom:    st.RerunFrom,
+		ScheduleID:   st.ScheduleID,
+		ScheduledAt:  timeOf(st.ScheduledAt),
 	}
-	ids := make([]string, 0, len(st.GetNodes()))
-	for id := range st.GetNodes() {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		n := st.GetNodes()[id]
-		doc.Nodes = append(doc.Nodes, chainstore.NodeSummaryDoc{ID: id, Status: n.GetStatus(), Attempts: int(n.GetAttempts()),
-			Visits: int(n.GetVisits()), Error: redact.Scrub(n.GetError(), nil),
-			CostUSD: n.GetSpend().GetUsd(), ModelCalls: int(n.GetSpend().GetModelCalls())})
+	for _, n := range st.Nodes {
+		doc.Nodes = append(doc.Nodes, chainstore.NodeSummaryDoc{ID: n.ID, Status: n.Status, Attempts: int(n.Attempts),
+			Visits: int(n.Visits), Error: redact.Scrub(n.Error, nil), CostUSD: n.CostUSD, ModelCalls: int(n.ModelCalls)})
 	}
 	view := executionDoc{ExecutionDoc: doc}
 	addLive(&view, st)

@@ -153,12 +153,7 @@ func (g *Gateway) executionFrame(ctx context.Context, m jetstream.Msg, workflow 
 
 // workflowOf is the workflow of an execution by the engine's state ("" for
 // none).
-func workflowOf(st *novav1.ExecutionState) string {
-	if st.GetRefine() != nil {
-		return execution.RefineWorkflow
-	}
-	return st.GetDefinition().GetName()
-}
+func workflowOf(st *execution.View) string { return st.Workflow }
 
 // steeredItem is the data of a node.waiting, execution.cancelled or
 // signal.rejected event in the stream of every execution: the event's
@@ -166,14 +161,14 @@ func workflowOf(st *novav1.ExecutionState) string {
 // engine's state st has them, so that a list can update the execution's
 // row from it as from the other events. Without a state it is the event's
 // data alone.
-func steeredItem(st *novav1.ExecutionState, view any) (json.RawMessage, error) {
+func steeredItem(st *execution.View, view any) (json.RawMessage, error) {
 	data, err := marshalCompact(view)
 	if err != nil || st == nil {
 		return data, err
 	}
-	doc := chainstore.ExecutionDoc{ExecutionID: st.GetExecutionId(), WorkflowName: workflowOf(st), Status: st.GetStatus(),
-		Error: redact.Scrub(st.GetError(), nil), StartedAt: timeOf(st.GetStartedAt()), CompletedAt: timeOf(st.GetCompletedAt()),
-		CostUSD: st.GetSpend().GetUsd(), ModelCalls: int(st.GetSpend().GetModelCalls())}
+	doc := chainstore.ExecutionDoc{ExecutionID: st.ID, WorkflowName: workflowOf(st), Status: st.Status,
+		Error: redact.Scrub(st.Error, nil), StartedAt: timeOf(st.StartedAt), CompletedAt: timeOf(st.CompletedAt),
+		CostUSD: st.CostUSD, ModelCalls: int(st.ModelCalls)}
 	if doc.StartedAt != nil && doc.CompletedAt != nil {
 		doc.DurationMs = doc.CompletedAt.Sub(*doc.StartedAt).Milliseconds()
 	}
@@ -203,7 +198,7 @@ const (
 
 // streamedState is the engine's state of execution id for an event of it,
 // nil when there is none.
-func (g *Gateway) streamedState(ctx context.Context, id string) (*novav1.ExecutionState, error) {
+func (g *Gateway) streamedState(ctx context.Context, id string) (*execution.View, error) {
 	for i := 0; ; i++ {
 		st, err := g.liveState(ctx, id)
 		if st != nil || err != nil || i == stateWaits {

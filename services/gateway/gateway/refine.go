@@ -130,10 +130,10 @@ func (g *Gateway) refineEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return g.unavailable(r, "the refinement's state could not be read; try again", err)
 	}
-	if st == nil || st.GetRefine() == nil {
+	if st == nil || !st.Refinement {
 		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no refinement %s", id))
 	}
-	if st.GetStatus() != execution.StatusRunning && int64(after) < int64(st.GetRefine().GetMessages()) {
+	if st.Status != execution.StatusRunning && int64(after) < int64(st.RefinementMessages) {
 		kept, err := g.bus.EventKept(r.Context(), id, bus.KindRefinement)
 		if err != nil {
 			return g.unavailable(r, "the events stream could not be read; try again", err)
@@ -141,7 +141,7 @@ func (g *Gateway) refineEvents(w http.ResponseWriter, r *http.Request) error {
 		if !kept {
 			return newProblem(http.StatusGone, TypeGone, fmt.Sprintf(
 				"refinement %s ended (%s) and its messages are no longer kept; its result is in its chain of work, GET %s",
-				id, st.GetStatus(), executionLinks(id).Self))
+				id, st.Status, executionLinks(id).Self))
 		}
 	}
 	return g.followRefinement(w, r, id, after)

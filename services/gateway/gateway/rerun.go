@@ -250,10 +250,10 @@ func (g *Gateway) rerunProblem(r *http.Request, id, from string, err error) erro
 			return g.unavailable(r, "the execution state cannot be read", serr)
 		}
 		switch {
-		case st != nil && execution.Ended(st.GetStatus()):
+		case st != nil && execution.Ended(st.Status):
 			return newProblem(http.StatusConflict, TypeExecutionRunning, fmt.Sprintf(
 				"execution %s ended %s, but the audit store has not recorded its end yet (it does within a few seconds); try again in a moment",
-				id, st.GetStatus())).with("Retry-After", recordRetry)
+				id, st.Status)).with("Retry-After", recordRetry)
 		case st != nil || errors.Is(err, chainstore.ErrRunning):
 			return newProblem(http.StatusConflict, TypeExecutionRunning, fmt.Sprintf(
 				"execution %s is running: cancel it, or wait for its end, before rerunning it", id))

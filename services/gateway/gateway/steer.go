@@ -97,13 +97,13 @@ func (g *Gateway) cancelExecution(w http.ResponseWriter, r *http.Request) error 
 	if p != nil {
 		return p
 	}
-	if err := execution.CheckCancel(st); err != nil {
+	if err := st.CheckCancel(); err != nil {
 		return steerProblem(err)
 	}
 	self := executionLinks(id)
-	if st.GetStatus() == execution.StatusCancelled {
+	if st.Status == execution.StatusCancelled {
 		writeJSON(w, http.StatusOK, cancelAnswer{ExecutionID: id, Status: execution.StatusCancelled,
-			CancelledBy: st.GetCancelledBy(), CancelReason: st.GetCancelReason(), Links: self})
+			CancelledBy: st.CancelledBy, CancelReason: st.CancelReason, Links: self})
 		return nil
 	}
 	err = execution.PublishCancel(ctx, g.bus, &novav1.CancelExecution{ExecutionId: id, Reason: reason, RequestedBy: sender(r)})
@@ -184,10 +184,10 @@ func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error 
 	if p != nil {
 		return p
 	}
-	if err := execution.CheckSignalTarget(st, name); err != nil {
+	if err := st.CheckSignal(name); err != nil {
 		return steerProblem(err)
 	}
-	node := execution.WaitNode(st, name)
+	node := st.WaitNode(name)
 	if p := checkPayload(node, name, payload); p != nil {
 		return p
 	}
@@ -248,7 +248,7 @@ func checkPayload(node *novav1.Node, name string, payload jsonvalue.Object) *Pro
 // steeredState is the engine's state of execution id for a cancel or a
 // signal: 404 when neither the engine nor the audit store knows it, 409
 // when only the audit store does (its state is gone: it ended a while ago).
-func (g *Gateway) steeredState(r *http.Request, id string) (*novav1.ExecutionState, *Problem) {
+func (g *Gateway) steeredState(r *http.Request, id string) (*execution.View, *Problem) {
 	ctx := r.Context()
 	st, err := g.liveState(ctx, id)
 	if err != nil {
@@ -305,21 +305,16 @@ type waitingView struct {
 
 // waitingOf is the signal st waits for (the first of its lines that waits
 // for one), nil when it waits for none.
-func waitingOf(st *novav1.ExecutionState) *waitingView {
-	if st.GetStatus() != execution.StatusRunning {
+func waitingOf(st *execution.View) *waitingView {
+	w := st.Waiting
+	if w == nil {
 		return nil
 	}
-	for _, l := range execution.Lines(st) {
-		if l.GetWaitingFor() == "" {
-			continue
-		}
-		v := &waitingView{Node: l.GetCurrentNode(), Signal: l.GetWaitingFor(), Until: timeOf(execution.WaitUntil(l))}
-		if n := execution.WaitNode(st, l.GetWaitingFor()); n != nil {
-			v.Description, v.DecideOn, v.Schema = n.GetDescription(), n.GetDecideOn(), schemaJSON(n.GetSchema())
-		}
-		return v
+	v := &waitingView{Node: w.Line.Node, Signal: w.Line.WaitingFor, Until: timeOf(w.Line.Until)}
+	if n := w.Node; n != nil {
+		v.Description, v.DecideOn, v.Schema = n.GetDescription(), n.GetDecideOn(), schemaJSON(n.GetSchema())
 	}
-	return nil
+	return v
 }
 
 // branchView is one branch of a running execution that runs several at
@@ -333,15 +328,10 @@ type branchView struct {
 }
 
 // branchesOf are st's branches, nil when it follows one line.
-func branchesOf(st *novav1.ExecutionState) []branchView {
+func branchesOf(st *execution.View) []branchView {
 	var out []branchView
-	for _, b := range execution.Forked(st) {
-		v := branchView{ID: b.GetId(), Node: b.GetCurrentNode(), WaitingFor: b.GetWaitingFor()}
-		if b.GetIsItem() {
-			v.Item = new(b.GetItem())
-			v.Node = b.GetFromNode()
-		}
-		out = append(out, v)
+	for _, l := range st.Lines {
+		out = append(out, branchView{ID: l.ID, Node: l.Node, WaitingFor: l.WaitingFor, Item: l.Item})
 	}
 	return out
 }
@@ -363,15 +353,15 @@ func schemaJSON(schema string) json.RawMessage {
 // addLive adds to view what the engine's state says and the audit store's
 // document does not: the node it is at and what it waits for while it
 // runs, who cancelled it and why when the document does not say.
-func addLive(view *executionDoc, st *novav1.ExecutionState) {
-	switch st.GetStatus() {
+func addLive(view *executionDoc, st *execution.View) {
+	switch st.Status {
 	case execution.StatusRunning:
-		view.CurrentNode = execution.CurrentNode(st)
+		view.CurrentNode = st.CurrentNode
 		view.Waiting = waitingOf(st)
 		view.Branches = branchesOf(st)
 	case execution.StatusCancelled:
 		if view.CancelledBy == "" {
-			view.CancelledBy, view.CancelReason = st.GetCancelledBy(), st.GetCancelReason()
+			view.CancelledBy, view.CancelReason = st.CancelledBy, st.CancelReason
 		}
 	}
 }
@@ -387,7 +377,7 @@ func (g *Gateway) liveFor(ctx context.Context, view *executionDoc) {
 		return
 	}
 	st, err := g.liveState(ctx, view.ExecutionID)
-	if err != nil || st == nil || st.GetStatus() != view.Status {
+	if err != nil || st == nil || st.Status != view.Status {
 		return
 	}
 	addLive(view, st)

@@ -316,7 +316,7 @@ func (g *Gateway) knownExecution(ctx context.Context, id string) (known, finishe
 		return false, false, err
 	}
 	if st != nil {
-		return true, st.GetStatus() != chainstore.StatusRunning, nil
+		return true, st.Status != chainstore.StatusRunning, nil
 	}
 	doc, err := g.store.Execution(ctx, id)
 	switch {

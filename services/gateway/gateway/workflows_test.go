@@ -345,7 +345,7 @@ func TestWorkflowsRegisterUnchanged(t *testing.T) {
 		name, contentType, body string
 	}{
 		{"the same YAML", "application/yaml", doublerYAML(name, "2")},
-		{"the same definition as JSON", "application/json", fmt.Sprintf(`{"name": %q, "nodes": [{"id": "start", "type": "start"},
+		{"the same definition as JSON", "application/json", fmt.Sprintf(`{"name": %q, "description": "doubles n", "nodes": [{"id": "start", "type": "start"},
 			{"id": "double", "type": "action", "code": "context[\"n\"] = context[\"n\"] * 2"}, {"id": "end", "type": "end"}],
 			"edges": [{"from": "start", "to": "double"}, {"from": "double", "to": "end"}]}`, name)},
 	}
