@@ -31,26 +31,38 @@ const cancelWatchFlushWait = 10 * time.Second
 // work it would have stopped runs to its end, and the graph engine ignores
 // its result.
 func (b *Bus) WatchCancellations(ctx context.Context, onCancel func(executionID string)) (stop func(), err error) {
-	// One subscription hears both: ExecutionCancelled, and ExecutionStopped
-	// (an execution that ended while some of its lines still ran work).
-	sub, err := b.nc.Subscribe(EventFilter(KindExecutionEnds), func(m *nats.Msg) {
+	handle := func(m *nats.Msg) {
 		if execution, _, ok := ParseEventSubject(m.Subject); ok {
 			onCancel(execution)
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch cancellations: %w", err)
+	}
+	// ExecutionCancelled, and ExecutionStopped (an execution that ended
+	// while some of its lines still ran work): one subscription each, the
+	// subjects a service's NATS user may subscribe to.
+	var subs []*nats.Subscription
+	unsubscribeAll := func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}
+	for _, kind := range []string{KindExecutionCancelled, KindExecutionStopped} {
+		sub, err := b.nc.Subscribe(EventFilter(kind), handle)
+		if err != nil {
+			unsubscribeAll()
+			return nil, fmt.Errorf("watch cancellations: %w", err)
+		}
+		subs = append(subs, sub)
 	}
 	// The server knows of the subscription once the flush returns: a
 	// cancellation published after this call is delivered.
 	fctx, cancel := context.WithTimeout(ctx, cancelWatchFlushWait)
 	defer cancel()
 	if err := b.nc.FlushWithContext(fctx); err != nil {
-		_ = sub.Unsubscribe()
+		unsubscribeAll()
 		return nil, fmt.Errorf("watch cancellations: %w", err)
 	}
 	var once sync.Once
-	unsubscribe := func() { once.Do(func() { _ = sub.Unsubscribe() }) }
+	unsubscribe := func() { once.Do(unsubscribeAll) }
 	after := context.AfterFunc(ctx, unsubscribe)
 	return func() {
 		after()

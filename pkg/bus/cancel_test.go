@@ -107,8 +107,9 @@ func TestWatchCancellationsEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	if n := b.Conn().NumSubscriptions(); n != before+1 {
-		t.Fatalf("%d subscriptions, want %d", n, before+1)
+	// One for cancelled executions, one for stopped ones.
+	if n := b.Conn().NumSubscriptions(); n != before+2 {
+		t.Fatalf("%d subscriptions, want %d", n, before+2)
 	}
 	cancel()
 	deadline := time.Now().Add(5 * time.Second)

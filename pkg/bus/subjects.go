@@ -113,9 +113,7 @@ const (
 	// KindExecutionStopped: the execution ended while some of its lines
 	// still ran work, which is to stop as for a cancel.
 	KindExecutionStopped = "execution.stopped"
-	// KindExecutionEnds matches both: what stops an execution's work.
-	KindExecutionEnds  = "execution.*"
-	KindSignalRejected = "signal.rejected"
+	KindSignalRejected   = "signal.rejected"
 	// KindChildCompleted is the graph engine's result for a parent
 	// execution: one of its child executions ended.
 	KindChildCompleted = "result." + AgentGraphEngine
