@@ -341,6 +341,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	t.Setenv("NOVA_JAEGER_URL", "http://jaeger.test:16686")
+	// The walk opens the refinement's page minutes after it ended, on a
+	// busy machine; its messages must still be kept then (30 s by default).
+	t.Setenv("NOVA_KEEP_ENDED_EVENTS", "15m")
 	rules, err := os.ReadFile(filepath.Join("..", "..", "examples", "scripted-llm.yaml"))
 	if err != nil {
 		t.Fatal(err)
