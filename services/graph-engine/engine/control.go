@@ -96,19 +96,11 @@ func (t *transition) cancel(cmd *novav1.CancelExecution) error {
 		t.refineFail(msg) // refineFinish ends it cancelled
 		return nil
 	}
-	if one := t.oneLine(); one != nil {
+	if one := t.soleLine(); one != nil {
 		t.st.Context = one.Context
 	}
 	t.st.Status, t.st.Error = statusCancelled, msg
 	t.completed()
-	return nil
-}
-
-// oneLine is the execution's one line, nil when it runs several (or none).
-func (t *transition) oneLine() *novav1.Branch {
-	if len(t.st.Branches) == 1 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
-		return t.st.Branches[0]
-	}
 	return nil
 }
 

@@ -213,9 +213,10 @@ func (t *transition) settle() {
 	if t.st.Status != statusRunning {
 		return
 	}
-	if len(t.st.Branches) == 1 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 && t.st.Branches[0].MapRun == nil {
-		// One line: the execution's context is its.
-		t.st.Context = t.st.Branches[0].Context
+	if one := t.soleLine(); one != nil && len(t.st.Branches) == 1 && one.MapRun == nil {
+		// One line, at no map: nothing to settle; the execution's context
+		// is its.
+		t.st.Context = one.Context
 		return
 	}
 	for range 100000 {
@@ -235,17 +236,29 @@ func (t *transition) settle() {
 		t.finishEnded()
 		return
 	}
-	owners := 0
-	var one *novav1.Branch
-	for _, l := range t.st.Branches {
-		if !l.IsItem {
-			owners++
-			one = l
-		}
-	}
-	if owners == 1 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
+	if one := t.soleLine(); one != nil {
 		t.st.Context = one.Context
 	}
+}
+
+// soleLine is the execution's one line besides its map items (whose
+// context is the execution's), nil when it runs several, has lines parked
+// at a join or ended, or none.
+func (t *transition) soleLine() *novav1.Branch {
+	if len(t.st.Joins) > 0 || len(t.st.Ended) > 0 {
+		return nil
+	}
+	var one *novav1.Branch
+	for _, l := range t.st.Branches {
+		if l.IsItem {
+			continue
+		}
+		if one != nil {
+			return nil
+		}
+		one = l
+	}
+	return one
 }
 
 // bindAny makes sure the transition works on a line: its own, else the
