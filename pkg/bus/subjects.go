@@ -166,6 +166,9 @@ const (
 	// BucketSchedules holds each schedule (ScheduleState) under
 	// ScheduleKey.
 	BucketSchedules = "nova_schedules"
+	// BucketMapResults holds the results of a running map's finished
+	// items under <execution>.<node, base64url>.<visit>.<index>.
+	BucketMapResults = "nova_map_results"
 )
 
 // ScheduleKey is the key of schedule id of workflow wf in

@@ -195,6 +195,11 @@ func probes() []probe {
 		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_budget.$KV.nova_budget.w.2026-01-02", u == userGraphEngine)
 		add(u, "pub", "$JS.API.STREAM.CREATE.KV_nova_budget", u == userGraphEngine)
 		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_budget", false)
+		// A running map's items' results: the engine's alone, purged by
+		// map when it finishes.
+		add(u, "pub", "$KV.nova_map_results.e.bm9kZQ.1.0", u == userGraphEngine)
+		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_map_results", u == userGraphEngine)
+		add(u, "pub", "$JS.API.CONSUMER.CREATE.KV_nova_map_results.x", u == userGraphEngine)
 		add(u, "pub", "$JS.API.STREAM.UPDATE.OBJ_nova_runtime", u == userSandbox)
 		// Subscriptions: a user reads only its own inbox; events come
 		// through JetStream consumers, never core subscriptions.

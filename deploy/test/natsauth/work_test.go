@@ -58,17 +58,25 @@ nodes:
     code: |
       context["blob_len"] = len(context["blob"])
       context["echo"] = context["blob"] + "!"
+      context["xs"] = [1, 2, 3]
   - id: size
     type: decision
     code: |
       context["branch_decision"] = "large" if context["blob_len"] > 262144 else "small"
+  - id: each
+    type: map
+    items: xs
+    output: ys
+    code: |
+      context["result"] = context["item"] * 2
   - id: done
     type: end
 edges:
   - {from: start, to: measure}
   - {from: measure, to: size}
-  - {from: size, to: done, condition: large}
-  - {from: size, to: done, condition: small}
+  - {from: size, to: each, condition: large}
+  - {from: size, to: each, condition: small}
+  - {from: each, to: done}
 `
 
 // TestWorkflowRunsWithEveryServiceAsItsOwnUser runs the real graph engine,
@@ -179,6 +187,11 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	if _, isRef := valueref.RawRef(final["echo"]); !isRef {
 		t.Errorf("echo is not a reference: the sandbox did not store its large result")
 	}
+	// The map's items' results went through the engine's map results
+	// bucket.
+	if got := string(final["ys"]); got != "[2,4,6]" {
+		t.Errorf("ys = %s, want [2,4,6]", got)
+	}
 
 	if err := c.WaitConsumerIdle(ctx, bus.StreamEvents, auditservice.Consumer); err != nil {
 		t.Fatal(err)
@@ -187,7 +200,7 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chain of work of %s: %v", exec.ID, err)
 	}
-	if doc.Status != "succeeded" || strings.Join(doc.Path, ",") != "start,measure,size,done" {
+	if doc.Status != "succeeded" || strings.Join(doc.Path, ",") != "start,measure,size,each,done" {
 		t.Errorf("chain of work: status %q path %v", doc.Status, doc.Path)
 	}
 
@@ -224,9 +237,10 @@ func TestWorkflowRunsWithEveryServiceAsItsOwnUser(t *testing.T) {
 		}
 	}
 
-	// Operators see both programs as successful Python runs.
-	if n := counterValue(t, sandboxMetrics, "nova.sandbox.executions", "outcome", "success", "language", "python"); n != 2 {
-		t.Errorf("nova.sandbox.executions{outcome=success,language=python} = %d, want 2", n)
+	// Operators see the five programs (two nodes, three items) as
+	// successful Python runs.
+	if n := counterValue(t, sandboxMetrics, "nova.sandbox.executions", "outcome", "success", "language", "python"); n != 5 {
+		t.Errorf("nova.sandbox.executions{outcome=success,language=python} = %d, want 5", n)
 	}
 
 	for user, v := range conns {

@@ -121,7 +121,8 @@ func (t *transition) cancelLine(reason string) bool {
 			t.nodeCompleted(node, ns.Visits, nodeCancelled, reason, "", "", nil)
 		}
 	}
-	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.Ai, t.ln.MapRun = "", "", nil, nil
+	t.dropMapRun(t.ln)
+	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.Ai = "", "", nil
 	return working
 }
 

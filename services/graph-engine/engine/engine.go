@@ -145,6 +145,10 @@ type Engine struct {
 	locks [64]sync.Mutex
 	// items keeps the lists large maps run over, read back once.
 	items *itemLists
+	// results keeps map items' results while their map runs
+	// (mapresults.go); resultsStream is its stream, purged by map.
+	results       jetstream.KeyValue
+	resultsStream jetstream.Stream
 }
 
 // lock is the mutex of execution id's events.
@@ -203,12 +207,17 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	results, resultsStream, err := openMapResults(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
 	tp := deps.TracerProvider
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: newItemLists(8)}
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: newItemLists(8),
+		results: results, resultsStream: resultsStream}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
 	}
@@ -870,6 +879,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		t := e.newTransition(st)
 		e.bindCache(ctx, t, memo)
 		e.bindValues(ctx, t)
+		e.bindMapResults(ctx, t)
 		if err := fn(t); errors.Is(err, errStale) {
 			return nil
 		} else if err != nil {
@@ -885,6 +895,9 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err := e.applyBudget(ctx, t); err != nil {
 			return err
 		}
+		if err := e.keepResults(ctx, t); err != nil {
+			return err
+		}
 		if err := e.publish(ctx, t.out); err != nil {
 			return err
 		}
@@ -896,6 +909,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err == nil {
 			e.applyCache(ctx, t)
 			e.applyTimers(ctx, t)
+			e.dropResults(ctx, t)
 			return nil
 		}
 		if !bus.LostRace(err) {
@@ -994,12 +1008,6 @@ func (e *Engine) shrink(ctx context.Context, t *transition) error {
 			return err
 		}
 	}
-	for _, lr := range t.largeResults {
-		if err := e.shrinkResult(ctx, lr); err != nil {
-			return err
-		}
-	}
-	t.largeResults = nil
 	return nil
 }
 

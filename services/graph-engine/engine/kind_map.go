@@ -2,10 +2,8 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -196,7 +194,8 @@ func (t *transition) itemFailed(node *novav1.Node, msg string) {
 		ns := t.nodeState(node.Id)
 		ns.Status, ns.Error = statusFailed, msg
 		t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", nil)
-		t.ln.CurrentNode, t.ln.PendingStepId, t.ln.MapRun = "", "", nil
+		t.dropMapRun(t.ln)
+		t.ln.CurrentNode, t.ln.PendingStepId = "", ""
 		t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 	})
 }
@@ -208,14 +207,10 @@ func (t *transition) itemDone(result []byte, failed bool) {
 		return
 	}
 	mr := owner.MapRun
-	if t.largeValue(result) {
-		// Kept by reference (shrinkBranches stores it) once the event is
-		// applied; here it is marked to be.
-		t.largeResults = append(t.largeResults, largeResult{owner: owner, index: t.ln.Item})
-	}
-	mr.Results = append(mr.Results, result...)
-	mr.DoneIndex = append(mr.DoneIndex, t.ln.Item)
-	mr.DoneEnd = append(mr.DoneEnd, int32(len(mr.Results)))
+	// The result is kept in the map results bucket, not in the state, so
+	// that an item's event reads and writes as much at the 10,000th item
+	// as at the first (mapresults.go).
+	t.resultsFx = append(t.resultsFx, mapResult{key: mapItemKey(t.st.ExecutionId, owner.CurrentNode, mr.Visit, t.ln.Item), value: result})
 	mr.Finished++
 	if failed {
 		mr.Failed++
@@ -228,13 +223,10 @@ func (t *transition) itemDone(result []byte, failed bool) {
 func (t *transition) finishMap(node *novav1.Node) {
 	mr := t.ln.MapRun
 	ns := t.nodeState(node.Id)
-	byIndex := make([][]byte, mr.Total)
-	start := int32(0)
-	for i, idx := range mr.DoneIndex {
-		if idx >= 0 && idx < mr.Total {
-			byIndex[idx] = mr.Results[start:mr.DoneEnd[i]]
-		}
-		start = mr.DoneEnd[i]
+	byIndex, err := t.itemResults(node, mr)
+	if err != nil {
+		t.nodeFailed(node, ns, err.Error(), nil)
+		return
 	}
 	var list bytes.Buffer
 	list.WriteByte('[')
@@ -250,17 +242,64 @@ func (t *transition) finishMap(node *novav1.Node) {
 			}
 			raw = full
 		}
-		if len(raw) == 0 {
-			raw = []byte("null")
-		}
 		list.Write(raw)
 	}
 	list.WriteByte(']')
 	t.ctx[workflow.MapOutput(node)] = list.Bytes()
 	t.setContext()
 	t.children = mr.Children
-	t.ln.MapRun = nil
+	t.dropMapRun(t.ln)
 	t.route(node, ns, nil)
+}
+
+// itemResults are the results of map run mr's items, by index: those an
+// engine before the map results bucket kept in the state, the others read
+// from the bucket (with the ones this transition is about to keep).
+func (t *transition) itemResults(node *novav1.Node, mr *novav1.MapRun) ([][]byte, error) {
+	byIndex := make([][]byte, mr.Total)
+	start, inline := int32(0), 0
+	for i, idx := range mr.DoneIndex {
+		if idx >= 0 && idx < mr.Total {
+			byIndex[idx] = mr.Results[start:mr.DoneEnd[i]]
+			inline++
+		}
+		start = mr.DoneEnd[i]
+	}
+	if int(mr.Total) > inline {
+		prefix := mapResultsPrefix(t.st.ExecutionId, node.Id, mr.Visit)
+		kept := map[int32][]byte{}
+		if t.mapResults != nil {
+			var err error
+			if kept, err = t.mapResults(prefix); err != nil {
+				return nil, fmt.Errorf("the results of its items could not be read back: %w", err)
+			}
+		}
+		for _, r := range t.resultsFx {
+			if i, ok := itemOfKey(prefix, r.key); ok {
+				kept[i] = r.value
+			}
+		}
+		for i, raw := range kept {
+			if i >= 0 && i < mr.Total && byIndex[i] == nil {
+				byIndex[i] = raw
+			}
+		}
+	}
+	for i, raw := range byIndex {
+		if raw == nil {
+			return nil, fmt.Errorf("the result of item %d is missing from the map results", i)
+		}
+	}
+	return byIndex, nil
+}
+
+// dropMapRun ends the map run of line l: its items' results are removed
+// from the bucket once the state is stored.
+func (t *transition) dropMapRun(l *novav1.Branch) {
+	if mr := l.MapRun; mr != nil && l.CurrentNode != "" {
+		t.purgeFx = append(t.purgeFx, mapResultsPrefix(t.st.ExecutionId, l.CurrentNode, mr.Visit))
+	}
+	l.MapRun = nil
 }
 
 // Sub-workflows.
@@ -298,44 +337,4 @@ func (c *itemLists) put(digest string, list []json.RawMessage) {
 	}
 	c.lists[digest] = list
 	c.order = append(c.order, digest)
-}
-
-// largeResult is a map item's result over the value store's threshold,
-// kept by reference once the event is applied.
-type largeResult struct {
-	owner *novav1.Branch
-	index int32
-}
-
-// largeValue tells whether raw goes to the value store.
-func (t *transition) largeValue(raw []byte) bool {
-	return t.e != nil && t.e.values != nil && len(raw) > t.e.values.Threshold()
-}
-
-// shrinkResult stores item lr.index's result of the map lr.owner runs in
-// the value store and keeps its reference in its place.
-func (e *Engine) shrinkResult(ctx context.Context, lr largeResult) error {
-	mr := lr.owner.MapRun
-	if mr == nil {
-		return nil
-	}
-	start := int32(0)
-	for i, idx := range mr.DoneIndex {
-		end := mr.DoneEnd[i]
-		if idx == lr.index {
-			o := jsonvalue.Object{"v": slices.Clone(mr.Results[start:end])}
-			if err := e.values.Shrink(ctx, o); err != nil {
-				return err
-			}
-			ref := o["v"]
-			delta := int32(len(ref)) - (end - start)
-			mr.Results = slices.Concat(mr.Results[:start], ref, mr.Results[end:])
-			for j := i; j < len(mr.DoneEnd); j++ {
-				mr.DoneEnd[j] += delta
-			}
-			return nil
-		}
-		start = end
-	}
-	return nil
 }

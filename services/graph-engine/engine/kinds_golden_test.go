@@ -35,6 +35,7 @@ type goldenRun struct {
 	starts  []*novav1.StartWorkflow
 	out     strings.Builder
 	now     time.Time
+	kept    keptResults
 }
 
 func (g *goldenRun) apply(what string, fn func(tr *transition) error) {
@@ -42,6 +43,10 @@ func (g *goldenRun) apply(what string, fn func(tr *transition) error) {
 	g.now = g.now.Add(time.Second)
 	g.e.now = func() time.Time { return g.now }
 	tr := g.e.newTransition(g.st)
+	if g.kept == nil {
+		g.kept = keptResults{}
+	}
+	g.kept.bind(tr)
 	err := fn(tr)
 	if err == nil {
 		tr.settle()
@@ -53,6 +58,13 @@ func (g *goldenRun) apply(what string, fn func(tr *transition) error) {
 	for _, o := range tr.out {
 		g.record(o)
 	}
+	for _, r := range tr.resultsFx {
+		fmt.Fprintf(&g.out, "  keep result %s = %s\n", r.key, r.value)
+	}
+	for _, prefix := range tr.purgeFx {
+		fmt.Fprintf(&g.out, "  drop results %s.*\n", prefix)
+	}
+	g.kept.apply(tr)
 	g.state()
 }
 

@@ -103,8 +103,13 @@ type transition struct {
 	// child executions of the visit being completed.
 	prevNode string
 	children []string
-	// largeResults are map items' results to keep by reference.
-	largeResults []largeResult
+	// resultsFx are map items' results to keep in the map results bucket
+	// and purgeFx the map runs whose results are no longer needed, applied
+	// before and after the state is stored; mapResults reads a map run's
+	// kept results back, by item (mapresults.go).
+	resultsFx  []mapResult
+	purgeFx    []string
+	mapResults func(prefix string) (map[int32][]byte, error)
 }
 
 func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {

@@ -239,3 +239,35 @@ func TestPrintedSecretsAreScrubbed(t *testing.T) {
 		})
 	}
 }
+
+// keptResults stands for the map results bucket in transitions run in
+// memory: what one transition keeps, the next reads back.
+type keptResults map[string][]byte
+
+// bind lets tr read the results kept so far.
+func (k keptResults) bind(tr *transition) {
+	tr.mapResults = func(prefix string) (map[int32][]byte, error) {
+		out := map[int32][]byte{}
+		for key, v := range k {
+			if i, ok := itemOfKey(prefix, key); ok {
+				out[i] = v
+			}
+		}
+		return out, nil
+	}
+}
+
+// apply keeps and drops what tr decided, as the engine does around storing
+// the state.
+func (k keptResults) apply(tr *transition) {
+	for _, r := range tr.resultsFx {
+		k[r.key] = r.value
+	}
+	for _, prefix := range tr.purgeFx {
+		for key := range k {
+			if strings.HasPrefix(key, prefix+".") {
+				delete(k, key)
+			}
+		}
+	}
+}

@@ -105,14 +105,20 @@ edges:
 			{Id: "b4", IsItem: true, MapBranch: "b1", Item: 2, FromNode: "each", CurrentNode: "each", PendingStepId: "x1/each/1#2/1",
 				Context: itemCtx(2), ItemNode: &novav1.NodeState{Visits: 1, Attempts: 1, RetryAttempt: 1}},
 		}
+		kept := keptResults{}
 		for i, step := range []string{"x1/each/1#2/1", "x1/each/1#1/1"} {
 			res := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "each", StepId: step, Sequence: int32(2 + i), Status: nodeSuccess,
 				ContextUpdates: jsonvalue.Proto(fmt.Appendf(nil, `{"result": %d}`, 30-10*i))}
 			tr := e.newTransition(st)
+			kept.bind(tr)
 			if err := tr.onStep(step, func() error { return tr.codeExecuted(res) }); err != nil {
 				t.Fatal(err)
 			}
 			tr.settle()
+			kept.apply(tr)
+		}
+		if len(kept) != 0 {
+			t.Errorf("results left after the map finished: %v", kept)
 		}
 		got := jsonvalue.MustObject(st.Context)
 		if st.Status != statusSucceeded || string(got["results"]) != "[10,20,30]" || string(got["xs"]) != "[1,2,3]" {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -523,6 +524,52 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 			t.Errorf("sizes[%d] = %v, want index %d, length %d, and only item and index in the item's context", i, r, i, 100+i)
 		}
 	}
+}
+
+// A map whose items' results add up to more than a NATS message: the
+// results are kept one per key while the map runs, not in the execution's
+// state (which one write could no longer hold), and removed once it
+// finishes.
+func TestMapResultsLargerThanAMessage(t *testing.T) {
+	e := startEnv(t)
+	def := parse(t, `
+name: map-large-results
+nodes:
+  - {id: start, type: start}
+  - id: each
+    type: map
+    items: xs
+    concurrency: 4
+    output: ys
+    code: |
+      context["result"] = str(context["item"]) * 25000
+  - {id: end, type: end}
+edges: [{from: start, to: each}, {from: each, to: end}]
+`)
+	xs := make([]int, 50)
+	for i := range xs {
+		xs[i] = i % 10
+	}
+	wc := e.run(def, map[string]any{"xs": xs})
+	if wc.Status != "succeeded" {
+		t.Fatalf("status %q: %s", wc.Status, wc.Error)
+	}
+	final := jsonvalue.MustObject(wc.Context)
+	if err := e.values.Expand(e.ctx, final); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := ctxMap(final.Proto())["ys"].([]any)
+	if len(got) != len(xs) {
+		t.Fatalf("ys = %d results, want %d", len(got), len(xs))
+	}
+	for i, r := range got {
+		if s, _ := r.(string); s != strings.Repeat(strconv.Itoa(xs[i]), 25000) {
+			t.Errorf("ys[%d] is %d characters, want %q 25000 times", i, len(s), strconv.Itoa(xs[i]))
+		}
+	}
+	e.eventually(10*time.Second, "the map's results removed from "+engine.BucketMapResults, func() bool {
+		return len(e.subjects("KV_"+engine.BucketMapResults, "$KV."+engine.BucketMapResults+"."+wc.ExecutionId+".>")) == 0
+	})
 }
 
 // Two graph engines take one execution's events: a map's items and a
