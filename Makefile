@@ -190,8 +190,10 @@ TEST_PARALLEL ?= $(shell echo $$(( $$(nproc) * 3 )))
 # -vet=all: go test runs every go vet check on each package it tests, beside
 # the test binaries that wait, where `make vet` after it alone on the CPU
 # took 50 s; `make vet` then finds those packages vetted (cached) and vets
-# the rest.
-TEST_FLAGS ?= -p $(TEST_PARALLEL) -vet=all
+# the rest. -timeout 30m: the e2e package alone runs past go test's default
+# 10 minutes when another make test shares the machine (each test bounds
+# itself; this bounds a package that hangs).
+TEST_FLAGS ?= -p $(TEST_PARALLEL) -vet=all -timeout 30m
 .PHONY: test-go
 test-go:
 	@pkgs=""; for m in $(MODULES); do pkgs="$$pkgs ./$${m#$(CURDIR)/}/..."; done; \

@@ -32,8 +32,10 @@ edges:
 `
 
 // mapYAML doubles each of the numbers in orders, four at a time: the first
-// eight items take 0.2 s each, the others 0.8 s, so that the map is part-way
-// for some five seconds, long enough for a screenshot on a slow machine.
+// eight items take 0.2 s each, the others 2.5 s, so that the map is part-way
+// for some 20 seconds, long enough for a screenshot at each width on a
+// machine that runs another make test beside this one (with 0.8 s, 6
+// seconds part-way, four tries missed it).
 const mapYAML = `name: console-map
 nodes:
   - {id: start, type: start}
@@ -44,7 +46,7 @@ nodes:
     output: results
     code: |
       import time
-      time.sleep(0.2 if context["index"] < 8 else 0.8)
+      time.sleep(0.2 if context["index"] < 8 else 2.5)
       context["result"] = context["item"] * 2
   - {id: end, type: end}
 edges:
