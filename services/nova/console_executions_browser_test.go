@@ -152,7 +152,17 @@ func TestConsoleExecutionsListInBrowser(t *testing.T) {
 	// the first page, and Older → shows those rows.
 	before := newestFirst("")
 	startMany(t, base, key, 3, `{"workflow": "list-fails"}`)
-	arrived := newestFirst("")[:3]
+	// The store lists them a moment after they start.
+	var arrived []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if now := newestFirst(""); len(now) == len(before)+3 {
+			arrived = now[:3]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store does not list the three new runs 30 s after they started")
+		}
+	}
 	b.until("the three new runs on the open page", fmt.Sprintf(`%s.every(id => !!document.querySelector('tr[data-execution="' + id + '"]')) &&
 		document.querySelectorAll("table.executions tbody tr").length === 50`, jsStrings(arrived)))
 	first := eval[[]string](b, "the first page", `[...document.querySelectorAll("table.executions tbody tr")].map(r => r.dataset.execution)`)
