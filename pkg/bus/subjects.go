@@ -1,246 +1,136 @@
 package bus
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/novaflow/nova/pkg/bus/busname"
 
-// Streams declared by EnsureStreams.
+// The names of the bus are package busname's, which imports no NATS
+// client; they are repeated here for bus's callers.
 const (
-	// StreamCommands holds work for the agents: one subject per agent,
-	// work-queue retention, one durable consumer per agent shared by all its replicas.
-	StreamCommands = "NOVA_CMD"
-	// StreamEvents holds results and facts of executions: nova.evt.<execution>.<kind>.
-	StreamEvents = "NOVA_EVT"
-	// StreamDeadLetters holds events that could not be handled: nova.dlq.<consumer>.
-	StreamDeadLetters = "NOVA_DLQ"
-	// StreamTimers holds durable timers as JetStream message schedules
-	// (nova.timer.set.<execution>.<timer>, and the schedules of workflows on
-	// nova.schedule.set.<workflow>.<schedule>) and what they publish when
-	// they come due (nova.timer.fired.>, nova.schedule.tick.>), work-queue
-	// retention: a fired timer is gone once the engine took it.
-	StreamTimers = "NOVA_TIMERS"
+	StreamCommands            = busname.StreamCommands
+	StreamEvents              = busname.StreamEvents
+	StreamDeadLetters         = busname.StreamDeadLetters
+	StreamTimers              = busname.StreamTimers
+	TypeWorkflowStart         = busname.TypeWorkflowStart
+	TypeWorkflowRegister      = busname.TypeWorkflowRegister
+	TypeWorkflowStarted       = busname.TypeWorkflowStarted
+	TypeWorkflowCompleted     = busname.TypeWorkflowCompleted
+	TypeSandboxExecute        = busname.TypeSandboxExecute
+	TypeSandboxExecuted       = busname.TypeSandboxExecuted
+	TypeNodeStarted           = busname.TypeNodeStarted
+	TypeNodeCompleted         = busname.TypeNodeCompleted
+	TypeStepCompleted         = busname.TypeStepCompleted
+	TypeDeadLetter            = busname.TypeDeadLetter
+	TypeExecutionCancel       = busname.TypeExecutionCancel
+	TypeExecutionCancelled    = busname.TypeExecutionCancelled
+	TypeExecutionStopped      = busname.TypeExecutionStopped
+	TypeExecutionSignal       = busname.TypeExecutionSignal
+	TypeSignalRejected        = busname.TypeSignalRejected
+	TypeNodeWaiting           = busname.TypeNodeWaiting
+	TypeTimerFired            = busname.TypeTimerFired
+	TypeScheduleTick          = busname.TypeScheduleTick
+	TypeSchedulePut           = busname.TypeSchedulePut
+	TypeScheduleDelete        = busname.TypeScheduleDelete
+	TypeChildCompleted        = busname.TypeChildCompleted
+	TypeRefinementStart       = busname.TypeRefinementStart
+	TypeRefinementProgress    = busname.TypeRefinementProgress
+	TypeInputAnalyze          = busname.TypeInputAnalyze
+	TypeInputAnalyzed         = busname.TypeInputAnalyzed
+	TypeCodeGenerate          = busname.TypeCodeGenerate
+	TypeCodeGenerated         = busname.TypeCodeGenerated
+	TypeCodeValidate          = busname.TypeCodeValidate
+	TypeCodeValidated         = busname.TypeCodeValidated
+	TypeOutputValidate        = busname.TypeOutputValidate
+	TypeOutputValidated       = busname.TypeOutputValidated
+	AgentGraphEngine          = busname.AgentGraphEngine
+	AgentSandbox              = busname.AgentSandbox
+	AgentInputAnalyzer        = busname.AgentInputAnalyzer
+	AgentCodeGenerator        = busname.AgentCodeGenerator
+	AgentCodeValidator        = busname.AgentCodeValidator
+	AgentOutputValidator      = busname.AgentOutputValidator
+	KindWorkflowStarted       = busname.KindWorkflowStarted
+	KindWorkflowCompleted     = busname.KindWorkflowCompleted
+	KindNodeStarted           = busname.KindNodeStarted
+	KindNodeCompleted         = busname.KindNodeCompleted
+	KindStepCompleted         = busname.KindStepCompleted
+	KindSandboxResult         = busname.KindSandboxResult
+	KindRefinement            = busname.KindRefinement
+	KindNodeWaiting           = busname.KindNodeWaiting
+	KindExecutionCancelled    = busname.KindExecutionCancelled
+	KindExecutionStopped      = busname.KindExecutionStopped
+	KindSignalRejected        = busname.KindSignalRejected
+	KindChildCompleted        = busname.KindChildCompleted
+	TimerFiredFilter          = busname.TimerFiredFilter
+	ScheduleTickFilter        = busname.ScheduleTickFilter
+	ExtensionExecutionID      = busname.ExtensionExecutionID
+	BucketExecutions          = busname.BucketExecutions
+	BucketWorkflows           = busname.BucketWorkflows
+	BucketSchedules           = busname.BucketSchedules
+	BucketMapResults          = busname.BucketMapResults
+	ConsumerEngineCommands    = busname.ConsumerEngineCommands
+	ConsumerEngineResults     = busname.ConsumerEngineResults
+	ConsumerEngineDeadLetters = busname.ConsumerEngineDeadLetters
+	ConsumerEngineTimers      = busname.ConsumerEngineTimers
+	ConsumerEngineSchedules   = busname.ConsumerEngineSchedules
 )
 
-// Event types (CloudEvents "type"), reverse-DNS and versioned.
-const (
-	TypeWorkflowStart     = "io.nova.workflow.start.v1"
-	TypeWorkflowRegister  = "io.nova.workflow.register.v1"
-	TypeWorkflowStarted   = "io.nova.workflow.started.v1"
-	TypeWorkflowCompleted = "io.nova.workflow.completed.v1"
-	TypeSandboxExecute    = "io.nova.sandbox.execute.v1"
-	TypeSandboxExecuted   = "io.nova.sandbox.executed.v1"
-	TypeNodeStarted       = "io.nova.node.started.v1"
-	TypeNodeCompleted     = "io.nova.node.completed.v1"
-	TypeStepCompleted     = "io.nova.node.step.completed.v1"
-	TypeDeadLetter        = "io.nova.deadletter.v1"
+// ResultKind is busname.ResultKind.
+func ResultKind(agent string) string { return busname.ResultKind(agent) }
 
-	TypeExecutionCancel    = "io.nova.execution.cancel.v1"
-	TypeExecutionCancelled = "io.nova.execution.cancelled.v1"
-	TypeExecutionStopped   = "io.nova.execution.stopped.v1"
-	TypeExecutionSignal    = "io.nova.execution.signal.v1"
-	TypeSignalRejected     = "io.nova.execution.signal.rejected.v1"
-	TypeNodeWaiting        = "io.nova.node.waiting.v1"
-	TypeTimerFired         = "io.nova.timer.fired.v1"
-	TypeScheduleTick       = "io.nova.schedule.tick.v1"
-	TypeSchedulePut        = "io.nova.schedule.put.v1"
-	TypeScheduleDelete     = "io.nova.schedule.delete.v1"
-	// A sub-workflow's child execution ended (ChildCompleted), for its
-	// parent.
-	TypeChildCompleted = "io.nova.workflow.child.completed.v1"
+// ReplyKind is busname.ReplyKind.
+func ReplyKind(agent string) string { return busname.ReplyKind(agent) }
 
-	TypeRefinementStart    = "io.nova.refinement.start.v1"
-	TypeRefinementProgress = "io.nova.refinement.progress.v1"
-
-	TypeInputAnalyze    = "io.nova.agent.input.analyze.v1"
-	TypeInputAnalyzed   = "io.nova.agent.input.analyzed.v1"
-	TypeCodeGenerate    = "io.nova.agent.code.generate.v1"
-	TypeCodeGenerated   = "io.nova.agent.code.generated.v1"
-	TypeCodeValidate    = "io.nova.agent.code.validate.v1"
-	TypeCodeValidated   = "io.nova.agent.code.validated.v1"
-	TypeOutputValidate  = "io.nova.agent.output.validate.v1"
-	TypeOutputValidated = "io.nova.agent.output.validated.v1"
-)
-
-// Agent names: each owns the command subject nova.cmd.<agent>.
-const (
-	AgentGraphEngine     = "graph-engine"
-	AgentSandbox         = "sandbox"
-	AgentInputAnalyzer   = "input-analyzer"
-	AgentCodeGenerator   = "code-generator"
-	AgentCodeValidator   = "code-validator"
-	AgentOutputValidator = "output-validator"
-)
-
-// ResultKind is the event kind of an agent's results:
-// nova.evt.<execution>.result.<agent>.
-func ResultKind(agent string) string { return "result." + agent }
-
-// ReplyKind is the event kind of an agent's results for a run outside any
-// workflow (the gateway's POST /v1/execute): nova.evt.<id>.reply.<agent>,
-// which the graph engine does not consume.
-func ReplyKind(agent string) string { return replyPrefix + agent }
-
-const replyPrefix = "reply."
-
-// ResultSubject is where an agent answers a command: the kind the command
-// names (reply_kind), else result.<agent>. A kind that is not reply.<name>
-// is refused, so a command cannot make an agent forge another kind of
-// event.
+// ResultSubject is busname.ResultSubject.
 func ResultSubject(executionID, agent, replyKind string) (string, error) {
-	if replyKind == "" {
-		return EventSubject(executionID, ResultKind(agent)), nil
-	}
-	name, ok := strings.CutPrefix(replyKind, replyPrefix)
-	if !ok || name == "" || subjectToken(name) != name {
-		return "", fmt.Errorf("reply_kind %q is not %s<name> (one subject token)", replyKind, replyPrefix)
-	}
-	return EventSubject(executionID, replyKind), nil
+	return busname.ResultSubject(executionID, agent, replyKind)
 }
 
-// Event kinds: the tail of nova.evt.<execution>.<kind>.
-const (
-	KindWorkflowStarted   = "workflow.started"
-	KindWorkflowCompleted = "workflow.completed"
-	KindNodeStarted       = "node.started"
-	KindNodeCompleted     = "node.completed"
-	KindStepCompleted     = "step.completed"
-	KindSandboxResult     = "result.sandbox"
-	// KindRefinement carries a refinement's messages (RefinementProgress).
-	KindRefinement         = "refinement"
-	KindNodeWaiting        = "node.waiting"
-	KindExecutionCancelled = "execution.cancelled"
-	// KindExecutionStopped: the execution ended while some of its lines
-	// still ran work, which is to stop as for a cancel.
-	KindExecutionStopped = "execution.stopped"
-	KindSignalRejected   = "signal.rejected"
-	// KindChildCompleted is the graph engine's result for a parent
-	// execution: one of its child executions ended.
-	KindChildCompleted = "result." + AgentGraphEngine
-)
-
-// TimerSubject is where the schedule of an execution's durable timer is
-// kept; TimerFiredSubject is where it publishes when it comes due, which
-// the graph engine consumes (TimerFiredFilter).
+// TimerSubject is busname.TimerSubject.
 func TimerSubject(executionID, timerID string) string {
-	return "nova.timer.set." + subjectToken(executionID) + "." + subjectToken(timerID)
+	return busname.TimerSubject(executionID, timerID)
 }
 
-// TimerFiredSubject: see TimerSubject.
+// TimerFiredSubject is busname.TimerFiredSubject.
 func TimerFiredSubject(executionID, timerID string) string {
-	return "nova.timer.fired." + subjectToken(executionID) + "." + subjectToken(timerID)
+	return busname.TimerFiredSubject(executionID, timerID)
 }
 
-// TimerFiredFilter matches every fired timer.
-const TimerFiredFilter = "nova.timer.fired.>"
-
-// ScheduleSubject is where the message schedule of a workflow's schedule
-// is kept; ScheduleTickSubject is where each of its ticks is published,
-// which the graph engine consumes (ScheduleTickFilter).
+// ScheduleSubject is busname.ScheduleSubject.
 func ScheduleSubject(workflow, scheduleID string) string {
-	return "nova.schedule.set." + subjectToken(workflow) + "." + subjectToken(scheduleID)
+	return busname.ScheduleSubject(workflow, scheduleID)
 }
 
-// ScheduleTickSubject: see ScheduleSubject.
+// ScheduleTickSubject is busname.ScheduleTickSubject.
 func ScheduleTickSubject(workflow, scheduleID string) string {
-	return "nova.schedule.tick." + subjectToken(workflow) + "." + subjectToken(scheduleID)
+	return busname.ScheduleTickSubject(workflow, scheduleID)
 }
 
-// ScheduleTickFilter matches every schedule's ticks.
-const ScheduleTickFilter = "nova.schedule.tick.>"
+// ScheduleKey is busname.ScheduleKey.
+func ScheduleKey(wf, id string) string { return busname.ScheduleKey(wf, id) }
 
-// ExtensionExecutionID is the CloudEvents extension naming the execution an
-// event belongs to. Producers set it on start commands, so that even a start
-// whose data cannot be read ends in a completion event; every event of an
-// execution carries it.
-const ExtensionExecutionID = "executionid"
+// CommandSubject is busname.CommandSubject.
+func CommandSubject(agent string) string { return busname.CommandSubject(agent) }
 
-// KV buckets the graph engine owns, read by the gateway, the CLI and the
-// producer library.
-const (
-	// BucketExecutions holds each execution's state (ExecutionState) under
-	// its id.
-	BucketExecutions = "nova_executions"
-	// BucketWorkflows holds registered definitions under their names.
-	BucketWorkflows = "nova_workflows"
-	// BucketSchedules holds each schedule (ScheduleState) under
-	// ScheduleKey.
-	BucketSchedules = "nova_schedules"
-	// BucketMapResults holds the results of a running map's finished
-	// items under <execution>.<node, base64url>.<visit>.<index>.
-	BucketMapResults = "nova_map_results"
-)
+// EventSubject is busname.EventSubject.
+func EventSubject(executionID, kind string) string { return busname.EventSubject(executionID, kind) }
 
-// ScheduleKey is the key of schedule id of workflow wf in
-// BucketSchedules: <workflow>.<schedule id>.
-func ScheduleKey(wf, id string) string { return wf + "." + id }
+// EventFilter is busname.EventFilter.
+func EventFilter(kind string) string { return busname.EventFilter(kind) }
 
-// Durable consumers of the graph engine.
-const (
-	ConsumerEngineCommands    = "graph-engine"
-	ConsumerEngineResults     = "graph-engine-results"
-	ConsumerEngineDeadLetters = "graph-engine-dead-letters"
-	ConsumerEngineTimers      = "graph-engine-timers"
-	ConsumerEngineSchedules   = "graph-engine-schedules"
-)
+// ExecutionFilter is busname.ExecutionFilter.
+func ExecutionFilter(executionID string) string { return busname.ExecutionFilter(executionID) }
 
-// CommandSubject is the work-queue subject of an agent.
-func CommandSubject(agent string) string { return "nova.cmd." + agent }
+// EventKind is busname.EventKind.
+func EventKind(executionID, subject string) string { return busname.EventKind(executionID, subject) }
 
-// EventSubject is the subject of a fact about one execution.
-func EventSubject(executionID, kind string) string {
-	return "nova.evt." + subjectToken(executionID) + "." + kind
-}
-
-// EventFilter matches one kind of event for every execution, e.g. for the
-// engine's durable consumer of results.
-func EventFilter(kind string) string { return "nova.evt.*." + kind }
-
-// ExecutionFilter matches every event of one execution (for SSE and waiting clients).
-func ExecutionFilter(executionID string) string {
-	return "nova.evt." + subjectToken(executionID) + ".>"
-}
-
-// EventKind is the kind of an event of execution executionID from its
-// subject (the tail of nova.evt.<execution>.<kind>); "" for another
-// execution's subject.
-func EventKind(executionID, subject string) string {
-	execution, kind, ok := ParseEventSubject(subject)
-	if !ok || execution != subjectToken(executionID) {
-		return ""
-	}
-	return kind
-}
-
-// ParseEventSubject splits nova.evt.<execution>.<kind> into the
-// execution's subject token and the kind; ok is false for another subject.
+// ParseEventSubject is busname.ParseEventSubject.
 func ParseEventSubject(subject string) (execution, kind string, ok bool) {
-	rest, ok := strings.CutPrefix(subject, "nova.evt.")
-	if !ok {
-		return "", "", false
-	}
-	execution, kind, ok = strings.Cut(rest, ".")
-	if !ok || execution == "" || kind == "" {
-		return "", "", false
-	}
-	return execution, kind, true
+	return busname.ParseEventSubject(subject)
 }
 
-// IsReplyKind tells whether kind is an agent's reply to a run outside any
-// workflow (ReplyKind).
-func IsReplyKind(kind string) bool { return strings.HasPrefix(kind, replyPrefix) }
+// IsReplyKind is busname.IsReplyKind.
+func IsReplyKind(kind string) bool { return busname.IsReplyKind(kind) }
 
-// DeadLetterSubject is where a consumer's undeliverable events go.
-func DeadLetterSubject(consumer string) string { return "nova.dlq." + subjectToken(consumer) }
+// DeadLetterSubject is busname.DeadLetterSubject.
+func DeadLetterSubject(consumer string) string { return busname.DeadLetterSubject(consumer) }
 
-// subjectToken keeps an id a single subject token: NATS separates tokens with
-// dots and reserves * and >, and ids come from producers.
-func subjectToken(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.', '*', '>', ' ', '\t', '\r', '\n':
-			return '_'
-		}
-		return r
-	}, s)
-}
+// subjectToken is busname.Token.
+func subjectToken(s string) string { return busname.Token(s) }

@@ -94,15 +94,6 @@ func IsEntryKey(k string) bool {
 	return true
 }
 
-// Group names the entries a task is compared with: those whose key has the
-// same input but for the task, embedded by the same model.
-func Group(in Input, embeddingModel string) string {
-	in.Task = ""
-	h := sha256.New()
-	fmt.Fprintf(h, "group;%s;%d:%s", Key(in), len(embeddingModel), embeddingModel)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // IndexKey is the key of group's index record.
 func IndexKey(group string) string { return indexPrefix + group }
 
@@ -272,25 +263,6 @@ func (x *Index) Remove(key string) bool {
 	n := len(x.Entries)
 	x.Entries = slices.DeleteFunc(x.Entries, func(e IndexEntry) bool { return e.Key == key })
 	return len(x.Entries) != n
-}
-
-// Match is a member and its similarity to a task.
-type Match struct {
-	Key        string
-	Similarity float64
-}
-
-// Ranking is what comparing a task with a group found.
-type Ranking struct {
-	// Matches reach the threshold and name the task's literals, most similar
-	// first.
-	Matches []Match
-	// Best is the most similar member, whatever its literals; OtherLiterals
-	// says its literals differ from the task's.
-	Best          Match
-	OtherLiterals bool
-	// Compared is how many members were compared.
-	Compared int
 }
 
 // Rank compares the embedding of a task with literals with every member.

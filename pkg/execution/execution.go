@@ -2,103 +2,109 @@
 // graph engine that writes it: its id rules, its statuses, and its state in
 // the KV bucket bus.BucketExecutions with the completion that state stands
 // for. The engine, the gateway, the nova CLI and the producer library read
-// executions through it, so none of them links another's code.
+// executions through it, so none of them links another's code. What a state
+// says in memory is package execstate's, which imports no NATS client; it is
+// repeated here.
 package execution
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"regexp"
-	"slices"
-	"strings"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution/execstate"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// Execution statuses as events, the HTTP API and the chain of work spell
-// them: novav1.ExecutionStatus's names (Spelling).
+// The statuses and names of package execstate.
 const (
-	StatusRunning   = "running"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
+	StatusRunning   = execstate.StatusRunning
+	StatusSucceeded = execstate.StatusSucceeded
+	StatusFailed    = execstate.StatusFailed
+	StatusCancelled = execstate.StatusCancelled
+
+	NodeSuccess     = execstate.NodeSuccess
+	NodeFailed      = execstate.NodeFailed
+	NodeCancelled   = execstate.NodeCancelled
+	NodeCarriedOver = execstate.NodeCarriedOver
+
+	RefineWorkflow = execstate.RefineWorkflow
+	RefineNode     = execstate.RefineNode
 )
 
-// Node visit statuses in the chain of work: novav1.NodeStatus's names.
-const (
-	NodeSuccess = "success"
-	NodeFailed  = "failed"
-	// NodeCancelled: the visit ended because its execution was cancelled.
-	NodeCancelled = "cancelled"
-	// NodeCarriedOver: a rerun took the node's visit from the execution it
-	// reruns instead of running it.
-	NodeCarriedOver = "carried_over"
+// The errors of package execstate.
+type (
+	EndedError      = execstate.EndedError
+	NotWaitingError = execstate.NotWaitingError
 )
 
-// Spelling is how events and documents write status s: the lower-case
-// name after the enum's prefix.
-func Spelling(s novav1.ExecutionStatus) string {
-	if s == novav1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED {
-		return ""
-	}
-	return strings.ToLower(strings.TrimPrefix(s.String(), "EXECUTION_STATUS_"))
+// Spelling is execstate.Spelling.
+func Spelling(s novav1.ExecutionStatus) string { return execstate.Spelling(s) }
+
+// NodeSpelling is execstate.NodeSpelling.
+func NodeSpelling(s novav1.NodeStatus) string { return execstate.NodeSpelling(s) }
+
+// ParseStatus is execstate.ParseStatus.
+func ParseStatus(s string) (novav1.ExecutionStatus, bool) { return execstate.ParseStatus(s) }
+
+// Ended is execstate.Ended.
+func Ended(status string) bool { return execstate.Ended(status) }
+
+// ValidKey is execstate.ValidKey.
+func ValidKey(s string) bool { return execstate.ValidKey(s) }
+
+// ID is execstate.ID.
+func ID(id string) string { return execstate.ID(id) }
+
+// WorkflowName is execstate.WorkflowName.
+func WorkflowName(st *novav1.ExecutionState) string { return execstate.WorkflowName(st) }
+
+// Completion is execstate.Completion.
+func Completion(st *novav1.ExecutionState) *novav1.WorkflowCompleted { return execstate.Completion(st) }
+
+// CheckCancel is execstate.CheckCancel.
+func CheckCancel(st *novav1.ExecutionState) error { return execstate.CheckCancel(st) }
+
+// Lines is execstate.Lines.
+func Lines(st *novav1.ExecutionState) []*novav1.Branch { return execstate.Lines(st) }
+
+// Forked is execstate.Forked.
+func Forked(st *novav1.ExecutionState) []*novav1.Branch { return execstate.Forked(st) }
+
+// CurrentNode is execstate.CurrentNode.
+func CurrentNode(st *novav1.ExecutionState) string { return execstate.CurrentNode(st) }
+
+// WaitingFor is execstate.WaitingFor.
+func WaitingFor(st *novav1.ExecutionState) string { return execstate.WaitingFor(st) }
+
+// CheckSignalTarget is execstate.CheckSignalTarget.
+func CheckSignalTarget(st *novav1.ExecutionState, name string) error {
+	return execstate.CheckSignalTarget(st, name)
 }
 
-// NodeSpelling is how the chain of work writes node status s.
-func NodeSpelling(s novav1.NodeStatus) string {
-	if s == novav1.NodeStatus_NODE_STATUS_UNSPECIFIED {
-		return ""
-	}
-	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_STATUS_"))
+// WaitingLine is execstate.WaitingLine.
+func WaitingLine(st *novav1.ExecutionState, name string) *novav1.Branch {
+	return execstate.WaitingLine(st, name)
 }
 
-// ParseStatus reads a status as events spell it.
-func ParseStatus(s string) (novav1.ExecutionStatus, bool) {
-	v, ok := novav1.ExecutionStatus_value["EXECUTION_STATUS_"+strings.ToUpper(s)]
-	if !ok || s == "" || s != strings.ToLower(s) {
-		return novav1.ExecutionStatus_EXECUTION_STATUS_UNSPECIFIED, false
-	}
-	return novav1.ExecutionStatus(v), true
+// WaitNode is execstate.WaitNode.
+func WaitNode(st *novav1.ExecutionState, name string) *novav1.Node {
+	return execstate.WaitNode(st, name)
 }
 
-// Ended reports whether status is one an execution ends with.
-func Ended(status string) bool {
-	return status == StatusSucceeded || status == StatusFailed || status == StatusCancelled
-}
+// CancelEventID is execstate.CancelEventID.
+func CancelEventID(id string) string { return execstate.CancelEventID(id) }
 
-var validKey = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,200}$`)
+// WaitUntil is execstate.WaitUntil.
+func WaitUntil(l *novav1.Branch) *timestamppb.Timestamp { return execstate.WaitUntil(l) }
 
-// ValidKey reports whether s can be a key of the engine's buckets (an
-// execution id, a workflow name).
-func ValidKey(s string) bool { return validKey.MatchString(s) }
-
-// ID is the id of the execution a start asks to be id: id itself when it
-// can be a key of the engine's buckets and is not "events" or "export"
-// (the gateway's GET /v1/executions/events is the stream of every
-// execution and GET /v1/executions/export the archive export, so an
-// execution of either id could not be read at /v1/executions/{id}, nor
-// named to `nova chain`), else a UUID derived from it, so a repeated start
-// still names one execution.
-func ID(id string) string {
-	if validKey.MatchString(id) && id != "events" && id != "export" {
-		return id
-	}
-	return uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String()
-}
-
-// RefineWorkflow is the workflow name of refinement executions, and
-// RefineNode the one node each has.
-const (
-	RefineWorkflow = "refine"
-	RefineNode     = "refine"
-)
+// Parked is execstate.Parked.
+func Parked(st *novav1.ExecutionState) map[string][]string { return execstate.Parked(st) }
 
 // StateSubject is the subject of execution id's key in
 // bus.BucketExecutions, the one its state is stored on.
@@ -119,39 +125,4 @@ func ReadState(ctx context.Context, kv jetstream.KeyValue, id string) (*novav1.E
 		return nil, fmt.Errorf("execution state %s: %w", id, err)
 	}
 	return &st, nil
-}
-
-// WorkflowName is the name of the workflow st runs.
-func WorkflowName(st *novav1.ExecutionState) string {
-	if st.GetRefine() != nil {
-		return RefineWorkflow
-	}
-	return st.GetDefinition().GetName()
-}
-
-// Completion is the completion event of an ended execution, from its
-// state: what the engine published when it ended.
-func Completion(st *novav1.ExecutionState) *novav1.WorkflowCompleted {
-	wc := &novav1.WorkflowCompleted{
-		ExecutionId:  st.ExecutionId,
-		WorkflowName: WorkflowName(st),
-		Status:       st.Status,
-		Context:      st.Context,
-		Path:         st.Path,
-		Error:        st.Error,
-		StartedAt:    st.StartedAt,
-		CompletedAt:  st.CompletedAt,
-		CostUsd:      st.GetSpend().GetUsd(),
-		ModelCalls:   st.GetSpend().GetModelCalls(),
-		CancelledBy:  st.CancelledBy,
-		CancelReason: st.CancelReason,
-		RerunOf:      st.GetRerun().GetExecutionId(),
-		Parent:       st.GetParent(),
-	}
-	for _, id := range slices.Sorted(maps.Keys(st.Nodes)) {
-		ns := st.Nodes[id]
-		wc.Nodes = append(wc.Nodes, &novav1.NodeSummary{Id: id, Status: ns.Status, Attempts: ns.Attempts, Error: ns.Error, Visits: ns.Visits,
-			CostUsd: ns.GetSpend().GetUsd(), ModelCalls: ns.GetSpend().GetModelCalls()})
-	}
-	return wc
 }

@@ -12,15 +12,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/valueref/refjson"
 )
-
-// Bucket is the Object Store bucket holding large values.
-const Bucket = "nova_values"
 
 // DefaultThreshold is the JSON size above which a value is stored by reference.
 const DefaultThreshold = 256 << 10
@@ -74,65 +71,18 @@ func Open(ctx context.Context, js jetstream.JetStream, threshold int, replicas i
 // Threshold is the size above which values are stored by reference.
 func (s *Store) Threshold() int { return s.threshold }
 
-// Ref is a reference to a stored value.
-type Ref struct {
-	Name   string
-	Size   int64
-	SHA256 string
-}
+// A reference and its JSON are package refjson's, which imports no NATS
+// client; they are repeated here.
+type Ref = refjson.Ref
 
-// refJSON is the JSON form of a reference.
-type refJSON struct {
-	Ref    string `json:"$ref"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
+// Bucket is refjson.Bucket, the Object Store bucket holding large values.
+const Bucket = refjson.Bucket
 
-// AsRef reports whether v (a decoded JSON value, numbers as float64 or
-// json.Number) is a reference.
-func AsRef(v any) (Ref, bool) {
-	m, ok := v.(map[string]any)
-	if !ok || len(m) != 3 {
-		return Ref{}, false
-	}
-	name, ok1 := m["$ref"].(string)
-	sum, ok2 := m["sha256"].(string)
-	var size int64
-	var ok3 bool
-	switch n := m["size"].(type) {
-	case float64:
-		size, ok3 = int64(n), true
-	case json.Number:
-		i, err := n.Int64()
-		size, ok3 = i, err == nil
-	}
-	if !ok1 || !ok2 || !ok3 || !strings.HasPrefix(name, Bucket+"/") {
-		return Ref{}, false
-	}
-	return Ref{Name: strings.TrimPrefix(name, Bucket+"/"), Size: size, SHA256: sum}, true
-}
+// AsRef is refjson.AsRef.
+func AsRef(v any) (Ref, bool) { return refjson.AsRef(v) }
 
-// RawRef reports whether raw is the JSON of a reference.
-func RawRef(raw json.RawMessage) (Ref, bool) {
-	// A reference is a small object with "$ref" first-level key; anything
-	// else is rejected before decoding.
-	if len(raw) == 0 || raw[0] != '{' || len(raw) > 512 || !bytes.Contains(raw, []byte(`"$ref"`)) {
-		return Ref{}, false
-	}
-	var r refJSON
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.DisallowUnknownFields()
-	if d.Decode(&r) != nil || !strings.HasPrefix(r.Ref, Bucket+"/") || r.SHA256 == "" {
-		return Ref{}, false
-	}
-	return Ref{Name: strings.TrimPrefix(r.Ref, Bucket+"/"), Size: r.Size, SHA256: r.SHA256}, true
-}
-
-// JSON is the reference as it travels in a context.
-func (r Ref) JSON() json.RawMessage {
-	b, _ := json.Marshal(refJSON{Ref: Bucket + "/" + r.Name, Size: r.Size, SHA256: r.SHA256})
-	return b
-}
+// RawRef is refjson.RawRef.
+func RawRef(raw json.RawMessage) (Ref, bool) { return refjson.RawRef(raw) }
 
 // Shrink replaces, in place, every member of the object whose JSON is over
 // the threshold by a reference, storing the value first (its exact text).

@@ -1,4 +1,4 @@
-package execution
+package execstate
 
 import (
 	"testing"
