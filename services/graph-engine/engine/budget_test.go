@@ -6,12 +6,11 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
@@ -19,276 +18,8 @@ import (
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/flow"
 )
-
-const budgetYAML = `
-name: ai
-model: gpt-4o-mini
-budget: {max_usd: 0.001}
-nodes:
-  - {id: start, type: start}
-  - {id: discount, type: action, prompt: "Calculate discount (10% if total > 1000)" NODE}
-  - {id: end, type: end}
-edges:
-  - {from: start, to: discount}
-  - {from: discount, to: end}
-`
-
-// budgetYAMLWith is budgetYAML with fields added to the AI node.
-func budgetYAMLWith(nodeFields string) string {
-	return strings.Replace(budgetYAML, "NODE", nodeFields, 1)
-}
-
-// run drives an execution of yaml through the AI pipeline in memory: answer
-// plays the agents. It returns every event the engine published.
-func run(t *testing.T, e *Engine, yaml string, answer func(cmd proto.Message) proto.Message) (*novav1.ExecutionState, []outEvent) {
-	t.Helper()
-	def, err := workflow.Parse([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := workflow.Validate(def, workflow.ValidateOptions{AllowPrompt: true}); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
-	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
-	tr := e.newTransition(st)
-	startIn(tr)
-	all := tr.out
-	for st.Status == statusRunning {
-		var cmd proto.Message
-		for i := len(tr.out) - 1; i >= 0 && cmd == nil; i-- {
-			if strings.HasPrefix(tr.out[i].subject, "nova.cmd.") {
-				cmd = tr.out[i].msg
-			}
-		}
-		if cmd == nil {
-			t.Fatal("no command issued while running")
-		}
-		tr = e.newTransition(st)
-		var err error
-		switch r := answer(cmd).(type) {
-		case *novav1.InputAnalyzed:
-			err = applyStep(tr, func(t *transition) error { return t.inputAnalyzed(r) })
-		case *novav1.CodeGenerated:
-			err = applyStep(tr, func(t *transition) error { return t.codeGenerated(r) })
-		case *novav1.CodeValidated:
-			err = applyStep(tr, func(t *transition) error { return t.codeValidated(r) })
-		case *novav1.CodeExecuted:
-			err = applyStep(tr, func(t *transition) error { return t.codeExecuted(r) })
-		case *novav1.OutputValidated:
-			err = applyStep(tr, func(t *transition) error { return t.outputValidated(r) })
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, tr.out...)
-	}
-	return st, all
-}
-
-// modelAgent answers like an agent under an allowance: a call costing cost
-// is made only if it fits, else refused as pkg/llm refuses it.
-func modelAgent(ref *novav1.StepRef, agent string, cost float64) (*novav1.AgentOutcome, bool) {
-	a := ref.GetAllowance()
-	refuse := func(l *novav1.BudgetLimit, spent, needed, given float64) (*novav1.AgentOutcome, bool) {
-		be := &novav1.BudgetExceeded{Limit: l, StepSpent: spent, Needed: needed, Given: given, Agent: agent, Model: "gpt-4o-mini"}
-		return &novav1.AgentOutcome{Status: "error", Error: describe(be), BudgetExceeded: be}, false
-	}
-	if a.ModelCalls != nil && a.GetModelCalls() < 1 {
-		return refuse(a.GetCallsLimit(), 0, 1, float64(a.GetModelCalls()))
-	}
-	if a.Usd != nil && cost > a.GetUsd() {
-		return refuse(a.GetUsdLimit(), 0, cost, a.GetUsd())
-	}
-	return &novav1.AgentOutcome{Status: "success", ModelCalls: []*novav1.ModelCall{{Model: "gpt-4o-mini", PromptTokens: 100, CostUsd: cost}}}, true
-}
-
-// describe is the message pkg/llm gives a refusal (the engine passes the
-// agent's message on as it is).
-func describe(be *novav1.BudgetExceeded) string {
-	l := be.GetLimit()
-	return fmt.Sprintf("budget_exceeded: %s of %s: $%.6f spent of $%.6f allowed; the next model call (%s, %s) would cost up to $%.6f",
-		l.GetName(), l.GetScope(), l.GetSpent()+be.GetStepSpent(), l.GetAllowed(), be.GetAgent(), be.GetModel(), be.GetNeeded())
-}
-
-// TestBudgetStopsRetries: a node whose code keeps failing retries until the
-// next generation would pass max_usd: that call is not made, the node and
-// the workflow fail with budget_exceeded naming the limit and the amounts,
-// and what was spent is kept per node and per execution.
-func TestBudgetStopsRetries(t *testing.T) {
-	e := newTestEngine()
-	var allowances []float64
-	st, events := run(t, e, budgetYAMLWith(""), func(cmd proto.Message) proto.Message {
-		switch c := cmd.(type) {
-		case *novav1.AnalyzeInput:
-			return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true}
-		case *novav1.GenerateCode:
-			a := c.Ref.GetAllowance()
-			if a.UsdLimit.GetName() != "max_usd" || a.UsdLimit.GetScope() != `workflow "ai"` || a.ModelCalls != nil {
-				t.Errorf("allowance %v", a)
-			}
-			allowances = append(allowances, a.GetUsd())
-			outcome, _ := modelAgent(c.Ref, "code-generator", 0.0004)
-			return &novav1.CodeGenerated{Ref: c.Ref, Outcome: outcome, Code: "context['discount'] = totl", Stage: "TASK"}
-		case *novav1.ValidateCode:
-			return &novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: false,
-				Findings: []*novav1.Finding{{Rule: "undefined-name", Message: "name 'totl' is not defined", Line: 1}}}
-		}
-		t.Fatalf("unexpected command %T", cmd)
-		return nil
-	})
-	if len(allowances) != 3 || math.Abs(allowances[0]-0.001) > 1e-12 || math.Abs(allowances[1]-0.0006) > 1e-12 || math.Abs(allowances[2]-0.0002) > 1e-12 {
-		t.Errorf("allowances of the generations %v, want [0.001 0.0006 0.0002]", allowances)
-	}
-	want := `node "discount" failed: budget_exceeded: max_usd of workflow "ai": $0.000800 spent of $0.001000 allowed; ` +
-		`the next model call (code-generator, gpt-4o-mini) would cost up to $0.000400`
-	if st.Status != statusFailed || st.Error != want {
-		t.Errorf("status %s, error\n%s\nwant\n%s", st.Status, st.Error, want)
-	}
-	if s := st.GetSpend(); math.Abs(s.GetUsd()-0.0008) > 1e-12 || s.GetModelCalls() != 2 {
-		t.Errorf("execution spend %v, want $0.0008 in 2 calls", s)
-	}
-	var nc *novav1.NodeCompleted
-	var wc *novav1.WorkflowCompleted
-	for _, o := range events {
-		switch m := o.msg.(type) {
-		case *novav1.NodeCompleted:
-			if m.NodeId == "discount" {
-				nc = m
-			}
-		case *novav1.WorkflowCompleted:
-			wc = m
-		}
-	}
-	if nc == nil || nc.ErrorKind != "budget_exceeded" || nc.ModelCalls != 2 || math.Abs(nc.CostUsd-0.0008) > 1e-12 {
-		t.Fatalf("node completed %v", nc)
-	}
-	meta := nc.AiMetadata.AsMap()
-	be, _ := meta["budget_exceeded"].(map[string]any)
-	if meta["status"] != "budget_exceeded" || be["limit"] != "max_usd" || be["allowed"] != 0.001 || be["needed_usd"] != 0.0004 ||
-		math.Abs(be["spent"].(float64)-0.0008) > 1e-12 {
-		t.Errorf("ai_metadata status %v, budget_exceeded %v", meta["status"], be)
-	}
-	if wc == nil || wc.Error != want || math.Abs(wc.CostUsd-0.0008) > 1e-12 || wc.ModelCalls != 2 {
-		t.Fatalf("workflow completed %v", wc)
-	}
-	for _, n := range wc.Nodes {
-		if n.Id == "discount" && (n.ModelCalls != 2 || n.Attempts != 3) {
-			t.Errorf("node summary %v", n)
-		}
-	}
-}
-
-// TestAllowanceOfEachLimit: a node's own limits apply besides the
-// workflow's, and a deployment default fills what the workflow leaves
-// unset; the tightest limit is the one the step is told of. Without any
-// budget a command carries no allowance.
-func TestAllowanceOfEachLimit(t *testing.T) {
-	tests := []struct {
-		name      string
-		yaml      string
-		defaults  *novav1.Budget
-		usd       *float64
-		usdLimit  string
-		calls     *int32
-		callLimit string
-	}{
-		{name: "none", yaml: strings.Replace(budgetYAMLWith(""), "budget: {max_usd: 0.001}", "", 1)},
-		{name: "workflow", yaml: budgetYAMLWith(""), usd: proto.Float64(0.001), usdLimit: `max_usd of workflow "ai"`},
-		{name: "node tighter", yaml: budgetYAMLWith(", budget: {max_usd: 0.0005, max_model_calls: 4}"),
-			usd: proto.Float64(0.0005), usdLimit: `max_usd of node "discount"`, calls: proto.Int32(4), callLimit: `max_model_calls of node "discount"`},
-		{name: "deployment default", yaml: budgetYAMLWith(""), defaults: &novav1.Budget{MaxUsd: proto.Float64(5), MaxModelCalls: proto.Int32(3)},
-			usd: proto.Float64(0.001), usdLimit: `max_usd of workflow "ai"`, calls: proto.Int32(3), callLimit: `max_model_calls of workflow "ai" (deployment default)`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newTestEngine()
-			e.cfg.Budget = tc.defaults
-			var a *novav1.Allowance
-			run(t, e, tc.yaml, func(cmd proto.Message) proto.Message {
-				c, ok := cmd.(*novav1.AnalyzeInput)
-				if !ok {
-					t.Fatalf("command %T", cmd)
-				}
-				a = c.Ref.GetAllowance()
-				// Ends the run: the node fails on a failed input analysis.
-				return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "error", Error: "stop"}}
-			})
-			if tc.usd == nil && tc.calls == nil {
-				if a != nil {
-					t.Errorf("allowance %v without a budget", a)
-				}
-				return
-			}
-			if (a.Usd == nil) != (tc.usd == nil) || a.GetUsd() != *cmpOr(tc.usd) ||
-				(tc.usd != nil && a.UsdLimit.GetName()+" of "+a.UsdLimit.GetScope() != tc.usdLimit) {
-				t.Errorf("usd %v (%v), want %v (%s)", a.Usd, a.UsdLimit, tc.usd, tc.usdLimit)
-			}
-			if (a.ModelCalls == nil) != (tc.calls == nil) || (tc.calls != nil && (a.GetModelCalls() != *tc.calls ||
-				a.CallsLimit.GetName()+" of "+a.CallsLimit.GetScope() != tc.callLimit)) {
-				t.Errorf("calls %v (%v), want %v (%s)", a.ModelCalls, a.CallsLimit, tc.calls, tc.callLimit)
-			}
-		})
-	}
-}
-
-func cmpOr(p *float64) *float64 {
-	if p == nil {
-		return new(float64)
-	}
-	return p
-}
-
-// TestDayShareGrowsOnRequest: under max_usd_per_day a model step asks to
-// hold a share of the day; when a call needs more than its share the step
-// is issued again asking for more, and the share it held is released with
-// what it spent.
-func TestDayShareGrowsOnRequest(t *testing.T) {
-	e := newTestEngine()
-	yaml := strings.Replace(budgetYAMLWith(""), "budget: {max_usd: 0.001}", "budget: {max_usd_per_day: 5}", 1)
-	def, _ := workflow.Parse([]byte(yaml))
-	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
-	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
-	tr := e.newTransition(st)
-	startIn(tr)
-	day := tr.now.UTC().Format(time.DateOnly)
-	if len(tr.budgetFx.holds) != 1 {
-		t.Fatalf("holds %+v, want one for the input analysis", tr.budgetFx.holds)
-	}
-	h := tr.budgetFx.holds[0]
-	if h.want != 0.1 || len(h.days) != 1 || h.days[0].key != "ai."+day || h.step != line0(st).PendingStepId {
-		t.Errorf("hold %+v, want 5/50 on ai.%s for the pending step", h, day)
-	}
-	if got := line0(st).Ai.HeldDayKeys; len(got) != 1 || got[0] != "ai."+day {
-		t.Errorf("held day keys %v", got)
-	}
-	// The agent was given a share of $0.1 and needs $0.3 for its call.
-	cmd := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput)
-	limit := &novav1.BudgetLimit{Name: "max_usd_per_day", Scope: `workflow "ai"`, Allowed: 5, Day: day, Share: true}
-	be := &novav1.BudgetExceeded{Limit: limit, Needed: 0.3, Given: 0.1, Agent: "input-analyzer", Model: "gpt-4o-mini"}
-	first := line0(st).PendingStepId
-	tr = e.newTransition(st)
-	err := applyStep(tr, func(t *transition) error {
-		return t.inputAnalyzed(&novav1.InputAnalyzed{Ref: cmd.Ref, Outcome: &novav1.AgentOutcome{Status: "error",
-			Error: describe(be), BudgetExceeded: be}})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Status != statusRunning || line0(st).PendingStepId == first {
-		t.Fatalf("status %s, pending %s: want the input analysis issued again", st.Status, line0(st).PendingStepId)
-	}
-	if s := tr.budgetFx.settles; len(s) != 1 || s[0].step != first || s[0].usd != 0 {
-		t.Errorf("settles %+v, want the first step's share released", s)
-	}
-	if h := tr.budgetFx.holds; len(h) != 1 || h[0].want != 0.3 || h[0].step != line0(st).PendingStepId {
-		t.Errorf("holds %+v, want $0.3 (what the call needs) for the new step", h)
-	}
-	if _, ok := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput); !ok {
-		t.Errorf("last event %T, want the input analysis again", tr.out[len(tr.out)-1].msg)
-	}
-}
 
 // TestDayCountersAcrossReplicas: two engine replicas (two connections to the
 // embedded NATS) take shares of one day's max_usd_per_day for 40 steps at
@@ -317,7 +48,7 @@ func TestDayCountersAcrossReplicas(t *testing.T) {
 		replicas[i] = d
 	}
 	const limit = 0.01
-	day := []dayLimit{{key: DayKey("w", "", "2026-01-02"), limit: &novav1.BudgetLimit{Name: "max_usd_per_day", Allowed: limit}}}
+	day := []flow.DayLimit{{Key: DayKey("w", "", "2026-01-02"), Limit: &novav1.BudgetLimit{Name: "max_usd_per_day", Allowed: limit}}}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var granted, spent float64
@@ -339,7 +70,7 @@ func TestDayCountersAcrossReplicas(t *testing.T) {
 			granted, spent = granted+grant, spent+use
 			mu.Unlock()
 			for range 2 { // the second settle finds no share and counts nothing
-				if err := d.settle(ctx, []string{day[0].key}, step, use, 1); err != nil {
+				if err := d.settle(ctx, []string{day[0].Key}, step, use, 1); err != nil {
 					t.Error(err)
 				}
 			}
@@ -347,7 +78,7 @@ func TestDayCountersAcrossReplicas(t *testing.T) {
 	}
 	wg.Wait()
 	e := &Engine{days: replicas[0]}
-	daySpent, calls, held, err := e.daySpend(ctx, day[0].key)
+	daySpent, calls, held, err := e.daySpend(ctx, day[0].Key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,14 +104,28 @@ func TestEngineTakesDayShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml := strings.Replace(budgetYAMLWith(", budget: {max_usd_per_day: 0.02}"), "budget: {max_usd: 0.001}",
-		"budget: {max_usd_per_day: 1, max_usd: 0.5}", 1)
-	def, _ := workflow.Parse([]byte(yaml))
-	start := func(id string) (*novav1.ExecutionState, *transition) {
+	def, _ := workflow.Parse([]byte(`
+name: ai
+model: gpt-4o-mini
+budget: {max_usd_per_day: 1, max_usd: 0.5}
+nodes:
+  - {id: start, type: start}
+  - {id: discount, type: action, prompt: "Calculate discount (10% if total > 1000)", budget: {max_usd_per_day: 0.02}}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: discount}
+  - {from: discount, to: end}
+`))
+	start := func(id string) (*novav1.ExecutionState, *flow.Transition) {
 		c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
-		st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
+		st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: timestamppb.New(time.Now())}
+		// As the engine's start does.
 		tr := e.newTransition(st)
-		startIn(tr)
+		tr.StartLine()
+		tr.Enter(tr.Graph().Start().Id)
+		tr.KeepChanges()
+		tr.Unbind()
+		tr.Settle()
 		if err := e.applyBudget(ctx, tr); err != nil {
 			t.Fatal(err)
 		}
@@ -390,7 +135,7 @@ func TestEngineTakesDayShares(t *testing.T) {
 	var held float64
 	for i := range 3 {
 		st, tr := start(fmt.Sprintf("x%d", i))
-		a := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput).Ref.GetAllowance()
+		a := tr.Out()[len(tr.Out())-1].Msg.(*novav1.AnalyzeInput).Ref.GetAllowance()
 		// The node's day ($0.02) is the tightest: a share of $0.02/50, the
 		// smallest of the shares wanted.
 		if math.Abs(a.GetUsd()-0.0004) > 1e-12 || a.UsdLimit.GetName() != "max_usd_per_day" || a.UsdLimit.GetScope() != `node "discount"` ||
@@ -398,7 +143,7 @@ func TestEngineTakesDayShares(t *testing.T) {
 			t.Errorf("execution %d: allowance %v", i, a)
 		}
 		held += a.GetUsd()
-		if got := line0(st).Ai.HeldDayKeys; len(got) != 2 || got[0] != "ai."+day || got[1] != "ai.discount."+day {
+		if got := st.Branches[0].Ai.HeldDayKeys; len(got) != 2 || got[0] != "ai."+day || got[1] != "ai.discount."+day {
 			t.Errorf("held keys %v", got)
 		}
 	}
@@ -410,17 +155,5 @@ func TestEngineTakesDayShares(t *testing.T) {
 	st, err := e.days.kv.Status(ctx)
 	if err != nil || st.TTL() != budgetTTL {
 		t.Errorf("bucket %s: TTL %v, %v; want %v", BucketBudget, st.TTL(), err, budgetTTL)
-	}
-}
-
-func TestDayKey(t *testing.T) {
-	for _, tc := range []struct{ workflow, node, want string }{
-		{"invoice-routing", "", "invoice-routing.2026-03-01"},
-		{"ai", "discount", "ai.discount.2026-03-01"},
-		{"My flow.v2", "n 1", "=TXkgZmxvdy52Mg.=biAx.2026-03-01"},
-	} {
-		if got := DayKey(tc.workflow, tc.node, "2026-03-01"); got != tc.want {
-			t.Errorf("DayKey(%q, %q) = %q, want %q", tc.workflow, tc.node, got, tc.want)
-		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/novaflow/nova/pkg/runtimeinfo"
 	"github.com/novaflow/nova/pkg/validatorinfo"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/flow"
 )
 
 // Defaults of the code cache's limits.
@@ -32,12 +33,6 @@ const (
 // (8191 tokens for OpenAI's), and an API's 400 then means it has no
 // embeddings rather than a task too long.
 const maxSemanticTask = 8000
-
-// Cache match levels (AIRun.cache_match, ai_metadata.cache_match).
-const (
-	matchExact    = "exact"
-	matchSemantic = "semantic"
-)
 
 // codeCache is the engine's side of the generated-code cache: the bucket,
 // the runtime whose fingerprint is part of every key, the semantic level
@@ -136,50 +131,6 @@ func openCodeCache(ctx context.Context, js jetstream.JetStream, cfg Config, deps
 	return c, nil
 }
 
-// cacheEffects are what a transition decided about the cache; the engine
-// applies them once the state that decided them is stored.
-type cacheEffects struct {
-	puts              map[string]cachePut
-	deletes           []cacheDelete
-	hits              map[string]int64 // by match
-	misses, evictions int64
-}
-
-// cachePut stores an entry, and indexes it in its semantic group when group
-// is set and its task's embedding is kept.
-type cachePut struct {
-	entry *codecache.Entry
-	group string
-}
-
-// cacheDelete evicts an entry, and its member of group's index.
-type cacheDelete struct {
-	key, group string
-}
-
-// semanticQuery is what the semantic level compares: a task, within group.
-type semanticQuery struct {
-	group, task string
-	// allowance is what the node's budget leaves for the embeddings call.
-	allowance *novav1.Allowance
-}
-
-// semanticResult is what the semantic level found after an exact miss.
-type semanticResult struct {
-	// entry and match are the hit, nil and zero for a miss.
-	entry *codecache.Entry
-	match codecache.Match
-	// ranking is what the comparison found.
-	ranking codecache.Ranking
-	// call is the embeddings call the lookup made (nil when the embedding
-	// was kept or no call was made).
-	call *novav1.ModelCall
-	// note says why nothing could be compared ("" when it was).
-	note string
-	// quiet: the level is known to be off; the lookup leaves no step.
-	quiet bool
-}
-
 // embedMemo keeps the embeddings computed while one event is handled, so
 // that a transition tried again (another replica updated the execution
 // first) finds the same embedding and the same call to account.
@@ -193,7 +144,7 @@ type embedded struct {
 // bindCache lets transition t look entries up (reads are safe to repeat)
 // and gives it the runtime's fingerprint; without a known runtime t does not
 // use the cache, so nothing can hit for a runtime it was not proven on.
-func (e *Engine) bindCache(ctx context.Context, t *transition, memo embedMemo) {
+func (e *Engine) bindCache(ctx context.Context, t *flow.Transition, memo embedMemo) {
 	if e.codeCache == nil {
 		return
 	}
@@ -204,7 +155,7 @@ func (e *Engine) bindCache(ctx context.Context, t *transition, memo embedMemo) {
 		}
 		// A node accepting code asks again, whatever the last miss: the
 		// runtime may have come while the node ran.
-		t.recheckRuntime = func() {
+		t.RecheckRuntime = func() {
 			if info, err := e.codeCache.runtime.Recheck(ctx); err == nil {
 				e.bindRuntime(ctx, t, memo, info)
 			}
@@ -215,10 +166,10 @@ func (e *Engine) bindCache(ctx context.Context, t *transition, memo embedMemo) {
 }
 
 // bindRuntime lets t use the code cache with the runtime info describes.
-func (e *Engine) bindRuntime(ctx context.Context, t *transition, memo embedMemo, info *runtimeinfo.Info) {
-	t.runtime = e.codeCache.fingerprintOf(info)
-	t.validator = e.codeCache.validators.Current()
-	t.lookup = func(key string) *codecache.Entry {
+func (e *Engine) bindRuntime(ctx context.Context, t *flow.Transition, memo embedMemo, info *runtimeinfo.Info) {
+	t.Runtime = e.codeCache.fingerprintOf(info)
+	t.Validator = e.codeCache.validators.Current()
+	t.Lookup = func(key string) *codecache.Entry {
 		entry, err := e.codeCache.kv.Get(ctx, key)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -234,8 +185,8 @@ func (e *Engine) bindRuntime(ctx context.Context, t *transition, memo embedMemo,
 		return ce
 	}
 	if s := e.codeCache.semantic; s != nil {
-		t.semanticModel = s.cfg.EmbeddingModel
-		t.semantic = func(q semanticQuery) semanticResult { return e.semanticLookup(ctx, memo, q, t.lookup) }
+		t.SemanticModel = s.cfg.EmbeddingModel
+		t.Semantic = func(q flow.SemanticQuery) flow.SemanticResult { return e.semanticLookup(ctx, memo, q, t.Lookup) }
 	}
 }
 
@@ -243,26 +194,26 @@ func (e *Engine) bindRuntime(ctx context.Context, t *transition, memo embedMemo,
 // kept embedding of the task, else asks the API for it (bounded by the
 // configured timeout and the node's budget) and keeps it, an idempotent
 // write; every failure is a miss that says why.
-func (e *Engine) semanticLookup(ctx context.Context, memo embedMemo, q semanticQuery, lookup func(string) *codecache.Entry) semanticResult {
+func (e *Engine) semanticLookup(ctx context.Context, memo embedMemo, q flow.SemanticQuery, lookup func(string) *codecache.Entry) flow.SemanticResult {
 	s, kv := e.codeCache.semantic, e.codeCache.kv
 	if s.unsupported.Load() {
-		return semanticResult{quiet: true}
+		return flow.SemanticResult{Quiet: true}
 	}
-	if len(q.task) > maxSemanticTask {
-		return semanticResult{note: fmt.Sprintf("the task's %d bytes are over the %d the semantic level embeds", len(q.task), maxSemanticTask)}
+	if len(q.Task) > maxSemanticTask {
+		return flow.SemanticResult{Note: fmt.Sprintf("the task's %d bytes are over the %d the semantic level embeds", len(q.Task), maxSemanticTask)}
 	}
 	model := s.cfg.EmbeddingModel
-	key := codecache.EmbeddingKey(model, q.task)
+	key := codecache.EmbeddingKey(model, q.Task)
 	got, ok := memo[key]
 	if !ok {
-		vector, err := codecache.LoadEmbedding(ctx, kv, model, q.task)
+		vector, err := codecache.LoadEmbedding(ctx, kv, model, q.Task)
 		if err != nil {
 			e.log.WarnContext(ctx, "code cache: kept embedding unreadable; asking the API again", "err", err)
 		}
 		got.vector = vector
 		if vector == nil {
-			cctx, cancel := context.WithTimeout(llm.WithAllowance(ctx, q.allowance), s.cfg.Timeout)
-			res, err := s.client.Embed(cctx, model, []string{q.task})
+			cctx, cancel := context.WithTimeout(llm.WithAllowance(ctx, q.Allowance), s.cfg.Timeout)
+			res, err := s.client.Embed(cctx, model, []string{q.Task})
 			cancel()
 			// An API's error text is not ours: scrubbed before it is shown.
 			var why string
@@ -275,36 +226,36 @@ func (e *Engine) semanticLookup(ctx context.Context, memo embedMemo, q semanticQ
 					e.log.WarnContext(ctx, "code cache: the model API offers no embeddings; the semantic level is off until the engine restarts",
 						"embedding_model", model, "err", why)
 				}
-				return semanticResult{note: "the model API offers no embeddings (" + why + "); the semantic level is off until the engine restarts"}
+				return flow.SemanticResult{Note: "the model API offers no embeddings (" + why + "); the semantic level is off until the engine restarts"}
 			case err != nil:
 				if _, refused := llm.AsBudgetError(err); refused {
-					return semanticResult{note: "the embeddings call does not fit the node's budget: " + why}
+					return flow.SemanticResult{Note: "the embeddings call does not fit the node's budget: " + why}
 				}
 				e.log.WarnContext(ctx, "code cache: embeddings call failed; the semantic level misses", "embedding_model", model, "err", why)
-				return semanticResult{note: "the embeddings call failed: " + why}
+				return flow.SemanticResult{Note: "the embeddings call failed: " + why}
 			}
 			got = embedded{vector: res.Vectors[0], call: res.Call}
-			if err := codecache.StoreEmbedding(ctx, kv, model, q.task, got.vector); err != nil {
+			if err := codecache.StoreEmbedding(ctx, kv, model, q.Task, got.vector); err != nil {
 				e.log.WarnContext(ctx, "code cache: could not keep the task's embedding", "err", err)
 			}
 		}
 		memo[key] = got
 	}
-	res := semanticResult{call: got.call}
-	idx, err := codecache.LoadIndex(ctx, kv, q.group)
+	res := flow.SemanticResult{Call: got.call}
+	idx, err := codecache.LoadIndex(ctx, kv, q.Group)
 	if err != nil {
-		e.log.WarnContext(ctx, "code cache: semantic index unreadable; treated as a miss", "group", q.group, "err", err)
-		res.note = "the semantic index is unreadable: " + err.Error()
+		e.log.WarnContext(ctx, "code cache: semantic index unreadable; treated as a miss", "group", q.Group, "err", err)
+		res.Note = "the semantic index is unreadable: " + err.Error()
 		return res
 	}
 	if idx == nil {
 		return res
 	}
-	res.ranking = idx.Rank(got.vector, codecache.Literals(q.task), s.cfg.Similarity)
+	res.Ranking = idx.Rank(got.vector, codecache.Literals(q.Task), s.cfg.Similarity)
 	// A member whose entry expired or was purged is passed over.
-	for _, m := range res.ranking.Matches[:min(len(res.ranking.Matches), 3)] {
+	for _, m := range res.Ranking.Matches[:min(len(res.Ranking.Matches), 3)] {
 		if entry := lookup(m.Key); entry != nil {
-			res.entry, res.match = entry, m
+			res.Entry, res.Match = entry, m
 			return res
 		}
 	}
@@ -313,27 +264,27 @@ func (e *Engine) semanticLookup(ctx context.Context, memo embedMemo, q semanticQ
 
 // applyCache carries out a stored transition's cache decisions. A failure
 // costs only a later hit, so it is logged, not returned.
-func (e *Engine) applyCache(ctx context.Context, t *transition) {
-	c, fx := e.codeCache, &t.cacheFx
+func (e *Engine) applyCache(ctx context.Context, t *flow.Transition) {
+	c, fx := e.codeCache, &t.CacheFx
 	if c == nil {
 		return
 	}
-	for _, d := range fx.deletes {
-		if err := c.kv.Delete(ctx, d.key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			e.log.WarnContext(ctx, "code cache: evict failed", "key", d.key, "err", err)
+	for _, d := range fx.Deletes {
+		if err := c.kv.Delete(ctx, d.Key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			e.log.WarnContext(ctx, "code cache: evict failed", "key", d.Key, "err", err)
 		}
-		if d.group != "" {
-			err := codecache.UpdateIndex(ctx, c.kv, d.group, func(x *codecache.Index) bool { return x.Remove(d.key) })
+		if d.Group != "" {
+			err := codecache.UpdateIndex(ctx, c.kv, d.Group, func(x *codecache.Index) bool { return x.Remove(d.Key) })
 			if err != nil {
-				e.log.WarnContext(ctx, "code cache: evicted entry left in its semantic index", "key", d.key, "err", err)
+				e.log.WarnContext(ctx, "code cache: evicted entry left in its semantic index", "key", d.Key, "err", err)
 			}
 		}
 	}
-	for key, p := range fx.puts {
-		if p.group != "" && c.semantic != nil {
+	for key, p := range fx.Puts {
+		if p.Group != "" && c.semantic != nil {
 			e.index(ctx, key, p)
 		}
-		data, err := p.entry.Encode()
+		data, err := p.Entry.Encode()
 		if err == nil {
 			_, err = c.kv.Put(ctx, key, data)
 		}
@@ -341,28 +292,28 @@ func (e *Engine) applyCache(ctx context.Context, t *transition) {
 			e.log.WarnContext(ctx, "code cache: store failed (a full bucket stores again once entries expire)", "key", key, "err", err)
 		}
 	}
-	for match, n := range fx.hits {
+	for match, n := range fx.Hits {
 		c.hits.Add(ctx, n, metric.WithAttributes(attribute.String("match", match)))
 	}
-	c.misses.Add(ctx, fx.misses)
-	c.evictions.Add(ctx, fx.evictions)
+	c.misses.Add(ctx, fx.Misses)
+	c.evictions.Add(ctx, fx.Evictions)
 }
 
 // index makes p's entry a member of its semantic group with its task's
 // kept embedding (kept by the lookup that missed); an entry whose task has
 // none is found by its exact key only.
-func (e *Engine) index(ctx context.Context, key string, p cachePut) {
+func (e *Engine) index(ctx context.Context, key string, p flow.CachePut) {
 	c, model := e.codeCache, e.codeCache.semantic.cfg.EmbeddingModel
-	vector, err := codecache.LoadEmbedding(ctx, c.kv, model, p.entry.Task)
+	vector, err := codecache.LoadEmbedding(ctx, c.kv, model, p.Entry.Task)
 	if err != nil || vector == nil {
 		if err != nil {
 			e.log.WarnContext(ctx, "code cache: kept embedding unreadable; the entry is not indexed", "key", key, "err", err)
 		}
 		return
 	}
-	member := codecache.IndexEntry{Key: key, Literals: codecache.Literals(p.entry.Task), Vector: codecache.Quantize(vector),
-		AddedAt: p.entry.CreatedAt}
-	err = codecache.UpdateIndex(ctx, c.kv, p.group, func(x *codecache.Index) bool {
+	member := codecache.IndexEntry{Key: key, Literals: codecache.Literals(p.Entry.Task), Vector: codecache.Quantize(vector),
+		AddedAt: p.Entry.CreatedAt}
+	err = codecache.UpdateIndex(ctx, c.kv, p.Group, func(x *codecache.Index) bool {
 		x.EmbeddingModel = model
 		x.Put(member)
 		return true
@@ -371,5 +322,5 @@ func (e *Engine) index(ctx context.Context, key string, p cachePut) {
 		e.log.WarnContext(ctx, "code cache: semantic index not updated; the entry is found by its exact key only", "key", key, "err", err)
 		return
 	}
-	p.entry.Embedding = &codecache.EntryEmbedding{Model: model, Dimensions: len(vector), Group: p.group}
+	p.Entry.Embedding = &codecache.EntryEmbedding{Model: model, Dimensions: len(vector), Group: p.Group}
 }

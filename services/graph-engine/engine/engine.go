@@ -1,7 +1,12 @@
-// Package engine is the graph engine: it owns workflow and node state and is
-// the only orchestrator. It reacts to start commands and to agents' results,
-// keeps every execution's state in JetStream KV (compare-and-set, so any
-// replica can take any event), and publishes the next command.
+// Package engine is the graph engine's shell: it owns workflow and node
+// state and is the only orchestrator. It reacts to start commands, agents'
+// results, timers and steering commands, keeps every execution's state in
+// JetStream KV (compare-and-set, so any replica can take any event), and
+// runs each event through a transition of package flow, the pure state
+// machine: it binds the transition's reads (the code cache, the value store,
+// map results), applies its effects (cache writes, day-counter shares,
+// timers, map results) and publishes the commands and events it decided.
+// Registered workflows and schedules are the shell's own.
 package engine
 
 import (
@@ -27,6 +32,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/codecache"
@@ -37,6 +43,7 @@ import (
 	"github.com/novaflow/nova/pkg/valueref"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
+	"github.com/novaflow/nova/services/graph-engine/flow"
 )
 
 // The engine's buckets and consumers, named in pkg/bus for their readers.
@@ -47,6 +54,8 @@ const (
 	ConsumerResults     = bus.ConsumerEngineResults
 	ConsumerDeadLetters = bus.ConsumerEngineDeadLetters
 )
+
+const statusRunning = execution.StatusRunning
 
 // Config tunes the engine.
 type Config struct {
@@ -144,7 +153,7 @@ type Engine struct {
 	// locks serialise the events of one execution in this replica.
 	locks [64]sync.Mutex
 	// items keeps the lists large maps run over, read back once.
-	items *itemLists
+	items *flow.ItemLists
 	// results keeps map items' results while their map runs
 	// (mapresults.go); resultsStream is its stream, purged by map.
 	results       jetstream.KeyValue
@@ -156,6 +165,14 @@ func (e *Engine) lock(id string) *sync.Mutex {
 	h := fnv.New32a()
 	h.Write([]byte(id))
 	return &e.locks[h.Sum32()%uint32(len(e.locks))]
+}
+
+// newTransition begins a transition of st with the engine's settings, its
+// cache of map lists and its clock.
+func (e *Engine) newTransition(st *novav1.ExecutionState) *flow.Transition {
+	cfg := flow.Config{DefaultNodeTimeout: e.cfg.DefaultNodeTimeout, SandboxAttempts: e.cfg.SandboxAttempts, MaxAttempts: e.cfg.MaxAttempts,
+		AnalysisTimeout: e.cfg.AnalysisTimeout, Budget: e.cfg.Budget, Similarity: e.cfg.Semantic.Similarity, Items: e.items}
+	return flow.New(st, cfg, e.now())
 }
 
 // Run builds the engine and serves until ctx ends.
@@ -216,7 +233,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 		tp = tracenoop.NewTracerProvider()
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: newItemLists(8),
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8),
 		results: results, resultsStream: resultsStream}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
@@ -391,7 +408,7 @@ func (e *Engine) start(ctx context.Context, ev event.Event) error {
 		// An execution of that id that exists already is left alone.
 		if id, _ := ev.Extensions()[bus.ExtensionExecutionID].(string); execution.ID(id) == id {
 			if _, gerr := e.execs.Get(ctx, id); errors.Is(gerr, jetstream.ErrKeyNotFound) {
-				st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning, StartedAt: tsNow(e.now())}
+				st := &novav1.ExecutionState{ExecutionId: id, Status: statusRunning, StartedAt: timestamppb.New(e.now())}
 				if perr := e.failStart(ctx, e.newTransition(st), fmt.Sprintf("start event %s could not be read: %v", ev.ID(), err)); perr != nil {
 					return perr
 				}
@@ -425,7 +442,7 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 		ExecutionId: id,
 		Status:      statusRunning,
 		Context:     cmd.Context,
-		StartedAt:   tsNow(e.now()),
+		StartedAt:   timestamppb.New(e.now()),
 		Nodes:       map[string]*novav1.NodeState{},
 		Traceparent: traceparentOf(ctx),
 		Parent:      cmd.Parent,
@@ -448,10 +465,9 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 		st.Definition = &novav1.WorkflowDefinition{Name: cmp.Or(cmd.WorkflowName, cmd.GetDefinition().GetName())}
 		return e.failStart(ctx, t, err.Error())
 	}
-	st.Definition = def
-	t.graph = workflow.NewGraph(def)
+	t.SetDefinition(def)
 	if r := cmd.Rerun; r != nil {
-		if t.graph.Node(r.NodeId) == nil {
+		if t.Graph().Node(r.NodeId) == nil {
 			return e.failStart(ctx, t, fmt.Sprintf("rerun of %s from node %q: workflow %q has no such node", r.ExecutionId, r.NodeId, def.GetName()))
 		}
 		st.Rerun = r
@@ -463,17 +479,17 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 	if err := e.shrink(ctx, t); err != nil {
 		return err
 	}
-	t.started()
-	t.startLine()
+	t.Started()
+	t.StartLine()
 	if r := st.Rerun; r != nil {
-		t.carryOver(r)
-		t.enter(r.NodeId)
+		t.CarryOver(r)
+		t.Enter(r.NodeId)
 	} else {
-		t.enter(t.graph.Start().Id)
+		t.Enter(t.Graph().Start().Id)
 	}
-	t.keepChanges()
-	t.ln = nil
-	t.settle()
+	t.KeepChanges()
+	t.Unbind()
+	t.Settle()
 	if err := e.applyBudget(ctx, t); err != nil {
 		return err
 	}
@@ -487,16 +503,16 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 // create publishes the events of a new execution's first transition, then
 // stores its state; a state stored already (a redelivered start) is left
 // as it is.
-func (e *Engine) create(ctx context.Context, t *transition) error {
-	if err := e.publish(ctx, t.out); err != nil {
+func (e *Engine) create(ctx context.Context, t *flow.Transition) error {
+	if err := e.publish(ctx, t.Out()); err != nil {
 		return err
 	}
-	data, err := marshalState(t.st)
+	data, err := flow.MarshalState(t.State())
 	if err != nil {
 		return bus.Permanent(err)
 	}
-	id := t.st.ExecutionId
-	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(t.st))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	id := t.State().ExecutionId
+	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(t.State()))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("store execution %s: %w", id, err)
 	}
 	return nil
@@ -506,8 +522,8 @@ func (e *Engine) create(ctx context.Context, t *transition) error {
 // invalid, its event unreadable) as failed with msg: its completion is
 // published and its state stored, so that it reads as any ended execution
 // (GET /v1/executions/{id}, nova watch once its events are purged).
-func (e *Engine) failStart(ctx context.Context, t *transition, msg string) error {
-	t.fail(msg)
+func (e *Engine) failStart(ctx context.Context, t *flow.Transition, msg string) error {
+	t.Fail(msg)
 	return e.create(ctx, t)
 }
 
@@ -606,43 +622,43 @@ func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
 	if err := sameExecution(bus.Subject(ctx), ref.GetExecutionId()); err != nil {
 		return err
 	}
-	return e.update(ctx, ref.GetExecutionId(), ref.GetNodeId(), func(t *transition) error {
-		return t.onStep(ref.GetStepId(), func() error { return apply(t) })
+	return e.update(ctx, ref.GetExecutionId(), ref.GetNodeId(), func(t *flow.Transition) error {
+		return t.OnStep(ref.GetStepId(), func() error { return apply(t) })
 	})
 }
 
 // decodeResult reads a result of type typ with decode: the step it
 // answers and how it changes its execution.
-func decodeResult(typ string, decode func(proto.Message) error) (*novav1.StepRef, func(*transition) error, error) {
+func decodeResult(typ string, decode func(proto.Message) error) (*novav1.StepRef, func(*flow.Transition) error, error) {
 	switch typ {
 	case bus.TypeSandboxExecuted:
 		return readResult(decode, &novav1.CodeExecuted{}, func(r *novav1.CodeExecuted) *novav1.StepRef {
 			return &novav1.StepRef{ExecutionId: r.ExecutionId, NodeId: r.NodeId, StepId: r.StepId}
-		}, (*transition).codeExecuted)
+		}, (*flow.Transition).CodeExecuted)
 	case bus.TypeInputAnalyzed:
-		return readResult(decode, &novav1.InputAnalyzed{}, (*novav1.InputAnalyzed).GetRef, (*transition).inputAnalyzed)
+		return readResult(decode, &novav1.InputAnalyzed{}, (*novav1.InputAnalyzed).GetRef, (*flow.Transition).InputAnalyzed)
 	case bus.TypeCodeGenerated:
-		return readResult(decode, &novav1.CodeGenerated{}, (*novav1.CodeGenerated).GetRef, (*transition).codeGenerated)
+		return readResult(decode, &novav1.CodeGenerated{}, (*novav1.CodeGenerated).GetRef, (*flow.Transition).CodeGenerated)
 	case bus.TypeCodeValidated:
-		return readResult(decode, &novav1.CodeValidated{}, (*novav1.CodeValidated).GetRef, (*transition).codeValidated)
+		return readResult(decode, &novav1.CodeValidated{}, (*novav1.CodeValidated).GetRef, (*flow.Transition).CodeValidated)
 	case bus.TypeOutputValidated:
-		return readResult(decode, &novav1.OutputValidated{}, (*novav1.OutputValidated).GetRef, (*transition).outputValidated)
+		return readResult(decode, &novav1.OutputValidated{}, (*novav1.OutputValidated).GetRef, (*flow.Transition).OutputValidated)
 	case bus.TypeChildCompleted:
 		return readResult(decode, &novav1.ChildCompleted{}, func(r *novav1.ChildCompleted) *novav1.StepRef {
 			p := r.GetParent()
 			return &novav1.StepRef{ExecutionId: p.GetExecutionId(), NodeId: p.GetNodeId(), StepId: p.GetStepId(), Sequence: p.GetSequence()}
-		}, (*transition).childCompleted)
+		}, (*flow.Transition).ChildCompleted)
 	default:
 		return nil, nil, bus.Permanent(fmt.Errorf("graph engine does not handle result type %q", typ))
 	}
 }
 
 func readResult[T proto.Message](decode func(proto.Message) error, r T, ref func(T) *novav1.StepRef,
-	apply func(*transition, T) error) (*novav1.StepRef, func(*transition) error, error) {
+	apply func(*flow.Transition, T) error) (*novav1.StepRef, func(*flow.Transition) error, error) {
 	if err := decode(r); err != nil {
 		return nil, nil, err
 	}
-	return ref(r), func(t *transition) error { return apply(t, r) }, nil
+	return ref(r), func(t *flow.Transition) error { return apply(t, r) }, nil
 }
 
 // errTwoExecutions is an event whose subject and payload name different
@@ -712,17 +728,17 @@ func (e *Engine) resultDeadLettered(ctx context.Context, dl *novav1.DeadLetter) 
 			"subject", dl.Subject, "subject_execution", subjectID, "payload_execution", ref.GetExecutionId(), "reason", dl.Reason)
 		return nil
 	}
-	return e.endDeadLettered(ctx, dl, ref.GetExecutionId(), ref.GetNodeId(), ref.GetStepId(), func(t *transition) error {
-		if t.st.Status != statusRunning {
+	return e.endDeadLettered(ctx, dl, ref.GetExecutionId(), ref.GetNodeId(), ref.GetStepId(), func(t *flow.Transition) error {
+		if t.State().Status != statusRunning {
 			return nil
 		}
 		msg := fmt.Sprintf("the graph engine could not apply the result of step %s: %s", ref.GetStepId(), dl.Reason)
-		if t.st.Refine != nil {
-			t.refineFail(msg)
+		if t.State().Refine != nil {
+			t.RefineFail(msg)
 			return nil
 		}
-		t.releaseHold()
-		t.fail(msg)
+		t.ReleaseHold()
+		t.Fail(msg)
 		return nil
 	})
 }
@@ -738,8 +754,8 @@ const unknownExecutionGrace = 5 * time.Second
 // a dead letter is retried only for what may pass: reading or storing the
 // state, an execution whose state may not be stored yet
 // (unknownExecutionGrace); what never will is logged and acknowledged.
-func (e *Engine) endDeadLettered(ctx context.Context, dl *novav1.DeadLetter, id, nodeID, stepID string, fn func(*transition) error) error {
-	err := e.update(ctx, id, nodeID, func(t *transition) error { return t.onStep(stepID, func() error { return fn(t) }) })
+func (e *Engine) endDeadLettered(ctx context.Context, dl *novav1.DeadLetter, id, nodeID, stepID string, fn func(*flow.Transition) error) error {
+	err := e.update(ctx, id, nodeID, func(t *flow.Transition) error { return t.OnStep(stepID, func() error { return fn(t) }) })
 	if errors.Is(err, errUnknownExecution) {
 		if dl.GetFailedAt() != nil && e.now().Sub(dl.GetFailedAt().AsTime()) < unknownExecutionGrace {
 			return err // retried with the consumer's backoff
@@ -774,18 +790,18 @@ func (e *Engine) agentCommandDeadLettered(ctx context.Context, dl *novav1.DeadLe
 	}
 	ref := agentCmd.GetRef()
 	msg := fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason)
-	return e.endDeadLettered(ctx, dl, ref.ExecutionId, ref.NodeId, ref.GetStepId(), func(t *transition) error {
-		if t.st.Refine != nil {
-			if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
+	return e.endDeadLettered(ctx, dl, ref.ExecutionId, ref.NodeId, ref.GetStepId(), func(t *flow.Transition) error {
+		if t.State().Refine != nil {
+			if err := t.CheckPending(ref.GetStepId(), ref.GetSequence()); err != nil {
 				return err
 			}
-			t.refineFail(msg)
+			t.RefineFail(msg)
 			return nil
 		}
-		if err := t.checkAI(ref); err != nil {
+		if err := t.CheckAI(ref); err != nil {
 			return err
 		}
-		t.aiInfraFailed(t.graph.Node(ref.NodeId), msg, nil)
+		t.AIInfraFailed(t.Graph().Node(ref.NodeId), msg, nil)
 		return nil
 	})
 }
@@ -801,10 +817,10 @@ func (e *Engine) sandboxCommandDeadLettered(ctx context.Context, dl *novav1.Dead
 	res := &novav1.CodeExecuted{
 		ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Visit: cmd.Visit, Attempt: cmd.Attempt,
 		Status:    "error",
-		ErrorKind: errorKindDeadLetter,
+		ErrorKind: flow.ErrorKindDeadLetter,
 		Error:     fmt.Sprintf("the %s could not handle the command after %d deliveries: %s", dl.Consumer, dl.Deliveries, dl.Reason),
 	}
-	return e.endDeadLettered(ctx, dl, cmd.ExecutionId, cmd.NodeId, cmd.StepId, func(t *transition) error { return t.codeExecuted(res) })
+	return e.endDeadLettered(ctx, dl, cmd.ExecutionId, cmd.NodeId, cmd.StepId, func(t *flow.Transition) error { return t.CodeExecuted(res) })
 }
 
 func decodeData(data []byte, msg proto.Message) error {
@@ -816,7 +832,7 @@ func decodeData(data []byte, msg proto.Message) error {
 // stored, with ids derived from the state, so a crash in between is repaired
 // by the redelivery: it computes the same events (deduplicated by JetStream)
 // and stores the state.
-func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transition) error) error {
+func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*flow.Transition) error) error {
 	return e.updateTraced(ctx, id, nodeID, false, fn)
 }
 
@@ -824,11 +840,11 @@ func (e *Engine) update(ctx context.Context, id, nodeID string, fn func(*transit
 // signal, a cancel): what follows from it continues the execution's own
 // trace, with a link to the sender's, so that one execution stays one
 // trace.
-func (e *Engine) steer(ctx context.Context, id string, fn func(*transition) error) error {
+func (e *Engine) steer(ctx context.Context, id string, fn func(*flow.Transition) error) error {
 	return e.updateTraced(ctx, id, "", true, fn)
 }
 
-func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin bool, fn func(*transition) error) error {
+func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin bool, fn func(*flow.Transition) error) error {
 	if !execution.ValidKey(id) {
 		return bus.Permanent(fmt.Errorf("result names an invalid execution id %q", id))
 	}
@@ -880,13 +896,13 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		e.bindCache(ctx, t, memo)
 		e.bindValues(ctx, t)
 		e.bindMapResults(ctx, t)
-		if err := fn(t); errors.Is(err, errStale) {
+		if err := fn(t); errors.Is(err, flow.ErrStale) {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		t.settle()
-		if !t.changed {
+		t.Settle()
+		if !t.Changed() {
 			return nil
 		}
 		if err := e.shrink(ctx, t); err != nil {
@@ -898,10 +914,10 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err := e.keepResults(ctx, t); err != nil {
 			return err
 		}
-		if err := e.publish(ctx, t.out); err != nil {
+		if err := e.publish(ctx, t.Out()); err != nil {
 			return err
 		}
-		data, err := marshalState(st)
+		data, err := flow.MarshalState(st)
 		if err != nil {
 			return bus.Permanent(err)
 		}
@@ -943,14 +959,20 @@ func (e *Engine) store(ctx context.Context, id string, data []byte, revision uin
 	return err
 }
 
-func (e *Engine) publish(ctx context.Context, out []outEvent) error {
+func (e *Engine) publish(ctx context.Context, out []flow.OutEvent) error {
 	evs := make([]bus.Outgoing, 0, len(out))
 	for _, o := range out {
-		ev, err := e.bus.ProtoEvent(o.id, o.typ, o.msg, map[string]string{bus.ExtensionExecutionID: o.execution})
+		ev, err := e.bus.ProtoEvent(o.ID, o.Type, o.Msg, map[string]string{bus.ExtensionExecutionID: o.Execution})
 		if err != nil {
 			return err
 		}
-		evs = append(evs, bus.Outgoing{Subject: o.subject, Event: ev, Headers: o.headers})
+		var headers map[string]string
+		if !o.Due.IsZero() {
+			// A durable timer: a message schedule, which publishes the event
+			// to its target when it comes due.
+			headers = bus.ScheduleAt(o.Due, o.Target)
+		}
+		evs = append(evs, bus.Outgoing{Subject: o.Subject, Event: ev, Headers: headers})
 	}
 	// Sent together, acknowledged together: one round trip per transition.
 	return e.bus.PublishAll(ctx, evs)
@@ -961,7 +983,7 @@ func (e *Engine) publish(ctx context.Context, out []outEvent) error {
 // store before the transition's events are published. Only members over
 // the threshold are looked at, so small contexts cost nothing here; a
 // context several hold is shrunk once.
-func (e *Engine) shrink(ctx context.Context, t *transition) error {
+func (e *Engine) shrink(ctx context.Context, t *flow.Transition) error {
 	if e.values == nil {
 		return nil
 	}
@@ -982,10 +1004,10 @@ func (e *Engine) shrink(ctx context.Context, t *transition) error {
 		done[old], *v = nv, nv
 		return nil
 	}
-	if err := shrinkValue(&t.st.Context); err != nil {
+	if err := shrinkValue(&t.State().Context); err != nil {
 		return err
 	}
-	for _, l := range t.st.Branches {
+	for _, l := range t.State().Branches {
 		if err := shrinkValue(&l.Context); err != nil {
 			return err
 		}
@@ -994,7 +1016,7 @@ func (e *Engine) shrink(ctx context.Context, t *transition) error {
 			l.NodeInput = nv
 		}
 	}
-	for _, js := range t.st.Joins {
+	for _, js := range t.State().Joins {
 		for _, a := range js.Activations {
 			for _, r := range a.Arrived {
 				if err := shrinkValue(&r.Context); err != nil {
@@ -1003,7 +1025,7 @@ func (e *Engine) shrink(ctx context.Context, t *transition) error {
 			}
 		}
 	}
-	for _, r := range t.st.Ended {
+	for _, r := range t.State().Ended {
 		if err := shrinkValue(&r.Context); err != nil {
 			return err
 		}
@@ -1015,7 +1037,7 @@ func (e *Engine) shrink(ctx context.Context, t *transition) error {
 // the threshold in the value store, in place, and reports whether any
 // was. The events t built before share old; they get the shrunk one,
 // which it returns (old when nothing was shrunk).
-func (e *Engine) shrinkObject(ctx context.Context, t *transition, o jsonvalue.Object, old *novav1.JSONValue) (*novav1.JSONValue, bool, error) {
+func (e *Engine) shrinkObject(ctx context.Context, t *flow.Transition, o jsonvalue.Object, old *novav1.JSONValue) (*novav1.JSONValue, bool, error) {
 	large := false
 	for _, raw := range o {
 		if len(raw) > e.values.Threshold() {
@@ -1030,8 +1052,8 @@ func (e *Engine) shrinkObject(ctx context.Context, t *transition, o jsonvalue.Ob
 		return nil, false, err
 	}
 	nv := o.Proto()
-	for _, out := range t.out {
-		replaceValue(out.msg.ProtoReflect(), old, nv)
+	for _, out := range t.Out() {
+		replaceValue(out.Msg.ProtoReflect(), old, nv)
 	}
 	return nv, true, nil
 }

@@ -2,16 +2,14 @@ package engine
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/services/graph-engine/flow"
 )
 
 // The results of a map's items are kept in a KV bucket of their own
@@ -26,31 +24,6 @@ import (
 
 // BucketMapResults holds map items' results while their map runs.
 const BucketMapResults = bus.BucketMapResults
-
-// mapResult is an item's result to keep before the state is stored.
-type mapResult struct {
-	key   string
-	value []byte
-}
-
-// mapResultsPrefix is the key prefix of the results of a map node's visit.
-func mapResultsPrefix(execution, node string, visit int32) string {
-	return execution + "." + base64.RawURLEncoding.EncodeToString([]byte(node)) + "." + strconv.Itoa(int(visit))
-}
-
-func mapItemKey(execution, node string, visit, index int32) string {
-	return mapResultsPrefix(execution, node, visit) + "." + strconv.Itoa(int(index))
-}
-
-// itemOfKey is the item index key names under prefix.
-func itemOfKey(prefix, key string) (int32, bool) {
-	rest, ok := strings.CutPrefix(key, prefix+".")
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.ParseInt(rest, 10, 32)
-	return int32(i), err == nil
-}
 
 // openMapResults declares the bucket. Its keys are removed when their map
 // finishes or its execution ends (dropResults); it has no age limit, as a
@@ -74,11 +47,11 @@ func openMapResults(ctx context.Context, js jetstream.JetStream, cfg Config) (je
 }
 
 // bindMapResults lets t read a map run's kept results back.
-func (e *Engine) bindMapResults(ctx context.Context, t *transition) {
+func (e *Engine) bindMapResults(ctx context.Context, t *flow.Transition) {
 	if e.results == nil {
 		return
 	}
-	t.mapResults = func(prefix string) (map[int32][]byte, error) { return e.readResults(ctx, prefix) }
+	t.MapResults = func(prefix string) (map[int32][]byte, error) { return e.readResults(ctx, prefix) }
 }
 
 // readResults reads every kept result under prefix, by item.
@@ -101,7 +74,7 @@ func (e *Engine) readResults(ctx context.Context, prefix string) (map[int32][]by
 				// Every value there is was delivered.
 				return out, nil
 			}
-			if i, ok := itemOfKey(prefix, entry.Key()); ok {
+			if i, ok := flow.ItemOfKey(prefix, entry.Key()); ok {
 				out[i] = entry.Value()
 			}
 		}
@@ -112,12 +85,12 @@ func (e *Engine) readResults(ctx context.Context, prefix string) (map[int32][]by
 // value store's threshold by reference), before the state that counts
 // them is stored: a redelivery after a crash in between stores the same
 // result under the same key again.
-func (e *Engine) keepResults(ctx context.Context, t *transition) error {
-	if len(t.resultsFx) > 0 && e.results == nil {
+func (e *Engine) keepResults(ctx context.Context, t *flow.Transition) error {
+	if len(t.ResultsFx) > 0 && e.results == nil {
 		return errors.New("this engine has no map results bucket")
 	}
-	for _, r := range t.resultsFx {
-		value := r.value
+	for _, r := range t.ResultsFx {
+		value := r.Value
 		if e.values != nil && len(value) > e.values.Threshold() {
 			o := jsonvalue.Object{"v": value}
 			if err := e.values.Shrink(ctx, o); err != nil {
@@ -125,8 +98,8 @@ func (e *Engine) keepResults(ctx context.Context, t *transition) error {
 			}
 			value = o["v"]
 		}
-		if _, err := e.results.Put(ctx, r.key, value); err != nil {
-			return fmt.Errorf("keep the result of map item %s: %w", r.key, err)
+		if _, err := e.results.Put(ctx, r.Key, value); err != nil {
+			return fmt.Errorf("keep the result of map item %s: %w", r.Key, err)
 		}
 	}
 	return nil
@@ -135,11 +108,11 @@ func (e *Engine) keepResults(ctx context.Context, t *transition) error {
 // dropResults removes the results of the map runs t ended, once the state
 // that no longer needs them is stored. A failure is logged: the results
 // are then left in the bucket, unread.
-func (e *Engine) dropResults(ctx context.Context, t *transition) {
+func (e *Engine) dropResults(ctx context.Context, t *flow.Transition) {
 	if e.resultsStream == nil {
 		return
 	}
-	for _, prefix := range t.purgeFx {
+	for _, prefix := range t.PurgeFx {
 		subject := "$KV." + BucketMapResults + "." + prefix + ".>"
 		if err := e.resultsStream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 			e.log.WarnContext(ctx, "could not remove the results of a finished map", "subject", subject, "error", err)

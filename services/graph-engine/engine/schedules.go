@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/execution"
@@ -74,7 +75,7 @@ func (e *Engine) putSchedule(ctx context.Context, ev event.Event) error {
 // makes its message schedule, or removes it when s is paused.
 func (e *Engine) applySchedule(ctx context.Context, wf string, s *novav1.Schedule, fromDef bool) error {
 	key := bus.ScheduleKey(wf, s.Id)
-	st := &novav1.ScheduleState{Workflow: wf, Schedule: s, CreatedAt: tsNow(e.now()), LastTick: tsNow(e.now()), FromDefinition: fromDef}
+	st := &novav1.ScheduleState{Workflow: wf, Schedule: s, CreatedAt: timestamppb.New(e.now()), LastTick: timestamppb.New(e.now()), FromDefinition: fromDef}
 	var rev uint64
 	if entry, err := e.schedules.Get(ctx, key); err == nil {
 		var old novav1.ScheduleState
@@ -94,7 +95,7 @@ func (e *Engine) applySchedule(ctx context.Context, wf string, s *novav1.Schedul
 			// The ticks a pause skipped are not missed ones: catchup
 			// counts from the resume.
 			if old.Schedule.GetPaused() && !s.Paused {
-				st.LastTick = tsNow(e.now())
+				st.LastTick = timestamppb.New(e.now())
 			}
 			st.Schedule = s
 			if proto.Equal(old.Schedule, s) && old.FromDefinition == st.FromDefinition {
@@ -295,7 +296,7 @@ func (e *Engine) tick(ctx context.Context, wf, id string, at func(*novav1.Schedu
 				return err
 			}
 		}
-		st.LastTick = tsNow(newLast)
+		st.LastTick = timestamppb.New(newLast)
 		data, err := proto.Marshal(&st)
 		if err != nil {
 			return bus.Permanent(err)
@@ -328,7 +329,7 @@ func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t
 		trace.WithAttributes(attribute.String("execution.id", id), attribute.String("schedule.id", s.Id), attribute.String("workflow", wf)))
 	defer span.End()
 	return e.startCommand(ctx, &novav1.StartWorkflow{ExecutionId: id, WorkflowName: wf, Context: s.Context, ScheduleId: s.Id,
-		ScheduledAt: tsNow(t)}, "start-"+id)
+		ScheduledAt: timestamppb.New(t)}, "start-"+id)
 }
 
 // ticksBetween are schedule s's ticks after from and before to (at most

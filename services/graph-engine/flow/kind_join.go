@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"cmp"
@@ -18,13 +18,13 @@ type joinKind struct {
 	noCancel
 }
 
-func (joinKind) enter(t *transition, node *novav1.Node) { t.arrive(node) }
+func (joinKind) enter(t *Transition, node *novav1.Node) { t.arrive(node) }
 
 // arrive parks the transition's line at join: it waits there in the
 // activation of its fork, or ends there when the join went on without it.
-func (t *transition) arrive(join *novav1.Node) {
+func (t *Transition) arrive(join *novav1.Node) {
 	l := t.ln
-	t.keepChanges()
+	t.KeepChanges()
 	t.endLine(l)
 	if slices.Contains(l.AbsorbedAt, join.Id) {
 		return
@@ -52,7 +52,7 @@ func (t *transition) arrive(join *novav1.Node) {
 // scopeOf is the fork whose lines l's activation at join waits for: the
 // outermost fork in l's history that split lines which can reach the join
 // ("" when none does).
-func (t *transition) scopeOf(l *novav1.Branch, join string) string {
+func (t *Transition) scopeOf(l *novav1.Branch, join string) string {
 	for _, f := range l.ForkChanges {
 		if f.Fork != "" && t.splits(f.Node, join) {
 			return f.Fork
@@ -62,7 +62,7 @@ func (t *transition) scopeOf(l *novav1.Branch, join string) string {
 }
 
 // splits tells whether node starts two or more lines that can reach join.
-func (t *transition) splits(node, join string) bool {
+func (t *Transition) splits(node, join string) bool {
 	key := node + "\x00" + join
 	if v, ok := t.splitMemo[key]; ok {
 		return v
@@ -84,7 +84,7 @@ func (t *transition) splits(node, join string) bool {
 
 // reaches tells whether a path leads from node from to node to without
 // passing node avoid ("": any path).
-func (t *transition) reaches(from, to, avoid string) bool {
+func (t *Transition) reaches(from, to, avoid string) bool {
 	if avoid == "" {
 		return t.graph.CanReach(from, to)
 	}
@@ -122,7 +122,7 @@ type reacher struct {
 
 // reachers are the lines of activation a's fork that can still reach join
 // id and have not been let go by it.
-func (t *transition) reachers(id string, a *novav1.JoinActivation) []reacher {
+func (t *Transition) reachers(id string, a *novav1.JoinActivation) []reacher {
 	counts := func(l *novav1.Branch) bool {
 		return !l.IsItem && !slices.Contains(l.AbsorbedAt, id) && inScope(l, a.Scope)
 	}
@@ -152,7 +152,7 @@ func (t *transition) reachers(id string, a *novav1.JoinActivation) []reacher {
 
 // tryJoin lets an activation of join id go on when the lines it waits for
 // are there; it reports whether one did.
-func (t *transition) tryJoin(id string, js *novav1.JoinState) bool {
+func (t *Transition) tryJoin(id string, js *novav1.JoinState) bool {
 	node := t.graph.Node(id)
 	want := workflow.JoinWait(node)
 	for i, a := range js.Activations {
@@ -188,7 +188,7 @@ func (t *transition) tryJoin(id string, js *novav1.JoinState) bool {
 // stuckJoins names the joins that can no longer go on, "" when every join
 // can: an activation goes on only when a line still runs that can reach it,
 // directly or through another join that can go on.
-func (t *transition) stuckJoins() string {
+func (t *Transition) stuckJoins() string {
 	if len(t.st.Joins) == 0 {
 		return ""
 	}
@@ -243,7 +243,7 @@ func (t *transition) stuckJoins() string {
 
 // passJoin is the visit of a join node whose lines came: their contexts
 // merged, a new line goes on along its edge (or the node fails).
-func (t *transition) passJoin(node *novav1.Node, arrivals []*novav1.Branch, joinErr error) {
+func (t *Transition) passJoin(node *novav1.Node, arrivals []*novav1.Branch, joinErr error) {
 	merged, history, changed, mergeErr := mergeLines(node.Merge, arrivals)
 	if joinErr == nil {
 		joinErr = mergeErr
@@ -276,7 +276,7 @@ func (t *transition) passJoin(node *novav1.Node, arrivals []*novav1.Branch, join
 			return
 		}
 		t.ctx = merged
-		t.setContext()
+		t.SetContext()
 		targets, err := t.graph.Targets(node.Id)
 		if err != nil {
 			t.nodeFailed(node, ns, err.Error(), nil)

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ var update = flag.Bool("update", false, "write the golden files of TestKindsGold
 // goldenRun is an execution in memory and the commands it waits on.
 type goldenRun struct {
 	t       *testing.T
-	e       *Engine
+	cfg     Config
 	st      *novav1.ExecutionState
 	pending []*novav1.ExecuteCode
 	starts  []*novav1.StartWorkflow
@@ -38,18 +38,17 @@ type goldenRun struct {
 	kept    keptResults
 }
 
-func (g *goldenRun) apply(what string, fn func(tr *transition) error) {
+func (g *goldenRun) apply(what string, fn func(tr *Transition) error) {
 	g.t.Helper()
 	g.now = g.now.Add(time.Second)
-	g.e.now = func() time.Time { return g.now }
-	tr := g.e.newTransition(g.st)
+	tr := New(g.st, g.cfg, g.now)
 	if g.kept == nil {
 		g.kept = keptResults{}
 	}
 	g.kept.bind(tr)
 	err := fn(tr)
 	if err == nil {
-		tr.settle()
+		tr.Settle()
 	}
 	fmt.Fprintf(&g.out, "> %s\n", what)
 	if err != nil {
@@ -58,18 +57,18 @@ func (g *goldenRun) apply(what string, fn func(tr *transition) error) {
 	for _, o := range tr.out {
 		g.record(o)
 	}
-	for _, r := range tr.resultsFx {
-		fmt.Fprintf(&g.out, "  keep result %s = %s\n", r.key, r.value)
+	for _, r := range tr.ResultsFx {
+		fmt.Fprintf(&g.out, "  keep result %s = %s\n", r.Key, r.Value)
 	}
-	for _, prefix := range tr.purgeFx {
+	for _, prefix := range tr.PurgeFx {
 		fmt.Fprintf(&g.out, "  drop results %s.*\n", prefix)
 	}
 	g.kept.apply(tr)
 	g.state()
 }
 
-func (g *goldenRun) record(o outEvent) {
-	switch m := o.msg.(type) {
+func (g *goldenRun) record(o OutEvent) {
+	switch m := o.Msg.(type) {
 	case *novav1.ExecuteCode:
 		g.pending = append(g.pending, m)
 		fmt.Fprintf(&g.out, "  command sandbox %s\n", m.StepId)
@@ -109,7 +108,7 @@ func (g *goldenRun) record(o outEvent) {
 		fmt.Fprintf(&g.out, "  event child.completed %s %s\n", m.ChildExecutionId, m.Status)
 	case *novav1.StepCompleted, *novav1.WorkflowStarted:
 	default:
-		fmt.Fprintf(&g.out, "  %s %T\n", o.typ, m)
+		fmt.Fprintf(&g.out, "  %s %T\n", o.Type, m)
 	}
 }
 
@@ -192,7 +191,7 @@ func (g *goldenRun) step(s string) {
 		if verb == "fail" {
 			r.Status, r.ErrorKind, r.Error, r.ContextUpdates = "error", "code_error", payload, nil
 		}
-		g.apply(s, func(tr *transition) error { return tr.onStep(r.StepId, func() error { return tr.codeExecuted(r) }) })
+		g.apply(s, func(tr *Transition) error { return tr.OnStep(r.StepId, func() error { return tr.CodeExecuted(r) }) })
 	case "timer":
 		var id string
 		for _, l := range g.st.Branches {
@@ -201,14 +200,14 @@ func (g *goldenRun) step(s string) {
 			}
 		}
 		tf := &novav1.TimerFired{ExecutionId: "x1", TimerId: id}
-		g.apply(s, func(tr *transition) error {
-			return tr.onLine(func(b *novav1.Branch) bool { return b.GetTimer().GetId() == id }, func() error { return tr.timerFired(tf) })
+		g.apply(s, func(tr *Transition) error {
+			return tr.OnLine(func(b *novav1.Branch) bool { return b.GetTimer().GetId() == id }, func() error { return tr.TimerFired(tf) })
 		})
 	case "signal":
 		cmd := &novav1.SignalExecution{ExecutionId: "x1", Signal: arg, Payload: jsonvalue.Proto([]byte(cmp.Or(payload, "{}")))}
-		g.apply(s, func(tr *transition) error {
-			return tr.onLine(func(b *novav1.Branch) bool { return b.WaitingFor == arg },
-				func() error { return tr.signal(cmd, "sig-"+arg, g.now.Add(-time.Minute)) })
+		g.apply(s, func(tr *Transition) error {
+			return tr.OnLine(func(b *novav1.Branch) bool { return b.WaitingFor == arg },
+				func() error { return tr.Signal(cmd, "sig-"+arg, g.now.Add(-time.Minute)) })
 		})
 	case "child":
 		status, ctx, _ := strings.Cut(payload, " ")
@@ -225,12 +224,12 @@ func (g *goldenRun) step(s string) {
 		}
 		r := &novav1.ChildCompleted{Parent: start.Parent, ChildExecutionId: start.ExecutionId, WorkflowName: start.WorkflowName,
 			Status: status, Context: jsonvalue.Proto([]byte(cmp.Or(ctx, "{}")))}
-		g.apply(s, func(tr *transition) error {
-			return tr.onStep(start.Parent.StepId, func() error { return tr.childCompleted(r) })
+		g.apply(s, func(tr *Transition) error {
+			return tr.OnStep(start.Parent.StepId, func() error { return tr.ChildCompleted(r) })
 		})
 	case "cancel":
-		g.apply(s, func(tr *transition) error {
-			return tr.cancel(&novav1.CancelExecution{ExecutionId: "x1", RequestedBy: "golden"})
+		g.apply(s, func(tr *Transition) error {
+			return tr.Cancel(&novav1.CancelExecution{ExecutionId: "x1", RequestedBy: "golden"})
 		})
 	default:
 		g.t.Fatalf("unknown step %q", s)
@@ -424,13 +423,13 @@ func TestKindsGolden(t *testing.T) {
 			if err := workflow.Validate(def, workflow.ValidateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			g := &goldenRun{t: t, e: newTestEngine(), now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+			g := &goldenRun{t: t, cfg: testConfig(), now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 			g.st = &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: jsonvalue.Proto([]byte(c.ctx)),
 				StartedAt: tsNow(g.now)}
-			g.apply("start "+c.ctx, func(tr *transition) error {
-				tr.startLine()
-				tr.enter(tr.graph.Start().Id)
-				tr.keepChanges()
+			g.apply("start "+c.ctx, func(tr *Transition) error {
+				tr.StartLine()
+				tr.Enter(tr.graph.Start().Id)
+				tr.KeepChanges()
 				tr.ln = nil
 				return nil
 			})

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"strings"
@@ -121,20 +121,20 @@ func TestMergeLinesByCausality(t *testing.T) {
 
 // startIn starts the execution tr's state holds at its start node, as the
 // engine's start does.
-func startIn(tr *transition) {
-	tr.startLine()
-	tr.enter(tr.graph.Start().Id)
-	tr.keepChanges()
+func startIn(tr *Transition) {
+	tr.StartLine()
+	tr.Enter(tr.graph.Start().Id)
+	tr.KeepChanges()
 	tr.ln = nil
-	tr.settle()
+	tr.Settle()
 }
 
 // applyStep applies fn to the line that waits for a result or a timer, as
 // the engine's handlers do, and settles what follows.
-func applyStep(tr *transition, fn func(*transition) error) error {
-	err := tr.onLine(func(b *novav1.Branch) bool { return b.PendingStepId != "" || b.Timer != nil }, func() error { return fn(tr) })
+func applyStep(tr *Transition, fn func(*Transition) error) error {
+	err := tr.OnLine(func(b *novav1.Branch) bool { return b.PendingStepId != "" || b.Timer != nil }, func() error { return fn(tr) })
 	if err == nil {
-		tr.settle()
+		tr.Settle()
 	}
 	return err
 }
@@ -175,13 +175,13 @@ edges:
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newTestEngine()
+	cfg := testConfig()
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: jsonvalue.Object{}.Proto(), StartedAt: tsNow(time.Now())}
-	tr := e.newTransition(st)
+	tr := New(st, cfg, time.Now())
 	startIn(tr)
 	var cmds []*novav1.ExecuteCode
 	for _, o := range tr.out {
-		if c, ok := o.msg.(*novav1.ExecuteCode); ok {
+		if c, ok := o.Msg.(*novav1.ExecuteCode); ok {
 			cmds = append(cmds, c)
 		}
 	}
@@ -189,12 +189,12 @@ edges:
 		t.Fatalf("start dispatched %d commands, want p and q", len(cmds))
 	}
 	for i, c := range cmds {
-		tr := e.newTransition(st)
+		tr := New(st, cfg, time.Now())
 		res := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence, Status: nodeSuccess}
-		if err := tr.onStep(c.StepId, func() error { return tr.codeExecuted(res) }); err != nil {
+		if err := tr.OnStep(c.StepId, func() error { return tr.CodeExecuted(res) }); err != nil {
 			t.Fatal(err)
 		}
-		tr.settle()
+		tr.Settle()
 		if i == 0 && st.Status != statusRunning {
 			t.Fatalf("ended after one line parked: %s %s", st.Status, st.Error)
 		}

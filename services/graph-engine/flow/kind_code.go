@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"cmp"
@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/bus/busname"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/redact"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -16,18 +16,18 @@ import (
 
 // codeKind: action and decision nodes. Each visit runs the node's code in
 // the sandbox (or, with a prompt, the AI pipeline, ai.go), takes its
-// result (codeExecuted), and goes on: along every plain edge, or, for a
+// result (CodeExecuted), and goes on: along every plain edge, or, for a
 // decision, the edge its branch_decision names. A retry policy's next
 // attempt waits for a timer.
 type codeKind struct{ noCancel }
 
-func (codeKind) enter(t *transition, node *novav1.Node) {
+func (codeKind) enter(t *Transition, node *novav1.Node) {
 	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
 		// A decision is made by this node's code only, never by a
 		// branch_decision left over from an earlier node.
 		if _, ok := t.ctx[branchDecision]; ok {
 			delete(t.ctx, branchDecision)
-			t.setContext()
+			t.SetContext()
 		}
 	}
 	ns, ok := t.beginVisit(node)
@@ -43,7 +43,7 @@ func (codeKind) enter(t *transition, node *novav1.Node) {
 	t.dispatch(node, ns)
 }
 
-func (codeKind) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
+func (codeKind) timer(t *Transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
 	if tm.Kind == timerRetry {
 		t.retryNow(node, ns)
 		return
@@ -52,7 +52,7 @@ func (codeKind) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm
 }
 
 // dispatch runs a code node's code in the sandbox.
-func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 	step := fmt.Sprintf("%s/%d", t.visitKey(node.Id, ns.Visits), ns.Attempts)
 	t.execute(node, step, ns.Visits, ns.Attempts, ns.Attempts, node.Code, "TASK", t.ln.Context)
 }
@@ -60,12 +60,12 @@ func (t *transition) dispatch(node *novav1.Node, ns *novav1.NodeState) {
 // execute issues an ExecuteCode command for the pending step.
 // execute sends code to the sandbox as step stepNumber of the node's
 // attempt (a code node has one step per attempt).
-func (t *transition) execute(node *novav1.Node, step string, visit, attempt, stepNumber int32, code, stage string, context *novav1.JSONValue) {
-	timeout := workflow.NodeTimeout(t.st.Definition, node, t.e.cfg.DefaultNodeTimeout)
+func (t *Transition) execute(node *novav1.Node, step string, visit, attempt, stepNumber int32, code, stage string, context *novav1.JSONValue) {
+	timeout := workflow.NodeTimeout(t.st.Definition, node, t.cfg.DefaultNodeTimeout)
 	if stage == stageAnalysis {
-		timeout = min(timeout, t.e.cfg.AnalysisTimeout)
+		timeout = min(timeout, t.cfg.AnalysisTimeout)
 	}
-	t.command(node, step, bus.AgentSandbox, bus.TypeSandboxExecute, func(seq int32) proto.Message {
+	t.command(node, step, busname.AgentSandbox, busname.TypeSandboxExecute, func(seq int32) proto.Message {
 		return &novav1.ExecuteCode{
 			ExecutionId:    t.st.ExecutionId,
 			NodeId:         node.Id,
@@ -85,9 +85,9 @@ func (t *transition) execute(node *novav1.Node, step string, visit, attempt, ste
 	})
 }
 
-// codeExecuted applies the sandbox's result for the pending step.
-func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
-	if err := t.checkPending(r.StepId, r.Sequence); err != nil {
+// CodeExecuted applies the sandbox's result for the pending step.
+func (t *Transition) CodeExecuted(r *novav1.CodeExecuted) error {
+	if err := t.CheckPending(r.StepId, r.Sequence); err != nil {
 		return err
 	}
 	t.scrubSecrets(r)
@@ -105,7 +105,7 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 		if t.retryLater(node, ns, r) {
 			return nil
 		}
-		if r.ErrorKind == errorKindSandboxFault && int(ns.Attempts) < t.e.cfg.SandboxAttempts {
+		if r.ErrorKind == errorKindSandboxFault && int(ns.Attempts) < t.cfg.SandboxAttempts {
 			ns.Attempts++
 			t.dispatch(node, ns)
 			return nil
@@ -127,7 +127,7 @@ func (t *transition) codeExecuted(r *novav1.CodeExecuted) error {
 // of the node input's secret keys and every secret recognised by its look
 // (redact.Scrub): a traceback may quote a password, and this text goes on to
 // the chain of work, the traces and the model's next prompt.
-func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
+func (t *Transition) scrubSecrets(r *novav1.CodeExecuted) {
 	if r.Error == "" && r.Traceback == "" && r.Stdout == "" && r.Stderr == "" && len(r.Logs) == 0 {
 		return
 	}
@@ -144,16 +144,16 @@ func (t *transition) scrubSecrets(r *novav1.CodeExecuted) {
 }
 
 // merge applies a run's updates to the context: merged, never replaced.
-func (t *transition) merge(r *novav1.CodeExecuted) {
+func (t *Transition) merge(r *novav1.CodeExecuted) {
 	t.ctx.Merge(jsonvalue.MustObject(r.GetContextUpdates()))
 	for _, k := range r.DeletedKeys {
 		delete(t.ctx, k)
 	}
-	t.setContext()
+	t.SetContext()
 }
 
 // stepCompleted records the sandbox run as a chain-of-work step.
-func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
+func (t *Transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 	output := map[string]any{
 		"status":       r.Status,
 		"updated_keys": stringsToAny(jsonvalue.MustObject(r.GetContextUpdates()).Keys()),
@@ -173,7 +173,7 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 	}
 	out, _ := newStruct(output)
 	in, _ := newStruct(map[string]any{"language": languageOf(node), "context_keys": stringsToAny(jsonvalue.MustObject(t.ln.NodeInput).Keys())})
-	t.emit(bus.KindStepCompleted, r.StepId+"/step", bus.TypeStepCompleted, &novav1.StepCompleted{
+	t.emit(busname.KindStepCompleted, r.StepId+"/step", busname.TypeStepCompleted, &novav1.StepCompleted{
 		ExecutionId:     t.st.ExecutionId,
 		NodeId:          node.Id,
 		Visit:           r.Visit,
@@ -197,7 +197,7 @@ func (t *transition) stepCompleted(node *novav1.Node, r *novav1.CodeExecuted) {
 // retryLater records a failed run of a code node as a failed attempt and
 // sets the timer of the next one, when the node's retry policy tries this
 // failure again; it reports whether it did.
-func (t *transition) retryLater(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) bool {
+func (t *Transition) retryLater(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) bool {
 	p := workflow.RetryPolicyOf(t.st.Definition, node)
 	attempt := max(ns.RetryAttempt, 1)
 	if p == nil || !workflow.Retries(p, r.ErrorKind, attempt) {
@@ -205,7 +205,7 @@ func (t *transition) retryLater(node *novav1.Node, ns *novav1.NodeState, r *nova
 	}
 	due := t.now.Add(workflow.RetryBackoff(p, attempt))
 	msg := cmp.Or(r.Error, "the code failed without a message")
-	t.releaseHold()
+	t.ReleaseHold()
 	ns.Status, ns.Error = "retrying", msg
 	nc := t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
 	nc.NextAttemptAt = tsNow(due)
@@ -218,7 +218,7 @@ func (t *transition) retryLater(node *novav1.Node, ns *novav1.NodeState, r *nova
 
 // retryNow runs a node's next attempt as a new visit (one that does not
 // count against max_visits).
-func (t *transition) retryNow(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) retryNow(node *novav1.Node, ns *novav1.NodeState) {
 	ns.Visits++
 	ns.Retried++
 	ns.RetryAttempt = max(ns.RetryAttempt, 1) + 1
@@ -236,12 +236,12 @@ func (t *transition) retryNow(node *novav1.Node, ns *novav1.NodeState) {
 	t.dispatch(node, ns)
 }
 
-// aiInfraFailed fails an AI node whose pipeline met an infrastructure
+// AIInfraFailed fails an AI node whose pipeline met an infrastructure
 // fault (a command no agent could handle, a program the sandbox could not
 // run), or, when the node's retry policy retries sandbox faults, runs the
 // whole node again later. Its generation loop is its own: failed code
 // goes back to generation, not here.
-func (t *transition) aiInfraFailed(node *novav1.Node, msg string, r *novav1.CodeExecuted) {
+func (t *Transition) AIInfraFailed(node *novav1.Node, msg string, r *novav1.CodeExecuted) {
 	fault := r
 	if fault == nil {
 		fault = &novav1.CodeExecuted{Status: "error", Error: msg}

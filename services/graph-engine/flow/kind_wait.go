@@ -1,12 +1,12 @@
-package engine
+package flow
 
 import (
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/execution"
+	"github.com/novaflow/nova/pkg/bus/busname"
+	"github.com/novaflow/nova/pkg/execution/execstate"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -17,7 +17,7 @@ import (
 // decide_on value names.
 type waitKind struct{ noCancel }
 
-func (waitKind) enter(t *transition, node *novav1.Node) {
+func (waitKind) enter(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return
@@ -26,7 +26,7 @@ func (waitKind) enter(t *transition, node *novav1.Node) {
 	t.enterWait(node, ns)
 }
 
-func (waitKind) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
+func (waitKind) timer(t *Transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
 	if tm.Kind == timerWaitTimeout {
 		t.waitTimedOut(node, ns)
 		return
@@ -34,23 +34,23 @@ func (waitKind) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm
 	noTimer{}.timer(t, node, ns, tm)
 }
 
-// signal resumes the wait node that waits for cmd's signal: the payload's
+// Signal resumes the wait node that waits for cmd's signal: the payload's
 // keys are merged into the context and the node's edge is taken (by the
 // payload's decide_on value when it names one). A signal nobody waits for,
 // or whose payload fails the node's schema, is rejected with a
 // SignalRejected event that says why; the execution is not changed.
-func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent time.Time) error {
+func (t *Transition) Signal(cmd *novav1.SignalExecution, eventID string, sent time.Time) error {
 	reject := func(reason string) error {
-		t.emit(bus.KindSignalRejected, t.st.ExecutionId+"/signal-rejected/"+eventID, bus.TypeSignalRejected, &novav1.SignalRejected{
-			ExecutionId: t.st.ExecutionId, Signal: cmd.Signal, Reason: reason, WaitingFor: execution.WaitingFor(t.st), SignalEventId: eventID,
+		t.emit(busname.KindSignalRejected, t.st.ExecutionId+"/signal-rejected/"+eventID, busname.TypeSignalRejected, &novav1.SignalRejected{
+			ExecutionId: t.st.ExecutionId, Signal: cmd.Signal, Reason: reason, WaitingFor: execstate.WaitingFor(t.st), SignalEventId: eventID,
 		})
 		return nil
 	}
-	if err := execution.CheckSignalTarget(t.st, cmd.Signal); err != nil {
+	if err := execstate.CheckSignalTarget(t.st, cmd.Signal); err != nil {
 		// The execution may be entering the wait node: its NodeWaiting
 		// event is published before its state is stored, and a sender
 		// that answers that event at once can come in between.
-		if t.st.Status == statusRunning && execution.WaitingFor(t.st) == "" && t.now.Sub(sent) < controlGrace {
+		if t.st.Status == statusRunning && execstate.WaitingFor(t.st) == "" && t.now.Sub(sent) < ControlGrace {
 			return fmt.Errorf("%w: %v", errSignalEarly, err)
 		}
 		return reject(err.Error())
@@ -78,7 +78,7 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 	}
 	ns := t.nodeState(node.Id)
 	t.ctx.Merge(payload)
-	t.setContext()
+	t.SetContext()
 	t.clearTimer()
 	t.ln.WaitingFor = ""
 	ns.Status, ns.Error = statusSucceeded, ""
@@ -91,7 +91,7 @@ func (t *transition) signal(cmd *novav1.SignalExecution, eventID string, sent ti
 
 // enterWait starts a wait node: it waits for its signal, and for its
 // timeout when it has one.
-func (t *transition) enterWait(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) enterWait(node *novav1.Node, ns *novav1.NodeState) {
 	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.WaitingFor = node.Id, "", node.Signal
 	w := &novav1.NodeWaiting{
 		ExecutionId: t.st.ExecutionId, NodeId: node.Id, Visit: ns.Visits, Kind: waitingSignal, Signal: node.Signal,
@@ -107,7 +107,7 @@ func (t *transition) enterWait(node *novav1.Node, ns *novav1.NodeState) {
 
 // waitTimedOut ends a wait node whose signal did not come in time: it takes
 // the node's timeout edge, or fails the node when it has none.
-func (t *transition) waitTimedOut(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) waitTimedOut(node *novav1.Node, ns *novav1.NodeState) {
 	t.ln.WaitingFor = ""
 	next, ok := t.graph.TimeoutEdge(node.Id)
 	if !ok {
@@ -118,5 +118,5 @@ func (t *transition) waitTimedOut(node *novav1.Node, ns *novav1.NodeState) {
 	nc := t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", next, nil)
 	nc.TimedOut = true
 	t.ln.CurrentNode, t.ln.PendingStepId = "", ""
-	t.enter(next)
+	t.Enter(next)
 }

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ edges:
 
 // pipeline plays the agents: answer returns the result message for each
 // command the engine issues.
-func pipeline(t *testing.T, e *Engine, st *novav1.ExecutionState, first proto.Message, answer func(cmd proto.Message) proto.Message) []string {
+func pipeline(t *testing.T, cfg Config, st *novav1.ExecutionState, first proto.Message, answer func(cmd proto.Message) proto.Message) []string {
 	t.Helper()
 	var seen []string
 	cmd := first
@@ -36,32 +36,32 @@ func pipeline(t *testing.T, e *Engine, st *novav1.ExecutionState, first proto.Me
 			t.Fatal("no command issued while running")
 		}
 		res := answer(cmd)
-		tr := e.newTransition(st)
+		tr := New(st, cfg, time.Now())
 		var err error
 		switch r := res.(type) {
 		case *novav1.InputAnalyzed:
 			seen = append(seen, "analyze")
-			err = applyStep(tr, func(t *transition) error { return t.inputAnalyzed(r) })
+			err = applyStep(tr, func(t *Transition) error { return t.InputAnalyzed(r) })
 		case *novav1.CodeGenerated:
 			seen = append(seen, "generate:"+cmd.(*novav1.GenerateCode).Stage)
-			err = applyStep(tr, func(t *transition) error { return t.codeGenerated(r) })
+			err = applyStep(tr, func(t *Transition) error { return t.CodeGenerated(r) })
 		case *novav1.CodeValidated:
 			seen = append(seen, "validate")
-			err = applyStep(tr, func(t *transition) error { return t.codeValidated(r) })
+			err = applyStep(tr, func(t *Transition) error { return t.CodeValidated(r) })
 		case *novav1.CodeExecuted:
 			seen = append(seen, "execute:"+cmd.(*novav1.ExecuteCode).Stage)
-			err = applyStep(tr, func(t *transition) error { return t.codeExecuted(r) })
+			err = applyStep(tr, func(t *Transition) error { return t.CodeExecuted(r) })
 		case *novav1.OutputValidated:
 			seen = append(seen, "output")
-			err = applyStep(tr, func(t *transition) error { return t.outputValidated(r) })
+			err = applyStep(tr, func(t *Transition) error { return t.OutputValidated(r) })
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		cmd = nil
 		for i := len(tr.out) - 1; i >= 0; i-- {
-			if strings.HasPrefix(tr.out[i].subject, "nova.cmd.") {
-				cmd = tr.out[i].msg
+			if strings.HasPrefix(tr.out[i].Subject, "nova.cmd.") {
+				cmd = tr.out[i].Msg
 				break
 			}
 		}
@@ -69,7 +69,7 @@ func pipeline(t *testing.T, e *Engine, st *novav1.ExecutionState, first proto.Me
 	return seen
 }
 
-func startAIExecution(t *testing.T, e *Engine, ctx map[string]any) (*novav1.ExecutionState, proto.Message) {
+func startAIExecution(t *testing.T, cfg Config, ctx map[string]any) (*novav1.ExecutionState, proto.Message) {
 	t.Helper()
 	def, err := workflow.Parse([]byte(aiYAML))
 	if err != nil {
@@ -77,9 +77,9 @@ func startAIExecution(t *testing.T, e *Engine, ctx map[string]any) (*novav1.Exec
 	}
 	c, _ := jsonvalue.ObjectOf(ctx)
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
-	tr := e.newTransition(st)
+	tr := New(st, cfg, time.Now())
 	startIn(tr)
-	last := tr.out[len(tr.out)-1].msg
+	last := tr.out[len(tr.out)-1].Msg
 	if _, ok := last.(*novav1.AnalyzeInput); !ok {
 		t.Fatalf("AI node started with %T, want input analysis", last)
 	}
@@ -92,10 +92,10 @@ func call(tokens int64) *novav1.AgentOutcome {
 }
 
 func TestAINodeHappyPath(t *testing.T) {
-	e := newTestEngine()
-	st, first := startAIExecution(t, e, map[string]any{"total": 1500.0})
+	cfg := testConfig()
+	st, first := startAIExecution(t, cfg, map[string]any{"total": 1500.0})
 	var genCalls int
-	seen := pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
+	seen := pipeline(t, cfg, st, first, func(cmd proto.Message) proto.Message {
 		switch c := cmd.(type) {
 		case *novav1.AnalyzeInput:
 			if c.Spec.Model != "gpt-4o-mini" || c.Spec.Task == "" {
@@ -128,11 +128,11 @@ func TestAINodeHappyPath(t *testing.T) {
 }
 
 func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
-	e := newTestEngine()
-	st, first := startAIExecution(t, e, map[string]any{"pdf": strings.Repeat("JVBERi0", 10)})
+	cfg := testConfig()
+	st, first := startAIExecution(t, cfg, map[string]any{"pdf": strings.Repeat("JVBERi0", 10)})
 	var histories []int
 	var executes []string // attempt/step_number of each task execution
-	seen := pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
+	seen := pipeline(t, cfg, st, first, func(cmd proto.Message) proto.Message {
 		switch c := cmd.(type) {
 		case *novav1.AnalyzeInput:
 			return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: call(30), NeedsAnalysis: true}
@@ -184,10 +184,10 @@ func TestAINodeRetriesWithHistoryThenFails(t *testing.T) {
 }
 
 func TestAINodeFailsFastWhenTheRuntimeIsUnavailable(t *testing.T) {
-	e := newTestEngine()
-	st, first := startAIExecution(t, e, map[string]any{"total": 1500.0})
+	cfg := testConfig()
+	st, first := startAIExecution(t, cfg, map[string]any{"total": 1500.0})
 	var generations int
-	pipeline(t, e, st, first, func(cmd proto.Message) proto.Message {
+	pipeline(t, cfg, st, first, func(cmd proto.Message) proto.Message {
 		switch c := cmd.(type) {
 		case *novav1.AnalyzeInput:
 			return &novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}}

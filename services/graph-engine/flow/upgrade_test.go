@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func oldState(t *testing.T, yaml string, ctx string) *novav1.ExecutionState {
 }
 
 func TestOldStatesContinue(t *testing.T) {
-	e := newTestEngine()
+	cfg := testConfig()
 	t.Run("waiting", func(t *testing.T) {
 		st := oldState(t, `
 name: approve
@@ -42,13 +42,13 @@ edges:
 		st.Sequence, st.Path = 2, []string{"start", "approve"}
 		st.Nodes["start"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
 		st.Nodes["approve"] = &novav1.NodeState{Visits: 1, RetryAttempt: 1}
-		tr := e.newTransition(st)
+		tr := New(st, cfg, time.Now())
 		cmd := &novav1.SignalExecution{ExecutionId: "x1", Signal: "approval", Payload: jsonvalue.Proto([]byte(`{"approved": true}`))}
-		if err := tr.onLine(func(b *novav1.Branch) bool { return b.WaitingFor == cmd.Signal },
-			func() error { return tr.signal(cmd, "s1", time.Now()) }); err != nil {
+		if err := tr.OnLine(func(b *novav1.Branch) bool { return b.WaitingFor == cmd.Signal },
+			func() error { return tr.Signal(cmd, "s1", time.Now()) }); err != nil {
 			t.Fatal(err)
 		}
-		tr.settle()
+		tr.Settle()
 		if got := string(jsonvalue.MustObject(st.Context).Bytes()); st.Status != statusSucceeded || got != `{"approved":true,"x":1}` {
 			t.Fatalf("status %s (%s), context %s", st.Status, st.Error, got)
 		}
@@ -69,8 +69,8 @@ edges:
 		st.Sequence, st.Path = 2, []string{"start", "nap"}
 		st.Nodes["start"] = &novav1.NodeState{Visits: 1, Status: statusSucceeded}
 		st.Nodes["nap"] = &novav1.NodeState{Visits: 1, RetryAttempt: 1}
-		if err := applyStep(e.newTransition(st), func(t *transition) error {
-			return t.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "nap-1-sleep"})
+		if err := applyStep(New(st, cfg, time.Now()), func(t *Transition) error {
+			return t.TimerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "nap-1-sleep"})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -109,12 +109,12 @@ edges:
 		for i, step := range []string{"x1/each/1#2/1", "x1/each/1#1/1"} {
 			res := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "each", StepId: step, Sequence: int32(2 + i), Status: nodeSuccess,
 				ContextUpdates: jsonvalue.Proto(fmt.Appendf(nil, `{"result": %d}`, 30-10*i))}
-			tr := e.newTransition(st)
+			tr := New(st, cfg, time.Now())
 			kept.bind(tr)
-			if err := tr.onStep(step, func() error { return tr.codeExecuted(res) }); err != nil {
+			if err := tr.OnStep(step, func() error { return tr.CodeExecuted(res) }); err != nil {
 				t.Fatal(err)
 			}
-			tr.settle()
+			tr.Settle()
 			kept.apply(tr)
 		}
 		if len(kept) != 0 {
@@ -150,11 +150,11 @@ edges:
 		st.Branches = []*novav1.Branch{{Id: "b2", CurrentNode: "b", PendingStepId: "x1/b/1/1", Context: st.Context, ForkChanges: []*novav1.KeyList{{}}}}
 		res := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "b", StepId: "x1/b/1/1", Sequence: 2, Status: nodeSuccess,
 			ContextUpdates: jsonvalue.Proto([]byte(`{"b": 2}`))}
-		tr := e.newTransition(st)
-		if err := tr.onStep(res.StepId, func() error { return tr.codeExecuted(res) }); err != nil {
+		tr := New(st, cfg, time.Now())
+		if err := tr.OnStep(res.StepId, func() error { return tr.CodeExecuted(res) }); err != nil {
 			t.Fatal(err)
 		}
-		tr.settle()
+		tr.Settle()
 		if got := string(jsonvalue.MustObject(st.Context).Bytes()); st.Status != statusSucceeded || got != `{"a":1,"b":2}` {
 			t.Fatalf("status %s (%s), context %s", st.Status, st.Error, got)
 		}

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -11,7 +11,7 @@ type startKind struct {
 	noCancel
 }
 
-func (startKind) enter(t *transition, node *novav1.Node) {
+func (startKind) enter(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return
@@ -20,7 +20,7 @@ func (startKind) enter(t *transition, node *novav1.Node) {
 	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
 	targets, err := t.graph.Targets(node.Id)
 	if err != nil {
-		t.fail(err.Error())
+		t.Fail(err.Error())
 		return
 	}
 	t.follow(node, targets)

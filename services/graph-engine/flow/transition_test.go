@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"errors"
@@ -25,13 +25,14 @@ edges:
   - {from: again, to: end, condition: "false"}
 `
 
-func newTestEngine() *Engine {
-	return &Engine{cfg: Config{DefaultNodeTimeout: 30 * time.Second, SandboxAttempts: 3, MaxAttempts: 3, AnalysisTimeout: 15 * time.Second}, now: time.Now}
+// testConfig is the engine's default settings.
+func testConfig() Config {
+	return Config{DefaultNodeTimeout: 30 * time.Second, SandboxAttempts: 3, MaxAttempts: 3, AnalysisTimeout: 15 * time.Second}
 }
 
 // begin starts an execution of def in memory and returns its state and the
 // command the start dispatched.
-func begin(t *testing.T, e *Engine, yaml string, ctx any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
+func begin(t *testing.T, cfg Config, yaml string, ctx any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
 	t.Helper()
 	def, err := workflow.Parse([]byte(yaml))
 	if err != nil {
@@ -42,16 +43,16 @@ func begin(t *testing.T, e *Engine, yaml string, ctx any) (*novav1.ExecutionStat
 	}
 	c, _ := jsonvalue.ObjectOf(ctx)
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
-	tr := e.newTransition(st)
-	tr.started()
+	tr := New(st, cfg, time.Now())
+	tr.Started()
 	startIn(tr)
 	return st, lastCommand(t, tr)
 }
 
-func lastCommand(t *testing.T, tr *transition) *novav1.ExecuteCode {
+func lastCommand(t *testing.T, tr *Transition) *novav1.ExecuteCode {
 	t.Helper()
 	for i := len(tr.out) - 1; i >= 0; i-- {
-		if cmd, ok := tr.out[i].msg.(*novav1.ExecuteCode); ok {
+		if cmd, ok := tr.out[i].Msg.(*novav1.ExecuteCode); ok {
 			return cmd
 		}
 	}
@@ -65,8 +66,8 @@ func resultFor(cmd *novav1.ExecuteCode, updates map[string]any) *novav1.CodeExec
 }
 
 func TestLoopVisitsAndStaleResults(t *testing.T) {
-	e := newTestEngine()
-	st, cmd := begin(t, e, loopYAML, nil)
+	cfg := testConfig()
+	st, cmd := begin(t, cfg, loopYAML, nil)
 	first := cmd
 	n := 0.0
 	for st.Status == statusRunning {
@@ -80,8 +81,8 @@ func TestLoopVisitsAndStaleResults(t *testing.T) {
 			}
 			updates = map[string]any{branchDecision: n < 3}
 		}
-		tr := e.newTransition(st)
-		if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(resultFor(cmd, updates)) }); err != nil {
+		tr := New(st, cfg, time.Now())
+		if err := applyStep(tr, func(t *Transition) error { return t.CodeExecuted(resultFor(cmd, updates)) }); err != nil {
 			t.Fatal(err)
 		}
 		cmd = lastCommand(t, tr)
@@ -93,34 +94,34 @@ func TestLoopVisitsAndStaleResults(t *testing.T) {
 		t.Errorf("path %s", got)
 	}
 	// A redelivered old result changes nothing.
-	tr := e.newTransition(st)
-	if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(resultFor(first, map[string]any{"n": 99.0})) }); !errors.Is(err, errStale) || tr.changed {
+	tr := New(st, cfg, time.Now())
+	if err := applyStep(tr, func(t *Transition) error { return t.CodeExecuted(resultFor(first, map[string]any{"n": 99.0})) }); !errors.Is(err, ErrStale) || tr.changed {
 		t.Errorf("stale result applied: err %v, changed %v", err, tr.changed)
 	}
 }
 
 func TestEarlyResultIsRetriedNotDropped(t *testing.T) {
-	e := newTestEngine()
-	st, cmd := begin(t, e, loopYAML, nil)
+	cfg := testConfig()
+	st, cmd := begin(t, cfg, loopYAML, nil)
 	// The result of the command the next transition will dispatch, arriving
 	// before that transition's state is stored.
 	early := &novav1.CodeExecuted{ExecutionId: "x1", NodeId: "again", StepId: "x1/again/1/1",
 		Visit: 1, Attempt: 1, Sequence: cmd.Sequence + 1, Status: nodeSuccess}
-	if err := applyStep(e.newTransition(st), func(t *transition) error { return t.codeExecuted(early) }); !errors.Is(err, errEarlyResult) {
+	if err := applyStep(New(st, cfg, time.Now()), func(t *Transition) error { return t.CodeExecuted(early) }); !errors.Is(err, errEarlyResult) {
 		t.Errorf("early result: %v, want errEarlyResult", err)
 	}
 }
 
 func TestMaxVisitsEndsALoop(t *testing.T) {
-	e := newTestEngine()
-	st, cmd := begin(t, e, strings.Replace(loopYAML, "type: action,", "type: action, max_visits: 2,", 1), nil)
+	cfg := testConfig()
+	st, cmd := begin(t, cfg, strings.Replace(loopYAML, "type: action,", "type: action, max_visits: 2,", 1), nil)
 	for st.Status == statusRunning {
 		updates := map[string]any{}
 		if cmd.NodeId == "again" {
 			updates[branchDecision] = true
 		}
-		tr := e.newTransition(st)
-		if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(resultFor(cmd, updates)) }); err != nil {
+		tr := New(st, cfg, time.Now())
+		if err := applyStep(tr, func(t *Transition) error { return t.CodeExecuted(resultFor(cmd, updates)) }); err != nil {
 			t.Fatal(err)
 		}
 		cmd = lastCommand(t, tr)
@@ -131,16 +132,16 @@ func TestMaxVisitsEndsALoop(t *testing.T) {
 }
 
 func TestSandboxFaultIsRetriedThenFails(t *testing.T) {
-	e := newTestEngine()
-	st, cmd := begin(t, e, loopYAML, nil)
+	cfg := testConfig()
+	st, cmd := begin(t, cfg, loopYAML, nil)
 	for attempt := int32(1); attempt <= 3; attempt++ {
 		if cmd.Attempt != attempt {
 			t.Fatalf("attempt %d dispatched, want %d", cmd.Attempt, attempt)
 		}
 		r := resultFor(cmd, nil)
 		r.Status, r.ErrorKind, r.Error = "error", errorKindSandboxFault, "bwrap failed"
-		tr := e.newTransition(st)
-		if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(r) }); err != nil {
+		tr := New(st, cfg, time.Now())
+		if err := applyStep(tr, func(t *Transition) error { return t.CodeExecuted(r) }); err != nil {
 			t.Fatal(err)
 		}
 		cmd = lastCommand(t, tr)
@@ -151,9 +152,9 @@ func TestSandboxFaultIsRetriedThenFails(t *testing.T) {
 }
 
 func TestEventIDsAreDeterministic(t *testing.T) {
-	e := newTestEngine()
-	_, a := begin(t, e, loopYAML, map[string]any{"k": "v"})
-	_, b := begin(t, e, loopYAML, map[string]any{"k": "v"})
+	cfg := testConfig()
+	_, a := begin(t, cfg, loopYAML, map[string]any{"k": "v"})
+	_, b := begin(t, cfg, loopYAML, map[string]any{"k": "v"})
 	if a.StepId != b.StepId || a.StepId != "x1/work/1/1" {
 		t.Errorf("step ids %q and %q", a.StepId, b.StepId)
 	}
@@ -162,16 +163,16 @@ func TestEventIDsAreDeterministic(t *testing.T) {
 // Context values reach the next node, the node's chain-of-work snapshots and
 // the completion as the exact text the producer and the code wrote.
 func TestContextValuesStayExact(t *testing.T) {
-	e := newTestEngine()
+	cfg := testConfig()
 	initial := `{"id":9007199254740993,"f":150.0,"z":-0.0,"big":18446744073709551616,"ключ":{"deep":[1e+308]}}`
-	st, cmd := begin(t, e, loopYAML, []byte(initial))
+	st, cmd := begin(t, cfg, loopYAML, []byte(initial))
 	if got := string(cmd.GetContext().GetRaw()); got != `{"big":18446744073709551616,"f":150.0,"id":9007199254740993,"z":-0.0,"ключ":{"deep":[1e+308]}}` {
 		t.Fatalf("first node's context: %s", got)
 	}
-	tr := e.newTransition(st)
+	tr := New(st, cfg, time.Now())
 	r := resultFor(cmd, nil)
 	r.ContextUpdates = jsonvalue.Proto([]byte(`{"n":1,"id2":9007199254740995,"f":151.0}`))
-	if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(r) }); err != nil {
+	if err := applyStep(tr, func(t *Transition) error { return t.CodeExecuted(r) }); err != nil {
 		t.Fatal(err)
 	}
 	next := lastCommand(t, tr)
@@ -180,7 +181,7 @@ func TestContextValuesStayExact(t *testing.T) {
 		t.Errorf("next node's context:\n got %s\nwant %s", got, want)
 	}
 	for _, o := range tr.out {
-		if nc, ok := o.msg.(*novav1.NodeCompleted); ok {
+		if nc, ok := o.Msg.(*novav1.NodeCompleted); ok {
 			if got := string(nc.GetOutputResult().GetRaw()); got != want {
 				t.Errorf("node output snapshot %s", got)
 			}
@@ -201,8 +202,8 @@ func TestPrintedSecretsAreScrubbed(t *testing.T) {
 		stripe = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
 		github = "ghp_" + "R2d2C3poBb8xWq7Lm4Nz0Kv6Ty1Ju5Hs9Fg3"
 	)
-	e := newTestEngine()
-	st, cmd := begin(t, e, loopYAML, map[string]any{
+	cfg := testConfig()
+	st, cmd := begin(t, cfg, loopYAML, map[string]any{
 		"db_password": "hunter2-abc",
 		"notes":       []any{"Authorization: Bearer " + bearer},
 	})
@@ -212,13 +213,13 @@ func TestPrintedSecretsAreScrubbed(t *testing.T) {
 	r.Traceback = "Traceback ...\nlogin(hunter2-abc)\nPermissionError: " + github + " cannot push"
 	r.Stdout = "token " + bearer + ", stripe " + stripe + "\n"
 	r.Logs = []string{"using hunter2-abc"}
-	tr := e.newTransition(st)
-	if err := applyStep(tr, func(t *transition) error { return t.codeExecuted(r) }); err != nil {
+	tr := New(st, cfg, time.Now())
+	if err := applyStep(tr, func(t *Transition) error { return t.CodeExecuted(r) }); err != nil {
 		t.Fatal(err)
 	}
 	var nc *novav1.NodeCompleted
 	for _, o := range tr.out {
-		if m, ok := o.msg.(*novav1.NodeCompleted); ok {
+		if m, ok := o.Msg.(*novav1.NodeCompleted); ok {
 			nc = m
 		}
 	}
@@ -245,11 +246,11 @@ func TestPrintedSecretsAreScrubbed(t *testing.T) {
 type keptResults map[string][]byte
 
 // bind lets tr read the results kept so far.
-func (k keptResults) bind(tr *transition) {
-	tr.mapResults = func(prefix string) (map[int32][]byte, error) {
+func (k keptResults) bind(tr *Transition) {
+	tr.MapResults = func(prefix string) (map[int32][]byte, error) {
 		out := map[int32][]byte{}
 		for key, v := range k {
-			if i, ok := itemOfKey(prefix, key); ok {
+			if i, ok := ItemOfKey(prefix, key); ok {
 				out[i] = v
 			}
 		}
@@ -259,11 +260,11 @@ func (k keptResults) bind(tr *transition) {
 
 // apply keeps and drops what tr decided, as the engine does around storing
 // the state.
-func (k keptResults) apply(tr *transition) {
-	for _, r := range tr.resultsFx {
-		k[r.key] = r.value
+func (k keptResults) apply(tr *Transition) {
+	for _, r := range tr.ResultsFx {
+		k[r.Key] = r.Value
 	}
-	for _, prefix := range tr.purgeFx {
+	for _, prefix := range tr.PurgeFx {
 		for key := range k {
 			if strings.HasPrefix(key, prefix+".") {
 				delete(k, key)

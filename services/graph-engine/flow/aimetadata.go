@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"cmp"
@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/bus/busname"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -18,7 +18,7 @@ import (
 
 // aiStep records an agent step: in the AI run (for ai_metadata) and as a
 // chain-of-work step document.
-func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *novav1.AgentOutcome, code string,
+func (t *Transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *novav1.AgentOutcome, code string,
 	input, output map[string]any, tools []*novav1.ToolCall) {
 	ai := t.ln.Ai
 	names := stepNames[ai.Phase]
@@ -91,11 +91,11 @@ func (t *transition) aiStep(node *novav1.Node, ref *novav1.StepRef, outcome *nov
 		}
 		step.ToolCalls = list
 	}
-	t.emit(bus.KindStepCompleted, ref.StepId+"/step", bus.TypeStepCompleted, step)
+	t.emit(busname.KindStepCompleted, ref.StepId+"/step", busname.TypeStepCompleted, step)
 }
 
 // aiMetadata is the node's ai_metadata, named as in the original NOVA.
-func (t *transition) aiMetadata(node *novav1.Node, status, errMsg string) *structpb.Struct {
+func (t *Transition) aiMetadata(node *novav1.Node, status, errMsg string) *structpb.Struct {
 	ai := t.ln.Ai
 	u := aiUsageOf(ai)
 	u.timings["total_ms"] = float64(t.now.Sub(t.ln.NodeStartedAt.AsTime()).Microseconds()) / 1000
@@ -160,7 +160,7 @@ func aiUsageOf(ai *novav1.AIRun) aiUsage {
 			u.cost += c.CostUsd
 			u.calls++
 			u.scripted = u.scripted || c.Scripted
-			if s.Agent == bus.AgentCodeGenerator {
+			if s.Agent == busname.AgentCodeGenerator {
 				u.model = c.Model
 			}
 		}
@@ -229,7 +229,7 @@ func analysisMetadata(ai *novav1.AIRun, timings map[string]any) map[string]any {
 
 // failureMetadata says why the visit failed: after its retries, or for
 // want of budget, with every attempt.
-func (t *transition) failureMetadata(m map[string]any, errMsg string) {
+func (t *Transition) failureMetadata(m map[string]any, errMsg string) {
 	m["status"] = statusFailedAfterRetries
 	if be := t.budgetExceeded; be != nil {
 		m["status"] = errorKindBudgetExceeded

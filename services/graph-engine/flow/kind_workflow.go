@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"cmp"
@@ -7,18 +7,18 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/execution"
+	"github.com/novaflow/nova/pkg/bus/busname"
+	"github.com/novaflow/nova/pkg/execution/execstate"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 // workflowKind: a workflow node starts the registered workflow it names as
-// a child execution (startChild) and waits for its end (childCompleted);
+// a child execution (startChild) and waits for its end (ChildCompleted);
 // cancelling its visit cancels the child.
 type workflowKind struct{ noTimer }
 
-func (workflowKind) enter(t *transition, node *novav1.Node) {
+func (workflowKind) enter(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return
@@ -27,23 +27,23 @@ func (workflowKind) enter(t *transition, node *novav1.Node) {
 	t.startChild(node, ns)
 }
 
-func (workflowKind) cancel(t *transition, _ *novav1.Node, reason string) { t.cancelChild(reason) }
+func (workflowKind) cancel(t *Transition, _ *novav1.Node, reason string) { t.cancelChild(reason) }
 
 // childID is the execution id of the child that a visit of node starts.
-func (t *transition) childID(node *novav1.Node, visit int32) string {
+func (t *Transition) childID(node *novav1.Node, visit int32) string {
 	id := fmt.Sprintf("%s_%s_%d", t.st.ExecutionId, node.Id, visit)
 	if t.isItem() {
 		id += fmt.Sprintf("_%d", t.ln.Item)
 	}
 	// A node id a key cannot hold makes the id a UUID derived from it, as
 	// the child's start would.
-	return execution.ID(id)
+	return execstate.ID(id)
 }
 
 // startChild starts the workflow node's (or map item's) child execution:
 // its context is the line's (or the keys input names), and the line waits
 // for it.
-func (t *transition) startChild(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) startChild(node *novav1.Node, ns *novav1.NodeState) {
 	in := jsonvalue.Object{}
 	if len(node.Input) == 0 {
 		in = t.ctx.Clone()
@@ -67,7 +67,7 @@ func (t *transition) startChild(node *novav1.Node, ns *novav1.NodeState) {
 			owner.MapRun.Children = append(owner.MapRun.Children, childID)
 		}
 	}
-	t.command(node, childID, bus.AgentGraphEngine, bus.TypeWorkflowStart, func(seq int32) proto.Message {
+	t.command(node, childID, busname.AgentGraphEngine, busname.TypeWorkflowStart, func(seq int32) proto.Message {
 		ref.Sequence = seq
 		return &novav1.StartWorkflow{ExecutionId: childID, WorkflowName: node.Workflow, Context: in.Proto(), Parent: ref}
 	})
@@ -82,16 +82,16 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// childCompleted takes the end of a child execution the line waits for: its
+// ChildCompleted takes the end of a child execution the line waits for: its
 // final context (or the keys output names) comes back, or the node fails
 // with the child's error.
-func (t *transition) childCompleted(r *novav1.ChildCompleted) error {
-	if err := t.checkPending(r.GetParent().GetStepId(), r.GetParent().GetSequence()); err != nil {
+func (t *Transition) ChildCompleted(r *novav1.ChildCompleted) error {
+	if err := t.CheckPending(r.GetParent().GetStepId(), r.GetParent().GetSequence()); err != nil {
 		return err
 	}
 	node := t.graph.Node(t.ln.CurrentNode)
 	if node == nil {
-		return errStale
+		return ErrStale
 	}
 	ns := t.nodeState(node.Id)
 	t.children = []string{r.ChildExecutionId}
@@ -105,8 +105,8 @@ func (t *transition) childCompleted(r *novav1.ChildCompleted) error {
 	case t.isItem():
 		// The item's result is the child's final context, its large values
 		// read back (they would stay references inside a list).
-		if t.expand != nil {
-			if err := t.expand(out); err != nil {
+		if t.Expand != nil {
+			if err := t.Expand(out); err != nil {
 				return fmt.Errorf("read back the final context of %s: %w", r.ChildExecutionId, err)
 			}
 		}
@@ -125,13 +125,13 @@ func (t *transition) childCompleted(r *novav1.ChildCompleted) error {
 			t.ctx[parent] = raw
 		}
 	}
-	t.setContext()
+	t.SetContext()
 	t.route(node, ns, nil)
 	return nil
 }
 
 // childOf is the child execution the line waits for, "" when none.
-func (t *transition) childOf() string {
+func (t *Transition) childOf() string {
 	if t.graph == nil || t.ln == nil || t.ln.PendingStepId == "" {
 		return ""
 	}
@@ -142,17 +142,17 @@ func (t *transition) childOf() string {
 }
 
 // cancelChild cancels the child execution the line waits for, if any.
-func (t *transition) cancelChild(reason string) {
+func (t *Transition) cancelChild(reason string) {
 	child := t.childOf()
 	if child == "" {
 		return
 	}
-	t.out = append(t.out, outEvent{
-		subject:   bus.CommandSubject(bus.AgentGraphEngine),
-		id:        execution.CancelEventID(child),
-		typ:       bus.TypeExecutionCancel,
-		execution: child,
-		msg: &novav1.CancelExecution{ExecutionId: child, RequestedBy: "execution " + t.st.ExecutionId,
+	t.out = append(t.out, OutEvent{
+		Subject:   busname.CommandSubject(busname.AgentGraphEngine),
+		ID:        execstate.CancelEventID(child),
+		Type:      busname.TypeExecutionCancel,
+		Execution: child,
+		Msg: &novav1.CancelExecution{ExecutionId: child, RequestedBy: "execution " + t.st.ExecutionId,
 			Reason: fmt.Sprintf("its parent execution %s ended: %s", t.st.ExecutionId, reason)},
 	})
 	t.changed = true

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
-	"github.com/novaflow/nova/pkg/valueref"
+	"github.com/novaflow/nova/pkg/valueref/refjson"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -18,7 +18,7 @@ import (
 // a workflow is a child execution, which cancelling the item cancels.
 type mapKind struct{ noTimer }
 
-func (mapKind) enter(t *transition, node *novav1.Node) {
+func (mapKind) enter(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return
@@ -27,12 +27,12 @@ func (mapKind) enter(t *transition, node *novav1.Node) {
 	t.startMap(node, ns)
 }
 
-func (mapKind) cancel(t *transition, _ *novav1.Node, reason string) { t.cancelChild(reason) }
+func (mapKind) cancel(t *Transition, _ *novav1.Node, reason string) { t.cancelChild(reason) }
 
 // startMap begins a visit of map node: the line waits at it while its
 // items run as lines of their own (settle starts them, concurrency at a
 // time).
-func (t *transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
 	raw, ok := t.ctx[node.Items]
 	if !ok {
 		t.nodeFailed(node, ns, fmt.Sprintf("the context has no key %q (the list its items come from)", node.Items), nil)
@@ -51,18 +51,18 @@ func (t *transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
 // itemList is the list raw holds (read back from the value store when it
 // is kept there), as its items' JSON. The map visit named key reads and
 // splits it once in this replica (Engine.items), not at each item.
-func (t *transition) itemList(key string, raw []byte) ([]json.RawMessage, error) {
-	cache := t.e.itemCache()
+func (t *Transition) itemList(key string, raw []byte) ([]json.RawMessage, error) {
+	cache := t.itemCache()
 	if list, ok := cache.get(key); ok {
 		return list, nil
 	}
 	full := raw
-	if _, ok := valueref.RawRef(raw); ok {
-		if t.readValue == nil {
+	if _, ok := refjson.RawRef(raw); ok {
+		if t.ReadValue == nil {
 			return nil, fmt.Errorf("the list is kept in the value store, which this engine cannot read")
 		}
 		var err error
-		if full, err = t.readValue(raw); err != nil {
+		if full, err = t.ReadValue(raw); err != nil {
 			return nil, err
 		}
 	}
@@ -73,13 +73,13 @@ func (t *transition) itemList(key string, raw []byte) ([]json.RawMessage, error)
 	return list, err
 }
 
-// itemCache is the engine's cache of map lists (a throwaway one for an
-// Engine built by hand in tests).
-func (e *Engine) itemCache() *itemLists {
-	if e == nil || e.items == nil {
-		return newItemLists(1)
+// itemCache is the engine's cache of map lists (a throwaway one when the
+// shell gives none).
+func (t *Transition) itemCache() *ItemLists {
+	if t.cfg.Items == nil {
+		return NewItemLists(1)
 	}
-	return e.items
+	return t.cfg.Items
 }
 
 func splitList(raw []byte) ([]json.RawMessage, error) {
@@ -92,7 +92,7 @@ func splitList(raw []byte) ([]json.RawMessage, error) {
 
 // moveMap starts the next items of the map branch b runs, or finishes the
 // map when every item finished; it reports whether it did either.
-func (t *transition) moveMap(b *novav1.Branch) bool {
+func (t *Transition) moveMap(b *novav1.Branch) bool {
 	mr := b.MapRun
 	node := t.graph.Node(b.CurrentNode)
 	if mr.Finished >= mr.Total {
@@ -141,7 +141,7 @@ func (t *transition) moveMap(b *novav1.Branch) bool {
 
 // startItem runs the map node's body for the item the transition's branch
 // is.
-func (t *transition) startItem(node *novav1.Node) {
+func (t *Transition) startItem(node *novav1.Node) {
 	ns := t.nodeState(node.Id)
 	t.st.Sequence++
 	t.ln.NodeStartedAt = tsNow(t.now)
@@ -159,11 +159,11 @@ func (t *transition) startItem(node *novav1.Node) {
 }
 
 // isItem tells whether the transition works on a map's item.
-func (t *transition) isItem() bool { return t.ln != nil && t.ln.IsItem }
+func (t *Transition) isItem() bool { return t.ln != nil && t.ln.IsItem }
 
 // itemFinished records the result of the transition's item, whose body
 // succeeded: what it set as context["result"].
-func (t *transition) itemFinished(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) {
+func (t *Transition) itemFinished(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) {
 	ns.Status, ns.Error = statusSucceeded, ""
 	t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", r)
 	res, ok := t.ctx["result"]
@@ -176,7 +176,7 @@ func (t *transition) itemFinished(node *novav1.Node, ns *novav1.NodeState, r *no
 // itemFailed records a failed item: under on_item_failure collect its
 // entry is {"error": msg}; else the map node, and the execution, fail (the
 // map's line fails it, so that its context is the execution's).
-func (t *transition) itemFailed(node *novav1.Node, msg string) {
+func (t *Transition) itemFailed(node *novav1.Node, msg string) {
 	if node.OnItemFailure == workflow.OnItemFailureCollect {
 		entry, _ := json.Marshal(map[string]string{"error": msg})
 		t.itemDone(entry, true)
@@ -187,7 +187,7 @@ func (t *transition) itemFailed(node *novav1.Node, msg string) {
 	msg = fmt.Sprintf("item %d failed: %s", item, msg)
 	owner := t.line(t.ln.MapBranch)
 	if owner == nil {
-		t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
+		t.Fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 		return
 	}
 	t.on(owner, func() {
@@ -196,11 +196,11 @@ func (t *transition) itemFailed(node *novav1.Node, msg string) {
 		t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", nil)
 		t.dropMapRun(t.ln)
 		t.ln.CurrentNode, t.ln.PendingStepId = "", ""
-		t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
+		t.Fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 	})
 }
 
-func (t *transition) itemDone(result []byte, failed bool) {
+func (t *Transition) itemDone(result []byte, failed bool) {
 	t.endLine(t.ln)
 	owner := t.line(t.ln.MapBranch)
 	if owner == nil || owner.MapRun == nil || t.ln.Item >= owner.MapRun.Total {
@@ -210,7 +210,7 @@ func (t *transition) itemDone(result []byte, failed bool) {
 	// The result is kept in the map results bucket, not in the state, so
 	// that an item's event reads and writes as much at the 10,000th item
 	// as at the first (mapresults.go).
-	t.resultsFx = append(t.resultsFx, mapResult{key: mapItemKey(t.st.ExecutionId, owner.CurrentNode, mr.Visit, t.ln.Item), value: result})
+	t.ResultsFx = append(t.ResultsFx, MapResult{Key: mapItemKey(t.st.ExecutionId, owner.CurrentNode, mr.Visit, t.ln.Item), Value: result})
 	mr.Finished++
 	if failed {
 		mr.Failed++
@@ -220,7 +220,7 @@ func (t *transition) itemDone(result []byte, failed bool) {
 
 // finishMap ends the visit of map node whose items all finished: their
 // results, in item order, go to its output key, and the line goes on.
-func (t *transition) finishMap(node *novav1.Node) {
+func (t *Transition) finishMap(node *novav1.Node) {
 	mr := t.ln.MapRun
 	ns := t.nodeState(node.Id)
 	byIndex, err := t.itemResults(node, mr)
@@ -234,8 +234,8 @@ func (t *transition) finishMap(node *novav1.Node) {
 		if i > 0 {
 			list.WriteByte(',')
 		}
-		if _, ok := valueref.RawRef(raw); ok && t.readValue != nil {
-			full, err := t.readValue(raw)
+		if _, ok := refjson.RawRef(raw); ok && t.ReadValue != nil {
+			full, err := t.ReadValue(raw)
 			if err != nil {
 				t.nodeFailed(node, ns, fmt.Sprintf("the result of item %d could not be read back: %v", i, err), nil)
 				return
@@ -246,7 +246,7 @@ func (t *transition) finishMap(node *novav1.Node) {
 	}
 	list.WriteByte(']')
 	t.ctx[workflow.MapOutput(node)] = list.Bytes()
-	t.setContext()
+	t.SetContext()
 	t.children = mr.Children
 	t.dropMapRun(t.ln)
 	t.route(node, ns, nil)
@@ -255,7 +255,7 @@ func (t *transition) finishMap(node *novav1.Node) {
 // itemResults are the results of map run mr's items, by index: those an
 // engine before the map results bucket kept in the state, the others read
 // from the bucket (with the ones this transition is about to keep).
-func (t *transition) itemResults(node *novav1.Node, mr *novav1.MapRun) ([][]byte, error) {
+func (t *Transition) itemResults(node *novav1.Node, mr *novav1.MapRun) ([][]byte, error) {
 	byIndex := make([][]byte, mr.Total)
 	start, inline := int32(0), 0
 	for i, idx := range mr.DoneIndex {
@@ -268,15 +268,15 @@ func (t *transition) itemResults(node *novav1.Node, mr *novav1.MapRun) ([][]byte
 	if int(mr.Total) > inline {
 		prefix := mapResultsPrefix(t.st.ExecutionId, node.Id, mr.Visit)
 		kept := map[int32][]byte{}
-		if t.mapResults != nil {
+		if t.MapResults != nil {
 			var err error
-			if kept, err = t.mapResults(prefix); err != nil {
+			if kept, err = t.MapResults(prefix); err != nil {
 				return nil, fmt.Errorf("the results of its items could not be read back: %w", err)
 			}
 		}
-		for _, r := range t.resultsFx {
-			if i, ok := itemOfKey(prefix, r.key); ok {
-				kept[i] = r.value
+		for _, r := range t.ResultsFx {
+			if i, ok := ItemOfKey(prefix, r.Key); ok {
+				kept[i] = r.Value
 			}
 		}
 		for i, raw := range kept {
@@ -295,37 +295,38 @@ func (t *transition) itemResults(node *novav1.Node, mr *novav1.MapRun) ([][]byte
 
 // dropMapRun ends the map run of line l: its items' results are removed
 // from the bucket once the state is stored.
-func (t *transition) dropMapRun(l *novav1.Branch) {
+func (t *Transition) dropMapRun(l *novav1.Branch) {
 	if mr := l.MapRun; mr != nil && l.CurrentNode != "" {
-		t.purgeFx = append(t.purgeFx, mapResultsPrefix(t.st.ExecutionId, l.CurrentNode, mr.Visit))
+		t.PurgeFx = append(t.PurgeFx, mapResultsPrefix(t.st.ExecutionId, l.CurrentNode, mr.Visit))
 	}
 	l.MapRun = nil
 }
 
 // Sub-workflows.
 
-// itemLists keeps the lists that maps run over, split into their items (read
+// ItemLists keeps the lists that maps run over, split into their items (read
 // back from the value store when kept there), by map visit, so that
 // starting an item neither reads nor splits the whole list again. It holds
 // at most n lists; another replica, or this one after a restart, splits a
 // list once more.
-type itemLists struct {
+type ItemLists struct {
 	mu    sync.Mutex
 	n     int
 	lists map[string][]json.RawMessage
 	order []string
 }
 
-func newItemLists(n int) *itemLists { return &itemLists{n: n, lists: map[string][]json.RawMessage{}} }
+// NewItemLists keeps at most n lists.
+func NewItemLists(n int) *ItemLists { return &ItemLists{n: n, lists: map[string][]json.RawMessage{}} }
 
-func (c *itemLists) get(digest string) ([]json.RawMessage, bool) {
+func (c *ItemLists) get(digest string) ([]json.RawMessage, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.lists[digest]
 	return l, ok
 }
 
-func (c *itemLists) put(digest string, list []json.RawMessage) {
+func (c *ItemLists) put(digest string, list []json.RawMessage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.lists[digest]; ok {

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -11,7 +11,7 @@ type endKind struct {
 	noCancel
 }
 
-func (endKind) enter(t *transition, node *novav1.Node) {
+func (endKind) enter(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return

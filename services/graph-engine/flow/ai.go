@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/bus/busname"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/outputcheck"
 	"github.com/novaflow/nova/pkg/workflow"
@@ -56,21 +56,21 @@ const (
 
 // stepNames name each phase's step in the chain of work, with its agent.
 var stepNames = map[string][2]string{
-	phaseInputAnalysis:    {"input_analysis", bus.AgentInputAnalyzer},
-	phaseAnalysisGenerate: {"analysis_generation", bus.AgentCodeGenerator},
-	phaseAnalysisValidate: {"analysis_validation", bus.AgentCodeValidator},
-	phaseAnalysisExecute:  {"analysis_execution", bus.AgentSandbox},
-	phaseGenerate:         {"code_generation", bus.AgentCodeGenerator},
-	phaseValidate:         {"code_validation", bus.AgentCodeValidator},
-	phaseExecute:          {"code_execution", bus.AgentSandbox},
-	phaseOutputValidate:   {"output_validation", bus.AgentOutputValidator},
-	phaseCacheLookup:      {"cache_lookup", bus.AgentGraphEngine},
-	phaseCacheEvict:       {"cache_eviction", bus.AgentGraphEngine},
-	phaseVerdictReuse:     {"code_validation", bus.AgentGraphEngine},
-	phaseOutputCheck:      {"output_validation", bus.AgentGraphEngine},
+	phaseInputAnalysis:    {"input_analysis", busname.AgentInputAnalyzer},
+	phaseAnalysisGenerate: {"analysis_generation", busname.AgentCodeGenerator},
+	phaseAnalysisValidate: {"analysis_validation", busname.AgentCodeValidator},
+	phaseAnalysisExecute:  {"analysis_execution", busname.AgentSandbox},
+	phaseGenerate:         {"code_generation", busname.AgentCodeGenerator},
+	phaseValidate:         {"code_validation", busname.AgentCodeValidator},
+	phaseExecute:          {"code_execution", busname.AgentSandbox},
+	phaseOutputValidate:   {"output_validation", busname.AgentOutputValidator},
+	phaseCacheLookup:      {"cache_lookup", busname.AgentGraphEngine},
+	phaseCacheEvict:       {"cache_eviction", busname.AgentGraphEngine},
+	phaseVerdictReuse:     {"code_validation", busname.AgentGraphEngine},
+	phaseOutputCheck:      {"output_validation", busname.AgentGraphEngine},
 }
 
-func (t *transition) startAI(node *novav1.Node) {
+func (t *Transition) startAI(node *novav1.Node) {
 	model := node.Model
 	if model == "" {
 		model = t.st.Definition.Model
@@ -84,7 +84,7 @@ func (t *transition) startAI(node *novav1.Node) {
 }
 
 // aiRef starts the next step of phase and returns its reference.
-func (t *transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
+func (t *Transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
 	ai := t.ln.Ai
 	ai.Phase = phase
 	ai.StepNumber++
@@ -100,7 +100,7 @@ func (t *transition) aiRef(node *novav1.Node, phase string) *novav1.StepRef {
 	}
 }
 
-func (t *transition) taskSpec(node *novav1.Node) *novav1.TaskSpec {
+func (t *Transition) taskSpec(node *novav1.Node) *novav1.TaskSpec {
 	spec := &novav1.TaskSpec{Task: node.Prompt, NodeType: nodeTypeName(node), Model: t.ln.Ai.Model, Language: languageOf(node)}
 	if node.Type == novav1.NodeType_NODE_TYPE_DECISION {
 		for _, e := range t.graph.Outgoing(node.Id) {
@@ -112,7 +112,7 @@ func (t *transition) taskSpec(node *novav1.Node) *novav1.TaskSpec {
 }
 
 // aiNext issues the command of phase.
-func (t *transition) aiNext(node *novav1.Node, phase string) {
+func (t *Transition) aiNext(node *novav1.Node, phase string) {
 	ai := t.ln.Ai
 	ref := t.aiRef(node, phase)
 	spec := t.taskSpec(node)
@@ -123,7 +123,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 	}
 	switch phase {
 	case phaseInputAnalysis:
-		t.command(node, ref.StepId, bus.AgentInputAnalyzer, bus.TypeInputAnalyze, func(int32) proto.Message {
+		t.command(node, ref.StepId, busname.AgentInputAnalyzer, busname.TypeInputAnalyze, func(int32) proto.Message {
 			return &novav1.AnalyzeInput{Ref: ref, Spec: spec, Context: input}
 		})
 	case phaseAnalysisGenerate, phaseGenerate:
@@ -131,7 +131,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 		if phase == phaseAnalysisGenerate {
 			stage = stageAnalysis
 		}
-		t.command(node, ref.StepId, bus.AgentCodeGenerator, bus.TypeCodeGenerate, func(int32) proto.Message {
+		t.command(node, ref.StepId, busname.AgentCodeGenerator, busname.TypeCodeGenerate, func(int32) proto.Message {
 			return &novav1.GenerateCode{Ref: ref, Spec: spec, Context: input, Stage: stage,
 				DataInsights: ai.DataInsights, History: ai.History}
 		})
@@ -140,7 +140,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 		if phase == phaseAnalysisValidate {
 			code, stage = ai.AnalysisCode, stageAnalysis
 		}
-		t.command(node, ref.StepId, bus.AgentCodeValidator, bus.TypeCodeValidate, func(int32) proto.Message {
+		t.command(node, ref.StepId, busname.AgentCodeValidator, busname.TypeCodeValidate, func(int32) proto.Message {
 			return &novav1.ValidateCode{Ref: ref, Spec: spec, Code: code, Stage: stage,
 				ContextKeys: jsonvalue.MustObject(input).Keys()}
 		})
@@ -150,7 +150,7 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 		t.execute(node, ref.StepId, ref.Visit, ref.Attempt, ref.StepNumber, ai.Code, stageTask, input)
 	case phaseOutputValidate:
 		r := ai.Execution
-		t.command(node, ref.StepId, bus.AgentOutputValidator, bus.TypeOutputValidate, func(int32) proto.Message {
+		t.command(node, ref.StepId, busname.AgentOutputValidator, busname.TypeOutputValidate, func(int32) proto.Message {
 			return &novav1.ValidateOutput{Ref: ref, Spec: spec, ContextBefore: input,
 				Updates: r.GetContextUpdates(), DeletedKeys: r.DeletedKeys, Code: ai.Code, Stdout: shorten(r.Stdout, 4000),
 				RulesOnly: rulesOnly}
@@ -160,9 +160,9 @@ func (t *transition) aiNext(node *novav1.Node, phase string) {
 
 // generate starts the next generation attempt, or fails the node when the
 // attempts are used up.
-func (t *transition) generate(node *novav1.Node) {
+func (t *Transition) generate(node *novav1.Node) {
 	ai := t.ln.Ai
-	if int(ai.Attempt) >= t.e.cfg.MaxAttempts {
+	if int(ai.Attempt) >= t.cfg.MaxAttempts {
 		last := ai.History[len(ai.History)-1]
 		msg := fmt.Sprintf("failed after %d attempts; last error (%s): %s", ai.Attempt, last.Phase, last.Error)
 		t.nodeFailed(node, t.nodeState(node.Id), msg, ai.Execution)
@@ -175,7 +175,7 @@ func (t *transition) generate(node *novav1.Node) {
 }
 
 // attemptFailed records why the current attempt failed and tries again.
-func (t *transition) attemptFailed(node *novav1.Node, phase, msg string) {
+func (t *Transition) attemptFailed(node *novav1.Node, phase, msg string) {
 	ai := t.ln.Ai
 	if ai.CacheHit {
 		t.evictCached(node, phase, msg)
@@ -186,15 +186,16 @@ func (t *transition) attemptFailed(node *novav1.Node, phase, msg string) {
 }
 
 // skipAnalysis goes on to the task without insights, noting why.
-func (t *transition) skipAnalysis(node *novav1.Node, why string) {
+func (t *Transition) skipAnalysis(node *novav1.Node, why string) {
 	t.ln.Ai.AnalysisError = why
 	t.generate(node)
 }
 
-func (t *transition) aiNode(ref *novav1.StepRef) *novav1.Node { return t.graph.Node(ref.GetNodeId()) }
+func (t *Transition) aiNode(ref *novav1.StepRef) *novav1.Node { return t.graph.Node(ref.GetNodeId()) }
 
-func (t *transition) inputAnalyzed(r *novav1.InputAnalyzed) error {
-	if err := t.checkAI(r.Ref); err != nil {
+// InputAnalyzed applies the input analyzer's result for the pending step.
+func (t *Transition) InputAnalyzed(r *novav1.InputAnalyzed) error {
+	if err := t.CheckAI(r.Ref); err != nil {
 		return err
 	}
 	node, ai := t.aiNode(r.Ref), t.ln.Ai
@@ -219,11 +220,13 @@ func (t *transition) inputAnalyzed(r *novav1.InputAnalyzed) error {
 	return nil
 }
 
-func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
+// CodeGenerated applies the code generator's result for the pending step
+// (an AI node's or a refinement's).
+func (t *Transition) CodeGenerated(r *novav1.CodeGenerated) error {
 	if t.st.Refine != nil {
 		return t.refineGenerated(r)
 	}
-	if err := t.checkAI(r.Ref); err != nil {
+	if err := t.CheckAI(r.Ref); err != nil {
 		return err
 	}
 	node, ai := t.aiNode(r.Ref), t.ln.Ai
@@ -266,8 +269,9 @@ func (t *transition) codeGenerated(r *novav1.CodeGenerated) error {
 	return nil
 }
 
-func (t *transition) codeValidated(r *novav1.CodeValidated) error {
-	if err := t.checkAI(r.Ref); err != nil {
+// CodeValidated applies the code validator's result for the pending step.
+func (t *Transition) CodeValidated(r *novav1.CodeValidated) error {
+	if err := t.CheckAI(r.Ref); err != nil {
 		return err
 	}
 	node, ai := t.aiNode(r.Ref), t.ln.Ai
@@ -295,7 +299,7 @@ func (t *transition) codeValidated(r *novav1.CodeValidated) error {
 	case phase == phaseAnalysisValidate:
 		t.skipAnalysis(node, "analysis code did not pass validation: "+reason)
 	case valid:
-		if r.ValidatorFingerprint != "" && r.RuntimeFingerprint == t.runtime {
+		if r.ValidatorFingerprint != "" && r.RuntimeFingerprint == t.Runtime {
 			ai.ValidatorFingerprint = r.ValidatorFingerprint
 		}
 		t.aiNext(node, phaseExecute)
@@ -306,7 +310,7 @@ func (t *transition) codeValidated(r *novav1.CodeValidated) error {
 }
 
 // aiExecuted takes the sandbox's result of analysis or task code.
-func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
+func (t *Transition) aiExecuted(r *novav1.CodeExecuted) error {
 	node, ai := t.graph.Node(r.NodeId), t.ln.Ai
 	ref := &novav1.StepRef{ExecutionId: r.ExecutionId, NodeId: r.NodeId, StepId: r.StepId, Visit: r.Visit,
 		Attempt: ai.Attempt, StepNumber: ai.StepNumber}
@@ -349,8 +353,8 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 			t.nodeFailed(node, t.nodeState(node.Id), r.Error, r)
 			return nil
 		}
-		if r.ErrorKind == errorKindDeadLetter {
-			t.aiInfraFailed(node, r.Error, r)
+		if r.ErrorKind == ErrorKindDeadLetter {
+			t.AIInfraFailed(node, r.Error, r)
 			return nil
 		}
 		t.attemptFailed(node, "execution", failure)
@@ -368,7 +372,7 @@ func (t *transition) aiExecuted(r *novav1.CodeExecuted) error {
 // checkOutput runs a rules-only hit's output checks (cache_validate: rules)
 // here: the same deterministic checks the output validator runs
 // (outputcheck), without the trip to it.
-func (t *transition) checkOutput(node *novav1.Node) {
+func (t *Transition) checkOutput(node *novav1.Node) {
 	ai := t.ln.Ai
 	ref := t.aiRef(node, phaseOutputCheck)
 	start := time.Now()
@@ -379,20 +383,22 @@ func (t *transition) checkOutput(node *novav1.Node) {
 		r.Reason, r.FailedChecks = outputcheck.Reason(findings), outputcheck.Checks(findings)
 	}
 	r.Outcome.DurationMs = float64(time.Since(start).Microseconds()) / 1000
-	t.outputChecked(node, r, bus.AgentGraphEngine)
+	t.outputChecked(node, r, busname.AgentGraphEngine)
 }
 
-func (t *transition) outputValidated(r *novav1.OutputValidated) error {
-	if err := t.checkAI(r.Ref); err != nil {
+// OutputValidated applies the output validator's result for the pending
+// step.
+func (t *Transition) OutputValidated(r *novav1.OutputValidated) error {
+	if err := t.CheckAI(r.Ref); err != nil {
 		return err
 	}
-	t.outputChecked(t.aiNode(r.Ref), r, bus.AgentOutputValidator)
+	t.outputChecked(t.aiNode(r.Ref), r, busname.AgentOutputValidator)
 	return nil
 }
 
 // outputChecked takes the output checks' verdict, from the output
 // validator or run here (checkedIn names which).
-func (t *transition) outputChecked(node *novav1.Node, r *novav1.OutputValidated, checkedIn string) {
+func (t *Transition) outputChecked(node *novav1.Node, r *novav1.OutputValidated, checkedIn string) {
 	ai := t.ln.Ai
 	t.aiStep(node, r.Ref, r.Outcome, "", map[string]any{"task": node.Prompt},
 		map[string]any{"valid": r.Valid, "reason": r.Reason, "failed_checks": stringsToAny(r.FailedChecks),
@@ -414,13 +420,13 @@ func (t *transition) outputChecked(node *novav1.Node, r *novav1.OutputValidated,
 	t.route(node, t.nodeState(node.Id), exec)
 }
 
-// checkAI is checkPending for agent results, which must also find an AI run.
-func (t *transition) checkAI(ref *novav1.StepRef) error {
-	if err := t.checkPending(ref.GetStepId(), ref.GetSequence()); err != nil {
+// CheckAI is CheckPending for agent results, which must also find an AI run.
+func (t *Transition) CheckAI(ref *novav1.StepRef) error {
+	if err := t.CheckPending(ref.GetStepId(), ref.GetSequence()); err != nil {
 		return err
 	}
 	if t.ln.Ai == nil {
-		return errStale
+		return ErrStale
 	}
 	return nil
 }

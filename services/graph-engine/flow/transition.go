@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"cmp"
@@ -11,27 +11,27 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/novaflow/nova/pkg/bus"
-	"github.com/novaflow/nova/pkg/codecache"
-	"github.com/novaflow/nova/pkg/execution"
+	"github.com/novaflow/nova/pkg/bus/busname"
+	"github.com/novaflow/nova/pkg/codecache/cacheentry"
+	"github.com/novaflow/nova/pkg/execution/execstate"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 const (
-	statusRunning   = execution.StatusRunning
-	statusSucceeded = execution.StatusSucceeded
-	statusFailed    = execution.StatusFailed
+	statusRunning   = execstate.StatusRunning
+	statusSucceeded = execstate.StatusSucceeded
+	statusFailed    = execstate.StatusFailed
 
 	// Chain-of-work statuses of a node visit.
-	nodeSuccess = execution.NodeSuccess
-	nodeFailed  = execution.NodeFailed
+	nodeSuccess = execstate.NodeSuccess
+	nodeFailed  = execstate.NodeFailed
 
 	branchDecision = "branch_decision"
 
 	errorKindSandboxFault = "sandbox_fault"
-	errorKindDeadLetter   = "dead_letter"
+	ErrorKindDeadLetter   = "dead_letter"
 	// errorKindRuntimeUnavailable: the sandbox cannot run the language at all.
 	errorKindRuntimeUnavailable = "runtime_unavailable"
 	// errorKindBudgetExceeded: a model call would not fit a budget (the
@@ -39,58 +39,84 @@ const (
 	errorKindBudgetExceeded = "budget_exceeded"
 )
 
-// outEvent is an event a transition decided to publish.
-type outEvent struct {
-	subject, id, typ, execution string
-	msg                         proto.Message
-	// headers are NATS headers besides the event's (a timer's schedule).
-	headers map[string]string
+// OutEvent is an event a transition decided to publish.
+type OutEvent struct {
+	Subject, ID, Type, Execution string
+	Msg                          proto.Message
+	// Due and Target make the event a durable timer: the shell keeps it on
+	// Subject as a schedule that publishes it to Target at Due (zero: the
+	// event is published at once).
+	Due    time.Time
+	Target string
 }
 
-// transition applies one event to an execution's state and collects the
+// Config is what a transition reads of the engine's settings, with the
+// cache of map lists the engine's transitions share.
+type Config struct {
+	// DefaultNodeTimeout applies when neither node nor workflow sets one.
+	DefaultNodeTimeout time.Duration
+	// SandboxAttempts bounds re-runs of a node whose sandbox failed (not its code).
+	SandboxAttempts int
+	// MaxAttempts bounds code generation attempts of an AI node.
+	MaxAttempts int
+	// AnalysisTimeout bounds a run of analysis code.
+	AnalysisTimeout time.Duration
+	// Budget is the deployment's default budget: each limit a workflow
+	// leaves unset (nil: none).
+	Budget *novav1.Budget
+	// Similarity is the cosine similarity a semantic hit of the code cache
+	// reached at least (codecache.SemanticSettings.Similarity).
+	Similarity float64
+	// Items keeps the lists large maps run over, read back once (nil: a
+	// throwaway cache for each transition).
+	Items *ItemLists
+}
+
+// Transition applies one event to an execution's state and collects the
 // events that follow from it. Its only I/O is reading the code cache
-// (lookup, and the semantic level's lookup, which may also ask the model API
+// (Lookup, and the semantic level's lookup, which may also ask the model API
 // for a task's embedding and keep it: a write that is the same each time)
 // and reading large values back from the value store (a refinement's
-// output), so the same state, input, cache and values give the same events
-// with the same ids; what it decides about the cache is applied after the
-// state is stored (cacheFx).
-type transition struct {
-	e     *Engine
+// output, a map's list and results), through the hooks the shell binds, so
+// the same state, input, cache and values give the same events with the
+// same ids; what it decides about the cache, the day counters, timers and
+// map results is applied by the shell (the *Fx fields).
+type Transition struct {
+	cfg   Config
 	st    *novav1.ExecutionState
 	graph *workflow.Graph
 	// ctx is st.Context split into its members.
 	ctx     jsonvalue.Object
 	now     time.Time
-	out     []outEvent
+	out     []OutEvent
 	changed bool
-	// lookup reads the code cache and runtime is the sandbox runtime's
+	// Lookup reads the code cache and Runtime is the sandbox runtime's
 	// fingerprint; both unset when the cache cannot be used.
-	lookup  func(key string) *codecache.Entry
-	runtime string
-	// recheckRuntime, set when the runtime was not known as the transition
+	Lookup  func(key string) *cacheentry.Entry
+	Runtime string
+	// RecheckRuntime, set when the runtime was not known as the transition
 	// began, reads it again and binds the cache if it is there now.
-	recheckRuntime func()
-	// validator is the deployed code validator's fingerprint, "" when
+	RecheckRuntime func()
+	// Validator is the deployed code validator's fingerprint, "" when
 	// unknown: a hit then sends its code to the validator.
-	validator string
-	// semantic looks a task up by its embedding after an exact miss, with
-	// semanticModel; unset when the semantic level is off.
-	semantic      func(semanticQuery) semanticResult
-	semanticModel string
-	cacheFx       cacheEffects
-	// budgetFx are the day counters' shares to take and release, applied
+	Validator string
+	// Semantic looks a task up by its embedding after an exact miss, with
+	// SemanticModel; unset when the semantic level is off.
+	Semantic      func(SemanticQuery) SemanticResult
+	SemanticModel string
+	CacheFx       CacheEffects
+	// BudgetFx are the day counters' shares to take and release, applied
 	// before the events are published; budgetExceeded is the refusal that
 	// failed the node.
-	budgetFx       budgetEffects
+	BudgetFx       BudgetEffects
 	budgetExceeded *novav1.BudgetExceeded
-	// expand and readValue read large values back from the value store;
+	// Expand and ReadValue read large values back from the value store;
 	// unset when there is none.
-	expand    func(jsonvalue.Object) error
-	readValue func([]byte) ([]byte, error)
-	// timersFx are the subjects of the timers the transition dropped, whose
+	Expand    func(jsonvalue.Object) error
+	ReadValue func([]byte) ([]byte, error)
+	// TimersFx are the subjects of the timers the transition dropped, whose
 	// schedules are removed once the state is stored.
-	timersFx []string
+	TimersFx []string
 
 	// ln is the line of control the transition works on (lines.go), and
 	// lineStart its context as the work on it began (what it changed is
@@ -103,17 +129,19 @@ type transition struct {
 	// child executions of the visit being completed.
 	prevNode string
 	children []string
-	// resultsFx are map items' results to keep in the map results bucket
-	// and purgeFx the map runs whose results are no longer needed, applied
-	// before and after the state is stored; mapResults reads a map run's
+	// ResultsFx are map items' results to keep in the map results bucket
+	// and PurgeFx the map runs whose results are no longer needed, applied
+	// before and after the state is stored; MapResults reads a map run's
 	// kept results back, by item (mapresults.go).
-	resultsFx  []mapResult
-	purgeFx    []string
-	mapResults func(prefix string) (map[int32][]byte, error)
+	ResultsFx  []MapResult
+	PurgeFx    []string
+	MapResults func(prefix string) (map[int32][]byte, error)
 }
 
-func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
-	t := &transition{e: e, st: st, now: e.now()}
+// New begins a transition of st at now with cfg. A state an earlier engine
+// wrote is read as this one writes it (upgradeState).
+func New(st *novav1.ExecutionState, cfg Config, now time.Time) *Transition {
+	t := &Transition{cfg: cfg, st: st, now: now}
 	if st.Definition != nil {
 		t.graph = workflow.NewGraph(st.Definition)
 	}
@@ -128,6 +156,34 @@ func (e *Engine) newTransition(st *novav1.ExecutionState) *transition {
 	return t
 }
 
+// State is the execution's state the transition changes.
+func (t *Transition) State() *novav1.ExecutionState { return t.st }
+
+// Graph is the graph of the execution's workflow, nil before it has one.
+func (t *Transition) Graph() *workflow.Graph { return t.graph }
+
+// SetDefinition makes def the execution's workflow.
+func (t *Transition) SetDefinition(def *novav1.WorkflowDefinition) {
+	t.st.Definition = def
+	t.graph = workflow.NewGraph(def)
+}
+
+// Context is the context of the line the transition works on, by member;
+// SetContext stores what was changed in it.
+func (t *Transition) Context() jsonvalue.Object { return t.ctx }
+
+// Out are the commands and events the transition decided to publish, in
+// order.
+func (t *Transition) Out() []OutEvent { return t.out }
+
+// Changed tells whether the transition changed the state, which is then to
+// be stored.
+func (t *Transition) Changed() bool { return t.changed }
+
+// Unbind leaves the line the transition worked on, so that what Settle
+// then decides is the execution's, not that line's.
+func (t *Transition) Unbind() { t.ln = nil }
+
 // upgradeState moves the one line of a state written before every line was
 // a record of its own (its current-node fields) into its lines, and the
 // arrivals of its joins into one activation each.
@@ -140,7 +196,7 @@ func upgradeState(st *novav1.ExecutionState) {
 	st.Ai, st.Timer, st.WaitingFor, st.MapRun = nil, nil, "", nil
 	if len(st.Branches) == 1 && st.Branches[0].Id == "" && st.Branches[0].Context == nil {
 		// The one line's context is stored once, as the execution's
-		// (marshalState).
+		// (MarshalState).
 		st.Branches[0].Context = st.Context
 	}
 	for id, js := range st.Joins {
@@ -161,10 +217,10 @@ func upgradeState(st *novav1.ExecutionState) {
 	}
 }
 
-// setContext stores the transition's context in its line (or, before the
+// SetContext stores the transition's context in its line (or, before the
 // execution has one, in the state). Context values are immutable text, so
 // what an earlier snapshot (node input, an event) holds never changes.
-func (t *transition) setContext() {
+func (t *Transition) SetContext() {
 	if t.ln != nil {
 		t.ln.Context = t.ctx.Proto()
 		return
@@ -172,19 +228,20 @@ func (t *transition) setContext() {
 	t.st.Context = t.ctx.Proto()
 }
 
-func (t *transition) emit(kind, id, typ string, msg proto.Message) {
-	t.out = append(t.out, outEvent{
-		subject:   bus.EventSubject(t.st.ExecutionId, kind),
-		id:        id,
-		typ:       typ,
-		execution: t.st.ExecutionId,
-		msg:       msg,
+func (t *Transition) emit(kind, id, typ string, msg proto.Message) {
+	t.out = append(t.out, OutEvent{
+		Subject:   busname.EventSubject(t.st.ExecutionId, kind),
+		ID:        id,
+		Type:      typ,
+		Execution: t.st.ExecutionId,
+		Msg:       msg,
 	})
 	t.changed = true
 }
 
-func (t *transition) started() {
-	t.emit(bus.KindWorkflowStarted, t.st.ExecutionId+"/started", bus.TypeWorkflowStarted, &novav1.WorkflowStarted{
+// Started announces the execution's start (WorkflowStarted).
+func (t *Transition) Started() {
+	t.emit(busname.KindWorkflowStarted, t.st.ExecutionId+"/started", busname.TypeWorkflowStarted, &novav1.WorkflowStarted{
 		ExecutionId:  t.st.ExecutionId,
 		WorkflowName: t.st.Definition.GetName(),
 		Definition:   t.st.Definition,
@@ -197,9 +254,9 @@ func (t *transition) started() {
 	})
 }
 
-// enter moves the transition's line to node id: what happens there is
+// Enter moves the transition's line to node id: what happens there is
 // the node kind's (kinds.go).
-func (t *transition) enter(id string) {
+func (t *Transition) Enter(id string) {
 	if t.st.Status != statusRunning {
 		return
 	}
@@ -210,7 +267,7 @@ func (t *transition) enter(id string) {
 // beginVisit counts a visit of node by the transition's line and records
 // where it starts; it reports false when the node had its max_visits (the
 // execution failed).
-func (t *transition) beginVisit(node *novav1.Node) (*novav1.NodeState, bool) {
+func (t *Transition) beginVisit(node *novav1.Node) (*novav1.NodeState, bool) {
 	ns := t.nodeState(node.Id)
 	if !t.countVisit(node, ns) {
 		return nil, false
@@ -224,10 +281,10 @@ func (t *transition) beginVisit(node *novav1.Node) (*novav1.NodeState, bool) {
 // countVisit counts a visit of node, or fails the execution when the node
 // has had its max_visits: checked before counting, so that visits says how
 // often the node ran; a retry policy's attempts do not count.
-func (t *transition) countVisit(node *novav1.Node, ns *novav1.NodeState) bool {
+func (t *Transition) countVisit(node *novav1.Node, ns *novav1.NodeState) bool {
 	if limit := workflow.MaxVisits(node); int(ns.Visits-ns.Retried) >= limit {
 		ns.Status, ns.Error = statusFailed, fmt.Sprintf("node %q exceeded its maximum of %d visits", node.Id, limit)
-		t.fail(ns.Error)
+		t.Fail(ns.Error)
 		return false
 	}
 	ns.Visits++
@@ -238,18 +295,18 @@ func (t *transition) countVisit(node *novav1.Node, ns *novav1.NodeState) bool {
 }
 
 // nodeStarted announces the visit of node that begins.
-func (t *transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) nodeStarted(node *novav1.Node, ns *novav1.NodeState) {
 	started := &novav1.NodeStarted{
 		ExecutionId: t.st.ExecutionId, NodeId: node.Id, NodeType: workflow.TypeName(node.Type), Visit: ns.Visits,
 		Ai: node.Prompt != "", Sequence: t.st.Sequence, StartedAt: t.ln.NodeStartedAt,
 	}
 	started.Branch, started.Item = t.branchOf()
-	t.emit(bus.KindNodeStarted, t.visitKey(node.Id, ns.Visits)+"/started", bus.TypeNodeStarted, started)
+	t.emit(busname.KindNodeStarted, t.visitKey(node.Id, ns.Visits)+"/started", busname.TypeNodeStarted, started)
 }
 
 // branchOf is the branch the transition works on and, for a map's item,
 // its position.
-func (t *transition) branchOf() (string, *int32) {
+func (t *Transition) branchOf() (string, *int32) {
 	if t.ln == nil {
 		return "", nil
 	}
@@ -261,7 +318,7 @@ func (t *transition) branchOf() (string, *int32) {
 
 // visitKey names a visit of node in event and step ids: a map's items,
 // visits of one node visit, are told apart by their position.
-func (t *transition) visitKey(node string, visit int32) string {
+func (t *Transition) visitKey(node string, visit int32) string {
 	key := fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node, visit)
 	if t.isItem() {
 		key += fmt.Sprintf("#%d", t.ln.Item)
@@ -269,7 +326,7 @@ func (t *transition) visitKey(node string, visit int32) string {
 	return key
 }
 
-func (t *transition) nodeState(id string) *novav1.NodeState {
+func (t *Transition) nodeState(id string) *novav1.NodeState {
 	if t.isItem() && id == t.ln.FromNode && t.ln.ItemNode != nil {
 		// An item's own record of its map node.
 		return t.ln.ItemNode
@@ -284,26 +341,26 @@ func (t *transition) nodeState(id string) *novav1.NodeState {
 
 // command makes step the pending step and issues msg to agent. Every
 // command gets the next dispatch number.
-func (t *transition) command(node *novav1.Node, step, agent, typ string, msg func(seq int32) proto.Message) {
+func (t *Transition) command(node *novav1.Node, step, agent, typ string, msg func(seq int32) proto.Message) {
 	t.st.Dispatch++
 	t.ln.CurrentNode = node.Id
 	t.ln.PendingStepId = step
-	t.out = append(t.out, outEvent{
-		subject:   bus.CommandSubject(agent),
-		id:        step + "/cmd",
-		typ:       typ,
-		execution: t.st.ExecutionId,
-		msg:       msg(t.st.Dispatch),
+	t.out = append(t.out, OutEvent{
+		Subject:   busname.CommandSubject(agent),
+		ID:        step + "/cmd",
+		Type:      typ,
+		Execution: t.st.ExecutionId,
+		Msg:       msg(t.st.Dispatch),
 	})
 	t.changed = true
 }
 
-// checkPending tells whether a result is for the pending step: nil when it
-// is, errStale when it is older, errEarlyResult when its command's dispatch
+// CheckPending tells whether a result is for the pending step: nil when it
+// is, ErrStale when it is older, errEarlyResult when its command's dispatch
 // has not been stored yet.
-func (t *transition) checkPending(stepID string, seq int32) error {
+func (t *Transition) CheckPending(stepID string, seq int32) error {
 	if t.st.Status != statusRunning {
-		return errStale // the execution ended: a redelivery or a late result
+		return ErrStale // the execution ended: a redelivery or a late result
 	}
 	if stepID == t.ln.PendingStepId {
 		return nil
@@ -311,20 +368,20 @@ func (t *transition) checkPending(stepID string, seq int32) error {
 	if seq > t.st.Dispatch {
 		return errEarlyResult
 	}
-	return errStale
+	return ErrStale
 }
 
 // errEarlyResult means a result arrived before the state that dispatched its
 // command was stored (commands are published first); it is redelivered.
 var errEarlyResult = errors.New("result arrived before its dispatch was stored")
 
-// errStale marks a result for a step that is no longer pending; it is
+// ErrStale marks a result for a step that is no longer pending; it is
 // acknowledged and ignored.
-var errStale = errors.New("stale result")
+var ErrStale = errors.New("stale result")
 
 // route completes a node whose run succeeded and moves to the next node; a
 // decision node's branch_decision must match an outgoing edge.
-func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) {
+func (t *Transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.CodeExecuted) {
 	if t.isItem() {
 		t.itemFinished(node, ns, r)
 		return
@@ -359,8 +416,8 @@ func (t *transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 	t.follow(node, targets)
 }
 
-func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {
-	t.releaseHold()
+func (t *Transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg string, r *novav1.CodeExecuted) {
+	t.ReleaseHold()
 	ns.Status, ns.Error = statusFailed, msg
 	t.nodeCompleted(node, ns.Visits, nodeFailed, msg, "", "", r)
 	t.ln.CurrentNode, t.ln.PendingStepId, t.ln.Ai = "", "", nil
@@ -368,10 +425,10 @@ func (t *transition) nodeFailed(node *novav1.Node, ns *novav1.NodeState, msg str
 		t.itemFailed(node, msg)
 		return
 	}
-	t.fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
+	t.Fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 }
 
-func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMsg, decision, pathTaken string, r *novav1.CodeExecuted) *novav1.NodeCompleted {
+func (t *Transition) nodeCompleted(node *novav1.Node, visit int32, status, errMsg, decision, pathTaken string, r *novav1.CodeExecuted) *novav1.NodeCompleted {
 	if l := t.ln; l != nil && !l.IsItem && l.Visit > 0 && l.CurrentNode == node.Id {
 		// The line's own visit: another line (a later loop round) may be at
 		// the node in a later one.
@@ -422,20 +479,20 @@ func (t *transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 	nc.Branch, nc.Item = t.branchOf()
 	nc.ChildExecutionIds, t.children = t.children, nil
 	t.prevNode = node.Id
-	t.emit(bus.KindNodeCompleted, t.visitKey(node.Id, visit)+"/completed", bus.TypeNodeCompleted, nc)
+	t.emit(busname.KindNodeCompleted, t.visitKey(node.Id, visit)+"/completed", busname.TypeNodeCompleted, nc)
 	return nc
 }
 
 // itemIndex is the position of the map item the transition works on, nil
 // when it works on none.
-func (t *transition) itemIndex() *int32 {
+func (t *Transition) itemIndex() *int32 {
 	_, item := t.branchOf()
 	return item
 }
 
-// fail ends the execution as failed with msg. Its final context is the
+// Fail ends the execution as failed with msg. Its final context is the
 // failing line's (a map item's map's), never an item's.
-func (t *transition) fail(msg string) {
+func (t *Transition) Fail(msg string) {
 	t.st.Status = statusFailed
 	t.st.Error = msg
 	if l := t.ln; l != nil {
@@ -449,24 +506,24 @@ func (t *transition) fail(msg string) {
 	t.completed()
 }
 
-func (t *transition) complete() {
+func (t *Transition) complete() {
 	t.st.Status = statusSucceeded
 	t.completed()
 }
 
-func (t *transition) completed() {
+func (t *Transition) completed() {
 	t.endLines(cmp.Or(t.st.Error, t.st.Status))
 	t.st.CompletedAt = tsNow(t.now)
-	done := execution.Completion(t.st)
-	t.emit(bus.KindWorkflowCompleted, t.st.ExecutionId+"/completed", bus.TypeWorkflowCompleted, done)
+	done := execstate.Completion(t.st)
+	t.emit(busname.KindWorkflowCompleted, t.st.ExecutionId+"/completed", busname.TypeWorkflowCompleted, done)
 	if p := t.st.Parent; p != nil {
 		// The parent's workflow (or map) node waits for this.
-		t.out = append(t.out, outEvent{
-			subject:   bus.EventSubject(p.ExecutionId, bus.KindChildCompleted),
-			id:        t.st.ExecutionId + "/child-completed",
-			typ:       bus.TypeChildCompleted,
-			execution: p.ExecutionId,
-			msg: &novav1.ChildCompleted{Parent: p, ChildExecutionId: t.st.ExecutionId, WorkflowName: done.WorkflowName,
+		t.out = append(t.out, OutEvent{
+			Subject:   busname.EventSubject(p.ExecutionId, busname.KindChildCompleted),
+			ID:        t.st.ExecutionId + "/child-completed",
+			Type:      busname.TypeChildCompleted,
+			Execution: p.ExecutionId,
+			Msg: &novav1.ChildCompleted{Parent: p, ChildExecutionId: t.st.ExecutionId, WorkflowName: done.WorkflowName,
 				Status: t.st.Status, Error: t.st.Error, Context: t.st.Context, CostUsd: done.CostUsd, ModelCalls: done.ModelCalls},
 		})
 	}

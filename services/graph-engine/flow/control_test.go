@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"strings"
@@ -17,7 +17,7 @@ import (
 // (dead-lettered) runs the whole node again after the backoff, as a new
 // visit with the next attempt number.
 func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
-	e := newTestEngine()
+	cfg := testConfig()
 	def, err := workflow.Parse([]byte(strings.Replace(aiYAML, `prompt: "Calculate discount (10% if total > 1000)"}`,
 		`prompt: "Calculate discount (10% if total > 1000)", retry: {max_attempts: 2, initial_interval: 5s, on: [sandbox_fault]}}`, 1)))
 	if err != nil {
@@ -25,30 +25,30 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 	}
 	c, _ := jsonvalue.ObjectOf(map[string]any{"total": 1500.0})
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: c.Proto(), StartedAt: tsNow(time.Now())}
-	tr := e.newTransition(st)
+	tr := New(st, cfg, time.Now())
 	startIn(tr)
-	cmd := tr.out[len(tr.out)-1].msg
+	cmd := tr.out[len(tr.out)-1].Msg
 	deadLettered := false
 	for st.Status == statusRunning && line0(st).Timer == nil {
-		tr = e.newTransition(st)
+		tr = New(st, cfg, time.Now())
 		switch c := cmd.(type) {
 		case *novav1.AnalyzeInput:
-			err = applyStep(tr, func(t *transition) error {
-				return t.inputAnalyzed(&novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true})
+			err = applyStep(tr, func(t *Transition) error {
+				return t.InputAnalyzed(&novav1.InputAnalyzed{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, DecidedWithoutModel: true})
 			})
 		case *novav1.GenerateCode:
-			err = applyStep(tr, func(t *transition) error {
-				return t.codeGenerated(&novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "context['discount'] = 150", Stage: "TASK"})
+			err = applyStep(tr, func(t *Transition) error {
+				return t.CodeGenerated(&novav1.CodeGenerated{Ref: c.Ref, Outcome: call(100), Code: "context['discount'] = 150", Stage: "TASK"})
 			})
 		case *novav1.ValidateCode:
-			err = applyStep(tr, func(t *transition) error {
-				return t.codeValidated(&novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true})
+			err = applyStep(tr, func(t *Transition) error {
+				return t.CodeValidated(&novav1.CodeValidated{Ref: c.Ref, Outcome: &novav1.AgentOutcome{Status: "success"}, Valid: true})
 			})
 		case *novav1.ExecuteCode:
 			deadLettered = true
-			err = applyStep(tr, func(t *transition) error {
-				return t.codeExecuted(&novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
-					Status: "error", ErrorKind: errorKindDeadLetter, Error: "the sandbox could not handle the command after 3 deliveries"})
+			err = applyStep(tr, func(t *Transition) error {
+				return t.CodeExecuted(&novav1.CodeExecuted{ExecutionId: c.ExecutionId, NodeId: c.NodeId, StepId: c.StepId, Sequence: c.Sequence,
+					Status: "error", ErrorKind: ErrorKindDeadLetter, Error: "the sandbox could not handle the command after 3 deliveries"})
 			})
 		default:
 			t.Fatalf("unexpected command %T", cmd)
@@ -57,8 +57,8 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := len(tr.out) - 1; i >= 0; i-- {
-			if strings.HasPrefix(tr.out[i].subject, "nova.cmd.") {
-				cmd = tr.out[i].msg
+			if strings.HasPrefix(tr.out[i].Subject, "nova.cmd.") {
+				cmd = tr.out[i].Msg
 				break
 			}
 		}
@@ -68,7 +68,7 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 	}
 	var failed *novav1.NodeCompleted
 	for _, o := range tr.out {
-		if nc, ok := o.msg.(*novav1.NodeCompleted); ok && nc.NodeId == "discount" {
+		if nc, ok := o.Msg.(*novav1.NodeCompleted); ok && nc.NodeId == "discount" {
 			failed = nc
 		}
 	}
@@ -78,9 +78,9 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 	if d := failed.NextAttemptAt.AsTime().Sub(failed.CompletedAt.AsTime()); d != 5*time.Second {
 		t.Errorf("next attempt %s after the failure, want 5s", d)
 	}
-	tr = e.newTransition(st)
-	if err := applyStep(tr, func(t *transition) error {
-		return t.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: line0(st).Timer.Id})
+	tr = New(st, cfg, time.Now())
+	if err := applyStep(tr, func(t *Transition) error {
+		return t.TimerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: line0(st).Timer.Id})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +88,14 @@ func TestAINodeRetriesAnInfrastructureFault(t *testing.T) {
 	if ns.Visits != 2 || ns.RetryAttempt != 2 || line0(st).Ai == nil {
 		t.Fatalf("after the timer: visits %d, attempt %d, ai %v; want the node again as visit 2, attempt 2", ns.Visits, ns.RetryAttempt, line0(st).Ai)
 	}
-	if _, ok := tr.out[len(tr.out)-1].msg.(*novav1.AnalyzeInput); !ok {
-		t.Errorf("the second attempt began with %T, want input analysis", tr.out[len(tr.out)-1].msg)
+	if _, ok := tr.out[len(tr.out)-1].Msg.(*novav1.AnalyzeInput); !ok {
+		t.Errorf("the second attempt began with %T, want input analysis", tr.out[len(tr.out)-1].Msg)
 	}
 	// A timer that is not the pending one changes nothing.
 	before := proto.Clone(st)
-	if err := applyStep(e.newTransition(st), func(t *transition) error {
-		return t.timerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "discount-1-retry"})
-	}); err != errStale || !proto.Equal(before, st) {
+	if err := applyStep(New(st, cfg, time.Now()), func(t *Transition) error {
+		return t.TimerFired(&novav1.TimerFired{ExecutionId: "x1", TimerId: "discount-1-retry"})
+	}); err != ErrStale || !proto.Equal(before, st) {
 		t.Errorf("a stale timer: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"bytes"
@@ -35,10 +35,10 @@ import (
 // reach the join end there when they arrive (absorbed_at). An execution
 // whose joins wait only for lines parked at each other fails at once.
 
-// marshalState is st as the executions bucket stores it. The context of an
+// MarshalState is st as the executions bucket stores it. The context of an
 // execution that follows one line is that line's: it is stored once, in
 // the state, and the line gets it back as it is read (upgradeState).
-func marshalState(st *novav1.ExecutionState) ([]byte, error) {
+func MarshalState(st *novav1.ExecutionState) ([]byte, error) {
 	if len(st.Branches) == 1 && st.Branches[0].Id == "" && st.Branches[0].Context == st.Context {
 		l := st.Branches[0]
 		l.Context = nil
@@ -47,9 +47,9 @@ func marshalState(st *novav1.ExecutionState) ([]byte, error) {
 	return proto.Marshal(st)
 }
 
-// startLine makes the execution's one line, with its context, and makes it
+// StartLine makes the execution's one line, with its context, and makes it
 // the line the transition works on.
-func (t *transition) startLine() {
+func (t *Transition) StartLine() {
 	l := &novav1.Branch{Context: t.st.Context}
 	t.st.Branches = append(t.st.Branches, l)
 	t.bind(l)
@@ -57,7 +57,7 @@ func (t *transition) startLine() {
 }
 
 // bind makes l the line the transition works on.
-func (t *transition) bind(l *novav1.Branch) {
+func (t *Transition) bind(l *novav1.Branch) {
 	t.ln = l
 	t.ctx = jsonvalue.MustObject(l.Context)
 	if l.Context == nil {
@@ -72,29 +72,29 @@ func (t *transition) bind(l *novav1.Branch) {
 }
 
 // on runs fn on line l, then goes back to the line the transition was on.
-func (t *transition) on(l *novav1.Branch, fn func()) {
+func (t *Transition) on(l *novav1.Branch, fn func()) {
 	ln, ctx, start := t.ln, t.ctx, t.lineStart
 	t.bind(l)
 	fn()
-	t.keepChanges()
+	t.KeepChanges()
 	t.ln, t.ctx, t.lineStart = ln, ctx, start
 }
 
-// keepChanges records in the transition's line the keys it changed since
+// KeepChanges records in the transition's line the keys it changed since
 // the fork it descends from.
-func (t *transition) keepChanges() {
+func (t *Transition) KeepChanges() {
 	if t.lineStart != nil && t.live(t.ln) {
 		t.ln.ChangedKeys = t.lineChanges()
 	}
 }
 
 // live tells whether l is one of the execution's lines.
-func (t *transition) live(l *novav1.Branch) bool {
+func (t *Transition) live(l *novav1.Branch) bool {
 	return slices.Contains(t.st.Branches, l)
 }
 
 // newLine adds l to the execution's lines with an id of its own.
-func (t *transition) newLine(l *novav1.Branch) *novav1.Branch {
+func (t *Transition) newLine(l *novav1.Branch) *novav1.Branch {
 	t.st.BranchSeq++
 	l.Id = fmt.Sprintf("b%d", t.st.BranchSeq)
 	t.st.Branches = append(t.st.Branches, l)
@@ -103,12 +103,12 @@ func (t *transition) newLine(l *novav1.Branch) *novav1.Branch {
 }
 
 // endLine drops l from the execution's lines.
-func (t *transition) endLine(l *novav1.Branch) {
+func (t *Transition) endLine(l *novav1.Branch) {
 	t.st.Branches = slices.DeleteFunc(t.st.Branches, func(x *novav1.Branch) bool { return x == l })
 	t.changed = true
 }
 
-func (t *transition) line(id string) *novav1.Branch {
+func (t *Transition) line(id string) *novav1.Branch {
 	for _, l := range t.st.Branches {
 		if l.Id == id {
 			return l
@@ -117,9 +117,9 @@ func (t *transition) line(id string) *novav1.Branch {
 	return nil
 }
 
-// onLine applies fn to the line match finds. With none, fn sees a line of
+// OnLine applies fn to the line match finds. With none, fn sees a line of
 // its own that is at no node (and tells a stale or early event so).
-func (t *transition) onLine(match func(*novav1.Branch) bool, fn func() error) error {
+func (t *Transition) OnLine(match func(*novav1.Branch) bool, fn func() error) error {
 	var err error
 	for _, l := range t.st.Branches {
 		if match(l) {
@@ -131,14 +131,14 @@ func (t *transition) onLine(match func(*novav1.Branch) bool, fn func() error) er
 	return err
 }
 
-// onStep is onLine for the result of step: the line waiting for it.
-func (t *transition) onStep(step string, fn func() error) error {
-	return t.onLine(func(b *novav1.Branch) bool { return b.PendingStepId == step }, fn)
+// OnStep is OnLine for the result of step: the line waiting for it.
+func (t *Transition) OnStep(step string, fn func() error) error {
+	return t.OnLine(func(b *novav1.Branch) bool { return b.PendingStepId == step }, fn)
 }
 
 // lineChanges are the context keys the transition's line set or deleted
 // since the fork it descends from.
-func (t *transition) lineChanges() []string {
+func (t *Transition) lineChanges() []string {
 	if t.lineStart == nil {
 		return t.ln.GetChangedKeys()
 	}
@@ -159,9 +159,9 @@ func (t *transition) lineChanges() []string {
 
 // follow goes on from node to targets: the one next node, or a line for
 // each of several.
-func (t *transition) follow(from *novav1.Node, targets []string) {
+func (t *Transition) follow(from *novav1.Node, targets []string) {
 	if len(targets) == 1 {
-		t.enter(targets[0])
+		t.Enter(targets[0])
 		return
 	}
 	t.fork(from, targets)
@@ -171,7 +171,7 @@ func (t *transition) follow(from *novav1.Node, targets []string) {
 // with a copy of its context and the fork added to its history. Every new
 // line exists before any of them moves, so that one reaching an end node
 // at once sees the others.
-func (t *transition) fork(from *novav1.Node, targets []string) {
+func (t *Transition) fork(from *novav1.Node, targets []string) {
 	parent := t.ln
 	fork := &novav1.KeyList{Fork: fmt.Sprintf("%s@%d", from.Id, t.st.Sequence), Node: from.Id, Keys: t.lineChanges()}
 	history := append(slices.Clone(parent.ForkChanges), fork)
@@ -185,16 +185,16 @@ func (t *transition) fork(from *novav1.Node, targets []string) {
 		if t.st.Status != statusRunning {
 			return
 		}
-		t.on(lines[i], func() { t.enter(to) })
+		t.on(lines[i], func() { t.Enter(to) })
 	}
 }
 
 // lineEnded ends the transition's line at an end node. The last line ends
 // the execution; one that ends while others run is kept (st.ended) and its
 // context merged with theirs when the execution ends.
-func (t *transition) lineEnded() {
+func (t *Transition) lineEnded() {
 	l := t.ln
-	t.keepChanges()
+	t.KeepChanges()
 	t.endLine(l)
 	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 && len(t.st.Ended) == 0 {
 		t.st.Context = l.Context
@@ -205,11 +205,11 @@ func (t *transition) lineEnded() {
 		ForkChanges: l.ForkChanges, FromNode: cmp.Or(t.prevNode, l.FromNode)})
 }
 
-// settle does what follows from the lines' moves: maps start their next
+// Settle does what follows from the lines' moves: maps start their next
 // items or finish, joins whose lines all came go on, and the execution ends
 // when no line is left (merging what the lines that ended changed) or fails
 // when its joins wait only for each other.
-func (t *transition) settle() {
+func (t *Transition) Settle() {
 	if t.st.Status != statusRunning {
 		return
 	}
@@ -229,7 +229,7 @@ func (t *transition) settle() {
 	}
 	if stuck := t.stuckJoins(); stuck != "" {
 		t.bindAny()
-		t.fail(stuck)
+		t.Fail(stuck)
 		return
 	}
 	if len(t.st.Branches) == 0 && len(t.st.Joins) == 0 {
@@ -244,7 +244,7 @@ func (t *transition) settle() {
 // soleLine is the execution's one line besides its map items (whose
 // context is the execution's), nil when it runs several, has lines parked
 // at a join or ended, or none.
-func (t *transition) soleLine() *novav1.Branch {
+func (t *Transition) soleLine() *novav1.Branch {
 	if len(t.st.Joins) > 0 || len(t.st.Ended) > 0 {
 		return nil
 	}
@@ -263,7 +263,7 @@ func (t *transition) soleLine() *novav1.Branch {
 
 // bindAny makes sure the transition works on a line: its own, else the
 // first the execution has, else one at no node.
-func (t *transition) bindAny() {
+func (t *Transition) bindAny() {
 	if t.ln != nil {
 		return
 	}
@@ -276,7 +276,7 @@ func (t *transition) bindAny() {
 
 // finishEnded ends an execution whose lines all ended at end nodes: their
 // contexts merged are its final context.
-func (t *transition) finishEnded() {
+func (t *Transition) finishEnded() {
 	ended := t.st.Ended
 	t.st.Ended = nil
 	t.changed = true
@@ -287,7 +287,7 @@ func (t *transition) finishEnded() {
 	merged, _, _, err := mergeLines(workflow.MergeError, ended)
 	var conflict *mergeConflict
 	if errors.As(err, &conflict) {
-		t.fail(fmt.Sprintf("branches %s (from node %q) and %s (from node %q) ended at end nodes having both changed context key %q",
+		t.Fail(fmt.Sprintf("branches %s (from node %q) and %s (from node %q) ended at end nodes having both changed context key %q",
 			conflict.a.Id, conflict.a.FromNode, conflict.b.Id, conflict.b.FromNode, conflict.key))
 		return
 	}
@@ -314,7 +314,7 @@ func changedBy(lines []*novav1.Branch, k string) bool {
 }
 
 // settleOnce makes one move of settle; it reports whether it made one.
-func (t *transition) settleOnce() bool {
+func (t *Transition) settleOnce() bool {
 	for _, b := range slices.Clone(t.st.Branches) {
 		if b.MapRun != nil && t.live(b) && t.moveMap(b) {
 			return true

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // context key holds), then goes on.
 type sleepKind struct{ noCancel }
 
-func (sleepKind) enter(t *transition, node *novav1.Node) {
+func (sleepKind) enter(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return
@@ -23,7 +23,7 @@ func (sleepKind) enter(t *transition, node *novav1.Node) {
 	t.enterSleep(node, ns)
 }
 
-func (sleepKind) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
+func (sleepKind) timer(t *Transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
 	if tm.Kind == timerSleep {
 		t.sleepEnded(node, ns)
 		return
@@ -33,7 +33,7 @@ func (sleepKind) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, t
 
 // enterSleep starts a sleep node: a timer for its end, or the next node at
 // once when that time has passed.
-func (t *transition) enterSleep(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) enterSleep(node *novav1.Node, ns *novav1.NodeState) {
 	t.ln.CurrentNode, t.ln.PendingStepId = node.Id, ""
 	due, err := t.sleepUntil(node)
 	if err != nil {
@@ -51,7 +51,7 @@ func (t *transition) enterSleep(node *novav1.Node, ns *novav1.NodeState) {
 
 // sleepUntil is when a sleep node ends: after its duration, or at the time
 // its until key holds in the context.
-func (t *transition) sleepUntil(node *novav1.Node) (time.Time, error) {
+func (t *Transition) sleepUntil(node *novav1.Node) (time.Time, error) {
 	if node.Until == "" {
 		return t.now.Add(workflow.SleepFor(node)), nil
 	}
@@ -71,7 +71,7 @@ func (t *transition) sleepUntil(node *novav1.Node) (time.Time, error) {
 	return due, nil
 }
 
-func (t *transition) sleepEnded(node *novav1.Node, ns *novav1.NodeState) {
+func (t *Transition) sleepEnded(node *novav1.Node, ns *novav1.NodeState) {
 	if t.isItem() {
 		t.route(node, ns, nil)
 		return

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"fmt"
@@ -14,14 +14,14 @@ type nodeKind interface {
 	// enter: the transition's line arrives at node. The kind counts the
 	// visit (beginVisit) when it has one, and moves the line on, dispatches
 	// work, sets a timer or parks the line.
-	enter(t *transition, node *novav1.Node)
+	enter(t *Transition, node *novav1.Node)
 	// timer: timer tm of the line's visit of node fired.
-	timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer)
+	timer(t *Transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer)
 	// cancel: the line's visit of node ends before its time (a cancel, a
 	// failure elsewhere) with reason; the line's timer, budget hold and
 	// cancelled visit are cancelLine's, what the kind holds beside them
 	// (a child execution) is this.
-	cancel(t *transition, node *novav1.Node, reason string)
+	cancel(t *Transition, node *novav1.Node, reason string)
 }
 
 // nodeKinds is the registry: one entry per node type.
@@ -53,17 +53,17 @@ type (
 	noCancel struct{}
 )
 
-func (noTimer) timer(t *transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
+func (noTimer) timer(t *Transition, node *novav1.Node, ns *novav1.NodeState, tm *novav1.Timer) {
 	t.nodeFailed(node, ns, fmt.Sprintf("timer %s of kind %q: a %s node sets none", tm.Id, tm.Kind, node.GetType()), nil)
 }
 
-func (noCancel) cancel(*transition, *novav1.Node, string) {}
+func (noCancel) cancel(*Transition, *novav1.Node, string) {}
 
 type unknownKind struct {
 	noTimer
 	noCancel
 }
 
-func (unknownKind) enter(t *transition, node *novav1.Node) {
-	t.fail(fmt.Sprintf("node %q is of type %s, which this graph engine does not run", node.Id, node.GetType()))
+func (unknownKind) enter(t *Transition, node *novav1.Node) {
+	t.Fail(fmt.Sprintf("node %q is of type %s, which this graph engine does not run", node.Id, node.GetType()))
 }

@@ -1,4 +1,4 @@
-package engine
+package flow
 
 import (
 	"encoding/json"
@@ -149,14 +149,14 @@ type outcome struct {
 // picks from those pending.
 func runInOrder(t *testing.T, def *novav1.WorkflowDefinition, effects map[string]effect, r *rand.Rand) outcome {
 	t.Helper()
-	e := newTestEngine()
+	cfg := testConfig()
 	st := &novav1.ExecutionState{ExecutionId: "x1", Status: statusRunning, Definition: def, Context: jsonvalue.Object{}.Proto(),
 		StartedAt: tsNow(time.Now())}
 	var pending []*novav1.ExecuteCode
 	var visits []string
-	collect := func(tr *transition) {
+	collect := func(tr *Transition) {
 		for _, o := range tr.out {
-			switch m := o.msg.(type) {
+			switch m := o.Msg.(type) {
 			case *novav1.ExecuteCode:
 				pending = append(pending, m)
 			case *novav1.NodeCompleted:
@@ -166,7 +166,7 @@ func runInOrder(t *testing.T, def *novav1.WorkflowDefinition, effects map[string
 			}
 		}
 	}
-	tr := e.newTransition(st)
+	tr := New(st, cfg, time.Now())
 	startIn(tr)
 	collect(tr)
 	for steps := 0; st.Status == statusRunning; steps++ {
@@ -193,11 +193,11 @@ func runInOrder(t *testing.T, def *novav1.WorkflowDefinition, effects map[string
 		u, _ := jsonvalue.ObjectOf(updates)
 		res := &novav1.CodeExecuted{ExecutionId: cmd.ExecutionId, NodeId: cmd.NodeId, StepId: cmd.StepId, Sequence: cmd.Sequence,
 			Status: nodeSuccess, ContextUpdates: u.Proto()}
-		tr := e.newTransition(st)
-		if err := tr.onStep(cmd.StepId, func() error { return tr.codeExecuted(res) }); err != nil {
+		tr := New(st, cfg, time.Now())
+		if err := tr.OnStep(cmd.StepId, func() error { return tr.CodeExecuted(res) }); err != nil {
 			t.Fatalf("%s: result of %s: %v", def.Name, cmd.StepId, err)
 		}
-		tr.settle()
+		tr.Settle()
 		collect(tr)
 	}
 	final := jsonvalue.MustObject(st.Context)
