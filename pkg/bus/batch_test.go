@@ -105,7 +105,15 @@ func TestConsumeBatchOutcomes(t *testing.T) {
 				return errs
 			})
 
-			waitFor(t, "every event settled", func() bool {
+			waitFor(t, "every event handled and settled", func() bool {
+				// A consumer just declared may tell no pending message for
+				// a moment, before its first delivery.
+				mu.Lock()
+				seen := len(calls)
+				mu.Unlock()
+				if seen < events {
+					return false
+				}
 				cons, err := b.JetStream().Consumer(t.Context(), bus.StreamEvents, durable)
 				if err != nil {
 					return false

@@ -150,7 +150,10 @@ func (b *browser) click(what, sel string) {
 func (b *browser) poll(d time.Duration, expr string) error {
 	ctx, cancel := context.WithTimeout(b.ctx, d)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond)))
+	// The poll's own timeout (chromedp's default is 30 s) is d too: ctx
+	// alone would leave every wait at 30 s.
+	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond),
+		chromedp.WithPollingTimeout(d)))
 	return err
 }
 
