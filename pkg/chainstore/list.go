@@ -22,6 +22,9 @@ type ListFilter struct {
 	// IDPrefix selects the executions whose id begins with it (a whole id
 	// selects that one).
 	IDPrefix string
+	// Parent selects the children of that execution: those its workflow
+	// (or map) nodes started, whatever their ids.
+	Parent string
 	// Since (inclusive) and Until (exclusive) bound the start time; an
 	// execution without a recorded start time matches neither.
 	Since, Until time.Time
@@ -76,6 +79,9 @@ func (s *Store) ListExecutions(ctx context.Context, f ListFilter) ([]ExecutionDo
 	if f.IDPrefix != "" {
 		// Anchored and literal: MongoDB reads it from the _id index.
 		and = append(and, bson.D{{Key: "_id", Value: bson.Regex{Pattern: "^" + regexp.QuoteMeta(f.IDPrefix)}}})
+	}
+	if f.Parent != "" {
+		and = append(and, bson.D{{Key: "parent_execution_id", Value: f.Parent}})
 	}
 	if !f.Since.IsZero() {
 		and = append(and, bson.D{{Key: "started_at", Value: bson.D{{Key: "$gte", Value: f.Since}}}})

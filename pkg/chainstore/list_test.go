@@ -2,6 +2,7 @@ package chainstore_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -134,6 +135,72 @@ func TestListExecutions(t *testing.T) {
 	for _, limit := range []int{0, -1, chainstore.MaxListLimit + 1} {
 		if _, err := s.ListExecutions(ctx, chainstore.ListFilter{Limit: limit}); !errors.Is(err, chainstore.ErrInvalidFilter) {
 			t.Errorf("limit %d: err = %v, want ErrInvalidFilter", limit, err)
+		}
+	}
+}
+
+// A parent's children are listed by Parent, whatever their ids (the engine
+// names a child by its parent's id, or by a UUID where the node's id
+// cannot be part of a key), without the parent's grandchildren or an
+// execution whose id merely begins with the parent's; the same through
+// the listing and through queries, in pages, and in the totals.
+func TestListChildren(t *testing.T) {
+	ctx, listed, queries := openListed(t)
+	// id, parent, start offset.
+	runs := []struct {
+		id, parent string
+		start      time.Duration
+	}{
+		{"older", "", 0},
+		{"p", "", time.Hour},
+		{"p_check_1", "p", time.Hour + time.Second},
+		{"p_other", "", time.Hour + 2*time.Second},
+		{"6b1f3c1e-0d7a-5f0e-9d1c-2f4e8a9b7c10", "p", time.Hour + 3*time.Second},
+		{"p_check_1_score_1", "p_check_1", time.Hour + 4*time.Second},
+		{"p_check_2", "p", time.Hour + 5*time.Second},
+		{"q_check_1", "q", time.Hour + 6*time.Second},
+	}
+	for _, r := range runs {
+		ev := &novav1.WorkflowStarted{ExecutionId: r.id, WorkflowName: "w", Context: mustJSON(t, map[string]any{}), StartedAt: at(r.start),
+			Definition: &novav1.WorkflowDefinition{Name: "w"}}
+		if r.parent != "" {
+			ev.Parent = &novav1.ParentRef{ExecutionId: r.parent, NodeId: "check"}
+		}
+		if err := listed.RecordWorkflowStarted(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		filter chainstore.ListFilter
+		want   []string
+	}{
+		{chainstore.ListFilter{Parent: "p"}, []string{"p_check_2", "6b1f3c1e-0d7a-5f0e-9d1c-2f4e8a9b7c10", "p_check_1"}},
+		{chainstore.ListFilter{Parent: "p_check_1"}, []string{"p_check_1_score_1"}},
+		{chainstore.ListFilter{Parent: "p", IDPrefix: "p_"}, []string{"p_check_2", "p_check_1"}},
+		// A parent the store has not recorded: its children are found all the same.
+		{chainstore.ListFilter{Parent: "q"}, []string{"q_check_1"}},
+		{chainstore.ListFilter{Parent: "older"}, []string{}},
+		{chainstore.ListFilter{Parent: "nobody"}, []string{}},
+	}
+	for _, tt := range tests {
+		for _, s := range []struct {
+			name  string
+			store *chainstore.Store
+		}{{"listing", listed}, {"queries", queries}} {
+			t.Run(fmt.Sprintf("%s parent %s id %q", s.name, tt.filter.Parent, tt.filter.IDPrefix), func(t *testing.T) {
+				for _, limit := range []int{1, 100} {
+					if got := pages(ctx, t, s.store, tt.filter, limit); !slices.Equal(got, tt.want) {
+						t.Errorf("pages of %d: %v, want %v", limit, got, tt.want)
+					}
+				}
+				total, err := s.store.TotalsOf(ctx, tt.filter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if total.Executions != int64(len(tt.want)) {
+					t.Errorf("TotalsOf counts %d, want %d", total.Executions, len(tt.want))
+				}
+			})
 		}
 	}
 }

@@ -712,6 +712,15 @@ func (q listQuery) candidates(listed []listedExecution) []listedExecution {
 // the buckets newest first and reads, by _id, the execution documents of
 // those it lists that the filter selects, until it has f.Limit.
 func (s *Store) listedExecutions(ctx context.Context, f ListFilter) ([]ExecutionDoc, error) {
+	if f.Parent != "" {
+		since, err := s.childrenSince(ctx, f.Parent)
+		if err != nil {
+			return nil, fmt.Errorf("list executions: %w", err)
+		}
+		if since.After(f.Since) {
+			f.Since = since
+		}
+	}
 	q := newListQuery(f)
 	docs := []ExecutionDoc{}
 	_, err := s.walkListing(ctx, listingRoot, q, func(bucket string) (bool, error) {
@@ -731,7 +740,7 @@ func (s *Store) listedExecutions(ctx context.Context, f ListFilter) ([]Execution
 			// The document decides; a listing behind it lists the
 			// execution where it is now too.
 			now := listedExecution{ID: e.ID, StartedAt: storedTime(doc.StartedAt), Workflow: doc.WorkflowName, Status: doc.Status}
-			if !sameTime(now.StartedAt, e.StartedAt) || !q.selects(now) {
+			if !sameTime(now.StartedAt, e.StartedAt) || !q.selects(now) || f.Parent != "" && doc.ParentExecutionID != f.Parent {
 				continue
 			}
 			docs = append(docs, doc)
@@ -745,6 +754,26 @@ func (s *Store) listedExecutions(ctx context.Context, f ListFilter) ([]Execution
 		return nil, fmt.Errorf("list executions: %w", err)
 	}
 	return docs, nil
+}
+
+// childSkew is how much earlier than its parent's start a child's start
+// may be recorded: the engine replicas that start them read their own clocks.
+const childSkew = time.Minute
+
+// childrenSince is the earliest start the children of execution parent may
+// have: a child starts while its parent runs, so a listing of them need
+// not read the documents of executions that started long before. Zero
+// when the parent's start is not recorded.
+func (s *Store) childrenSince(ctx context.Context, parent string) (time.Time, error) {
+	var doc listedDoc
+	err := s.executions.FindOne(ctx, bson.D{{Key: "_id", Value: parent}}, options.FindOne().SetProjection(listedFields)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) || err == nil && doc.StartedAt == nil {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read %s %q: %w", ExecutionsCollection, parent, err)
+	}
+	return doc.StartedAt.Add(-childSkew), nil
 }
 
 // walkListing calls visit with the buckets under the directory key that q

@@ -81,6 +81,9 @@ func matchOf(f ListFilter) bson.D {
 	if f.IDPrefix != "" {
 		and = append(and, bson.D{{Key: "_id", Value: bson.Regex{Pattern: "^" + regexp.QuoteMeta(f.IDPrefix)}}})
 	}
+	if f.Parent != "" {
+		and = append(and, bson.D{{Key: "parent_execution_id", Value: f.Parent}})
+	}
 	if !f.Since.IsZero() {
 		and = append(and, bson.D{{Key: "started_at", Value: bson.D{{Key: "$gte", Value: f.Since}}}})
 	}

@@ -38,7 +38,7 @@ const (
 var batchFields = []string{"action", "ids", "filter", "reason"}
 
 // listFilters are the filters of GET /v1/executions a batch's filter takes.
-var listFilters = []string{"id", "workflow", "status", "since", "until"}
+var listFilters = []string{"id", "parent", "workflow", "status", "since", "until"}
 
 // batchRequest is a checked POST /v1/executions/batch body.
 type batchRequest struct {

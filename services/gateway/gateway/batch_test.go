@@ -33,7 +33,7 @@ type totalsDoc struct {
 }
 
 // TestListLinksAndTotals: a sub-workflow's child lists its parent and the
-// node that started it; an execution whose map collected failed items
+// node that started it, and ?parent= lists a parent's children; an execution whose map collected failed items
 // lists how many; GET /v1/execution-totals counts what the filters select
 // over every page.
 func TestListLinksAndTotals(t *testing.T) {
@@ -66,6 +66,16 @@ func TestListLinksAndTotals(t *testing.T) {
 		ch.Executions[0].ItemsFailed != 0 {
 		t.Errorf("the child lists as %+v; want parent %s, node sub, no failed items", ch.Executions, c.ExecutionID)
 	}
+	// The parent's children by parent: the child, and none of the child's.
+	var kids listedLinks
+	decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/executions?parent=" + c.ExecutionID, key: h.key["reader"]}), http.StatusOK, &kids)
+	if len(kids.Executions) != 1 || len(ch.Executions) != 1 || kids.Executions[0].ExecutionID != ch.Executions[0].ExecutionID {
+		t.Errorf("?parent=%s lists %+v; want the child %+v", c.ExecutionID, kids.Executions, ch.Executions)
+	}
+	decode(t, h.do(t, h.url, request{method: "GET", path: "/v1/executions?parent=" + ch.Executions[0].ExecutionID, key: h.key["reader"]}), http.StatusOK, &kids)
+	if len(kids.Executions) != 0 {
+		t.Errorf("the child, which started none, has children %+v", kids.Executions)
+	}
 
 	totals := func(q url.Values) totalsDoc {
 		t.Helper()
@@ -81,6 +91,7 @@ func TestListLinksAndTotals(t *testing.T) {
 		{"one workflow", url.Values{"workflow": {parent}}, 1},
 		// A child's id begins with its parent's.
 		{"an id prefix", url.Values{"id": {c.ExecutionID[:13]}}, 2},
+		{"a parent's children", url.Values{"parent": {c.ExecutionID}}, 1},
 		{"a status none has", url.Values{"workflow": {child}, "status": {"failed"}}, 0},
 		{"until before them", url.Values{"workflow": {parent}, "until": {"2001-01-01T00:00:00Z"}}, 0},
 	}

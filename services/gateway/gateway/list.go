@@ -98,7 +98,7 @@ func decodeCursor(s string) (*chainstore.ListPosition, bool) {
 // parseList reads the query of GET /v1/executions, naming every parameter
 // at fault.
 func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
-	if p := checkQuery(r, "id", "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
+	if p := checkQuery(r, "id", "parent", "workflow", "status", "since", "until", "limit", "cursor"); p != nil {
 		return chainstore.ListFilter{}, p
 	}
 	f, errs := listFilterOf(r.URL.Query(), "")
@@ -111,10 +111,13 @@ func parseList(r *http.Request) (chainstore.ListFilter, *Problem) {
 // listFilterOf reads the filters of GET /v1/executions from q, naming each
 // at fault as field+its name.
 func listFilterOf(q url.Values, field string) (chainstore.ListFilter, []FieldError) {
-	f := chainstore.ListFilter{IDPrefix: q.Get("id"), Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
+	f := chainstore.ListFilter{IDPrefix: q.Get("id"), Parent: q.Get("parent"), Workflow: q.Get("workflow"), Status: q.Get("status"), Limit: defaultListLimit}
 	var errs []FieldError
 	if _, given := q["id"]; given && !engineKey.MatchString(f.IDPrefix) {
 		errs = append(errs, FieldError{Field: "id", Detail: fmt.Sprintf("%q is no execution id nor the start of one: 1 to 200 letters, digits, '-', '_' or '='", f.IDPrefix)})
+	}
+	if _, given := q["parent"]; given && !engineKey.MatchString(f.Parent) {
+		errs = append(errs, FieldError{Field: "parent", Detail: fmt.Sprintf("%q is no execution id: 1 to 200 letters, digits, '-', '_' or '='", f.Parent)})
 	}
 	if f.Status != "" && !slices.Contains(statuses, f.Status) {
 		errs = append(errs, FieldError{Field: "status", Detail: fmt.Sprintf("%q is not running, succeeded, failed or cancelled", f.Status)})
@@ -206,14 +209,14 @@ type listTotals struct {
 // totalExecutions is GET /v1/execution-totals, with the filters of GET
 // /v1/executions (limit and cursor are refused: totals have no page).
 func (g *Gateway) totalExecutions(w http.ResponseWriter, r *http.Request) error {
-	if p := checkQuery(r, "id", "workflow", "status", "since", "until"); p != nil {
+	if p := checkQuery(r, "id", "parent", "workflow", "status", "since", "until"); p != nil {
 		return p
 	}
 	f, errs := listFilterOf(r.URL.Query(), "")
 	if len(errs) > 0 {
 		return invalid(problemsDetail("the query", len(errs)), errs...)
 	}
-	key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", f.IDPrefix, f.Workflow, f.Status, f.Since.UnixNano(), f.Until.UnixNano())
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%d\x00%d", f.IDPrefix, f.Parent, f.Workflow, f.Status, f.Since.UnixNano(), f.Until.UnixNano())
 	t, at, err := g.totals.get(r.Context(), key, func(ctx context.Context) (chainstore.ListTotals, error) {
 		return g.store.TotalsOf(ctx, f)
 	})

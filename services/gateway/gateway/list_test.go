@@ -181,6 +181,8 @@ func TestListBadFilters(t *testing.T) {
 		{"id=", "id"},
 		{"id=a%20b", "id"},
 		{"id=a&id=b", "id"},
+		{"parent=", "parent"},
+		{"parent=a%20b", "parent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {

@@ -127,7 +127,8 @@ func (g *Gateway) executionFrame(ctx context.Context, m jetstream.Msg, workflow 
 		}
 		kind = bus.KindWorkflowStarted
 		doc = chainstore.ExecutionDoc{ExecutionID: s.GetExecutionId(), WorkflowName: s.GetWorkflowName(),
-			Status: chainstore.StatusRunning, StartedAt: timeOf(s.GetStartedAt())}
+			Status: chainstore.StatusRunning, StartedAt: timeOf(s.GetStartedAt()),
+			ParentExecutionID: s.GetParent().GetExecutionId(), ParentNode: s.GetParent().GetNodeId()}
 	case bus.TypeWorkflowCompleted:
 		var s novav1.WorkflowCompleted
 		if err := bus.Decode(*ev, &s); err != nil {
