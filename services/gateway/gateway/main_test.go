@@ -380,6 +380,7 @@ type problemDoc struct {
 		Field  string `json:"field"`
 		Node   string `json:"node"`
 		Detail string `json:"detail"`
+		Line   int    `json:"line"`
 	} `json:"errors"`
 }
 

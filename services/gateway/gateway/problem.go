@@ -26,11 +26,13 @@ type Problem struct {
 // FieldError is one field at fault. Field is where it is: a member of the
 // request body ("context", "definition.edges[2].to"), a query parameter
 // ("limit") or a header ("Idempotency-Key"). Node names the workflow node
-// when the problem belongs to one.
+// when the problem belongs to one; Line is the line of a workflow
+// definition sent as the body (from 1) it is at, where the text shows it.
 type FieldError struct {
 	Field  string `json:"field"`
 	Node   string `json:"node,omitempty"`
 	Detail string `json:"detail"`
+	Line   int    `json:"line,omitempty"`
 }
 
 func (p *Problem) Error() string { return p.Title + ": " + p.Detail }

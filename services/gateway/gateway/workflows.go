@@ -244,14 +244,16 @@ func parseDefinition(contentType string, body []byte) (*novav1.WorkflowDefinitio
 	if mt == "application/json" {
 		var v any
 		if err := json.Unmarshal(body, &v); err != nil {
-			return nil, invalidField("body", fmt.Sprintf("is not JSON (Content-Type %s): %v", mt, err))
+			return nil, syntaxProblem(body, fmt.Sprintf("is not JSON (Content-Type %s): %v", mt, err), err)
 		}
 	}
 	def, err := workflow.Parse(body)
 	var verr *workflow.ValidationError
 	switch {
 	case errors.As(err, &verr):
-		return nil, invalidWorkflow(verr)
+		p := invalidWorkflow(verr)
+		definitionLines(body, p.Errors)
+		return nil, p
 	case err != nil:
 		what := "YAML or JSON"
 		switch {
@@ -260,12 +262,21 @@ func parseDefinition(contentType string, body []byte) (*novav1.WorkflowDefinitio
 		case slices.Contains(yamlTypes, mt):
 			what = "YAML"
 		}
-		return nil, invalidField("body", fmt.Sprintf("is not a workflow definition in %s: %v", what, err))
+		return nil, syntaxProblem(body, fmt.Sprintf("is not a workflow definition in %s: %v", what, err), err)
 	}
 	if p := validateDefinition(def, true); p != nil {
+		definitionLines(body, p.Errors)
 		return nil, p
 	}
 	return def, nil
+}
+
+// syntaxProblem is a 400 for a body that does not parse, at the line of
+// it the parser's error names.
+func syntaxProblem(body []byte, detail string, err error) *Problem {
+	p := invalidField("body", detail)
+	p.Errors[0].Line = syntaxLine(body, err)
+	return p
 }
 
 // validateDefinition lists every problem of def, as `nova validate` does;

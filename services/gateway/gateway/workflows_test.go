@@ -198,6 +198,18 @@ func TestWorkflowsRegisterRejected(t *testing.T) {
 	if got := h.lastCommand(t); got != commands {
 		t.Errorf("NOVA_CMD's last sequence went from %d to %d: a refused definition was published", commands, got)
 	}
+	// Each problem names the line of the text it is at: node orphan's at
+	// its id, the edge's at its member to.
+	t.Run("at their lines", func(t *testing.T) {
+		p := problem(t, postWorkflow(t, h.key["admin"], "application/yaml", brokenYAML), http.StatusUnprocessableEntity, gateway.TypeInvalidWorkflow)
+		var lines []int
+		for _, e := range p.Errors {
+			lines = append(lines, e.Line)
+		}
+		if want := []int{8, 16, 8, 8}; !slices.Equal(lines, want) {
+			t.Errorf("the problems %+v are at lines %v, want %v", p.Errors, lines, want)
+		}
+	})
 	for _, name := range []string{"broken", "by-writer", "by-reader", "by-nobody"} {
 		problem(t, h.do(t, h.url, request{method: "GET", path: "/v1/workflows/" + name, key: h.key["reader"]}),
 			http.StatusNotFound, gateway.TypeNotFound)
