@@ -34,6 +34,29 @@ edges:
     to: nowhere
 `
 
+// brokenDemoJSON is brokenDemoYAML in JSON, one member a line: its
+// problems are at lines 8 (max_visits), 16 (edges[1].to), 6 (node work's
+// id) and 10 (node end).
+const brokenDemoJSON = `{
+  "name": "broken-demo",
+  "nodes": [
+    {"id": "start", "type": "start"},
+    {
+      "id": "work", "type": "action",
+      "code": "context['x'] = 1",
+      "max_visits": -2
+    },
+    {"id": "end", "type": "end"}
+  ],
+  "edges": [
+    {"from": "start", "to": "work"},
+    {
+      "from": "work",
+      "to": "nowhere"
+    }
+  ]
+}`
+
 // graphNode is a node of the drawn graph: where it is on the page, and
 // whether it lies within the graph's box.
 type graphNode struct {
@@ -61,11 +84,12 @@ const everyNodeIn = `(() => { const n = ` + graphNodes + `; return n.length === 
 // graph in headless Chromium against nova dev, as a person would, with
 // screenshots at 1400 and 800 px (in the register folder of the console's
 // screenshots): the workflows page lists 14 workflows with their last runs
-// from one read; Register workflow… takes a pasted definition and marks
-// each of its problems at its line; a file read into the form registers
-// invoice-routing and opens its page, whose 9-node graph fits its box at
-// either width, zooms with the buttons and the wheel, pans by a drag and
-// fits again; the same file again is answered unchanged at once.
+// from one read; Register workflow… takes a pasted definition, in YAML or
+// JSON, and marks each of its problems at the line the gateway names; a
+// file read into the form registers invoice-routing and opens its page,
+// whose 9-node graph fits its box at either width, zooms with the buttons
+// and the wheel, pans by a drag and fits again; the same file again is
+// answered unchanged at once.
 func TestConsoleRegisterInBrowser(t *testing.T) {
 	chromium := chromiumPath()
 	if chromium == "" {
@@ -137,6 +161,12 @@ func TestConsoleRegisterInBrowser(t *testing.T) {
 		t.Errorf("the first problem reads %q", got)
 	}
 	b.shot("52-register-problems-at-their-lines")
+	// The same in JSON: the gateway names the lines, whatever the format.
+	b.do("paste it in JSON", chromedp.SetValue(chromedp.CSS(`#register-definition`), brokenDemoJSON))
+	b.click("register it", `form.register-form button[type=submit]`)
+	b.until("its problems at their lines in JSON", `[...document.querySelectorAll("ul.register-problems li")].map(li => li.dataset.line ?? "").join() === "8,16,6,10" &&
+		[...document.querySelectorAll(".yaml-editor .gutter span.bad")].map(s => s.dataset.line).join() === "6,8,10,16"`)
+	b.shot("52-register-problems-in-json")
 
 	// A file: invoice-routing, registered, and its page opens.
 	b.do("read invoice-routing.yaml into the form", chromedp.SetUploadFiles(chromedp.CSS(`#register-file`), []string{invoice}))
@@ -213,8 +243,8 @@ func TestConsoleRegisterInBrowser(t *testing.T) {
 	t.Logf("the same definition registered again, answered unchanged %v after the click", time.Since(registered).Round(time.Millisecond))
 	b.shot("56-registered-unchanged")
 
-	if failed := b.failedAnswers(); len(failed) != 1 || !strings.Contains(failed[0], "422") {
-		t.Errorf("answers of 400 and more: %v; want only the broken definition's 422", failed)
+	if failed := b.failedAnswers(); len(failed) != 2 || !strings.Contains(failed[0], "422") || !strings.Contains(failed[1], "422") {
+		t.Errorf("answers of 400 and more: %v; want only the broken definitions' two 422s", failed)
 	}
 	select {
 	case d := <-b.dialogs:

@@ -57,7 +57,7 @@ export function registerForm(signal, close) {
         marked = new Map();
         const errors = p.errors.length ? p.errors : [{ field: "", detail: p.detail || p.title }];
         replace(problems, errors.map((e) => {
-            const line = problemLine(text.value, e);
+            const line = Math.min(Number(e.line ?? 0), text.value.split("\n").length);
             if (line)
                 marked.set(line, [...(marked.get(line) ?? []), e.detail]);
             const where = [line ? `line ${line}` : "", e.node ? `node ${e.node}` : "", e.field && e.field !== "body" ? e.field.replace(/^definition\.?/, "") : ""]
@@ -126,66 +126,4 @@ function selectLine(text, n) {
     text.setSelectionRange(start, start + (lines[n - 1]?.length ?? 0));
     const lineH = parseFloat(getComputedStyle(text).lineHeight) || 18;
     text.scrollTop = Math.max(0, (n - 3) * lineH);
-}
-// problemLine is the line (from 1) of the text a problem is at, 0 when it
-// cannot tell: a YAML error names its line; a node's field is found under
-// the node's id, an edge's or a list's item by its position, a
-// workflow's field at the top level.
-export function problemLine(text, e) {
-    const lines = text.split("\n");
-    const said = /\bline (\d+)\b/.exec(e.detail);
-    if (said)
-        return Math.min(lines.length, Number(said[1]));
-    const path = (e.field ?? "").replace(/^definition\.?/, "");
-    if (e.node) {
-        const at = nodeLine(lines, e.node);
-        if (!at)
-            return 0;
-        const key = path.split(/[.[]/)[0];
-        return (key && keyLine(lines, at, key)) || at;
-    }
-    const m = /^([A-Za-z_]+)(?:\[(\d+)\])?(?:\.([A-Za-z_]+))?/.exec(path);
-    if (!m)
-        return 0;
-    const top = lines.findIndex((l) => new RegExp(`^${m[1]}\\s*:`).test(l));
-    if (top < 0)
-        return 0;
-    if (m[2] === undefined)
-        return top + 1;
-    // The item'th "- " under the key.
-    let seen = -1;
-    for (let i = top + 1; i < lines.length; i++) {
-        const l = lines[i];
-        if (/^\S/.test(l))
-            break;
-        if (/^\s*-\s/.test(l) && ++seen === Number(m[2]))
-            return (m[3] && keyLine(lines, i + 1, m[3])) || i + 1;
-    }
-    return top + 1;
-}
-// nodeLine is the line (from 1) of the node whose id is id, 0 when none.
-function nodeLine(lines, id) {
-    const esc = id.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    const re = new RegExp(`(^|[\\s{,-])id\\s*:\\s*["']?${esc}["']?\\s*([,}#]|$)`);
-    const i = lines.findIndex((l) => re.test(l));
-    return i + 1;
-}
-// keyLine is the line of key within the item that starts at line at (from
-// 1): on that line (a flow mapping) or one indented under it.
-function keyLine(lines, at, key) {
-    const first = lines[at - 1] ?? "";
-    const re = new RegExp(`(^|[\\s{,-])${key}\\s*:`);
-    if (re.test(first.replace(/^\s*-\s*/, " ")))
-        return at;
-    const indent = first.search(/\S/);
-    for (let i = at; i < lines.length; i++) {
-        const l = lines[i];
-        if (!l.trim())
-            continue;
-        if (l.search(/\S/) <= indent)
-            break;
-        if (new RegExp(`^\\s*${key}\\s*:`).test(l))
-            return i + 1;
-    }
-    return 0;
 }

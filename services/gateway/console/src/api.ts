@@ -19,6 +19,10 @@ export function setAPIKey(key: string): void {
 export interface FieldError {
   field: string;
   detail: string;
+  // The workflow node the problem belongs to, and the line of a
+  // definition sent to register that it is at (from 1).
+  node?: string;
+  line?: number;
 }
 
 export class Problem extends Error {
