@@ -110,6 +110,22 @@ func TestConsoleDecisionsInBrowser(t *testing.T) {
 		}
 	}
 
+	// The engine stores the execution a moment after the start is
+	// accepted (longer on a busy machine): the page opens it once it waits.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var v struct {
+			Execution struct {
+				Waiting *struct{} `json:"waiting"`
+			} `json:"execution"`
+		}
+		if status, _ := apiStatus(t, base, key, "GET", "/v1/executions/"+refund, &v); status == 200 && v.Execution.Waiting != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution %s does not wait at approve 60 s after it started", refund)
+		}
+	}
+
 	b := newBrowser(t, ctx, chromium)
 	t.Logf("screenshots: %s", b.shots)
 	b.do("sign in", chromedp.Navigate(base+"/#key="+key+"&to=/executions/"+refund))
