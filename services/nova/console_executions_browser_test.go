@@ -68,7 +68,8 @@ edges:
 // shows those rows (none skipped); each row shows its whole id with a copy
 // button, a child links its parent and the parent its child on the page, and
 // a map that collected failed items says how many; the execution pages link
-// child and parent both ways; a short id in the URL opens the one execution
+// child and parent both ways, and the parent's page lists its children
+// wherever the list has them; a short id in the URL opens the one execution
 // it begins, or lists those it begins when several; two ticked running
 // executions are cancelled after a confirmation naming two; every failed
 // execution the filters select, beyond the page, is rerun at once.
@@ -206,6 +207,14 @@ func TestConsoleExecutionsListInBrowser(t *testing.T) {
 	b.until("the parent's page, linking its child", fmt.Sprintf(`location.hash === "#/executions/" + encodeURIComponent(%[1]q) &&
 		document.querySelector(".execution-head p.lineage a.child-link")?.getAttribute("href") === "#/executions/" + encodeURIComponent(%[2]q)`, parent.ExecutionID, child))
 	b.shot("45-parent-links-children")
+	// Its children listed by parent: the child, which the list without a
+	// filter has on its second page, alone.
+	b.click("list its children", `.execution-head p.lineage .children-links a:not(.child-link)`)
+	b.until("the list of its children", fmt.Sprintf(`location.hash === "#/executions?parent=" + encodeURIComponent(%[1]q) &&
+		document.querySelector("p.children-of a code")?.textContent === %[1]q &&
+		[...document.querySelectorAll("table.executions tbody tr")].map(r => r.dataset.execution).join() === %[2]q &&
+		document.querySelector("p.summary .total")?.textContent === "1 execution"`, parent.ExecutionID, child))
+	b.shot("45-parent-links-children-listed")
 
 	// A short id in the URL: the one execution it begins opens; one that
 	// begins two lists them.
@@ -235,6 +244,10 @@ func TestConsoleExecutionsListInBrowser(t *testing.T) {
 	}
 	b.do("list the waiting runs", chromedp.Navigate(base+"/#/executions?workflow=list-hold"))
 	b.until("the three running", fmt.Sprintf(`%s.every(id => document.querySelector('tr[data-execution="' + id + '"]')?.dataset.status === "running")`, jsStrings(held)))
+	// The Workflow filter offers the workflows by name, the one chosen in
+	// its place among them.
+	b.until("the workflows in order", `[...document.querySelectorAll("#filter-workflow option")].map(o => o.textContent).join() ===
+		"all workflows,list-fails,list-hold,list-notify,list-orders,refinements" && document.querySelector("#filter-workflow").value === "list-hold"`)
 	for _, id := range held[:2] {
 		b.click("tick "+id, fmt.Sprintf(`tr[data-execution=%q] input.select`, id))
 	}

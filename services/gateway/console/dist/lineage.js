@@ -2,9 +2,9 @@
 // list row (the whole id, a copy button, the parent of a child and the
 // children on the page), the execution page's line that links a child to
 // its parent and a parent to its children, and a short id pasted into the
-// URL resolved to the execution whose id it begins. A child's id begins
-// with its parent's and "_" (the engine names it <parent>_<node>_<visit>),
-// so GET /v1/executions?id=<parent>_ lists a parent's children.
+// URL resolved to the execution whose id it begins. GET
+// /v1/executions?parent=<id> lists an execution's children, whatever their
+// ids (the engine names most <parent>_<node>_<visit>, some by a UUID).
 import { getJSON } from "./api.js";
 import { h, replace } from "./dom.js";
 function executionHref(id) {
@@ -12,7 +12,7 @@ function executionHref(id) {
 }
 // childrenHref lists the children of execution id.
 export function childrenHref(id) {
-    return `#/executions?id=${encodeURIComponent(id + "_")}`;
+    return `#/executions?parent=${encodeURIComponent(id)}`;
 }
 // abbreviated is an id cut to its first 8 characters for a link whose title
 // and target carry the whole (a parent named beside its child's whole id).
@@ -96,16 +96,17 @@ export function lineageLine(doc, signal) {
     l.line.hidden = !parent && !l.down.firstChild;
     return l.line;
 }
-// readChildren lists the children of execution id in el.
+// readChildren lists the children of execution id in el: the first ten,
+// and a link to the list of all of them.
 function readChildren(id, el, signal) {
-    const q = new URLSearchParams({ id: id + "_", limit: "11" });
+    const q = new URLSearchParams({ parent: id, limit: "11" });
     getJSON(`/v1/executions?${q}`, signal).then((l) => {
-        const kids = l.executions.filter((e) => e.parent_execution_id === id);
+        const kids = l.executions;
         if (!kids.length)
             return;
         replace(el, "Children: ", kids.slice(0, 10).map((k, i) => [
             i ? ", " : "",
-            h("a", { href: executionHref(k.execution_id), title: k.execution_id, class: "child-link" }, h("code", null, k.execution_id.slice(id.length + 1) || k.execution_id)),
+            h("a", { href: executionHref(k.execution_id), title: k.execution_id, class: "child-link" }, h("code", null, k.execution_id.startsWith(id + "_") ? k.execution_id.slice(id.length + 1) : k.execution_id)),
         ]), " ", h("a", { href: childrenHref(id) }, kids.length > 10 ? "all of them →" : "list them →"));
         const line = el.parentElement;
         if (line)

@@ -1,9 +1,9 @@
 // The executions page, #/executions: every execution, newest first, a page
 // at a time through the API's cursor, found by id (or its first
-// characters), workflow, status and start time, with how many the filters
-// select and what they cost. The filters and the page are in the URL
-// (?id=&workflow=&status=&since=&until=&cursor=&page=), so a search can be
-// bookmarked or sent. The first page is kept up to date live; Older pages on
+// characters), parent, workflow, status and start time, with how many the
+// filters select and what they cost. The filters and the page are in the
+// URL (?id=&parent=&workflow=&status=&since=&until=&cursor=&page=), so a
+// search can be bookmarked or sent. The first page is kept up to date live; Older pages on
 // from the last row it shows, so rows pushed off it by new ones are on the
 // next. Rows can be ticked (or every execution the filters select) and
 // cancelled or rerun together (batch.ts).
@@ -129,8 +129,9 @@ const pageSize = 50;
 const retryAfter = 2000;
 // totalsAfter is how long after a live change the totals are read again.
 const totalsAfter = 2000;
-// filterNames are the URL's filters, as GET /v1/executions names them.
-const filterNames = ["id", "workflow", "status", "since", "until"] as const;
+// filterNames are the URL's filters, as GET /v1/executions names them
+// (parent: the children of an execution, set by its page's link).
+const filterNames = ["id", "parent", "workflow", "status", "since", "until"] as const;
 
 export type Filters = Record<(typeof filterNames)[number], string>;
 
@@ -152,14 +153,8 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     autocomplete: "off",
     spellcheck: false,
   });
-  const workflow = h(
-    "select",
-    { id: "filter-workflow", name: "workflow" },
-    h("option", { value: "" }, "all workflows"),
-    h("option", { value: RefineWorkflow }, "refinements"),
-  );
-  if (f.workflow && f.workflow !== RefineWorkflow) workflow.append(h("option", { value: f.workflow }, f.workflow));
-  workflow.value = f.workflow;
+  const workflow = h("select", { id: "filter-workflow", name: "workflow" });
+  workflowChoices(workflow, knownWorkflows, f.workflow);
   const status = h("select", { id: "filter-status", name: "status" }, statuses.map((s) => h("option", { value: s }, s || "any status")));
   status.value = f.status;
   const from = h("input", { id: "filter-since", name: "since", type: "datetime-local", value: f.since ? localInput(f.since) : "" });
@@ -173,6 +168,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     const q = new URLSearchParams();
     const values: Record<string, string> = {
       id: search.value.trim(),
+      parent: f.parent,
       workflow: workflow.value,
       status: status.value,
       since: fromLocalInput(from.value),
@@ -210,6 +206,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     root,
     h("div", { class: "page-head" }, h("h1", null, "Executions"), h("a", { href: "#/workflows", class: "action" }, "Start a workflow →")),
     form,
+    f.parent ? childrenOf(f) : null,
     summary,
     bar.el,
     note,
@@ -219,8 +216,8 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
 
   getJSON<{ workflows: WorkflowSummary[] }>("/v1/workflows", signal)
     .then((doc) => {
-      for (const w of doc.workflows) if (w.name !== f.workflow) workflow.append(h("option", { value: w.name }, w.name));
-      workflow.value = f.workflow;
+      knownWorkflows = doc.workflows.map((w) => w.name);
+      workflowChoices(workflow, knownWorkflows, f.workflow);
     })
     .catch((e) => showError(note, e));
 
@@ -238,6 +235,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     (!f.workflow || e.workflow_name === f.workflow) &&
     (!f.status || e.status === f.status) &&
     (!f.id || e.execution_id.startsWith(f.id)) &&
+    (!f.parent || e.parent_execution_id === f.parent) &&
     (!f.since || (!!e.started_at && Date.parse(e.started_at) >= Date.parse(f.since))) &&
     (!f.until || (!!e.started_at && Date.parse(e.started_at) < Date.parse(f.until)));
   const showTotals = () => {
@@ -247,7 +245,7 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
     replace(
       summary,
       h("strong", { class: "total" }, plural(n, "execution")),
-      filtered ? " match these filters" : "",
+      filtered ? (n === 1 ? " matches these filters" : " match these filters") : "",
       " · ",
       h("span", { class: "total-cost", title: "what the model calls of every execution the filters select cost (price table)" },
         `model cost ${money(Number(totals.cost_usd))} · ${plural(Number(totals.model_calls), "model call")}`),
@@ -376,6 +374,45 @@ export function executionsPage(root: HTMLElement, params: URLSearchParams, signa
   // "5 s ago" moves on without a request.
   const timer = setInterval(draw, 10_000);
   signal.addEventListener("abort", () => clearInterval(timer));
+}
+
+// knownWorkflows are the workflows the last read of the page listed: the
+// filter offers them at once when the page is drawn again (a filter
+// changed with the arrow keys goes on to the next workflow, not to the end
+// of a list still being read).
+let knownWorkflows: string[] = [];
+
+// byName orders workflow names as a person reads them: letters without
+// regard to case, the numbers in them by value (team-2 before team-10).
+const byName = new Intl.Collator("en", { numeric: true, sensitivity: "base" });
+
+// workflowChoices fills the Workflow filter: every workflow in name order,
+// the one filtered by among them (in its place, even when it is no longer
+// registered), then refinements, which no workflow is. The options are
+// replaced in place, so a filter that has the focus keeps it.
+export function workflowChoices(select: HTMLSelectElement, names: string[], current: string): void {
+  const set = new Set(names.filter((n) => n && n !== RefineWorkflow));
+  if (current && current !== RefineWorkflow) set.add(current);
+  const sorted = [...set].sort((a, b) => byName.compare(a, b) || (a < b ? -1 : a > b ? 1 : 0));
+  select.replaceChildren(
+    h("option", { value: "" }, "all workflows"),
+    ...sorted.map((n) => h("option", { value: n }, n)),
+    h("option", { value: RefineWorkflow }, "refinements"),
+  );
+  select.value = current;
+}
+
+// childrenOf says the list is of one execution's children, linking it,
+// and offers the list without that filter.
+function childrenOf(f: Filters): HTMLElement {
+  return h(
+    "p",
+    { class: "children-of" },
+    "The executions started by ",
+    h("a", { href: `#/executions/${encodeURIComponent(f.parent)}`, title: f.parent }, h("code", null, f.parent)),
+    " (its workflow and map nodes) · ",
+    h("a", { href: "#/executions" + queryOf({ ...f, parent: "" }), class: "drop-parent" }, "all executions"),
+  );
 }
 
 // newestFirst orders executions as GET /v1/executions lists them: by start
