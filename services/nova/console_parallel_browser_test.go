@@ -54,6 +54,44 @@ edges:
   - {from: each, to: end}
 `
 
+// fiveYAML runs five sleeps of two seconds at once, one more than the
+// sandbox's slots, and joins them.
+const fiveYAML = `name: console-five
+nodes:
+  - {id: start, type: start}
+  - {id: a, type: action, code: "import time\ntime.sleep(2)"}
+  - {id: b, type: action, code: "import time\ntime.sleep(2)"}
+  - {id: c, type: action, code: "import time\ntime.sleep(2)"}
+  - {id: d, type: action, code: "import time\ntime.sleep(2)"}
+  - {id: e, type: action, code: "import time\ntime.sleep(2)"}
+  - {id: all, type: join}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: a}
+  - {from: start, to: b}
+  - {from: start, to: c}
+  - {from: start, to: d}
+  - {from: start, to: e}
+  - {from: a, to: all}
+  - {from: b, to: all}
+  - {from: c, to: all}
+  - {from: d, to: all}
+  - {from: e, to: all}
+  - {from: all, to: end}
+`
+
+// bigMapYAML doubles each of the numbers in orders, as fast as the
+// sandbox runs them.
+const bigMapYAML = `name: console-big-map
+nodes:
+  - {id: start, type: start}
+  - {id: each, type: map, items: orders, concurrency: 8, output: results, code: "context['result'] = context['item'] * 2"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: each}
+  - {from: each, to: end}
+`
+
 // childYAML scores a customer; parentYAML runs it as a sub-workflow.
 const childYAML = `name: console-child
 nodes:
@@ -80,12 +118,16 @@ edges:
 // with screenshots at 1400 and 800 px in the parallel folder of the
 // console's screenshots: while a fan-out runs, its graph shows a, b and c
 // running at the same time, each in a branch of its own, and its timeline
-// their bars side by side; once it ended, the bars overlap in time. A map
-// over 40 items shows its items' progress on its node while its own status
-// stays running, its items in the timeline as each[N]; ended, 40/40 items
-// done, at most 30 item rows and the others told by their number. The
-// console's live model keeps a map's items apart, and a timeline of 1,000
-// items draws 30 of them. A workflow node's visit links its child execution.
+// their bars side by side; once it ended, the bars overlap in time. Of five
+// branches at once, the one that waited for one of the sandbox's four slots
+// shows that wait apart from its run. A map over 40 items shows its items' progress on its
+// node while its own status stays running, its items in the timeline as
+// each[N]; ended, 40/40 items done, at most 30 item rows and the others
+// told by their number. A map over 200 items is paged through, in its
+// panel, its Nodes table and its timeline together, to every one of them.
+// The console's live model keeps a map's items apart, a timeline of 1,000
+// items draws 30 of them and pages, and a code visit's bar tells its wait
+// from its run. A workflow node's visit links its child execution.
 func TestConsoleParallelInBrowser(t *testing.T) {
 	chromium := chromiumPath()
 	if chromium == "" {
@@ -94,14 +136,14 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a browser and nova dev")
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	t.Setenv("NOVA_CONSOLE_SCREENSHOTS", filepath.Join(consoleShots(), "parallel"))
 	// Three branches, and four items, at once: the sandbox runs that many.
 	t.Setenv("NOVA_SANDBOX_WORKERS", "4")
 	m, _ := startDev(t, ctx, regexp.MustCompile(`HTTP API (http://\S+)\n\s+NOVA_API_KEY=(\S+)`), "--gateway-addr", "127.0.0.1:0")
 	base, key := m[1], m[2]
-	for _, wf := range []string{fanOutYAML, mapYAML, childYAML, parentYAML} {
+	for _, wf := range []string{fanOutYAML, fiveYAML, mapYAML, bigMapYAML, childYAML, parentYAML} {
 		api(t, base, key, "POST", "/v1/workflows", "application/yaml", wf, nil)
 	}
 
@@ -167,6 +209,47 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 	}
 	b.shot("02-fanout-ended")
 
+	// Five branches at once on four slots: the fifth waited some 2 s for
+	// one, and its bar tells that wait from its run; each ran its 2 s.
+	var five struct {
+		ExecutionID string `json:"execution_id"`
+		Status      string `json:"status"`
+	}
+	api(t, base, key, "POST", "/v1/executions?wait=60s", "application/json", `{"workflow": "console-five"}`, &five)
+	if five.Status != "succeeded" {
+		t.Fatalf("console-five %s: %s", five.ExecutionID, five.Status)
+	}
+	b.do("open the five branches", chromedp.Navigate(base+"/#/executions/"+five.ExecutionID))
+	fiveBars := `["a", "b", "c", "d", "e"].map(n => document.querySelector('svg.timeline .visit-bar[data-node="' + n + '"]'))`
+	b.until("the five bars, each with its run", fiveBars+`.every(g => g && g.dataset.ranMs)`)
+	type span struct {
+		Node        string
+		Waited, Ran float64
+		Pale        bool
+	}
+	spans := eval[[]span](b, "the waits and runs of the five", fiveBars+`.map(g => ({Node: g.dataset.node,
+		Waited: Number(g.dataset.waitedMs), Ran: Number(g.dataset.ranMs), Pale: g.classList.contains("waited") && !!g.querySelector("rect.ran")}))`)
+	least, most := spans[0], spans[0]
+	for _, sp := range spans {
+		if sp.Ran < 1900 || sp.Ran > 4000 {
+			t.Errorf("%s ran %.0f ms by its bar; want its sleep of 2 s", sp.Node, sp.Ran)
+		}
+		if sp.Waited < least.Waited {
+			least = sp
+		}
+		if sp.Waited > most.Waited {
+			most = sp
+		}
+	}
+	// However long every message took on this machine, one waited a run more.
+	if most.Waited-least.Waited < 1500 || !most.Pale {
+		t.Errorf("the bars %+v: want one to wait some 2 s longer than the others for a slot, drawn pale where it waited", spans)
+	}
+	if got := eval[string](b, "the timeline's key", `document.querySelector(".timeline-key")?.textContent ?? ""`); !strings.Contains(got, "waited for a free sandbox") {
+		t.Errorf("the timeline's key reads %q", got)
+	}
+	b.shot("02-fanout-waited-for-a-slot")
+
 	// The map, part-way: its node counts the items done and stays running
 	// (its own visit has not ended, though items have); its items are rows
 	// of the timeline, each[N].
@@ -198,14 +281,14 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 			more: document.querySelector("svg.timeline .more-items")?.textContent ?? "",
 			rows: document.querySelectorAll('table.nodes tr.item-row[data-node="each"]').length,
 			firstRow: document.querySelector('table.nodes tr.item-row[data-node="each"] td')?.textContent ?? "",
-			moreRow: document.querySelector("table.nodes tr.more-items")?.textContent ?? "",
+			moreRow: document.querySelector("table.nodes tr.more-items .items-where")?.textContent ?? "",
 			bar: Number(document.querySelector('svg.graph [data-node="each"] rect.progress-done')?.getAttribute("width") ?? 0) /
 				Number(document.querySelector('svg.graph [data-node="each"] rect.progress-track')?.getAttribute("width") ?? 1),
 		};
 	})()`)
 	for name, want := range map[string]any{
-		"bars": 30.0, "allDone": true, "first": "each[0]", "more": "… and 10 more items", "rows": 30.0, "firstRow": "each[0]",
-		"moreRow": "… and 10 more items of each", "bar": 1.0,
+		"bars": 30.0, "allDone": true, "first": "each[0]", "more": "… and 10 more items: show the next ↓", "rows": 30.0, "firstRow": "each[0]",
+		"moreRow": "The first 30 of 40 items", "bar": 1.0,
 	} {
 		if ended[name] != want {
 			t.Errorf("the ended map: %s = %v, want %v", name, ended[name], want)
@@ -215,7 +298,8 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 	b.selectNode("open the map node", "each")
 	b.until("its items", `document.querySelector(".visits .map-items .map-progress")?.textContent === " · 40 of 40 done · 4 at once" &&
 		document.querySelectorAll(".visits .item-list details.item-visit").length === 30 &&
-		document.querySelector(".visits .item-list .more-items")?.textContent === "… and 10 more items"`)
+		document.querySelector(".visits .item-list .more-items")?.textContent === "… and 10 more items" &&
+		document.querySelector(".visits .items-pager .items-where")?.textContent === "The first 30 of 40 items"`)
 	b.shot("05-map-items")
 	var view struct {
 		Execution struct {
@@ -227,6 +311,69 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 		t.Errorf("the map's results %v; want the 40 items doubled", view.Execution.FinalContext["results"])
 	}
 	t.Logf("fan-out %s, map %s (runs %v)", fanOut, mapped, runs)
+
+	// A map of 200 items, paged through to every one of them.
+	bigItems := make([]string, 200)
+	for i := range bigItems {
+		bigItems[i] = fmt.Sprint(i)
+	}
+	var big struct {
+		ExecutionID string `json:"execution_id"`
+		Status      string `json:"status"`
+	}
+	api(t, base, key, "POST", "/v1/executions?wait=120s", "application/json", `{"workflow": "console-big-map", "context": {"orders": [`+strings.Join(bigItems, ", ")+`]}}`, &big)
+	if big.Status != "succeeded" {
+		t.Fatalf("console-big-map %s: %s", big.ExecutionID, big.Status)
+	}
+	b.do("open the map of 200", chromedp.Navigate(base+"/#/executions/"+big.ExecutionID+"?node=each"))
+	b.until("its first items", `document.querySelector('svg.graph [data-node="each"] .progress-text')?.textContent === "200/200 items done" &&
+		document.querySelectorAll(".visits .item-list details.item-visit").length === 30 &&
+		document.querySelector(".visits .items-pager .items-where")?.textContent === "The first 30 of 200 items"`)
+	// shown lists the items each list shows: the panel's, the Nodes
+	// table's and the timeline's.
+	const shown = `(() => {
+		const of = sel => [...document.querySelectorAll(sel)].map(e => Number(e.dataset.item)).join();
+		return {panel: of(".visits .item-list details.item-visit"), table: of('table.nodes tr.item-row[data-node="each"]'),
+			timeline: of('svg.timeline .visit-bar.item[data-node="each"]'), from: document.querySelector(".visits .items-pager")?.dataset.from ?? ""};
+	})()`
+	type lists struct{ Panel, Table, Timeline, From string }
+	seen := map[int]bool{}
+	for page := 0; ; page++ {
+		if page > 10 {
+			t.Fatal("Later → still enabled after 10 pages of 30 of 200 items")
+		}
+		l := eval[lists](b, "the items shown", shown)
+		if l.Panel == "" || l.Table != l.Panel || l.Timeline == "" {
+			t.Fatalf("page %d: the panel shows items %s, the Nodes table %s, the timeline %s; want the same page in each", page, l.Panel, l.Table, l.Timeline)
+		}
+		for _, f := range strings.Split(l.Panel, ",") {
+			var n int
+			fmt.Sscan(f, &n)
+			seen[n] = true
+		}
+		if eval[bool](b, "Later disabled", `document.querySelector(".visits .items-pager button.items-later").disabled`) {
+			break
+		}
+		b.click("later", ".visits .items-pager button.items-later")
+		b.until("the next page, Later keeping the focus", fmt.Sprintf(`document.querySelector(".visits .items-pager")?.dataset.from !== %q &&
+			(document.activeElement?.classList.contains("items-later") || document.querySelector(".visits .items-pager button.items-later")?.disabled)`, l.From))
+	}
+	if len(seen) != 200 {
+		t.Errorf("paging Later → reached %d of the 200 items", len(seen))
+	}
+	// An item by its number: its page in the three lists at once.
+	b.do("go to item 150", chromedp.SetValue(chromedp.CSS(".visits .items-pager input.items-goto"), "150"))
+	b.click("go", ".visits .items-pager button.items-go")
+	b.until("items 150 to 179 in each list", `(() => {
+		const want = Array.from({length: 30}, (_, i) => 150 + i).join();
+		const l = `+shown+`;
+		return l.panel === want && l.table === want && l.timeline.split(",").map(Number).sort((a, b) => a - b).join() === want &&
+			document.querySelector(".visits .items-pager .items-where")?.textContent === "each[150] to each[179] of 200 items" &&
+			document.querySelector("svg.timeline .more-items.earlier")?.textContent === "… 150 earlier items: show them ↑";
+	})()`)
+	b.shot("06-map-items-paged")
+	b.click("the first and open ones again", ".visits .items-pager button.items-reset")
+	b.until("the first page again", `document.querySelector(".visits .items-pager .items-where")?.textContent === "The first 30 of 200 items"`)
 
 	// A sub-workflow: the workflow node's visit links its child execution,
 	// in the Nodes table and in its visits.
@@ -276,6 +423,26 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 		const items = [...svg.querySelectorAll(".visit-bar.item")];
 		out.timeline = [svg.querySelectorAll(".visit-bar").length, items.length, items[0].querySelector(".label").textContent,
 			items[items.length - 1].querySelector(".label").textContent, svg.querySelector(".more-items").textContent].join(" | ");
+		// Paged to item 500: 30 from there, the 500 before and 470 after told.
+		const itemsMod = await import("/console/dist/items.js");
+		const pages = new itemsMod.ItemPages(() => {});
+		pages.page(itemsMod.itemsKey("big", 1), 500);
+		const paged = graph.drawTimeline(many, () => {}, 1000, Date.UTC(2025, 2, 1, 12, 0, 11), pages);
+		const pagedItems = [...paged.querySelectorAll(".visit-bar.item")];
+		out.paged = [pagedItems.length, pagedItems[0].querySelector(".label").textContent, pagedItems[pagedItems.length - 1].querySelector(".label").textContent,
+			[...paged.querySelectorAll(".more-items")].map(m => m.textContent).join(" / ")].join(" | ");
+		// A code visit of 4 s whose sandbox run took its last 1.5 s: it
+		// waited 2.5 s, drawn pale with a solid part; one without sandbox
+		// steps (a wait node) is one bar.
+		const code = {node_id: "c", visit: 1, status: "success", started_at: "2025-03-01T12:00:00Z", completed_at: "2025-03-01T12:00:04Z", execution_time: 4000,
+			steps: [{agent_name: "sandbox", execution_time_ms: 1500, timestamp: "2025-03-01T12:00:04Z"}]};
+		const hold = {node_id: "h", visit: 1, status: "success", started_at: "2025-03-01T12:00:00Z", completed_at: "2025-03-01T12:00:04Z", execution_time: 4000};
+		const tl = graph.drawTimeline([code, hold], () => {}, 1000);
+		const c = tl.querySelector('.visit-bar[data-node="c"]'), hb = tl.querySelector('.visit-bar[data-node="h"]');
+		const whole = c.querySelector("rect.span"), ran = c.querySelector("rect.ran");
+		const w = r => Number(r.getAttribute("width")), x = r => Number(r.getAttribute("x"));
+		out.waited = [c.dataset.waitedMs, c.dataset.ranMs, c.classList.contains("waited"), (w(ran) / w(whole)).toFixed(3), (x(ran) + w(ran) - x(whole) - w(whole)).toFixed(1),
+			c.querySelector(".duration").textContent, hb.classList.contains("waited"), hb.querySelectorAll("rect").length].join(" | ");
 		return out;
 	})()`)
 	for name, want := range map[string]string{
@@ -283,7 +450,9 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 		"progress": "1/5 items done · 1 failed",
 		"context":  `{"context":{"orders":[1,2,3,4,5]},"after":"start"}`,
 		"ended":    "each/1/-:success each/1/0:success@b1 each/1/1:failed@b2+1",
-		"timeline": "31 | 30 | big[0] | big[999] | … and 970 more items",
+		"timeline": "31 | 30 | big[0] | big[999] | … and 970 more items: show the next ↓",
+		"paged":    "30 | big[500] | big[529] | … 500 earlier items: show them ↑ / … and 470 more items: show the next ↓",
+		"waited":   "2500 | 1500 | true | 0.375 | 0.0 | ✓ success · 4.00 s (ran 1.50 s) | false | 1",
 	} {
 		if checks[name] != want {
 			t.Errorf("console module check %s: got %q, want %q", name, checks[name], want)

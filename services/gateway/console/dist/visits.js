@@ -9,7 +9,8 @@ import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, updatesOf } from "./fields.js";
 import { openFix } from "./fix.js";
-import { pickItems, typeName } from "./graph.js";
+import { typeName } from "./graph.js";
+import { ItemPages, itemsKey } from "./items.js";
 import { currentStep, itemOf, mapItems, mapProgress, stepLabel } from "./live.js";
 export function visitsPanel(node, id, visits, of) {
     const prompt = node?.prompt;
@@ -23,28 +24,31 @@ export function visitsPanel(node, id, visits, of) {
                 v.status === "running" ? runningView(v, node, of) : visitView(v, node, of, i === own.length - 1),
                 typeName(node?.type) === "map" || visits.some((x) => itemOf(x) !== null && x.visit >= v.visit) ? itemsView(v, node, of) : null,
             ]),
-            orphans.length ? itemList(orphans, node, of) : null,
+            orphans.length ? itemList(itemsKey(id, orphans[0].visit), orphans, node, of) : null,
         ]);
 }
 // itemsView is a map visit's items: how far they have come, and each item
-// (the first ones and the last of those running or failed, for a long list)
-// as a line that opens to the item's visit; a failed one is open.
+// (of a long list, the first ones and the last of those running or failed,
+// or the page a person went to with the controls above them) as a line
+// that opens to the item's visit; a failed one is open.
 function itemsView(v, node, of) {
     if (!of.view)
         return null;
     const items = [...mapItems(of.view, v).values()].sort((a, b) => itemOf(a) - itemOf(b));
     const p = mapProgress(of.view, v, node);
-    return h("section", { class: "map-items", "data-visit": String(v.visit) }, h("h4", null, "Items", h("span", { class: "meta map-progress" }, ` · ${p.done}${p.total !== null ? ` of ${p.total}` : ""} done`, p.failed ? `, ${p.failed} failed` : "", p.running ? `, ${p.running} running` : "", node?.concurrency ? ` · ${node.concurrency} at once` : "")), items.length ? itemList(items, node, of) : h("p", { class: "note" }, "No item has started yet."));
+    return h("section", { class: "map-items", "data-visit": String(v.visit) }, h("h4", null, "Items", h("span", { class: "meta map-progress" }, ` · ${p.done}${p.total !== null ? ` of ${p.total}` : ""} done`, p.failed ? `, ${p.failed} failed` : "", p.running ? `, ${p.running} running` : "", node?.concurrency ? ` · ${node.concurrency} at once` : "")), items.length ? itemList(itemsKey(v.node_id, v.visit), items, node, of) : h("p", { class: "note" }, "No item has started yet."));
 }
-function itemList(items, node, of) {
-    const { head, hidden, tail } = pickItems(items, (x) => x.status !== "success" && x.status !== "succeeded");
+function itemList(key, items, node, of) {
+    const pages = of.items ?? new ItemPages(() => undefined);
+    const w = pages.window(key, items, (x) => itemOf(x), (x) => x.status !== "success" && x.status !== "succeeded");
+    const { head, hidden, tail } = w;
     const line = (x) => {
         const failed = x.status === "failed" || x.status === "error";
         return h("details", { class: "item-visit", "data-item": String(itemOf(x)), "data-status": x.status, open: failed }, h("summary", null, h("code", null, `${x.node_id}[${itemOf(x)}]`), " ", statusBadge(x.status), h("span", { class: "meta" }, x.status === "running" ? [" for ", running("span", x.started_at)] : ` ${duration(Math.round(Number(x.execution_time)))}`, x.branch ? ` · branch ${x.branch}` : ""), x.output_result && "result" in x.output_result && !failed
             ? [h("span", { class: "meta" }, " · result "), h("code", { class: "item-result" }, cut(JSON.stringify(x.output_result.result) ?? "null", 60))]
             : null, x.error_message ? h("span", { class: "error item-error" }, ` ${x.error_message}`) : null), x.status === "running" ? runningView(x, node, of) : visitView(x, node, of, false));
     };
-    return h("div", { class: "item-list" }, head.map(line), hidden > 0 ? h("p", { class: "note more-items" }, `… and ${hidden} more item${hidden === 1 ? "" : "s"}`) : null, tail.map(line));
+    return h("div", { class: "item-list" }, pages.pager(key, items[0].node_id, w, "panel"), head.map(line), hidden > 0 ? h("p", { class: "note more-items" }, `… and ${hidden} more item${hidden === 1 ? "" : "s"}`) : null, tail.map(line));
 }
 // visitTitle heads a visit: "Visit 2", or a map's item "Item 3".
 function visitTitle(v) {

@@ -11,7 +11,8 @@ import { cancelButton, executionLink, RerunOf, rerunButton, tickDeadlines, visit
 import { duration, h, money, replace, running, spend, stamp, startClock } from "./dom.js";
 import { parseExact, pretty } from "./exact.js";
 import { showError, statusBadge, workflowCell, RefineWorkflow } from "./executions.js";
-import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, NodeProgress, pickItems, typeName } from "./graph.js";
+import { chooseDirection, Definition, defaultDirection, Direction, drawGraph, drawTimeline, NodeProgress, typeName } from "./graph.js";
+import { ItemPages, itemsKey, ItemWindow } from "./items.js";
 import { applyEvent, copyView, ended, ExecutionView, itemOf, itemVisits, liveContext, liveSpend, mapProgress, progressText, visitSpend } from "./live.js";
 import { lineageLine, resolveShortID } from "./lineage.js";
 import { scheduleOfId, schedulesLink } from "./schedules.js";
@@ -99,6 +100,8 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
   let view: ExecutionView | null = null;
   let drawn = "";
   let completed = false;
+  // Where a person paged a map's items to, in every list of them at once.
+  const itemPages = new ItemPages(() => compose(true));
 
   const compose = (force = false) => {
     if (!read) return;
@@ -301,6 +304,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
               rerun: rerunOf,
               failedNode,
               view: v,
+              items: itemPages,
             },
           )
         : h("p", { class: "note" }, "Select a node to see its visits."),
@@ -335,7 +339,8 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     if (rerunOf) columns.push("Rerun");
     replace(nodesHead, h("tr", null, columns.map((t) => h("th", { scope: "col" }, t))));
     // A map's items are listed under its visit: the first ones and the last
-    // of those running or failed, the others told by their number.
+    // of those running or failed, the others told by their number, with the
+    // controls that page through them.
     const listed = v.nodes.filter((n) => !selected || n.node_id === selected);
     // laterAttempt: a visit of the same node (and item) began after n.
     const laterAttempt = (n: VisitDoc) => v.nodes.some((x) => x.node_id === n.node_id && itemOf(x) === itemOf(n) && Number(x.visit) > Number(n.visit));
@@ -351,7 +356,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           ]
         : `All ${v.nodes.length} visit${v.nodes.length === 1 ? "" : "s"} of the execution.`,
     );
-    const rows: (VisitDoc | { more: number; node: string })[] = [];
+    const rows: (VisitDoc | { more: number; node: string; key: string; w: ItemWindow<VisitDoc> })[] = [];
     const placed = new Set<VisitDoc>();
     const mapped = new Set(listed.filter((n) => itemOf(n) !== null).map((n) => n.node_id));
     for (const n of listed) {
@@ -360,10 +365,12 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
       // By position (an item's attempts in turn).
       const items = mapped.has(n.node_id) ? itemVisits(v, n).sort((a, b) => itemOf(a)! - itemOf(b)! || Number(a.visit) - Number(b.visit)) : [];
       if (!items.length) continue;
-      const { head, hidden, tail } = pickItems(items, (x) => x.status !== "success" && x.status !== "succeeded");
-      rows.push(...head);
-      if (hidden > 0) rows.push({ more: hidden, node: n.node_id });
-      rows.push(...tail);
+      const key = itemsKey(n.node_id, n.visit);
+      const w = itemPages.window(key, items, (x) => itemOf(x)!, (x) => x.status !== "success" && x.status !== "succeeded");
+      rows.push(...w.head);
+      const after = w.from !== null ? w.positions.length - (w.next ?? w.positions.length) : w.hidden;
+      if (after > 0 || w.from !== null) rows.push({ more: after, node: n.node_id, key, w });
+      rows.push(...w.tail);
       for (const x of items) placed.add(x);
     }
     for (const n of listed) if (itemOf(n) !== null && !placed.has(n)) rows.push(n);
@@ -374,7 +381,7 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           return h(
             "tr",
             { class: "more-items", "data-node": n.node },
-            h("td", { colspan: columns.length, class: "note" }, `… and ${n.more} more item${n.more === 1 ? "" : "s"} of ${n.node}`),
+            h("td", { colspan: columns.length, class: "note" }, itemPages.pager(n.key, n.node, n.w, "nodes")),
           );
         }
         const item = itemOf(n);
@@ -430,7 +437,14 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           const kind = typeName(def?.nodes?.find((d) => d.id === n.node_id)?.type);
           return n.status === "running" && (kind === "wait" || kind === "sleep") ? { ...n, status: "waiting" } : n;
         });
-    replace(timeline, drawTimeline(visits as VisitDoc[], select, width) ?? h("p", { class: "note" }, "No visit has run yet."));
+    const svg = drawTimeline(visits as VisitDoc[], select, width, Date.now(), itemPages);
+    replace(
+      timeline,
+      svg ?? h("p", { class: "note" }, "No visit has run yet."),
+      svg?.querySelector(".visit-bar.waited")
+        ? h("p", { class: "note timeline-key" }, "A bar's pale part is time the visit waited for a free sandbox (and for its messages there and back); the solid part is where the sandbox ran its program.")
+        : null,
+    );
   };
 
   // Each second a running execution's times move on (startClock), and its

@@ -5,6 +5,7 @@
 // are drawn heavier; a decision's edges carry their conditions.
 
 import { activate, duration, elapsed, s } from "./dom.js";
+import { ItemPages, itemsKey, maxItemRows } from "./items.js";
 
 // dagre is loaded by its own script tag (vendor/dagre), as a global.
 declare const dagre: any;
@@ -422,24 +423,9 @@ export interface TimelineVisit {
   // A map's item: its position; the branch the visit ran in.
   item?: unknown;
   branch?: string;
-}
-
-// maxItemRows is how many of a map visit's items the timeline draws; the
-// others are told by their number ("… and 970 more items").
-export const maxItemRows = 30;
-
-// pickItems are the items of a map visit that a page shows, in their order:
-// all of them up to max; of more, the first ones (head), then the last of
-// those still open (running or failed: tail), and how many are left out
-// between (hidden).
-export function pickItems<T>(items: T[], open: (t: T) => boolean, max = maxItemRows): { head: T[]; hidden: number; tail: T[] } {
-  if (items.length <= max) return { head: items, hidden: 0, tail: [] };
-  const opened = items.filter(open);
-  const head = items.slice(0, max - Math.min(opened.length, Math.floor(max / 2)));
-  const inHead = new Set(head);
-  const later = opened.filter((t) => !inHead.has(t));
-  const tail = later.slice(Math.max(0, later.length - (max - head.length)));
-  return { head, hidden: items.length - head.length - tail.length, tail };
+  // Its agent steps: a step of the sandbox's ended at its timestamp,
+  // having run execution_time_ms.
+  steps?: { agent_name?: string; execution_time_ms?: number; timestamp?: string }[];
 }
 
 interface Timed {
@@ -449,12 +435,15 @@ interface Timed {
   item: number | null;
 }
 
-type TimelineRow = { t: Timed } | { more: number; of: string };
+// A row of the timeline: a visit's bar, or a line that stands for a map
+// visit's items not shown (before those shown, or after), which shows them.
+type TimelineRow = { t: Timed } | { more: number; of: string; earlier: boolean; show: (() => void) | null };
 
 // timelineRows orders the visits as the timeline draws them: in the order
 // they started, each map visit's items right under it, at most maxItemRows
-// of them (the first ones, then those running or failed).
-function timelineRows(timed: Timed[]): TimelineRow[] {
+// of them (the first ones and those running or failed, or the page of
+// them pages chose).
+function timelineRows(timed: Timed[], pages: ItemPages): TimelineRow[] {
   const own = timed.filter((t) => t.item === null);
   const groups = new Map<Timed | string, Timed[]>();
   for (const t of timed) {
@@ -465,24 +454,29 @@ function timelineRows(timed: Timed[]): TimelineRow[] {
     for (const o of own) {
       if (o.v.node_id === t.v.node_id && Number(o.v.visit) <= Number(t.v.visit) && (!owner || Number(o.v.visit) > Number(owner.v.visit))) owner = o;
     }
-    const key = owner ?? `${t.v.node_id}\u0000${t.v.visit}`;
+    const key = owner ?? itemsKey(t.v.node_id, t.v.visit);
     let g = groups.get(key);
     if (!g) groups.set(key, (g = []));
     g.push(t);
   }
   const blocks: { start: number; rows: TimelineRow[] }[] = own.map((o) => ({ start: o.start, rows: [{ t: o }] }));
-  const itemRows = (items: Timed[]): TimelineRow[] => {
-    const { head, hidden, tail } = pickItems(items, (t) => t.v.status !== "success" && t.v.status !== "succeeded");
-    const rows: TimelineRow[] = head.map((t) => ({ t }));
-    if (hidden > 0) rows.push({ more: hidden, of: items[0]!.v.node_id });
-    for (const t of tail) rows.push({ t });
+  const itemRows = (key: string, items: Timed[]): TimelineRow[] => {
+    const w = pages.window(key, items, (t) => t.item!, (t) => t.v.status !== "success" && t.v.status !== "succeeded");
+    const of = items[0]!.v.node_id;
+    const rows: TimelineRow[] = [];
+    if (w.from) rows.push({ more: w.from, of, earlier: true, show: () => pages.page(key, w.from! - maxItemRows) });
+    for (const t of w.head) rows.push({ t });
+    const after = w.from !== null ? w.positions.length - (w.next ?? w.positions.length) : w.hidden;
+    if (after > 0) rows.push({ more: after, of, earlier: false, show: w.next !== null ? () => pages.page(key, w.next!) : null });
+    for (const t of w.tail) rows.push({ t });
     return rows;
   };
-  for (const [key, items] of groups) {
+  for (const [owner, items] of groups) {
     // Items started together read in their order.
     items.sort((a, b) => a.start - b.start || a.item! - b.item! || Number(a.v.visit) - Number(b.v.visit));
-    const rows = itemRows(items);
-    const block = typeof key === "string" ? undefined : blocks.find((b) => (b.rows[0] as { t: Timed }).t === key);
+    const key = typeof owner === "string" ? owner : itemsKey(owner.v.node_id, owner.v.visit);
+    const rows = itemRows(key, items);
+    const block = typeof owner === "string" ? undefined : blocks.find((b) => (b.rows[0] as { t: Timed }).t === owner);
     if (block) block.rows.push(...rows);
     else blocks.push({ start: items[0]!.start, rows });
   }
@@ -490,12 +484,39 @@ function timelineRows(timed: Timed[]): TimelineRow[] {
   return blocks.flatMap((b) => b.rows);
 }
 
+// sandboxRuns are the spans of an ended visit in which the sandbox ran its
+// program, for a visit whose every step is the sandbox's (a code node's, a
+// map item's): each step ended at its timestamp after running for its
+// execution_time_ms, as the sandbox measured it; the rest of the visit it
+// waited, for a sandbox slot mostly. Empty for any other visit, and for
+// one whose steps do not say.
+export function sandboxRuns(v: TimelineVisit, start: number, end: number): { from: number; to: number }[] {
+  const steps = v.steps ?? [];
+  if (!steps.length || steps.some((st) => st.agent_name !== "sandbox")) return [];
+  const runs: { from: number; to: number }[] = [];
+  for (const st of steps) {
+    const to = Math.min(end, Date.parse(st.timestamp ?? ""));
+    const ms = Number(st.execution_time_ms);
+    if (!Number.isFinite(to) || !Number.isFinite(ms) || ms < 0) return [];
+    runs.push({ from: Math.max(start, to - ms), to: Math.max(start, to) });
+  }
+  return runs.sort((a, b) => a.from - b.from);
+}
+
 // drawTimeline draws each visit as a bar on one time axis, in the order
-// the visits started (a map's items under it): where the execution's time
-// went, what ran at once (each visit has a row of its own, so bars that
-// overlap in time are side by side) and what waited. A running visit's bar
+// the visits started (a map's items under it, as pages shows them): where
+// the execution's time went, what ran at once (each visit has a row of its
+// own, so bars that overlap in time are side by side) and what waited. A
+// code visit's bar is pale where it waited for a sandbox slot and solid
+// where the sandbox ran it (known once it ended). A running visit's bar
 // reaches now. It fits width (at least 420 px).
-export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => void, width: number, now = Date.now()): SVGElement | null {
+export function drawTimeline(
+  visits: TimelineVisit[],
+  onSelect: (id: string) => void,
+  width: number,
+  now = Date.now(),
+  pages = new ItemPages(() => undefined),
+): SVGElement | null {
   const timed: Timed[] = visits
     .map((v) => {
       const start = Date.parse(v.started_at ?? "");
@@ -508,10 +529,28 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
   if (timed.length === 0) return null;
   const t0 = Math.min(...timed.map((t) => t.start));
   const span = Math.max(1, Math.max(...timed.map((t) => t.end)) - t0);
-  const rows = timelineRows(timed);
+  const rows = timelineRows(timed, pages);
+  // What each bar says of its time: how long it took, and for a code visit
+  // that waited for a sandbox how long the sandbox ran it.
+  const times = new Map<Timed, { runs: { from: number; to: number }[]; ran: number; waited: number; told: boolean; took: string }>();
+  for (const row of rows) {
+    if ("more" in row) continue;
+    const { v, start, end } = row.t;
+    const live = v.status === "running" || v.status === "waiting";
+    const runs = live ? [] : sandboxRuns(v, start, end);
+    const ran = runs.reduce((sum, r) => sum + (r.to - r.from), 0);
+    const waited = runs.length ? Math.max(0, end - start - ran) : 0;
+    // A wait of a few milliseconds (the sandbox taking the command) is not told.
+    const told = waited >= 100;
+    const took = live
+      ? `${v.status} ${elapsed(end - start)}`
+      : `${statusWord(v.status)} · ${duration(end - start)}${told ? ` (ran ${duration(ran)})` : ""}`;
+    times.set(row.t, { runs, ran, waited, told, took });
+  }
   width = Math.max(420, Math.floor(width));
   const labelW = Math.min(180, Math.round(width * 0.24));
-  const textW = 130;
+  // Room for the longest of those texts (11 px type, some 6.2 px a character).
+  const textW = Math.min(240, Math.max(130, ...[...times.values()].map((t) => Math.ceil((t.took.length + 2) * 6.2) + 8)));
   const barsW = width - labelW - textW;
   const rowH = 22;
   const height = rows.length * rowH + 24;
@@ -528,11 +567,27 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
   rows.forEach((row, i) => {
     const y = i * rowH;
     if ("more" in row) {
-      svg.append(s("text", { x: labelW + 4, y: y + 15, class: "more-items", "data-more": row.more, "data-node": row.of }, `… and ${row.more} more item${row.more === 1 ? "" : "s"}`));
+      const n = `${row.more} ${row.earlier ? "earlier " : "more "}item${row.more === 1 ? "" : "s"}`;
+      const text = s(
+        "text",
+        {
+          x: labelW + 4,
+          y: y + 15,
+          class: `more-items${row.earlier ? " earlier" : ""}`,
+          "data-more": row.more,
+          "data-node": row.of,
+          tabindex: row.show ? 0 : null,
+          role: row.show ? "button" : null,
+          "aria-label": row.show ? `Show the ${row.earlier ? "earlier" : "next"} items of ${row.of}` : null,
+        },
+        row.earlier ? `… ${n}: show them ↑` : `… and ${n}${row.show ? ": show the next ↓" : ""}`,
+      );
+      if (row.show) activate(text, row.show);
+      svg.append(text);
       return;
     }
     const { v, start, end, item } = row.t;
-    const took = v.status === "running" || v.status === "waiting" ? `${v.status} ${elapsed(end - start)}` : `${statusWord(v.status)} · ${duration(end - start)}`;
+    const { runs, ran, waited, told, took } = times.get(row.t)!;
     const what = `${v.node_id} ${item !== null ? `[${item}] ` : ""}#${v.visit}${v.branch ? ` in branch ${v.branch}` : ""}`;
     // An item reads as its map's, by position: each[3]; a visit in a
     // branch names the branch.
@@ -542,21 +597,26 @@ export function drawTimeline(visits: TimelineVisit[], onSelect: (id: string) => 
         : v.branch
           ? [`${clip(v.node_id, Math.max(4, nameChars - v.branch.length - 3))} #${v.visit} `, s("tspan", { class: "branch" }, v.branch)]
           : [`${clip(v.node_id, nameChars)} #${v.visit}`];
+    const toldWait = told ? `; it waited ${duration(waited)} for a sandbox and ran ${duration(ran)}` : "";
     const bar = s(
       "g",
       {
-        class: `visit-bar status-${v.status}${item !== null ? " item" : ""}`,
+        class: `visit-bar status-${v.status}${item !== null ? " item" : ""}${told ? " waited" : ""}`,
         "data-node": v.node_id,
         "data-visit": v.visit,
         "data-item": item,
         "data-branch": v.branch || null,
+        "data-waited-ms": runs.length ? Math.round(waited) : null,
+        "data-ran-ms": runs.length ? Math.round(ran) : null,
         tabindex: 0,
         role: "button",
-        "aria-label": `${v.node_id} visit ${v.visit}${item !== null ? ` item ${item}` : ""}${v.branch ? ` in branch ${v.branch}` : ""}: ${took}`,
+        "aria-label": `${v.node_id} visit ${v.visit}${item !== null ? ` item ${item}` : ""}${v.branch ? ` in branch ${v.branch}` : ""}: ${took}${toldWait}`,
       },
-      s("title", null, `${what}: ${took}, from ${duration(start - t0)}`),
+      s("title", null, `${what}: ${took}, from ${duration(start - t0)}${toldWait}`),
       s("text", { x: labelW - 8, y: y + 15, "text-anchor": "end", class: "label" }, label),
-      s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2 }),
+      s("rect", { x: x(start - t0), y: y + 4, width: Math.max(2, x(end - t0) - x(start - t0)), height: rowH - 8, rx: 2, class: told ? "span" : null }),
+      // Where it waited the bar is pale; where the sandbox ran it, solid.
+      told ? runs.map((r) => s("rect", { x: x(r.from - t0), y: y + 4, width: Math.max(2, x(r.to - t0) - x(r.from - t0)), height: rowH - 8, rx: 2, class: "ran" })) : null,
       s("text", { x: Math.min(x(end - t0) + 4, labelW + barsW + 4), y: y + 15, class: "duration" }, `${symbols[v.status] ?? "•"} ${took}`),
     );
     activate(bar, () => onSelect(v.node_id));

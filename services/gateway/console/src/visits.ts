@@ -10,7 +10,8 @@ import { pretty } from "./exact.js";
 import { statusBadge } from "./executions.js";
 import { analysedValue, fieldTable, OutputAnalysis, updatesOf } from "./fields.js";
 import { openFix } from "./fix.js";
-import { Definition, DefNode, pickItems, typeName } from "./graph.js";
+import { Definition, DefNode, typeName } from "./graph.js";
+import { ItemPages, itemsKey } from "./items.js";
 import { currentStep, ExecutionView, itemOf, mapItems, mapProgress, stepLabel } from "./live.js";
 
 export interface StepDoc {
@@ -26,6 +27,8 @@ export interface StepDoc {
   status: string;
   error_message?: string;
   execution_time_ms: number;
+  // When the step ended (the engine took its result).
+  timestamp?: string;
   output_data?: Record<string, unknown>;
   item?: number;
 }
@@ -101,6 +104,8 @@ export interface VisitsOf {
   failedNode?: string;
   // view: the execution as the page shows it (a map visit's items).
   view?: ExecutionView;
+  // items: where a person paged a map visit's items to.
+  items?: ItemPages;
 }
 
 export function visitsPanel(node: DefNode | undefined, id: string, visits: VisitDoc[], of: VisitsOf): HTMLElement {
@@ -121,14 +126,15 @@ export function visitsPanel(node: DefNode | undefined, id: string, visits: Visit
             v.status === "running" ? runningView(v, node, of) : visitView(v, node, of, i === own.length - 1),
             typeName(node?.type) === "map" || visits.some((x) => itemOf(x) !== null && x.visit >= v.visit) ? itemsView(v, node, of) : null,
           ]),
-          orphans.length ? itemList(orphans, node, of) : null,
+          orphans.length ? itemList(itemsKey(id, orphans[0]!.visit), orphans, node, of) : null,
         ],
   );
 }
 
 // itemsView is a map visit's items: how far they have come, and each item
-// (the first ones and the last of those running or failed, for a long list)
-// as a line that opens to the item's visit; a failed one is open.
+// (of a long list, the first ones and the last of those running or failed,
+// or the page a person went to with the controls above them) as a line
+// that opens to the item's visit; a failed one is open.
 function itemsView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): Child {
   if (!of.view) return null;
   const items = [...mapItems(of.view, v).values()].sort((a, b) => itemOf(a)! - itemOf(b)!);
@@ -149,12 +155,14 @@ function itemsView(v: VisitDoc, node: DefNode | undefined, of: VisitsOf): Child 
         node?.concurrency ? ` · ${node.concurrency} at once` : "",
       ),
     ),
-    items.length ? itemList(items, node, of) : h("p", { class: "note" }, "No item has started yet."),
+    items.length ? itemList(itemsKey(v.node_id, v.visit), items, node, of) : h("p", { class: "note" }, "No item has started yet."),
   );
 }
 
-function itemList(items: VisitDoc[], node: DefNode | undefined, of: VisitsOf): Child {
-  const { head, hidden, tail } = pickItems(items, (x) => x.status !== "success" && x.status !== "succeeded");
+function itemList(key: string, items: VisitDoc[], node: DefNode | undefined, of: VisitsOf): Child {
+  const pages = of.items ?? new ItemPages(() => undefined);
+  const w = pages.window(key, items, (x) => itemOf(x)!, (x) => x.status !== "success" && x.status !== "succeeded");
+  const { head, hidden, tail } = w;
   const line = (x: VisitDoc) => {
     const failed = x.status === "failed" || x.status === "error";
     return h(
@@ -178,6 +186,7 @@ function itemList(items: VisitDoc[], node: DefNode | undefined, of: VisitsOf): C
   return h(
     "div",
     { class: "item-list" },
+    pages.pager(key, items[0]!.node_id, w, "panel"),
     head.map(line),
     hidden > 0 ? h("p", { class: "note more-items" }, `… and ${hidden} more item${hidden === 1 ? "" : "s"}`) : null,
     tail.map(line),
