@@ -510,9 +510,13 @@ type Branch struct {
 	AbsorbedAt []string `protobuf:"bytes,18,rep,name=absorbed_at,json=absorbedAt,proto3" json:"absorbed_at,omitempty"`
 	// The visit of current_node the line is in: lines of two loop rounds may
 	// be at one node at once, each in a visit of its own.
-	Visit         int32 `protobuf:"varint,19,opt,name=visit,proto3" json:"visit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Visit int32 `protobuf:"varint,19,opt,name=visit,proto3" json:"visit,omitempty"`
+	// node_input is left out as stored because it is the line's context
+	// (a node that has not changed the context yet: a map waiting for its
+	// items), and is that context again once read.
+	InputIsContext bool `protobuf:"varint,20,opt,name=input_is_context,json=inputIsContext,proto3" json:"input_is_context,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Branch) Reset() {
@@ -676,6 +680,13 @@ func (x *Branch) GetVisit() int32 {
 		return x.Visit
 	}
 	return 0
+}
+
+func (x *Branch) GetInputIsContext() bool {
+	if x != nil {
+		return x.InputIsContext
+	}
+	return false
 }
 
 // KeyList is one fork a line descends from, with the context keys its
@@ -1944,7 +1955,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"JoinsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xc2\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xec\x05\n" +
 	"\x06Branch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fcurrent_node\x18\x02 \x01(\tR\vcurrentNode\x12&\n" +
@@ -1969,7 +1980,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\tfrom_node\x18\x11 \x01(\tR\bfromNode\x12\x1f\n" +
 	"\vabsorbed_at\x18\x12 \x03(\tR\n" +
 	"absorbedAt\x12\x14\n" +
-	"\x05visit\x18\x13 \x01(\x05R\x05visit\"E\n" +
+	"\x05visit\x18\x13 \x01(\x05R\x05visit\x12(\n" +
+	"\x10input_is_context\x18\x14 \x01(\bR\x0einputIsContext\"E\n" +
 	"\aKeyList\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x12\n" +
 	"\x04fork\x18\x02 \x01(\tR\x04fork\x12\x12\n" +

@@ -154,6 +154,8 @@ type Engine struct {
 	locks [64]sync.Mutex
 	// items keeps the lists large maps run over, read back once.
 	items *flow.ItemLists
+	// contexts keeps large contexts split, read back once.
+	contexts *flow.Contexts
 	// results keeps map items' results while their map runs
 	// (mapresults.go); resultsStream is its stream, purged by map.
 	results       jetstream.KeyValue
@@ -171,7 +173,8 @@ func (e *Engine) lock(id string) *sync.Mutex {
 // cache of map lists and its clock.
 func (e *Engine) newTransition(st *novav1.ExecutionState) *flow.Transition {
 	cfg := flow.Config{DefaultNodeTimeout: e.cfg.DefaultNodeTimeout, SandboxAttempts: e.cfg.SandboxAttempts, MaxAttempts: e.cfg.MaxAttempts,
-		AnalysisTimeout: e.cfg.AnalysisTimeout, Budget: e.cfg.Budget, Similarity: e.cfg.Semantic.Similarity, Items: e.items}
+		AnalysisTimeout: e.cfg.AnalysisTimeout, Budget: e.cfg.Budget, Similarity: e.cfg.Semantic.Similarity, Items: e.items,
+		Contexts: e.contexts}
 	return flow.New(st, cfg, e.now())
 }
 
@@ -233,7 +236,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 		tp = tracenoop.NewTracerProvider()
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
-		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8),
+		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8), contexts: flow.NewContexts(16),
 		results: results, resultsStream: resultsStream}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err

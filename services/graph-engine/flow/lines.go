@@ -36,13 +36,27 @@ import (
 // whose joins wait only for lines parked at each other fails at once.
 
 // MarshalState is st as the executions bucket stores it. The context of an
-// execution that follows one line is that line's: it is stored once, in
-// the state, and the line gets it back as it is read (upgradeState).
+// execution whose first line holds the execution's context (one line, or
+// one at a map with its items) is stored once, in the state, and the line
+// gets it back as it is read (upgradeState); so is a line's node input
+// that is its context.
 func MarshalState(st *novav1.ExecutionState) ([]byte, error) {
-	if len(st.Branches) == 1 && st.Branches[0].Id == "" && st.Branches[0].Context == st.Context {
-		l := st.Branches[0]
-		l.Context = nil
-		defer func() { l.Context = st.Context }()
+	for _, l := range st.Branches {
+		if l.NodeInput != nil && l.NodeInput == l.Context {
+			// The input of the node the line is at is still its context
+			// (a map waiting for its items): stored once.
+			l.NodeInput, l.InputIsContext = nil, true
+			defer func() { l.NodeInput, l.InputIsContext = l.Context, false }()
+		}
+	}
+	for _, l := range st.Branches {
+		if l.Id == "" && l.Context == st.Context && st.Context != nil {
+			// The execution's first line, its context the execution's
+			// (one line, or one line at a map with its items).
+			l.Context = nil
+			defer func() { l.Context = st.Context }()
+			break
+		}
 	}
 	return proto.Marshal(st)
 }
@@ -59,7 +73,7 @@ func (t *Transition) StartLine() {
 // bind makes l the line the transition works on.
 func (t *Transition) bind(l *novav1.Branch) {
 	t.ln = l
-	t.ctx = jsonvalue.MustObject(l.Context)
+	t.ctx = t.cfg.Contexts.object(l.Context)
 	if l.Context == nil {
 		l.Context = t.ctx.Proto()
 	}
@@ -293,7 +307,7 @@ func (t *Transition) finishEnded() {
 	}
 	// Keys that branches ended with before lines were records are in the
 	// context already.
-	base := jsonvalue.MustObject(t.st.Context)
+	base := jsonvalue.OwnObject(t.st.Context)
 	for _, k := range t.st.EndedKeys {
 		if raw, ok := base[k]; ok && !changedBy(ended, k) {
 			merged[k] = raw
@@ -383,7 +397,7 @@ func commonForks(a, b *novav1.Branch) int {
 // from, less the innermost, which the meeting closes) and the keys changed
 // since the last of them.
 func mergeLines(merge string, lines []*novav1.Branch) (jsonvalue.Object, []*novav1.KeyList, []string, error) {
-	out := jsonvalue.MustObject(lines[0].Context).Clone()
+	out := jsonvalue.OwnObject(lines[0].Context).Clone()
 	delete(out, branchDecision)
 	common := len(lines[0].ForkChanges)
 	for _, l := range lines[1:] {
@@ -405,7 +419,7 @@ func mergeLines(merge string, lines []*novav1.Branch) (jsonvalue.Object, []*nova
 	keys = slices.Compact(keys)
 	ctxs := make([]jsonvalue.Object, len(lines))
 	for i, l := range lines {
-		ctxs[i] = jsonvalue.MustObject(l.Context)
+		ctxs[i] = jsonvalue.OwnObject(l.Context)
 	}
 	var changed []string
 	for _, k := range keys {

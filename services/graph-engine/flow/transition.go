@@ -70,6 +70,9 @@ type Config struct {
 	// Items keeps the lists large maps run over, read back once (nil: a
 	// throwaway cache for each transition).
 	Items *ItemLists
+	// Contexts keeps large contexts split into their members (nil: each
+	// is split where it is read).
+	Contexts *Contexts
 }
 
 // Transition applies one event to an execution's state and collects the
@@ -148,7 +151,7 @@ func New(st *novav1.ExecutionState, cfg Config, now time.Time) *Transition {
 	if st.Nodes == nil {
 		st.Nodes = map[string]*novav1.NodeState{}
 	}
-	t.ctx = jsonvalue.MustObject(st.Context)
+	t.ctx = cfg.Contexts.object(st.Context)
 	if st.Context == nil {
 		st.Context = t.ctx.Proto()
 	}
@@ -194,10 +197,15 @@ func upgradeState(st *novav1.ExecutionState) {
 	}
 	st.CurrentNode, st.PendingStepId, st.NodeStartedAt, st.NodeInput = "", "", nil, nil
 	st.Ai, st.Timer, st.WaitingFor, st.MapRun = nil, nil, "", nil
-	if len(st.Branches) == 1 && st.Branches[0].Id == "" && st.Branches[0].Context == nil {
-		// The one line's context is stored once, as the execution's
-		// (MarshalState).
-		st.Branches[0].Context = st.Context
+	for _, l := range st.Branches {
+		if l.Id == "" && l.Context == nil {
+			// The first line's context, when it is the execution's, is
+			// stored once, as the execution's (MarshalState).
+			l.Context = st.Context
+		}
+		if l.InputIsContext {
+			l.NodeInput, l.InputIsContext = l.Context, false
+		}
 	}
 	for id, js := range st.Joins {
 		if len(js.Arrived) > 0 {

@@ -32,7 +32,7 @@ func testConfig() Config {
 
 // begin starts an execution of def in memory and returns its state and the
 // command the start dispatched.
-func begin(t *testing.T, cfg Config, yaml string, ctx any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
+func begin(t testing.TB, cfg Config, yaml string, ctx any) (*novav1.ExecutionState, *novav1.ExecuteCode) {
 	t.Helper()
 	def, err := workflow.Parse([]byte(yaml))
 	if err != nil {
@@ -49,7 +49,7 @@ func begin(t *testing.T, cfg Config, yaml string, ctx any) (*novav1.ExecutionSta
 	return st, lastCommand(t, tr)
 }
 
-func lastCommand(t *testing.T, tr *Transition) *novav1.ExecuteCode {
+func lastCommand(t testing.TB, tr *Transition) *novav1.ExecuteCode {
 	t.Helper()
 	for i := len(tr.out) - 1; i >= 0; i-- {
 		if cmd, ok := tr.out[i].Msg.(*novav1.ExecuteCode); ok {

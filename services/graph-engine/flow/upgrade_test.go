@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
@@ -159,4 +161,57 @@ edges:
 			t.Fatalf("status %s (%s), context %s", st.Status, st.Error, got)
 		}
 	})
+}
+
+// A map waiting for its items stores the execution's context once: its
+// line's context and node input are the execution's, given back as the
+// state is read, and what the map completes with names that input.
+func TestContextStoredOnceAtAMap(t *testing.T) {
+	cfg := testConfig()
+	xs := make([]int, 500)
+	st, cmd := begin(t, cfg, `
+name: once
+nodes:
+  - {id: start, type: start}
+  - {id: each, type: map, items: xs, concurrency: 1, output: ys, code: 'context["result"] = context["item"]'}
+  - {id: done, type: end}
+edges: [{from: start, to: each}, {from: each, to: done}]
+`, map[string]any{"xs": xs})
+	kept := keptResults{}
+	for i := range xs {
+		data, err := MarshalState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && len(data) > 2*len(st.Context.GetRaw()) {
+			t.Errorf("the state is %d bytes for a context of %d: the context is stored more than once", len(data), len(st.Context.GetRaw()))
+		}
+		st = &novav1.ExecutionState{}
+		if err := proto.Unmarshal(data, st); err != nil {
+			t.Fatal(err)
+		}
+		tr := New(st, cfg, time.Now())
+		root := st.Branches[0]
+		if root.Id != "" || root.Context != st.Context || root.NodeInput != root.Context || root.InputIsContext {
+			t.Fatalf("item %d: the map's line read back with context %p (the execution's %p), input %p, flag %v",
+				i, root.Context, st.Context, root.NodeInput, root.InputIsContext)
+		}
+		kept.bind(tr)
+		if err := tr.OnStep(cmd.StepId, func() error { return tr.CodeExecuted(resultFor(cmd, map[string]any{"result": i})) }); err != nil {
+			t.Fatal(err)
+		}
+		tr.Settle()
+		kept.apply(tr)
+		for _, o := range tr.out {
+			if nc, ok := o.Msg.(*novav1.NodeCompleted); ok && nc.NodeId == "each" && nc.Item == nil {
+				if got := jsonvalue.MustObject(nc.InputContext); len(got) != 1 || len(got["xs"]) != len(jsonvalue.MustObject(st.Context)["xs"]) {
+					t.Errorf("the map's input as it completed: %s", nc.InputContext.GetRaw())
+				}
+			}
+		}
+		cmd = lastCommand(t, tr)
+	}
+	if st.Status != statusSucceeded {
+		t.Fatalf("status %s: %s", st.Status, st.Error)
+	}
 }
