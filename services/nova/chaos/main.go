@@ -592,13 +592,11 @@ func startNATSCluster(ctx context.Context, dir string, n int) ([]*loadgen.Proc, 
 func startServiceProcs(bin, dir, natsURL, mongoURI string, replicas int) ([]*loadgen.Proc, error) {
 	var procs []*loadgen.Proc
 	for _, svc := range []string{"audit", "sandbox", "graph-engine"} {
-		health, err := loadgen.FreePort()
-		if err != nil {
-			stopLastFirst(procs)
-			return nil, err
-		}
+		// The health listener on a port of the kernel's choosing: a port
+		// found free a moment before was taken by another test's process
+		// once, and the case failed to start.
 		p := &loadgen.Proc{Name: svc, Path: filepath.Join(bin, svc), Log: filepath.Join(dir, svc+".log"),
-			Env: loadgen.BaseEnv("NATS_URL="+natsURL, "MONGODB_URI="+mongoURI, fmt.Sprintf("HEALTH_ADDR=127.0.0.1:%d", health),
+			Env: loadgen.BaseEnv("NATS_URL="+natsURL, "MONGODB_URI="+mongoURI, "HEALTH_ADDR=127.0.0.1:0",
 				"LOG_LEVEL=warn", fmt.Sprintf("NOVA_STREAM_REPLICAS=%d", replicas))}
 		if err := p.Start(); err != nil {
 			stopLastFirst(procs)
