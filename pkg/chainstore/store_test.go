@@ -74,9 +74,9 @@ func openStore(t *testing.T, opts ...chainstore.Option) (context.Context, *chain
 	t.Helper()
 	// A bound on a whole test that hangs; the listing's comparison of every
 	// filter takes tens of seconds on FerretDB with other test binaries
-	// running beside it, and more than 2 minutes with another make test
-	// on the same 2 cores.
-	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	// running beside it, and more than 6 minutes with another make test
+	// (and a chaos run) on the same 2 cores.
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	t.Cleanup(cancel)
 	s, err := chainstore.Open(ctx, mongoURI, dbName(t), opts...)
 	if err != nil {

@@ -279,6 +279,21 @@ func apiStatus(t *testing.T, base, key, method, path string, out any) (int, []by
 	return status, data
 }
 
+// waitStored waits until the gateway answers for execution id: the engine
+// stores an execution a moment after its start is accepted, longer on a
+// busy machine, and a page opened before answers 404 first.
+func waitStored(t *testing.T, base, key, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if status, _ := apiStatus(t, base, key, "GET", "/v1/executions/"+id, nil); status == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution %s is not there 60 s after it started", id)
+		}
+	}
+}
+
 func call(t *testing.T, base, key, method, path, contentType, body string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))

@@ -241,6 +241,7 @@ func TestConsoleDecisionsInBrowser(t *testing.T) {
 	// A running AI node: its row counts what its model calls cost so far,
 	// as the page's head does.
 	api(t, base, key, "POST", "/v1/executions", "application/json", `{"workflow": "count", "context": {}}`, &started)
+	waitStored(t, base, key, started.ExecutionID)
 	b.do("open the running AI node", chromedp.Navigate(base+"/#/executions/"+started.ExecutionID))
 	b.until("the count node running after its model calls", `document.querySelector('table.nodes tr[data-node="count"]')?.dataset.status === "running" &&
 		/ · \d+ model calls?$/.test(document.querySelector(".execution-head .spend")?.textContent ?? "")`)
