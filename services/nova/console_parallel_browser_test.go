@@ -508,12 +508,15 @@ func (b *browser) shotWhile(name, what, cond string, run func()) {
 			if wide := eval[int](b, "page width", `document.documentElement.scrollWidth`); wide > int(width) {
 				b.t.Errorf("%s: the page is %d px wide in a window of %d px", name, wide, width)
 			}
-			if b.poll(50*time.Millisecond, cond) != nil {
+			// The page draws itself again for a full-page screenshot's
+			// size, 150 ms after it: cond may be false for a moment, so it
+			// is given 2 s, which the runs it is used with outlast.
+			if b.poll(2*time.Second, cond) != nil {
 				continue
 			}
 			b.screenshot(fmt.Sprintf("%s-%d", name, width), chromedp.FullScreenshot(100))
 			// Still so after the screenshot: it shows what cond says.
-			if b.poll(50*time.Millisecond, cond) == nil {
+			if b.poll(2*time.Second, cond) == nil {
 				break
 			}
 		}
