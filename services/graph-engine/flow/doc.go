@@ -8,7 +8,10 @@
 // JetStream call: its only reads are through hooks the shell binds (the
 // code cache's Lookup and Semantic, the value store's Expand and ReadValue,
 // a map's kept MapResults), so the same state, event and reads give the
-// same state and events, with the same ids.
+// same state and events, with the same ids. What it keeps between
+// transitions is read-only memory of text it was given: a map's list split
+// into items (ItemLists) and large contexts split into members (Contexts),
+// both by what they were read from.
 //
 // Package engine is the shell around it: it reads and stores the state with
 // compare-and-set, binds the hooks, applies the effects and publishes what
