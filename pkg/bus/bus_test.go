@@ -479,14 +479,16 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 	b := connect(t, natstest.URL(t))
 	var calls atomic.Int32
 	c := commandConsumer("sandbox")
-	c.AckWait = 300 * time.Millisecond
+	// 1 s (heartbeats every 250 ms): with 300 ms, a busy machine once
+	// delayed a heartbeat past it.
+	c.AckWait = time.Second
 	// A second worker, idle, takes at once a delivery again: a worker
 	// that holds one pulls no other.
 	c.Workers = 2
 	done := make(chan struct{})
 	consume(t, b, c, func(ctx context.Context, ev event.Event) error {
 		if calls.Add(1) == 1 {
-			time.Sleep(time.Second) // over three AckWaits
+			time.Sleep(3500 * time.Millisecond) // over three AckWaits
 			close(done)
 		}
 		return nil
