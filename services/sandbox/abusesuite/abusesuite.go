@@ -154,10 +154,10 @@ context['found'] = found`,
 			want: want{status: "error", kind: "limit", limit: "memory", error: "MemoryError"},
 		},
 		{
-			name:    "infinite loop",
-			code:    "print('looping', flush=True)\nwhile True:\n    pass",
 			// 4 s: time to start Python and print on a machine that runs
 			// another make test beside this one (2 s was not).
+			name:    "infinite loop",
+			code:    "print('looping', flush=True)\nwhile True:\n    pass",
 			timeout: 4,
 			want:    want{status: "error", kind: "timeout", limit: "wall_time", error: "timeout after 4s", stdoutPrefix: "looping", within: 9 * time.Second},
 		},
