@@ -115,21 +115,16 @@ func (t *Transition) moveMap(b *novav1.Branch) bool {
 		return false
 	}
 	// The map's line waits at the map with its context as it began: its
-	// members but the list are each item's context.
-	lineCtx := t.cfg.Contexts.object(b.Context)
-	items, err := t.itemList(fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node.Id, mr.Visit), lineCtx[node.Items])
+	// members but the list are each item's context (object gives a copy).
+	base := t.cfg.Contexts.object(b.Context)
+	items, err := t.itemList(fmt.Sprintf("%s/%s/%d", t.st.ExecutionId, node.Id, mr.Visit), base[node.Items])
 	if err != nil || len(items) != int(mr.Total) {
 		t.on(b, func() {
 			t.nodeFailed(node, t.nodeState(node.Id), fmt.Sprintf("items %q could not be read back: %v", node.Items, err), nil)
 		})
 		return true
 	}
-	base := make(jsonvalue.Object, len(lineCtx))
-	for k, v := range lineCtx {
-		if k != node.Items {
-			base[k] = v
-		}
-	}
+	delete(base, node.Items)
 	for ; free > 0 && mr.Started < mr.Total; free-- {
 		i := mr.Started
 		mr.Started++
