@@ -284,14 +284,23 @@ func apiStatus(t *testing.T, base, key, method, path string, out any) (int, []by
 // busy machine, and a page opened before answers 404 first.
 func waitStored(t *testing.T, base, key, id string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if status, _ := apiStatus(t, base, key, "GET", "/v1/executions/"+id, nil); status == http.StatusOK {
-			return
-		}
+	if !eventually(60*time.Second, func() bool {
+		status, _ := apiStatus(t, base, key, "GET", "/v1/executions/"+id, nil)
+		return status == http.StatusOK
+	}) {
+		t.Fatalf("execution %s is not there 60 s after it started", id)
+	}
+}
+
+// eventually polls cond every 100 ms for up to d and tells whether it
+// held: the store and the engine write a moment after what a test did.
+func eventually(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("execution %s is not there 60 s after it started", id)
+			return false
 		}
 	}
+	return true
 }
 
 func call(t *testing.T, base, key, method, path, contentType, body string) (int, []byte) {

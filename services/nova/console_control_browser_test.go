@@ -302,16 +302,12 @@ func TestConsoleControlInBrowser(t *testing.T) {
 		} `json:"execution"`
 	}
 	// The read may come a moment before the store has the final context.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	eventually(30*time.Second, func() bool {
 		api(t, base, key, "GET", "/v1/executions/"+rerun, "", "", &rerunView)
-		c := rerunView.Execution.FinalContext
-		if c["limit"] == 5000.0 && c["approved"] == true {
-			break
-		}
-		if len(c) > 0 || time.Now().After(deadline) {
-			t.Errorf("the rerun's final context %v; want limit 5000 (the change, as a number) and approved", c)
-			break
-		}
+		return len(rerunView.Execution.FinalContext) > 0
+	})
+	if c := rerunView.Execution.FinalContext; c["limit"] != 5000.0 || c["approved"] != true {
+		t.Errorf("the rerun's final context %v; want limit 5000 (the change, as a number) and approved", c)
 	}
 	b.shot("28-rerun-execution")
 	b.do("back to the original", chromedp.Navigate(base+"/#/executions/"+failed.ExecutionID))

@@ -112,18 +112,16 @@ func TestConsoleDecisionsInBrowser(t *testing.T) {
 
 	// The engine stores the execution a moment after the start is
 	// accepted (longer on a busy machine): the page opens it once it waits.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if !eventually(60*time.Second, func() bool {
 		var v struct {
 			Execution struct {
 				Waiting *struct{} `json:"waiting"`
 			} `json:"execution"`
 		}
-		if status, _ := apiStatus(t, base, key, "GET", "/v1/executions/"+refund, &v); status == 200 && v.Execution.Waiting != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("execution %s does not wait at approve 60 s after it started", refund)
-		}
+		status, _ := apiStatus(t, base, key, "GET", "/v1/executions/"+refund, &v)
+		return status == 200 && v.Execution.Waiting != nil
+	}) {
+		t.Fatalf("execution %s does not wait at approve 60 s after it started", refund)
 	}
 
 	b := newBrowser(t, ctx, chromium)

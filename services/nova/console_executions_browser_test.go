@@ -154,16 +154,11 @@ func TestConsoleExecutionsListInBrowser(t *testing.T) {
 	before := newestFirst("")
 	startMany(t, base, key, 3, `{"workflow": "list-fails"}`)
 	// The store lists them a moment after they start.
-	var arrived []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if now := newestFirst(""); len(now) == len(before)+3 {
-			arrived = now[:3]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the store does not list the three new runs 30 s after they started")
-		}
+	var now []string
+	if !eventually(30*time.Second, func() bool { now = newestFirst(""); return len(now) == len(before)+3 }) {
+		t.Fatalf("the store does not list the three new runs 30 s after they started")
 	}
+	arrived := now[:3]
 	b.until("the three new runs on the open page", fmt.Sprintf(`%s.every(id => !!document.querySelector('tr[data-execution="' + id + '"]')) &&
 		document.querySelectorAll("table.executions tbody tr").length === 50`, jsStrings(arrived)))
 	first := eval[[]string](b, "the first page", `[...document.querySelectorAll("table.executions tbody tr")].map(r => r.dataset.execution)`)
@@ -270,15 +265,11 @@ func TestConsoleExecutionsListInBrowser(t *testing.T) {
 	}
 	// The list row can show the cancel a moment before the read has its
 	// reason (the store records the end in two writes).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if !eventually(30*time.Second, func() bool {
 		api(t, base, key, "GET", "/v1/executions/"+held[0], "", "", &cancelled)
-		if cancelled.Execution.CancelReason == "wrong input file" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the cancelled execution: %+v; want the reason given", cancelled.Execution)
-			break
-		}
+		return cancelled.Execution.CancelReason == "wrong input file"
+	}) {
+		t.Errorf("the cancelled execution: %+v; want the reason given", cancelled.Execution)
 	}
 	b.shot("49-batch-cancelled")
 
