@@ -56,6 +56,7 @@ type config struct {
 	workers      int
 	phases       string
 	keep         bool
+	cpuProfile   string
 }
 
 func main() {
@@ -71,6 +72,7 @@ func main() {
 	fs.IntVar(&cfg.workers, "workers", 16, "programs the sandbox runs at once (NOVA_SANDBOX_WORKERS) for the fan-out and the map")
 	fs.StringVar(&cfg.phases, "phases", "fanout,map,spans,fastpath", "what to measure, in order")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the data dirs and nova dev's logs")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the spans phase (its stack runs in this process) to this file")
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
