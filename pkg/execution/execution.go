@@ -111,18 +111,38 @@ func Parked(st *novav1.ExecutionState) map[string][]string { return execstate.Pa
 func StateSubject(id string) string { return "$KV." + bus.BucketExecutions + "." + id }
 
 // ReadState is the engine's state of execution id in kv (the bucket
-// bus.BucketExecutions), nil when it has none.
+// bus.BucketExecutions), nil when it has none, with the context members it
+// keeps apart put back. A part removed as it is read (the execution ended
+// between the two reads) sends it to read the state again.
 func ReadState(ctx context.Context, kv jetstream.KeyValue, id string) (*novav1.ExecutionState, error) {
-	entry, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, nil
+	for try := 1; ; try++ {
+		entry, err := kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var st novav1.ExecutionState
+		if err := proto.Unmarshal(entry.Value(), &st); err != nil {
+			return nil, fmt.Errorf("execution state %s: %w", id, err)
+		}
+		_, err = execstate.Expand(&st, func(digest string) ([]byte, error) {
+			part, err := kv.Get(ctx, PartKey(id, digest))
+			if err != nil {
+				return nil, err
+			}
+			return part.Value(), nil
+		})
+		if errors.Is(err, jetstream.ErrKeyNotFound) && try < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &st, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	var st novav1.ExecutionState
-	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
-		return nil, fmt.Errorf("execution state %s: %w", id, err)
-	}
-	return &st, nil
 }
+
+// PartKey is execstate.PartKey.
+func PartKey(id, digest string) string { return execstate.PartKey(id, digest) }

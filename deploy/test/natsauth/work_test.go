@@ -703,11 +703,23 @@ func TestTimersSignalsCancelsAndSchedulesAsTheirOwnUsers(t *testing.T) {
 
 	// A signal: the gateway sends it, nova signal waits for its outcome
 	// (one ordered consumer of three filters).
-	approved, err := c.Start(ctx, nil, "steered", nil)
+	// Its context holds a list large enough that the engine keeps it apart
+	// from the running state (<execution>.part.<digest>), which the
+	// gateway reads back with the state, and removes at the end.
+	xs := make([]int, 3000)
+	for i := range xs {
+		xs[i] = i
+	}
+	approved, err := c.Start(ctx, nil, "steered", map[string]any{"xs": xs})
 	if err != nil {
 		t.Fatalf("start as producer: %v", err)
 	}
 	waiting(approved.ID)
+	if st, err := execution.ReadState(ctx, executions, approved.ID); err != nil {
+		t.Fatalf("gateway reads the state of %s: %v", approved.ID, err)
+	} else if raw := st.GetContext().GetRaw(); !strings.Contains(string(raw), ",2999]") {
+		t.Fatalf("gateway read the context %.80s...; want the list whole", raw)
+	}
 	outcome := &eventLog{}
 	watchCtx, cancelWatch := context.WithTimeout(ctx, 15*time.Second)
 	stopWatch, err := producer.Watch(watchCtx, "nova signal", bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{

@@ -31,8 +31,13 @@ const (
 // JSON value itself, e.g. "context": {"id": 9007199254740993}, not an object
 // with a "raw" member.
 type JSONValue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Raw           []byte                 `protobuf:"bytes,1,opt,name=raw,proto3" json:"raw,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Raw   []byte                 `protobuf:"bytes,1,opt,name=raw,proto3" json:"raw,omitempty"`
+	// Only in an execution's stored state: the members of the object that are
+	// kept beside it, each under its own key (a map's list of 10,000 items is
+	// not written again with each item's event); raw holds the others. Read
+	// through pkg/execution, which puts them back.
+	Parts         []*JSONPart `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -74,13 +79,80 @@ func (x *JSONValue) GetRaw() []byte {
 	return nil
 }
 
+func (x *JSONValue) GetParts() []*JSONPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+// JSONPart is one member of an object kept apart from the state that holds
+// the object: its key, and the SHA-256 of its JSON text (hex), which names
+// the KV key that text is kept under (<execution>.part.<digest> in
+// nova_executions).
+type JSONPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JSONPart) Reset() {
+	*x = JSONPart{}
+	mi := &file_nova_v1_json_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JSONPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JSONPart) ProtoMessage() {}
+
+func (x *JSONPart) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_json_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JSONPart.ProtoReflect.Descriptor instead.
+func (*JSONPart) Descriptor() ([]byte, []int) {
+	return file_nova_v1_json_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *JSONPart) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *JSONPart) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
 var File_nova_v1_json_proto protoreflect.FileDescriptor
 
 const file_nova_v1_json_proto_rawDesc = "" +
 	"\n" +
-	"\x12nova/v1/json.proto\x12\anova.v1\"\x1d\n" +
+	"\x12nova/v1/json.proto\x12\anova.v1\"F\n" +
 	"\tJSONValue\x12\x10\n" +
-	"\x03raw\x18\x01 \x01(\fR\x03rawB/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
+	"\x03raw\x18\x01 \x01(\fR\x03raw\x12'\n" +
+	"\x05parts\x18\x02 \x03(\v2\x11.nova.v1.JSONPartR\x05parts\"4\n" +
+	"\bJSONPart\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digestB/Z-github.com/novaflow/nova/proto/nova/v1;novav1b\x06proto3"
 
 var (
 	file_nova_v1_json_proto_rawDescOnce sync.Once
@@ -94,16 +166,18 @@ func file_nova_v1_json_proto_rawDescGZIP() []byte {
 	return file_nova_v1_json_proto_rawDescData
 }
 
-var file_nova_v1_json_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_nova_v1_json_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_nova_v1_json_proto_goTypes = []any{
 	(*JSONValue)(nil), // 0: nova.v1.JSONValue
+	(*JSONPart)(nil),  // 1: nova.v1.JSONPart
 }
 var file_nova_v1_json_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	1, // 0: nova.v1.JSONValue.parts:type_name -> nova.v1.JSONPart
+	1, // [1:1] is the sub-list for method output_type
+	1, // [1:1] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_json_proto_init() }
@@ -117,7 +191,7 @@ func file_nova_v1_json_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_json_proto_rawDesc), len(file_nova_v1_json_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -160,6 +160,9 @@ type Engine struct {
 	// (mapresults.go); resultsStream is its stream, purged by map.
 	results       jetstream.KeyValue
 	resultsStream jetstream.Stream
+	// parts keeps the context members running states keep apart
+	// (parts.go), read back once.
+	parts *partCache
 }
 
 // lock is the mutex of execution id's events.
@@ -237,7 +240,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
 		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8), contexts: flow.NewContexts(16),
-		results: results, resultsStream: resultsStream}
+		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes)}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
 	}
@@ -510,7 +513,12 @@ func (e *Engine) create(ctx context.Context, t *flow.Transition) error {
 	if err := e.publish(ctx, t.Out()); err != nil {
 		return err
 	}
+	_, restore, err := e.compactParts(ctx, t.State(), nil)
+	if err != nil {
+		return err
+	}
 	data, err := flow.MarshalState(t.State())
+	restore()
 	if err != nil {
 		return bus.Permanent(err)
 	}
@@ -895,6 +903,10 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err := proto.Unmarshal(entry.Value(), st); err != nil {
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
+		read, err := e.expandParts(ctx, id, st)
+		if err != nil {
+			return fmt.Errorf("read execution %s: %w", id, err)
+		}
 		t := e.newTransition(st)
 		e.bindCache(ctx, t, memo)
 		e.bindValues(ctx, t)
@@ -920,7 +932,12 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err := e.publish(ctx, t.Out()); err != nil {
 			return err
 		}
+		named, restore, err := e.compactParts(ctx, st, read)
+		if err != nil {
+			return err
+		}
 		data, err := flow.MarshalState(st)
+		restore()
 		if err != nil {
 			return bus.Permanent(err)
 		}
@@ -929,6 +946,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 			e.applyCache(ctx, t)
 			e.applyTimers(ctx, t)
 			e.dropResults(ctx, t)
+			e.dropParts(ctx, id, read, named)
 			return nil
 		}
 		if !bus.LostRace(err) {
@@ -985,7 +1003,8 @@ func (e *Engine) publish(ctx context.Context, out []flow.OutEvent) error {
 // execution's, each line's, those parked at joins or ended) in the object
 // store before the transition's events are published. Only members over
 // the threshold are looked at, so small contexts cost nothing here; a
-// context several hold is shrunk once.
+// context several hold is shrunk once. Contexts are NOVA's own (checked
+// when they entered), so a large one is split without checking it again.
 func (e *Engine) shrink(ctx context.Context, t *flow.Transition) error {
 	if e.values == nil {
 		return nil
@@ -1000,7 +1019,13 @@ func (e *Engine) shrink(ctx context.Context, t *flow.Transition) error {
 			*v = nv
 			return nil
 		}
-		nv, _, err := e.shrinkObject(ctx, t, jsonvalue.MustObject(old), old)
+		if len(old.GetRaw()) <= e.values.Threshold() {
+			// No member of a context this small is over the threshold:
+			// a map's list read at each item is not split again here.
+			done[old] = old
+			return nil
+		}
+		nv, _, err := e.shrinkObject(ctx, t, jsonvalue.OwnObject(old), old)
 		if err != nil {
 			return err
 		}

@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"errors"
 	"maps"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
@@ -46,15 +42,8 @@ func (e *env) state(id string) *novav1.ExecutionState {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	entry, err := kv.Get(e.ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
+	st, err := execution.ReadState(e.ctx, kv, id)
 	if err != nil {
-		e.t.Fatal(err)
-	}
-	st := &novav1.ExecutionState{}
-	if err := proto.Unmarshal(entry.Value(), st); err != nil {
 		e.t.Fatal(err)
 	}
 	return st

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/valueref"
 )
@@ -163,4 +164,87 @@ edges:
 	if asJSON(exec.FinalContext) != asJSON(want) || asJSON(exec.InitialContext) != `{"given.key":"x"}` {
 		t.Errorf("execution contexts: initial %s, final %s; want the keys as written", asJSON(exec.InitialContext), asJSON(exec.FinalContext))
 	}
+}
+
+// TestLargeContextKeptApart: while an execution runs, a large member of its
+// context (a list of 5,000 numbers) is stored once beside its state, which
+// every event reads and writes, and not in it; every reader of the state
+// (nova status, the gateway) still sees the list; the next node gets it
+// whole; and once the execution ends its state holds the list again and
+// the part is removed.
+func TestLargeContextKeptApart(t *testing.T) {
+	e := startEnv(t)
+	def := parse(t, `
+name: large-context
+nodes:
+  - {id: start, type: start}
+  - {id: hold, type: wait, signal: go, timeout: 1h}
+  - {id: count, type: action, code: 'context["seen"] = len(context["xs"]) + sum(context["xs"])'}
+  - {id: done, type: end}
+edges:
+  - {from: start, to: hold}
+  - {from: hold, to: count}
+  - {from: count, to: done}
+`)
+	const n = 5000
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = i
+	}
+	list, _ := json.Marshal(xs)
+	exec, err := e.client.Start(e.ctx, def, "", map[string]any{"xs": xs, "note": "kept in the state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitingFor(exec.ID, "hold", "signal")
+	kv, err := e.bus.JetStream().KeyValue(e.ctx, bus.BucketExecutions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := func() []string {
+		keys, err := kv.ListKeysFiltered(e.ctx, exec.ID+".part.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for k := range keys.Keys() {
+			out = append(out, k)
+		}
+		return out
+	}
+	entry, err := kv.Get(e.ctx, exec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entry.Value()) > len(list)/4 {
+		t.Errorf("the running state is %d bytes; the list it holds is %d and should be kept apart", len(entry.Value()), len(list))
+	}
+	keys := parts()
+	if len(keys) != 1 {
+		t.Fatalf("parts of the running execution: %v; want one (the list)", keys)
+	}
+	part, err := kv.Get(e.ctx, keys[0])
+	if err != nil || string(part.Value()) != string(list) {
+		t.Fatalf("the part holds %.60s (%v); want the list", part.Value(), err)
+	}
+	ctx := ctxMap(e.state(exec.ID).Context)
+	if got, _ := ctx["xs"].([]any); len(got) != n || ctx["note"] != "kept in the state" {
+		t.Fatalf("the state as read has %d items and note %v; want %d and the note", len(got), ctx["note"], n)
+	}
+
+	e.signalExec(exec.ID, "go", map[string]any{})
+	wc, err := exec.Wait(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	succeeded(t, wc)
+	final := ctxMap(wc.Context)
+	if final["seen"] != float64(n+n*(n-1)/2) {
+		t.Errorf("count saw %v; want %d (every item)", final["seen"], n+n*(n-1)/2)
+	}
+	// The completion is published before the state that ends is stored.
+	e.eventually(testTimeout/3, "the ended state holds the list whole, and the part is removed", func() bool {
+		entry, err := kv.Get(e.ctx, exec.ID)
+		return err == nil && strings.Contains(string(entry.Value()), string(list)) && len(parts()) == 0
+	})
 }
