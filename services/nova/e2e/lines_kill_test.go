@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
@@ -140,7 +141,13 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapExec, err := c.Start(ctx, failing, "", map[string]any{"orders": orders})
+	// The catalog is large enough that the running state keeps it apart
+	// (<execution>.part.<digest>), shared by the map's line and its items'.
+	catalog := make([]int, 3000)
+	for i := range catalog {
+		catalog[i] = i
+	}
+	mapExec, err := c.Start(ctx, failing, "", map[string]any{"orders": orders, "catalog": catalog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +158,9 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 			t.Fatalf("nested ran %d, items %d before the deadline\n%s", runs.total("/nested/"), runs.total("/item/"), proc.Describe())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if keys, err := partsOf(ctx, b, mapExec.ID); err != nil || len(keys) == 0 {
+		t.Fatalf("map: the running state keeps no part (%v): the catalog was to be kept apart", err)
 	}
 	if err := proc.Kill(); err != nil {
 		t.Fatal(err)
@@ -184,8 +194,24 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 		t.Fatalf("map: %v\n%s", err, proc.Describe())
 	}
 	got, _ = jsonvalue.MustObject(wc.Context).Decoded()
-	if wc.Status != "failed" || got["orders"] == nil || got["index"] != nil {
-		t.Errorf("map: %s %q, context %v; want failed with the execution's context", wc.Status, wc.Error, got)
+	if cat, _ := got["catalog"].([]any); wc.Status != "failed" || got["orders"] == nil || got["index"] != nil || len(cat) != len(catalog) {
+		t.Errorf("map: %s %q, context %.300v; want failed with the execution's context, its catalog whole", wc.Status, wc.Error, got)
+	}
+	for {
+		// The state that ends is stored after the completion, the parts
+		// removed after it.
+		left, err := partsOf(ctx, b, mapExec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("map: parts left after its end: %v", left)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	for _, id := range []string{nestedExec.ID, mapExec.ID} {
 		open, completions, err := openVisits(ctx, b.JetStream(), id)
@@ -196,4 +222,22 @@ edges: [{from: start, to: each}, {from: each, to: end}]
 			t.Errorf("execution %s: visits without their end %v, %d completions; want none and one", id, open, completions)
 		}
 	}
+}
+
+// partsOf lists the keys of execution id's context members kept beside its
+// state.
+func partsOf(ctx context.Context, b *bus.Bus, id string) ([]string, error) {
+	kv, err := b.JetStream().KeyValue(ctx, bus.BucketExecutions)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeysFiltered(ctx, execution.PartKey(id, ">"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range keys.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
 }
