@@ -82,18 +82,26 @@ func (b *Bus) CompletionKept(ctx context.Context, executionID string) (bool, err
 // EventKept reports whether the events stream still holds the last event
 // of kind of the execution.
 func (b *Bus) EventKept(ctx context.Context, executionID, kind string) (bool, error) {
+	seq, err := b.LastEventSeq(ctx, executionID, kind)
+	return seq > 0, err
+}
+
+// LastEventSeq is the stream sequence of the last event of kind of the
+// execution the events stream holds, 0 when it holds none: a follower that
+// has seen it has seen the execution's end.
+func (b *Bus) LastEventSeq(ctx context.Context, executionID, kind string) (uint64, error) {
 	s, err := b.js.Stream(ctx, StreamEvents)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	_, err = s.GetLastMsgForSubject(ctx, EventSubject(executionID, kind))
+	m, err := s.GetLastMsgForSubject(ctx, EventSubject(executionID, kind))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
+		return 0, nil
 	case err != nil:
-		return false, err
+		return 0, err
 	}
-	return true, nil
+	return m.Sequence, nil
 }
 
 // First watches subject of the events stream for its first event that

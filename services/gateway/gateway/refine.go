@@ -133,7 +133,13 @@ func (g *Gateway) refineEvents(w http.ResponseWriter, r *http.Request) error {
 	if st == nil || !st.Refinement {
 		return newProblem(http.StatusNotFound, TypeNotFound, fmt.Sprintf("no refinement %s", id))
 	}
-	if st.Status != execution.StatusRunning && int64(after) < int64(st.RefinementMessages) {
+	if st.Status != execution.StatusRunning && int64(after) >= int64(st.RefinementMessages) {
+		// The client has seen the last message of an ended refinement:
+		// nothing follows it, and 204 tells an EventSource not to reconnect.
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	if st.Status != execution.StatusRunning {
 		kept, err := g.bus.EventKept(r.Context(), id, bus.KindRefinement)
 		if err != nil {
 			return g.unavailable(r, "the events stream could not be read; try again", err)

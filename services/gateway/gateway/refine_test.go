@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -650,6 +651,18 @@ func TestRefineEventsReplayAndResume(t *testing.T) {
 	rest := events("4")
 	if len(rest) != len(msgs)-4 || rest[0].id != "5" {
 		t.Errorf("after Last-Event-ID 4: %d messages from id %q, want %d from 5", len(rest), rest[0].id, len(msgs)-4)
+	}
+	// At or past the last message of an ended refinement nothing follows:
+	// the answer comes at once, 204, which stops an EventSource's retries.
+	for _, after := range []string{fmt.Sprint(len(msgs)), "999"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		resp := openSSE(t, ctx, h.url+"/v1/refine/"+id+"/events", h.key["refiner"], after)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if err != nil || resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+			t.Errorf("after Last-Event-ID %s of %d: %d %q (%v), want 204 at once", after, len(msgs), resp.StatusCode, body, err)
+		}
 	}
 	for _, c := range []struct{ path, why string }{
 		{"/v1/refine/refine-0b9f3c1e-8f0a-4d5e-9a61-2f3c1d7e9b42/events", "no refinement of that id"},

@@ -125,11 +125,17 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		return g.unavailable(r, "the execution cannot be looked up", err)
 	}
 	if finished {
-		kept, err := g.bus.CompletionKept(ctx, id)
+		end, err := g.bus.LastEventSeq(ctx, id, bus.KindWorkflowCompleted)
 		if err != nil {
 			return g.unavailable(r, "the events cannot be read", err)
 		}
+		kept := end > 0
 		switch {
+		case kept && after >= end:
+			// The client has seen the completion: nothing follows it, and
+			// 204 tells an EventSource not to reconnect.
+			w.WriteHeader(http.StatusNoContent)
+			return nil
 		case !kept && after > 0:
 			return newProblem(http.StatusGone, TypeGone, fmt.Sprintf(
 				"the events of execution %q are no longer kept, so there is no event after %d; "+

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"slices"
@@ -185,6 +186,18 @@ func TestEventStream(t *testing.T) {
 	}
 	if got := replay(live[3].id); !slices.Equal(got, live[4:]) {
 		t.Errorf("replay after %s: %v\nwant %v", live[3].id, got, live[4:])
+	}
+	// At or past its completion nothing follows: 204 at once, which stops
+	// an EventSource's retries.
+	for _, last := range []string{live[len(live)-1].id, "99999999"} {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		resp := openStream(t, ctx, h.url, h.key["reader"], id, last)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if err != nil || resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+			t.Errorf("after the completion's id %s: %d %q (%v), want 204 at once", last, resp.StatusCode, body, err)
+		}
 	}
 
 	// Once its events are purged (the audit service does it KeepEnded
