@@ -116,13 +116,11 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 		if e.now().Sub(ev.Time()) < flow.ControlGrace {
 			return err
 		}
-		// Nobody waits for it: said where the sender looks.
+		// Nobody can take it, and no event is written under an id no
+		// execution has: the signal goes to the dead letters, kept with
+		// why, where nova dlq list shows it.
 		e.log.WarnContext(ctx, "signal for an execution that does not exist", "execution_id", id, "signal", cmd.Signal)
-		return e.bus.PublishProto(ctx, bus.EventSubject(id, bus.KindSignalRejected), id+"/signal-rejected/"+ev.ID(),
-			bus.TypeSignalRejected, &novav1.SignalRejected{
-				ExecutionId: id, Signal: cmd.Signal, SignalEventId: ev.ID(),
-				Reason: fmt.Sprintf("execution %s does not exist", id),
-			}, map[string]string{bus.ExtensionExecutionID: id})
+		return bus.Permanent(fmt.Errorf("signal %q names execution %s, which does not exist (never started, or its state expired)", cmd.Signal, id))
 	}
 	return err
 }

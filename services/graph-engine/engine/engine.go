@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -163,6 +164,9 @@ type Engine struct {
 	// parts keeps the context members running states keep apart
 	// (parts.go), read back once.
 	parts *partCache
+	// dropped counts results no line waited for (nil in tests that build
+	// an Engine by hand).
+	dropped metric.Int64Counter
 }
 
 // lock is the mutex of execution id's events.
@@ -238,9 +242,18 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
+	mp := deps.MeterProvider
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	dropped, err := mp.Meter("github.com/novaflow/nova/services/graph-engine/engine").Int64Counter("nova.engine.results.dropped",
+		metric.WithDescription("Results no line of their execution waited for, dropped, by reason (execution_ended, not_pending)"))
+	if err != nil {
+		return nil, err
+	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
 		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8), contexts: flow.NewContexts(16),
-		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes)}
+		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes), dropped: dropped}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
 	}
@@ -912,6 +925,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		e.bindValues(ctx, t)
 		e.bindMapResults(ctx, t)
 		if err := fn(t); errors.Is(err, flow.ErrStale) {
+			e.droppedResult(ctx, id, nodeID, err)
 			return nil
 		} else if err != nil {
 			return err
@@ -1120,4 +1134,20 @@ func rejoinTrace(ctx context.Context, traceparent string) (context.Context, []tr
 		return ctx, nil
 	}
 	return ctx, []trace.Link{{SpanContext: sender, Attributes: []attribute.KeyValue{attribute.String("nova.link", "steered by")}}}
+}
+
+// droppedResult says that a result of execution id was dropped because no
+// line waits for it: a redelivery, a late result of an ended execution, or
+// one for a step the execution never issued. Other stale events (a timer
+// or a cancel that came late) are ignored quietly.
+func (e *Engine) droppedResult(ctx context.Context, id, nodeID string, err error) {
+	var d *flow.DroppedResult
+	if !errors.As(err, &d) {
+		return
+	}
+	e.log.WarnContext(ctx, "result dropped: no line of the execution waits for it",
+		"execution_id", id, "node_id", nodeID, "step_id", d.Step, "reason", d.Reason)
+	if e.dropped != nil {
+		e.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", d.Reason)))
+	}
 }

@@ -368,7 +368,8 @@ func (t *Transition) command(node *novav1.Node, step, agent, typ string, msg fun
 // has not been stored yet.
 func (t *Transition) CheckPending(stepID string, seq int32) error {
 	if t.st.Status != statusRunning {
-		return ErrStale // the execution ended: a redelivery or a late result
+		// A redelivery or a late result.
+		return &DroppedResult{Step: stepID, Reason: DroppedEnded}
 	}
 	if stepID == t.ln.PendingStepId {
 		return nil
@@ -376,8 +377,32 @@ func (t *Transition) CheckPending(stepID string, seq int32) error {
 	if seq > t.st.Dispatch {
 		return errEarlyResult
 	}
-	return ErrStale
+	// A redelivery of a result applied already, or one for a step this
+	// execution never issued (a forged or misrouted result).
+	return &DroppedResult{Step: stepID, Reason: DroppedNotPending}
 }
+
+// Why a result was dropped (DroppedResult.Reason).
+const (
+	// DroppedEnded: the execution had ended.
+	DroppedEnded = "execution_ended"
+	// DroppedNotPending: no line of the running execution waits for it.
+	DroppedNotPending = "not_pending"
+)
+
+// DroppedResult is ErrStale for a result no line waits for: it is
+// acknowledged and dropped, and the engine says so.
+type DroppedResult struct {
+	Step   string
+	Reason string
+}
+
+func (e *DroppedResult) Error() string {
+	return fmt.Sprintf("result of step %q dropped (%s)", e.Step, e.Reason)
+}
+
+// Is makes a DroppedResult ErrStale.
+func (e *DroppedResult) Is(target error) bool { return target == ErrStale }
 
 // errEarlyResult means a result arrived before the state that dispatched its
 // command was stored (commands are published first); it is redelivered.

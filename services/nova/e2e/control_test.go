@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -147,6 +150,34 @@ func TestWaitForSignal(t *testing.T) {
 		t.Fatalf("after rejected signals: %s waiting for %q; want running, waiting for approval", st.Status, execution.WaitingFor(st))
 	}
 
+	// A result for a step the execution never issued changes nothing; it
+	// is dropped, logged and counted.
+	forged := &novav1.CodeExecuted{ExecutionId: exec.ID, NodeId: "approval", StepId: "forged-" + uuid.NewString(), Sequence: 1,
+		Status: "success", ContextUpdates: jsonvalue.Object{"approved": json.RawMessage("true")}.Proto()}
+	subject := bus.EventSubject(exec.ID, bus.KindSandboxResult)
+	if err := e.bus.PublishProto(e.ctx, subject, forged.StepId, bus.TypeSandboxExecuted, forged,
+		map[string]string{bus.ExtensionExecutionID: exec.ID}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := e.bus.JetStream().Stream(e.ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := events.GetLastMsgForSubject(e.ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "the engine acknowledges the forged result", func() bool {
+		return e.consumerInfo(bus.StreamEvents, bus.ConsumerEngineResults).AckFloor.Stream >= sent.Sequence
+	})
+	if n := droppedResults(t, e)["not_pending"]; n != 1 {
+		t.Errorf("nova_engine_results_dropped_total{reason=not_pending} = %v, want 1", n)
+	}
+	mustContain(t, "the engine's log", e.logs.String(), "result dropped", forged.StepId)
+	if st := e.state(exec.ID); st.Status != "running" || execution.WaitingFor(st) != "approval" {
+		t.Fatalf("after a forged result: %s waiting for %q; want running, waiting for approval", st.Status, execution.WaitingFor(st))
+	}
+
 	e.signalExec(exec.ID, "approval", `{"approved": true, "reviewed_by": "manager_1", "limit": 1500.0}`)
 	wc, err := exec.Wait(e.ctx)
 	if err != nil {
@@ -168,6 +199,27 @@ func TestWaitForSignal(t *testing.T) {
 	// A signal for the ended execution is rejected, naming its status.
 	rej = e.rejection(exec.ID, e.signalExec(exec.ID, "approval", map[string]any{"approved": true}))
 	mustContain(t, "late signal's rejection", rej.Reason, "succeeded")
+
+	// A signal for an execution that does not exist is kept as a dead
+	// letter naming why, and writes no event under that id.
+	ghost := uuid.NewString()
+	evID := e.signalExec(ghost, "approval", map[string]any{"approved": true})
+	var dl novav1.DeadLetter
+	_, err = e.waitMsg(bus.StreamDeadLetters, bus.DeadLetterSubject(bus.ConsumerEngineCommands), func(m jetstream.Msg) bool {
+		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+		return err == nil && bus.Decode(*ev, &dl) == nil && slices.Contains(slices.Collect(maps.Values(dl.Headers)), evID)
+	})
+	if err != nil {
+		t.Fatalf("no dead letter of the signal for execution %s: %v", ghost, err)
+	}
+	mustContain(t, "dead letter of a signal for no execution", dl.Reason, "does not exist", ghost, `"approval"`)
+	info, err := events.Info(e.ctx, jetstream.WithSubjectFilter(bus.ExecutionFilter(ghost)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.State.Subjects) != 0 {
+		t.Errorf("events written under %s, which no execution has: %v", ghost, info.State.Subjects)
+	}
 }
 
 func TestWaitTimeout(t *testing.T) {
@@ -410,4 +462,22 @@ edges:
 		}
 		e.eventually(5*time.Second, "the wait's timeout schedule is removed", func() bool { return len(e.timersOf(exec.ID)) == 0 })
 	})
+}
+
+// droppedResults reads nova_engine_results_dropped_total by reason.
+func droppedResults(t *testing.T, e *env) map[string]float64 {
+	t.Helper()
+	families, err := e.s.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() == "nova_engine_results_dropped_total" {
+			for _, m := range f.GetMetric() {
+				out[label(m, "reason")] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
 }
