@@ -157,6 +157,21 @@ func (b *browser) poll(d time.Duration, expr string) error {
 	return err
 }
 
+// follow clicks a link until the page it leads to shows (expr holds): a
+// list that is drawn again as it changes (a schedule's last tick every 2 s)
+// can replace the link between a click's press and release.
+func (b *browser) follow(what, sel, expr string) {
+	b.t.Helper()
+	for try := 1; try < 3; try++ {
+		b.click(what, sel)
+		if b.poll(5*time.Second, expr) == nil {
+			return
+		}
+	}
+	b.click(what, sel)
+	b.until(what, expr)
+}
+
 // selectNode clicks a node of the execution's graph until its visits show.
 // The page draws itself again when the execution changes (the audit's last
 // writes come a little after the completion): a click whose press and

@@ -124,7 +124,8 @@ func TestConsoleSchedulesInBrowser(t *testing.T) {
 	b.until("the schedules again", fmt.Sprintf(`!!document.querySelector(%q)`, row+` td.last-tick a.last-execution`))
 
 	// The execution a tick started says so, and links back.
-	b.click("open the tick's execution", row+` td.last-tick a.last-execution`)
+	// The link moves on to the next tick's execution every 2 s.
+	b.follow("open the tick's execution", row+` td.last-tick a.last-execution`, `location.hash.startsWith("#/executions/console-ticks-every-2s-")`)
 	b.until("the execution, started by the schedule", `document.querySelector(".execution-head h1 .badge")?.textContent.includes("succeeded") &&
 		document.querySelector(".execution-head .scheduled-by")?.textContent.startsWith("◷ Started by schedule every-2s of console-ticks at its tick of ") &&
 		document.querySelector(".execution-head .scheduled-by a")?.getAttribute("href") === "#/schedules?workflow=console-ticks&id=every-2s" &&

@@ -11,8 +11,22 @@
 // /v1/schedules/{workflow}/{id}) are read when its last tick moved.
 import { getJSON, Problem, send } from "./api.js";
 import { deadline, dialogFor, tickDeadlines } from "./control.js";
-import { h, replace, since, stamp, startClock } from "./dom.js";
+import { h, replace, running, since, stamp, startClock } from "./dom.js";
 import { showError, statusBadge } from "./executions.js";
+// ago is the time since iso ("12 s ago"), kept current by the page's clock
+// within a day, a date after.
+function ago(iso) {
+    const ms = Date.now() - Date.parse(iso);
+    return Number.isFinite(ms) && ms >= 0 && ms < 86_400_000 ? [running("span", iso), " ago"] : since(iso);
+}
+// shape is a cell's markup without the texts the page's clock moves on, to
+// tell whether a cell drawn again shows anything new.
+function shape(el) {
+    const c = el.cloneNode(true);
+    for (const t of c.querySelectorAll("[data-since], [data-until]"))
+        t.textContent = "";
+    return c.outerHTML;
+}
 // rereadEvery is how often the list is read again; a tick that passed
 // reads it again sooner, at most every minReread.
 const rereadEvery = 10_000;
@@ -203,7 +217,7 @@ export function schedulesPage(root, params, signal) {
             h("td", { class: "last-tick" }, r && r.recent && r.recent.length === 0
                 ? h("span", { class: "note", title: s.last_tick ? `missed ticks are counted from ${s.last_tick}` : "" }, "none yet")
                 : s.last_tick
-                    ? h("time", { datetime: s.last_tick, title: s.last_tick }, since(s.last_tick))
+                    ? h("time", { datetime: s.last_tick, title: s.last_tick }, ago(s.last_tick))
                     : "—", last
                 ? h("span", { class: "last-run" }, statusBadge(last.status), " ", h("a", { href: `#/executions/${encodeURIComponent(last.execution_id)}`, title: last.execution_id, class: "last-execution" }, last.started_at ? stamp(last.started_at) : "execution"))
                 : null),
@@ -218,32 +232,51 @@ export function schedulesPage(root, params, signal) {
                 "data-action": s.paused ? "resume" : "pause",
                 disabled: wait,
                 "aria-label": `${s.paused ? "Resume" : "Pause"} schedule ${s.id} of ${s.workflow}`,
-                onclick: () => void act(s, s.paused ? "resume" : "pause"),
+                onclick: () => {
+                    const now = current(s);
+                    void act(now, now.paused ? "resume" : "pause");
+                },
             }, s.paused ? "Resume" : "Pause"), h("button", {
                 type: "button",
                 class: "secondary danger delete",
                 "data-action": "delete",
                 disabled: wait,
                 "aria-label": `Delete schedule ${s.id} of ${s.workflow}`,
-                onclick: () => remove(s),
+                onclick: () => remove(current(s)),
             }, "Delete…")), h("a", { href: executionsOf(s), class: "executions-link", title: `The executions schedule ${s.id} started` }, "Executions →")),
         ];
-        // The row is drawn again in place; a button that had the focus keeps it.
+        // The row is drawn again in place, a cell only where what it shows
+        // changed: the link or button a person presses stays the element they
+        // press (a row drawn whole each second lost a click whose press and
+        // release straddled it), and a button that had the focus keeps it.
         const focused = document.activeElement?.closest?.("[data-action]");
         const action = focused && tr.contains(focused) ? focused.getAttribute("data-action") : "";
-        replace(tr, cells);
-        if (action) {
+        const old = [...tr.children];
+        if (old.length !== cells.length) {
+            replace(tr, cells);
+        }
+        else {
+            cells.forEach((c, i) => {
+                if (shape(c) !== shape(old[i]))
+                    old[i].replaceWith(c);
+            });
+        }
+        if (action && !tr.contains(document.activeElement)) {
             const again = tr.querySelector(`[data-action="${action}"]`) ?? tr.querySelector("[data-action]");
             again?.focus({ preventScroll: true });
         }
     };
+    // current is the schedule as last read (a row's buttons outlive the read
+    // that drew them).
+    const current = (s) => schedules.find((x) => keyOf(x) === keyOf(s)) ?? s;
     const draw = () => {
         const now = Date.now();
         const want = [];
         for (const s of schedules) {
             const key = keyOf(s);
-            // The row is drawn again when what it shows changed, "2 s ago" too.
-            const sig = JSON.stringify([s, runs.get(key) ?? null, nextTick(s, now), since(s.last_tick, now), busy.has(key), key === marked]);
+            // The row is drawn again when what it shows changed (the clock moves
+            // "2 s ago" and "in 3 s" on).
+            const sig = JSON.stringify([s, runs.get(key) ?? null, nextTick(s, now), busy.has(key), key === marked]);
             let d = drawn.get(key);
             if (!d) {
                 d = { tr: h("tr"), sig: "" };

@@ -12,8 +12,23 @@
 
 import { getJSON, Problem, send } from "./api.js";
 import { deadline, dialogFor, tickDeadlines } from "./control.js";
-import { Child, h, replace, since, stamp, startClock } from "./dom.js";
+import { Child, h, replace, running, since, stamp, startClock } from "./dom.js";
 import { ExecutionItem, showError, statusBadge, WorkflowSummary } from "./executions.js";
+
+// ago is the time since iso ("12 s ago"), kept current by the page's clock
+// within a day, a date after.
+function ago(iso: string): Child {
+  const ms = Date.now() - Date.parse(iso);
+  return Number.isFinite(ms) && ms >= 0 && ms < 86_400_000 ? [running("span", iso), " ago"] : since(iso);
+}
+
+// shape is a cell's markup without the texts the page's clock moves on, to
+// tell whether a cell drawn again shows anything new.
+function shape(el: Element): string {
+  const c = el.cloneNode(true) as Element;
+  for (const t of c.querySelectorAll("[data-since], [data-until]")) t.textContent = "";
+  return c.outerHTML;
+}
 
 // ScheduleView is a schedule as the API shows it.
 export interface ScheduleView {
@@ -327,7 +342,7 @@ export function schedulesPage(root: HTMLElement, params: URLSearchParams, signal
         r && r.recent && r.recent.length === 0
           ? h("span", { class: "note", title: s.last_tick ? `missed ticks are counted from ${s.last_tick}` : "" }, "none yet")
           : s.last_tick
-            ? h("time", { datetime: s.last_tick, title: s.last_tick }, since(s.last_tick))
+            ? h("time", { datetime: s.last_tick, title: s.last_tick }, ago(s.last_tick))
             : "—",
         last
           ? h(
@@ -362,7 +377,10 @@ export function schedulesPage(root: HTMLElement, params: URLSearchParams, signal
               "data-action": s.paused ? "resume" : "pause",
               disabled: wait,
               "aria-label": `${s.paused ? "Resume" : "Pause"} schedule ${s.id} of ${s.workflow}`,
-              onclick: () => void act(s, s.paused ? "resume" : "pause"),
+              onclick: () => {
+                const now = current(s);
+                void act(now, now.paused ? "resume" : "pause");
+              },
             },
             s.paused ? "Resume" : "Pause",
           ),
@@ -374,7 +392,7 @@ export function schedulesPage(root: HTMLElement, params: URLSearchParams, signal
               "data-action": "delete",
               disabled: wait,
               "aria-label": `Delete schedule ${s.id} of ${s.workflow}`,
-              onclick: () => remove(s),
+              onclick: () => remove(current(s)),
             },
             "Delete…",
           ),
@@ -382,23 +400,38 @@ export function schedulesPage(root: HTMLElement, params: URLSearchParams, signal
         h("a", { href: executionsOf(s), class: "executions-link", title: `The executions schedule ${s.id} started` }, "Executions →"),
       ),
     ];
-    // The row is drawn again in place; a button that had the focus keeps it.
+    // The row is drawn again in place, a cell only where what it shows
+    // changed: the link or button a person presses stays the element they
+    // press (a row drawn whole each second lost a click whose press and
+    // release straddled it), and a button that had the focus keeps it.
     const focused = (document.activeElement as HTMLElement | null)?.closest?.("[data-action]");
     const action = focused && tr.contains(focused) ? focused.getAttribute("data-action") : "";
-    replace(tr, cells);
-    if (action) {
+    const old = [...tr.children];
+    if (old.length !== cells.length) {
+      replace(tr, cells);
+    } else {
+      cells.forEach((c, i) => {
+        if (shape(c as Element) !== shape(old[i])) old[i].replaceWith(c as Element);
+      });
+    }
+    if (action && !tr.contains(document.activeElement)) {
       const again = tr.querySelector<HTMLElement>(`[data-action="${action}"]`) ?? tr.querySelector<HTMLElement>("[data-action]");
       again?.focus({ preventScroll: true });
     }
   };
+
+  // current is the schedule as last read (a row's buttons outlive the read
+  // that drew them).
+  const current = (s: ScheduleView): ScheduleView => schedules.find((x) => keyOf(x) === keyOf(s)) ?? s;
 
   const draw = () => {
     const now = Date.now();
     const want: HTMLTableRowElement[] = [];
     for (const s of schedules) {
       const key = keyOf(s);
-      // The row is drawn again when what it shows changed, "2 s ago" too.
-      const sig = JSON.stringify([s, runs.get(key) ?? null, nextTick(s, now), since(s.last_tick, now), busy.has(key), key === marked]);
+      // The row is drawn again when what it shows changed (the clock moves
+      // "2 s ago" and "in 3 s" on).
+      const sig = JSON.stringify([s, runs.get(key) ?? null, nextTick(s, now), busy.has(key), key === marked]);
       let d = drawn.get(key);
       if (!d) {
         d = { tr: h("tr"), sig: "" };
