@@ -185,6 +185,10 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 // Conn is the underlying NATS connection.
 func (b *Bus) Conn() *nats.Conn { return b.nc }
 
+// MaxPayload is the largest message the NATS server takes (its
+// max_payload), headers included; 0 before the connection knows it.
+func (b *Bus) MaxPayload() int64 { return b.nc.MaxPayload() }
+
 // JetStream is the underlying JetStream context (for KV and Object Store).
 func (b *Bus) JetStream() jetstream.JetStream { return b.js }
 

@@ -260,12 +260,23 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 	}
 	ctx = context.WithValue(ctx, subjectKey{}, msg.Subject())
 	ctx = context.WithValue(ctx, headerKey{}, msg.Headers())
+	ctx = context.WithValue(ctx, deliveredKey{}, md.NumDelivered)
 	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
 }
 
 type subjectKey struct{}
 
 type headerKey struct{}
+
+type deliveredKey struct{}
+
+// Delivered is how many times the event a Handler handles has been
+// delivered, this delivery included (1 the first time), from its ctx; 0
+// outside one.
+func Delivered(ctx context.Context) uint64 {
+	n, _ := ctx.Value(deliveredKey{}).(uint64)
+	return n
+}
 
 // Header is a NATS header of the message a Handler handles (one the server
 // sets, such as a message schedule's Nats-Schedule-Next), from its ctx; ""

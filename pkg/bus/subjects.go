@@ -65,6 +65,7 @@ const (
 	BucketWorkflows           = busname.BucketWorkflows
 	BucketSchedules           = busname.BucketSchedules
 	BucketMapResults          = busname.BucketMapResults
+	BucketSandboxResults      = busname.BucketSandboxResults
 	ConsumerEngineCommands    = busname.ConsumerEngineCommands
 	ConsumerEngineResults     = busname.ConsumerEngineResults
 	ConsumerEngineDeadLetters = busname.ConsumerEngineDeadLetters

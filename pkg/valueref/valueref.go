@@ -6,12 +6,14 @@ package valueref
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -99,6 +101,41 @@ func (s *Store) Shrink(ctx context.Context, o map[string]json.RawMessage) error 
 		o[k] = ref.JSON()
 	}
 	return nil
+}
+
+// ShrinkTo stores members of the object by reference, the largest first,
+// until its JSON text is at most limit bytes or no member is larger than
+// its reference; it returns the text's size then. Shrink stores the members
+// above the threshold; ShrinkTo is for an object that must fit a message
+// though each of its values is small (50 values of 25 KB).
+func (s *Store) ShrinkTo(ctx context.Context, o map[string]json.RawMessage, limit int) (int, error) {
+	size := 2 // {}
+	keys := make([]string, 0, len(o))
+	for k, raw := range o {
+		size += len(k) + 4 + len(raw) // "k":v, (an upper bound for escaped keys aside)
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(len(o[b]), len(o[a])) })
+	for _, k := range keys {
+		if size <= limit {
+			break
+		}
+		raw := o[k]
+		if _, ok := RawRef(raw); ok {
+			continue
+		}
+		ref, err := s.put(ctx, raw)
+		if err != nil {
+			return size, fmt.Errorf("store context value %q: %w", k, err)
+		}
+		text := ref.JSON()
+		if len(text) >= len(raw) {
+			break // the rest are smaller still: a reference saves nothing
+		}
+		o[k] = text
+		size -= len(raw) - len(text)
+	}
+	return size, nil
 }
 
 func (s *Store) put(ctx context.Context, data []byte) (Ref, error) {

@@ -201,6 +201,10 @@ func probes() []probe {
 		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_map_results", u == userGraphEngine)
 		add(u, "pub", "$JS.API.CONSUMER.CREATE.KV_nova_map_results.x", u == userGraphEngine)
 		add(u, "pub", "$JS.API.STREAM.UPDATE.OBJ_nova_runtime", u == userSandbox)
+		// Programs' results kept until published: the sandbox's alone.
+		add(u, "pub", "$KV.nova_sandbox_results.e.c3RlcA", u == userSandbox)
+		add(u, "pub", "$JS.API.DIRECT.GET.KV_nova_sandbox_results.$KV.nova_sandbox_results.e.c3RlcA", u == userSandbox)
+		add(u, "pub", "$JS.API.STREAM.PURGE.KV_nova_sandbox_results", false)
 		// Subscriptions: a user reads only its own inbox; events come
 		// through JetStream consumers, never core subscriptions.
 		add(u, "sub", inboxPrefix(u)+".reply", true)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -85,7 +86,11 @@ func Run(ctx context.Context, d Deps) error {
 		return err
 	}
 	defer cancels.Close()
-	s := &server{Deps: d, metrics: m, cancels: cancels, tracer: tp.Tracer("github.com/novaflow/nova/services/sandbox/service")}
+	results, err := openResults(ctx, d.Bus.JetStream(), d.Replicas)
+	if err != nil {
+		return err
+	}
+	s := &server{Deps: d, metrics: m, cancels: cancels, results: results, tracer: tp.Tracer("github.com/novaflow/nova/services/sandbox/service")}
 	// Describing the runtime takes a second or two; programs are served meanwhile.
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -134,6 +139,9 @@ func ConsumerSpec(workers int) bus.Consumer {
 type server struct {
 	Deps
 	metrics executionMetrics
+	// results keeps each run's result until a while after its publish
+	// (kept.go).
+	results jetstream.KeyValue
 	cancels *bus.Cancels
 	tracer  trace.Tracer
 }
@@ -162,6 +170,22 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 		span.End()
 		return bus.Permanent(err)
 	}
+	if bus.Delivered(ctx) > 1 {
+		// Delivered again: a result this command's run kept is published
+		// rather than the program run again.
+		kept, err := s.keptResult(ctx, &cmd)
+		if err != nil {
+			span.End()
+			return err
+		}
+		if kept != nil {
+			s.Logger.InfoContext(ctx, "command delivered again: its kept result is published, the program is not run again",
+				"execution_id", cmd.ExecutionId, "step_id", cmd.StepId, "deliveries", bus.Delivered(ctx))
+			span.SetAttributes(attribute.Bool("result.kept", true))
+			span.End()
+			return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, kept, map[string]string{"executionid": cmd.ExecutionId})
+		}
+	}
 	start := time.Now()
 	// The program runs under a context that the cancellation of its
 	// execution ends, which kills it and every process it started; its
@@ -179,6 +203,9 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 		}
 	}
 	release()
+	if err == nil {
+		err = s.fit(ctx, res)
+	}
 	outcome := outcomeOf(res, err)
 	s.metrics.record(ctx, cmd.Language, outcome, time.Since(start))
 	span.SetAttributes(attribute.String("outcome", outcome))
@@ -186,8 +213,19 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return err // a fault of this replica: redelivered, elsewhere if possible
 	}
+	s.keep(ctx, &cmd, res)
+	if afterKeep != nil {
+		afterKeep(ctx, &cmd)
+	}
+	// A publish that fails is not a reason to run the program again: the
+	// command's next delivery publishes the result kept above.
 	return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
 }
+
+// afterKeep, when set (by tests), runs between keeping a result and
+// publishing it: where a replica that stops leaves a kept, unpublished
+// result.
+var afterKeep func(context.Context, *novav1.ExecuteCode)
 
 // cancelled tells whether ctx ended because its execution was cancelled.
 func cancelled(ctx context.Context) bool {
