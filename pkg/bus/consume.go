@@ -241,6 +241,11 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 		_ = msg.Term()
 		return ctx, nil, nil, false
 	}
+	if to := msg.Headers().Get(ReplayForHeader); to != "" && to != c.Durable {
+		// A dead letter of another consumer, replayed to it alone.
+		_ = msg.Ack()
+		return ctx, nil, nil, false
+	}
 	if md.NumDelivered > 1 {
 		b.metrics.redelivered.Add(ctx, 1, consumerAttr(c.Durable))
 	}
@@ -263,6 +268,12 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 	ctx = context.WithValue(ctx, deliveredKey{}, md.NumDelivered)
 	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
 }
+
+// ReplayForHeader names the one consumer a replayed dead letter is for
+// (nova dlq replay sets it to the consumer that dead-lettered the
+// message): every other consumer of its subject acknowledges it unread,
+// and watches skip it.
+const ReplayForHeader = "Nova-Replay-For"
 
 type subjectKey struct{}
 

@@ -49,6 +49,9 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if m.Headers().Get(ReplayForHeader) != "" {
+			return // the same event again, for the consumer that dead-lettered it
+		}
 		if ev, err := DecodeNATS(m.Headers(), m.Data()); err == nil {
 			each(m, ev)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/config"
 	"github.com/novaflow/nova/pkg/devstack"
+	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/service"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -36,14 +37,19 @@ const replayedPrefix = "nova.dlq.replayed."
 const dlqUsage = `Usage:
   nova dlq list   [--consumer C] [--limit N] [--json]
   nova dlq show   SEQ [--json]
-  nova dlq replay SEQ [--again]
-  nova dlq replay --all [--subject S] [--consumer C] [--again]
+  nova dlq replay SEQ [--again] [--force] [--dry-run]
+  nova dlq replay --all [--subject S] [--consumer C] [--again] [--force] [--dry-run]
 
 SEQ is a dead letter's sequence in the NOVA_DLQ stream, as list shows it;
 --limit 0 lists them all. replay --all replays every dead letter not replayed
 before (with --again, those too), oldest first; --subject keeps those whose
 message was on a subject the NATS filter S matches (nova.evt.*.result.>),
---consumer those of one consumer. NATS_URL (and NATS credentials, as for the services)
+--consumer those of one consumer. A replayed message goes to the consumer
+that dead-lettered it alone (header Nova-Replay-For; the other consumers of
+its subject skip it). A command of an execution that has ended (or whose
+state is gone) is not replayed but reported: --force replays it anyway.
+--dry-run says what would be replayed where, and what skipped, and sends
+nothing. NATS_URL (and NATS credentials, as for the services)
 names the server; without it the embedded server of --data-dir is started,
 unless nova dev runs: then set NATS_URL=nats://127.0.0.1:4222 to use its server.
 `
@@ -97,7 +103,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "./.nova", "data directory of the embedded NATS (when NATS_URL is not set)")
 	var consumer *string
 	var limit *int
-	var asJSON, again, all *bool
+	var asJSON, again, all, force, dryRun *bool
 	var subject *string
 	switch sub {
 	case "list":
@@ -111,6 +117,8 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		all = fs.Bool("all", false, "replay every dead letter (not replayed before, unless --again)")
 		subject = fs.String("subject", "", "with --all: only dead letters of messages on subjects this NATS filter matches")
 		consumer = fs.String("consumer", "", "with --all: only this consumer's dead letters")
+		force = fs.Bool("force", false, "replay commands of executions that have ended too")
+		dryRun = fs.Bool("dry-run", false, "say what would be replayed where, and send nothing")
 	default:
 		fmt.Fprintf(stderr, "nova dlq: unknown command %q\n\n%s", sub, dlqUsage)
 		return exitInvalid
@@ -152,6 +160,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeBus()
 	d := &dlq{b: b}
+	if sub == "replay" {
+		d.force, d.dryRun = *force, *dryRun
+	}
 	switch sub {
 	case "list":
 		return d.list(ctx, *consumer, *limit, *asJSON, stdout, stderr)
@@ -226,7 +237,11 @@ func natsAnswers(ctx context.Context, addr string) bool {
 	return err == nil && string(greeting) == "INFO "
 }
 
-type dlq struct{ b *bus.Bus }
+type dlq struct {
+	b *bus.Bus
+	// force replays commands of executions that ended; dryRun sends nothing.
+	force, dryRun bool
+}
 
 // errNoStream: no NOVA service has run on this server, so there is no
 // dead-letter stream and no dead letter.
@@ -484,9 +499,14 @@ func (d *dlq) replay(ctx context.Context, seq uint64, again bool, stdout, stderr
 			seq, v.Replayed.At.Local().Format(time.RFC3339), v.Replayed.Subject, v.Replayed.Stream, v.Replayed.Sequence)
 		return exitInvalid
 	}
-	if err := d.replayOne(ctx, v, dl, stdout); err != nil {
+	skip, err := d.replayOne(ctx, v, dl, stdout)
+	switch {
+	case err != nil:
 		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
 		return exitFailed
+	case skip != "":
+		fmt.Fprintf(stderr, "nova dlq replay: dead letter %d not replayed: %s; --force replays it anyway\n", seq, skip)
+		return exitInvalid
 	}
 	return exitOK
 }
@@ -501,29 +521,41 @@ func (d *dlq) replayAll(ctx context.Context, subject, consumer string, again boo
 		fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
 		return exitFailed
 	}
-	var replayed, skipped, failed int
+	var replayed, before, ended, failed int
 	for _, v := range views {
 		if subject != "" && !server.SubjectMatchesFilter(v.Subject, subject) {
 			continue
 		}
 		if v.Replayed != nil && !again {
-			skipped++
+			before++
 			continue
 		}
 		_, dl, _, err := d.get(ctx, v.Seq)
+		var skip string
 		if err == nil {
-			err = d.replayOne(ctx, v, dl, stdout)
+			skip, err = d.replayOne(ctx, v, dl, stdout)
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			failed++
 			fmt.Fprintf(stderr, "nova dlq replay: %v\n", err)
-			continue
+		case skip != "":
+			ended++
+			fmt.Fprintf(stdout, "skipped dead letter %d (%s, consumer %s): %s\n", v.Seq, v.Subject, v.Consumer, skip)
+		default:
+			replayed++
 		}
-		replayed++
 	}
-	fmt.Fprintf(stdout, "replayed %d dead letter(s)", replayed)
-	if skipped > 0 {
-		fmt.Fprintf(stdout, "; %d replayed before left alone (--again replays them)", skipped)
+	if d.dryRun {
+		fmt.Fprintf(stdout, "would replay %d dead letter(s)", replayed)
+	} else {
+		fmt.Fprintf(stdout, "replayed %d dead letter(s)", replayed)
+	}
+	if ended > 0 {
+		fmt.Fprintf(stdout, "; %d command(s) of executions that ended skipped (--force replays them)", ended)
+	}
+	if before > 0 {
+		fmt.Fprintf(stdout, "; %d replayed before left alone (--again replays them)", before)
 	}
 	fmt.Fprintln(stdout)
 	if failed > 0 {
@@ -534,22 +566,36 @@ func (d *dlq) replayAll(ctx context.Context, subject, consumer string, again boo
 }
 
 // replayOne publishes the message of dead letter v (dl) again where it was,
-// and records that it did.
-func (d *dlq) replayOne(ctx context.Context, v *deadLetterView, dl *novav1.DeadLetter, stdout io.Writer) error {
+// for the consumer that dead-lettered it alone, and records that it did.
+// A command of an execution that has ended is not replayed (unless
+// d.force): skip says why. With d.dryRun it says what it would do.
+func (d *dlq) replayOne(ctx context.Context, v *deadLetterView, dl *novav1.DeadLetter, stdout io.Writer) (skip string, err error) {
 	times := 1
 	if v.Replayed != nil {
 		times = v.Replayed.Times + 1
 	}
 	orig, err := d.b.DeadLetterOriginal(ctx, dl)
 	if err != nil {
-		return fmt.Errorf("dead letter %d (%s sequence %d) cannot be replayed: %w", v.Seq, dl.GetStream(), dl.GetStreamSequence(), err)
+		return "", fmt.Errorf("dead letter %d (%s sequence %d) cannot be replayed: %w", v.Seq, dl.GetStream(), dl.GetStreamSequence(), err)
+	}
+	if !d.force {
+		if skip, err = d.endedCommand(ctx, dl, orig); err != nil || skip != "" {
+			return skip, err
+		}
+	}
+	if d.dryRun {
+		fmt.Fprintf(stdout, "would replay dead letter %d: %s to %s, for consumer %s\n", v.Seq, byteSize(uint64(len(orig.Data))), orig.Subject, dl.GetConsumer())
+		return "", nil
 	}
 	m := nats.NewMsg(orig.Subject)
 	for k, vals := range orig.Header {
-		if k == jetstream.MsgIDHeader || strings.HasPrefix(k, "Nats-Expected-") {
+		if k == jetstream.MsgIDHeader || k == bus.ReplayForHeader || strings.HasPrefix(k, "Nats-Expected-") {
 			continue
 		}
 		m.Header[k] = vals
+	}
+	if dl.GetConsumer() != "" {
+		m.Header.Set(bus.ReplayForHeader, dl.GetConsumer())
 	}
 	// The same replay published twice (a retry, two operators at once)
 	// within the duplicate window is stored once.
@@ -561,7 +607,7 @@ func (d *dlq) replayOne(ctx context.Context, v *deadLetterView, dl *novav1.DeadL
 	m.Data = orig.Data
 	ack, err := d.b.JetStream().PublishMsg(ctx, m)
 	if err != nil {
-		return fmt.Errorf("dead letter %d: publish to %s: %w", v.Seq, orig.Subject, err)
+		return "", fmt.Errorf("dead letter %d: publish to %s: %w", v.Seq, orig.Subject, err)
 	}
 	rec, err := json.Marshal(replayRecord{At: time.Now().UTC(), Subject: orig.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Times: times})
 	if err == nil {
@@ -571,15 +617,42 @@ func (d *dlq) replayOne(ctx context.Context, v *deadLetterView, dl *novav1.DeadL
 		_, err = d.b.JetStream().PublishMsg(ctx, marker)
 	}
 	if err != nil {
-		return fmt.Errorf("dead letter %d replayed to %s (%s sequence %d), but could not record it, so a replay without --again is not refused: %w",
+		return "", fmt.Errorf("dead letter %d replayed to %s (%s sequence %d), but could not record it, so a replay without --again is not refused: %w",
 			v.Seq, orig.Subject, ack.Stream, ack.Sequence, err)
 	}
-	fmt.Fprintf(stdout, "replayed dead letter %d: published %s to %s, %s sequence %d (Nats-Msg-Id %s)\n",
-		v.Seq, byteSize(uint64(len(orig.Data))), orig.Subject, ack.Stream, ack.Sequence, msgID)
+	fmt.Fprintf(stdout, "replayed dead letter %d: published %s to %s, %s sequence %d (Nats-Msg-Id %s), for consumer %s\n",
+		v.Seq, byteSize(uint64(len(orig.Data))), orig.Subject, ack.Stream, ack.Sequence, msgID, dl.GetConsumer())
 	if ack.Duplicate {
 		fmt.Fprintln(stdout, "  the server already had this replay (published within its duplicate window) and stored it once")
 	}
-	return nil
+	return "", nil
+}
+
+// endedCommand says why a dead-lettered command must not run again: its
+// execution has ended, or has no state any more (it ended long ago). A
+// workflow's start is replayed while its execution has no state; an event,
+// or a command naming no execution, always.
+func (d *dlq) endedCommand(ctx context.Context, dl *novav1.DeadLetter, orig *bus.Original) (string, error) {
+	if dl.GetStream() != bus.StreamCommands {
+		return "", nil
+	}
+	id := orig.Header.Get("ce-" + bus.ExtensionExecutionID)
+	if id == "" {
+		return "", nil
+	}
+	st, err := engineState(ctx, d.b, id)
+	if err != nil {
+		return "", fmt.Errorf("dead letter of a command of execution %s: its state cannot be read: %w", id, err)
+	}
+	switch {
+	case st == nil && orig.Header.Get("ce-type") == bus.TypeWorkflowStart:
+		return "", nil
+	case st == nil:
+		return fmt.Sprintf("execution %s has no state: it ended long ago, or never started", id), nil
+	case execution.Ended(st.Status):
+		return fmt.Sprintf("execution %s ended (%s)", id, st.Status), nil
+	}
+	return "", nil
 }
 
 func printJSON(stdout, stderr io.Writer, v any) int {

@@ -18,6 +18,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
@@ -389,8 +390,212 @@ func setMaxMsgSize(t *testing.T, ctx context.Context, b *bus.Bus, n int32) {
 	}
 }
 
+// withoutMsgID is h without the headers a replay sets (its Nats-Msg-Id,
+// the consumer it is for).
 func withoutMsgID(h nats.Header) nats.Header {
 	h = maps.Clone(h)
 	delete(h, jetstream.MsgIDHeader)
+	delete(h, bus.ReplayForHeader)
 	return h
+}
+
+// TestDLQReplayHarmless: a replayed command of an execution that ended (or
+// whose state is gone) is skipped and said so, unless --force; --dry-run
+// says what would go where and sends nothing; a replayed event reaches the
+// consumer that dead-lettered it, not the other consumers of its subject.
+func TestDLQReplayHarmless(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	b := devstacktest.Bus(ctx, t, "dlq-replay-test")
+	t.Setenv("NATS_URL", b.Conn().ConnectedUrl())
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := cmdDLQ(ctx, args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	js := b.JetStream()
+	states, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.BucketExecutions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, status := range map[string]string{"ended-1": "succeeded", "running-1": "running"} {
+		data, err := proto.Marshal(&novav1.ExecutionState{ExecutionId: id, Status: status})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := states.Put(ctx, id, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"ended-1", "running-1", "gone-1"} {
+		cmd := &novav1.ExecuteCode{ExecutionId: id, NodeId: "n", StepId: id + "/n/1/1", Code: "context['x'] = 1"}
+		if err := b.PublishProto(ctx, bus.CommandSubject(bus.AgentSandbox), cmd.StepId, bus.TypeSandboxExecute, cmd,
+			map[string]string{bus.ExtensionExecutionID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refuseCommands(t, ctx, b, 3)
+	code, out, errOut := run("list", "--json")
+	var views []deadLetterView
+	if code != exitOK || json.Unmarshal([]byte(out), &views) != nil || len(views) != 3 {
+		t.Fatalf("list --json: exit %d, %s %s", code, out, errOut)
+	}
+	seq := func(i int) string { return strconv.FormatUint(views[i].Seq, 10) }
+	cmds, err := js.Stream(ctx, bus.StreamCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastCmd := func() uint64 {
+		info, err := cmds.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+
+	before := lastCmd()
+	code, out, errOut = run("replay", "--all", "--dry-run")
+	for _, want := range []string{
+		"skipped dead letter " + seq(0) + " (nova.cmd.sandbox, consumer sandbox): execution ended-1 ended (succeeded)",
+		"would replay dead letter " + seq(1) + ": ", " to nova.cmd.sandbox, for consumer sandbox",
+		"skipped dead letter " + seq(2) + " (nova.cmd.sandbox, consumer sandbox): execution gone-1 has no state",
+		"would replay 1 dead letter(s); 2 command(s) of executions that ended skipped (--force replays them)",
+	} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("replay --all --dry-run: exit %d, want %q\n%s%s", code, want, out, errOut)
+		}
+	}
+	if after := lastCmd(); after != before {
+		t.Errorf("--dry-run published %d command(s)", after-before)
+	}
+
+	code, out, errOut = run("replay", "--all")
+	if code != exitOK || !strings.Contains(out, "replayed dead letter "+seq(1)+": ") || !strings.Contains(out, "replayed 1 dead letter(s); 2 command(s)") {
+		t.Errorf("replay --all: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run("replay", seq(0))
+	if code != exitInvalid || !strings.Contains(errOut, "dead letter "+seq(0)+" not replayed: execution ended-1 ended (succeeded); --force replays it anyway") {
+		t.Errorf("replay of an ended execution's command: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut = run("replay", "--force", seq(0)); code != exitOK || !strings.Contains(out, "replayed dead letter "+seq(0)) {
+		t.Errorf("replay --force: exit %d\n%s%s", code, out, errOut)
+	}
+	// What went out: running-1's command, then ended-1's (forced), each for
+	// the consumer that dead-lettered it.
+	cons, err := js.Consumer(ctx, bus.StreamCommands, bus.AgentSandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"running-1", "ended-1"} {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("replay of %s's command: %v", want, err)
+		}
+		_ = m.Ack()
+		if got := m.Headers().Get("ce-" + bus.ExtensionExecutionID); got != want || m.Headers().Get(bus.ReplayForHeader) != bus.AgentSandbox {
+			t.Errorf("replayed command of %q (for %q), want %s's for the sandbox", got, m.Headers().Get(bus.ReplayForHeader), want)
+		}
+	}
+	if lastCmd() != before+2 {
+		t.Errorf("%d commands replayed, want 2", lastCmd()-before)
+	}
+
+	// An event two consumers dead-lettered, replayed from one's dead letter.
+	subject := bus.EventSubject("running-1", bus.KindSandboxResult)
+	if err := b.PublishProto(ctx, subject, "result-1", bus.TypeSandboxExecuted, &novav1.CodeExecuted{ExecutionId: "running-1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		name string
+		id   string
+	}
+	got := make(chan seen, 16)
+	refuse := true
+	consume := func(name string) (stop func()) {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- b.Consume(cctx, bus.Consumer{Stream: bus.StreamEvents, Durable: name, Filters: []string{bus.EventFilter("result.>")}, MaxDeliver: 1},
+				func(_ context.Context, ev event.Event) error {
+					if refuse {
+						return bus.Permanent(errors.New("cannot apply this result"))
+					}
+					got <- seen{name, ev.ID()}
+					return nil
+				})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	stopOne, stopTwo := consume("c-one"), consume("c-two")
+	dlqStream, err := js.Stream(ctx, bus.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"c-one", "c-two"} {
+		for {
+			if _, err := dlqStream.GetLastMsgForSubject(ctx, bus.DeadLetterSubject(c)); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no dead letter of %s", c)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	stopOne()
+	stopTwo()
+	code, out, errOut = run("list", "--consumer", "c-one", "--json")
+	var one []deadLetterView
+	if code != exitOK || json.Unmarshal([]byte(out), &one) != nil || len(one) != 1 {
+		t.Fatalf("list --consumer c-one: exit %d, %s %s", code, out, errOut)
+	}
+	refuse = false
+	stopOne, stopTwo = consume("c-one"), consume("c-two")
+	defer stopOne()
+	defer stopTwo()
+	if code, out, errOut = run("replay", strconv.FormatUint(one[0].Seq, 10)); code != exitOK || !strings.Contains(out, "for consumer c-one") {
+		t.Fatalf("replay of c-one's dead letter: exit %d\n%s%s", code, out, errOut)
+	}
+	events, err := js.Stream(ctx, bus.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := events.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s.name != "c-one" || s.id != "result-1" {
+			t.Errorf("the replay reached %s (%s), want c-one", s.name, s.id)
+		}
+	case <-ctx.Done():
+		t.Fatal("c-one did not get the replayed event")
+	}
+	// c-two acknowledges it unread.
+	for {
+		c, err := js.Consumer(ctx, bus.StreamEvents, "c-two")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := c.Info(ctx); err == nil && info.AckFloor.Stream >= replayed.Sequence {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("c-two did not settle the replayed event")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case s := <-got:
+		t.Errorf("the replay reached %s too", s.name)
+	default:
+	}
 }

@@ -38,7 +38,7 @@ Usage:
   nova cache purge (KEY... | --all) [--data-dir DIR]
   nova dlq list [--consumer C] [--limit N] [--json] [--data-dir DIR]
   nova dlq show SEQ [--json] [--data-dir DIR]
-  nova dlq replay SEQ [--again] [--data-dir DIR]
+  nova dlq replay SEQ [--again] [--force] [--dry-run] [--data-dir DIR]
 
 nova chain export writes whole executions, one JSON line each, started in
 [--since, --until) (RFC 3339 times or dates); nova chain --from-file reads

@@ -138,6 +138,9 @@ func (g *Gateway) followEvents(ctx context.Context, cfg jetstream.OrderedConsume
 			if err != nil {
 				return // stopped
 			}
+			if m.Headers().Get(bus.ReplayForHeader) != "" {
+				continue // an event again, for the consumer that dead-lettered it
+			}
 			select {
 			case out <- m:
 			case <-ctx.Done():
