@@ -499,6 +499,9 @@ func (g *Gateway) bucket(ctx context.Context, name string) (jetstream.KeyValue, 
 type executionView struct {
 	Execution executionDoc         `json:"execution"`
 	Nodes     []chainstore.NodeDoc `json:"nodes"`
+	// ChainUnavailable says why nodes is empty when the audit store could
+	// not be read and the view is the engine's state.
+	ChainUnavailable string `json:"chain_unavailable,omitempty"`
 }
 
 type executionDoc struct {
@@ -541,13 +544,32 @@ func (g *Gateway) getExecution(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	default:
-		return g.unavailable(r, "the audit store cannot be read", err)
+		return g.fromEngine(w, r, id, "the audit store cannot be read", err)
 	}
 	nodes, err := g.store.Chain(ctx, id)
 	if err != nil {
-		return g.unavailable(r, "the chain of work cannot be read", err)
+		return g.fromEngine(w, r, id, "the chain of work cannot be read", err)
 	}
 	writeJSON(w, http.StatusOK, executionView{Execution: view, Nodes: nodes})
+	return nil
+}
+
+// fromEngine answers GET /v1/executions/{id} from the engine's state when
+// the audit store cannot be read (storeErr): the execution's status, path,
+// nodes and what it waits for, without the chain of work, which
+// chain_unavailable says. An execution the engine does not hold is a 503.
+func (g *Gateway) fromEngine(w http.ResponseWriter, r *http.Request, id, detail string, storeErr error) error {
+	st, err := g.liveState(r.Context(), id)
+	if err != nil || st == nil {
+		return g.unavailable(r, detail, storeErr)
+	}
+	view, err := fromState(st)
+	if err != nil {
+		return err
+	}
+	g.log.WarnContext(r.Context(), "execution read from the engine's state: the audit store cannot be read", "execution_id", id, "err", storeErr)
+	writeJSON(w, http.StatusOK, executionView{Execution: view, Nodes: []chainstore.NodeDoc{},
+		ChainUnavailable: detail + "; this is the graph engine's state of the execution, without its chain of work"})
 	return nil
 }
 

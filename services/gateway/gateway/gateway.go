@@ -237,7 +237,7 @@ func New(d Deps) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
 	}
 	g := &Gateway{
-		bus: d.Bus, store: d.Store, values: d.Values, keys: d.Keys, noAuth: d.NoAuth,
+		bus: d.Bus, store: guardStore(d.Store), values: d.Values, keys: d.Keys, noAuth: d.NoAuth,
 		log: d.Logger, limits: d.Limits, mux: http.NewServeMux(),
 		tracer: d.TracerProvider.Tracer(instrumentation), prop: propagation.TraceContext{}, duration: duration,
 		buckets: map[string]jetstream.KeyValue{}, corsOrigins: d.CORSOrigins,
@@ -503,8 +503,15 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 // the cause is logged, not shown.
 func (g *Gateway) unavailable(r *http.Request, detail string, err error) *Problem {
 	g.log.ErrorContext(r.Context(), "dependency failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	return newProblem(http.StatusServiceUnavailable, TypeUnavailable, detail)
+	if errors.Is(err, errStoreDown) {
+		detail += " (" + errStoreDown.Error() + ")"
+	}
+	return newProblem(http.StatusServiceUnavailable, TypeUnavailable, detail).with("Retry-After", retryAfterUnavailable)
 }
+
+// retryAfterUnavailable is the Retry-After of a 503: seconds until a
+// dependency that failed is worth asking again.
+const retryAfterUnavailable = "5"
 
 // authenticate checks the Bearer key and its scope (any one of scopes)
 // and returns the key's name. The key itself goes nowhere: not in a log, a
