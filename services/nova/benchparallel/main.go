@@ -57,6 +57,7 @@ type config struct {
 	phases       string
 	keep         bool
 	cpuProfile   string
+	resultBytes  int
 }
 
 func main() {
@@ -70,8 +71,9 @@ func main() {
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "items of the map at once")
 	fs.IntVar(&cfg.throughput, "throughput", 2000, "executions of the 3-node workflow")
 	fs.IntVar(&cfg.workers, "workers", 16, "programs the sandbox runs at once (NOVA_SANDBOX_WORKERS) for the fan-out and the map")
-	fs.StringVar(&cfg.phases, "phases", "fanout,map,spans,fastpath", "what to measure, in order")
+	fs.StringVar(&cfg.phases, "phases", "fanout,map,spans,fastpath", "what to measure, in order (and results: a map of -items items returning -result-bytes each beside small ones)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the data dirs and nova dev's logs")
+	fs.IntVar(&cfg.resultBytes, "result-bytes", 50000, "bytes each item of the results phase's map returns")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the spans phase (its stack runs in this process) to this file")
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -138,6 +140,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if err == nil && on("map") {
 		err = benchMap(d, cfg)
+	}
+	if err == nil && on("results") {
+		err = benchResults(d, cfg)
 	}
 	d.close()
 	if err != nil {

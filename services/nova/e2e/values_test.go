@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -212,10 +213,13 @@ edges:
 		}
 		return out
 	}
-	entry, err := kv.Get(e.ctx, exec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The engine publishes what a transition says before it stores the
+	// state: the state follows the node.waiting event a moment later.
+	var entry jetstream.KeyValueEntry
+	e.eventually(testTimeout/3, "the waiting execution's state stored", func() bool {
+		entry, err = kv.Get(e.ctx, exec.ID)
+		return err == nil
+	})
 	if len(entry.Value()) > len(list)/4 {
 		t.Errorf("the running state is %d bytes; the list it holds is %d and should be kept apart", len(entry.Value()), len(list))
 	}
