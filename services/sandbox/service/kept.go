@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -94,20 +96,40 @@ func (s *server) keptResult(ctx context.Context, cmd *novav1.ExecuteCode) (*nova
 	return &res, nil
 }
 
-// keep stores res before it is published. A failure is logged: the result
-// is still published, only a later delivery would run the program again.
-func (s *server) keep(ctx context.Context, cmd *novav1.ExecuteCode, res *novav1.CodeExecuted) {
+// keep stores res as it is published: the put goes out on the connection
+// before the result, so the server stores it first, and it is not waited
+// for (the result's own publish is); wait, called after the publish, logs
+// a put that failed. A replica that stops between sending both leaves the
+// result kept, or neither.
+func (s *server) keep(ctx context.Context, cmd *novav1.ExecuteCode, res *novav1.CodeExecuted) (wait func()) {
 	key := resultKey(cmd)
 	if s.results == nil || key == "" {
-		return
+		return func() {}
 	}
-	data, err := proto.Marshal(res)
-	if err == nil {
-		_, err = s.results.Put(ctx, key, data)
-	}
-	if err != nil {
+	failed := func(err error) {
 		s.Logger.WarnContext(ctx, "result not kept before its publish; a redelivery would run the program again",
 			"execution_id", cmd.ExecutionId, "step_id", cmd.StepId, "err", err)
+	}
+	data, err := proto.Marshal(res)
+	if err != nil {
+		failed(err)
+		return func() {}
+	}
+	ack, err := s.Bus.JetStream().PublishMsgAsync(&nats.Msg{Subject: "$KV." + BucketResults + "." + key, Data: data})
+	if err != nil {
+		failed(err)
+		return func() {}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			select {
+			case <-ack.Ok():
+			case err := <-ack.Err():
+				failed(err)
+			case <-ctx.Done():
+			}
+		})
 	}
 }
 

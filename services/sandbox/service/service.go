@@ -213,13 +213,16 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return err // a fault of this replica: redelivered, elsewhere if possible
 	}
-	s.keep(ctx, &cmd, res)
+	kept := s.keep(ctx, &cmd, res)
 	if afterKeep != nil {
+		kept()
 		afterKeep(ctx, &cmd)
 	}
 	// A publish that fails is not a reason to run the program again: the
 	// command's next delivery publishes the result kept above.
-	return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
+	err = s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
+	kept()
+	return err
 }
 
 // afterKeep, when set (by tests), runs between keeping a result and
