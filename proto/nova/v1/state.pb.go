@@ -892,7 +892,11 @@ type MapRun struct {
 	DoneEnd   []int32 `protobuf:"varint,11,rep,packed,name=done_end,json=doneEnd,proto3" json:"done_end,omitempty"`
 	Failed    int32   `protobuf:"varint,7,opt,name=failed,proto3" json:"failed,omitempty"`
 	// The sub-workflow executions its items started.
-	Children      []string `protobuf:"bytes,8,rep,name=children,proto3" json:"children,omitempty"`
+	Children []string `protobuf:"bytes,8,rep,name=children,proto3" json:"children,omitempty"`
+	// The bytes of the finished items' results so far (a result kept in
+	// the value store counts at its size there): the map fails once they
+	// pass the engine's NOVA_MAP_RESULTS_MAX_BYTES.
+	ResultBytes   int64 `protobuf:"varint,12,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -988,6 +992,13 @@ func (x *MapRun) GetChildren() []string {
 		return x.Children
 	}
 	return nil
+}
+
+func (x *MapRun) GetResultBytes() int64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
 }
 
 // ScheduleState is one schedule of a registered workflow, kept in the KV
@@ -1992,7 +2003,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vactivations\x18\x03 \x03(\v2\x17.nova.v1.JoinActivationR\vactivations\"Q\n" +
 	"\x0eJoinActivation\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12)\n" +
-	"\aarrived\x18\x02 \x03(\v2\x0f.nova.v1.BranchR\aarrived\"\xfe\x01\n" +
+	"\aarrived\x18\x02 \x03(\v2\x0f.nova.v1.BranchR\aarrived\"\xa1\x02\n" +
 	"\x06MapRun\x12\x14\n" +
 	"\x05visit\x18\x01 \x01(\x05R\x05visit\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x18\n" +
@@ -2004,7 +2015,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	" \x03(\x05R\tdoneIndex\x12\x19\n" +
 	"\bdone_end\x18\v \x03(\x05R\adoneEnd\x12\x16\n" +
 	"\x06failed\x18\a \x01(\x05R\x06failed\x12\x1a\n" +
-	"\bchildren\x18\b \x03(\tR\bchildrenJ\x04\b\x05\x10\x06J\x04\b\x06\x10\a\"\xf7\x01\n" +
+	"\bchildren\x18\b \x03(\tR\bchildren\x12!\n" +
+	"\fresult_bytes\x18\f \x01(\x03R\vresultBytesJ\x04\b\x05\x10\x06J\x04\b\x06\x10\a\"\xf7\x01\n" +
 	"\rScheduleState\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12-\n" +
 	"\bschedule\x18\x02 \x01(\v2\x11.nova.v1.ScheduleR\bschedule\x127\n" +

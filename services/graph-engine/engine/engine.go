@@ -73,6 +73,9 @@ type Config struct {
 	SandboxAttempts int
 	// MaxAttempts bounds code generation attempts of an AI node (default 3).
 	MaxAttempts int
+	// MapResultsMaxBytes bounds one map's items' results together (0: no
+	// bound).
+	MapResultsMaxBytes int64
 	// AnalysisTimeout bounds a run of analysis code (default 15s).
 	AnalysisTimeout time.Duration
 	// KeepEnded is how long an ended execution's state stays in
@@ -180,7 +183,8 @@ func (e *Engine) lock(id string) *sync.Mutex {
 // cache of map lists and its clock.
 func (e *Engine) newTransition(st *novav1.ExecutionState) *flow.Transition {
 	cfg := flow.Config{DefaultNodeTimeout: e.cfg.DefaultNodeTimeout, SandboxAttempts: e.cfg.SandboxAttempts, MaxAttempts: e.cfg.MaxAttempts,
-		AnalysisTimeout: e.cfg.AnalysisTimeout, Budget: e.cfg.Budget, Similarity: e.cfg.Semantic.Similarity, Items: e.items,
+		MapResultsMaxBytes: e.cfg.MapResultsMaxBytes,
+		AnalysisTimeout:    e.cfg.AnalysisTimeout, Budget: e.cfg.Budget, Similarity: e.cfg.Semantic.Similarity, Items: e.items,
 		Contexts: e.contexts}
 	return flow.New(st, cfg, e.now())
 }

@@ -30,6 +30,10 @@ type Settings struct {
 	AllowPrompt bool `env:"NOVA_ALLOW_PROMPT" default:"true"`
 	// MaxAttempts bounds the code generation attempts of an AI node.
 	MaxAttempts int `env:"NOVA_MAX_ATTEMPTS" default:"3"`
+	// MapResultsMaxBytes bounds the results of one map's items, together
+	// (a result in the value store counts at its size there); a map whose
+	// results pass it fails, naming it. 0: no bound.
+	MapResultsMaxBytes int64 `env:"NOVA_MAP_RESULTS_MAX_BYTES" default:"1073741824"`
 	// AnalysisTimeout bounds a run of an AI node's data analysis code.
 	AnalysisTimeout time.Duration `env:"NOVA_ANALYSIS_TIMEOUT" default:"15s"`
 	// CodeCacheTTL is how long a generated code is kept in the cache.
@@ -89,6 +93,7 @@ func (s Settings) Config(replicas int) (Config, error) {
 		Replicas:           replicas,
 		AllowPrompt:        s.AllowPrompt,
 		MaxAttempts:        s.MaxAttempts,
+		MapResultsMaxBytes: s.MapResultsMaxBytes,
 		AnalysisTimeout:    s.AnalysisTimeout,
 		KeepEnded:          keep,
 		CodeCacheTTL:       s.CodeCacheTTL,

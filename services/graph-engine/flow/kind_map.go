@@ -192,6 +192,12 @@ func (t *Transition) itemFailed(node *novav1.Node, msg string) {
 		t.Fail(fmt.Sprintf("node %q failed: %s", node.Id, msg))
 		return
 	}
+	t.failMap(owner, node, msg)
+}
+
+// failMap fails map node, run by line owner, and with it the execution (the
+// map's line fails it, so that its context is the execution's).
+func (t *Transition) failMap(owner *novav1.Branch, node *novav1.Node, msg string) {
 	t.on(owner, func() {
 		ns := t.nodeState(node.Id)
 		ns.Status, ns.Error = statusFailed, msg
@@ -209,6 +215,17 @@ func (t *Transition) itemDone(result []byte, failed bool) {
 		return
 	}
 	mr := owner.MapRun
+	size := int64(len(result))
+	if ref, ok := refjson.RawRef(result); ok {
+		size = ref.Size
+	}
+	mr.ResultBytes += size
+	if limit := t.cfg.MapResultsMaxBytes; limit > 0 && mr.ResultBytes > limit {
+		msg := fmt.Sprintf("the results of its items add up to more than %d bytes (NOVA_MAP_RESULTS_MAX_BYTES) after %d of %d items; "+
+			"return less from each item (a reference to data kept elsewhere), or map fewer items at once", limit, mr.Finished+1, mr.Total)
+		t.failMap(owner, t.graph.Node(owner.CurrentNode), msg)
+		return
+	}
 	// The result is kept in the map results bucket, not in the state, so
 	// that an item's event reads and writes as much at the 10,000th item
 	// as at the first (mapresults.go).

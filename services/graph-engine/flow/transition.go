@@ -59,6 +59,9 @@ type Config struct {
 	SandboxAttempts int
 	// MaxAttempts bounds code generation attempts of an AI node.
 	MaxAttempts int
+	// MapResultsMaxBytes bounds one map's items' results together (0: no
+	// bound).
+	MapResultsMaxBytes int64
 	// AnalysisTimeout bounds a run of analysis code.
 	AnalysisTimeout time.Duration
 	// Budget is the deployment's default budget: each limit a workflow

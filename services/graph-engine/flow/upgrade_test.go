@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,5 +214,50 @@ edges: [{from: start, to: each}, {from: each, to: done}]
 	}
 	if st.Status != statusSucceeded {
 		t.Fatalf("status %s: %s", st.Status, st.Error)
+	}
+}
+
+// A map whose items' results add up to more than MapResultsMaxBytes fails
+// at the item that passes it, naming the bound; the execution's context is
+// its own, and no item result past the bound is kept.
+func TestMapResultsBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.MapResultsMaxBytes = 1000
+	st, cmd := begin(t, cfg, `
+name: bounded
+nodes:
+  - {id: start, type: start}
+  - {id: each, type: map, items: xs, concurrency: 1, output: ys, code: 'context["result"] = "x" * 300'}
+  - {id: done, type: end}
+edges: [{from: start, to: each}, {from: each, to: done}]
+`, map[string]any{"xs": make([]int, 10)})
+	kept := keptResults{}
+	big := strings.Repeat("x", 300)
+	added := 0
+	for i := 0; st.Status == statusRunning; i++ {
+		if i == 10 {
+			t.Fatal("all ten items finished: the bound was not kept")
+		}
+		tr := New(st, cfg, time.Now())
+		kept.bind(tr)
+		if err := tr.OnStep(cmd.StepId, func() error { return tr.CodeExecuted(resultFor(cmd, map[string]any{"result": big})) }); err != nil {
+			t.Fatal(err)
+		}
+		tr.Settle()
+		kept.apply(tr)
+		added += len(tr.ResultsFx)
+		if st.Status == statusRunning {
+			cmd = lastCommand(t, tr)
+		}
+	}
+	// Each result is 302 bytes of JSON: the fourth passes 1000.
+	if st.Status != statusFailed || !strings.Contains(st.Error, `node "each" failed: the results of its items add up to more than 1000 bytes (NOVA_MAP_RESULTS_MAX_BYTES) after 4 of 10 items`) {
+		t.Fatalf("status %s: %s", st.Status, st.Error)
+	}
+	if got := jsonvalue.MustObject(st.Context); len(got) != 1 || got["xs"] == nil {
+		t.Errorf("the failed execution's context: %s; want its own (xs)", st.Context.GetRaw())
+	}
+	if added != 3 || len(kept) != 0 {
+		t.Errorf("%d item results kept, %d left; want the 3 within the bound, purged as the map failed", added, len(kept))
 	}
 }
