@@ -506,12 +506,22 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
     }
   };
 
-  // settle reads an ended execution again until the audit store has
-  // recorded every visit's end (it writes a little after the engine's events).
+  // settle reads an ended execution again (for up to 30 s) until the audit
+  // store has recorded its start (the definition, what it reruns) and every
+  // visit's end: it writes a little after the engine's events, and not
+  // always in their order.
   const settle = async () => {
-    for (let i = 0; i < 40 && !signal.aborted; i++) {
+    for (let i = 0; i < 120 && !signal.aborted; i++) {
       const doc = read?.execution;
-      if (doc && ended(doc.status) && doc.final_context && !read!.nodes.some((n) => n.status === "running") && (doc.status !== "cancelled" || doc.cancelled_by)) return;
+      if (
+        doc &&
+        ended(doc.status) &&
+        doc.final_context &&
+        doc.definition &&
+        !read!.nodes.some((n) => n.status === "running") &&
+        (doc.status !== "cancelled" || doc.cancelled_by)
+      )
+        return;
       await new Promise((r) => setTimeout(r, 250));
       await load();
     }
