@@ -176,6 +176,15 @@ func Unreachable(err error) bool {
 		errors.Is(err, mongo.ErrClientDisconnected)
 }
 
+// NoServer reports whether err says that no server of the store could be
+// reached (none to select, a connection refused or cut), as opposed to one
+// that answers slowly, whose error is a timeout: a reader can then tell an
+// outage from a busy store.
+func NoServer(err error) bool {
+	return err != nil && (errors.As(err, &topology.ServerSelectionError{}) || mongo.IsNetworkError(err) ||
+		errors.Is(err, mongo.ErrClientDisconnected))
+}
+
 // Ping checks that the database answers, for readiness probes.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx, nil); err != nil {

@@ -14,10 +14,11 @@ import (
 // A read of the audit store that does not answer would wait for the
 // MongoDB driver's server selection, 30 seconds, before its 503. The
 // gateway's reads go through guardedStore instead: a read still running
-// after storeSlowRead pings the store, and when the ping fails (in at most
-// storePingWait) the read ends with errStoreDown; for storeDownFor after a
-// failed ping, reads fail at once. A slow read of a store that answers
-// (a large listing) is left alone: its ping succeeds.
+// after storeSlowRead pings the store, and when the ping finds no server to
+// reach (in at most storePingWait) the read ends with errStoreDown; for
+// storeDownFor after such a ping, reads fail at once. A slow read of a
+// store that answers (a large listing, a busy machine) is left alone: its
+// ping reaches the server, however slowly it answers.
 const (
 	storeSlowRead = 300 * time.Millisecond
 	storePingWait = time.Second
@@ -57,7 +58,7 @@ func guarded[T any](s *guardedStore, ctx context.Context, read func(context.Cont
 	timer := time.AfterFunc(storeSlowRead, func() {
 		pctx, done := context.WithTimeout(ctx, storePingWait)
 		defer done()
-		if err := s.ping(pctx); err != nil && ctx.Err() == nil {
+		if err := s.ping(pctx); err != nil && chainstore.NoServer(err) && ctx.Err() == nil {
 			s.downAt.Store(time.Now().UnixNano())
 			cancel(fmt.Errorf("%w: %v", errStoreDown, err))
 		}
