@@ -8,13 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
-	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
-	"github.com/novaflow/nova/services/nova/stack"
 )
 
 // resultsDef is a map whose items each return size characters (0: a
@@ -126,25 +122,11 @@ func peakRSS(pid int) float64 {
 // benchResultSpans is the engine's time per item of the two maps, from its
 // spans, on a stack in this process.
 func benchResultSpans(ctx context.Context, cfg config) error {
-	dir, err := os.MkdirTemp("", "benchparallel-results-")
+	spans, _, c, stop, err := spanStack(ctx, cfg, "benchparallel-results")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	spans := tracetest.NewInMemoryExporter()
-	sb := stack.SandboxConfig(true)
-	sb.Workers = cfg.workers
-	s, err := stack.Start(ctx, stack.Options{DataDir: dir, SpanExporter: spans, Sandbox: sb})
-	if err != nil {
-		return fmt.Errorf("start stack: %w", err)
-	}
-	defer s.Close()
-	b, err := s.Connect(ctx, "benchparallel-results")
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	c := client.New(b, nil)
+	defer stop()
 	xs := make([]int, cfg.items)
 	for i := range xs {
 		xs[i] = i

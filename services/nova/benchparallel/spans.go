@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
 	"github.com/novaflow/nova/services/nova/stack"
@@ -24,25 +25,11 @@ const engineSpan = "graph-engine advance"
 // spans of the map's execution, summed, over the items; beside it the
 // spans of as many one-node executions, per execution.
 func benchEngineSpans(ctx context.Context, cfg config) error {
-	dir, err := os.MkdirTemp("", "benchparallel-spans-")
+	spans, b, c, stop, err := spanStack(ctx, cfg, "benchparallel-spans")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	spans := tracetest.NewInMemoryExporter()
-	sb := stack.SandboxConfig(true)
-	sb.Workers = cfg.workers
-	s, err := stack.Start(ctx, stack.Options{DataDir: dir, SpanExporter: spans, Sandbox: sb})
-	if err != nil {
-		return fmt.Errorf("start stack: %w", err)
-	}
-	defer s.Close()
-	b, err := s.Connect(ctx, "benchparallel-spans")
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	c := client.New(b, nil)
+	defer stop()
 	xs := make([]int, cfg.items)
 	for i := range xs {
 		xs[i] = i
@@ -128,4 +115,31 @@ func engineTime(spans *tracetest.InMemoryExporter, id string) (time.Duration, in
 		}
 	}
 	return total, n
+}
+
+// spanStack starts a stack in this process whose spans go to spans, and a
+// client of it named name; stop ends them.
+func spanStack(ctx context.Context, cfg config, name string) (spans *tracetest.InMemoryExporter, b *bus.Bus, c *client.Client, stop func(), err error) {
+	dir, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	spans = tracetest.NewInMemoryExporter()
+	sb := stack.SandboxConfig(true)
+	sb.Workers = cfg.workers
+	s, err := stack.Start(ctx, stack.Options{DataDir: dir, SpanExporter: spans, Sandbox: sb})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, nil, nil, fmt.Errorf("start stack: %w", err)
+	}
+	if b, err = s.Connect(ctx, name); err != nil {
+		s.Close()
+		os.RemoveAll(dir)
+		return nil, nil, nil, nil, err
+	}
+	return spans, b, client.New(b, nil), func() {
+		b.Close()
+		s.Close()
+		os.RemoveAll(dir)
+	}, nil
 }
