@@ -26,20 +26,27 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
+// dlqRig is a bus on an embedded server that NATS_URL names, and run, which
+// runs nova dlq with args and returns its exit code, stdout and stderr.
+func dlqRig(t *testing.T, name string) (context.Context, *bus.Bus, func(args ...string) (int, string, string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	b := devstacktest.Bus(ctx, t, name)
+	t.Setenv("NATS_URL", b.Conn().ConnectedUrl())
+	return ctx, b, func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := cmdDLQ(ctx, args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+}
+
 // TestDLQ lists, shows and replays real dead letters of a sandbox that
 // refuses every command: a small one, a 900 KiB one whose whole message is
 // kept beside its dead letter, and a 900 KiB one whose whole message could
 // not be kept and is gone from its work-queue stream.
 func TestDLQ(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	b := devstacktest.Bus(ctx, t, "dlq-test")
-	t.Setenv("NATS_URL", b.Conn().ConnectedUrl())
-	run := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := cmdDLQ(ctx, args, &out, &errOut)
-		return code, out.String(), errOut.String()
-	}
+	ctx, b, run := dlqRig(t, "dlq-test")
 	js := b.JetStream()
 	dlqStream, err := js.Stream(ctx, bus.StreamDeadLetters)
 	if err != nil {
@@ -404,15 +411,7 @@ func withoutMsgID(h nats.Header) nats.Header {
 // says what would go where and sends nothing; a replayed event reaches the
 // consumer that dead-lettered it, not the other consumers of its subject.
 func TestDLQReplayHarmless(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	b := devstacktest.Bus(ctx, t, "dlq-replay-test")
-	t.Setenv("NATS_URL", b.Conn().ConnectedUrl())
-	run := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := cmdDLQ(ctx, args, &out, &errOut)
-		return code, out.String(), errOut.String()
-	}
+	ctx, b, run := dlqRig(t, "dlq-replay-test")
 	js := b.JetStream()
 	states, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.BucketExecutions})
 	if err != nil {

@@ -69,17 +69,24 @@ func budgetDef(t *testing.T, name, budget, prompt string) *novav1.WorkflowDefini
 // rejectionsByLimit reads nova_llm_budget_rejections_total by limit.
 func rejectionsByLimit(t *testing.T, e *env) map[string]float64 {
 	t.Helper()
+	return counterBy(t, e, "nova_llm_budget_rejections_total", "limit")
+}
+
+// counterBy reads the counter name of the stack's metrics, summed by the
+// value of its label by.
+func counterBy(t *testing.T, e *env, name, by string) map[string]float64 {
+	t.Helper()
 	families, err := e.s.Metrics().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "nova_llm_budget_rejections_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			out[label(m, "limit")] += m.GetCounter().GetValue()
+			out[label(m, by)] += m.GetCounter().GetValue()
 		}
 	}
 	return out

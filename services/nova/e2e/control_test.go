@@ -170,7 +170,7 @@ func TestWaitForSignal(t *testing.T) {
 	e.eventually(10*time.Second, "the engine acknowledges the forged result", func() bool {
 		return e.consumerInfo(bus.StreamEvents, bus.ConsumerEngineResults).AckFloor.Stream >= sent.Sequence
 	})
-	if n := droppedResults(t, e)["not_pending"]; n != 1 {
+	if n := counterBy(t, e, "nova_engine_results_dropped_total", "reason")["not_pending"]; n != 1 {
 		t.Errorf("nova_engine_results_dropped_total{reason=not_pending} = %v, want 1", n)
 	}
 	mustContain(t, "the engine's log", e.logs.String(), "result dropped", forged.StepId)
@@ -462,22 +462,4 @@ edges:
 		}
 		e.eventually(5*time.Second, "the wait's timeout schedule is removed", func() bool { return len(e.timersOf(exec.ID)) == 0 })
 	})
-}
-
-// droppedResults reads nova_engine_results_dropped_total by reason.
-func droppedResults(t *testing.T, e *env) map[string]float64 {
-	t.Helper()
-	families, err := e.s.Metrics().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() == "nova_engine_results_dropped_total" {
-			for _, m := range f.GetMetric() {
-				out[label(m, "reason")] += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out
 }

@@ -183,7 +183,7 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 				"execution_id", cmd.ExecutionId, "step_id", cmd.StepId, "deliveries", bus.Delivered(ctx))
 			span.SetAttributes(attribute.Bool("result.kept", true))
 			span.End()
-			return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, kept, map[string]string{"executionid": cmd.ExecutionId})
+			return s.publish(ctx, subject, &cmd, kept)
 		}
 	}
 	start := time.Now()
@@ -220,9 +220,16 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	}
 	// A publish that fails is not a reason to run the program again: the
 	// command's next delivery publishes the result kept above.
-	err = s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
+	err = s.publish(ctx, subject, &cmd, res)
 	kept()
 	return err
+}
+
+// publish sends res, the result of cmd, on subject; its event id is the
+// step's, so a result published twice within the stream's duplicate
+// window is stored once.
+func (s *server) publish(ctx context.Context, subject string, cmd *novav1.ExecuteCode, res *novav1.CodeExecuted) error {
+	return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
 }
 
 // afterKeep, when set (by tests), runs between keeping a result and
