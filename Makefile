@@ -86,7 +86,7 @@ help:
 	@echo 'make bench-console  the console: first paint of the executions list and the workflows page with 100 and 10000 executions stored, in headless Chromium, beside the gateway of BENCH_CONSOLE_BASELINE (BENCH_CONSOLE_FLAGS="-runs 3")'
 	@echo 'make bench-store  audit store on the embedded FerretDB: write time and CPU per execution and reads of one execution after 500 to 20000 executions, beside FerretDB as shipped (BENCH_STORE_FLAGS=...)'
 	@echo 'make bench-export  nova chain export of 1000 and 100000 executions from the embedded FerretDB: executions/s, peak Go heap and peak RSS growth side by side (BENCH_EXPORT_FLAGS="-executions 20000")'
-	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight, and the server firing the ticks of a schedule; prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
+	@echo 'make chaos   kill each part of NOVA (whole nova dev, sandbox, engine, audit, one NATS server of 3) with SIGKILL under 300 workflows at 50 in flight, and the server firing the ticks of a schedule (and `nova dev` 1.5 s after a tick, per catchup); prints correct/lost/duplicated/redelivered and p50/p99 per case (CHAOS_FLAGS="-workflows 100")'
 	@echo 'make deps-images  install $(IMAGE_DEB_PACKAGES) (only for the image targets), and the settings podman needs here'
 	@echo 'make base-images  local stand-ins of the base images the Dockerfiles name (debian:bookworm-slim, golang:1.26-bookworm, distroless static) where the registry cannot be reached'
 	@echo 'make images  build the nine images with podman (or Docker), tagged $(IMAGE_PREFIX)/<service>:$(IMAGE_TAG) as the chart names them'

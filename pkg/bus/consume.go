@@ -266,6 +266,7 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 	ctx = context.WithValue(ctx, subjectKey{}, msg.Subject())
 	ctx = context.WithValue(ctx, headerKey{}, msg.Headers())
 	ctx = context.WithValue(ctx, deliveredKey{}, md.NumDelivered)
+	ctx = context.WithValue(ctx, storedKey{}, md.Timestamp)
 	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
 }
 
@@ -280,6 +281,16 @@ type subjectKey struct{}
 type headerKey struct{}
 
 type deliveredKey struct{}
+
+type storedKey struct{}
+
+// Stored is when the stream stored the message a Handler handles (for a
+// message schedule's, when the server fired it), from its ctx; the zero
+// time outside one.
+func Stored(ctx context.Context) time.Time {
+	t, _ := ctx.Value(storedKey{}).(time.Time)
+	return t
+}
 
 // Delivered is how many times the event a Handler handles has been
 // delivered, this delivery included (1 the first time), from its ctx; 0

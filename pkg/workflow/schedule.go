@@ -229,11 +229,10 @@ func ValidateSchedule(s *novav1.Schedule) error {
 	return nil
 }
 
-// NextTicks are the next n times schedule s ticks after now, given the
-// last tick it started (nil: none yet): a cron schedule's in its time
-// zone, an every schedule's at its interval from its last tick. None while
-// it is paused.
-func NextTicks(s *novav1.Schedule, last *time.Time, now time.Time, n int) []time.Time {
+// NextTicks are the next n times schedule s ticks after now: a cron
+// schedule's in its time zone, an every schedule's on its grid from anchor
+// (see EveryTickAfter). None while it is paused.
+func NextTicks(s *novav1.Schedule, anchor, now time.Time, n int) []time.Time {
 	out := []time.Time{}
 	if s.GetPaused() {
 		return out
@@ -242,16 +241,10 @@ func NextTicks(s *novav1.Schedule, last *time.Time, now time.Time, n int) []time
 	if err != nil {
 		return out
 	}
-	if every := secondsDuration(s.GetEverySeconds()); s.GetCron() == "" && every > 0 {
+	if every := ScheduleEvery(s); s.GetCron() == "" && every > 0 {
 		t := now
-		if last != nil {
-			t = *last
-			if t.Before(now) {
-				t = t.Add(now.Sub(t) / every * every)
-			}
-		}
 		for range n {
-			t = t.Add(every)
+			t = EveryTickAfter(anchor, every, t)
 			out = append(out, t.UTC())
 		}
 		return out
@@ -264,6 +257,33 @@ func NextTicks(s *novav1.Schedule, last *time.Time, now time.Time, n int) []time
 		out = append(out, t)
 	}
 	return out
+}
+
+// ScheduleEvery is the interval of an every schedule (0 for a cron one).
+func ScheduleEvery(s *novav1.Schedule) time.Duration {
+	if s.GetCron() != "" {
+		return 0
+	}
+	return secondsDuration(s.GetEverySeconds())
+}
+
+// ScheduleAnchor is the time the ticks of the schedule st keeps are
+// counted from: when it was made, in whole seconds.
+func ScheduleAnchor(st *novav1.ScheduleState) time.Time {
+	return st.GetCreatedAt().AsTime().Truncate(time.Second)
+}
+
+// EveryTickAfter is the first tick after t of an every schedule: its ticks
+// fall on a grid, anchor + k·every for k ≥ 1, whatever restarted in
+// between, so the schedule keeps its phase.
+func EveryTickAfter(anchor time.Time, every time.Duration, t time.Time) time.Time {
+	if every <= 0 {
+		return time.Time{}
+	}
+	if t.Before(anchor) {
+		return anchor.Add(every)
+	}
+	return anchor.Add((t.Sub(anchor)/every + 1) * every)
 }
 
 // MaxScheduleID is the longest schedule id the schedules API and nova
@@ -320,7 +340,7 @@ func ViewSchedule(st *novav1.ScheduleState, now time.Time) ScheduleView {
 		t := ts.AsTime()
 		v.LastTick = &t
 	}
-	v.NextTicks = NextTicks(s, v.LastTick, now, NextTickCount)
+	v.NextTicks = NextTicks(s, ScheduleAnchor(st), now, NextTickCount)
 	if e := s.GetEverySeconds(); e > 0 {
 		v.Every, v.EverySeconds = secondsDuration(e).String(), e
 	}

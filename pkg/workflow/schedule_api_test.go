@@ -30,16 +30,23 @@ func TestParseScheduleAPI(t *testing.T) {
 func TestNextTicks(t *testing.T) {
 	now := time.Date(2026, 11, 28, 10, 2, 30, 0, time.UTC)
 	cron := &novav1.Schedule{Cron: "*/5 * * * *", Timezone: "Europe/Madrid"}
-	got := NextTicks(cron, nil, now, 2)
+	got := NextTicks(cron, time.Time{}, now, 2)
 	if len(got) != 2 || !got[0].Equal(now.Truncate(time.Minute).Add(3*time.Minute)) || got[1].Sub(got[0]) != 5*time.Minute {
 		t.Errorf("cron ticks %v", got)
 	}
-	last := now.Add(-2500 * time.Millisecond)
-	every := &novav1.Schedule{EverySeconds: 1}
-	if got := NextTicks(every, &last, now, 2); len(got) != 2 || !got[0].Equal(last.Add(3*time.Second)) {
-		t.Errorf("every ticks %v after %v", got, last)
+	// An every schedule ticks on its grid from its anchor, however long ago.
+	anchor := now.Add(-time.Hour - 2500*time.Millisecond)
+	every := &novav1.Schedule{EverySeconds: 3}
+	if got := NextTicks(every, anchor, now, 2); len(got) != 2 || !got[0].Equal(now.Add(500*time.Millisecond)) || got[1].Sub(got[0]) != 3*time.Second {
+		t.Errorf("every ticks %v from %v", got, anchor)
 	}
-	if got := NextTicks(&novav1.Schedule{EverySeconds: 1, Paused: true}, nil, now, 2); len(got) != 0 {
+	if got := EveryTickAfter(anchor, 3*time.Second, anchor.Add(6*time.Second)); !got.Equal(anchor.Add(9 * time.Second)) {
+		t.Errorf("the tick after a tick: %v", got)
+	}
+	if got := EveryTickAfter(anchor, 3*time.Second, anchor.Add(-time.Minute)); !got.Equal(anchor.Add(3 * time.Second)) {
+		t.Errorf("the first tick: %v", got)
+	}
+	if got := NextTicks(&novav1.Schedule{EverySeconds: 1, Paused: true}, time.Time{}, now, 2); len(got) != 0 {
 		t.Errorf("paused: %v", got)
 	}
 }

@@ -445,12 +445,18 @@ func (x *DeleteSchedule) GetScheduleId() string {
 }
 
 // ScheduleTick is what a schedule's message schedule publishes at each
-// tick, to nova.schedule.tick.<workflow>.<schedule id>.
+// tick, to nova.schedule.tick.<workflow>.<schedule id>. A cron schedule is
+// a repeating message schedule: its tick's time follows from the
+// Nats-Schedule-Next header the server sets. An every schedule is a chain
+// of one-time schedules on its interval's grid, each set when the tick
+// before it is handled: at is the tick's time, armed_at when it was set.
 // Type io.nova.schedule.tick.v1.
 type ScheduleTick struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workflow      string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	ScheduleId    string                 `protobuf:"bytes,2,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	ArmedAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=armed_at,json=armedAt,proto3" json:"armed_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -497,6 +503,20 @@ func (x *ScheduleTick) GetScheduleId() string {
 		return x.ScheduleId
 	}
 	return ""
+}
+
+func (x *ScheduleTick) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ScheduleTick) GetArmedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArmedAt
+	}
+	return nil
 }
 
 // SignalRejected says a signal was not taken, and why (nobody waits for
@@ -3195,11 +3215,13 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x0eDeleteSchedule\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
-	"scheduleId\"K\n" +
+	"scheduleId\"\xae\x01\n" +
 	"\fScheduleTick\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1f\n" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
-	"scheduleId\"\xac\x01\n" +
+	"scheduleId\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
+	"\barmed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aarmedAt\"\xac\x01\n" +
 	"\x0eSignalRejected\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x16\n" +
@@ -3560,54 +3582,56 @@ var file_nova_v1_events_proto_depIdxs = []int32{
 	15, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
 	29, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
 	31, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
-	30, // 7: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	30, // 8: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	30, // 9: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
-	30, // 10: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
-	32, // 11: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	33, // 12: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	21, // 13: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	28, // 14: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	15, // 15: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
-	29, // 16: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
-	28, // 17: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	29, // 18: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	30, // 19: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 20: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
-	30, // 21: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
-	15, // 22: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
-	29, // 23: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	19, // 24: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	30, // 25: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	30, // 26: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	15, // 27: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
-	29, // 28: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	29, // 29: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	33, // 30: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	29, // 31: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	29, // 32: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	30, // 33: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	29, // 34: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	29, // 35: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	33, // 36: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	30, // 37: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	30, // 38: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	33, // 39: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	30, // 40: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
-	24, // 41: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
-	29, // 42: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
-	30, // 43: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
-	33, // 44: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	33, // 45: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	34, // 46: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	30, // 47: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	27, // 48: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	30, // 49: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	30, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
+	30, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
+	30, // 9: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	30, // 10: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	30, // 11: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	30, // 12: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	32, // 13: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	33, // 14: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	21, // 15: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	28, // 16: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	15, // 17: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
+	29, // 18: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
+	28, // 19: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	29, // 20: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	30, // 21: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 22: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	30, // 23: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	15, // 24: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
+	29, // 25: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	19, // 26: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	30, // 27: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	30, // 28: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	15, // 29: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
+	29, // 30: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	29, // 31: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	33, // 32: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	29, // 33: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	29, // 34: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	30, // 35: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	29, // 36: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	29, // 37: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	33, // 38: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	30, // 39: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	30, // 40: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	33, // 41: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	30, // 42: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	24, // 43: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	29, // 44: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	30, // 45: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	33, // 46: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	33, // 47: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	34, // 48: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	30, // 49: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	27, // 50: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	30, // 51: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }

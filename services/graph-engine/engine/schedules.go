@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -21,18 +23,27 @@ import (
 )
 
 // Schedules start registered workflows on a cron expression or at an
-// interval. Each is kept in the KV bucket nova_schedules and is a
-// repeating JetStream message schedule on the timers stream, whose ticks
-// the engine consumes. A tick's execution id is derived from the schedule
-// and the tick, so a tick starts one execution however many engine
-// replicas take it, or however often it is delivered.
+// interval. Each is kept in the KV bucket nova_schedules and is a JetStream
+// message schedule on the timers stream, whose ticks the engine consumes. A
+// tick's execution id is derived from the schedule and the tick, so a tick
+// starts one execution however many engine replicas take it, or however
+// often it is delivered.
 //
-// The server fires a repeating schedule once when it is due and, after it
-// was down, skips to the next time in the future: the ticks missed while
-// everything was down are never delivered. The engine finds them from the
-// last tick it started (at each tick, and when it starts) and runs them as
-// the schedule's catchup says: none (skipped), latest (the last runs) or
-// all (each runs, at most maxCatchup).
+// A cron schedule is a repeating message schedule: the server fires it
+// when it is due and, after it was down, skips to the next time in the
+// future. An every schedule is a chain of one-time schedules on its grid
+// (anchor + k·every, see workflow.EveryTickAfter): each tick's handler
+// sets the next before it starts the tick's execution, so the schedule
+// keeps its phase whatever restarts; the server's own "@every" would start
+// counting again from its restart.
+//
+// A tick the server fired when it was due always runs, even when the
+// engine took it only after it started again and caught up past it. The
+// ticks missed while the server or the engine was down (those never fired,
+// and an every schedule's tick fired late because the server was down when
+// it fell due) run as the schedule's catchup says: none (skipped), latest
+// (the last runs) or all (each runs, at most maxCatchup). The engine looks
+// for them at each tick, from the last tick it started, and when it starts.
 
 // maxCatchup bounds the missed ticks a schedule with catchup all runs at
 // once (the latest ones).
@@ -122,18 +133,21 @@ func (e *Engine) applySchedule(ctx context.Context, wf string, s *novav1.Schedul
 	if s.Paused {
 		return e.bus.CancelSchedule(ctx, subject)
 	}
-	tick, err := e.bus.ProtoEvent(fmt.Sprintf("schedule/%s/%s/%d", wf, s.Id, time.Now().UnixNano()), bus.TypeScheduleTick,
-		&novav1.ScheduleTick{Workflow: wf, ScheduleId: s.Id}, nil)
-	if err != nil {
-		return bus.Permanent(err)
+	if every := workflow.ScheduleEvery(s); every > 0 {
+		// The first tick after now on the schedule's grid; it replaces
+		// whatever the subject held.
+		err = e.armEvery(ctx, wf, s, workflow.ScheduleAnchor(st), e.now(), -1)
+	} else {
+		var tick event.Event
+		tick, err = e.bus.ProtoEvent(fmt.Sprintf("schedule/%s/%s/%d", wf, s.Id, time.Now().UnixNano()), bus.TypeScheduleTick,
+			&novav1.ScheduleTick{Workflow: wf, ScheduleId: s.Id}, nil)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		// A roll-up: the schedule replaces the one before on its subject.
+		err = e.bus.PublishAll(ctx, []bus.Outgoing{{Subject: subject, Event: tick,
+			Headers: bus.ScheduleRepeat(workflow.NATSCron(s), s.Timezone, bus.ScheduleTickSubject(wf, s.Id))}})
 	}
-	tz := s.Timezone
-	if s.Cron == "" {
-		tz = ""
-	}
-	// A roll-up: the schedule replaces the one before on its subject.
-	err = e.bus.PublishAll(ctx, []bus.Outgoing{{Subject: subject, Event: tick,
-		Headers: bus.ScheduleRepeat(workflow.NATSCron(s), tz, bus.ScheduleTickSubject(wf, s.Id))}})
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", key, err)
 	}
@@ -214,23 +228,172 @@ func (e *Engine) handleTick(ctx context.Context, ev event.Event) error {
 	if err := bus.Decode(ev, &tick); err != nil {
 		return err
 	}
+	if tick.At != nil {
+		return e.everyTick(ctx, &tick)
+	}
 	next, err := time.Parse(time.RFC3339Nano, bus.Header(ctx, jetstream.ScheduleNextHeader))
 	if err != nil {
 		return bus.Permanent(fmt.Errorf("tick of schedule %s of %s: no time of the next tick (%s): %v", tick.ScheduleId, tick.Workflow,
 			jetstream.ScheduleNextHeader, err))
 	}
 	return e.tick(ctx, tick.Workflow, tick.ScheduleId, func(st *novav1.ScheduleState, sched cron.Schedule) (time.Time, bool) {
-		return prevTick(st.Schedule, sched, next), true
+		if every := workflow.ScheduleEvery(st.Schedule); every > 0 {
+			// A repeating "@every" an earlier version set (the engine's
+			// start replaces it with the chain): the grid's tick nearest
+			// to the one it stands for.
+			return workflow.EveryTickAfter(workflow.ScheduleAnchor(st), every, next.Add(-every-every/2)), true
+		}
+		return prevTick(sched, next), true
 	})
 }
 
+// everyTick handles the tick of an every schedule: it sets the next tick
+// on the schedule's grid, then starts this one's execution. A tick the
+// server fired later than lateGrace after it fell due (it was down then)
+// is a missed one: the ticks missed up to now run as catchup says.
+func (e *Engine) everyTick(ctx context.Context, tick *novav1.ScheduleTick) error {
+	wf, id, at := tick.Workflow, tick.ScheduleId, tick.At.AsTime()
+	st, err := e.readSchedule(ctx, wf, id)
+	if err != nil || st == nil || st.Schedule.GetPaused() {
+		return err
+	}
+	every := workflow.ScheduleEvery(st.Schedule)
+	if every == 0 {
+		e.log.InfoContext(ctx, "tick of an every schedule that is now a cron one", "workflow", wf, "schedule", id, "tick", at)
+		return nil
+	}
+	due := at
+	if armed := tick.ArmedAt.AsTime(); armed.After(due) {
+		due = armed // set late (an engine behind): due when it was set
+	}
+	late := bus.Stored(ctx).Sub(due) > lateGrace(every)
+	// The next tick: the first after this one, the last started and now
+	// (an engine more than an interval behind counts the ticks between as
+	// missed). Only while the subject holds no other schedule: one set
+	// since (a change, a resume) is newer.
+	after := maxTime(at, st.GetLastTick().AsTime(), e.now())
+	if err := e.armEvery(ctx, wf, st.Schedule, workflow.ScheduleAnchor(st), after, 0); err != nil {
+		return err
+	}
+	// A pause or removal that came while the next was set removes it.
+	if now, err := e.readSchedule(ctx, wf, id); err != nil {
+		return err
+	} else if now == nil || now.Schedule.GetPaused() {
+		if err := e.bus.CancelSchedule(ctx, bus.ScheduleSubject(wf, id)); err != nil {
+			return err
+		}
+		if now == nil {
+			return nil
+		}
+	}
+	return e.tick(ctx, wf, id, func(*novav1.ScheduleState, cron.Schedule) (time.Time, bool) {
+		if late {
+			return e.now(), false
+		}
+		return at, true
+	})
+}
+
+// lateGrace is how long after it fell due an every schedule's tick may be
+// fired and still count as fired when due: half its interval, at least 2 s
+// (a busy server) and at most a minute.
+func lateGrace(every time.Duration) time.Duration {
+	return min(max(every/2, 2*time.Second), time.Minute)
+}
+
+func maxTime(t time.Time, ts ...time.Time) time.Time {
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// armEvery sets the one-time message schedule of every schedule s's next
+// tick: the first on its grid from anchor after `after`. With expect -1 it
+// replaces whatever the schedule's subject holds; else only if the
+// subject's last message is that sequence (0: none), and a schedule set
+// there since is left as it is.
+func (e *Engine) armEvery(ctx context.Context, wf string, s *novav1.Schedule, anchor, after time.Time, expect int64) error {
+	at := workflow.EveryTickAfter(anchor, workflow.ScheduleEvery(s), after)
+	tick, err := e.bus.ProtoEvent(fmt.Sprintf("schedule/%s/%s/%d", wf, s.Id, time.Now().UnixNano()), bus.TypeScheduleTick,
+		&novav1.ScheduleTick{Workflow: wf, ScheduleId: s.Id, At: timestamppb.New(at), ArmedAt: timestamppb.New(e.now())}, nil)
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	h := bus.ScheduleAt(at, bus.ScheduleTickSubject(wf, s.Id))
+	if expect < 0 {
+		h[jetstream.MsgRollup] = jetstream.MsgRollupSubject
+	} else {
+		h[jetstream.ExpectedLastSubjSeqHeader] = strconv.FormatInt(expect, 10)
+	}
+	err = e.bus.PublishAll(ctx, []bus.Outgoing{{Subject: bus.ScheduleSubject(wf, s.Id), Event: tick, Headers: h}})
+	if expect >= 0 && bus.LostRace(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("set the next tick of schedule %s of %s: %w", s.Id, wf, err)
+	}
+	return nil
+}
+
+// keepArmed makes sure the every schedule st has its next tick set: a
+// subject that holds nothing (the chain broke: a tick dead-lettered) or the
+// repeating "@every" of an earlier version gets the chain's next tick.
+func (e *Engine) keepArmed(ctx context.Context, st *novav1.ScheduleState) error {
+	s := st.Schedule
+	if s.GetPaused() || workflow.ScheduleEvery(s) == 0 {
+		return nil
+	}
+	timers, err := e.bus.JetStream().Stream(ctx, bus.StreamTimers)
+	if err != nil {
+		return err
+	}
+	var expect int64
+	msg, err := timers.GetLastMsgForSubject(ctx, bus.ScheduleSubject(st.Workflow, s.Id))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return err
+	case strings.HasPrefix(msg.Header.Get(jetstream.ScheduleHeader), "@every "):
+		expect = int64(msg.Sequence)
+	default:
+		return nil // armed
+	}
+	after := maxTime(st.GetLastTick().AsTime(), e.now())
+	return e.armEvery(ctx, st.Workflow, s, workflow.ScheduleAnchor(st), after, expect)
+}
+
+// readSchedule is the state of schedule wf.id; nil when it is gone.
+func (e *Engine) readSchedule(ctx context.Context, wf, id string) (*novav1.ScheduleState, error) {
+	key := bus.ScheduleKey(wf, id)
+	entry, err := e.schedules.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		e.log.InfoContext(ctx, "tick of a schedule that is gone", "workflow", wf, "schedule", id)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read schedule %s: %w", key, err)
+	}
+	var st novav1.ScheduleState
+	if err := proto.Unmarshal(entry.Value(), &st); err != nil {
+		return nil, bus.Permanent(fmt.Errorf("schedule %s unreadable: %w", key, err))
+	}
+	return &st, nil
+}
+
 // catchUpSchedules runs, once the engine starts, the ticks missed while
-// NOVA was down that each schedule's catchup asks for.
+// NOVA was down that each schedule's catchup asks for, and sets the next
+// tick of an every schedule whose chain is not set.
 func (e *Engine) catchUpSchedules(ctx context.Context) {
 	for _, st := range e.listSchedules(ctx, "") {
 		err := e.tick(ctx, st.Workflow, st.Schedule.GetId(), func(st *novav1.ScheduleState, sched cron.Schedule) (time.Time, bool) {
 			return e.now(), false
 		})
+		if err == nil {
+			err = e.keepArmed(ctx, st)
+		}
 		if err != nil && ctx.Err() == nil {
 			e.log.WarnContext(ctx, "schedule catch-up failed", "workflow", st.Workflow, "schedule", st.Schedule.GetId(), "err", err)
 		}
@@ -267,9 +430,15 @@ func (e *Engine) tick(ctx context.Context, wf, id string, at func(*novav1.Schedu
 		t, fired := at(&st, sched)
 		last := st.LastTick.AsTime()
 		if !t.After(last) {
-			return nil // decided already (a redelivery, a tick delivered late)
+			if fired {
+				// Fired when due and taken after the catch-up moved past
+				// it (the engine stopped before it took it): it runs, once
+				// by its execution id.
+				return e.startTick(ctx, wf, st.Schedule, t)
+			}
+			return nil // decided already
 		}
-		missed := ticksBetween(st.Schedule, sched, last, t)
+		missed := ticksBetween(&st, sched, last, t)
 		var run []time.Time
 		switch st.Schedule.GetCatchup() {
 		case workflow.CatchupAll:
@@ -332,21 +501,20 @@ func (e *Engine) startTick(ctx context.Context, wf string, s *novav1.Schedule, t
 		ScheduledAt: timestamppb.New(t)}, "start-"+id)
 }
 
-// ticksBetween are schedule s's ticks after from and before to (at most
-// maxCatchup, the latest). An every schedule's ticks are counted in whole
-// intervals from `from`, rounded: the server's ticks of it are not on a
-// fixed grid.
-func ticksBetween(s *novav1.Schedule, sched cron.Schedule, from, to time.Time) []time.Time {
+// ticksBetween are the ticks of the schedule st keeps after from and
+// before to (at most maxCatchup, the latest): a cron schedule's, or an
+// every schedule's on its grid.
+func ticksBetween(st *novav1.ScheduleState, sched cron.Schedule, from, to time.Time) []time.Time {
 	var out []time.Time
-	if s.GetCron() == "" {
-		every := time.Duration(s.GetEverySeconds() * float64(time.Second))
-		n := int((to.Sub(from) + every/2) / every) // whole intervals, rounded
-		for i := max(1, n-maxCatchup); i < n; i++ {
-			out = append(out, from.Add(time.Duration(i)*every))
+	next := sched.Next
+	if every := workflow.ScheduleEvery(st.Schedule); every > 0 {
+		anchor := workflow.ScheduleAnchor(st)
+		if n := to.Sub(from) / every; n > maxCatchup+1 {
+			from = to.Add(-(maxCatchup + 1) * every) // the latest only
 		}
-		return out
+		next = func(t time.Time) time.Time { return workflow.EveryTickAfter(anchor, every, t) }
 	}
-	for t := sched.Next(from); !t.IsZero() && t.Before(to); t = sched.Next(t) {
+	for t := next(from); !t.IsZero() && t.Before(to); t = next(t) {
 		out = append(out, t)
 		if len(out) > maxCatchup {
 			out = out[1:]
@@ -355,12 +523,9 @@ func ticksBetween(s *novav1.Schedule, sched cron.Schedule, from, to time.Time) [
 	return out
 }
 
-// prevTick is the tick before next: what a tick the server fired with
-// Nats-Schedule-Next = next stands for.
-func prevTick(s *novav1.Schedule, sched cron.Schedule, next time.Time) time.Time {
-	if s.GetCron() == "" {
-		return next.Add(-time.Duration(s.GetEverySeconds() * float64(time.Second)))
-	}
+// prevTick is the tick of a cron schedule before next: what a tick the
+// server fired with Nats-Schedule-Next = next stands for.
+func prevTick(sched cron.Schedule, next time.Time) time.Time {
 	for window := time.Minute; window < 5*366*24*time.Hour; window *= 2 {
 		t := sched.Next(next.Add(-window))
 		if t.IsZero() || !t.Before(next) {

@@ -18,6 +18,14 @@
 //	         fires the ticks, is killed and started again: each tick must
 //	         start exactly one execution (correct counts the ticks, lost
 //	         those without one, duplicated those with more)
+//	schedule-all, schedule-latest, schedule-none
+//	         `nova dev` (its server fires the ticks) is killed 1.5 s after
+//	         a tick of a schedule every 2 s with that catchup fell due, and
+//	         started again 5 s later: the tick due before the kill and every
+//	         tick after the restart start exactly one execution, those due
+//	         while it was down run as the catchup says, and every tick is
+//	         on the schedule's grid (wrong counts ticks run against the
+//	         catchup or off the grid)
 //
 // `make chaos` builds the binaries and runs it; see -h for the knobs.
 package main
@@ -79,7 +87,7 @@ edges:
 // Audit documents of one execution of chaosWorkflow.
 var wantDocs = map[string]int64{"executions": 1, "chain_of_work": 5, "chain_of_work_steps": 3}
 
-var allCases = []string{"whole", "sandbox", "engine", "audit", "nats", "schedule"}
+var allCases = []string{"whole", "sandbox", "engine", "audit", "nats", "schedule", "schedule-all", "schedule-latest", "schedule-none"}
 
 type config struct {
 	bin       string
@@ -147,8 +155,12 @@ func main() {
 	failed := false
 	for _, name := range cases {
 		var r report
-		if name == "schedule" {
-			r = runScheduleCase(ctx, cfg)
+		if strings.HasPrefix(name, "schedule") {
+			if catchup, ok := strings.CutPrefix(name, "schedule-"); ok {
+				r = runScheduleKillCase(ctx, cfg, catchup)
+			} else {
+				r = runScheduleCase(ctx, cfg)
+			}
 			if r.err != nil || r.wrong > 0 || r.lost > 0 || r.dupDocs > 0 {
 				failed = true
 			}
@@ -159,7 +171,7 @@ func main() {
 			}
 		}
 		reports = append(reports, r)
-		fmt.Printf("%-8s %s\n", name, r.line())
+		fmt.Printf("%-15s %s\n", name, r.line())
 		if ctx.Err() != nil {
 			break
 		}
@@ -241,21 +253,14 @@ type system struct {
 
 func runCase(ctx context.Context, cfg config, name string) report {
 	r := report{name: name}
-	dir := filepath.Join(cfg.workDir, name)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// Starting, loading and killing within caseLimit plus a minute, then
+	// checking within five more minutes.
+	ctx, sys, done, err := startCase(ctx, cfg, name, cfg.caseLimit+6*time.Minute)
+	if err != nil {
 		r.err = err
 		return r
 	}
-	// Starting, loading and killing within caseLimit plus a minute, then
-	// checking within five more minutes.
-	ctx, cancel := context.WithTimeout(ctx, cfg.caseLimit+6*time.Minute)
-	defer cancel()
-	sys, err := startSystem(ctx, cfg, name, dir)
-	if err != nil {
-		r.err = fmt.Errorf("start: %w", err)
-		return r
-	}
-	defer sys.close()
+	defer done()
 	b, err := connectWhenReady(ctx, sys)
 	if err != nil {
 		r.err = err
@@ -463,9 +468,25 @@ func parseAckSubject(subject string) (stream, consumer string, delivered int, se
 	return t[i], t[i+1], d, t[i+3], true
 }
 
+// startCase starts the system of case name on a directory of its own under
+// the work dir, within limit; done stops it.
+func startCase(ctx context.Context, cfg config, name string, limit time.Duration) (context.Context, *system, func(), error) {
+	dir := filepath.Join(cfg.workDir, name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return ctx, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	sys, err := startSystem(ctx, cfg, name, dir)
+	if err != nil {
+		cancel()
+		return ctx, nil, nil, fmt.Errorf("start: %w", err)
+	}
+	return ctx, sys, func() { sys.close(); cancel() }, nil
+}
+
 func startSystem(ctx context.Context, cfg config, name, dir string) (*system, error) {
 	switch name {
-	case "whole":
+	case "whole", "schedule-all", "schedule-latest", "schedule-none":
 		return startWhole(ctx, cfg, dir)
 	case "nats", "schedule":
 		return startServices(ctx, cfg, dir, name, 3)
@@ -754,19 +775,12 @@ edges: [{from: start, to: double}, {from: double, to: done}]
 // failed, lost the ticks without one, dupDocs the ticks with more.
 func runScheduleCase(ctx context.Context, cfg config) report {
 	r := report{name: "schedule"}
-	dir := filepath.Join(cfg.workDir, r.name)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	ctx, sys, done, err := startCase(ctx, cfg, r.name, cfg.caseLimit+time.Minute)
+	if err != nil {
 		r.err = err
 		return r
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.caseLimit+time.Minute)
-	defer cancel()
-	sys, err := startSystem(ctx, cfg, r.name, dir)
-	if err != nil {
-		r.err = fmt.Errorf("start: %w", err)
-		return r
-	}
-	defer sys.close()
+	defer done()
 	b, err := connectWhenReady(ctx, sys)
 	if err != nil {
 		r.err = err
@@ -852,3 +866,63 @@ func runScheduleCase(ctx context.Context, cfg config) report {
 	r.total = int(last - first + 1)
 	return r
 }
+
+// runScheduleKillCase runs case schedule-<catchup>: a workflow scheduled
+// every 2 s with that catchup, `nova dev` killed 1.5 s after a tick fell
+// due and back 5 s later (loadgen.ScheduleKill). Correct counts the ticks
+// that ran, or were skipped, as the catchup says, wrong those run against it or off the
+// schedule's grid, lost those it runs that did not, duplicated those run
+// twice.
+func runScheduleKillCase(ctx context.Context, cfg config, catchup string) report {
+	r := report{name: "schedule-" + catchup}
+	ctx, sys, done, err := startCase(ctx, cfg, r.name, cfg.caseLimit+time.Minute)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer done()
+	def, err := workflow.Parse([]byte(fmt.Sprintf(scheduleKillWorkflow, catchup)))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	start := time.Now()
+	res, err := loadgen.ScheduleKill{URL: sys.natsURL, Def: def, Kill: sys.target.kill,
+		Restart: func() error { return sys.target.restart(ctx) }, Down: 5 * time.Second}.Run(ctx)
+	r.elapsed = time.Since(start)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	c := res.Checks["every-2s"]
+	k := res.Around
+	r.total = c.Ticks
+	r.correct = c.Ticks - len(c.Lost) - len(c.Twice) - len(c.Extra) // ran, or skipped, as the catchup says
+	r.wrong = len(c.Extra) + len(c.OffGrid) + len(res.Failed)
+	r.lost = len(c.Lost)
+	r.dupDocs = int64(len(c.Twice))
+	r.fault = fmt.Sprintf("SIGKILL %s %s after a tick fell due, back after %s, taking ticks %s later; catchup %s: %d of %d ticks ran",
+		sys.target.describe(), k.Killed.Sub(res.Due).Round(100*time.Millisecond), k.Restarted.Sub(k.Killed).Round(100*time.Millisecond),
+		k.Ready.Sub(k.Restarted).Round(100*time.Millisecond), catchup, c.Ran, c.Ticks)
+	for _, f := range res.Failed {
+		fmt.Fprintf(os.Stderr, "%s: execution %s\n", r.name, f)
+	}
+	for what, ts := range map[string][]time.Time{"lost": c.Lost, "run twice": c.Twice, "run against the catchup": c.Extra, "off the grid": c.OffGrid} {
+		for _, t := range ts {
+			fmt.Fprintf(os.Stderr, "%s: tick %s %s\n", r.name, t.Format(time.TimeOnly), what)
+		}
+	}
+	return r
+}
+
+// The workflow of the schedule-<catchup> cases (%s: the catchup).
+const scheduleKillWorkflow = `
+name: chaos-schedule-kill
+schedules:
+  - {id: every-2s, every: 2s, catchup: %s, context: {n: 1}}
+nodes:
+  - {id: start, type: start}
+  - {id: double, type: action, code: 'context["a"] = context["n"] * 2'}
+  - {id: done, type: end}
+edges: [{from: start, to: double}, {from: double, to: done}]
+`

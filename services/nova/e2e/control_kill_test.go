@@ -97,15 +97,12 @@ edges: [{from: start, to: timer}, {from: timer, to: done}]
 	return out
 }
 
-func TestTimersSurviveKill9(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds nova and kills `nova dev`")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
+// startNovaDev builds nova and starts `nova dev` (no gateway) on a data
+// dir of the test's, stopped when the test ends; url is its NATS server's.
+func startNovaDev(t *testing.T) (proc *loadgen.Proc, url string) {
+	t.Helper()
 	bin := buildNova(t)
-	dir := t.TempDir()
-	proc, natsPort, _, err := loadgen.NovaDev(filepath.Dir(bin), dir)
+	proc, natsPort, _, err := loadgen.NovaDev(filepath.Dir(bin), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +110,16 @@ func TestTimersSurviveKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proc.Stop)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	return proc, fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+}
+
+func TestTimersSurviveKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds nova and kills `nova dev`")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	proc, url := startNovaDev(t)
 	b, err := loadgen.Connect(ctx, url, "kill-test")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, proc.Describe())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -118,16 +117,7 @@ nodes:
 edges: [{from: start, to: each}, {from: each, to: end}]
 `, host))
 
-	bin := buildNova(t)
-	proc, natsPort, _, err := loadgen.NovaDev(filepath.Dir(bin), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proc.Stop)
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	proc, natsURL := startNovaDev(t)
 	b, err := loadgen.Connect(ctx, natsURL, "kill-shapes")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, proc.Describe())

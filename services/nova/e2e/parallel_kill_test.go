@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -140,16 +139,7 @@ edges: [{from: start, to: each}, {from: each, to: done}]
 	}
 	fanDef := parse(t, fan.String())
 
-	bin := buildNova(t)
-	proc, natsPort, _, err := loadgen.NovaDev(filepath.Dir(bin), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proc.Stop)
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	proc, natsURL := startNovaDev(t)
 	b, err := loadgen.Connect(ctx, natsURL, "kill-branches")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, proc.Describe())

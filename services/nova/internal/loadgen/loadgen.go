@@ -240,6 +240,30 @@ func WaitServices(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
+// WaitPulling waits until a consumer has a pull request waiting: the
+// service that consumes it runs (after a restart of the server, the pull
+// requests of processes gone are gone too).
+func WaitPulling(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		c, err := js.Consumer(actx, stream, durable)
+		if err == nil {
+			if info, err := c.Info(actx); err == nil && info.NumWaiting > 0 {
+				cancel()
+				return nil
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nobody pulls from %s: %w", durable, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // WaitIdle waits until a consumer has nothing pending or unacknowledged.
 func WaitIdle(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
