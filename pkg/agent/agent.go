@@ -128,7 +128,7 @@ func Serve[C Command](ctx context.Context, b *bus.Bus, tp trace.TracerProvider, 
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		stepCtx, release := cancels.Start(ref.ExecutionId, ctx)
+		stepCtx, release := cancels.StartStep(ref.ExecutionId, ref.StepId, ctx)
 		defer release()
 		if cancelled(stepCtx) {
 			span.SetAttributes(attribute.Bool("cancelled", true))

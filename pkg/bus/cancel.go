@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
 // ErrExecutionCancelled is the cause (context.Cause) of a context that
@@ -113,8 +115,31 @@ func (b *Bus) NewCancels(ctx context.Context) (*Cancels, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The steps cancelled while their execution runs on.
+	steps, err := b.nc.Subscribe(EventFilter(KindStepsCancelled), func(m *nats.Msg) {
+		ev, err := DecodeNATS(m.Header, m.Data)
+		if err != nil {
+			return
+		}
+		var sc novav1.StepsCancelled
+		if Decode(*ev, &sc) == nil {
+			c.CancelSteps(sc.ExecutionId, sc.StepIds...)
+		}
+	})
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, cancelWatchFlushWait)
+		err = b.nc.FlushWithContext(fctx)
+		cancel()
+	}
+	if err != nil {
+		stop()
+		if steps != nil {
+			_ = steps.Unsubscribe()
+		}
+		return nil, fmt.Errorf("watch cancelled steps: %w", err)
+	}
 	c.mu.Lock()
-	c.stop = stop
+	c.stop = func() { stop(); _ = steps.Unsubscribe() }
 	c.mu.Unlock()
 	return c, nil
 }
@@ -137,33 +162,50 @@ func (c *Cancels) Close() {
 // is done (call it, as a context's cancel). An empty executionID is never
 // cancelled.
 func (c *Cancels) Start(executionID string, parent context.Context) (ctx context.Context, release func()) {
+	return c.StartStep(executionID, "", parent)
+}
+
+// StartStep is Start for the work of step stepID of execution executionID:
+// its context also ends (with the same cause) when that step alone is
+// cancelled (StepsCancelled: its line was cancelled while the execution
+// runs on).
+func (c *Cancels) StartStep(executionID, stepID string, parent context.Context) (ctx context.Context, release func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	if executionID == "" {
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	key := subjectToken(executionID)
+	keys := []string{subjectToken(executionID)}
+	if stepID != "" {
+		keys = append(keys, stepKey(executionID, stepID))
+	}
 	w := &cancelWork{cancel: cancel}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cancelledLocked(key) {
-		cancel(ErrExecutionCancelled)
-		return ctx, func() {}
+	for _, key := range keys {
+		if c.cancelledLocked(key) {
+			cancel(ErrExecutionCancelled)
+			return ctx, func() {}
+		}
 	}
 	if c.running == nil {
 		c.running = map[string]map[*cancelWork]struct{}{}
 	}
-	set := c.running[key]
-	if set == nil {
-		set = map[*cancelWork]struct{}{}
-		c.running[key] = set
+	for _, key := range keys {
+		set := c.running[key]
+		if set == nil {
+			set = map[*cancelWork]struct{}{}
+			c.running[key] = set
+		}
+		set[w] = struct{}{}
 	}
-	set[w] = struct{}{}
 	return ctx, func() {
 		c.mu.Lock()
-		if set := c.running[key]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(c.running, key)
+		for _, key := range keys {
+			if set := c.running[key]; set != nil {
+				delete(set, w)
+				if len(set) == 0 {
+					delete(c.running, key)
+				}
 			}
 		}
 		c.mu.Unlock()
@@ -171,20 +213,45 @@ func (c *Cancels) Start(executionID string, parent context.Context) (ctx context
 	}
 }
 
+// stepKey is where the work of one step is held: apart from its
+// execution's (a subject token holds no NUL).
+func stepKey(executionID, stepID string) string { return subjectToken(executionID) + "\x00" + stepID }
+
 // Cancel ends the contexts of execution executionID's work and remembers it
 // cancelled (WatchCancellations calls it for every cancellation).
 func (c *Cancels) Cancel(executionID string) {
 	if executionID == "" {
 		return
 	}
-	key := subjectToken(executionID)
+	c.cancelKeys(subjectToken(executionID))
+}
+
+// CancelSteps ends the contexts of the work of steps stepIDs of execution
+// executionID (StartStep) and remembers them cancelled; the execution's
+// other work goes on.
+func (c *Cancels) CancelSteps(executionID string, stepIDs ...string) {
+	if executionID == "" {
+		return
+	}
+	keys := make([]string, 0, len(stepIDs))
+	for _, s := range stepIDs {
+		if s != "" {
+			keys = append(keys, stepKey(executionID, s))
+		}
+	}
+	c.cancelKeys(keys...)
+}
+
+func (c *Cancels) cancelKeys(keys ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rememberLocked(key)
-	for w := range c.running[key] {
-		w.cancel(ErrExecutionCancelled)
+	for _, key := range keys {
+		c.rememberLocked(key)
+		for w := range c.running[key] {
+			w.cancel(ErrExecutionCancelled)
+		}
+		delete(c.running, key)
 	}
-	delete(c.running, key)
 }
 
 // Cancelled tells whether execution executionID was cancelled within what

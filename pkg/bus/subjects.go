@@ -22,6 +22,7 @@ const (
 	TypeExecutionCancel       = busname.TypeExecutionCancel
 	TypeExecutionCancelled    = busname.TypeExecutionCancelled
 	TypeExecutionStopped      = busname.TypeExecutionStopped
+	TypeStepsCancelled        = busname.TypeStepsCancelled
 	TypeExecutionSignal       = busname.TypeExecutionSignal
 	TypeSignalRejected        = busname.TypeSignalRejected
 	TypeNodeWaiting           = busname.TypeNodeWaiting
@@ -56,6 +57,7 @@ const (
 	KindNodeWaiting           = busname.KindNodeWaiting
 	KindExecutionCancelled    = busname.KindExecutionCancelled
 	KindExecutionStopped      = busname.KindExecutionStopped
+	KindStepsCancelled        = busname.KindStepsCancelled
 	KindSignalRejected        = busname.KindSignalRejected
 	KindChildCompleted        = busname.KindChildCompleted
 	TimerFiredFilter          = busname.TimerFiredFilter

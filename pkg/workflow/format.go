@@ -80,6 +80,9 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	strField(m, "until", n.GetUntil())
 	waitField(m, n.GetWait())
 	strField(m, "merge", n.GetMerge())
+	trueField(m, "cancel_remaining", n.GetCancelRemaining())
+	strField(m, "choose", n.GetChoose())
+	trueField(m, "terminate", n.GetTerminate())
 	strField(m, "items", n.GetItems())
 	if v := n.GetConcurrency(); v != 0 {
 		mapField(m, "concurrency", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})

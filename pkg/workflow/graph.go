@@ -119,6 +119,40 @@ func (g *Graph) Targets(id string) ([]string, error) {
 	return to, nil
 }
 
+// DecideMany returns the targets of the edges a decision node with choose:
+// many picks: one for each value of values (read as DecisionString reads
+// it), each target once, in the order given; decisions are the values as
+// strings. An empty list, a value that is no string, boolean or number,
+// and one that matches no edge are errors naming the node.
+func (g *Graph) DecideMany(id string, values []any) (decisions, targets []string, err error) {
+	if len(values) == 0 {
+		var allowed []string
+		if n := g.nodes[id]; n != nil {
+			for _, e := range g.branches(n) {
+				allowed = append(allowed, fmt.Sprintf("%q", e.GetCondition()))
+			}
+		}
+		slices.Sort(allowed)
+		return nil, nil, fmt.Errorf("decision node %q: branch_decision is an empty list; with choose: many it names at least one edge (allowed: %s)",
+			id, strings.Join(slices.Compact(allowed), ", "))
+	}
+	for i, v := range values {
+		s, ok := DecisionString(v)
+		if !ok {
+			return nil, nil, fmt.Errorf("decision node %q: branch_decision[%d] must be a string, boolean or number, got %T", id, i, v)
+		}
+		to, err := g.Decide(id, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		decisions = append(decisions, s)
+		if !slices.Contains(targets, to) {
+			targets = append(targets, to)
+		}
+	}
+	return decisions, targets, nil
+}
+
 // hasTargets: nodes of type t go on along their edges without condition
 // (a wait node's without decide_on; Targets tells those apart).
 func hasTargets(t novav1.NodeType) bool {
@@ -325,6 +359,19 @@ const (
 )
 
 var mergeModes = []string{MergeError, MergeLast, MergeList}
+
+// How many edges a decision node picks (Node.choose).
+const (
+	// ChooseOne: branch_decision is one edge condition (the default).
+	ChooseOne = "one"
+	// ChooseMany: branch_decision may be a list of edge conditions; each
+	// chosen edge starts a line of its own.
+	ChooseMany = "many"
+)
+
+var chooseModes = []string{ChooseOne, ChooseMany}
+
+const chooseList = "one or many"
 
 const mergeList = "error, last or list"
 

@@ -24,7 +24,8 @@ import (
 var (
 	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "schedules", "nodes", "edges"}
 	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
-		"signal", "schema", "decide_on", "duration", "until", "wait", "merge", "items", "concurrency", "output", "on_item_failure", "workflow", "input"}
+		"signal", "schema", "decide_on", "duration", "until", "wait", "merge", "items", "concurrency", "output", "on_item_failure", "workflow", "input",
+		"terminate", "cancel_remaining", "choose"}
 	budgetFields   = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
 	retryFields    = []string{"max_attempts", "initial_interval", "backoff_coefficient", "max_interval", "on"}
 	scheduleFields = []string{"id", "cron", "timezone", "every", "context", "catchup", "paused"}
@@ -202,6 +203,9 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.Until = p.str(w, m, "until")
 	n.Wait = p.joinWait(w, m)
 	n.Merge = p.choice(w, m, "merge", mergeModes, mergeList)
+	n.CancelRemaining = p.boolean(w, m, "cancel_remaining")
+	n.Terminate = p.boolean(w, m, "terminate")
+	n.Choose = p.choice(w, m, "choose", chooseModes, chooseList)
 	n.Items = p.str(w, m, "items")
 	n.Concurrency = p.concurrency(w, m)
 	n.OnItemFailure = p.choice(w, m, "on_item_failure", onItemFailures, onItemFailureList)

@@ -288,6 +288,9 @@ func (v *validator) joinFields(n *novav1.Node) {
 	if m := n.GetMerge(); m != "" && !slices.Contains(mergeModes, m) {
 		v.add(id, "merge", "must be %s, got %q", mergeList, m)
 	}
+	if n.GetCancelRemaining() && JoinWait(n) == 0 {
+		v.add(id, "cancel_remaining", "join node %q waits for all its branches, so none remains to cancel; cancel_remaining needs wait: any or a number", id)
+	}
 }
 
 // mapFields checks a map node: the list it runs over, its one body, how

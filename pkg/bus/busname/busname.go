@@ -44,6 +44,7 @@ const (
 	TypeExecutionCancel    = "io.nova.execution.cancel.v1"
 	TypeExecutionCancelled = "io.nova.execution.cancelled.v1"
 	TypeExecutionStopped   = "io.nova.execution.stopped.v1"
+	TypeStepsCancelled     = "io.nova.steps.cancelled.v1"
 	TypeExecutionSignal    = "io.nova.execution.signal.v1"
 	TypeSignalRejected     = "io.nova.execution.signal.rejected.v1"
 	TypeNodeWaiting        = "io.nova.node.waiting.v1"
@@ -119,7 +120,10 @@ const (
 	// KindExecutionStopped: the execution ended while some of its lines
 	// still ran work, which is to stop as for a cancel.
 	KindExecutionStopped = "execution.stopped"
-	KindSignalRejected   = "signal.rejected"
+	// KindStepsCancelled: some steps' work is to stop while the execution
+	// runs on (its lines were cancelled).
+	KindStepsCancelled = "steps.cancelled"
+	KindSignalRejected = "signal.rejected"
 	// KindChildCompleted is the graph engine's result for a parent
 	// execution: one of its child executions ended.
 	KindChildCompleted = "result." + AgentGraphEngine

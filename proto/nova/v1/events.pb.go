@@ -754,6 +754,79 @@ func (x *ExecutionStopped) GetStoppedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// StepsCancelled says the work of some steps of a running execution is to
+// stop while the execution runs on: the lines that ran them were cancelled
+// (a join with cancel_remaining went on). The sandbox kills their programs,
+// as for a cancel. Type io.nova.steps.cancelled.v1 on
+// nova.evt.<execution_id>.steps.cancelled.
+type StepsCancelled struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	StepIds       []string               `protobuf:"bytes,2,rep,name=step_ids,json=stepIds,proto3" json:"step_ids,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	CancelledAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=cancelled_at,json=cancelledAt,proto3" json:"cancelled_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepsCancelled) Reset() {
+	*x = StepsCancelled{}
+	mi := &file_nova_v1_events_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepsCancelled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepsCancelled) ProtoMessage() {}
+
+func (x *StepsCancelled) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepsCancelled.ProtoReflect.Descriptor instead.
+func (*StepsCancelled) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StepsCancelled) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *StepsCancelled) GetStepIds() []string {
+	if x != nil {
+		return x.StepIds
+	}
+	return nil
+}
+
+func (x *StepsCancelled) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *StepsCancelled) GetCancelledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CancelledAt
+	}
+	return nil
+}
+
 // TimerFired is the message of a durable timer (a JetStream message
 // schedule) when it comes due: the scheduler publishes it to
 // nova.timer.fired.<execution_id>.<timer id>.
@@ -771,7 +844,7 @@ type TimerFired struct {
 
 func (x *TimerFired) Reset() {
 	*x = TimerFired{}
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +856,7 @@ func (x *TimerFired) String() string {
 func (*TimerFired) ProtoMessage() {}
 
 func (x *TimerFired) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +869,7 @@ func (x *TimerFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerFired.ProtoReflect.Descriptor instead.
 func (*TimerFired) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TimerFired) GetExecutionId() string {
@@ -862,7 +935,7 @@ type NodeWaiting struct {
 
 func (x *NodeWaiting) Reset() {
 	*x = NodeWaiting{}
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +947,7 @@ func (x *NodeWaiting) String() string {
 func (*NodeWaiting) ProtoMessage() {}
 
 func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +960,7 @@ func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWaiting.ProtoReflect.Descriptor instead.
 func (*NodeWaiting) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeWaiting) GetExecutionId() string {
@@ -1001,7 +1074,7 @@ type StartRefinement struct {
 
 func (x *StartRefinement) Reset() {
 	*x = StartRefinement{}
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1086,7 @@ func (x *StartRefinement) String() string {
 func (*StartRefinement) ProtoMessage() {}
 
 func (x *StartRefinement) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1099,7 @@ func (x *StartRefinement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRefinement.ProtoReflect.Descriptor instead.
 func (*StartRefinement) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartRefinement) GetExecutionId() string {
@@ -1141,7 +1214,7 @@ type RefinementProgress struct {
 
 func (x *RefinementProgress) Reset() {
 	*x = RefinementProgress{}
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1226,7 @@ func (x *RefinementProgress) String() string {
 func (*RefinementProgress) ProtoMessage() {}
 
 func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1239,7 @@ func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefinementProgress.ProtoReflect.Descriptor instead.
 func (*RefinementProgress) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RefinementProgress) GetExecutionId() string {
@@ -1320,7 +1393,7 @@ type RegisterWorkflow struct {
 
 func (x *RegisterWorkflow) Reset() {
 	*x = RegisterWorkflow{}
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1405,7 @@ func (x *RegisterWorkflow) String() string {
 func (*RegisterWorkflow) ProtoMessage() {}
 
 func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1418,7 @@ func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflow.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflow) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
@@ -1374,7 +1447,7 @@ type ParentRef struct {
 
 func (x *ParentRef) Reset() {
 	*x = ParentRef{}
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1459,7 @@ func (x *ParentRef) String() string {
 func (*ParentRef) ProtoMessage() {}
 
 func (x *ParentRef) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1472,7 @@ func (x *ParentRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParentRef.ProtoReflect.Descriptor instead.
 func (*ParentRef) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ParentRef) GetExecutionId() string {
@@ -1466,7 +1539,7 @@ type ChildCompleted struct {
 
 func (x *ChildCompleted) Reset() {
 	*x = ChildCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1551,7 @@ func (x *ChildCompleted) String() string {
 func (*ChildCompleted) ProtoMessage() {}
 
 func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1564,7 @@ func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildCompleted.ProtoReflect.Descriptor instead.
 func (*ChildCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChildCompleted) GetParent() *ParentRef {
@@ -1572,7 +1645,7 @@ type WorkflowStarted struct {
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1657,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1670,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -1694,7 +1767,7 @@ type WorkflowCompleted struct {
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1779,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1792,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -1844,7 +1917,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1929,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1942,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -1958,7 +2031,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2043,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2056,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -2137,7 +2210,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2222,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2235,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -2356,7 +2429,7 @@ type NodeStarted struct {
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2441,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2454,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -2501,7 +2574,7 @@ type NodeCompleted struct {
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2586,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2599,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -2759,7 +2832,7 @@ type SignalReceived struct {
 
 func (x *SignalReceived) Reset() {
 	*x = SignalReceived{}
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2844,7 @@ func (x *SignalReceived) String() string {
 func (*SignalReceived) ProtoMessage() {}
 
 func (x *SignalReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2857,7 @@ func (x *SignalReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
 func (*SignalReceived) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SignalReceived) GetName() string {
@@ -2848,7 +2921,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +2933,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +2946,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -3067,7 +3140,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[26]
+	mi := &file_nova_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3152,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[26]
+	mi := &file_nova_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3165,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -3240,7 +3313,12 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
 	"\bnode_ids\x18\x03 \x03(\tR\anodeIds\x129\n" +
 	"\n" +
-	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xaa\x01\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xa5\x01\n" +
+	"\x0eStepsCancelled\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
+	"\bstep_ids\x18\x02 \x03(\tR\astepIds\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12=\n" +
+	"\fcancelled_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vcancelledAt\"\xaa\x01\n" +
 	"\n" +
 	"TimerFired\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
@@ -3536,7 +3614,7 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
 	(*RerunFrom)(nil),             // 1: nova.v1.RerunFrom
@@ -3548,90 +3626,92 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*SignalRejected)(nil),        // 7: nova.v1.SignalRejected
 	(*ExecutionCancelled)(nil),    // 8: nova.v1.ExecutionCancelled
 	(*ExecutionStopped)(nil),      // 9: nova.v1.ExecutionStopped
-	(*TimerFired)(nil),            // 10: nova.v1.TimerFired
-	(*NodeWaiting)(nil),           // 11: nova.v1.NodeWaiting
-	(*StartRefinement)(nil),       // 12: nova.v1.StartRefinement
-	(*RefinementProgress)(nil),    // 13: nova.v1.RefinementProgress
-	(*RegisterWorkflow)(nil),      // 14: nova.v1.RegisterWorkflow
-	(*ParentRef)(nil),             // 15: nova.v1.ParentRef
-	(*ChildCompleted)(nil),        // 16: nova.v1.ChildCompleted
-	(*WorkflowStarted)(nil),       // 17: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 18: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 19: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 20: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 21: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 22: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 23: nova.v1.NodeCompleted
-	(*SignalReceived)(nil),        // 24: nova.v1.SignalReceived
-	(*StepCompleted)(nil),         // 25: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 26: nova.v1.DeadLetter
-	nil,                           // 27: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 28: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 29: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*Schedule)(nil),              // 31: nova.v1.Schedule
-	(*Refinement)(nil),            // 32: nova.v1.Refinement
-	(*structpb.Struct)(nil),       // 33: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 34: google.protobuf.ListValue
+	(*StepsCancelled)(nil),        // 10: nova.v1.StepsCancelled
+	(*TimerFired)(nil),            // 11: nova.v1.TimerFired
+	(*NodeWaiting)(nil),           // 12: nova.v1.NodeWaiting
+	(*StartRefinement)(nil),       // 13: nova.v1.StartRefinement
+	(*RefinementProgress)(nil),    // 14: nova.v1.RefinementProgress
+	(*RegisterWorkflow)(nil),      // 15: nova.v1.RegisterWorkflow
+	(*ParentRef)(nil),             // 16: nova.v1.ParentRef
+	(*ChildCompleted)(nil),        // 17: nova.v1.ChildCompleted
+	(*WorkflowStarted)(nil),       // 18: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 19: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 20: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 21: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 22: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 23: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 24: nova.v1.NodeCompleted
+	(*SignalReceived)(nil),        // 25: nova.v1.SignalReceived
+	(*StepCompleted)(nil),         // 26: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 27: nova.v1.DeadLetter
+	nil,                           // 28: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 29: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 30: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*Schedule)(nil),              // 32: nova.v1.Schedule
+	(*Refinement)(nil),            // 33: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 34: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 35: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	28, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	29, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	29, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	30, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
 	1,  // 2: nova.v1.StartWorkflow.rerun:type_name -> nova.v1.RerunFrom
-	30, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
-	15, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
-	29, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
-	31, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
-	30, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
-	30, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
-	30, // 9: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	30, // 10: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	30, // 11: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
-	30, // 12: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
-	32, // 13: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	33, // 14: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	21, // 15: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	28, // 16: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	15, // 17: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
-	29, // 18: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
-	28, // 19: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	29, // 20: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	30, // 21: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 22: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
-	30, // 23: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
-	15, // 24: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
-	29, // 25: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	19, // 26: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	30, // 27: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	30, // 28: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	15, // 29: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
-	29, // 30: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	29, // 31: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	33, // 32: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	29, // 33: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	29, // 34: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	30, // 35: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	29, // 36: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	29, // 37: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	33, // 38: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	30, // 39: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	30, // 40: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	33, // 41: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	30, // 42: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
-	24, // 43: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
-	29, // 44: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
-	30, // 45: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
-	33, // 46: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	33, // 47: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	34, // 48: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	30, // 49: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	27, // 50: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	30, // 51: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	31, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
+	16, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
+	30, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
+	32, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
+	31, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
+	31, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
+	31, // 9: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	31, // 10: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	31, // 11: nova.v1.StepsCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	31, // 12: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	31, // 13: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	33, // 14: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	34, // 15: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	22, // 16: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	29, // 17: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	16, // 18: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
+	30, // 19: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
+	29, // 20: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	30, // 21: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	31, // 22: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 23: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	31, // 24: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	16, // 25: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
+	30, // 26: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	20, // 27: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	31, // 28: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	31, // 29: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	16, // 30: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
+	30, // 31: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	30, // 32: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	34, // 33: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	30, // 34: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	30, // 35: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	31, // 36: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	30, // 37: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	30, // 38: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	34, // 39: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	31, // 40: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	31, // 41: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	34, // 42: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	31, // 43: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	25, // 44: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	30, // 45: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	31, // 46: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	34, // 47: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	34, // 48: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	35, // 49: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	31, // 50: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	28, // 51: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	31, // 52: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -3642,18 +3722,18 @@ func file_nova_v1_events_proto_init() {
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
-	file_nova_v1_events_proto_msgTypes[13].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[15].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[22].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[14].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[16].OneofWrappers = []any{}
 	file_nova_v1_events_proto_msgTypes[23].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[25].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -578,7 +578,16 @@ type Node struct {
 	Input map[string]string `protobuf:"bytes,28,rep,name=input,proto3" json:"input,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// workflow: parent context key <- child context key. Empty: the child's
 	// final context is merged back.
-	OutputKeys    map[string]string `protobuf:"bytes,29,rep,name=output_keys,json=outputKeys,proto3" json:"output_keys,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	OutputKeys map[string]string `protobuf:"bytes,29,rep,name=output_keys,json=outputKeys,proto3" json:"output_keys,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// end: ends the execution (succeeded) when a line reaches it, cancelling
+	// every other line, map item and child execution.
+	Terminate bool `protobuf:"varint,30,opt,name=terminate,proto3" json:"terminate,omitempty"`
+	// join with wait any or a number: once it goes on, every line that could
+	// still reach it is cancelled.
+	CancelRemaining bool `protobuf:"varint,31,opt,name=cancel_remaining,json=cancelRemaining,proto3" json:"cancel_remaining,omitempty"`
+	// decision: "one" (default: branch_decision picks one edge) or "many"
+	// (branch_decision may be a list: each chosen edge starts a line).
+	Choose        string `protobuf:"bytes,32,opt,name=choose,proto3" json:"choose,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -816,6 +825,27 @@ func (x *Node) GetOutputKeys() map[string]string {
 	return nil
 }
 
+func (x *Node) GetTerminate() bool {
+	if x != nil {
+		return x.Terminate
+	}
+	return false
+}
+
+func (x *Node) GetCancelRemaining() bool {
+	if x != nil {
+		return x.CancelRemaining
+	}
+	return false
+}
+
+func (x *Node) GetChoose() string {
+	if x != nil {
+		return x.Choose
+	}
+	return ""
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -920,7 +950,7 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\b_max_usdB\x12\n" +
 	"\x10_max_usd_per_dayB\x12\n" +
-	"\x10_max_model_calls\"\x96\b\n" +
+	"\x10_max_model_calls\"\xf7\b\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -954,7 +984,10 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\bworkflow\x18\x1b \x01(\tR\bworkflow\x12.\n" +
 	"\x05input\x18\x1c \x03(\v2\x18.nova.v1.Node.InputEntryR\x05input\x12>\n" +
 	"\voutput_keys\x18\x1d \x03(\v2\x1d.nova.v1.Node.OutputKeysEntryR\n" +
-	"outputKeys\x1a8\n" +
+	"outputKeys\x12\x1c\n" +
+	"\tterminate\x18\x1e \x01(\bR\tterminate\x12)\n" +
+	"\x10cancel_remaining\x18\x1f \x01(\bR\x0fcancelRemaining\x12\x16\n" +
+	"\x06choose\x18  \x01(\tR\x06choose\x1a8\n" +
 	"\n" +
 	"InputEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

@@ -144,6 +144,41 @@ func (t *Transition) endLines(reason string) {
 	}
 }
 
+// cancelLines ends lines before their time while the execution runs on,
+// with reason: each one's visit (a map's items first) ends cancelled, its
+// timer and budget holds are dropped, its child execution is cancelled,
+// and the work it ran is told to stop (StepsCancelled). The transition
+// goes back to its own line.
+func (t *Transition) cancelLines(lines []*novav1.Branch, reason string) {
+	var all []*novav1.Branch
+	for _, l := range lines {
+		for _, x := range t.st.Branches {
+			if x.IsItem && x.MapBranch == l.Id {
+				all = append(all, x)
+			}
+		}
+	}
+	all = append(all, lines...)
+	var steps []string
+	for _, l := range all {
+		if !t.live(l) {
+			continue
+		}
+		t.on(l, func() {
+			step := t.ln.PendingStepId
+			if t.cancelLine(reason) && step != "" {
+				steps = append(steps, step)
+			}
+			t.endLine(t.ln)
+		})
+	}
+	if len(steps) > 0 {
+		slices.Sort(steps)
+		t.emit(busname.KindStepsCancelled, fmt.Sprintf("%s/steps-cancelled/%s", t.st.ExecutionId, steps[0]), busname.TypeStepsCancelled,
+			&novav1.StepsCancelled{ExecutionId: t.st.ExecutionId, StepIds: steps, Reason: reason, CancelledAt: tsNow(t.now)})
+	}
+}
+
 // waiting announces that the current node waits.
 func (t *Transition) waiting(w *novav1.NodeWaiting) {
 	t.emit(busname.KindNodeWaiting, fmt.Sprintf("%s/waiting/%s/%d", t.visitKey(w.NodeId, w.Visit), w.Kind, w.Attempt),

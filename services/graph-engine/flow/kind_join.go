@@ -168,10 +168,18 @@ func (t *Transition) tryJoin(id string, js *novav1.JoinState) bool {
 			}
 			joinErr = fmt.Errorf("it waits for %d branches, but %d arrived and no other can reach it", want, len(arrived))
 		case want > 0:
-			// Arrivals past the number it waits for end here.
+			// Arrivals past the number it waits for end here; with
+			// cancel_remaining the lines still on their way are cancelled.
 			arrived = arrived[:want]
+			var running []*novav1.Branch
 			for _, r := range reach {
 				r.line.AbsorbedAt = append(r.line.AbsorbedAt, id)
+				if r.at == nil && node.CancelRemaining {
+					running = append(running, r.line)
+				}
+			}
+			if len(running) > 0 {
+				t.cancelLines(running, fmt.Sprintf("join %q went on with %d of its branches", id, want))
 			}
 		}
 		js.Activations = slices.Delete(js.Activations, i, i+1)

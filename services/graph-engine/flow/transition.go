@@ -430,14 +430,25 @@ func (t *Transition) route(node *novav1.Node, ns *novav1.NodeState, r *novav1.Co
 		if raw, ok := t.ctx[branchDecision]; ok {
 			value, _ = jsonvalue.Decode(raw)
 		}
-		v, ok := workflow.DecisionString(value)
-		if !ok {
-			v = ""
+		list, isList := value.([]any)
+		switch {
+		case isList && node.Choose == workflow.ChooseMany:
+			// Each chosen edge starts a line (a fork of those alone).
+			var decisions []string
+			decisions, targets, err = t.graph.DecideMany(node.Id, list)
+			decision = strings.Join(decisions, ",")
+		case isList:
+			err = fmt.Errorf("decision node %q: branch_decision is a list; a decision picks one edge unless it has choose: many", node.Id)
+		default:
+			v, ok := workflow.DecisionString(value)
+			if !ok {
+				v = ""
+			}
+			decision = v
+			var next string
+			next, err = t.graph.Decide(node.Id, v)
+			targets = []string{next}
 		}
-		decision = v
-		var next string
-		next, err = t.graph.Decide(node.Id, v)
-		targets = []string{next}
 	} else {
 		targets, err = t.graph.Targets(node.Id)
 	}

@@ -191,7 +191,7 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	// execution ends, which kills it and every process it started; its
 	// result is still published (with ctx, which the cancellation does not
 	// end), so the command is settled and not run again.
-	runCtx, release := s.cancels.Start(cmd.ExecutionId, ctx)
+	runCtx, release := s.cancels.StartStep(cmd.ExecutionId, cmd.StepId, ctx)
 	var res *novav1.CodeExecuted
 	if cancelled(runCtx) {
 		res = cancelledResult(&cmd)
