@@ -25,6 +25,7 @@ const (
 	TypeStepsCancelled        = busname.TypeStepsCancelled
 	TypeExecutionSignal       = busname.TypeExecutionSignal
 	TypeSignalRejected        = busname.TypeSignalRejected
+	TypeSignalKept            = busname.TypeSignalKept
 	TypeNodeWaiting           = busname.TypeNodeWaiting
 	TypeTimerFired            = busname.TypeTimerFired
 	TypeScheduleTick          = busname.TypeScheduleTick
@@ -59,6 +60,7 @@ const (
 	KindExecutionStopped      = busname.KindExecutionStopped
 	KindStepsCancelled        = busname.KindStepsCancelled
 	KindSignalRejected        = busname.KindSignalRejected
+	KindSignalKept            = busname.KindSignalKept
 	KindChildCompleted        = busname.KindChildCompleted
 	TimerFiredFilter          = busname.TimerFiredFilter
 	ScheduleTickFilter        = busname.ScheduleTickFilter

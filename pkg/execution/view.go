@@ -45,6 +45,9 @@ type View struct {
 	CurrentNode string
 	Lines       []LineView
 	Waiting     *Waiting
+	// Kept are the signals it keeps until a wait node takes them, oldest
+	// first.
+	Kept []*novav1.KeptSignal
 
 	state *novav1.ExecutionState
 }
@@ -104,6 +107,7 @@ func ViewOf(st *novav1.ExecutionState) *View {
 		return v
 	}
 	v.CurrentNode = CurrentNode(st)
+	v.Kept = st.GetKeptSignals()
 	for _, l := range Forked(st) {
 		lv := LineView{ID: l.GetId(), Node: l.GetCurrentNode(), WaitingFor: l.GetWaitingFor(), Until: WaitUntil(l)}
 		if l.GetIsItem() {

@@ -34,6 +34,14 @@ func FormatYAML(def *novav1.WorkflowDefinition) ([]byte, error) {
 	strField(top, "cache_validate", def.GetCacheValidate())
 	budgetField(top, def.GetBudget())
 	retryField(top, def.GetRetry())
+	if k := def.GetSignals(); k != nil {
+		km := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+		if k.Keep != 0 {
+			mapField(km, "keep", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(k.Keep))})
+		}
+		secondsField(km, "keep_for", k.KeepForSeconds)
+		mapField(top, "signals", km)
+	}
 	if len(def.GetSchedules()) > 0 {
 		l := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, sc := range def.GetSchedules() {
@@ -83,6 +91,21 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	trueField(m, "cancel_remaining", n.GetCancelRemaining())
 	strField(m, "choose", n.GetChoose())
 	trueField(m, "terminate", n.GetTerminate())
+	if v := n.GetMaxDepth(); v != 0 {
+		mapField(m, "max_depth", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})
+	}
+	if c := n.GetCompleteWhen(); c != nil {
+		cm := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+		for _, f := range []struct {
+			key string
+			n   int32
+		}{{"succeeded", c.Succeeded}, {"failed", c.Failed}} {
+			if f.n != 0 {
+				mapField(cm, f.key, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(f.n))})
+			}
+		}
+		mapField(m, "complete_when", cm)
+	}
 	strField(m, "items", n.GetItems())
 	if v := n.GetConcurrency(); v != 0 {
 		mapField(m, "concurrency", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})

@@ -119,6 +119,55 @@ func (g *Graph) Targets(id string) ([]string, error) {
 	return to, nil
 }
 
+// How many sub-workflow calls deep an execution may run (Node.max_depth):
+// a workflow may call itself, or one that calls it back, within it.
+const (
+	DefaultCallDepth = 10
+	MaxCallDepth     = 100
+)
+
+// CallDepth is the max_depth of workflow (or map) node n.
+func CallDepth(n *novav1.Node) int {
+	if d := n.GetMaxDepth(); d > 0 {
+		return int(d)
+	}
+	return DefaultCallDepth
+}
+
+// WaitsForSignal tells whether a wait node of def waits for signal name.
+func WaitsForSignal(def *novav1.WorkflowDefinition, name string) bool {
+	for _, n := range def.GetNodes() {
+		if n.GetType() == novav1.NodeType_NODE_TYPE_WAIT && n.GetSignal() == name && name != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Defaults of what a running execution keeps of the signals no wait node
+// takes yet (SignalKeep).
+const (
+	DefaultSignalKeep    = 100
+	DefaultSignalKeepFor = time.Hour
+	// MaxSignalKeep bounds keep.
+	MaxSignalKeep = 10000
+)
+
+// SignalKeepLimits are how many signals an execution of def keeps, and for
+// how long.
+func SignalKeepLimits(def *novav1.WorkflowDefinition) (int, time.Duration) {
+	n, d := DefaultSignalKeep, DefaultSignalKeepFor
+	if k := def.GetSignals(); k != nil {
+		if k.Keep > 0 {
+			n = int(k.Keep)
+		}
+		if k.KeepForSeconds > 0 {
+			d = secondsDuration(k.KeepForSeconds)
+		}
+	}
+	return n, d
+}
+
 // DecideMany returns the targets of the edges a decision node with choose:
 // many picks: one for each value of values (read as DecisionString reads
 // it), each target once, in the order given; decisions are the values as

@@ -65,9 +65,9 @@ var kinds = []Kind{
 	{Type: novav1.NodeType_NODE_TYPE_JOIN, Name: "join", Runs: RunsNothing, Edges: EdgesPlain,
 		Fields: []string{"wait", "merge", "cancel_remaining"}, Check: (*validator).joinFields},
 	{Type: novav1.NodeType_NODE_TYPE_MAP, Name: "map", Runs: RunsBody, Edges: EdgesPlain,
-		Fields: []string{"items", "concurrency", "on_item_failure", "workflow", "input"}, Check: (*validator).mapFields},
+		Fields: []string{"items", "concurrency", "on_item_failure", "workflow", "input", "complete_when", "max_depth"}, Check: (*validator).mapFields},
 	{Type: novav1.NodeType_NODE_TYPE_WORKFLOW, Name: "workflow", Runs: RunsWorkflow, Edges: EdgesPlain,
-		Fields: []string{"workflow", "input"}, Check: (*validator).workflowFields},
+		Fields: []string{"workflow", "input", "max_depth"}, Check: (*validator).workflowFields},
 	{Type: novav1.NodeType_NODE_TYPE_END, Name: "end", Runs: RunsNothing, Edges: EdgesNone,
 		Fields: []string{"terminate"}},
 }
@@ -102,4 +102,6 @@ var fieldSet = map[string]func(n *novav1.Node) bool{
 	"choose":           func(n *novav1.Node) bool { return n.GetChoose() != "" },
 	"cancel_remaining": func(n *novav1.Node) bool { return n.GetCancelRemaining() },
 	"terminate":        func(n *novav1.Node) bool { return n.GetTerminate() },
+	"complete_when":    func(n *novav1.Node) bool { return n.GetCompleteWhen() != nil },
+	"max_depth":        func(n *novav1.Node) bool { return n.GetMaxDepth() != 0 },
 }

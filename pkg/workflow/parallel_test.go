@@ -194,7 +194,7 @@ func TestParseParallelFieldErrors(t *testing.T) {
 		{"output a list on an action node", "name: w\nnodes:\n  - {id: a, type: action, output: [x]}\n",
 			workflow.Problem{NodeID: "a", Field: "output", Message: "must be a string (a map node's context key for its results) or a mapping of parent context key: child context key (a workflow node's), got a list"}},
 		{"field misspelt", mapNode + "on_item_failur: fail}\n",
-			workflow.Problem{NodeID: "a", Field: "on_item_failur", Message: `unknown field; did you mean "on_item_failure"? (known fields: id, type, description, code, prompt, executor, model, timeout, max_visits, language, network, allow_hosts, cache, cache_validate, budget, retry, signal, schema, decide_on, duration, until, wait, merge, items, concurrency, output, on_item_failure, workflow, input, terminate, cancel_remaining, choose)`}},
+			workflow.Problem{NodeID: "a", Field: "on_item_failur", Message: `unknown field; did you mean "on_item_failure"? (known fields: id, type, description, code, prompt, executor, model, timeout, max_visits, language, network, allow_hosts, cache, cache_validate, budget, retry, signal, schema, decide_on, duration, until, wait, merge, items, concurrency, output, on_item_failure, workflow, input, terminate, cancel_remaining, choose, complete_when, max_depth)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -309,8 +309,12 @@ func TestValidateParallel(t *testing.T) {
 		{"map concurrency 1000", func(def *novav1.WorkflowDefinition) { node(def, "each").Concurrency = 1000 }, false, nil},
 		{"map on_item_failure unknown", func(def *novav1.WorkflowDefinition) { node(def, "each").OnItemFailure = "skip" },
 			false, []string{`node "each", field "on_item_failure": must be fail or collect, got "skip"`}},
-		{"map running the workflow it is in", func(def *novav1.WorkflowDefinition) { node(def, "audit").Workflow = "orders" },
-			false, []string{`node "audit", field "workflow": map node "audit" runs workflow "orders", the workflow it is in, for each item: a workflow cannot call itself`}},
+		{"map running the workflow it is in (recursion, bounded at run time)", func(def *novav1.WorkflowDefinition) { node(def, "audit").Workflow = "orders" },
+			false, nil},
+		{"max_depth out of range", func(def *novav1.WorkflowDefinition) { node(def, "notify").MaxDepth = 101 },
+			false, []string{`node "notify", field "max_depth": must be from 0 (the default, 10) to 100 sub-workflow calls deep, got 101`}},
+		{"max_depth on a map of code", func(def *novav1.WorkflowDefinition) { node(def, "each").MaxDepth = 3 },
+			false, []string{`node "each", field "max_depth": bounds the sub-workflow calls of a workflow body; map node "each" runs code or a prompt`}},
 		{"map with retry", func(def *novav1.WorkflowDefinition) { node(def, "each").Retry = &novav1.RetryPolicy{MaxAttempts: 2} },
 			false, []string{`node "each", field "retry": retry applies to action nodes and to decision nodes with code, not to a map node's items; set on_item_failure: collect to run every item whatever fails`}},
 		{"map output a mapping", func(def *novav1.WorkflowDefinition) { node(def, "each").OutputKeys = map[string]string{"a": "b"} },
@@ -319,8 +323,8 @@ func TestValidateParallel(t *testing.T) {
 		// Workflow.
 		{"workflow node without workflow", func(def *novav1.WorkflowDefinition) { node(def, "notify").Workflow = "" },
 			false, []string{`node "notify", field "workflow": workflow node "notify" needs workflow: the name of the registered workflow it runs`}},
-		{"workflow node calling itself", func(def *novav1.WorkflowDefinition) { node(def, "notify").Workflow = "orders" },
-			false, []string{`node "notify", field "workflow": workflow node "notify" runs workflow "orders", the workflow it is in: a workflow cannot call itself`}},
+		{"workflow node calling itself (recursion, bounded at run time)", func(def *novav1.WorkflowDefinition) { node(def, "notify").Workflow = "orders" },
+			false, nil},
 		{"workflow node with code", func(def *novav1.WorkflowDefinition) { node(def, "notify").Code = "pass" },
 			false, []string{`node "notify": a workflow node runs the workflow it names, but it has code or a prompt; put the work in an action node`}},
 		{"workflow node with empty keys", func(def *novav1.WorkflowDefinition) {

@@ -22,14 +22,16 @@ import (
 // (kept, shown and compared, never run); "executor" exists for definitions
 // written for the original NOVA.
 var (
-	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "schedules", "nodes", "edges"}
+	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "signals", "schedules", "nodes", "edges"}
 	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
 		"signal", "schema", "decide_on", "duration", "until", "wait", "merge", "items", "concurrency", "output", "on_item_failure", "workflow", "input",
-		"terminate", "cancel_remaining", "choose"}
-	budgetFields   = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
-	retryFields    = []string{"max_attempts", "initial_interval", "backoff_coefficient", "max_interval", "on"}
-	scheduleFields = []string{"id", "cron", "timezone", "every", "context", "catchup", "paused"}
-	edgeFields     = []string{"from", "to", "condition"}
+		"terminate", "cancel_remaining", "choose", "complete_when", "max_depth"}
+	completeWhenFields = []string{"succeeded", "failed"}
+	budgetFields       = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
+	retryFields        = []string{"max_attempts", "initial_interval", "backoff_coefficient", "max_interval", "on"}
+	signalFields       = []string{"keep", "keep_for"}
+	scheduleFields     = []string{"id", "cron", "timezone", "every", "context", "catchup", "paused"}
+	edgeFields         = []string{"from", "to", "condition"}
 )
 
 // Load reads, parses and validates the definition in the file at path.
@@ -137,6 +139,9 @@ func (p *parser) workflow(m map[string]any) *novav1.WorkflowDefinition {
 	def.CacheValidate = strings.ToLower(strings.TrimSpace(p.str(w, m, "cache_validate")))
 	def.Budget = p.budget(w, m)
 	def.Retry = p.retry(w, m)
+	if sm, in, ok := p.mapping(w, m, "signals", "keep and/or keep_for", signalFields); ok {
+		def.Signals = &novav1.SignalKeep{Keep: p.whole(in, sm, "keep"), KeepForSeconds: p.seconds(in, sm, "keep_for")}
+	}
 	for i, raw := range p.list(w, m, "schedules") {
 		if s := p.schedule(i, raw); s != nil {
 			def.Schedules = append(def.Schedules, s)
@@ -206,6 +211,10 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.CancelRemaining = p.boolean(w, m, "cancel_remaining")
 	n.Terminate = p.boolean(w, m, "terminate")
 	n.Choose = p.choice(w, m, "choose", chooseModes, chooseList)
+	n.MaxDepth = p.whole(w, m, "max_depth")
+	if cm, in, ok := p.mapping(w, m, "complete_when", "succeeded or failed (a number of items)", completeWhenFields); ok {
+		n.CompleteWhen = &novav1.MapCompletion{Succeeded: p.whole(in, cm, "succeeded"), Failed: p.whole(in, cm, "failed")}
+	}
 	n.Items = p.str(w, m, "items")
 	n.Concurrency = p.concurrency(w, m)
 	n.OnItemFailure = p.choice(w, m, "on_item_failure", onItemFailures, onItemFailureList)

@@ -69,6 +69,14 @@ func (v *validator) workflow() {
 		v.add("", "cache_validate", "must be rules or model, got %q", v.def.GetCacheValidate())
 	}
 	v.budget("", v.def.GetBudget())
+	if k := v.def.GetSignals(); k != nil {
+		if k.Keep < 0 || k.Keep > MaxSignalKeep {
+			v.add("", "signals.keep", "must be from 0 (the default, %d) to %d, got %d", DefaultSignalKeep, MaxSignalKeep, k.Keep)
+		}
+		if k.KeepForSeconds < 0 {
+			v.add("", "signals.keep_for", "must not be negative, got %gs", k.KeepForSeconds)
+		}
+	}
 	v.retry("", v.def.GetRetry())
 	v.schedules()
 	if len(v.def.GetNodes()) == 0 {
@@ -323,24 +331,31 @@ func (v *validator) mapFields(n *novav1.Node) {
 	if o := n.GetOutput(); o != "" && strings.TrimSpace(o) == "" {
 		v.add(id, "output", "must name a context key (default %s), got %q", DefaultMapOutput, o)
 	}
-	switch wf := n.GetWorkflow(); {
-	case wf != "" && strings.TrimSpace(wf) == "":
-		v.add(id, "workflow", "must name a registered workflow, got %q", wf)
-	case wf != "" && wf == v.def.GetName():
-		v.add(id, "workflow", "map node %q runs workflow %q, the workflow it is in, for each item: a workflow cannot call itself", id, wf)
+	if c := n.GetCompleteWhen(); c != nil {
+		switch {
+		case c.Succeeded < 0 || c.Failed < 0:
+			v.add(id, "complete_when", "counts items: succeeded or failed must be at least 1, got succeeded %d, failed %d", c.Succeeded, c.Failed)
+		case (c.Succeeded > 0) == (c.Failed > 0):
+			v.add(id, "complete_when", "map node %q: complete_when takes one of succeeded or failed (a number of items), got %s", id,
+				map[bool]string{true: "both", false: "neither"}[c.Succeeded > 0])
+		case c.Failed > 0 && n.GetOnItemFailure() != OnItemFailureCollect:
+			v.add(id, "complete_when", "map node %q: complete_when failed needs on_item_failure: collect (else the first failed item fails the map)", id)
+		}
 	}
+	if wf := n.GetWorkflow(); wf != "" && strings.TrimSpace(wf) == "" {
+		v.add(id, "workflow", "must name a registered workflow, got %q", wf)
+	}
+	v.maxDepth(n)
 }
 
 // workflowFields checks a workflow node: the workflow it runs and the keys
 // its input and output map.
 func (v *validator) workflowFields(n *novav1.Node) {
 	id := n.GetId()
-	switch wf := n.GetWorkflow(); {
-	case strings.TrimSpace(wf) == "":
+	if strings.TrimSpace(n.GetWorkflow()) == "" {
 		v.add(id, "workflow", "workflow node %q needs workflow: the name of the registered workflow it runs", id)
-	case wf == v.def.GetName():
-		v.add(id, "workflow", "workflow node %q runs workflow %q, the workflow it is in: a workflow cannot call itself", id, wf)
 	}
+	v.maxDepth(n)
 	v.inputKeys(n)
 	for _, f := range []struct {
 		name, to, from string
@@ -352,6 +367,18 @@ func (v *validator) workflowFields(n *novav1.Node) {
 					f.to, k, f.from, f.keys[k], f.name, f.to, f.from)
 			}
 		}
+	}
+}
+
+// maxDepth checks a node's max_depth: sub-workflow calls deep, from 0
+// (the default) to MaxCallDepth; a map node's only with a workflow body.
+func (v *validator) maxDepth(n *novav1.Node) {
+	d := n.GetMaxDepth()
+	switch {
+	case d < 0 || d > MaxCallDepth:
+		v.add(n.GetId(), "max_depth", "must be from 0 (the default, %d) to %d sub-workflow calls deep, got %d", DefaultCallDepth, MaxCallDepth, d)
+	case d != 0 && n.GetWorkflow() == "":
+		v.add(n.GetId(), "max_depth", "bounds the sub-workflow calls of a workflow body; map node %q runs code or a prompt", n.GetId())
 	}
 }
 

@@ -23,6 +23,9 @@ import (
 const (
 	// signalTaken: the wait node took the signal and moved on.
 	signalTaken = "taken"
+	// signalKept: no wait node waited for it yet; the execution keeps it
+	// for the first that comes.
+	signalKept = "kept"
 	// signalRejected: the engine did not take it (signal.rejected).
 	signalRejected = "rejected"
 	// signalEnded: the execution ended before the signal was taken.
@@ -38,16 +41,18 @@ const (
 type signalResult struct {
 	ExecutionID string `json:"execution_id"`
 	Signal      string `json:"signal"`
-	// Node is the wait node the signal was for.
-	Node string `json:"node"`
+	// Node is the wait node the signal was for ("" while it is kept).
+	Node string `json:"node,omitempty"`
 	// EventID is the signal's CloudEvent id.
 	EventID string `json:"event_id"`
-	// Outcome is taken, rejected, ended, sent or refused.
+	// Outcome is taken, kept, rejected, ended, sent or refused.
 	Outcome string `json:"outcome"`
 	// Next is the node the execution went on to, when taken.
 	Next string `json:"next,omitempty"`
 	// Reason says why the engine rejected the signal.
 	Reason string `json:"reason,omitempty"`
+	// Kept is how many signals the execution keeps, when kept.
+	Kept int32 `json:"kept,omitempty"`
 	// Status is the execution's end status, when it ended.
 	Status string `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"`
@@ -116,11 +121,18 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return refuse(code, "", problem)
 	}
 	if err := st.CheckSignal(name); err != nil {
-		return refuse(exitInvalid, "", err.Error())
+		// A signal a wait node of the workflow waits for, and none does
+		// yet, is kept for the first that comes.
+		var notWaiting *execution.NotWaitingError
+		if !errors.As(err, &notWaiting) || !notWaiting.Keeps {
+			return refuse(exitInvalid, "", err.Error())
+		}
 	}
 	node := st.WaitNode(name)
-	if err := workflow.CheckPayload(node, decoded); err != nil {
-		return refuse(exitInvalid, node.GetId(), payloadProblem(node, err))
+	if node != nil {
+		if err := workflow.CheckPayload(node, decoded); err != nil {
+			return refuse(exitInvalid, node.GetId(), payloadProblem(node, err))
+		}
 	}
 
 	res := signalResult{ExecutionID: id, Signal: name, Node: node.GetId(), EventID: "signal-" + uuid.NewString(), Outcome: signalSent}
@@ -202,6 +214,7 @@ func watchSignal(ctx context.Context, b *bus.Bus, sent signalResult, visit int32
 		jetstream.OrderedConsumerConfig{FilterSubjects: []string{
 			bus.EventSubject(id, bus.KindNodeCompleted),
 			bus.EventSubject(id, bus.KindSignalRejected),
+			bus.EventSubject(id, bus.KindSignalKept),
 			bus.EventSubject(id, bus.KindWorkflowCompleted),
 		}},
 		func(m jetstream.Msg, ev *event.Event) {
@@ -218,6 +231,12 @@ func watchSignal(ctx context.Context, b *bus.Bus, sent signalResult, visit int32
 				} else {
 					r.Outcome, r.Next = signalTaken, nc.GetPathTaken()
 				}
+			case bus.KindSignalKept:
+				var sk novav1.SignalKept
+				if bus.Decode(*ev, &sk) != nil || sk.GetSignalEventId() != sent.EventID {
+					return
+				}
+				r.Outcome, r.Kept = signalKept, sk.GetKept()
 			case bus.KindSignalRejected:
 				var sr novav1.SignalRejected
 				if bus.Decode(*ev, &sr) != nil || sr.GetSignalEventId() != sent.EventID {
@@ -256,7 +275,7 @@ func waitEnded(nc *novav1.NodeCompleted) string {
 // object, and is its exit code.
 func printSignal(stdout io.Writer, asJSON bool, res signalResult) int {
 	code := exitFailed
-	if res.Outcome == signalTaken || res.Outcome == signalSent && res.Error == "" {
+	if res.Outcome == signalTaken || res.Outcome == signalKept || res.Outcome == signalSent && res.Error == "" {
 		code = exitOK
 	}
 	if asJSON {
@@ -271,6 +290,8 @@ func printSignal(stdout io.Writer, asJSON bool, res signalResult) int {
 			line += " to " + res.Next
 		}
 		fmt.Fprintln(stdout, line)
+	case signalKept:
+		fmt.Fprintf(stdout, "%s kept: no wait node waits for it yet; the first to come takes it (%d kept)\n", head, res.Kept)
 	case signalRejected:
 		fmt.Fprintf(stdout, "%s rejected: %s\n", head, res.Reason)
 	case signalEnded:

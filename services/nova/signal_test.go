@@ -87,8 +87,7 @@ func TestSignal(t *testing.T) {
 		}{
 			{[]string{"nope", "approve"}, `no execution "nope"`},
 			{[]string{"done", "approve"}, "execution done is failed: only a running execution can be steered"},
-			{[]string{"busy", "approve"}, `execution busy waits for no signal: node "check" is running (signal "approve")`},
-			{[]string{"wait-1", "reject"}, `execution wait-1 does not wait for signal "reject": node "approve" waits for signal "approve"`},
+			{[]string{"wait-1", "reject"}, `execution wait-1: no wait node of workflow "refund" waits for signal "reject"`},
 			{[]string{"wait-1", "approve"}, `payload field "approved": is required (the schema of wait node "approve")`},
 			{[]string{"wait-1", "approve", "--set", "approved=yes"}, `payload field "approved": must be true or false`},
 			{[]string{"wait-1", "approve", "--data", `{"approved": 1}`}, `payload field "approved": must be true or false`},
@@ -165,6 +164,18 @@ func TestSignal(t *testing.T) {
 		var res signalResult
 		if code != exitFailed || json.Unmarshal([]byte(out), &res) != nil || res.Outcome != signalRejected ||
 			res.Reason != "rejected: "+res.EventID {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
+	t.Run("kept", func(t *testing.T) {
+		// No wait node waits for it yet (busy runs check): the engine keeps it.
+		respond(t, func(cmd *novav1.SignalExecution, eventID string) {
+			id := cmd.ExecutionId
+			s.publish(ctx, t, id, bus.KindSignalKept, id+"/signal-kept/"+eventID, bus.TypeSignalKept,
+				&novav1.SignalKept{ExecutionId: id, Signal: cmd.Signal, SignalEventId: eventID, Kept: 1})
+		})
+		code, out, errOut := runCLI(ctx, cmdSignal, "busy", "approve", "--set", "approved=true")
+		if code != exitOK || out != "execution busy: signal \"approve\" kept: no wait node waits for it yet; the first to come takes it (1 kept)\n" {
 			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})

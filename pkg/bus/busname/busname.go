@@ -47,6 +47,7 @@ const (
 	TypeStepsCancelled     = "io.nova.steps.cancelled.v1"
 	TypeExecutionSignal    = "io.nova.execution.signal.v1"
 	TypeSignalRejected     = "io.nova.execution.signal.rejected.v1"
+	TypeSignalKept         = "io.nova.execution.signal.kept.v1"
 	TypeNodeWaiting        = "io.nova.node.waiting.v1"
 	TypeTimerFired         = "io.nova.timer.fired.v1"
 	TypeScheduleTick       = "io.nova.schedule.tick.v1"
@@ -124,6 +125,7 @@ const (
 	// runs on (its lines were cancelled).
 	KindStepsCancelled = "steps.cancelled"
 	KindSignalRejected = "signal.rejected"
+	KindSignalKept     = "signal.kept"
 	// KindChildCompleted is the graph engine's result for a parent
 	// execution: one of its child executions ended.
 	KindChildCompleted = "result." + AgentGraphEngine

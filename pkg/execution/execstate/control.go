@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -29,9 +30,24 @@ type NotWaitingError struct {
 	WaitingFor string
 	// Node is the node running or waiting.
 	Node string
+	// Keeps: a wait node of the execution's workflow waits for the
+	// signal, so the running execution keeps it until one takes it.
+	Keeps bool
+	// Workflow is the execution's workflow.
+	Workflow string
 }
 
 func (e *NotWaitingError) Error() string {
+	if !e.Keeps && e.Workflow != "" {
+		now := ""
+		switch {
+		case e.WaitingFor != "":
+			now = fmt.Sprintf(" (node %q waits for signal %q)", e.Node, e.WaitingFor)
+		case e.Node != "":
+			now = fmt.Sprintf(" (node %q is running)", e.Node)
+		}
+		return fmt.Sprintf("execution %s: no wait node of workflow %q waits for signal %q%s", e.ID, e.Workflow, e.Signal, now)
+	}
 	if e.WaitingFor == "" {
 		if e.Node == "" {
 			return fmt.Sprintf("execution %s waits for no signal (signal %q)", e.ID, e.Signal)
@@ -109,7 +125,8 @@ func CheckSignalTarget(st *novav1.ExecutionState, name string) error {
 	if WaitingLine(st, name) != nil {
 		return nil
 	}
-	nerr := &NotWaitingError{ID: st.GetExecutionId(), Signal: name}
+	nerr := &NotWaitingError{ID: st.GetExecutionId(), Signal: name, Workflow: st.GetDefinition().GetName(),
+		Keeps: workflow.WaitsForSignal(st.GetDefinition(), name)}
 	for _, l := range Lines(st) {
 		if nerr.Node == "" || (nerr.WaitingFor == "" && l.GetWaitingFor() != "") {
 			nerr.Node, nerr.WaitingFor = l.GetCurrentNode(), l.GetWaitingFor()

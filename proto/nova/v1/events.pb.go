@@ -519,6 +519,87 @@ func (x *ScheduleTick) GetArmedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// SignalKept says a signal to a running execution that no wait node waited
+// for is kept: the first wait node for it that comes takes it. kept is how
+// many signals the execution keeps now.
+// Type io.nova.execution.signal.kept.v1 on
+// nova.evt.<execution_id>.signal.kept.
+type SignalKept struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId   string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	Signal        string                 `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	SignalEventId string                 `protobuf:"bytes,3,opt,name=signal_event_id,json=signalEventId,proto3" json:"signal_event_id,omitempty"`
+	Kept          int32                  `protobuf:"varint,4,opt,name=kept,proto3" json:"kept,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalKept) Reset() {
+	*x = SignalKept{}
+	mi := &file_nova_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalKept) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalKept) ProtoMessage() {}
+
+func (x *SignalKept) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalKept.ProtoReflect.Descriptor instead.
+func (*SignalKept) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SignalKept) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *SignalKept) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *SignalKept) GetSignalEventId() string {
+	if x != nil {
+		return x.SignalEventId
+	}
+	return ""
+}
+
+func (x *SignalKept) GetKept() int32 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
+func (x *SignalKept) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 // SignalRejected says a signal was not taken, and why (nobody waits for
 // it, its payload fails the schema, the execution ended).
 // Type io.nova.execution.signal.rejected.v1 on
@@ -537,7 +618,7 @@ type SignalRejected struct {
 
 func (x *SignalRejected) Reset() {
 	*x = SignalRejected{}
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +630,7 @@ func (x *SignalRejected) String() string {
 func (*SignalRejected) ProtoMessage() {}
 
 func (x *SignalRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[7]
+	mi := &file_nova_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +643,7 @@ func (x *SignalRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRejected.ProtoReflect.Descriptor instead.
 func (*SignalRejected) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SignalRejected) GetExecutionId() string {
@@ -617,7 +698,7 @@ type ExecutionCancelled struct {
 
 func (x *ExecutionCancelled) Reset() {
 	*x = ExecutionCancelled{}
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +710,7 @@ func (x *ExecutionCancelled) String() string {
 func (*ExecutionCancelled) ProtoMessage() {}
 
 func (x *ExecutionCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[8]
+	mi := &file_nova_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +723,7 @@ func (x *ExecutionCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionCancelled.ProtoReflect.Descriptor instead.
 func (*ExecutionCancelled) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecutionCancelled) GetExecutionId() string {
@@ -698,7 +779,7 @@ type ExecutionStopped struct {
 
 func (x *ExecutionStopped) Reset() {
 	*x = ExecutionStopped{}
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +791,7 @@ func (x *ExecutionStopped) String() string {
 func (*ExecutionStopped) ProtoMessage() {}
 
 func (x *ExecutionStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[9]
+	mi := &file_nova_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +804,7 @@ func (x *ExecutionStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionStopped.ProtoReflect.Descriptor instead.
 func (*ExecutionStopped) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecutionStopped) GetExecutionId() string {
@@ -771,7 +852,7 @@ type StepsCancelled struct {
 
 func (x *StepsCancelled) Reset() {
 	*x = StepsCancelled{}
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +864,7 @@ func (x *StepsCancelled) String() string {
 func (*StepsCancelled) ProtoMessage() {}
 
 func (x *StepsCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[10]
+	mi := &file_nova_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +877,7 @@ func (x *StepsCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsCancelled.ProtoReflect.Descriptor instead.
 func (*StepsCancelled) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StepsCancelled) GetExecutionId() string {
@@ -844,7 +925,7 @@ type TimerFired struct {
 
 func (x *TimerFired) Reset() {
 	*x = TimerFired{}
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +937,7 @@ func (x *TimerFired) String() string {
 func (*TimerFired) ProtoMessage() {}
 
 func (x *TimerFired) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +950,7 @@ func (x *TimerFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerFired.ProtoReflect.Descriptor instead.
 func (*TimerFired) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TimerFired) GetExecutionId() string {
@@ -935,7 +1016,7 @@ type NodeWaiting struct {
 
 func (x *NodeWaiting) Reset() {
 	*x = NodeWaiting{}
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1028,7 @@ func (x *NodeWaiting) String() string {
 func (*NodeWaiting) ProtoMessage() {}
 
 func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1041,7 @@ func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWaiting.ProtoReflect.Descriptor instead.
 func (*NodeWaiting) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeWaiting) GetExecutionId() string {
@@ -1074,7 +1155,7 @@ type StartRefinement struct {
 
 func (x *StartRefinement) Reset() {
 	*x = StartRefinement{}
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1167,7 @@ func (x *StartRefinement) String() string {
 func (*StartRefinement) ProtoMessage() {}
 
 func (x *StartRefinement) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1180,7 @@ func (x *StartRefinement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRefinement.ProtoReflect.Descriptor instead.
 func (*StartRefinement) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartRefinement) GetExecutionId() string {
@@ -1214,7 +1295,7 @@ type RefinementProgress struct {
 
 func (x *RefinementProgress) Reset() {
 	*x = RefinementProgress{}
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1307,7 @@ func (x *RefinementProgress) String() string {
 func (*RefinementProgress) ProtoMessage() {}
 
 func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1320,7 @@ func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefinementProgress.ProtoReflect.Descriptor instead.
 func (*RefinementProgress) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RefinementProgress) GetExecutionId() string {
@@ -1393,7 +1474,7 @@ type RegisterWorkflow struct {
 
 func (x *RegisterWorkflow) Reset() {
 	*x = RegisterWorkflow{}
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1486,7 @@ func (x *RegisterWorkflow) String() string {
 func (*RegisterWorkflow) ProtoMessage() {}
 
 func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1499,7 @@ func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflow.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflow) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
@@ -1440,14 +1521,17 @@ type ParentRef struct {
 	// A map item: its position (the parent waits for each item's child).
 	Item *int32 `protobuf:"varint,5,opt,name=item,proto3,oneof" json:"item,omitempty"`
 	// The parent's dispatch number of the start (as a command's sequence).
-	Sequence      int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int32 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The workflows of the executions above the child, outermost first (the
+	// parent's last): the chain of calls a workflow node's max_depth bounds.
+	Calls         []string `protobuf:"bytes,7,rep,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParentRef) Reset() {
 	*x = ParentRef{}
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1543,7 @@ func (x *ParentRef) String() string {
 func (*ParentRef) ProtoMessage() {}
 
 func (x *ParentRef) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1556,7 @@ func (x *ParentRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParentRef.ProtoReflect.Descriptor instead.
 func (*ParentRef) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ParentRef) GetExecutionId() string {
@@ -1517,6 +1601,13 @@ func (x *ParentRef) GetSequence() int32 {
 	return 0
 }
 
+func (x *ParentRef) GetCalls() []string {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
 // ChildCompleted tells a parent execution that the child execution one of
 // its workflow (or map) nodes started has ended. The graph engine publishes
 // it as the child ends.
@@ -1539,7 +1630,7 @@ type ChildCompleted struct {
 
 func (x *ChildCompleted) Reset() {
 	*x = ChildCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1642,7 @@ func (x *ChildCompleted) String() string {
 func (*ChildCompleted) ProtoMessage() {}
 
 func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1655,7 @@ func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildCompleted.ProtoReflect.Descriptor instead.
 func (*ChildCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChildCompleted) GetParent() *ParentRef {
@@ -1645,7 +1736,7 @@ type WorkflowStarted struct {
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1748,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1761,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -1767,7 +1858,7 @@ type WorkflowCompleted struct {
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1870,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1883,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -1917,7 +2008,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2020,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2033,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -2031,7 +2122,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2134,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2147,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -2210,7 +2301,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2313,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2326,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -2429,7 +2520,7 @@ type NodeStarted struct {
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2532,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2545,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -2574,7 +2665,7 @@ type NodeCompleted struct {
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2677,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2690,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -2832,7 +2923,7 @@ type SignalReceived struct {
 
 func (x *SignalReceived) Reset() {
 	*x = SignalReceived{}
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +2935,7 @@ func (x *SignalReceived) String() string {
 func (*SignalReceived) ProtoMessage() {}
 
 func (x *SignalReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +2948,7 @@ func (x *SignalReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
 func (*SignalReceived) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SignalReceived) GetName() string {
@@ -2921,7 +3012,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[26]
+	mi := &file_nova_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3024,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[26]
+	mi := &file_nova_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3037,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -3140,7 +3231,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[27]
+	mi := &file_nova_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3243,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[27]
+	mi := &file_nova_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3256,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -3294,7 +3385,15 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\vschedule_id\x18\x02 \x01(\tR\n" +
 	"scheduleId\x12*\n" +
 	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
-	"\barmed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aarmedAt\"\xac\x01\n" +
+	"\barmed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aarmedAt\"\xbe\x01\n" +
+	"\n" +
+	"SignalKept\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12&\n" +
+	"\x0fsignal_event_id\x18\x03 \x01(\tR\rsignalEventId\x12\x12\n" +
+	"\x04kept\x18\x04 \x01(\x05R\x04kept\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xac\x01\n" +
 	"\x0eSignalRejected\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x16\n" +
@@ -3380,14 +3479,15 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x10RegisterWorkflow\x12;\n" +
 	"\n" +
 	"definition\x18\x01 \x01(\v2\x1b.nova.v1.WorkflowDefinitionR\n" +
-	"definition\"\xb4\x01\n" +
+	"definition\"\xca\x01\n" +
 	"\tParentRef\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12\x14\n" +
 	"\x05visit\x18\x04 \x01(\x05R\x05visit\x12\x17\n" +
 	"\x04item\x18\x05 \x01(\x05H\x00R\x04item\x88\x01\x01\x12\x1a\n" +
-	"\bsequence\x18\x06 \x01(\x05R\bsequenceB\a\n" +
+	"\bsequence\x18\x06 \x01(\x05R\bsequence\x12\x14\n" +
+	"\x05calls\x18\a \x03(\tR\x05callsB\a\n" +
 	"\x05_item\"\xa7\x02\n" +
 	"\x0eChildCompleted\x12*\n" +
 	"\x06parent\x18\x01 \x01(\v2\x12.nova.v1.ParentRefR\x06parent\x12,\n" +
@@ -3614,7 +3714,7 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
 	(*RerunFrom)(nil),             // 1: nova.v1.RerunFrom
@@ -3623,95 +3723,97 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*PutSchedule)(nil),           // 4: nova.v1.PutSchedule
 	(*DeleteSchedule)(nil),        // 5: nova.v1.DeleteSchedule
 	(*ScheduleTick)(nil),          // 6: nova.v1.ScheduleTick
-	(*SignalRejected)(nil),        // 7: nova.v1.SignalRejected
-	(*ExecutionCancelled)(nil),    // 8: nova.v1.ExecutionCancelled
-	(*ExecutionStopped)(nil),      // 9: nova.v1.ExecutionStopped
-	(*StepsCancelled)(nil),        // 10: nova.v1.StepsCancelled
-	(*TimerFired)(nil),            // 11: nova.v1.TimerFired
-	(*NodeWaiting)(nil),           // 12: nova.v1.NodeWaiting
-	(*StartRefinement)(nil),       // 13: nova.v1.StartRefinement
-	(*RefinementProgress)(nil),    // 14: nova.v1.RefinementProgress
-	(*RegisterWorkflow)(nil),      // 15: nova.v1.RegisterWorkflow
-	(*ParentRef)(nil),             // 16: nova.v1.ParentRef
-	(*ChildCompleted)(nil),        // 17: nova.v1.ChildCompleted
-	(*WorkflowStarted)(nil),       // 18: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 19: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 20: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 21: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 22: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 23: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 24: nova.v1.NodeCompleted
-	(*SignalReceived)(nil),        // 25: nova.v1.SignalReceived
-	(*StepCompleted)(nil),         // 26: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 27: nova.v1.DeadLetter
-	nil,                           // 28: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 29: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 30: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*Schedule)(nil),              // 32: nova.v1.Schedule
-	(*Refinement)(nil),            // 33: nova.v1.Refinement
-	(*structpb.Struct)(nil),       // 34: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 35: google.protobuf.ListValue
+	(*SignalKept)(nil),            // 7: nova.v1.SignalKept
+	(*SignalRejected)(nil),        // 8: nova.v1.SignalRejected
+	(*ExecutionCancelled)(nil),    // 9: nova.v1.ExecutionCancelled
+	(*ExecutionStopped)(nil),      // 10: nova.v1.ExecutionStopped
+	(*StepsCancelled)(nil),        // 11: nova.v1.StepsCancelled
+	(*TimerFired)(nil),            // 12: nova.v1.TimerFired
+	(*NodeWaiting)(nil),           // 13: nova.v1.NodeWaiting
+	(*StartRefinement)(nil),       // 14: nova.v1.StartRefinement
+	(*RefinementProgress)(nil),    // 15: nova.v1.RefinementProgress
+	(*RegisterWorkflow)(nil),      // 16: nova.v1.RegisterWorkflow
+	(*ParentRef)(nil),             // 17: nova.v1.ParentRef
+	(*ChildCompleted)(nil),        // 18: nova.v1.ChildCompleted
+	(*WorkflowStarted)(nil),       // 19: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 20: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 21: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 22: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 23: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 24: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 25: nova.v1.NodeCompleted
+	(*SignalReceived)(nil),        // 26: nova.v1.SignalReceived
+	(*StepCompleted)(nil),         // 27: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 28: nova.v1.DeadLetter
+	nil,                           // 29: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 30: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 31: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*Schedule)(nil),              // 33: nova.v1.Schedule
+	(*Refinement)(nil),            // 34: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 35: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 36: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	29, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	30, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	30, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	31, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
 	1,  // 2: nova.v1.StartWorkflow.rerun:type_name -> nova.v1.RerunFrom
-	31, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
-	16, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
-	30, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
-	32, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
-	31, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
-	31, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
-	31, // 9: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	31, // 10: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	31, // 11: nova.v1.StepsCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	31, // 12: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
-	31, // 13: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
-	33, // 14: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	34, // 15: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	22, // 16: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	29, // 17: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	16, // 18: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
-	30, // 19: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
-	29, // 20: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	30, // 21: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	31, // 22: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 23: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
-	31, // 24: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
-	16, // 25: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
-	30, // 26: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	20, // 27: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	31, // 28: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	31, // 29: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	16, // 30: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
-	30, // 31: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	30, // 32: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	34, // 33: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	30, // 34: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	30, // 35: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	31, // 36: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	30, // 37: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	30, // 38: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	34, // 39: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	31, // 40: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	31, // 41: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	34, // 42: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	31, // 43: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
-	25, // 44: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
-	30, // 45: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
-	31, // 46: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
-	34, // 47: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	34, // 48: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	35, // 49: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	31, // 50: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	28, // 51: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	31, // 52: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	32, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
+	17, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
+	31, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
+	33, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
+	32, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
+	32, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
+	32, // 9: nova.v1.SignalKept.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 10: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	32, // 11: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	32, // 12: nova.v1.StepsCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	32, // 13: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	32, // 14: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	34, // 15: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	35, // 16: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	23, // 17: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	30, // 18: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	17, // 19: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
+	31, // 20: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
+	30, // 21: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	31, // 22: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	32, // 23: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 24: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	32, // 25: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	17, // 26: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
+	31, // 27: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	21, // 28: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	32, // 29: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	32, // 30: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	17, // 31: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
+	31, // 32: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	31, // 33: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	35, // 34: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	31, // 35: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	31, // 36: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	32, // 37: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	31, // 38: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	31, // 39: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	35, // 40: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	32, // 41: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	32, // 42: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	35, // 43: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	32, // 44: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	26, // 45: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	31, // 46: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	32, // 47: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	35, // 48: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	35, // 49: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	36, // 50: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	32, // 51: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	29, // 52: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	32, // 53: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -3722,18 +3824,18 @@ func file_nova_v1_events_proto_init() {
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
-	file_nova_v1_events_proto_msgTypes[14].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[16].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[23].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[15].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[17].OneofWrappers = []any{}
 	file_nova_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[26].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[25].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

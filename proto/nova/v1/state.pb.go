@@ -209,7 +209,10 @@ type ExecutionState struct {
 	EndedKeys []string `protobuf:"bytes,34,rep,name=ended_keys,json=endedKeys,proto3" json:"ended_keys,omitempty"`
 	// Lines that ended at an end node while others ran: merged into the
 	// context, by the join's rule, when the execution ends.
-	Ended         []*Branch `protobuf:"bytes,35,rep,name=ended,proto3" json:"ended,omitempty"`
+	Ended []*Branch `protobuf:"bytes,35,rep,name=ended,proto3" json:"ended,omitempty"`
+	// Signals sent while no wait node waited for them, oldest first: a wait
+	// node for one takes the oldest at once.
+	KeptSignals   []*KeptSignal `protobuf:"bytes,36,rep,name=kept_signals,json=keptSignals,proto3" json:"kept_signals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +474,13 @@ func (x *ExecutionState) GetEndedKeys() []string {
 func (x *ExecutionState) GetEnded() []*Branch {
 	if x != nil {
 		return x.Ended
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetKeptSignals() []*KeptSignal {
+	if x != nil {
+		return x.KeptSignals
 	}
 	return nil
 }
@@ -896,9 +906,13 @@ type MapRun struct {
 	// The bytes of the finished items' results so far (a result kept in
 	// the value store counts at its size there): the map fails once they
 	// pass the engine's NOVA_MAP_RESULTS_MAX_BYTES.
-	ResultBytes   int64 `protobuf:"varint,12,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ResultBytes int64 `protobuf:"varint,12,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// Its complete_when was reached: the items still running were cancelled
+	// and those not started never start; the map goes on with the results
+	// of the items that finished.
+	CompletedEarly bool `protobuf:"varint,13,opt,name=completed_early,json=completedEarly,proto3" json:"completed_early,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MapRun) Reset() {
@@ -1001,6 +1015,13 @@ func (x *MapRun) GetResultBytes() int64 {
 	return 0
 }
 
+func (x *MapRun) GetCompletedEarly() bool {
+	if x != nil {
+		return x.CompletedEarly
+	}
+	return false
+}
+
 // ScheduleState is one schedule of a registered workflow, kept in the KV
 // bucket nova_schedules under <workflow>.<schedule id>.
 type ScheduleState struct {
@@ -1081,6 +1102,85 @@ func (x *ScheduleState) GetFromDefinition() bool {
 	return false
 }
 
+// KeptSignal is a signal a running execution keeps until a wait node
+// takes it.
+type KeptSignal struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Signal  string                 `protobuf:"bytes,1,opt,name=signal,proto3" json:"signal,omitempty"`
+	Payload *JSONValue             `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	SentBy  string                 `protobuf:"bytes,3,opt,name=sent_by,json=sentBy,proto3" json:"sent_by,omitempty"`
+	// The signal event's id.
+	EventId       string                 `protobuf:"bytes,4,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	KeptAt        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=kept_at,json=keptAt,proto3" json:"kept_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeptSignal) Reset() {
+	*x = KeptSignal{}
+	mi := &file_nova_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeptSignal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeptSignal) ProtoMessage() {}
+
+func (x *KeptSignal) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeptSignal.ProtoReflect.Descriptor instead.
+func (*KeptSignal) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *KeptSignal) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *KeptSignal) GetPayload() *JSONValue {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *KeptSignal) GetSentBy() string {
+	if x != nil {
+		return x.SentBy
+	}
+	return ""
+}
+
+func (x *KeptSignal) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *KeptSignal) GetKeptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.KeptAt
+	}
+	return nil
+}
+
 // Timer is a durable timer: a JetStream message schedule whose message
 // comes back to the engine as TimerFired at due_at.
 type Timer struct {
@@ -1100,7 +1200,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1212,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1225,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Timer) GetId() string {
@@ -1236,7 +1336,7 @@ type AIRun struct {
 
 func (x *AIRun) Reset() {
 	*x = AIRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1348,7 @@ func (x *AIRun) String() string {
 func (*AIRun) ProtoMessage() {}
 
 func (x *AIRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1361,7 @@ func (x *AIRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
 func (*AIRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AIRun) GetPhase() string {
@@ -1498,7 +1598,7 @@ type AIStep struct {
 
 func (x *AIStep) Reset() {
 	*x = AIStep{}
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1610,7 @@ func (x *AIStep) String() string {
 func (*AIStep) ProtoMessage() {}
 
 func (x *AIStep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1623,7 @@ func (x *AIStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
 func (*AIStep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AIStep) GetAgent() string {
@@ -1600,7 +1700,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1712,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1725,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -1689,7 +1789,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1801,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1814,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Spend) GetUsd() float64 {
@@ -1754,7 +1854,7 @@ type RefineRun struct {
 
 func (x *RefineRun) Reset() {
 	*x = RefineRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1866,7 @@ func (x *RefineRun) String() string {
 func (*RefineRun) ProtoMessage() {}
 
 func (x *RefineRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1879,7 @@ func (x *RefineRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
 func (*RefineRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RefineRun) GetRequest() *StartRefinement {
@@ -1855,7 +1955,7 @@ type RefineAttemptRun struct {
 
 func (x *RefineAttemptRun) Reset() {
 	*x = RefineAttemptRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[13]
+	mi := &file_nova_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1967,7 @@ func (x *RefineAttemptRun) String() string {
 func (*RefineAttemptRun) ProtoMessage() {}
 
 func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[13]
+	mi := &file_nova_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1980,7 @@ func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
 func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
@@ -1915,7 +2015,7 @@ var File_nova_v1_state_proto protoreflect.FileDescriptor
 
 const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\x85\f\n" +
+	"\x13nova/v1/state.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16nova/v1/workflow.proto\x1a\x14nova/v1/agents.proto\x1a\x14nova/v1/events.proto\"\xbd\f\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12;\n" +
 	"\n" +
@@ -1958,7 +2058,8 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x06parent\x18! \x01(\v2\x12.nova.v1.ParentRefR\x06parent\x12\x1d\n" +
 	"\n" +
 	"ended_keys\x18\" \x03(\tR\tendedKeys\x12%\n" +
-	"\x05ended\x18# \x03(\v2\x0f.nova.v1.BranchR\x05ended\x1aL\n" +
+	"\x05ended\x18# \x03(\v2\x0f.nova.v1.BranchR\x05ended\x126\n" +
+	"\fkept_signals\x18$ \x03(\v2\x13.nova.v1.KeptSignalR\vkeptSignals\x1aL\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
@@ -2003,7 +2104,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vactivations\x18\x03 \x03(\v2\x17.nova.v1.JoinActivationR\vactivations\"Q\n" +
 	"\x0eJoinActivation\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12)\n" +
-	"\aarrived\x18\x02 \x03(\v2\x0f.nova.v1.BranchR\aarrived\"\xa1\x02\n" +
+	"\aarrived\x18\x02 \x03(\v2\x0f.nova.v1.BranchR\aarrived\"\xca\x02\n" +
 	"\x06MapRun\x12\x14\n" +
 	"\x05visit\x18\x01 \x01(\x05R\x05visit\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x18\n" +
@@ -2016,14 +2117,22 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\bdone_end\x18\v \x03(\x05R\adoneEnd\x12\x16\n" +
 	"\x06failed\x18\a \x01(\x05R\x06failed\x12\x1a\n" +
 	"\bchildren\x18\b \x03(\tR\bchildren\x12!\n" +
-	"\fresult_bytes\x18\f \x01(\x03R\vresultBytesJ\x04\b\x05\x10\x06J\x04\b\x06\x10\a\"\xf7\x01\n" +
+	"\fresult_bytes\x18\f \x01(\x03R\vresultBytes\x12'\n" +
+	"\x0fcompleted_early\x18\r \x01(\bR\x0ecompletedEarlyJ\x04\b\x05\x10\x06J\x04\b\x06\x10\a\"\xf7\x01\n" +
 	"\rScheduleState\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12-\n" +
 	"\bschedule\x18\x02 \x01(\v2\x11.nova.v1.ScheduleR\bschedule\x127\n" +
 	"\tlast_tick\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\blastTick\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\xa7\x01\n" +
+	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\xbb\x01\n" +
+	"\n" +
+	"KeptSignal\x12\x16\n" +
+	"\x06signal\x18\x01 \x01(\tR\x06signal\x12,\n" +
+	"\apayload\x18\x02 \x01(\v2\x12.nova.v1.JSONValueR\apayload\x12\x17\n" +
+	"\asent_by\x18\x03 \x01(\tR\x06sentBy\x12\x19\n" +
+	"\bevent_id\x18\x04 \x01(\tR\aeventId\x123\n" +
+	"\akept_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06keptAt\"\xa7\x01\n" +
 	"\x05Timer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x17\n" +
@@ -2138,7 +2247,7 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_nova_v1_state_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
 	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
@@ -2149,84 +2258,88 @@ var file_nova_v1_state_proto_goTypes = []any{
 	(*JoinActivation)(nil),        // 6: nova.v1.JoinActivation
 	(*MapRun)(nil),                // 7: nova.v1.MapRun
 	(*ScheduleState)(nil),         // 8: nova.v1.ScheduleState
-	(*Timer)(nil),                 // 9: nova.v1.Timer
-	(*AIRun)(nil),                 // 10: nova.v1.AIRun
-	(*AIStep)(nil),                // 11: nova.v1.AIStep
-	(*NodeState)(nil),             // 12: nova.v1.NodeState
-	(*Spend)(nil),                 // 13: nova.v1.Spend
-	(*RefineRun)(nil),             // 14: nova.v1.RefineRun
-	(*RefineAttemptRun)(nil),      // 15: nova.v1.RefineAttemptRun
-	nil,                           // 16: nova.v1.ExecutionState.NodesEntry
-	nil,                           // 17: nova.v1.ExecutionState.JoinsEntry
-	(*WorkflowDefinition)(nil),    // 18: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 19: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*RerunFrom)(nil),             // 21: nova.v1.RerunFrom
-	(*ParentRef)(nil),             // 22: nova.v1.ParentRef
-	(*Schedule)(nil),              // 23: nova.v1.Schedule
-	(*AttemptRecord)(nil),         // 24: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 25: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 26: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 27: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 28: nova.v1.ModelCall
-	(*StartRefinement)(nil),       // 29: nova.v1.StartRefinement
-	(*RefineAttempt)(nil),         // 30: nova.v1.RefineAttempt
+	(*KeptSignal)(nil),            // 9: nova.v1.KeptSignal
+	(*Timer)(nil),                 // 10: nova.v1.Timer
+	(*AIRun)(nil),                 // 11: nova.v1.AIRun
+	(*AIStep)(nil),                // 12: nova.v1.AIStep
+	(*NodeState)(nil),             // 13: nova.v1.NodeState
+	(*Spend)(nil),                 // 14: nova.v1.Spend
+	(*RefineRun)(nil),             // 15: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 16: nova.v1.RefineAttemptRun
+	nil,                           // 17: nova.v1.ExecutionState.NodesEntry
+	nil,                           // 18: nova.v1.ExecutionState.JoinsEntry
+	(*WorkflowDefinition)(nil),    // 19: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 20: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*RerunFrom)(nil),             // 22: nova.v1.RerunFrom
+	(*ParentRef)(nil),             // 23: nova.v1.ParentRef
+	(*Schedule)(nil),              // 24: nova.v1.Schedule
+	(*AttemptRecord)(nil),         // 25: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 26: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 27: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 28: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 29: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 30: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 31: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	18, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	19, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	16, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	20, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	20, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	20, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	19, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	10, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	13, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	14, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
-	9,  // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
-	21, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
-	20, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
+	19, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	20, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	17, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	21, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	21, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	21, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	20, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	11, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	14, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	15, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	10, // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
+	22, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
+	21, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: nova.v1.ExecutionState.branches:type_name -> nova.v1.Branch
-	17, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
+	18, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
 	7,  // 15: nova.v1.ExecutionState.map_run:type_name -> nova.v1.MapRun
-	22, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
+	23, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
 	3,  // 17: nova.v1.ExecutionState.ended:type_name -> nova.v1.Branch
-	20, // 18: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
-	19, // 19: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
-	10, // 20: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
-	9,  // 21: nova.v1.Branch.timer:type_name -> nova.v1.Timer
-	19, // 22: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
-	7,  // 23: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
-	4,  // 24: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
-	12, // 25: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
-	3,  // 26: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
-	6,  // 27: nova.v1.JoinState.activations:type_name -> nova.v1.JoinActivation
-	3,  // 28: nova.v1.JoinActivation.arrived:type_name -> nova.v1.Branch
-	23, // 29: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	20, // 30: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	20, // 31: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	20, // 32: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	24, // 33: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	19, // 34: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	25, // 35: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	11, // 36: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	26, // 37: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	27, // 38: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	28, // 39: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	13, // 40: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	29, // 41: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	15, // 42: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	28, // 43: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	30, // 44: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	28, // 45: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	26, // 46: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	12, // 47: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	5,  // 48: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	9,  // 18: nova.v1.ExecutionState.kept_signals:type_name -> nova.v1.KeptSignal
+	21, // 19: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
+	20, // 20: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
+	11, // 21: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
+	10, // 22: nova.v1.Branch.timer:type_name -> nova.v1.Timer
+	20, // 23: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
+	7,  // 24: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
+	4,  // 25: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
+	13, // 26: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
+	3,  // 27: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
+	6,  // 28: nova.v1.JoinState.activations:type_name -> nova.v1.JoinActivation
+	3,  // 29: nova.v1.JoinActivation.arrived:type_name -> nova.v1.Branch
+	24, // 30: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	21, // 31: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	21, // 32: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	20, // 33: nova.v1.KeptSignal.payload:type_name -> nova.v1.JSONValue
+	21, // 34: nova.v1.KeptSignal.kept_at:type_name -> google.protobuf.Timestamp
+	21, // 35: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	25, // 36: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	20, // 37: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	26, // 38: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	12, // 39: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	27, // 40: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	28, // 41: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	29, // 42: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	14, // 43: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	30, // 44: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	16, // 45: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	29, // 46: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	31, // 47: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	29, // 48: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	27, // 49: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	13, // 50: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	5,  // 51: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -2244,7 +2357,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

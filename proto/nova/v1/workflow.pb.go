@@ -128,7 +128,10 @@ type WorkflowDefinition struct {
 	Schedules []*Schedule `protobuf:"bytes,12,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	// What the workflow is for, for people: kept, shown and compared between
 	// revisions; it changes nothing about how the workflow runs.
-	Description   string `protobuf:"bytes,13,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,13,opt,name=description,proto3" json:"description,omitempty"`
+	// How many signals no wait node takes yet an execution keeps, and for
+	// how long.
+	Signals       *SignalKeep `protobuf:"bytes,14,opt,name=signals,proto3" json:"signals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,6 +257,122 @@ func (x *WorkflowDefinition) GetDescription() string {
 	return ""
 }
 
+func (x *WorkflowDefinition) GetSignals() *SignalKeep {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
+}
+
+// MapCompletion: a map goes on once succeeded items succeeded, or failed
+// items failed (one of them).
+type MapCompletion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Succeeded     int32                  `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Failed        int32                  `protobuf:"varint,2,opt,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MapCompletion) Reset() {
+	*x = MapCompletion{}
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MapCompletion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MapCompletion) ProtoMessage() {}
+
+func (x *MapCompletion) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MapCompletion.ProtoReflect.Descriptor instead.
+func (*MapCompletion) Descriptor() ([]byte, []int) {
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MapCompletion) GetSucceeded() int32 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *MapCompletion) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+// SignalKeep bounds the signals a running execution keeps until a wait
+// node takes them: at most keep (0: 100), none older than
+// keep_for_seconds (0: one hour).
+type SignalKeep struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Keep           int32                  `protobuf:"varint,1,opt,name=keep,proto3" json:"keep,omitempty"`
+	KeepForSeconds float64                `protobuf:"fixed64,2,opt,name=keep_for_seconds,json=keepForSeconds,proto3" json:"keep_for_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SignalKeep) Reset() {
+	*x = SignalKeep{}
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalKeep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalKeep) ProtoMessage() {}
+
+func (x *SignalKeep) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalKeep.ProtoReflect.Descriptor instead.
+func (*SignalKeep) Descriptor() ([]byte, []int) {
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SignalKeep) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+func (x *SignalKeep) GetKeepForSeconds() float64 {
+	if x != nil {
+		return x.KeepForSeconds
+	}
+	return 0
+}
+
 // RetryPolicy says how a failed code node (or an AI node's infrastructure
 // fault) is tried again. Between attempts the engine waits on a durable
 // timer: initial_interval, multiplied by backoff_coefficient after each
@@ -276,7 +395,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +407,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +420,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -364,7 +483,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +495,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +508,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Schedule) GetId() string {
@@ -461,7 +580,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[3]
+	mi := &file_nova_v1_workflow_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +592,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[3]
+	mi := &file_nova_v1_workflow_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +605,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Budget) GetMaxUsd() float64 {
@@ -587,14 +706,21 @@ type Node struct {
 	CancelRemaining bool `protobuf:"varint,31,opt,name=cancel_remaining,json=cancelRemaining,proto3" json:"cancel_remaining,omitempty"`
 	// decision: "one" (default: branch_decision picks one edge) or "many"
 	// (branch_decision may be a list: each chosen edge starts a line).
-	Choose        string `protobuf:"bytes,32,opt,name=choose,proto3" json:"choose,omitempty"`
+	Choose string `protobuf:"bytes,32,opt,name=choose,proto3" json:"choose,omitempty"`
+	// map: go on once this many items succeeded (or failed, with
+	// on_item_failure collect), cancelling the rest.
+	CompleteWhen *MapCompletion `protobuf:"bytes,33,opt,name=complete_when,json=completeWhen,proto3" json:"complete_when,omitempty"`
+	// workflow, map with workflow: how many sub-workflow calls deep the
+	// child may run (0: 10); a workflow may call itself, or one that calls it
+	// back, within it.
+	MaxDepth      int32 `protobuf:"varint,34,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[4]
+	mi := &file_nova_v1_workflow_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +732,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[4]
+	mi := &file_nova_v1_workflow_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +745,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Node) GetId() string {
@@ -846,6 +972,20 @@ func (x *Node) GetChoose() string {
 	return ""
 }
 
+func (x *Node) GetCompleteWhen() *MapCompletion {
+	if x != nil {
+		return x.CompleteWhen
+	}
+	return nil
+}
+
+func (x *Node) GetMaxDepth() int32 {
+	if x != nil {
+		return x.MaxDepth
+	}
+	return 0
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -858,7 +998,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[5]
+	mi := &file_nova_v1_workflow_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1010,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[5]
+	mi := &file_nova_v1_workflow_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1023,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Edge) GetFrom() string {
@@ -911,7 +1051,7 @@ var File_nova_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x16nova/v1/workflow.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\xe0\x03\n" +
+	"\x16nova/v1/workflow.proto\x12\anova.v1\x1a\x12nova/v1/json.proto\"\x8f\x04\n" +
 	"\x12WorkflowDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12'\n" +
@@ -927,8 +1067,16 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	" \x01(\v2\x0f.nova.v1.BudgetR\x06budget\x12*\n" +
 	"\x05retry\x18\v \x01(\v2\x14.nova.v1.RetryPolicyR\x05retry\x12/\n" +
 	"\tschedules\x18\f \x03(\v2\x11.nova.v1.ScheduleR\tschedules\x12 \n" +
-	"\vdescription\x18\r \x01(\tR\vdescriptionB\b\n" +
-	"\x06_cache\"\xdd\x01\n" +
+	"\vdescription\x18\r \x01(\tR\vdescription\x12-\n" +
+	"\asignals\x18\x0e \x01(\v2\x13.nova.v1.SignalKeepR\asignalsB\b\n" +
+	"\x06_cache\"E\n" +
+	"\rMapCompletion\x12\x1c\n" +
+	"\tsucceeded\x18\x01 \x01(\x05R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x02 \x01(\x05R\x06failed\"J\n" +
+	"\n" +
+	"SignalKeep\x12\x12\n" +
+	"\x04keep\x18\x01 \x01(\x05R\x04keep\x12(\n" +
+	"\x10keep_for_seconds\x18\x02 \x01(\x01R\x0ekeepForSeconds\"\xdd\x01\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x128\n" +
 	"\x18initial_interval_seconds\x18\x02 \x01(\x01R\x16initialIntervalSeconds\x12/\n" +
@@ -950,7 +1098,7 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\b_max_usdB\x12\n" +
 	"\x10_max_usd_per_dayB\x12\n" +
-	"\x10_max_model_calls\"\xf7\b\n" +
+	"\x10_max_model_calls\"\xd1\t\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -987,7 +1135,9 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"outputKeys\x12\x1c\n" +
 	"\tterminate\x18\x1e \x01(\bR\tterminate\x12)\n" +
 	"\x10cancel_remaining\x18\x1f \x01(\bR\x0fcancelRemaining\x12\x16\n" +
-	"\x06choose\x18  \x01(\tR\x06choose\x1a8\n" +
+	"\x06choose\x18  \x01(\tR\x06choose\x12;\n" +
+	"\rcomplete_when\x18! \x01(\v2\x16.nova.v1.MapCompletionR\fcompleteWhen\x12\x1b\n" +
+	"\tmax_depth\x18\" \x01(\x05R\bmaxDepth\x1a8\n" +
 	"\n" +
 	"InputEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -1025,36 +1175,40 @@ func file_nova_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_nova_v1_workflow_proto_goTypes = []any{
 	(NodeType)(0),              // 0: nova.v1.NodeType
 	(*WorkflowDefinition)(nil), // 1: nova.v1.WorkflowDefinition
-	(*RetryPolicy)(nil),        // 2: nova.v1.RetryPolicy
-	(*Schedule)(nil),           // 3: nova.v1.Schedule
-	(*Budget)(nil),             // 4: nova.v1.Budget
-	(*Node)(nil),               // 5: nova.v1.Node
-	(*Edge)(nil),               // 6: nova.v1.Edge
-	nil,                        // 7: nova.v1.Node.InputEntry
-	nil,                        // 8: nova.v1.Node.OutputKeysEntry
-	(*JSONValue)(nil),          // 9: nova.v1.JSONValue
+	(*MapCompletion)(nil),      // 2: nova.v1.MapCompletion
+	(*SignalKeep)(nil),         // 3: nova.v1.SignalKeep
+	(*RetryPolicy)(nil),        // 4: nova.v1.RetryPolicy
+	(*Schedule)(nil),           // 5: nova.v1.Schedule
+	(*Budget)(nil),             // 6: nova.v1.Budget
+	(*Node)(nil),               // 7: nova.v1.Node
+	(*Edge)(nil),               // 8: nova.v1.Edge
+	nil,                        // 9: nova.v1.Node.InputEntry
+	nil,                        // 10: nova.v1.Node.OutputKeysEntry
+	(*JSONValue)(nil),          // 11: nova.v1.JSONValue
 }
 var file_nova_v1_workflow_proto_depIdxs = []int32{
-	5,  // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
-	6,  // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
-	4,  // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
-	2,  // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
-	3,  // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
-	9,  // 5: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
-	0,  // 6: nova.v1.Node.type:type_name -> nova.v1.NodeType
-	4,  // 7: nova.v1.Node.budget:type_name -> nova.v1.Budget
-	2,  // 8: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
-	7,  // 9: nova.v1.Node.input:type_name -> nova.v1.Node.InputEntry
-	8,  // 10: nova.v1.Node.output_keys:type_name -> nova.v1.Node.OutputKeysEntry
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
+	8,  // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
+	6,  // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
+	4,  // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
+	5,  // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
+	3,  // 5: nova.v1.WorkflowDefinition.signals:type_name -> nova.v1.SignalKeep
+	11, // 6: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
+	0,  // 7: nova.v1.Node.type:type_name -> nova.v1.NodeType
+	6,  // 8: nova.v1.Node.budget:type_name -> nova.v1.Budget
+	4,  // 9: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
+	9,  // 10: nova.v1.Node.input:type_name -> nova.v1.Node.InputEntry
+	10, // 11: nova.v1.Node.output_keys:type_name -> nova.v1.Node.OutputKeysEntry
+	2,  // 12: nova.v1.Node.complete_when:type_name -> nova.v1.MapCompletion
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_workflow_proto_init() }
@@ -1064,15 +1218,15 @@ func file_nova_v1_workflow_proto_init() {
 	}
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_msgTypes[0].OneofWrappers = []any{}
-	file_nova_v1_workflow_proto_msgTypes[3].OneofWrappers = []any{}
-	file_nova_v1_workflow_proto_msgTypes[4].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[5].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_workflow_proto_rawDesc), len(file_nova_v1_workflow_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

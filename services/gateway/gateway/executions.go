@@ -511,6 +511,9 @@ type executionDoc struct {
 	// Waiting is what the execution waits for while its current node is a
 	// wait node.
 	Waiting *waitingView `json:"waiting,omitempty"`
+	// KeptSignals are the signals it keeps until a wait node takes them,
+	// oldest first.
+	KeptSignals []keptView `json:"kept_signals,omitempty"`
 	// Branches are the lines of control running at once, while the
 	// execution runs several (a fan-out, a map's items).
 	Branches []branchView `json:"branches,omitempty"`

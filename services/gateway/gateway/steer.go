@@ -56,11 +56,21 @@ type cancelAnswer struct {
 }
 
 // signalAnswer is the answer to POST /v1/executions/{id}/signals/{name}.
+// What became of a signal sent (signalAnswer.Status).
+const (
+	signalTaken = "taken"
+	signalKept  = "kept"
+)
+
 type signalAnswer struct {
 	ExecutionID string `json:"execution_id"`
 	Signal      string `json:"signal"`
-	// Node is the wait node the signal is for.
-	Node string `json:"node"`
+	// Status is "taken" when a wait node waits for the signal now, "kept"
+	// when none does yet: the execution keeps it, and the first wait node
+	// for it that comes takes it.
+	Status string `json:"status"`
+	// Node is the wait node the signal is for (none while it is kept).
+	Node string `json:"node,omitempty"`
 	// EventID is the signal's CloudEvent id; a signal.rejected event of
 	// the execution names it when the engine does not take the signal.
 	EventID string `json:"event_id"`
@@ -184,12 +194,21 @@ func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error 
 	if p != nil {
 		return p
 	}
+	status := signalTaken
 	if err := st.CheckSignal(name); err != nil {
-		return steerProblem(err)
+		var notWaiting *execution.NotWaitingError
+		if !errors.As(err, &notWaiting) || !notWaiting.Keeps {
+			return steerProblem(err)
+		}
+		// A wait node for it comes later: the execution keeps it, and the
+		// node holds the payload to its schema when it takes it.
+		status = signalKept
 	}
 	node := st.WaitNode(name)
-	if p := checkPayload(node, name, payload); p != nil {
-		return p
+	if node != nil {
+		if p := checkPayload(node, name, payload); p != nil {
+			return p
+		}
 	}
 	eventID := "signal-" + uuid.NewString()
 	if idem != "" {
@@ -207,7 +226,7 @@ func (g *Gateway) signalExecution(w http.ResponseWriter, r *http.Request) error 
 		}
 		return g.unavailable(r, "the signal was not acknowledged by the bus; try again (with the same Idempotency-Key)", err)
 	}
-	writeJSON(w, http.StatusAccepted, signalAnswer{ExecutionID: id, Signal: name, Node: node.GetId(), EventID: eventID,
+	writeJSON(w, http.StatusAccepted, signalAnswer{ExecutionID: id, Signal: name, Status: status, Node: node.GetId(), EventID: eventID,
 		Links: executionLinks(id)})
 	return nil
 }
@@ -317,6 +336,24 @@ func waitingOf(st *execution.View) *waitingView {
 	return v
 }
 
+// keptView is a signal a running execution keeps until a wait node takes
+// it.
+type keptView struct {
+	Signal  string    `json:"signal"`
+	SentBy  string    `json:"sent_by,omitempty"`
+	EventID string    `json:"event_id"`
+	KeptAt  time.Time `json:"kept_at"`
+}
+
+// keptOf are the signals st keeps, oldest first.
+func keptOf(st *execution.View) []keptView {
+	var out []keptView
+	for _, k := range st.Kept {
+		out = append(out, keptView{Signal: k.GetSignal(), SentBy: k.GetSentBy(), EventID: k.GetEventId(), KeptAt: k.GetKeptAt().AsTime()})
+	}
+	return out
+}
+
 // branchView is one branch of a running execution that runs several at
 // once.
 type branchView struct {
@@ -358,6 +395,7 @@ func addLive(view *executionDoc, st *execution.View) {
 	case execution.StatusRunning:
 		view.CurrentNode = st.CurrentNode
 		view.Waiting = waitingOf(st)
+		view.KeptSignals = keptOf(st)
 		view.Branches = branchesOf(st)
 	case execution.StatusCancelled:
 		if view.CancelledBy == "" {

@@ -34,6 +34,7 @@ var streamedKinds = map[string]bool{
 	bus.KindNodeWaiting:        true,
 	bus.KindExecutionCancelled: true,
 	bus.KindSignalRejected:     true,
+	bus.KindSignalKept:         true,
 	bus.KindWorkflowCompleted:  true,
 }
 
@@ -97,6 +98,16 @@ type cancelledView struct {
 // signalRejectedView is the data of a signal.rejected event: the signal the
 // engine did not take and why, the signal the execution waits for (if
 // any), and the rejected signal's event id.
+// signalKeptView is the data of a signal.kept event: a signal no wait node
+// waited for, kept for the first that comes.
+type signalKeptView struct {
+	ExecutionID   string     `json:"execution_id"`
+	Signal        string     `json:"signal"`
+	SignalEventID string     `json:"signal_event_id"`
+	Kept          int32      `json:"kept"`
+	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
+}
+
 type signalRejectedView struct {
 	ExecutionID   string `json:"execution_id"`
 	Signal        string `json:"signal"`
@@ -420,6 +431,13 @@ func eventData(kind string, ev *event.Event) (any, error) {
 		}
 		data = signalRejectedView{ExecutionID: s.GetExecutionId(), Signal: s.GetSignal(), Reason: s.GetReason(),
 			WaitingFor: s.GetWaitingFor(), SignalEventID: s.GetSignalEventId()}
+	case bus.KindSignalKept:
+		var s novav1.SignalKept
+		if err := bus.Decode(*ev, &s); err != nil {
+			return nil, err
+		}
+		data = signalKeptView{ExecutionID: s.GetExecutionId(), Signal: s.GetSignal(), SignalEventID: s.GetSignalEventId(),
+			Kept: s.GetKept(), ExpiresAt: timeOf(s.GetExpiresAt())}
 	default:
 		return nil, fmt.Errorf("event kind %q is not streamed", kind)
 	}

@@ -17,7 +17,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -591,52 +590,16 @@ func (e *Engine) definition(ctx context.Context, cmd *novav1.StartWorkflow) (*no
 	return def, nil
 }
 
-// checkRefs checks the workflows def's workflow and map nodes run: each
-// must be registered, and none may lead back to def (a cycle of
-// sub-workflows would start executions without end). An error of the
+// checkRefs checks the names of the workflows def's workflow and map
+// nodes run. They need not be registered yet, and may lead back to def
+// (recursion, mutual recursion registered in any order): a workflow not
+// registered when a node starts it fails that node, naming it, and a
+// node's max_depth bounds how deep the calls go. An error of the
 // definition wraps errInvalidDefinition.
-func (e *Engine) checkRefs(ctx context.Context, def *novav1.WorkflowDefinition) error {
-	refs := workflow.WorkflowRefs(def)
-	if len(refs) == 0 {
-		return nil
-	}
-	// Depth-first over the registered definitions; path is the chain of
-	// calls from def.
-	seen := map[string]bool{}
-	var walk func(name string, path []string) error
-	walk = func(name string, path []string) error {
-		path = append(path, name)
-		if name == def.GetName() {
-			return fmt.Errorf("%w: workflow %q calls itself through sub-workflows: %s", errInvalidDefinition, def.GetName(), strings.Join(path, " → "))
-		}
-		if seen[name] {
-			return nil
-		}
-		seen[name] = true
-		entry, err := e.defs.Get(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && !execution.ValidKey(name)) {
-			return fmt.Errorf("%w: workflow %q runs workflow %q, which is not registered (register it first)", errInvalidDefinition, path[len(path)-2], name)
-		}
-		if err != nil {
-			return fmt.Errorf("read workflow %q: %w", name, err)
-		}
-		var child novav1.WorkflowDefinition
-		if err := proto.Unmarshal(entry.Value(), &child); err != nil {
-			return fmt.Errorf("%w: stored workflow %q is unreadable: %v", errInvalidDefinition, name, err)
-		}
-		for _, r := range workflow.WorkflowRefs(&child) {
-			if err := walk(r, path); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for _, r := range refs {
+func (e *Engine) checkRefs(_ context.Context, def *novav1.WorkflowDefinition) error {
+	for _, r := range workflow.WorkflowRefs(def) {
 		if !execution.ValidKey(r) {
-			return fmt.Errorf("%w: workflow %q runs workflow %q, which is not registered (register it first)", errInvalidDefinition, def.GetName(), r)
-		}
-		if err := walk(r, []string{def.GetName()}); err != nil {
-			return err
+			return fmt.Errorf("%w: workflow %q runs workflow %q, which is not a name a workflow can have", errInvalidDefinition, def.GetName(), r)
 		}
 	}
 	return nil

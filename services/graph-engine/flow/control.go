@@ -2,7 +2,6 @@ package flow
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,10 +34,6 @@ const (
 // send one right behind the start, which the engine stores just after it
 // publishes the first commands. Past it, the execution does not exist.
 const ControlGrace = 5 * time.Second
-
-// errSignalEarly is a signal for a running execution that waits for none
-// yet: it is delivered again until ControlGrace has passed.
-var errSignalEarly = errors.New("the execution waits for no signal yet")
 
 // Cancel ends a running execution as cancelled: the running node's visit
 // ends cancelled, its timer is removed, and ExecutionCancelled tells the

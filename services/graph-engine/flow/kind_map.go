@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -41,6 +42,12 @@ func (t *Transition) startMap(node *novav1.Node, ns *novav1.NodeState) {
 	items, err := t.itemList(t.visitKey(node.Id, ns.Visits), raw)
 	if err != nil {
 		t.nodeFailed(node, ns, fmt.Sprintf("items %q: %v", node.Items, err), nil)
+		return
+	}
+	if c := node.GetCompleteWhen(); c != nil && int(max(c.Succeeded, c.Failed)) > len(items) {
+		what := map[bool]string{true: "succeeded", false: "failed"}[c.Succeeded > 0]
+		t.nodeFailed(node, ns, fmt.Sprintf("complete_when %s: %d is more than the %d items of %q; it could never be reached",
+			what, max(c.Succeeded, c.Failed), len(items), node.Items), nil)
 		return
 	}
 	t.ln.CurrentNode, t.ln.PendingStepId = node.Id, ""
@@ -95,7 +102,7 @@ func splitList(raw []byte) ([]json.RawMessage, error) {
 func (t *Transition) moveMap(b *novav1.Branch) bool {
 	mr := b.MapRun
 	node := t.graph.Node(b.CurrentNode)
-	if mr.Finished >= mr.Total {
+	if mr.Finished >= mr.Total || mr.CompletedEarly {
 		t.on(b, func() { t.finishMap(node) })
 		return true
 	}
@@ -235,6 +242,37 @@ func (t *Transition) itemDone(result []byte, failed bool) {
 		mr.Failed++
 	}
 	t.changed = true
+	t.completeWhen(owner)
+}
+
+// completeWhen ends the map run of line owner early once its node's
+// complete_when is reached: the items still running are cancelled, those
+// not started never start, and settle finishes the map with the results of
+// the items that finished.
+func (t *Transition) completeWhen(owner *novav1.Branch) {
+	mr := owner.MapRun
+	node := t.graph.Node(owner.CurrentNode)
+	c := node.GetCompleteWhen()
+	if c == nil || mr.CompletedEarly || mr.Finished >= mr.Total {
+		return
+	}
+	var reason string
+	switch succeeded := mr.Finished - mr.Failed; {
+	case c.Succeeded > 0 && succeeded >= c.Succeeded:
+		reason = fmt.Sprintf("map %q completed: %d of its items succeeded (complete_when)", node.Id, succeeded)
+	case c.Failed > 0 && mr.Failed >= c.Failed:
+		reason = fmt.Sprintf("map %q completed: %d of its items failed (complete_when)", node.Id, mr.Failed)
+	default:
+		return
+	}
+	mr.CompletedEarly = true
+	var running []*novav1.Branch
+	for _, x := range t.st.Branches {
+		if x.IsItem && x.MapBranch == owner.Id {
+			running = append(running, x)
+		}
+	}
+	t.cancelLines(running, reason)
 }
 
 // finishMap ends the visit of map node whose items all finished: their
@@ -303,6 +341,10 @@ func (t *Transition) itemResults(node *novav1.Node, mr *novav1.MapRun) ([][]byte
 				byIndex[i] = raw
 			}
 		}
+	}
+	if mr.CompletedEarly {
+		// Completed early: the results of the items that finished.
+		return slices.DeleteFunc(byIndex, func(raw []byte) bool { return raw == nil }), nil
 	}
 	for i, raw := range byIndex {
 		if raw == nil {

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/novaflow/nova/pkg/bus/busname"
 	"github.com/novaflow/nova/pkg/execution/execstate"
 	"github.com/novaflow/nova/pkg/jsonvalue"
+	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -59,8 +61,15 @@ func (t *Transition) startChild(node *novav1.Node, ns *novav1.NodeState) {
 			in[child] = raw
 		}
 	}
+	// The chain of calls down to the child, bounded by max_depth.
+	calls := append(slices.Clone(t.st.GetParent().GetCalls()), t.st.GetDefinition().GetName())
+	if limit := workflow.CallDepth(node); len(calls) > limit {
+		t.nodeFailed(node, ns, fmt.Sprintf("workflow %q would run %d sub-workflow calls deep, past max_depth %d: %s",
+			node.Workflow, len(calls), limit, strings.Join(append(calls, node.Workflow), " -> ")), nil)
+		return
+	}
 	childID := t.childID(node, ns.Visits)
-	ref := &novav1.ParentRef{ExecutionId: t.st.ExecutionId, NodeId: node.Id, StepId: childID, Visit: ns.Visits}
+	ref := &novav1.ParentRef{ExecutionId: t.st.ExecutionId, NodeId: node.Id, StepId: childID, Visit: ns.Visits, Calls: calls}
 	if t.isItem() {
 		ref.Item = new(t.ln.Item)
 		if owner := t.line(t.ln.MapBranch); owner != nil && owner.MapRun != nil {

@@ -36,6 +36,7 @@ type goldenRun struct {
 	out     strings.Builder
 	now     time.Time
 	kept    keptResults
+	signals int // signals sent, each its own event
 }
 
 func (g *goldenRun) apply(what string, fn func(tr *Transition) error) {
@@ -205,9 +206,11 @@ func (g *goldenRun) step(s string) {
 		})
 	case "signal":
 		cmd := &novav1.SignalExecution{ExecutionId: "x1", Signal: arg, Payload: jsonvalue.Proto([]byte(cmp.Or(payload, "{}")))}
+		g.signals++
+		eventID := fmt.Sprintf("sig-%s-%d", arg, g.signals)
 		g.apply(s, func(tr *Transition) error {
 			return tr.OnLine(func(b *novav1.Branch) bool { return b.WaitingFor == arg },
-				func() error { return tr.Signal(cmd, "sig-"+arg, g.now.Add(-time.Minute)) })
+				func() error { return tr.Signal(cmd, eventID) })
 		})
 	case "child":
 		status, ctx, _ := strings.Cut(payload, " ")
@@ -384,7 +387,23 @@ edges:
   - {from: approve, to: end}
   - {from: approve, to: late, condition: timeout}
   - {from: late, to: end}
-`, `{}`, []string{`signal approve {}`, `timer nap`, `signal other {}`, `timer approve`, `ok late`}},
+`, `{}`, []string{`signal nope {}`, `timer nap`, `signal other {}`, `timer approve`, `ok late`}},
+	{"kept-signal", `
+name: kept
+signals: {keep: 2, keep_for: 10m}
+nodes:
+  - {id: start, type: start}
+  - {id: nap, type: sleep, duration: 90s}
+  - id: approve
+    type: wait
+    signal: approve
+    schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: nap}
+  - {from: nap, to: approve}
+  - {from: approve, to: end}
+`, `{}`, []string{`signal approve {"bad": 1}`, `signal approve {"ok": true}`, `signal approve {"ok": false}`, `timer nap`}},
 	{"retries", `
 name: retries
 nodes:

@@ -560,6 +560,7 @@ func (t *Transition) complete() {
 
 func (t *Transition) completed() {
 	t.endLines(cmp.Or(t.st.Error, t.st.Status))
+	t.rejectKept()
 	t.st.CompletedAt = tsNow(t.now)
 	done := execstate.Completion(t.st)
 	t.emit(busname.KindWorkflowCompleted, t.st.ExecutionId+"/completed", busname.TypeWorkflowCompleted, done)

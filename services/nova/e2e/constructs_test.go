@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/bus/busname"
@@ -210,4 +212,204 @@ func equalJSON(a, b any) bool {
 		}
 	}
 	return true
+}
+
+func TestKeptSignals(t *testing.T) {
+	e := startEnv(t)
+	def := parse(t, `
+name: early-approval
+signals: {keep: 5, keep_for: 10m}
+nodes:
+  - {id: start, type: start}
+  - {id: prepare, type: sleep, duration: 1s}
+  - id: approve
+    type: wait
+    signal: approve
+    schema: {type: object, required: [ok], properties: {ok: {type: boolean}}}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: prepare}
+  - {from: prepare, to: approve}
+  - {from: approve, to: end}
+`)
+	exec, err := e.client.Start(e.ctx, def, "", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sent while prepare sleeps, about 1 s before the wait node is reached.
+	e.waitingFor(exec.ID, "prepare", "sleep")
+	evID := e.signalExec(exec.ID, "approve", map[string]any{"ok": true})
+	var kept novav1.SignalKept
+	if _, err := e.waitMsg(bus.StreamEvents, bus.EventSubject(exec.ID, bus.KindSignalKept), func(m jetstream.Msg) bool {
+		return decodeMsg(m, &kept) == nil && kept.SignalEventId == evID
+	}); err != nil {
+		t.Fatalf("the early signal was not kept: %v", err)
+	}
+	if kept.Kept != 1 || kept.Signal != "approve" {
+		t.Errorf("kept %+v", &kept)
+	}
+	// A signal no wait node of the workflow waits for is refused, naming why.
+	rej := e.rejection(exec.ID, e.signalExec(exec.ID, "nobody", map[string]any{}))
+	mustContain(t, "signal nobody waits for", rej.Reason, `no wait node of workflow "early-approval" waits for signal "nobody"`)
+	wc, err := exec.Wait(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc.Status != "succeeded" || ctxMap(wc.Context)["ok"] != true {
+		t.Fatalf("status %q (%s), context %s; want the kept signal's payload taken", wc.Status, wc.Error, wc.Context.GetRaw())
+	}
+	nodes := e.chain(exec.ID)
+	if v := visitOf(nodes, "approve"); v == nil || v.Status != "success" || v.Signal == nil {
+		t.Errorf("approve: %+v", v)
+	}
+}
+
+func TestMapCompletion(t *testing.T) {
+	e := startEnv(t)
+	host, runs := startRunLog(t)
+	items := make([]any, 100)
+	for i := range items {
+		items[i] = i
+	}
+	// Each item calls the counter as it starts, then works a moment.
+	def := parse(t, fmt.Sprintf(`
+name: first-ten
+nodes:
+  - {id: start, type: start}
+  - id: each
+    type: map
+    items: xs
+    concurrency: 4
+    complete_when: {succeeded: 10}
+    network: true
+    allow_hosts: [%[1]q]
+    code: |
+      import requests, time
+      requests.get("http://%[1]s/item/%%d" %% context["index"], timeout=10).raise_for_status()
+      time.sleep(0.2)
+      context["result"] = context["item"] * 2
+  - {id: end, type: end}
+edges: [{from: start, to: each}, {from: each, to: end}]
+`, host))
+	wc := e.run(def, map[string]any{"xs": items})
+	got := ctxMap(wc.Context)
+	results, _ := got["results"].([]any)
+	if wc.Status != "succeeded" || len(results) < 10 {
+		t.Fatalf("status %q (%s), %d results; want succeeded with at least 10", wc.Status, wc.Error, len(results))
+	}
+	started := runs.total("/item/")
+	t.Logf("%d items started, %d results, of 100 (complete_when succeeded 10, concurrency 4)", started, len(results))
+	if started > 10+4 {
+		t.Errorf("%d items started; want at most 14 (10 + the concurrency)", started)
+	}
+	nodes := e.chain(wc.ExecutionId)
+	cancelled := 0
+	for _, v := range visits(nodes, "each") {
+		if v.Item != nil && v.Status == "cancelled" {
+			cancelled++
+			mustContain(t, "cancelled item", v.ErrorMessage, `map "each" completed: 10 of its items succeeded (complete_when)`)
+		}
+	}
+	// The engine started results + cancelled items; the programs of some
+	// cancelled ones never reached the counter.
+	t.Logf("the engine started %d items: %d finished, %d cancelled", len(results)+cancelled, len(results), cancelled)
+	if n := len(results) + cancelled; n > 10+4 || n < started {
+		t.Errorf("%d results and %d cancelled items, %d runs counted; want at most 14 items, each run one of them", len(results), cancelled, started)
+	}
+	// complete_when more than the list: the node fails naming both.
+	wc = e.run(def, map[string]any{"xs": []any{1, 2, 3}})
+	if wc.Status != "failed" || !strings.Contains(wc.Error, `complete_when succeeded: 10 is more than the 3 items of "xs"`) {
+		t.Errorf("a short list: %q %q", wc.Status, wc.Error)
+	}
+}
+
+func TestRecursion(t *testing.T) {
+	e := startEnv(t)
+	// countdown calls itself until n is 0; each level counts itself on the
+	// way back.
+	countdown := parse(t, `
+name: countdown
+nodes:
+  - {id: start, type: start}
+  - {id: more, type: decision, code: "context['branch_decision'] = 'yes' if context['n'] > 0 else 'no'"}
+  - {id: down, type: action, code: "context['n'] = context['n'] - 1"}
+  - {id: again, type: workflow, workflow: countdown, max_depth: 5}
+  - {id: count, type: action, code: "context['levels'] = context.get('levels', 0) + 1"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: more}
+  - {from: more, to: down, condition: "yes"}
+  - {from: more, to: end, condition: "no"}
+  - {from: down, to: again}
+  - {from: again, to: count}
+  - {from: count, to: end}
+`)
+	if err := e.client.Register(e.ctx, countdown); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, initial map[string]any) *novav1.WorkflowCompleted {
+		t.Helper()
+		exec, err := e.client.Start(e.ctx, nil, name, initial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc, err := exec.Wait(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wc
+	}
+	wc := run("countdown", map[string]any{"n": 3})
+	if got := ctxMap(wc.Context); wc.Status != "succeeded" || got["levels"] != float64(3) || got["n"] != float64(0) {
+		t.Errorf("countdown 3: %q (%s), context %v; want 3 levels", wc.Status, wc.Error, got)
+	}
+	// Past max_depth: the node that would go deeper fails, naming the chain.
+	wc = run("countdown", map[string]any{"n": 8})
+	if wc.Status != "failed" {
+		t.Fatalf("countdown 8: %q, want failed at max_depth", wc.Status)
+	}
+	mustContain(t, "too deep", wc.Error, `would run 6 sub-workflow calls deep, past max_depth 5`,
+		"countdown -> countdown -> countdown -> countdown -> countdown -> countdown -> countdown")
+
+	// Mutual recursion, registered in either order: ping calls pong (not
+	// registered yet), pong calls ping.
+	ping := parse(t, `
+name: ping
+nodes:
+  - {id: start, type: start}
+  - {id: more, type: decision, code: "context['branch_decision'] = 'yes' if context['n'] > 0 else 'no'"}
+  - {id: hit, type: action, code: "context['n'] -= 1\ncontext['trail'] = context.get('trail', '') + 'i'"}
+  - {id: other, type: workflow, workflow: pong}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: more}
+  - {from: more, to: hit, condition: "yes"}
+  - {from: more, to: end, condition: "no"}
+  - {from: hit, to: other}
+  - {from: other, to: end}
+`)
+	pong := parse(t, strings.NewReplacer("name: ping", "name: pong", "workflow: pong", "workflow: ping", "+ 'i'", "+ 'o'").Replace(`
+name: ping
+nodes:
+  - {id: start, type: start}
+  - {id: more, type: decision, code: "context['branch_decision'] = 'yes' if context['n'] > 0 else 'no'"}
+  - {id: hit, type: action, code: "context['n'] -= 1\ncontext['trail'] = context.get('trail', '') + 'i'"}
+  - {id: other, type: workflow, workflow: pong}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: more}
+  - {from: more, to: hit, condition: "yes"}
+  - {from: more, to: end, condition: "no"}
+  - {from: hit, to: other}
+  - {from: other, to: end}
+`))
+	for _, def := range []*novav1.WorkflowDefinition{ping, pong} {
+		if err := e.client.Register(e.ctx, def); err != nil {
+			t.Fatalf("register %s: %v", def.Name, err)
+		}
+	}
+	wc = run("ping", map[string]any{"n": 4})
+	if got := ctxMap(wc.Context); wc.Status != "succeeded" || got["trail"] != "ioio" {
+		t.Errorf("ping 4: %q (%s), context %v; want trail ioio", wc.Status, wc.Error, got)
+	}
 }

@@ -141,7 +141,7 @@ func TestWaitForSignal(t *testing.T) {
 
 	// Signals the node does not take leave it waiting, each rejected with why.
 	rej := e.rejection(exec.ID, e.signalExec(exec.ID, "payment", map[string]any{"approved": true}))
-	mustContain(t, "wrong signal's rejection", rej.Reason, `does not wait for signal "payment"`, `waits for signal "approval"`)
+	mustContain(t, "wrong signal's rejection", rej.Reason, `no wait node of workflow`, `signal "payment"`, `waits for signal "approval"`)
 	rej = e.rejection(exec.ID, e.signalExec(exec.ID, "approval", map[string]any{"approved": "yes"}))
 	mustContain(t, "bad payload's rejection", rej.Reason, "approved")
 	rej = e.rejection(exec.ID, e.signalExec(exec.ID, "approval", map[string]any{"reviewed_by": "manager_1"}))
