@@ -92,6 +92,9 @@ func WaitingLine(st *novav1.ExecutionState, name string) *novav1.Branch {
 	return execstate.WaitingLine(st, name)
 }
 
+// ListensFor is execstate.ListensFor.
+func ListensFor(l *novav1.Branch, name string) bool { return execstate.ListensFor(l, name) }
+
 // WaitNode is execstate.WaitNode.
 func WaitNode(st *novav1.ExecutionState, name string) *novav1.Node {
 	return execstate.WaitNode(st, name)

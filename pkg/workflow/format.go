@@ -91,6 +91,18 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	trueField(m, "cancel_remaining", n.GetCancelRemaining())
 	strField(m, "choose", n.GetChoose())
 	trueField(m, "terminate", n.GetTerminate())
+	if on := n.GetOn(); len(on) > 0 {
+		list := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, b := range on {
+			bm := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+			strField(bm, "signal", b.GetSignal())
+			secondsField(bm, "after", b.GetAfterSeconds())
+			strField(bm, "goto", b.GetGoto())
+			boolField(bm, "interrupt", b.Interrupt)
+			list.Content = append(list.Content, bm)
+		}
+		mapField(m, "on", list)
+	}
 	if v := n.GetMaxDepth(); v != 0 {
 		mapField(m, "max_depth", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(int(v))})
 	}

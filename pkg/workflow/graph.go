@@ -227,6 +227,13 @@ func (g *Graph) CanReach(from, to string) bool {
 					queue = append(queue, next)
 				}
 			}
+			for _, b := range g.nodes[id].GetOn() {
+				// A boundary event of the node leads to its goto.
+				if next := b.GetGoto(); !r[next] && g.nodes[next] != nil {
+					r[next] = true
+					queue = append(queue, next)
+				}
+			}
 		}
 		if g.reach == nil {
 			g.reach = map[string]map[string]bool{}

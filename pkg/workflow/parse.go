@@ -25,7 +25,8 @@ var (
 	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "signals", "schedules", "nodes", "edges"}
 	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
 		"signal", "schema", "decide_on", "duration", "until", "wait", "merge", "items", "concurrency", "output", "on_item_failure", "workflow", "input",
-		"terminate", "cancel_remaining", "choose", "complete_when", "max_depth"}
+		"terminate", "cancel_remaining", "choose", "complete_when", "max_depth", "on"}
+	boundaryFields     = []string{"signal", "after", "goto", "interrupt"}
 	completeWhenFields = []string{"succeeded", "failed"}
 	budgetFields       = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
 	retryFields        = []string{"max_attempts", "initial_interval", "backoff_coefficient", "max_interval", "on"}
@@ -212,6 +213,18 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.Terminate = p.boolean(w, m, "terminate")
 	n.Choose = p.choice(w, m, "choose", chooseModes, chooseList)
 	n.MaxDepth = p.whole(w, m, "max_depth")
+	for i, raw := range p.list(w, m, "on") {
+		key := fmt.Sprintf("on[%d]", i)
+		bm, ok := raw.(map[string]any)
+		if !ok {
+			p.addf(w, key, "must be a mapping with signal or after, and goto, got %s", kindOf(raw))
+			continue
+		}
+		in := w.in(key)
+		p.unknownFields(in, bm, boundaryFields)
+		n.On = append(n.On, &novav1.Boundary{Signal: p.str(in, bm, "signal"), AfterSeconds: p.seconds(in, bm, "after"),
+			Goto: p.str(in, bm, "goto"), Interrupt: p.optBoolean(in, bm, "interrupt")})
+	}
 	if cm, in, ok := p.mapping(w, m, "complete_when", "succeeded or failed (a number of items)", completeWhenFields); ok {
 		n.CompleteWhen = &novav1.MapCompletion{Succeeded: p.whole(in, cm, "succeeded"), Failed: p.whole(in, cm, "failed")}
 	}

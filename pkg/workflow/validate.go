@@ -29,6 +29,9 @@ func Validate(def *novav1.WorkflowDefinition, opts ValidateOptions) error {
 	v := &validator{def: def, opts: opts, byID: map[string]*novav1.Node{}}
 	v.workflow()
 	v.nodes()
+	for _, n := range v.order {
+		v.boundaries(n)
+	}
 	v.edges()
 	v.reachability()
 	if len(v.problems) == 0 {
@@ -370,6 +373,36 @@ func (v *validator) workflowFields(n *novav1.Node) {
 	}
 }
 
+// boundaries checks a node's boundary events (on): each a signal or an
+// after, and a goto naming a node to go on at.
+func (v *validator) boundaries(n *novav1.Node) {
+	for i, b := range n.GetOn() {
+		field := fmt.Sprintf("on[%d]", i)
+		switch {
+		case (b.GetSignal() != "") == (b.GetAfterSeconds() != 0):
+			v.add(n.GetId(), field, "takes one of signal (a signal's name) or after (a duration), got %s",
+				map[bool]string{true: "both", false: "neither"}[b.GetSignal() != ""])
+		case b.GetSignal() != "" && !ValidToken(b.GetSignal()):
+			v.add(n.GetId(), field+".signal", "%q is not a signal name: letters, digits, '-' and '_'", b.GetSignal())
+		case b.GetAfterSeconds() < 0:
+			v.add(n.GetId(), field+".after", "must be a positive duration, got %gs", b.GetAfterSeconds())
+		}
+		to := v.byID[b.GetGoto()]
+		switch {
+		case b.GetGoto() == "":
+			v.add(n.GetId(), field+".goto", "names the node the line goes on at when the event comes; it is missing")
+		case to == nil:
+			msg := fmt.Sprintf("goto %q: no node has that id", b.GetGoto())
+			if s := suggest(b.GetGoto(), slices.Collect(maps.Keys(v.byID))); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+			v.add(n.GetId(), field+".goto", "%s", msg)
+		case to.GetType() == novav1.NodeType_NODE_TYPE_START:
+			v.add(n.GetId(), field+".goto", "goto %q is the start node; a line cannot go back to the start", b.GetGoto())
+		}
+	}
+}
+
 // maxDepth checks a node's max_depth: sub-workflow calls deep, from 0
 // (the default) to MaxCallDepth; a map node's only with a workflow body.
 func (v *validator) maxDepth(n *novav1.Node) {
@@ -699,8 +732,15 @@ func (v *validator) reachability() {
 	for len(queue) > 0 {
 		id := queue[0]
 		queue = queue[1:]
+		next := []string{}
 		for _, i := range v.out[id] {
-			if to := v.def.GetEdges()[i].GetTo(); !seen[to] {
+			next = append(next, v.def.GetEdges()[i].GetTo())
+		}
+		for _, b := range v.byID[id].GetOn() {
+			next = append(next, b.GetGoto()) // a boundary event leads there too
+		}
+		for _, to := range next {
+			if !seen[to] {
 				seen[to] = true
 				queue = append(queue, to)
 			}

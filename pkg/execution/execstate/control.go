@@ -142,19 +142,36 @@ func WaitingLine(st *novav1.ExecutionState, name string) *novav1.Branch {
 		return nil
 	}
 	for _, l := range Lines(st) {
-		if l.GetWaitingFor() == name {
+		if ListensFor(l, name) {
 			return l
 		}
 	}
 	return nil
 }
 
+// ListensFor tells whether line l takes signal name now: the wait node it
+// is at waits for it, or a boundary event of its node does.
+func ListensFor(l *novav1.Branch, name string) bool {
+	if name == "" {
+		return false
+	}
+	if l.GetWaitingFor() == name {
+		return true
+	}
+	for _, a := range l.GetBoundaries() {
+		if a.GetSignal() == name {
+			return true
+		}
+	}
+	return false
+}
+
 // WaitNode is the wait node of st that waits for signal name, nil when
 // none does.
 func WaitNode(st *novav1.ExecutionState, name string) *novav1.Node {
 	l := WaitingLine(st, name)
-	if l == nil {
-		return nil
+	if l == nil || l.GetWaitingFor() != name {
+		return nil // none, or a boundary event's
 	}
 	for _, n := range st.GetDefinition().GetNodes() {
 		if n.Id == l.GetCurrentNode() {

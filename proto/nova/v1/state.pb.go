@@ -525,8 +525,10 @@ type Branch struct {
 	// (a node that has not changed the context yet: a map waiting for its
 	// items), and is that context again once read.
 	InputIsContext bool `protobuf:"varint,20,opt,name=input_is_context,json=inputIsContext,proto3" json:"input_is_context,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The boundary events of the node the line is at, while it is there.
+	Boundaries    []*BoundaryArm `protobuf:"bytes,21,rep,name=boundaries,proto3" json:"boundaries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Branch) Reset() {
@@ -697,6 +699,13 @@ func (x *Branch) GetInputIsContext() bool {
 		return x.InputIsContext
 	}
 	return false
+}
+
+func (x *Branch) GetBoundaries() []*BoundaryArm {
+	if x != nil {
+		return x.Boundaries
+	}
+	return nil
 }
 
 // KeyList is one fork a line descends from, with the context keys its
@@ -1102,6 +1111,85 @@ func (x *ScheduleState) GetFromDefinition() bool {
 	return false
 }
 
+// BoundaryArm is a boundary event (Node.on) armed while a line is at its
+// node: an after entry's timer, or a signal entry's signal.
+type BoundaryArm struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its place in the node's on.
+	Index         int32  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Visit         int32  `protobuf:"varint,3,opt,name=visit,proto3" json:"visit,omitempty"`
+	TimerId       string `protobuf:"bytes,4,opt,name=timer_id,json=timerId,proto3" json:"timer_id,omitempty"`
+	Signal        string `protobuf:"bytes,5,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoundaryArm) Reset() {
+	*x = BoundaryArm{}
+	mi := &file_nova_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoundaryArm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoundaryArm) ProtoMessage() {}
+
+func (x *BoundaryArm) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoundaryArm.ProtoReflect.Descriptor instead.
+func (*BoundaryArm) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BoundaryArm) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BoundaryArm) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BoundaryArm) GetVisit() int32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+func (x *BoundaryArm) GetTimerId() string {
+	if x != nil {
+		return x.TimerId
+	}
+	return ""
+}
+
+func (x *BoundaryArm) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
 // KeptSignal is a signal a running execution keeps until a wait node
 // takes it.
 type KeptSignal struct {
@@ -1118,7 +1206,7 @@ type KeptSignal struct {
 
 func (x *KeptSignal) Reset() {
 	*x = KeptSignal{}
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1218,7 @@ func (x *KeptSignal) String() string {
 func (*KeptSignal) ProtoMessage() {}
 
 func (x *KeptSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1231,7 @@ func (x *KeptSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeptSignal.ProtoReflect.Descriptor instead.
 func (*KeptSignal) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeptSignal) GetSignal() string {
@@ -1200,7 +1288,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1300,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1313,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Timer) GetId() string {
@@ -1336,7 +1424,7 @@ type AIRun struct {
 
 func (x *AIRun) Reset() {
 	*x = AIRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1436,7 @@ func (x *AIRun) String() string {
 func (*AIRun) ProtoMessage() {}
 
 func (x *AIRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1449,7 @@ func (x *AIRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
 func (*AIRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AIRun) GetPhase() string {
@@ -1598,7 +1686,7 @@ type AIStep struct {
 
 func (x *AIStep) Reset() {
 	*x = AIStep{}
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1698,7 @@ func (x *AIStep) String() string {
 func (*AIStep) ProtoMessage() {}
 
 func (x *AIStep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1711,7 @@ func (x *AIStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
 func (*AIStep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AIStep) GetAgent() string {
@@ -1700,7 +1788,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1800,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1813,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -1789,7 +1877,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1889,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1902,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Spend) GetUsd() float64 {
@@ -1854,7 +1942,7 @@ type RefineRun struct {
 
 func (x *RefineRun) Reset() {
 	*x = RefineRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[13]
+	mi := &file_nova_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1954,7 @@ func (x *RefineRun) String() string {
 func (*RefineRun) ProtoMessage() {}
 
 func (x *RefineRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[13]
+	mi := &file_nova_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1967,7 @@ func (x *RefineRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
 func (*RefineRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RefineRun) GetRequest() *StartRefinement {
@@ -1955,7 +2043,7 @@ type RefineAttemptRun struct {
 
 func (x *RefineAttemptRun) Reset() {
 	*x = RefineAttemptRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[14]
+	mi := &file_nova_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2055,7 @@ func (x *RefineAttemptRun) String() string {
 func (*RefineAttemptRun) ProtoMessage() {}
 
 func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[14]
+	mi := &file_nova_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2068,7 @@ func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
 func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
@@ -2067,7 +2155,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"JoinsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xec\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xa2\x06\n" +
 	"\x06Branch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fcurrent_node\x18\x02 \x01(\tR\vcurrentNode\x12&\n" +
@@ -2093,7 +2181,10 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\vabsorbed_at\x18\x12 \x03(\tR\n" +
 	"absorbedAt\x12\x14\n" +
 	"\x05visit\x18\x13 \x01(\x05R\x05visit\x12(\n" +
-	"\x10input_is_context\x18\x14 \x01(\bR\x0einputIsContext\"E\n" +
+	"\x10input_is_context\x18\x14 \x01(\bR\x0einputIsContext\x124\n" +
+	"\n" +
+	"boundaries\x18\x15 \x03(\v2\x14.nova.v1.BoundaryArmR\n" +
+	"boundaries\"E\n" +
 	"\aKeyList\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x12\n" +
 	"\x04fork\x18\x02 \x01(\tR\x04fork\x12\x12\n" +
@@ -2125,7 +2216,13 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\tlast_tick\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\blastTick\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\xbb\x01\n" +
+	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\x85\x01\n" +
+	"\vBoundaryArm\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05visit\x18\x03 \x01(\x05R\x05visit\x12\x19\n" +
+	"\btimer_id\x18\x04 \x01(\tR\atimerId\x12\x16\n" +
+	"\x06signal\x18\x05 \x01(\tR\x06signal\"\xbb\x01\n" +
 	"\n" +
 	"KeptSignal\x12\x16\n" +
 	"\x06signal\x18\x01 \x01(\tR\x06signal\x12,\n" +
@@ -2247,7 +2344,7 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_nova_v1_state_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
 	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
@@ -2258,88 +2355,90 @@ var file_nova_v1_state_proto_goTypes = []any{
 	(*JoinActivation)(nil),        // 6: nova.v1.JoinActivation
 	(*MapRun)(nil),                // 7: nova.v1.MapRun
 	(*ScheduleState)(nil),         // 8: nova.v1.ScheduleState
-	(*KeptSignal)(nil),            // 9: nova.v1.KeptSignal
-	(*Timer)(nil),                 // 10: nova.v1.Timer
-	(*AIRun)(nil),                 // 11: nova.v1.AIRun
-	(*AIStep)(nil),                // 12: nova.v1.AIStep
-	(*NodeState)(nil),             // 13: nova.v1.NodeState
-	(*Spend)(nil),                 // 14: nova.v1.Spend
-	(*RefineRun)(nil),             // 15: nova.v1.RefineRun
-	(*RefineAttemptRun)(nil),      // 16: nova.v1.RefineAttemptRun
-	nil,                           // 17: nova.v1.ExecutionState.NodesEntry
-	nil,                           // 18: nova.v1.ExecutionState.JoinsEntry
-	(*WorkflowDefinition)(nil),    // 19: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 20: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*RerunFrom)(nil),             // 22: nova.v1.RerunFrom
-	(*ParentRef)(nil),             // 23: nova.v1.ParentRef
-	(*Schedule)(nil),              // 24: nova.v1.Schedule
-	(*AttemptRecord)(nil),         // 25: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 26: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 27: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 28: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 29: nova.v1.ModelCall
-	(*StartRefinement)(nil),       // 30: nova.v1.StartRefinement
-	(*RefineAttempt)(nil),         // 31: nova.v1.RefineAttempt
+	(*BoundaryArm)(nil),           // 9: nova.v1.BoundaryArm
+	(*KeptSignal)(nil),            // 10: nova.v1.KeptSignal
+	(*Timer)(nil),                 // 11: nova.v1.Timer
+	(*AIRun)(nil),                 // 12: nova.v1.AIRun
+	(*AIStep)(nil),                // 13: nova.v1.AIStep
+	(*NodeState)(nil),             // 14: nova.v1.NodeState
+	(*Spend)(nil),                 // 15: nova.v1.Spend
+	(*RefineRun)(nil),             // 16: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 17: nova.v1.RefineAttemptRun
+	nil,                           // 18: nova.v1.ExecutionState.NodesEntry
+	nil,                           // 19: nova.v1.ExecutionState.JoinsEntry
+	(*WorkflowDefinition)(nil),    // 20: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 21: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*RerunFrom)(nil),             // 23: nova.v1.RerunFrom
+	(*ParentRef)(nil),             // 24: nova.v1.ParentRef
+	(*Schedule)(nil),              // 25: nova.v1.Schedule
+	(*AttemptRecord)(nil),         // 26: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 27: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 28: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 29: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 30: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 31: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 32: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	19, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	20, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	17, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	21, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	21, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	21, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	20, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	11, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	14, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	15, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
-	10, // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
-	22, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
-	21, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
+	20, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	21, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	18, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	22, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	22, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	22, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	21, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	12, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	15, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	16, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	11, // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
+	23, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
+	22, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: nova.v1.ExecutionState.branches:type_name -> nova.v1.Branch
-	18, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
+	19, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
 	7,  // 15: nova.v1.ExecutionState.map_run:type_name -> nova.v1.MapRun
-	23, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
+	24, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
 	3,  // 17: nova.v1.ExecutionState.ended:type_name -> nova.v1.Branch
-	9,  // 18: nova.v1.ExecutionState.kept_signals:type_name -> nova.v1.KeptSignal
-	21, // 19: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
-	20, // 20: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
-	11, // 21: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
-	10, // 22: nova.v1.Branch.timer:type_name -> nova.v1.Timer
-	20, // 23: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
+	10, // 18: nova.v1.ExecutionState.kept_signals:type_name -> nova.v1.KeptSignal
+	22, // 19: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
+	21, // 20: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
+	12, // 21: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
+	11, // 22: nova.v1.Branch.timer:type_name -> nova.v1.Timer
+	21, // 23: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
 	7,  // 24: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
 	4,  // 25: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
-	13, // 26: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
-	3,  // 27: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
-	6,  // 28: nova.v1.JoinState.activations:type_name -> nova.v1.JoinActivation
-	3,  // 29: nova.v1.JoinActivation.arrived:type_name -> nova.v1.Branch
-	24, // 30: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	21, // 31: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	21, // 32: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	20, // 33: nova.v1.KeptSignal.payload:type_name -> nova.v1.JSONValue
-	21, // 34: nova.v1.KeptSignal.kept_at:type_name -> google.protobuf.Timestamp
-	21, // 35: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	25, // 36: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	20, // 37: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	26, // 38: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	12, // 39: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	27, // 40: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	28, // 41: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	29, // 42: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	14, // 43: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	30, // 44: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	16, // 45: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	29, // 46: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	31, // 47: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	29, // 48: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	27, // 49: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	13, // 50: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	5,  // 51: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	14, // 26: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
+	9,  // 27: nova.v1.Branch.boundaries:type_name -> nova.v1.BoundaryArm
+	3,  // 28: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
+	6,  // 29: nova.v1.JoinState.activations:type_name -> nova.v1.JoinActivation
+	3,  // 30: nova.v1.JoinActivation.arrived:type_name -> nova.v1.Branch
+	25, // 31: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	22, // 32: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	22, // 33: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	21, // 34: nova.v1.KeptSignal.payload:type_name -> nova.v1.JSONValue
+	22, // 35: nova.v1.KeptSignal.kept_at:type_name -> google.protobuf.Timestamp
+	22, // 36: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	26, // 37: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	21, // 38: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	27, // 39: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	13, // 40: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	28, // 41: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	29, // 42: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	30, // 43: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	15, // 44: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	31, // 45: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	17, // 46: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	30, // 47: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	32, // 48: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	30, // 49: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	28, // 50: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	14, // 51: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	5,  // 52: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -2357,7 +2456,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -264,6 +264,76 @@ func (x *WorkflowDefinition) GetSignals() *SignalKeep {
 	return nil
 }
 
+// Boundary is one event on a node (Node.on): signal or after_seconds.
+type Boundary struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Signal       string                 `protobuf:"bytes,1,opt,name=signal,proto3" json:"signal,omitempty"`
+	AfterSeconds float64                `protobuf:"fixed64,2,opt,name=after_seconds,json=afterSeconds,proto3" json:"after_seconds,omitempty"`
+	Goto         string                 `protobuf:"bytes,3,opt,name=goto,proto3" json:"goto,omitempty"`
+	// Default true: the node is cancelled.
+	Interrupt     *bool `protobuf:"varint,4,opt,name=interrupt,proto3,oneof" json:"interrupt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Boundary) Reset() {
+	*x = Boundary{}
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Boundary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Boundary) ProtoMessage() {}
+
+func (x *Boundary) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Boundary.ProtoReflect.Descriptor instead.
+func (*Boundary) Descriptor() ([]byte, []int) {
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Boundary) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *Boundary) GetAfterSeconds() float64 {
+	if x != nil {
+		return x.AfterSeconds
+	}
+	return 0
+}
+
+func (x *Boundary) GetGoto() string {
+	if x != nil {
+		return x.Goto
+	}
+	return ""
+}
+
+func (x *Boundary) GetInterrupt() bool {
+	if x != nil && x.Interrupt != nil {
+		return *x.Interrupt
+	}
+	return false
+}
+
 // MapCompletion: a map goes on once succeeded items succeeded, or failed
 // items failed (one of them).
 type MapCompletion struct {
@@ -276,7 +346,7 @@ type MapCompletion struct {
 
 func (x *MapCompletion) Reset() {
 	*x = MapCompletion{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +358,7 @@ func (x *MapCompletion) String() string {
 func (*MapCompletion) ProtoMessage() {}
 
 func (x *MapCompletion) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[1]
+	mi := &file_nova_v1_workflow_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +371,7 @@ func (x *MapCompletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapCompletion.ProtoReflect.Descriptor instead.
 func (*MapCompletion) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{1}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MapCompletion) GetSucceeded() int32 {
@@ -331,7 +401,7 @@ type SignalKeep struct {
 
 func (x *SignalKeep) Reset() {
 	*x = SignalKeep{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +413,7 @@ func (x *SignalKeep) String() string {
 func (*SignalKeep) ProtoMessage() {}
 
 func (x *SignalKeep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[2]
+	mi := &file_nova_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +426,7 @@ func (x *SignalKeep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalKeep.ProtoReflect.Descriptor instead.
 func (*SignalKeep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SignalKeep) GetKeep() int32 {
@@ -395,7 +465,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[3]
+	mi := &file_nova_v1_workflow_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +477,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[3]
+	mi := &file_nova_v1_workflow_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +490,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{3}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -483,7 +553,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[4]
+	mi := &file_nova_v1_workflow_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +565,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[4]
+	mi := &file_nova_v1_workflow_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +578,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{4}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Schedule) GetId() string {
@@ -580,7 +650,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[5]
+	mi := &file_nova_v1_workflow_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +662,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[5]
+	mi := &file_nova_v1_workflow_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +675,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{5}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Budget) GetMaxUsd() float64 {
@@ -713,14 +783,19 @@ type Node struct {
 	// workflow, map with workflow: how many sub-workflow calls deep the
 	// child may run (0: 10); a workflow may call itself, or one that calls it
 	// back, within it.
-	MaxDepth      int32 `protobuf:"varint,34,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	MaxDepth int32 `protobuf:"varint,34,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	// Boundary events: a signal, or a time after the node began; when one
+	// comes while a line is at the node, the node is cancelled and the line
+	// goes on at goto (or, interrupt false, a new line starts at goto and
+	// the node goes on).
+	On            []*Boundary `protobuf:"bytes,35,rep,name=on,proto3" json:"on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[6]
+	mi := &file_nova_v1_workflow_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +807,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[6]
+	mi := &file_nova_v1_workflow_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +820,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{6}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Node) GetId() string {
@@ -986,6 +1061,13 @@ func (x *Node) GetMaxDepth() int32 {
 	return 0
 }
 
+func (x *Node) GetOn() []*Boundary {
+	if x != nil {
+		return x.On
+	}
+	return nil
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -998,7 +1080,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_nova_v1_workflow_proto_msgTypes[7]
+	mi := &file_nova_v1_workflow_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1092,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_workflow_proto_msgTypes[7]
+	mi := &file_nova_v1_workflow_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1105,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_workflow_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Edge) GetFrom() string {
@@ -1069,7 +1151,14 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\tschedules\x18\f \x03(\v2\x11.nova.v1.ScheduleR\tschedules\x12 \n" +
 	"\vdescription\x18\r \x01(\tR\vdescription\x12-\n" +
 	"\asignals\x18\x0e \x01(\v2\x13.nova.v1.SignalKeepR\asignalsB\b\n" +
-	"\x06_cache\"E\n" +
+	"\x06_cache\"\x8c\x01\n" +
+	"\bBoundary\x12\x16\n" +
+	"\x06signal\x18\x01 \x01(\tR\x06signal\x12#\n" +
+	"\rafter_seconds\x18\x02 \x01(\x01R\fafterSeconds\x12\x12\n" +
+	"\x04goto\x18\x03 \x01(\tR\x04goto\x12!\n" +
+	"\tinterrupt\x18\x04 \x01(\bH\x00R\tinterrupt\x88\x01\x01B\f\n" +
+	"\n" +
+	"_interrupt\"E\n" +
 	"\rMapCompletion\x12\x1c\n" +
 	"\tsucceeded\x18\x01 \x01(\x05R\tsucceeded\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x05R\x06failed\"J\n" +
@@ -1098,7 +1187,7 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\b_max_usdB\x12\n" +
 	"\x10_max_usd_per_dayB\x12\n" +
-	"\x10_max_model_calls\"\xd1\t\n" +
+	"\x10_max_model_calls\"\xf4\t\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -1137,7 +1226,8 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x10cancel_remaining\x18\x1f \x01(\bR\x0fcancelRemaining\x12\x16\n" +
 	"\x06choose\x18  \x01(\tR\x06choose\x12;\n" +
 	"\rcomplete_when\x18! \x01(\v2\x16.nova.v1.MapCompletionR\fcompleteWhen\x12\x1b\n" +
-	"\tmax_depth\x18\" \x01(\x05R\bmaxDepth\x1a8\n" +
+	"\tmax_depth\x18\" \x01(\x05R\bmaxDepth\x12!\n" +
+	"\x02on\x18# \x03(\v2\x11.nova.v1.BoundaryR\x02on\x1a8\n" +
 	"\n" +
 	"InputEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -1175,40 +1265,42 @@ func file_nova_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_nova_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_nova_v1_workflow_proto_goTypes = []any{
 	(NodeType)(0),              // 0: nova.v1.NodeType
 	(*WorkflowDefinition)(nil), // 1: nova.v1.WorkflowDefinition
-	(*MapCompletion)(nil),      // 2: nova.v1.MapCompletion
-	(*SignalKeep)(nil),         // 3: nova.v1.SignalKeep
-	(*RetryPolicy)(nil),        // 4: nova.v1.RetryPolicy
-	(*Schedule)(nil),           // 5: nova.v1.Schedule
-	(*Budget)(nil),             // 6: nova.v1.Budget
-	(*Node)(nil),               // 7: nova.v1.Node
-	(*Edge)(nil),               // 8: nova.v1.Edge
-	nil,                        // 9: nova.v1.Node.InputEntry
-	nil,                        // 10: nova.v1.Node.OutputKeysEntry
-	(*JSONValue)(nil),          // 11: nova.v1.JSONValue
+	(*Boundary)(nil),           // 2: nova.v1.Boundary
+	(*MapCompletion)(nil),      // 3: nova.v1.MapCompletion
+	(*SignalKeep)(nil),         // 4: nova.v1.SignalKeep
+	(*RetryPolicy)(nil),        // 5: nova.v1.RetryPolicy
+	(*Schedule)(nil),           // 6: nova.v1.Schedule
+	(*Budget)(nil),             // 7: nova.v1.Budget
+	(*Node)(nil),               // 8: nova.v1.Node
+	(*Edge)(nil),               // 9: nova.v1.Edge
+	nil,                        // 10: nova.v1.Node.InputEntry
+	nil,                        // 11: nova.v1.Node.OutputKeysEntry
+	(*JSONValue)(nil),          // 12: nova.v1.JSONValue
 }
 var file_nova_v1_workflow_proto_depIdxs = []int32{
-	7,  // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
-	8,  // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
-	6,  // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
-	4,  // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
-	5,  // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
-	3,  // 5: nova.v1.WorkflowDefinition.signals:type_name -> nova.v1.SignalKeep
-	11, // 6: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
+	8,  // 0: nova.v1.WorkflowDefinition.nodes:type_name -> nova.v1.Node
+	9,  // 1: nova.v1.WorkflowDefinition.edges:type_name -> nova.v1.Edge
+	7,  // 2: nova.v1.WorkflowDefinition.budget:type_name -> nova.v1.Budget
+	5,  // 3: nova.v1.WorkflowDefinition.retry:type_name -> nova.v1.RetryPolicy
+	6,  // 4: nova.v1.WorkflowDefinition.schedules:type_name -> nova.v1.Schedule
+	4,  // 5: nova.v1.WorkflowDefinition.signals:type_name -> nova.v1.SignalKeep
+	12, // 6: nova.v1.Schedule.context:type_name -> nova.v1.JSONValue
 	0,  // 7: nova.v1.Node.type:type_name -> nova.v1.NodeType
-	6,  // 8: nova.v1.Node.budget:type_name -> nova.v1.Budget
-	4,  // 9: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
-	9,  // 10: nova.v1.Node.input:type_name -> nova.v1.Node.InputEntry
-	10, // 11: nova.v1.Node.output_keys:type_name -> nova.v1.Node.OutputKeysEntry
-	2,  // 12: nova.v1.Node.complete_when:type_name -> nova.v1.MapCompletion
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 8: nova.v1.Node.budget:type_name -> nova.v1.Budget
+	5,  // 9: nova.v1.Node.retry:type_name -> nova.v1.RetryPolicy
+	10, // 10: nova.v1.Node.input:type_name -> nova.v1.Node.InputEntry
+	11, // 11: nova.v1.Node.output_keys:type_name -> nova.v1.Node.OutputKeysEntry
+	3,  // 12: nova.v1.Node.complete_when:type_name -> nova.v1.MapCompletion
+	2,  // 13: nova.v1.Node.on:type_name -> nova.v1.Boundary
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_workflow_proto_init() }
@@ -1218,15 +1310,16 @@ func file_nova_v1_workflow_proto_init() {
 	}
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_msgTypes[0].OneofWrappers = []any{}
-	file_nova_v1_workflow_proto_msgTypes[5].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[1].OneofWrappers = []any{}
 	file_nova_v1_workflow_proto_msgTypes[6].OneofWrappers = []any{}
+	file_nova_v1_workflow_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_workflow_proto_rawDesc), len(file_nova_v1_workflow_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

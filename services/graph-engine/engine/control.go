@@ -45,7 +45,8 @@ func (e *Engine) handleTimer(ctx context.Context, ev event.Event) error {
 		return err
 	}
 	err := e.update(ctx, tf.ExecutionId, tf.NodeId, func(t *flow.Transition) error {
-		return t.OnLine(func(b *novav1.Branch) bool { return b.GetTimer().GetId() == tf.TimerId }, func() error { return t.TimerFired(&tf) })
+		return t.OnLine(func(b *novav1.Branch) bool { return b.GetTimer().GetId() == tf.TimerId || armsTimer(b, tf.TimerId) },
+			func() error { return t.TimerFired(&tf) })
 	})
 	if errors.Is(err, errUnknownExecution) {
 		// The execution's state is gone (it ended past the keep).
@@ -110,7 +111,7 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 		return bus.Permanent(fmt.Errorf("signal names an invalid execution id %q", id))
 	}
 	err := e.steer(ctx, id, func(t *flow.Transition) error {
-		return t.OnLine(func(b *novav1.Branch) bool { return b.WaitingFor == cmd.Signal }, func() error { return t.Signal(&cmd, ev.ID()) })
+		return t.OnLine(func(b *novav1.Branch) bool { return execution.ListensFor(b, cmd.Signal) }, func() error { return t.Signal(&cmd, ev.ID()) })
 	})
 	if errors.Is(err, errUnknownExecution) {
 		if e.now().Sub(ev.Time()) < flow.ControlGrace {
@@ -123,4 +124,14 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 		return bus.Permanent(fmt.Errorf("signal %q names execution %s, which does not exist (never started, or its state expired)", cmd.Signal, id))
 	}
 	return err
+}
+
+// armsTimer tells whether line b armed a boundary event whose timer is id.
+func armsTimer(b *novav1.Branch, id string) bool {
+	for _, a := range b.GetBoundaries() {
+		if a.GetTimerId() == id {
+			return true
+		}
+	}
+	return false
 }

@@ -196,9 +196,13 @@ func (t *Transition) timerID(kind string, node *novav1.Node, ns *novav1.NodeStat
 // any, is removed once the state is stored.
 func (t *Transition) setTimer(kind string, node *novav1.Node, ns *novav1.NodeState, due time.Time) {
 	t.clearTimer()
-	id := t.timerID(kind, node, ns)
+	t.ln.Timer = t.scheduleTimer(t.timerID(kind, node, ns), kind, node, ns, due)
+}
+
+// scheduleTimer publishes, with the transition's events, the message
+// schedule of timer id of kind for node, due at due.
+func (t *Transition) scheduleTimer(id, kind string, node *novav1.Node, ns *novav1.NodeState, due time.Time) *novav1.Timer {
 	tm := &novav1.Timer{Id: id, Kind: kind, NodeId: node.Id, DueAt: tsNow(due), Visit: ns.Visits, Attempt: ns.RetryAttempt}
-	t.ln.Timer = tm
 	t.out = append(t.out, OutEvent{
 		Subject:   busname.TimerSubject(t.st.ExecutionId, id),
 		ID:        t.st.ExecutionId + "/timer/" + id,
@@ -209,6 +213,7 @@ func (t *Transition) setTimer(kind string, node *novav1.Node, ns *novav1.NodeSta
 		Target:    busname.TimerFiredSubject(t.st.ExecutionId, id),
 	})
 	t.changed = true
+	return tm
 }
 
 // clearTimer drops the execution's timer; its schedule is removed once the
@@ -224,8 +229,15 @@ func (t *Transition) clearTimer() {
 // TimerFired applies the execution's pending timer; any other is stale (a
 // wait that was signalled, a cancelled execution).
 func (t *Transition) TimerFired(tf *novav1.TimerFired) error {
+	if t.st.Status != statusRunning || t.graph == nil {
+		return ErrStale
+	}
+	if arm := t.boundaryTimer(tf.TimerId); arm != nil {
+		t.fireBoundary(arm, fmt.Sprintf("the time of its after (%s)", tf.GetDueAt().AsTime().Sub(t.ln.NodeStartedAt.AsTime()).Round(time.Millisecond)), nil)
+		return nil
+	}
 	tm := t.ln.Timer
-	if t.st.Status != statusRunning || tm == nil || tm.Id != tf.TimerId || t.graph == nil {
+	if tm == nil || tm.Id != tf.TimerId {
 		return ErrStale
 	}
 	node := t.graph.Node(tm.NodeId)

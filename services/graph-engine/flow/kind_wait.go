@@ -51,6 +51,14 @@ func (t *Transition) Signal(cmd *novav1.SignalExecution, eventID string) error {
 		t.rejectSignal(cmd.Signal, eventID, err.Error())
 		return nil
 	}
+	if t.ln.WaitingFor != cmd.Signal {
+		if arm := t.boundarySignal(cmd.Signal); arm != nil {
+			if reason := t.signalBoundary(arm, cmd); reason != "" {
+				t.rejectSignal(cmd.Signal, eventID, reason)
+			}
+			return nil
+		}
+	}
 	node := t.graph.Node(t.ln.CurrentNode)
 	if reason := t.takeSignal(node, cmd, t.now); reason != "" {
 		t.rejectSignal(cmd.Signal, eventID, reason)

@@ -273,6 +273,9 @@ func (t *Transition) Enter(id string) {
 	}
 	node := t.graph.Node(id)
 	kindOf(node).enter(t, node)
+	if len(node.On) > 0 && t.st.Status == statusRunning && t.ln != nil && t.live(t.ln) && t.ln.CurrentNode == node.Id && len(t.ln.Boundaries) == 0 {
+		t.armBoundaries(node)
+	}
 }
 
 // beginVisit counts a visit of node by the transition's line and records
@@ -480,6 +483,9 @@ func (t *Transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 		// The line's own visit: another line (a later loop round) may be at
 		// the node in a later one.
 		visit = l.Visit
+	}
+	if l := t.ln; l != nil && !l.IsItem {
+		t.disarmBoundaries(node.Id)
 	}
 	nc := &novav1.NodeCompleted{
 		ExecutionId:     t.st.ExecutionId,

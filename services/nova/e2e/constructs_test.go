@@ -413,3 +413,146 @@ edges:
 		t.Errorf("ping 4: %q (%s), context %v; want trail ioio", wc.Status, wc.Error, got)
 	}
 }
+
+func TestBoundaryEvents(t *testing.T) {
+	e := startEnv(t)
+	results := e.sandboxResults()
+	t.Run("a timer cancels a slow program and the line goes on", func(t *testing.T) {
+		def := parse(t, `
+name: boundary-timer
+nodes:
+  - {id: start, type: start}
+  - id: slow
+    type: action
+    code: "import time\ntime.sleep(10)\ncontext['slow'] = True"
+    on: [{after: 1s, goto: too_slow}]
+  - {id: too_slow, type: action, code: "context['gave_up'] = True"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: slow}
+  - {from: slow, to: end}
+  - {from: too_slow, to: end}
+`)
+		began := time.Now()
+		wc := e.run(def, map[string]any{})
+		took := time.Since(began)
+		got := ctxMap(wc.Context)
+		if wc.Status != "succeeded" || got["gave_up"] != true || got["slow"] != nil {
+			t.Fatalf("status %q (%s), context %v; want the boundary's path", wc.Status, wc.Error, got)
+		}
+		t.Logf("went on %s after the start (after: 1s; the program sleeps 10 s)", took.Round(time.Millisecond))
+		if took >= 8*time.Second {
+			t.Errorf("took %s: the program ran to its end", took)
+		}
+		nodes := e.chain(wc.ExecutionId)
+		if v := visitOf(nodes, "slow"); v == nil || v.Status != "cancelled" || !strings.Contains(v.ErrorMessage, `the line goes on at "too_slow" (boundary of node "slow")`) {
+			t.Errorf("visit of slow: %+v", v)
+		}
+		if res := e.resultOf(results, wc.ExecutionId, "slow"); res.ErrorKind != runner.KindCancelled {
+			t.Errorf("slow's program: %s %s, want killed", res.Status, res.ErrorKind)
+		}
+	})
+	t.Run("a signal interrupts a sleep", func(t *testing.T) {
+		def := parse(t, `
+name: boundary-signal
+nodes:
+  - {id: start, type: start}
+  - id: nap
+    type: sleep
+    duration: 1h
+    on: [{signal: stop, goto: stopped}]
+  - {id: stopped, type: action, code: "context['stopped'] = context['why']"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: nap}
+  - {from: nap, to: end}
+  - {from: stopped, to: end}
+`)
+		exec, err := e.client.Start(e.ctx, def, "", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.waitingFor(exec.ID, "nap", "sleep")
+		e.signalExec(exec.ID, "stop", map[string]any{"why": "not needed"})
+		wc, err := exec.Wait(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wc.Status != "succeeded" || ctxMap(wc.Context)["stopped"] != "not needed" {
+			t.Fatalf("status %q (%s), context %s", wc.Status, wc.Error, wc.Context.GetRaw())
+		}
+		if timers := e.subjects(bus.StreamTimers, busname.TimerSubject(wc.ExecutionId, "*")); len(timers) != 0 {
+			t.Errorf("timers left: %v", timers)
+		}
+	})
+	t.Run("a non-interrupting timer starts a line beside the node", func(t *testing.T) {
+		def := parse(t, `
+name: boundary-remind
+nodes:
+  - {id: start, type: start}
+  - id: nap
+    type: sleep
+    duration: 2s
+    on: [{after: 500ms, goto: remind, interrupt: false}]
+  - {id: remind, type: action, code: "context['reminded'] = True"}
+  - {id: woke, type: action, code: "context['woke'] = True"}
+  - {id: end, type: end}
+  - {id: reminder_sent, type: end}
+edges:
+  - {from: start, to: nap}
+  - {from: nap, to: woke}
+  - {from: woke, to: end}
+  - {from: remind, to: reminder_sent}
+`)
+		wc := e.run(def, map[string]any{})
+		got := ctxMap(wc.Context)
+		if wc.Status != "succeeded" || got["reminded"] != true || got["woke"] != true {
+			t.Fatalf("status %q (%s), context %v; want both the reminder and the node's own way", wc.Status, wc.Error, got)
+		}
+		nodes := e.chain(wc.ExecutionId)
+		if v := visitOf(nodes, "nap"); v == nil || v.Status != "success" {
+			t.Errorf("nap: %+v; want it to go on", v)
+		}
+	})
+	t.Run("a workflow node is a region a boundary cancels", func(t *testing.T) {
+		child := parse(t, `
+name: long-child
+nodes:
+  - {id: start, type: start}
+  - {id: wait_long, type: sleep, duration: 1h}
+  - {id: end, type: end}
+edges: [{from: start, to: wait_long}, {from: wait_long, to: end}]
+`)
+		if err := e.client.Register(e.ctx, child); err != nil {
+			t.Fatal(err)
+		}
+		def := parse(t, `
+name: region
+nodes:
+  - {id: start, type: start}
+  - id: region
+    type: workflow
+    workflow: long-child
+    on: [{after: 1s, goto: timed_out}]
+  - {id: timed_out, type: action, code: "context['timed_out'] = True"}
+  - {id: end, type: end}
+edges:
+  - {from: start, to: region}
+  - {from: region, to: end}
+  - {from: timed_out, to: end}
+`)
+		wc := e.run(def, map[string]any{})
+		if wc.Status != "succeeded" || ctxMap(wc.Context)["timed_out"] != true {
+			t.Fatalf("status %q (%s), context %s", wc.Status, wc.Error, wc.Context.GetRaw())
+		}
+		nodes := e.chain(wc.ExecutionId)
+		if v := visitOf(nodes, "region"); v == nil || v.Status != "cancelled" {
+			t.Fatalf("region: %+v", v)
+		}
+		childID := wc.ExecutionId + "_region_1"
+		e.eventually(30*time.Second, "the child "+childID+" is cancelled", func() bool {
+			st := e.state(childID)
+			return st != nil && st.Status == "cancelled"
+		})
+	})
+}
