@@ -23,6 +23,9 @@ const (
 	TypeExecutionCancelled    = busname.TypeExecutionCancelled
 	TypeExecutionStopped      = busname.TypeExecutionStopped
 	TypeStepsCancelled        = busname.TypeStepsCancelled
+	TypeLockAcquire           = busname.TypeLockAcquire
+	TypeLockRelease           = busname.TypeLockRelease
+	TypeLockGranted           = busname.TypeLockGranted
 	TypeExecutionSignal       = busname.TypeExecutionSignal
 	TypeSignalRejected        = busname.TypeSignalRejected
 	TypeSignalKept            = busname.TypeSignalKept
@@ -68,6 +71,7 @@ const (
 	BucketExecutions          = busname.BucketExecutions
 	BucketWorkflows           = busname.BucketWorkflows
 	BucketSchedules           = busname.BucketSchedules
+	BucketLocks               = busname.BucketLocks
 	BucketMapResults          = busname.BucketMapResults
 	BucketSandboxResults      = busname.BucketSandboxResults
 	ConsumerEngineCommands    = busname.ConsumerEngineCommands

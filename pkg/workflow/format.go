@@ -91,6 +91,7 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	trueField(m, "cancel_remaining", n.GetCancelRemaining())
 	strField(m, "choose", n.GetChoose())
 	trueField(m, "terminate", n.GetTerminate())
+	strField(m, "lock", n.GetLock())
 	if on := n.GetOn(); len(on) > 0 {
 		list := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, b := range on {

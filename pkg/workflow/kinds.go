@@ -55,19 +55,19 @@ const (
 // kinds is the table of node types, in the order users read them.
 var kinds = []Kind{
 	{Type: novav1.NodeType_NODE_TYPE_START, Name: "start", Runs: RunsNothing, Edges: EdgesPlain},
-	{Type: novav1.NodeType_NODE_TYPE_ACTION, Name: "action", Runs: RunsCode, Edges: EdgesPlain, Fields: []string{"on"}},
+	{Type: novav1.NodeType_NODE_TYPE_ACTION, Name: "action", Runs: RunsCode, Edges: EdgesPlain, Fields: []string{"on", "lock"}},
 	{Type: novav1.NodeType_NODE_TYPE_DECISION, Name: "decision", Runs: RunsCode, Edges: EdgesDecide,
-		Fields: []string{"choose", "on"}},
+		Fields: []string{"choose", "on", "lock"}},
 	{Type: novav1.NodeType_NODE_TYPE_WAIT, Name: "wait", Runs: RunsNothing, Edges: EdgesWait,
-		Fields: []string{"signal", "schema", "decide_on", "on"}, Check: (*validator).waitFields},
+		Fields: []string{"signal", "schema", "decide_on", "on", "lock"}, Check: (*validator).waitFields},
 	{Type: novav1.NodeType_NODE_TYPE_SLEEP, Name: "sleep", Runs: RunsNothing, Edges: EdgesPlain,
-		Fields: []string{"duration", "until", "on"}, Check: (*validator).sleepFields},
+		Fields: []string{"duration", "until", "on", "lock"}, Check: (*validator).sleepFields},
 	{Type: novav1.NodeType_NODE_TYPE_JOIN, Name: "join", Runs: RunsNothing, Edges: EdgesPlain,
 		Fields: []string{"wait", "merge", "cancel_remaining"}, Check: (*validator).joinFields},
 	{Type: novav1.NodeType_NODE_TYPE_MAP, Name: "map", Runs: RunsBody, Edges: EdgesPlain,
-		Fields: []string{"items", "concurrency", "on_item_failure", "workflow", "input", "complete_when", "max_depth", "on"}, Check: (*validator).mapFields},
+		Fields: []string{"items", "concurrency", "on_item_failure", "workflow", "input", "complete_when", "max_depth", "on", "lock"}, Check: (*validator).mapFields},
 	{Type: novav1.NodeType_NODE_TYPE_WORKFLOW, Name: "workflow", Runs: RunsWorkflow, Edges: EdgesPlain,
-		Fields: []string{"workflow", "input", "max_depth", "on"}, Check: (*validator).workflowFields},
+		Fields: []string{"workflow", "input", "max_depth", "on", "lock"}, Check: (*validator).workflowFields},
 	{Type: novav1.NodeType_NODE_TYPE_END, Name: "end", Runs: RunsNothing, Edges: EdgesNone,
 		Fields: []string{"terminate"}},
 }
@@ -105,4 +105,5 @@ var fieldSet = map[string]func(n *novav1.Node) bool{
 	"complete_when":    func(n *novav1.Node) bool { return n.GetCompleteWhen() != nil },
 	"max_depth":        func(n *novav1.Node) bool { return n.GetMaxDepth() != 0 },
 	"on":               func(n *novav1.Node) bool { return len(n.GetOn()) > 0 },
+	"lock":             func(n *novav1.Node) bool { return n.GetLock() != "" },
 }

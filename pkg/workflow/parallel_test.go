@@ -194,7 +194,7 @@ func TestParseParallelFieldErrors(t *testing.T) {
 		{"output a list on an action node", "name: w\nnodes:\n  - {id: a, type: action, output: [x]}\n",
 			workflow.Problem{NodeID: "a", Field: "output", Message: "must be a string (a map node's context key for its results) or a mapping of parent context key: child context key (a workflow node's), got a list"}},
 		{"field misspelt", mapNode + "on_item_failur: fail}\n",
-			workflow.Problem{NodeID: "a", Field: "on_item_failur", Message: `unknown field; did you mean "on_item_failure"? (known fields: id, type, description, code, prompt, executor, model, timeout, max_visits, language, network, allow_hosts, cache, cache_validate, budget, retry, signal, schema, decide_on, duration, until, wait, merge, items, concurrency, output, on_item_failure, workflow, input, terminate, cancel_remaining, choose, complete_when, max_depth, on)`}},
+			workflow.Problem{NodeID: "a", Field: "on_item_failur", Message: `unknown field; did you mean "on_item_failure"? (known fields: id, type, description, code, prompt, executor, model, timeout, max_visits, language, network, allow_hosts, cache, cache_validate, budget, retry, signal, schema, decide_on, duration, until, wait, merge, items, concurrency, output, on_item_failure, workflow, input, terminate, cancel_remaining, choose, complete_when, max_depth, on, lock)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ var (
 	workflowFields = []string{"name", "description", "model", "timeout", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry", "signals", "schedules", "nodes", "edges"}
 	nodeFields     = []string{"id", "type", "description", "code", "prompt", "executor", "model", "timeout", "max_visits", "language", "network", "allow_hosts", "cache", "cache_validate", "budget", "retry",
 		"signal", "schema", "decide_on", "duration", "until", "wait", "merge", "items", "concurrency", "output", "on_item_failure", "workflow", "input",
-		"terminate", "cancel_remaining", "choose", "complete_when", "max_depth", "on"}
+		"terminate", "cancel_remaining", "choose", "complete_when", "max_depth", "on", "lock"}
 	boundaryFields     = []string{"signal", "after", "goto", "interrupt"}
 	completeWhenFields = []string{"succeeded", "failed"}
 	budgetFields       = []string{"max_usd", "max_usd_per_day", "max_model_calls"}
@@ -213,6 +213,7 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.Terminate = p.boolean(w, m, "terminate")
 	n.Choose = p.choice(w, m, "choose", chooseModes, chooseList)
 	n.MaxDepth = p.whole(w, m, "max_depth")
+	n.Lock = strings.TrimSpace(p.str(w, m, "lock"))
 	for i, raw := range p.list(w, m, "on") {
 		key := fmt.Sprintf("on[%d]", i)
 		bm, ok := raw.(map[string]any)

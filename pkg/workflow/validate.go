@@ -168,6 +168,9 @@ func (v *validator) node(n *novav1.Node) {
 	}
 	v.budget(id, n.GetBudget())
 	v.foreignFields(n)
+	if l := n.GetLock(); l != "" && !ValidToken(l) {
+		v.add(id, "lock", "%q is not a lock name: letters, digits, '-' and '_'", l)
+	}
 	if k != nil && k.Check != nil {
 		k.Check(v, n)
 	}

@@ -45,6 +45,9 @@ const (
 	TypeExecutionCancelled = "io.nova.execution.cancelled.v1"
 	TypeExecutionStopped   = "io.nova.execution.stopped.v1"
 	TypeStepsCancelled     = "io.nova.steps.cancelled.v1"
+	TypeLockAcquire        = "io.nova.lock.acquire.v1"
+	TypeLockRelease        = "io.nova.lock.release.v1"
+	TypeLockGranted        = "io.nova.lock.granted.v1"
 	TypeExecutionSignal    = "io.nova.execution.signal.v1"
 	TypeSignalRejected     = "io.nova.execution.signal.rejected.v1"
 	TypeSignalKept         = "io.nova.execution.signal.kept.v1"
@@ -178,6 +181,8 @@ const (
 	// BucketSchedules holds each schedule (ScheduleState) under
 	// ScheduleKey.
 	BucketSchedules = "nova_schedules"
+	// BucketLocks holds each lock of Node.lock (LockState) under its name.
+	BucketLocks = "nova_locks"
 	// BucketMapResults holds the results of a running map's finished
 	// items under <execution>.<node, base64url>.<visit>.<index>.
 	BucketMapResults = "nova_map_results"

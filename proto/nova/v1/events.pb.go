@@ -835,6 +835,264 @@ func (x *ExecutionStopped) GetStoppedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// LockHolder is a line at a node with a lock (Node.lock): the one that
+// holds it, or one that waits for it.
+type LockHolder struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	LineId      string                 `protobuf:"bytes,2,opt,name=line_id,json=lineId,proto3" json:"line_id,omitempty"`
+	NodeId      string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Its place in the execution's dispatches when it asked.
+	Sequence      int32                  `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	AskedAt       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=asked_at,json=askedAt,proto3" json:"asked_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockHolder) Reset() {
+	*x = LockHolder{}
+	mi := &file_nova_v1_events_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockHolder) ProtoMessage() {}
+
+func (x *LockHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
+func (*LockHolder) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LockHolder) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *LockHolder) GetLineId() string {
+	if x != nil {
+		return x.LineId
+	}
+	return ""
+}
+
+func (x *LockHolder) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *LockHolder) GetSequence() int32 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *LockHolder) GetAskedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AskedAt
+	}
+	return nil
+}
+
+// LockAcquire asks for a lock for a line (Node.lock); LockRelease gives it
+// back, or leaves its queue. The graph engine's commands, on
+// nova.cmd.graph-engine: io.nova.lock.acquire.v1, io.nova.lock.release.v1.
+type LockAcquire struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lock          string                 `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Line          *LockHolder            `protobuf:"bytes,2,opt,name=line,proto3" json:"line,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockAcquire) Reset() {
+	*x = LockAcquire{}
+	mi := &file_nova_v1_events_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockAcquire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockAcquire) ProtoMessage() {}
+
+func (x *LockAcquire) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockAcquire.ProtoReflect.Descriptor instead.
+func (*LockAcquire) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LockAcquire) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *LockAcquire) GetLine() *LockHolder {
+	if x != nil {
+		return x.Line
+	}
+	return nil
+}
+
+type LockRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lock          string                 `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Line          *LockHolder            `protobuf:"bytes,2,opt,name=line,proto3" json:"line,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRelease) Reset() {
+	*x = LockRelease{}
+	mi := &file_nova_v1_events_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRelease) ProtoMessage() {}
+
+func (x *LockRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRelease.ProtoReflect.Descriptor instead.
+func (*LockRelease) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LockRelease) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *LockRelease) GetLine() *LockHolder {
+	if x != nil {
+		return x.Line
+	}
+	return nil
+}
+
+func (x *LockRelease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// LockGranted tells an execution that its line holds the lock it asked for
+// now. Type io.nova.lock.granted.v1 on
+// nova.evt.<execution_id>.result.graph-engine.
+type LockGranted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lock  string                 `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Line  *LockHolder            `protobuf:"bytes,2,opt,name=line,proto3" json:"line,omitempty"`
+	// How long it waited.
+	WaitedSeconds float64 `protobuf:"fixed64,3,opt,name=waited_seconds,json=waitedSeconds,proto3" json:"waited_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockGranted) Reset() {
+	*x = LockGranted{}
+	mi := &file_nova_v1_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockGranted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockGranted) ProtoMessage() {}
+
+func (x *LockGranted) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockGranted.ProtoReflect.Descriptor instead.
+func (*LockGranted) Descriptor() ([]byte, []int) {
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LockGranted) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *LockGranted) GetLine() *LockHolder {
+	if x != nil {
+		return x.Line
+	}
+	return nil
+}
+
+func (x *LockGranted) GetWaitedSeconds() float64 {
+	if x != nil {
+		return x.WaitedSeconds
+	}
+	return 0
+}
+
 // StepsCancelled says the work of some steps of a running execution is to
 // stop while the execution runs on: the lines that ran them were cancelled
 // (a join with cancel_remaining went on). The sandbox kills their programs,
@@ -852,7 +1110,7 @@ type StepsCancelled struct {
 
 func (x *StepsCancelled) Reset() {
 	*x = StepsCancelled{}
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1122,7 @@ func (x *StepsCancelled) String() string {
 func (*StepsCancelled) ProtoMessage() {}
 
 func (x *StepsCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[11]
+	mi := &file_nova_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1135,7 @@ func (x *StepsCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepsCancelled.ProtoReflect.Descriptor instead.
 func (*StepsCancelled) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StepsCancelled) GetExecutionId() string {
@@ -925,7 +1183,7 @@ type TimerFired struct {
 
 func (x *TimerFired) Reset() {
 	*x = TimerFired{}
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1195,7 @@ func (x *TimerFired) String() string {
 func (*TimerFired) ProtoMessage() {}
 
 func (x *TimerFired) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[12]
+	mi := &file_nova_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1208,7 @@ func (x *TimerFired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerFired.ProtoReflect.Descriptor instead.
 func (*TimerFired) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TimerFired) GetExecutionId() string {
@@ -1016,7 +1274,7 @@ type NodeWaiting struct {
 
 func (x *NodeWaiting) Reset() {
 	*x = NodeWaiting{}
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1286,7 @@ func (x *NodeWaiting) String() string {
 func (*NodeWaiting) ProtoMessage() {}
 
 func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[13]
+	mi := &file_nova_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1299,7 @@ func (x *NodeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWaiting.ProtoReflect.Descriptor instead.
 func (*NodeWaiting) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeWaiting) GetExecutionId() string {
@@ -1155,7 +1413,7 @@ type StartRefinement struct {
 
 func (x *StartRefinement) Reset() {
 	*x = StartRefinement{}
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1425,7 @@ func (x *StartRefinement) String() string {
 func (*StartRefinement) ProtoMessage() {}
 
 func (x *StartRefinement) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[14]
+	mi := &file_nova_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1438,7 @@ func (x *StartRefinement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRefinement.ProtoReflect.Descriptor instead.
 func (*StartRefinement) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartRefinement) GetExecutionId() string {
@@ -1295,7 +1553,7 @@ type RefinementProgress struct {
 
 func (x *RefinementProgress) Reset() {
 	*x = RefinementProgress{}
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1565,7 @@ func (x *RefinementProgress) String() string {
 func (*RefinementProgress) ProtoMessage() {}
 
 func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[15]
+	mi := &file_nova_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1578,7 @@ func (x *RefinementProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefinementProgress.ProtoReflect.Descriptor instead.
 func (*RefinementProgress) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RefinementProgress) GetExecutionId() string {
@@ -1474,7 +1732,7 @@ type RegisterWorkflow struct {
 
 func (x *RegisterWorkflow) Reset() {
 	*x = RegisterWorkflow{}
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1744,7 @@ func (x *RegisterWorkflow) String() string {
 func (*RegisterWorkflow) ProtoMessage() {}
 
 func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[16]
+	mi := &file_nova_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1757,7 @@ func (x *RegisterWorkflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkflow.ProtoReflect.Descriptor instead.
 func (*RegisterWorkflow) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterWorkflow) GetDefinition() *WorkflowDefinition {
@@ -1531,7 +1789,7 @@ type ParentRef struct {
 
 func (x *ParentRef) Reset() {
 	*x = ParentRef{}
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1801,7 @@ func (x *ParentRef) String() string {
 func (*ParentRef) ProtoMessage() {}
 
 func (x *ParentRef) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[17]
+	mi := &file_nova_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1814,7 @@ func (x *ParentRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParentRef.ProtoReflect.Descriptor instead.
 func (*ParentRef) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ParentRef) GetExecutionId() string {
@@ -1630,7 +1888,7 @@ type ChildCompleted struct {
 
 func (x *ChildCompleted) Reset() {
 	*x = ChildCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1900,7 @@ func (x *ChildCompleted) String() string {
 func (*ChildCompleted) ProtoMessage() {}
 
 func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[18]
+	mi := &file_nova_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1913,7 @@ func (x *ChildCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildCompleted.ProtoReflect.Descriptor instead.
 func (*ChildCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChildCompleted) GetParent() *ParentRef {
@@ -1736,7 +1994,7 @@ type WorkflowStarted struct {
 
 func (x *WorkflowStarted) Reset() {
 	*x = WorkflowStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +2006,7 @@ func (x *WorkflowStarted) String() string {
 func (*WorkflowStarted) ProtoMessage() {}
 
 func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[19]
+	mi := &file_nova_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +2019,7 @@ func (x *WorkflowStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStarted.ProtoReflect.Descriptor instead.
 func (*WorkflowStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkflowStarted) GetExecutionId() string {
@@ -1858,7 +2116,7 @@ type WorkflowCompleted struct {
 
 func (x *WorkflowCompleted) Reset() {
 	*x = WorkflowCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2128,7 @@ func (x *WorkflowCompleted) String() string {
 func (*WorkflowCompleted) ProtoMessage() {}
 
 func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[20]
+	mi := &file_nova_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2141,7 @@ func (x *WorkflowCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowCompleted.ProtoReflect.Descriptor instead.
 func (*WorkflowCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkflowCompleted) GetExecutionId() string {
@@ -2008,7 +2266,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2278,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[21]
+	mi := &file_nova_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2291,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeSummary) GetId() string {
@@ -2122,7 +2380,7 @@ type ExecuteCode struct {
 
 func (x *ExecuteCode) Reset() {
 	*x = ExecuteCode{}
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2392,7 @@ func (x *ExecuteCode) String() string {
 func (*ExecuteCode) ProtoMessage() {}
 
 func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[22]
+	mi := &file_nova_v1_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2405,7 @@ func (x *ExecuteCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteCode.ProtoReflect.Descriptor instead.
 func (*ExecuteCode) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecuteCode) GetExecutionId() string {
@@ -2301,7 +2559,7 @@ type CodeExecuted struct {
 
 func (x *CodeExecuted) Reset() {
 	*x = CodeExecuted{}
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2571,7 @@ func (x *CodeExecuted) String() string {
 func (*CodeExecuted) ProtoMessage() {}
 
 func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[23]
+	mi := &file_nova_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2584,7 @@ func (x *CodeExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeExecuted.ProtoReflect.Descriptor instead.
 func (*CodeExecuted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CodeExecuted) GetExecutionId() string {
@@ -2520,7 +2778,7 @@ type NodeStarted struct {
 
 func (x *NodeStarted) Reset() {
 	*x = NodeStarted{}
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2790,7 @@ func (x *NodeStarted) String() string {
 func (*NodeStarted) ProtoMessage() {}
 
 func (x *NodeStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[24]
+	mi := &file_nova_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2803,7 @@ func (x *NodeStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStarted.ProtoReflect.Descriptor instead.
 func (*NodeStarted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeStarted) GetExecutionId() string {
@@ -2665,7 +2923,7 @@ type NodeCompleted struct {
 
 func (x *NodeCompleted) Reset() {
 	*x = NodeCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2935,7 @@ func (x *NodeCompleted) String() string {
 func (*NodeCompleted) ProtoMessage() {}
 
 func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[25]
+	mi := &file_nova_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2948,7 @@ func (x *NodeCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCompleted.ProtoReflect.Descriptor instead.
 func (*NodeCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeCompleted) GetExecutionId() string {
@@ -2923,7 +3181,7 @@ type SignalReceived struct {
 
 func (x *SignalReceived) Reset() {
 	*x = SignalReceived{}
-	mi := &file_nova_v1_events_proto_msgTypes[26]
+	mi := &file_nova_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3193,7 @@ func (x *SignalReceived) String() string {
 func (*SignalReceived) ProtoMessage() {}
 
 func (x *SignalReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[26]
+	mi := &file_nova_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3206,7 @@ func (x *SignalReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalReceived.ProtoReflect.Descriptor instead.
 func (*SignalReceived) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignalReceived) GetName() string {
@@ -3012,7 +3270,7 @@ type StepCompleted struct {
 
 func (x *StepCompleted) Reset() {
 	*x = StepCompleted{}
-	mi := &file_nova_v1_events_proto_msgTypes[27]
+	mi := &file_nova_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3282,7 @@ func (x *StepCompleted) String() string {
 func (*StepCompleted) ProtoMessage() {}
 
 func (x *StepCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[27]
+	mi := &file_nova_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3295,7 @@ func (x *StepCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompleted.ProtoReflect.Descriptor instead.
 func (*StepCompleted) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StepCompleted) GetExecutionId() string {
@@ -3231,7 +3489,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_nova_v1_events_proto_msgTypes[28]
+	mi := &file_nova_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3501,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_events_proto_msgTypes[28]
+	mi := &file_nova_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3514,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_nova_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_nova_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeadLetter) GetConsumer() string {
@@ -3412,7 +3670,25 @@ const file_nova_v1_events_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
 	"\bnode_ids\x18\x03 \x03(\tR\anodeIds\x129\n" +
 	"\n" +
-	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xa5\x01\n" +
+	"stopped_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstoppedAt\"\xb4\x01\n" +
+	"\n" +
+	"LockHolder\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
+	"\aline_id\x18\x02 \x01(\tR\x06lineId\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x05R\bsequence\x125\n" +
+	"\basked_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aaskedAt\"J\n" +
+	"\vLockAcquire\x12\x12\n" +
+	"\x04lock\x18\x01 \x01(\tR\x04lock\x12'\n" +
+	"\x04line\x18\x02 \x01(\v2\x13.nova.v1.LockHolderR\x04line\"b\n" +
+	"\vLockRelease\x12\x12\n" +
+	"\x04lock\x18\x01 \x01(\tR\x04lock\x12'\n" +
+	"\x04line\x18\x02 \x01(\v2\x13.nova.v1.LockHolderR\x04line\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"q\n" +
+	"\vLockGranted\x12\x12\n" +
+	"\x04lock\x18\x01 \x01(\tR\x04lock\x12'\n" +
+	"\x04line\x18\x02 \x01(\v2\x13.nova.v1.LockHolderR\x04line\x12%\n" +
+	"\x0ewaited_seconds\x18\x03 \x01(\x01R\rwaitedSeconds\"\xa5\x01\n" +
 	"\x0eStepsCancelled\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
 	"\bstep_ids\x18\x02 \x03(\tR\astepIds\x12\x16\n" +
@@ -3714,7 +3990,7 @@ func file_nova_v1_events_proto_rawDescGZIP() []byte {
 	return file_nova_v1_events_proto_rawDescData
 }
 
-var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_nova_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_nova_v1_events_proto_goTypes = []any{
 	(*StartWorkflow)(nil),         // 0: nova.v1.StartWorkflow
 	(*RerunFrom)(nil),             // 1: nova.v1.RerunFrom
@@ -3727,93 +4003,101 @@ var file_nova_v1_events_proto_goTypes = []any{
 	(*SignalRejected)(nil),        // 8: nova.v1.SignalRejected
 	(*ExecutionCancelled)(nil),    // 9: nova.v1.ExecutionCancelled
 	(*ExecutionStopped)(nil),      // 10: nova.v1.ExecutionStopped
-	(*StepsCancelled)(nil),        // 11: nova.v1.StepsCancelled
-	(*TimerFired)(nil),            // 12: nova.v1.TimerFired
-	(*NodeWaiting)(nil),           // 13: nova.v1.NodeWaiting
-	(*StartRefinement)(nil),       // 14: nova.v1.StartRefinement
-	(*RefinementProgress)(nil),    // 15: nova.v1.RefinementProgress
-	(*RegisterWorkflow)(nil),      // 16: nova.v1.RegisterWorkflow
-	(*ParentRef)(nil),             // 17: nova.v1.ParentRef
-	(*ChildCompleted)(nil),        // 18: nova.v1.ChildCompleted
-	(*WorkflowStarted)(nil),       // 19: nova.v1.WorkflowStarted
-	(*WorkflowCompleted)(nil),     // 20: nova.v1.WorkflowCompleted
-	(*NodeSummary)(nil),           // 21: nova.v1.NodeSummary
-	(*ExecuteCode)(nil),           // 22: nova.v1.ExecuteCode
-	(*CodeExecuted)(nil),          // 23: nova.v1.CodeExecuted
-	(*NodeStarted)(nil),           // 24: nova.v1.NodeStarted
-	(*NodeCompleted)(nil),         // 25: nova.v1.NodeCompleted
-	(*SignalReceived)(nil),        // 26: nova.v1.SignalReceived
-	(*StepCompleted)(nil),         // 27: nova.v1.StepCompleted
-	(*DeadLetter)(nil),            // 28: nova.v1.DeadLetter
-	nil,                           // 29: nova.v1.DeadLetter.HeadersEntry
-	(*WorkflowDefinition)(nil),    // 30: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 31: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*Schedule)(nil),              // 33: nova.v1.Schedule
-	(*Refinement)(nil),            // 34: nova.v1.Refinement
-	(*structpb.Struct)(nil),       // 35: google.protobuf.Struct
-	(*structpb.ListValue)(nil),    // 36: google.protobuf.ListValue
+	(*LockHolder)(nil),            // 11: nova.v1.LockHolder
+	(*LockAcquire)(nil),           // 12: nova.v1.LockAcquire
+	(*LockRelease)(nil),           // 13: nova.v1.LockRelease
+	(*LockGranted)(nil),           // 14: nova.v1.LockGranted
+	(*StepsCancelled)(nil),        // 15: nova.v1.StepsCancelled
+	(*TimerFired)(nil),            // 16: nova.v1.TimerFired
+	(*NodeWaiting)(nil),           // 17: nova.v1.NodeWaiting
+	(*StartRefinement)(nil),       // 18: nova.v1.StartRefinement
+	(*RefinementProgress)(nil),    // 19: nova.v1.RefinementProgress
+	(*RegisterWorkflow)(nil),      // 20: nova.v1.RegisterWorkflow
+	(*ParentRef)(nil),             // 21: nova.v1.ParentRef
+	(*ChildCompleted)(nil),        // 22: nova.v1.ChildCompleted
+	(*WorkflowStarted)(nil),       // 23: nova.v1.WorkflowStarted
+	(*WorkflowCompleted)(nil),     // 24: nova.v1.WorkflowCompleted
+	(*NodeSummary)(nil),           // 25: nova.v1.NodeSummary
+	(*ExecuteCode)(nil),           // 26: nova.v1.ExecuteCode
+	(*CodeExecuted)(nil),          // 27: nova.v1.CodeExecuted
+	(*NodeStarted)(nil),           // 28: nova.v1.NodeStarted
+	(*NodeCompleted)(nil),         // 29: nova.v1.NodeCompleted
+	(*SignalReceived)(nil),        // 30: nova.v1.SignalReceived
+	(*StepCompleted)(nil),         // 31: nova.v1.StepCompleted
+	(*DeadLetter)(nil),            // 32: nova.v1.DeadLetter
+	nil,                           // 33: nova.v1.DeadLetter.HeadersEntry
+	(*WorkflowDefinition)(nil),    // 34: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 35: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*Schedule)(nil),              // 37: nova.v1.Schedule
+	(*Refinement)(nil),            // 38: nova.v1.Refinement
+	(*structpb.Struct)(nil),       // 39: google.protobuf.Struct
+	(*structpb.ListValue)(nil),    // 40: google.protobuf.ListValue
 }
 var file_nova_v1_events_proto_depIdxs = []int32{
-	30, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	31, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
+	34, // 0: nova.v1.StartWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	35, // 1: nova.v1.StartWorkflow.context:type_name -> nova.v1.JSONValue
 	1,  // 2: nova.v1.StartWorkflow.rerun:type_name -> nova.v1.RerunFrom
-	32, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
-	17, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
-	31, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
-	33, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
-	32, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
-	32, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
-	32, // 9: nova.v1.SignalKept.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 10: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	32, // 11: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
-	32, // 12: nova.v1.StepsCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
-	32, // 13: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
-	32, // 14: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
-	34, // 15: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
-	35, // 16: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
-	23, // 17: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
-	30, // 18: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
-	17, // 19: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
-	31, // 20: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
-	30, // 21: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
-	31, // 22: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
-	32, // 23: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 24: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
-	32, // 25: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
-	17, // 26: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
-	31, // 27: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
-	21, // 28: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
-	32, // 29: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
-	32, // 30: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	17, // 31: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
-	31, // 32: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
-	31, // 33: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
-	35, // 34: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
-	31, // 35: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
-	31, // 36: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
-	32, // 37: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
-	31, // 38: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
-	31, // 39: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
-	35, // 40: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
-	32, // 41: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
-	32, // 42: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	35, // 43: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
-	32, // 44: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
-	26, // 45: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
-	31, // 46: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
-	32, // 47: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
-	35, // 48: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
-	35, // 49: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
-	36, // 50: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
-	32, // 51: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
-	29, // 52: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
-	32, // 53: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	36, // 3: nova.v1.StartWorkflow.scheduled_at:type_name -> google.protobuf.Timestamp
+	21, // 4: nova.v1.StartWorkflow.parent:type_name -> nova.v1.ParentRef
+	35, // 5: nova.v1.SignalExecution.payload:type_name -> nova.v1.JSONValue
+	37, // 6: nova.v1.PutSchedule.schedule:type_name -> nova.v1.Schedule
+	36, // 7: nova.v1.ScheduleTick.at:type_name -> google.protobuf.Timestamp
+	36, // 8: nova.v1.ScheduleTick.armed_at:type_name -> google.protobuf.Timestamp
+	36, // 9: nova.v1.SignalKept.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 10: nova.v1.ExecutionCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	36, // 11: nova.v1.ExecutionStopped.stopped_at:type_name -> google.protobuf.Timestamp
+	36, // 12: nova.v1.LockHolder.asked_at:type_name -> google.protobuf.Timestamp
+	11, // 13: nova.v1.LockAcquire.line:type_name -> nova.v1.LockHolder
+	11, // 14: nova.v1.LockRelease.line:type_name -> nova.v1.LockHolder
+	11, // 15: nova.v1.LockGranted.line:type_name -> nova.v1.LockHolder
+	36, // 16: nova.v1.StepsCancelled.cancelled_at:type_name -> google.protobuf.Timestamp
+	36, // 17: nova.v1.TimerFired.due_at:type_name -> google.protobuf.Timestamp
+	36, // 18: nova.v1.NodeWaiting.until:type_name -> google.protobuf.Timestamp
+	38, // 19: nova.v1.StartRefinement.refinement:type_name -> nova.v1.Refinement
+	39, // 20: nova.v1.RefinementProgress.analysis:type_name -> google.protobuf.Struct
+	27, // 21: nova.v1.RefinementProgress.execution:type_name -> nova.v1.CodeExecuted
+	34, // 22: nova.v1.RegisterWorkflow.definition:type_name -> nova.v1.WorkflowDefinition
+	21, // 23: nova.v1.ChildCompleted.parent:type_name -> nova.v1.ParentRef
+	35, // 24: nova.v1.ChildCompleted.context:type_name -> nova.v1.JSONValue
+	34, // 25: nova.v1.WorkflowStarted.definition:type_name -> nova.v1.WorkflowDefinition
+	35, // 26: nova.v1.WorkflowStarted.context:type_name -> nova.v1.JSONValue
+	36, // 27: nova.v1.WorkflowStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 28: nova.v1.WorkflowStarted.rerun:type_name -> nova.v1.RerunFrom
+	36, // 29: nova.v1.WorkflowStarted.scheduled_at:type_name -> google.protobuf.Timestamp
+	21, // 30: nova.v1.WorkflowStarted.parent:type_name -> nova.v1.ParentRef
+	35, // 31: nova.v1.WorkflowCompleted.context:type_name -> nova.v1.JSONValue
+	25, // 32: nova.v1.WorkflowCompleted.nodes:type_name -> nova.v1.NodeSummary
+	36, // 33: nova.v1.WorkflowCompleted.started_at:type_name -> google.protobuf.Timestamp
+	36, // 34: nova.v1.WorkflowCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	21, // 35: nova.v1.WorkflowCompleted.parent:type_name -> nova.v1.ParentRef
+	35, // 36: nova.v1.ExecuteCode.context:type_name -> nova.v1.JSONValue
+	35, // 37: nova.v1.CodeExecuted.context_updates:type_name -> nova.v1.JSONValue
+	39, // 38: nova.v1.CodeExecuted.output_analysis:type_name -> google.protobuf.Struct
+	35, // 39: nova.v1.CodeExecuted.result:type_name -> nova.v1.JSONValue
+	35, // 40: nova.v1.CodeExecuted.items:type_name -> nova.v1.JSONValue
+	36, // 41: nova.v1.NodeStarted.started_at:type_name -> google.protobuf.Timestamp
+	35, // 42: nova.v1.NodeCompleted.input_context:type_name -> nova.v1.JSONValue
+	35, // 43: nova.v1.NodeCompleted.output_result:type_name -> nova.v1.JSONValue
+	39, // 44: nova.v1.NodeCompleted.ai_metadata:type_name -> google.protobuf.Struct
+	36, // 45: nova.v1.NodeCompleted.started_at:type_name -> google.protobuf.Timestamp
+	36, // 46: nova.v1.NodeCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	39, // 47: nova.v1.NodeCompleted.output_analysis:type_name -> google.protobuf.Struct
+	36, // 48: nova.v1.NodeCompleted.next_attempt_at:type_name -> google.protobuf.Timestamp
+	30, // 49: nova.v1.NodeCompleted.signal:type_name -> nova.v1.SignalReceived
+	35, // 50: nova.v1.SignalReceived.payload:type_name -> nova.v1.JSONValue
+	36, // 51: nova.v1.SignalReceived.received_at:type_name -> google.protobuf.Timestamp
+	39, // 52: nova.v1.StepCompleted.input_data:type_name -> google.protobuf.Struct
+	39, // 53: nova.v1.StepCompleted.output_data:type_name -> google.protobuf.Struct
+	40, // 54: nova.v1.StepCompleted.tool_calls:type_name -> google.protobuf.ListValue
+	36, // 55: nova.v1.StepCompleted.timestamp:type_name -> google.protobuf.Timestamp
+	33, // 56: nova.v1.DeadLetter.headers:type_name -> nova.v1.DeadLetter.HeadersEntry
+	36, // 57: nova.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_events_proto_init() }
@@ -3824,18 +4108,18 @@ func file_nova_v1_events_proto_init() {
 	file_nova_v1_json_proto_init()
 	file_nova_v1_workflow_proto_init()
 	file_nova_v1_agents_proto_init()
-	file_nova_v1_events_proto_msgTypes[15].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[17].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[24].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[25].OneofWrappers = []any{}
-	file_nova_v1_events_proto_msgTypes[27].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[19].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[21].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[28].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[29].OneofWrappers = []any{}
+	file_nova_v1_events_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_events_proto_rawDesc), len(file_nova_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -526,7 +526,11 @@ type Branch struct {
 	// items), and is that context again once read.
 	InputIsContext bool `protobuf:"varint,20,opt,name=input_is_context,json=inputIsContext,proto3" json:"input_is_context,omitempty"`
 	// The boundary events of the node the line is at, while it is there.
-	Boundaries    []*BoundaryArm `protobuf:"bytes,21,rep,name=boundaries,proto3" json:"boundaries,omitempty"`
+	Boundaries []*BoundaryArm `protobuf:"bytes,21,rep,name=boundaries,proto3" json:"boundaries,omitempty"`
+	// The lock of the node the line is at: waited for, then held until its
+	// visit ends.
+	LockWait      string `protobuf:"bytes,22,opt,name=lock_wait,json=lockWait,proto3" json:"lock_wait,omitempty"`
+	LockHeld      string `protobuf:"bytes,23,opt,name=lock_held,json=lockHeld,proto3" json:"lock_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -706,6 +710,20 @@ func (x *Branch) GetBoundaries() []*BoundaryArm {
 		return x.Boundaries
 	}
 	return nil
+}
+
+func (x *Branch) GetLockWait() string {
+	if x != nil {
+		return x.LockWait
+	}
+	return ""
+}
+
+func (x *Branch) GetLockHeld() string {
+	if x != nil {
+		return x.LockHeld
+	}
+	return ""
 }
 
 // KeyList is one fork a line descends from, with the context keys its
@@ -1111,6 +1129,68 @@ func (x *ScheduleState) GetFromDefinition() bool {
 	return false
 }
 
+// LockState is a lock, in KV nova_locks under its name: who holds it and
+// who waits, in the order they asked.
+type LockState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        *LockHolder            `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Waiting       []*LockHolder          `protobuf:"bytes,2,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	HeldSince     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=held_since,json=heldSince,proto3" json:"held_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockState) Reset() {
+	*x = LockState{}
+	mi := &file_nova_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockState) ProtoMessage() {}
+
+func (x *LockState) ProtoReflect() protoreflect.Message {
+	mi := &file_nova_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockState.ProtoReflect.Descriptor instead.
+func (*LockState) Descriptor() ([]byte, []int) {
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LockState) GetHolder() *LockHolder {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *LockState) GetWaiting() []*LockHolder {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *LockState) GetHeldSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeldSince
+	}
+	return nil
+}
+
 // BoundaryArm is a boundary event (Node.on) armed while a line is at its
 // node: an after entry's timer, or a signal entry's signal.
 type BoundaryArm struct {
@@ -1127,7 +1207,7 @@ type BoundaryArm struct {
 
 func (x *BoundaryArm) Reset() {
 	*x = BoundaryArm{}
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1219,7 @@ func (x *BoundaryArm) String() string {
 func (*BoundaryArm) ProtoMessage() {}
 
 func (x *BoundaryArm) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[7]
+	mi := &file_nova_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1232,7 @@ func (x *BoundaryArm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryArm.ProtoReflect.Descriptor instead.
 func (*BoundaryArm) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BoundaryArm) GetIndex() int32 {
@@ -1206,7 +1286,7 @@ type KeptSignal struct {
 
 func (x *KeptSignal) Reset() {
 	*x = KeptSignal{}
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1298,7 @@ func (x *KeptSignal) String() string {
 func (*KeptSignal) ProtoMessage() {}
 
 func (x *KeptSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[8]
+	mi := &file_nova_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1311,7 @@ func (x *KeptSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeptSignal.ProtoReflect.Descriptor instead.
 func (*KeptSignal) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KeptSignal) GetSignal() string {
@@ -1288,7 +1368,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1380,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[9]
+	mi := &file_nova_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1393,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Timer) GetId() string {
@@ -1424,7 +1504,7 @@ type AIRun struct {
 
 func (x *AIRun) Reset() {
 	*x = AIRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1516,7 @@ func (x *AIRun) String() string {
 func (*AIRun) ProtoMessage() {}
 
 func (x *AIRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[10]
+	mi := &file_nova_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1529,7 @@ func (x *AIRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIRun.ProtoReflect.Descriptor instead.
 func (*AIRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AIRun) GetPhase() string {
@@ -1686,7 +1766,7 @@ type AIStep struct {
 
 func (x *AIStep) Reset() {
 	*x = AIStep{}
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1778,7 @@ func (x *AIStep) String() string {
 func (*AIStep) ProtoMessage() {}
 
 func (x *AIStep) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[11]
+	mi := &file_nova_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1791,7 @@ func (x *AIStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AIStep.ProtoReflect.Descriptor instead.
 func (*AIStep) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AIStep) GetAgent() string {
@@ -1788,7 +1868,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1880,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[12]
+	mi := &file_nova_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1893,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeState) GetVisits() int32 {
@@ -1877,7 +1957,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_nova_v1_state_proto_msgTypes[13]
+	mi := &file_nova_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1969,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[13]
+	mi := &file_nova_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1982,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Spend) GetUsd() float64 {
@@ -1942,7 +2022,7 @@ type RefineRun struct {
 
 func (x *RefineRun) Reset() {
 	*x = RefineRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[14]
+	mi := &file_nova_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2034,7 @@ func (x *RefineRun) String() string {
 func (*RefineRun) ProtoMessage() {}
 
 func (x *RefineRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[14]
+	mi := &file_nova_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2047,7 @@ func (x *RefineRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineRun.ProtoReflect.Descriptor instead.
 func (*RefineRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RefineRun) GetRequest() *StartRefinement {
@@ -2043,7 +2123,7 @@ type RefineAttemptRun struct {
 
 func (x *RefineAttemptRun) Reset() {
 	*x = RefineAttemptRun{}
-	mi := &file_nova_v1_state_proto_msgTypes[15]
+	mi := &file_nova_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2135,7 @@ func (x *RefineAttemptRun) String() string {
 func (*RefineAttemptRun) ProtoMessage() {}
 
 func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
-	mi := &file_nova_v1_state_proto_msgTypes[15]
+	mi := &file_nova_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2148,7 @@ func (x *RefineAttemptRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefineAttemptRun.ProtoReflect.Descriptor instead.
 func (*RefineAttemptRun) Descriptor() ([]byte, []int) {
-	return file_nova_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_nova_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RefineAttemptRun) GetOutcome() *RefineAttempt {
@@ -2155,7 +2235,7 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"JoinsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
-	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xa2\x06\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.nova.v1.JoinStateR\x05value:\x028\x01J\x04\b\x04\x10\x05J\x04\b\x0e\x10\x0f\"\xdc\x06\n" +
 	"\x06Branch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fcurrent_node\x18\x02 \x01(\tR\vcurrentNode\x12&\n" +
@@ -2184,7 +2264,9 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\x10input_is_context\x18\x14 \x01(\bR\x0einputIsContext\x124\n" +
 	"\n" +
 	"boundaries\x18\x15 \x03(\v2\x14.nova.v1.BoundaryArmR\n" +
-	"boundaries\"E\n" +
+	"boundaries\x12\x1b\n" +
+	"\tlock_wait\x18\x16 \x01(\tR\blockWait\x12\x1b\n" +
+	"\tlock_held\x18\x17 \x01(\tR\blockHeld\"E\n" +
 	"\aKeyList\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x12\n" +
 	"\x04fork\x18\x02 \x01(\tR\x04fork\x12\x12\n" +
@@ -2216,7 +2298,12 @@ const file_nova_v1_state_proto_rawDesc = "" +
 	"\tlast_tick\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\blastTick\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
-	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\x85\x01\n" +
+	"\x0ffrom_definition\x18\x05 \x01(\bR\x0efromDefinition\"\xa2\x01\n" +
+	"\tLockState\x12+\n" +
+	"\x06holder\x18\x01 \x01(\v2\x13.nova.v1.LockHolderR\x06holder\x12-\n" +
+	"\awaiting\x18\x02 \x03(\v2\x13.nova.v1.LockHolderR\awaiting\x129\n" +
+	"\n" +
+	"held_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\theldSince\"\x85\x01\n" +
 	"\vBoundaryArm\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x14\n" +
@@ -2344,7 +2431,7 @@ func file_nova_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_nova_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_nova_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_nova_v1_state_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: nova.v1.ExecutionStatus
 	(NodeStatus)(0),               // 1: nova.v1.NodeStatus
@@ -2355,90 +2442,95 @@ var file_nova_v1_state_proto_goTypes = []any{
 	(*JoinActivation)(nil),        // 6: nova.v1.JoinActivation
 	(*MapRun)(nil),                // 7: nova.v1.MapRun
 	(*ScheduleState)(nil),         // 8: nova.v1.ScheduleState
-	(*BoundaryArm)(nil),           // 9: nova.v1.BoundaryArm
-	(*KeptSignal)(nil),            // 10: nova.v1.KeptSignal
-	(*Timer)(nil),                 // 11: nova.v1.Timer
-	(*AIRun)(nil),                 // 12: nova.v1.AIRun
-	(*AIStep)(nil),                // 13: nova.v1.AIStep
-	(*NodeState)(nil),             // 14: nova.v1.NodeState
-	(*Spend)(nil),                 // 15: nova.v1.Spend
-	(*RefineRun)(nil),             // 16: nova.v1.RefineRun
-	(*RefineAttemptRun)(nil),      // 17: nova.v1.RefineAttemptRun
-	nil,                           // 18: nova.v1.ExecutionState.NodesEntry
-	nil,                           // 19: nova.v1.ExecutionState.JoinsEntry
-	(*WorkflowDefinition)(nil),    // 20: nova.v1.WorkflowDefinition
-	(*JSONValue)(nil),             // 21: nova.v1.JSONValue
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*RerunFrom)(nil),             // 23: nova.v1.RerunFrom
-	(*ParentRef)(nil),             // 24: nova.v1.ParentRef
-	(*Schedule)(nil),              // 25: nova.v1.Schedule
-	(*AttemptRecord)(nil),         // 26: nova.v1.AttemptRecord
-	(*InputAnalyzed)(nil),         // 27: nova.v1.InputAnalyzed
-	(*CodeExecuted)(nil),          // 28: nova.v1.CodeExecuted
-	(*ToolCall)(nil),              // 29: nova.v1.ToolCall
-	(*ModelCall)(nil),             // 30: nova.v1.ModelCall
-	(*StartRefinement)(nil),       // 31: nova.v1.StartRefinement
-	(*RefineAttempt)(nil),         // 32: nova.v1.RefineAttempt
+	(*LockState)(nil),             // 9: nova.v1.LockState
+	(*BoundaryArm)(nil),           // 10: nova.v1.BoundaryArm
+	(*KeptSignal)(nil),            // 11: nova.v1.KeptSignal
+	(*Timer)(nil),                 // 12: nova.v1.Timer
+	(*AIRun)(nil),                 // 13: nova.v1.AIRun
+	(*AIStep)(nil),                // 14: nova.v1.AIStep
+	(*NodeState)(nil),             // 15: nova.v1.NodeState
+	(*Spend)(nil),                 // 16: nova.v1.Spend
+	(*RefineRun)(nil),             // 17: nova.v1.RefineRun
+	(*RefineAttemptRun)(nil),      // 18: nova.v1.RefineAttemptRun
+	nil,                           // 19: nova.v1.ExecutionState.NodesEntry
+	nil,                           // 20: nova.v1.ExecutionState.JoinsEntry
+	(*WorkflowDefinition)(nil),    // 21: nova.v1.WorkflowDefinition
+	(*JSONValue)(nil),             // 22: nova.v1.JSONValue
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*RerunFrom)(nil),             // 24: nova.v1.RerunFrom
+	(*ParentRef)(nil),             // 25: nova.v1.ParentRef
+	(*Schedule)(nil),              // 26: nova.v1.Schedule
+	(*LockHolder)(nil),            // 27: nova.v1.LockHolder
+	(*AttemptRecord)(nil),         // 28: nova.v1.AttemptRecord
+	(*InputAnalyzed)(nil),         // 29: nova.v1.InputAnalyzed
+	(*CodeExecuted)(nil),          // 30: nova.v1.CodeExecuted
+	(*ToolCall)(nil),              // 31: nova.v1.ToolCall
+	(*ModelCall)(nil),             // 32: nova.v1.ModelCall
+	(*StartRefinement)(nil),       // 33: nova.v1.StartRefinement
+	(*RefineAttempt)(nil),         // 34: nova.v1.RefineAttempt
 }
 var file_nova_v1_state_proto_depIdxs = []int32{
-	20, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
-	21, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
-	18, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
-	22, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
-	22, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
-	22, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
-	21, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
-	12, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
-	15, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
-	16, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
-	11, // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
-	23, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
-	22, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
+	21, // 0: nova.v1.ExecutionState.definition:type_name -> nova.v1.WorkflowDefinition
+	22, // 1: nova.v1.ExecutionState.context:type_name -> nova.v1.JSONValue
+	19, // 2: nova.v1.ExecutionState.nodes:type_name -> nova.v1.ExecutionState.NodesEntry
+	23, // 3: nova.v1.ExecutionState.started_at:type_name -> google.protobuf.Timestamp
+	23, // 4: nova.v1.ExecutionState.completed_at:type_name -> google.protobuf.Timestamp
+	23, // 5: nova.v1.ExecutionState.node_started_at:type_name -> google.protobuf.Timestamp
+	22, // 6: nova.v1.ExecutionState.node_input:type_name -> nova.v1.JSONValue
+	13, // 7: nova.v1.ExecutionState.ai:type_name -> nova.v1.AIRun
+	16, // 8: nova.v1.ExecutionState.spend:type_name -> nova.v1.Spend
+	17, // 9: nova.v1.ExecutionState.refine:type_name -> nova.v1.RefineRun
+	12, // 10: nova.v1.ExecutionState.timer:type_name -> nova.v1.Timer
+	24, // 11: nova.v1.ExecutionState.rerun:type_name -> nova.v1.RerunFrom
+	23, // 12: nova.v1.ExecutionState.scheduled_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: nova.v1.ExecutionState.branches:type_name -> nova.v1.Branch
-	19, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
+	20, // 14: nova.v1.ExecutionState.joins:type_name -> nova.v1.ExecutionState.JoinsEntry
 	7,  // 15: nova.v1.ExecutionState.map_run:type_name -> nova.v1.MapRun
-	24, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
+	25, // 16: nova.v1.ExecutionState.parent:type_name -> nova.v1.ParentRef
 	3,  // 17: nova.v1.ExecutionState.ended:type_name -> nova.v1.Branch
-	10, // 18: nova.v1.ExecutionState.kept_signals:type_name -> nova.v1.KeptSignal
-	22, // 19: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
-	21, // 20: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
-	12, // 21: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
-	11, // 22: nova.v1.Branch.timer:type_name -> nova.v1.Timer
-	21, // 23: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
+	11, // 18: nova.v1.ExecutionState.kept_signals:type_name -> nova.v1.KeptSignal
+	23, // 19: nova.v1.Branch.node_started_at:type_name -> google.protobuf.Timestamp
+	22, // 20: nova.v1.Branch.node_input:type_name -> nova.v1.JSONValue
+	13, // 21: nova.v1.Branch.ai:type_name -> nova.v1.AIRun
+	12, // 22: nova.v1.Branch.timer:type_name -> nova.v1.Timer
+	22, // 23: nova.v1.Branch.context:type_name -> nova.v1.JSONValue
 	7,  // 24: nova.v1.Branch.map_run:type_name -> nova.v1.MapRun
 	4,  // 25: nova.v1.Branch.fork_changes:type_name -> nova.v1.KeyList
-	14, // 26: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
-	9,  // 27: nova.v1.Branch.boundaries:type_name -> nova.v1.BoundaryArm
+	15, // 26: nova.v1.Branch.item_node:type_name -> nova.v1.NodeState
+	10, // 27: nova.v1.Branch.boundaries:type_name -> nova.v1.BoundaryArm
 	3,  // 28: nova.v1.JoinState.arrived:type_name -> nova.v1.Branch
 	6,  // 29: nova.v1.JoinState.activations:type_name -> nova.v1.JoinActivation
 	3,  // 30: nova.v1.JoinActivation.arrived:type_name -> nova.v1.Branch
-	25, // 31: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
-	22, // 32: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
-	22, // 33: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
-	21, // 34: nova.v1.KeptSignal.payload:type_name -> nova.v1.JSONValue
-	22, // 35: nova.v1.KeptSignal.kept_at:type_name -> google.protobuf.Timestamp
-	22, // 36: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
-	26, // 37: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
-	21, // 38: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
-	27, // 39: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
-	13, // 40: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
-	28, // 41: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
-	29, // 42: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
-	30, // 43: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
-	15, // 44: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
-	31, // 45: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
-	17, // 46: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
-	30, // 47: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
-	32, // 48: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
-	30, // 49: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
-	28, // 50: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
-	14, // 51: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
-	5,  // 52: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	26, // 31: nova.v1.ScheduleState.schedule:type_name -> nova.v1.Schedule
+	23, // 32: nova.v1.ScheduleState.last_tick:type_name -> google.protobuf.Timestamp
+	23, // 33: nova.v1.ScheduleState.created_at:type_name -> google.protobuf.Timestamp
+	27, // 34: nova.v1.LockState.holder:type_name -> nova.v1.LockHolder
+	27, // 35: nova.v1.LockState.waiting:type_name -> nova.v1.LockHolder
+	23, // 36: nova.v1.LockState.held_since:type_name -> google.protobuf.Timestamp
+	22, // 37: nova.v1.KeptSignal.payload:type_name -> nova.v1.JSONValue
+	23, // 38: nova.v1.KeptSignal.kept_at:type_name -> google.protobuf.Timestamp
+	23, // 39: nova.v1.Timer.due_at:type_name -> google.protobuf.Timestamp
+	28, // 40: nova.v1.AIRun.history:type_name -> nova.v1.AttemptRecord
+	22, // 41: nova.v1.AIRun.data_insights:type_name -> nova.v1.JSONValue
+	29, // 42: nova.v1.AIRun.input_analysis:type_name -> nova.v1.InputAnalyzed
+	14, // 43: nova.v1.AIRun.steps:type_name -> nova.v1.AIStep
+	30, // 44: nova.v1.AIRun.execution:type_name -> nova.v1.CodeExecuted
+	31, // 45: nova.v1.AIRun.tool_calls:type_name -> nova.v1.ToolCall
+	32, // 46: nova.v1.AIStep.model_calls:type_name -> nova.v1.ModelCall
+	16, // 47: nova.v1.NodeState.spend:type_name -> nova.v1.Spend
+	33, // 48: nova.v1.RefineRun.request:type_name -> nova.v1.StartRefinement
+	18, // 49: nova.v1.RefineRun.attempts:type_name -> nova.v1.RefineAttemptRun
+	32, // 50: nova.v1.RefineRun.model_calls:type_name -> nova.v1.ModelCall
+	34, // 51: nova.v1.RefineAttemptRun.outcome:type_name -> nova.v1.RefineAttempt
+	32, // 52: nova.v1.RefineAttemptRun.model_calls:type_name -> nova.v1.ModelCall
+	30, // 53: nova.v1.RefineAttemptRun.execution:type_name -> nova.v1.CodeExecuted
+	15, // 54: nova.v1.ExecutionState.NodesEntry.value:type_name -> nova.v1.NodeState
+	5,  // 55: nova.v1.ExecutionState.JoinsEntry.value:type_name -> nova.v1.JoinState
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_nova_v1_state_proto_init() }
@@ -2456,7 +2548,7 @@ func file_nova_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nova_v1_state_proto_rawDesc), len(file_nova_v1_state_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -788,7 +788,10 @@ type Node struct {
 	// comes while a line is at the node, the node is cancelled and the line
 	// goes on at goto (or, interrupt false, a new line starts at goto and
 	// the node goes on).
-	On            []*Boundary `protobuf:"bytes,35,rep,name=on,proto3" json:"on,omitempty"`
+	On []*Boundary `protobuf:"bytes,35,rep,name=on,proto3" json:"on,omitempty"`
+	// A lock of the deployment: at most one line, of any execution, is at
+	// a node with this lock at a time; the others wait their turn, in order.
+	Lock          string `protobuf:"bytes,36,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1068,6 +1071,13 @@ func (x *Node) GetOn() []*Boundary {
 	return nil
 }
 
+func (x *Node) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
 type Edge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -1187,7 +1197,8 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\b_max_usdB\x12\n" +
 	"\x10_max_usd_per_dayB\x12\n" +
-	"\x10_max_model_calls\"\xf4\t\n" +
+	"\x10_max_model_calls\"\x88\n" +
+	"\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x11.nova.v1.NodeTypeR\x04type\x12\x12\n" +
@@ -1227,7 +1238,8 @@ const file_nova_v1_workflow_proto_rawDesc = "" +
 	"\x06choose\x18  \x01(\tR\x06choose\x12;\n" +
 	"\rcomplete_when\x18! \x01(\v2\x16.nova.v1.MapCompletionR\fcompleteWhen\x12\x1b\n" +
 	"\tmax_depth\x18\" \x01(\x05R\bmaxDepth\x12!\n" +
-	"\x02on\x18# \x03(\v2\x11.nova.v1.BoundaryR\x02on\x1a8\n" +
+	"\x02on\x18# \x03(\v2\x11.nova.v1.BoundaryR\x02on\x12\x12\n" +
+	"\x04lock\x18$ \x01(\tR\x04lock\x1a8\n" +
 	"\n" +
 	"InputEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

@@ -153,6 +153,8 @@ type Engine struct {
 	days      *dayCounters
 	// schedules is the KV bucket of workflow schedules.
 	schedules jetstream.KeyValue
+	// nodeLocks holds the locks of nodes (locks.go).
+	nodeLocks jetstream.KeyValue
 	// locks serialise the events of one execution in this replica.
 	locks [64]sync.Mutex
 	// items keeps the lists large maps run over, read back once.
@@ -258,6 +260,9 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8), contexts: flow.NewContexts(16),
 		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes), dropped: dropped}
 	if err := e.openSchedules(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.openLocks(ctx); err != nil {
 		return nil, err
 	}
 	for _, c := range e.consumers() {
@@ -375,6 +380,10 @@ func (e *Engine) handleCommand(ctx context.Context, ev event.Event) error {
 		return e.putSchedule(ctx, ev)
 	case bus.TypeScheduleDelete:
 		return e.deleteSchedule(ctx, ev)
+	case bus.TypeLockAcquire:
+		return e.lockAcquire(ctx, ev)
+	case bus.TypeLockRelease:
+		return e.lockRelease(ctx, ev)
 	default:
 		return bus.Permanent(fmt.Errorf("graph engine does not handle event type %q", ev.Type()))
 	}
@@ -606,6 +615,9 @@ func (e *Engine) checkRefs(_ context.Context, def *novav1.WorkflowDefinition) er
 }
 
 func (e *Engine) handleResult(ctx context.Context, ev event.Event) error {
+	if ev.Type() == bus.TypeLockGranted {
+		return e.lockGranted(ctx, ev)
+	}
 	ref, apply, err := decodeResult(ev.Type(), func(m proto.Message) error { return bus.Decode(ev, m) })
 	if err != nil {
 		return err

@@ -79,6 +79,9 @@ func (t *Transition) Cancel(cmd *novav1.CancelExecution) error {
 // it waits for is cancelled too. It reports whether the line had work in
 // progress (a command whose result it waited for).
 func (t *Transition) cancelLine(reason string) bool {
+	if t.leaveLockQueue(reason) {
+		return false // its visit had not begun
+	}
 	t.ReleaseHold()
 	t.clearTimer()
 	t.ln.WaitingFor = ""

@@ -272,6 +272,9 @@ func (t *Transition) Enter(id string) {
 		return
 	}
 	node := t.graph.Node(id)
+	if t.askLock(node) {
+		return // its visit begins once the lock is granted
+	}
 	kindOf(node).enter(t, node)
 	if len(node.On) > 0 && t.st.Status == statusRunning && t.ln != nil && t.live(t.ln) && t.ln.CurrentNode == node.Id && len(t.ln.Boundaries) == 0 {
 		t.armBoundaries(node)
@@ -486,6 +489,7 @@ func (t *Transition) nodeCompleted(node *novav1.Node, visit int32, status, errMs
 	}
 	if l := t.ln; l != nil && !l.IsItem {
 		t.disarmBoundaries(node.Id)
+		t.lockVisitEnded(node)
 	}
 	nc := &novav1.NodeCompleted{
 		ExecutionId:     t.st.ExecutionId,
