@@ -144,6 +144,19 @@ func WaitsForSignal(def *novav1.WorkflowDefinition, name string) bool {
 	return false
 }
 
+// BoundarySignal tells whether a boundary event of a node of def takes
+// signal name.
+func BoundarySignal(def *novav1.WorkflowDefinition, name string) bool {
+	for _, n := range def.GetNodes() {
+		for _, b := range n.GetOn() {
+			if name != "" && b.GetSignal() == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Defaults of what a running execution keeps of the signals no wait node
 // takes yet (SignalKeep).
 const (

@@ -111,7 +111,7 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 		return bus.Permanent(fmt.Errorf("signal names an invalid execution id %q", id))
 	}
 	err := e.steer(ctx, id, func(t *flow.Transition) error {
-		return t.OnLine(func(b *novav1.Branch) bool { return execution.ListensFor(b, cmd.Signal) }, func() error { return t.Signal(&cmd, ev.ID()) })
+		return t.OnLine(func(b *novav1.Branch) bool { return execution.ListensFor(b, cmd.Signal) }, func() error { return t.Signal(&cmd, ev.ID(), ev.Time()) })
 	})
 	if errors.Is(err, errUnknownExecution) {
 		if e.now().Sub(ev.Time()) < flow.ControlGrace {

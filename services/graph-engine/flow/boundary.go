@@ -115,7 +115,7 @@ func (t *Transition) fireBoundary(arm *novav1.BoundaryArm, what string, payload 
 	reason := fmt.Sprintf("%s came: the line goes on at %q (boundary of node %q)", what, b.Goto, node.Id)
 	var items []*novav1.Branch
 	for _, x := range t.st.Branches {
-		if x.IsItem && x.MapBranch == t.ln.Id && t.ln.Id != "" {
+		if x.IsItem && x.MapBranch == t.ln.Id {
 			items = append(items, x)
 		}
 	}

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -28,6 +29,10 @@ const (
 	waitingSleep  = "sleep"
 	waitingRetry  = "retry"
 )
+
+// errSignalEarly is a signal for a running execution that no line listens
+// for yet: it is delivered again until ControlGrace has passed.
+var errSignalEarly = errors.New("the execution listens for no such signal yet")
 
 // ControlGrace is how long after it was sent a cancel or signal for an
 // execution whose state is not stored yet is tried again: a producer may

@@ -210,7 +210,7 @@ func (g *goldenRun) step(s string) {
 		eventID := fmt.Sprintf("sig-%s-%d", arg, g.signals)
 		g.apply(s, func(tr *Transition) error {
 			return tr.OnLine(func(b *novav1.Branch) bool { return b.WaitingFor == arg },
-				func() error { return tr.Signal(cmd, eventID) })
+				func() error { return tr.Signal(cmd, eventID, g.now.Add(-time.Minute)) })
 		})
 	case "child":
 		status, ctx, _ := strings.Cut(payload, " ")

@@ -48,7 +48,7 @@ edges:
 		tr := New(st, cfg, time.Now())
 		cmd := &novav1.SignalExecution{ExecutionId: "x1", Signal: "approval", Payload: jsonvalue.Proto([]byte(`{"approved": true}`))}
 		if err := tr.OnLine(func(b *novav1.Branch) bool { return b.WaitingFor == cmd.Signal },
-			func() error { return tr.Signal(cmd, "s1") }); err != nil {
+			func() error { return tr.Signal(cmd, "s1", time.Now().Add(-time.Minute)) }); err != nil {
 			t.Fatal(err)
 		}
 		tr.Settle()
