@@ -81,10 +81,20 @@ func (p *progressPrinter) print(ev client.Progress) {
 			line += "  " + firstLine(e)
 		}
 		fmt.Fprintln(p.w, line)
+	case ev.Waiting != nil && ev.Waiting.GetKind() == "lock":
+		w := ev.Waiting
+		fmt.Fprintf(p.w, "  … %-*s %s\n", p.width, w.GetNodeId(), w.GetDescription())
+	case ev.Kept != nil:
+		k := ev.Kept
+		fmt.Fprintf(p.w, "  ⧗ signal %q kept: no wait node waits for it yet (%d kept)\n", k.GetSignal(), k.GetKept())
 	case ev.NodeCompleted != nil:
 		n := ev.NodeCompleted
 		mark, status := "✓", execution.StatusSucceeded
-		if n.GetStatus() != execution.NodeSuccess {
+		switch n.GetStatus() {
+		case execution.NodeSuccess:
+		case execution.NodeCancelled:
+			mark, status = "–", execution.StatusCancelled // why is its error
+		default:
 			mark, status = "✗", execution.StatusFailed
 		}
 		line := fmt.Sprintf("  %s %-*s %-8s %.1f ms", mark, p.width, nodeLabel(n.GetNodeId(), n.Item), status, n.GetExecutionTimeMs())

@@ -26,6 +26,13 @@
 //	         while it was down run as the catchup says, and every tick is
 //	         on the schedule's grid (wrong counts ticks run against the
 //	         catchup or off the grid)
+//	constructs
+//	         40 executions each with a signal kept until its wait node,
+//	         a node under one lock they all share and a boundary timer off
+//	         a long sleep; `nova dev` is killed once the lock had a few
+//	         turns and started again: each must succeed with the signal's
+//	         payload, its write and its fallback, and no two visits of the
+//	         locked node overlap (duplicated counts overlaps)
 //
 // `make chaos` builds the binaries and runs it; see -h for the knobs.
 package main
@@ -87,7 +94,7 @@ edges:
 // Audit documents of one execution of chaosWorkflow.
 var wantDocs = map[string]int64{"executions": 1, "chain_of_work": 5, "chain_of_work_steps": 3}
 
-var allCases = []string{"whole", "sandbox", "engine", "audit", "nats", "schedule", "schedule-all", "schedule-latest", "schedule-none"}
+var allCases = []string{"whole", "sandbox", "engine", "audit", "nats", "schedule", "schedule-all", "schedule-latest", "schedule-none", "constructs"}
 
 type config struct {
 	bin       string
@@ -155,7 +162,12 @@ func main() {
 	failed := false
 	for _, name := range cases {
 		var r report
-		if strings.HasPrefix(name, "schedule") {
+		if name == "constructs" {
+			r = runConstructsCase(ctx, cfg)
+			if r.err != nil || r.wrong > 0 || r.lost > 0 || r.dupDocs > 0 {
+				failed = true
+			}
+		} else if strings.HasPrefix(name, "schedule") {
 			if catchup, ok := strings.CutPrefix(name, "schedule-"); ok {
 				r = runScheduleKillCase(ctx, cfg, catchup)
 			} else {
@@ -486,7 +498,7 @@ func startCase(ctx context.Context, cfg config, name string, limit time.Duration
 
 func startSystem(ctx context.Context, cfg config, name, dir string) (*system, error) {
 	switch name {
-	case "whole", "schedule-all", "schedule-latest", "schedule-none":
+	case "whole", "schedule-all", "schedule-latest", "schedule-none", "constructs":
 		return startWhole(ctx, cfg, dir)
 	case "nats", "schedule":
 		return startServices(ctx, cfg, dir, name, 3)

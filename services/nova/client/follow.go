@@ -21,6 +21,10 @@ type Progress struct {
 	StepCompleted *novav1.StepCompleted
 	NodeCompleted *novav1.NodeCompleted
 	Completed     *novav1.WorkflowCompleted
+	// Waiting: a node waits (a signal, a sleep, a retry, a lock).
+	Waiting *novav1.NodeWaiting
+	// Kept: a signal no wait node waited for yet, kept for the first.
+	Kept *novav1.SignalKept
 }
 
 // Follow calls each with the facts of execution id in the order they
@@ -48,6 +52,12 @@ func (c *Client) Follow(ctx context.Context, id string, each func(Progress)) (st
 			case bus.KindWorkflowCompleted:
 				p.Completed = &novav1.WorkflowCompleted{}
 				msg = p.Completed
+			case bus.KindNodeWaiting:
+				p.Waiting = &novav1.NodeWaiting{}
+				msg = p.Waiting
+			case bus.KindSignalKept:
+				p.Kept = &novav1.SignalKept{}
+				msg = p.Kept
 			default:
 				return
 			}
