@@ -42,6 +42,31 @@ export interface DefNode {
   output?: string;
   on_item_failure?: string;
   workflow?: string;
+  // Boundary events: a signal, or a time after the node began, that takes
+  // the line to goto (interrupt false: a new line, the node goes on).
+  on?: Boundary[];
+  lock?: string;
+  terminate?: boolean;
+}
+
+export interface Boundary {
+  signal?: string;
+  after_seconds?: number;
+  goto: string;
+  interrupt?: boolean;
+}
+
+// seconds writes a duration as the workflow does: 1h, 5m, 30s, 1.5s.
+function seconds(n: number): string {
+  if (n >= 3600 && n % 3600 === 0) return `${n / 3600}h`;
+  if (n >= 60 && n % 60 === 0) return `${n / 60}m`;
+  return `${n}s`;
+}
+
+// boundaryLabel names a boundary event as the graph writes it on its edge.
+export function boundaryLabel(b: Boundary): string {
+  const what = b.signal ? `signal ${b.signal}` : `after ${seconds(b.after_seconds ?? 0)}`;
+  return b.interrupt === false ? `${what} (beside)` : what;
 }
 
 // RetryPolicy is a node's or a workflow's retry policy.
@@ -146,6 +171,17 @@ export function drawGraph(
     const label = e.condition ?? "";
     g.setEdge(e.from, e.to, { label, width: label ? Math.min(160, 7 * label.length) : 0, height: label ? 16 : 0, labelpos: "c" }, `e${i}`);
   });
+  // A boundary event is a dashed edge from its node to its goto.
+  const boundaries: { from: string; b: Boundary; name: string }[] = [];
+  for (const n of nodes) {
+    (n.on ?? []).forEach((b, i) => {
+      if (!b.goto || !g.hasNode(b.goto)) return;
+      const name = `b${n.id}\u0000${i}`;
+      const label = boundaryLabel(b);
+      g.setEdge(n.id, b.goto, { label, width: Math.min(160, 7 * label.length), height: 16, labelpos: "c" }, name);
+      boundaries.push({ from: n.id, b, name });
+    });
+  }
   dagre.layout(g);
 
   const takenEdges = new Set<string>();
@@ -174,6 +210,17 @@ export function drawGraph(
       svg.append(s("text", { x: ed.x, y: ed.y + 4, class: isTaken ? "edge-label taken" : "edge-label", "text-anchor": "middle" }, e.condition));
     }
   });
+  for (const { from, b, name } of boundaries) {
+    const ed = g.edge({ v: from, w: b.goto, name });
+    if (!ed) continue;
+    const pts: { x: number; y: number }[] = ed.points;
+    const d = pts.map((p, j) => `${j ? "L" : "M"} ${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" ");
+    const isTaken = takenEdges.has(`${from}\u0000${b.goto}`);
+    svg.append(
+      s("path", { d, class: `edge boundary${isTaken ? " taken" : ""}`, "marker-end": "url(#arrow)", "data-from": from, "data-to": b.goto }),
+      s("text", { x: ed.x, y: ed.y + 4, class: "edge-label boundary", "text-anchor": "middle" }, boundaryLabel(b)),
+    );
+  }
   for (const n of nodes) {
     const box = g.node(n.id);
     const st = state ? state.status.get(n.id) ?? "pending" : "none";
@@ -199,6 +246,7 @@ export function drawGraph(
       s("rect", { width: nodeW, height: boxH, rx: typeName(n.type) === "decision" ? 14 : 5 }),
       s("text", { x: 10, y: 21, class: "node-id" }, clip(n.id, 20)),
       s("text", { x: 10, y: 40, class: "node-meta" }, `${typeName(n.type)}${n.prompt ? " · AI" : ""}`),
+      n.lock ? s("text", { x: nodeW - 10, y: 21, class: "node-lock", "text-anchor": "end" }, `lock ${clip(n.lock, 12)}`) : null,
       state
         ? s(
             "text",
@@ -208,6 +256,12 @@ export function drawGraph(
           )
         : null,
       progress ? progressBar(progress) : null,
+      // Its boundary events, as BPMN draws them: a circle on its edge.
+      (n.on ?? []).length
+        ? s("g", { class: "boundary-mark" },
+            s("circle", { cx: nodeW - 12, cy: boxH, r: 9 }),
+            s("text", { x: nodeW - 12, y: boxH + 4, "text-anchor": "middle" }, (n.on ?? []).some((b) => b.signal) ? "✉" : "◷"))
+        : null,
     );
     activate(group, () => onSelect(n.id));
     svg.append(group);
