@@ -193,6 +193,14 @@ func TestKeptResultSurvivesKill9(t *testing.T) {
 		}
 		return info.NumRedelivered
 	}
+	// settled waits until the sandbox acknowledged every command so far,
+	// so that the redeliveries counted next are the next command's.
+	settled := func() {
+		t.Helper()
+		if err := loadgen.WaitIdle(ctx, b.JetStream(), bus.StreamCommands, sandboxservice.Consumer); err != nil {
+			t.Fatal(err)
+		}
+	}
 	refused := func(before int) {
 		t.Helper()
 		for deadline := time.Now().Add(time.Minute); redelivered() <= before; time.Sleep(50 * time.Millisecond) {
@@ -215,6 +223,7 @@ func TestKeptResultSurvivesKill9(t *testing.T) {
 	}
 
 	t.Run("publish refused, then taken", func(t *testing.T) {
+		settled()
 		refuseResults(true)
 		before := redelivered()
 		step := send()
@@ -224,6 +233,7 @@ func TestKeptResultSurvivesKill9(t *testing.T) {
 	})
 
 	t.Run("kill -9 between the run and the publish", func(t *testing.T) {
+		settled()
 		refuseResults(true)
 		before := redelivered()
 		step := send()
