@@ -86,7 +86,11 @@ func formatNode(n *novav1.Node) *yaml.Node {
 	strField(m, "decide_on", n.GetDecideOn())
 	secondsField(m, "duration", n.GetDurationSeconds())
 	strField(m, "until", n.GetUntil())
-	waitField(m, n.GetWait())
+	if n.GetType() == novav1.NodeType_NODE_TYPE_MAP && n.GetWait() == MapNoWait {
+		mapField(m, "wait", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false"})
+	} else {
+		waitField(m, n.GetWait())
+	}
 	strField(m, "merge", n.GetMerge())
 	trueField(m, "cancel_remaining", n.GetCancelRemaining())
 	strField(m, "choose", n.GetChoose())

@@ -429,6 +429,11 @@ const (
 
 var mergeModes = []string{MergeError, MergeLast, MergeList}
 
+// MapNoWait is a map node's wait when it is false: the line goes on at
+// once, and the items run on a line of their own, whose results reach the
+// chain of work but not the context.
+const MapNoWait = "false"
+
 // How many edges a decision node picks (Node.choose).
 const (
 	// ChooseOne: branch_decision is one edge condition (the default).

@@ -65,7 +65,7 @@ var kinds = []Kind{
 	{Type: novav1.NodeType_NODE_TYPE_JOIN, Name: "join", Runs: RunsNothing, Edges: EdgesPlain,
 		Fields: []string{"wait", "merge", "cancel_remaining"}, Check: (*validator).joinFields},
 	{Type: novav1.NodeType_NODE_TYPE_MAP, Name: "map", Runs: RunsBody, Edges: EdgesPlain,
-		Fields: []string{"items", "concurrency", "on_item_failure", "workflow", "input", "complete_when", "max_depth", "on", "lock"}, Check: (*validator).mapFields},
+		Fields: []string{"items", "concurrency", "on_item_failure", "workflow", "input", "complete_when", "max_depth", "on", "lock", "wait"}, Check: (*validator).mapFields},
 	{Type: novav1.NodeType_NODE_TYPE_WORKFLOW, Name: "workflow", Runs: RunsWorkflow, Edges: EdgesPlain,
 		Fields: []string{"workflow", "input", "max_depth", "on", "lock"}, Check: (*validator).workflowFields},
 	{Type: novav1.NodeType_NODE_TYPE_END, Name: "end", Runs: RunsNothing, Edges: EdgesNone,

@@ -344,7 +344,7 @@ func TestValidateParallel(t *testing.T) {
 			n.Wait, n.Merge, n.Items, n.Concurrency, n.OnItemFailure = "all", "list", "orders", 2, "fail"
 			n.Workflow, n.Input, n.Output = "x", map[string]string{"a": "b"}, "out"
 		}, false, []string{
-			`node "fetch", field "wait": only a join node has wait; this is an action node`,
+			`node "fetch", field "wait": only a join or map node has wait; this is an action node`,
 			`node "fetch", field "merge": only a join node has merge; this is an action node`,
 			`node "fetch", field "items": only a map node has items; this is an action node`,
 			`node "fetch", field "concurrency": only a map node has concurrency; this is an action node`,

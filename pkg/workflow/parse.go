@@ -207,7 +207,12 @@ func (p *parser) node(i int, raw any) *novav1.Node {
 	n.DecideOn = p.str(w, m, "decide_on")
 	n.DurationSeconds = p.seconds(w, m, "duration")
 	n.Until = p.str(w, m, "until")
-	n.Wait = p.joinWait(w, m)
+	if b, isBool := m["wait"].(bool); isBool && n.Type == novav1.NodeType_NODE_TYPE_MAP {
+		// A map's wait: false lets the line go on while its items run.
+		n.Wait = map[bool]string{true: "", false: MapNoWait}[b]
+	} else {
+		n.Wait = p.joinWait(w, m)
+	}
 	n.Merge = p.choice(w, m, "merge", mergeModes, mergeList)
 	n.CancelRemaining = p.boolean(w, m, "cancel_remaining")
 	n.Terminate = p.boolean(w, m, "terminate")

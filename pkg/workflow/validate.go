@@ -337,6 +337,9 @@ func (v *validator) mapFields(n *novav1.Node) {
 	if o := n.GetOutput(); o != "" && strings.TrimSpace(o) == "" {
 		v.add(id, "output", "must name a context key (default %s), got %q", DefaultMapOutput, o)
 	}
+	if w := n.GetWait(); w != "" && w != MapNoWait {
+		v.add(id, "wait", "a map node's wait is false (the line goes on while its items run) or left out, got %q", w)
+	}
 	if c := n.GetCompleteWhen(); c != nil {
 		switch {
 		case c.Succeeded < 0 || c.Failed < 0:

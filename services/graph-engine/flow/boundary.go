@@ -88,20 +88,8 @@ func (t *Transition) fireBoundary(arm *novav1.BoundaryArm, what string, payload 
 		// Non-interrupting: the node goes on; a new line, with the
 		// context as it is (and the payload), goes on at goto. Each entry
 		// fires once per visit.
-		// Like a fork: both lines get it in their history, so that what
-		// each changes from here on merges at a join or at the end.
-		parent := t.ln
 		t.ln.Boundaries = slices.DeleteFunc(t.ln.Boundaries, func(a *novav1.BoundaryArm) bool { return a == arm })
-		fork := &novav1.KeyList{Fork: fmt.Sprintf("%s@%d", node.Id, t.st.Sequence), Node: node.Id, Keys: t.lineChanges()}
-		history := append(slices.Clone(parent.ForkChanges), fork)
-		if parent.Id == "" {
-			t.st.BranchSeq++
-			parent.Id = fmt.Sprintf("b%d", t.st.BranchSeq)
-		}
-		parent.ForkChanges, parent.ChangedKeys = history, nil
-		t.lineStart = t.ctx.Clone()
-		l := t.newLine(&novav1.Branch{Context: parent.Context, ForkChanges: slices.Clone(history), FromNode: node.Id,
-			AbsorbedAt: slices.Clone(parent.AbsorbedAt)})
+		l := t.branchOff(node)
 		t.on(l, func() {
 			if len(payload) > 0 {
 				t.ctx.Merge(payload)
@@ -130,6 +118,24 @@ func (t *Transition) fireBoundary(arm *novav1.BoundaryArm, what string, payload 
 		t.SetContext()
 	}
 	t.Enter(b.Goto)
+}
+
+// branchOff starts a line beside the transition's, at node: like a fork,
+// both get it in their history, so that what each changes from here on
+// merges at a join or at the end. The transition's line goes on as it was.
+func (t *Transition) branchOff(node *novav1.Node) *novav1.Branch {
+	parent := t.ln
+	fork := &novav1.KeyList{Fork: fmt.Sprintf("%s@%d", node.Id, t.st.Sequence), Node: node.Id, Keys: t.lineChanges()}
+	history := append(slices.Clone(parent.ForkChanges), fork)
+	if parent.Id == "" {
+		t.st.BranchSeq++
+		parent.Id = fmt.Sprintf("b%d", t.st.BranchSeq)
+	}
+	parent.ForkChanges, parent.ChangedKeys = history, nil
+	t.lineStart = t.ctx.Clone()
+	t.changed = true
+	return t.newLine(&novav1.Branch{Context: parent.Context, ForkChanges: slices.Clone(history), FromNode: node.Id,
+		AbsorbedAt: slices.Clone(parent.AbsorbedAt)})
 }
 
 // signalBoundary takes signal cmd at the boundary event the transition's

@@ -20,6 +20,24 @@ import (
 type mapKind struct{ noTimer }
 
 func (mapKind) enter(t *Transition, node *novav1.Node) {
+	if node.Wait == workflow.MapNoWait {
+		// wait: false: the items run on a line of their own; this one goes
+		// on along the map's edges at once.
+		targets, err := t.graph.Targets(node.Id)
+		if err != nil {
+			t.Fail(fmt.Sprintf("node %q failed: %v", node.Id, err))
+			return
+		}
+		items := t.branchOff(node)
+		t.on(items, func() { mapKind{}.run(t, node) })
+		t.follow(node, targets)
+		return
+	}
+	mapKind{}.run(t, node)
+}
+
+// run begins the transition's line's visit of map node: its items start.
+func (mapKind) run(t *Transition, node *novav1.Node) {
 	ns, ok := t.beginVisit(node)
 	if !ok {
 		return
@@ -302,6 +320,16 @@ func (t *Transition) finishMap(node *novav1.Node) {
 		list.Write(raw)
 	}
 	list.WriteByte(']')
+	if node.Wait == workflow.MapNoWait {
+		// Nobody waits for it: its visit is in the chain of work, its
+		// results go nowhere, and its line ends.
+		ns.Status, ns.Error = statusSucceeded, ""
+		t.nodeCompleted(node, ns.Visits, nodeSuccess, "", "", "", nil)
+		t.children = mr.Children
+		t.dropMapRun(t.ln)
+		t.endLine(t.ln)
+		return
+	}
 	t.ctx[workflow.MapOutput(node)] = list.Bytes()
 	t.SetContext()
 	t.children = mr.Children

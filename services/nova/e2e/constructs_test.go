@@ -556,3 +556,40 @@ edges:
 		})
 	})
 }
+
+func TestMapWithoutWaiting(t *testing.T) {
+	e := startEnv(t)
+	def := parse(t, `
+name: fire-and-forget
+nodes:
+  - {id: start, type: start}
+  - id: notify_all
+    type: map
+    items: xs
+    wait: false
+    code: "import time\ntime.sleep(0.5)\ncontext['result'] = context['item']"
+  - {id: go_on, type: action, code: "context['went_on'] = True"}
+  - {id: end, type: end}
+edges: [{from: start, to: notify_all}, {from: notify_all, to: go_on}, {from: go_on, to: end}]
+`)
+	wc := e.run(def, map[string]any{"xs": []any{1, 2, 3}})
+	got := ctxMap(wc.Context)
+	if wc.Status != "succeeded" || got["went_on"] != true || got["results"] != nil {
+		t.Fatalf("status %q (%s), context %v; want went_on, no results", wc.Status, wc.Error, got)
+	}
+	nodes := e.chain(wc.ExecutionId)
+	goOn, each := visitOf(nodes, "go_on"), (*chainstore.NodeDoc)(nil)
+	for _, v := range visits(nodes, "notify_all") {
+		if v.Item == nil {
+			v := v
+			each = &v
+		}
+	}
+	if goOn == nil || each == nil || each.Status != "success" {
+		t.Fatalf("go_on %+v, notify_all %+v", goOn, each)
+	}
+	t.Logf("go_on ended %s before the map did", each.CompletedAt.Sub(*goOn.CompletedAt).Round(time.Millisecond))
+	if !goOn.CompletedAt.Before(*each.CompletedAt) {
+		t.Errorf("go_on ended at %s, after the map (%s): the line waited for the items", goOn.CompletedAt, each.CompletedAt)
+	}
+}
