@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -30,7 +31,7 @@ func (e *Engine) cancel(ctx context.Context, ev event.Event) error {
 	}
 	err := e.steer(ctx, id, func(t *flow.Transition) error { return t.Cancel(&cmd) })
 	if errors.Is(err, errUnknownExecution) {
-		if e.now().Sub(ev.Time()) < flow.ControlGrace {
+		if e.inGrace(ev.Time()) {
 			return err
 		}
 		e.log.WarnContext(ctx, "cancel of an execution that does not exist", "execution_id", id, "event_id", ev.ID())
@@ -114,7 +115,7 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 		return t.OnLine(func(b *novav1.Branch) bool { return execution.ListensFor(b, cmd.Signal) }, func() error { return t.Signal(&cmd, ev.ID(), ev.Time()) })
 	})
 	if errors.Is(err, errUnknownExecution) {
-		if e.now().Sub(ev.Time()) < flow.ControlGrace {
+		if e.inGrace(ev.Time()) {
 			return err
 		}
 		// Nobody can take it, and no event is written under an id no
@@ -134,4 +135,16 @@ func armsTimer(b *novav1.Branch, id string) bool {
 		}
 	}
 	return false
+}
+
+// inGrace tells whether a cancel or signal sent at sent for an execution
+// whose state is not stored yet may still find it: within ControlGrace of
+// its sending, or of this engine's start (a restart: the start command
+// before it is delivered again, and may be taken after it).
+func (e *Engine) inGrace(sent time.Time) bool {
+	from := sent
+	if e.began.After(from) {
+		from = e.began
+	}
+	return e.now().Sub(from) < flow.ControlGrace
 }

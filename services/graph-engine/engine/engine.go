@@ -153,6 +153,8 @@ type Engine struct {
 	days      *dayCounters
 	// schedules is the KV bucket of workflow schedules.
 	schedules jetstream.KeyValue
+	// began is when this engine started (inGrace).
+	began time.Time
 	// nodeLocks holds the locks of nodes (locks.go).
 	nodeLocks jetstream.KeyValue
 	// locks serialise the events of one execution in this replica.
@@ -258,7 +260,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
 		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8), contexts: flow.NewContexts(16),
-		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes), dropped: dropped}
+		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes), dropped: dropped, began: time.Now()}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
 	}
