@@ -976,6 +976,7 @@ func (e *Engine) store(ctx context.Context, id string, data []byte, revision uin
 }
 
 func (e *Engine) publish(ctx context.Context, out []flow.OutEvent) error {
+	constructEvents(trace.SpanFromContext(ctx), out)
 	evs := make([]bus.Outgoing, 0, len(out))
 	for _, o := range out {
 		ev, err := e.bus.ProtoEvent(o.ID, o.Type, o.Msg, map[string]string{bus.ExtensionExecutionID: o.Execution})

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -133,6 +135,8 @@ func (e *Engine) changeLock(ctx context.Context, lock string, change func(*novav
 			return nil
 		}
 		waited := e.now().Sub(grant.GetAskedAt().AsTime()).Seconds()
+		trace.SpanFromContext(ctx).AddEvent(bus.TypeLockGranted, trace.WithAttributes(attribute.String("lock", lock),
+			attribute.String("execution.id", grant.ExecutionId), attribute.String("node.id", grant.NodeId), attribute.Float64("waited_seconds", waited)))
 		id := fmt.Sprintf("lock-granted/%s/%s/%s/%s/%d", lock, grant.ExecutionId, grant.LineId, grant.NodeId, grant.Sequence)
 		return e.bus.PublishProto(ctx, bus.EventSubject(grant.ExecutionId, bus.KindChildCompleted), id, bus.TypeLockGranted,
 			&novav1.LockGranted{Lock: lock, Line: grant, WaitedSeconds: waited}, map[string]string{bus.ExtensionExecutionID: grant.ExecutionId})
@@ -152,4 +156,28 @@ func (e *Engine) lockGranted(ctx context.Context, ev event.Event) error {
 			return b.Id == l.GetLineId() && (b.LockWait == g.Lock || b.LockHeld == g.Lock) && b.CurrentNode == l.GetNodeId()
 		}, func() error { return t.LockGranted(&g) })
 	})
+}
+
+// constructEvents adds to the transition's span an event for each thing
+// the control-flow constructs did in it: a lock asked for, given back or
+// granted, a signal kept, the steps of cancelled lines stopped. (Visits
+// that ended cancelled, boundaries and terminates included, are the
+// node.completed events the span's children publish.)
+func constructEvents(span trace.Span, out []flow.OutEvent) {
+	for _, o := range out {
+		var attrs []attribute.KeyValue
+		switch m := o.Msg.(type) {
+		case *novav1.LockAcquire:
+			attrs = []attribute.KeyValue{attribute.String("lock", m.Lock), attribute.String("node.id", m.GetLine().GetNodeId())}
+		case *novav1.LockRelease:
+			attrs = []attribute.KeyValue{attribute.String("lock", m.Lock), attribute.String("node.id", m.GetLine().GetNodeId()), attribute.String("reason", m.Reason)}
+		case *novav1.SignalKept:
+			attrs = []attribute.KeyValue{attribute.String("signal", m.Signal), attribute.Int("kept", int(m.Kept))}
+		case *novav1.StepsCancelled:
+			attrs = []attribute.KeyValue{attribute.StringSlice("step.ids", m.StepIds), attribute.String("reason", m.Reason)}
+		default:
+			continue
+		}
+		span.AddEvent(o.Type, trace.WithAttributes(attrs...))
+	}
 }

@@ -9,11 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
 	"github.com/novaflow/nova/services/nova/internal/loadgen"
+	"github.com/novaflow/nova/services/nova/stack"
 )
 
 // Locks: at most one line of any execution at a node with a given lock;
@@ -126,9 +128,21 @@ func checkTurns(t *testing.T, ctx context.Context, js jetstream.JetStream, a, b 
 }
 
 func TestLocks(t *testing.T) {
-	e := startEnv(t)
+	spans := tracetest.NewInMemoryExporter()
+	e := startEnv(t, func(o *stack.Options) { o.SpanExporter = spans })
 	a, b := lockTurns(t, e.ctx, e.client, e.bus.JetStream(), "1s", nil)
 	checkTurns(t, e.ctx, e.bus.JetStream(), a, b)
+	// The engine's spans tell the lock's story: asked for twice, granted
+	// twice (the second waited), given back twice.
+	e.eventually(10*time.Second, "the lock's span events", func() bool {
+		n := map[string]int{}
+		for _, s := range spans.GetSpans() {
+			for _, ev := range s.Events {
+				n[ev.Name]++
+			}
+		}
+		return n[bus.TypeLockAcquire] >= 2 && n[bus.TypeLockGranted] >= 2 && n[bus.TypeLockRelease] >= 2
+	})
 }
 
 func TestLocksSurviveKill9(t *testing.T) {
