@@ -35,6 +35,16 @@ edges:
   - {from: stopped, to: end}
 `
 
+// keptYAML prepares for 20 s before it waits for its signal.
+const keptYAML = `name: console-kept
+nodes:
+  - {id: start, type: start}
+  - {id: prepare, type: sleep, duration: 20s}
+  - {id: approve, type: wait, signal: approve}
+  - {id: end, type: end}
+edges: [{from: start, to: prepare}, {from: prepare, to: approve}, {from: approve, to: end}]
+`
+
 // TestConsoleConstructsInBrowser draws a workflow's boundary events and
 // locks, and an execution whose slow node a boundary timer cancelled, in
 // headless Chromium against nova dev, with screenshots at 1400 and 800 px
@@ -56,6 +66,7 @@ func TestConsoleConstructsInBrowser(t *testing.T) {
 	m, _ := startDev(t, ctx, regexp.MustCompile(`HTTP API (http://\S+)\n\s+NOVA_API_KEY=(\S+)`), "--gateway-addr", "127.0.0.1:0")
 	base, key := m[1], m[2]
 	api(t, base, key, "POST", "/v1/workflows", "application/yaml", constructsYAML, nil)
+	api(t, base, key, "POST", "/v1/workflows", "application/yaml", keptYAML, nil)
 
 	b := newBrowser(t, ctx, chromium)
 	t.Logf("screenshots: %s", b.shots)
@@ -77,4 +88,28 @@ func TestConsoleConstructsInBrowser(t *testing.T) {
 	b.until("the boundary taken", `!!document.querySelector("svg.graph path.edge.boundary.taken[data-from=fetch][data-to=use_cached]")`)
 	b.until("why it was cancelled", `document.body.innerText.includes('boundary of node "fetch"')`)
 	b.shot("execution")
+
+	// A signal sent while the execution prepares is kept, and its page
+	// says so.
+	var started struct {
+		ExecutionID string `json:"execution_id"`
+	}
+	api(t, base, key, "POST", "/v1/executions", "application/json", `{"workflow": "console-kept", "context": {}}`, &started)
+	// The start is answered before the engine stores the execution.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if status, _ := call(t, base, key, "GET", "/v1/executions/"+started.ExecutionID, "", ""); status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution %s was not stored", started.ExecutionID)
+		}
+	}
+	var answer struct{ Status string }
+	api(t, base, key, "POST", "/v1/executions/"+started.ExecutionID+"/signals/approve", "application/json", `{"ok": true}`, &answer)
+	if answer.Status != "kept" {
+		t.Errorf("the signal's answer says %q, want kept", answer.Status)
+	}
+	b.do("open the execution", chromedp.Navigate(base+"/#/executions/"+started.ExecutionID))
+	b.until("the kept signal", `document.querySelector(".kept-signals")?.textContent.includes("approve")`)
+	b.shot("kept-signal")
 }

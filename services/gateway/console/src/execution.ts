@@ -266,6 +266,15 @@ export function executionPage(root: HTMLElement, id: string, params: URLSearchPa
           )
         : null,
       scheduledBy(doc.execution_id, doc.workflow_name, doc.schedule_id, doc.scheduled_at),
+      doc.kept_signals?.length && !ended(doc.status)
+        ? h(
+            "p",
+            { class: "notice kept-signals" },
+            `Kept for a wait node still to come (${doc.kept_signals.length}): `,
+            doc.kept_signals.map((k, i) => [i ? ", " : "", h("code", null, k.signal), k.sent_by ? ` from ${k.sent_by}` : ""]),
+            ".",
+          )
+        : null,
       lineageLine(doc, signal),
       doc.reruns?.length
         ? h("p", { class: "reruns" }, `Rerun ${doc.reruns.length === 1 ? "once" : `${doc.reruns.length} times`}: `, doc.reruns.map((r, i) => [i ? ", " : "", executionLink(r)]))

@@ -28,6 +28,8 @@ export interface ExecutionDoc {
   model_calls?: number;
   // What a running execution waits for, at a wait node.
   waiting?: Waiting;
+  // The signals a running execution keeps until a wait node takes them.
+  kept_signals?: { signal: string; sent_by?: string; event_id: string; kept_at: string }[];
   // A cancelled execution: who cancelled it and why.
   cancelled_by?: string;
   cancel_reason?: string;
