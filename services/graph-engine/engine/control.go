@@ -112,7 +112,7 @@ func (e *Engine) signal(ctx context.Context, ev event.Event) error {
 		return bus.Permanent(fmt.Errorf("signal names an invalid execution id %q", id))
 	}
 	err := e.steer(ctx, id, func(t *flow.Transition) error {
-		return t.OnLine(func(b *novav1.Branch) bool { return execution.ListensFor(b, cmd.Signal) }, func() error { return t.Signal(&cmd, ev.ID(), ev.Time()) })
+		return t.OnLine(func(b *novav1.Branch) bool { return execution.ListensFor(b, cmd.Signal) }, func() error { return t.Signal(&cmd, ev.ID(), e.graceFrom(ev.Time())) })
 	})
 	if errors.Is(err, errUnknownExecution) {
 		if e.inGrace(ev.Time()) {
@@ -138,13 +138,18 @@ func armsTimer(b *novav1.Branch, id string) bool {
 }
 
 // inGrace tells whether a cancel or signal sent at sent for an execution
-// whose state is not stored yet may still find it: within ControlGrace of
-// its sending, or of this engine's start (a restart: the start command
-// before it is delivered again, and may be taken after it).
+// whose state is not stored yet may still find it (graceFrom).
 func (e *Engine) inGrace(sent time.Time) bool {
-	from := sent
-	if e.began.After(from) {
-		from = e.began
+	return e.now().Sub(e.graceFrom(sent)) < flow.ControlGrace
+}
+
+// graceFrom is when the ControlGrace of a cancel or signal sent at sent
+// counts from: its sending, or this engine's start when that came later (a
+// restart: the start command before it is delivered again, and may be
+// taken after it; so may the node its signal is for).
+func (e *Engine) graceFrom(sent time.Time) time.Time {
+	if e.began.After(sent) {
+		return e.began
 	}
-	return e.now().Sub(from) < flow.ControlGrace
+	return sent
 }

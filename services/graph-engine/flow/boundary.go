@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/novaflow/nova/pkg/bus/busname"
-	"github.com/novaflow/nova/pkg/execution/execstate"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
@@ -101,17 +100,10 @@ func (t *Transition) fireBoundary(arm *novav1.BoundaryArm, what string, payload 
 		return
 	}
 	reason := fmt.Sprintf("%s came: the line goes on at %q (boundary of node %q)", what, b.Goto, node.Id)
-	var items []*novav1.Branch
-	for _, x := range t.st.Branches {
-		if x.IsItem && x.MapBranch == t.ln.Id {
-			items = append(items, x)
-		}
-	}
-	t.cancelLines(items, reason)
+	t.cancelLines(t.itemsOf(t.ln), reason)
 	step := t.ln.PendingStepId
 	if t.cancelLine(reason) && step != "" {
-		t.emit(busname.KindStepsCancelled, fmt.Sprintf("%s/steps-cancelled/%s", t.st.ExecutionId, step), busname.TypeStepsCancelled,
-			&novav1.StepsCancelled{ExecutionId: t.st.ExecutionId, StepIds: []string{step}, Reason: reason, CancelledAt: tsNow(t.now)})
+		t.stopSteps([]string{step}, reason)
 	}
 	if len(payload) > 0 {
 		t.ctx.Merge(payload)
@@ -148,7 +140,3 @@ func (t *Transition) signalBoundary(arm *novav1.BoundaryArm, cmd *novav1.SignalE
 	t.fireBoundary(arm, fmt.Sprintf("signal %q", cmd.Signal), payload)
 	return ""
 }
-
-// listensFor tells whether line l takes signal name now: its wait node's,
-// or a boundary event's.
-func listensFor(l *novav1.Branch, name string) bool { return execstate.ListensFor(l, name) }

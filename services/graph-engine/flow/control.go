@@ -155,11 +155,7 @@ func (t *Transition) endLines(reason string) {
 func (t *Transition) cancelLines(lines []*novav1.Branch, reason string) {
 	var all []*novav1.Branch
 	for _, l := range lines {
-		for _, x := range t.st.Branches {
-			if x.IsItem && x.MapBranch == l.Id {
-				all = append(all, x)
-			}
-		}
+		all = append(all, t.itemsOf(l)...)
 	}
 	all = append(all, lines...)
 	var steps []string
@@ -175,11 +171,31 @@ func (t *Transition) cancelLines(lines []*novav1.Branch, reason string) {
 			t.endLine(t.ln)
 		})
 	}
-	if len(steps) > 0 {
-		slices.Sort(steps)
-		t.emit(busname.KindStepsCancelled, fmt.Sprintf("%s/steps-cancelled/%s", t.st.ExecutionId, steps[0]), busname.TypeStepsCancelled,
-			&novav1.StepsCancelled{ExecutionId: t.st.ExecutionId, StepIds: steps, Reason: reason, CancelledAt: tsNow(t.now)})
+	t.stopSteps(steps, reason)
+}
+
+// itemsOf are the map items line l runs, the lines of their own that
+// its map node's items are.
+func (t *Transition) itemsOf(l *novav1.Branch) []*novav1.Branch {
+	var items []*novav1.Branch
+	for _, x := range t.st.Branches {
+		if x.IsItem && x.MapBranch == l.Id {
+			items = append(items, x)
+		}
 	}
+	return items
+}
+
+// stopSteps tells the sandbox and the agents to stop the work of steps
+// (StepsCancelled), whose lines were cancelled while the execution runs
+// on; none is nothing.
+func (t *Transition) stopSteps(steps []string, reason string) {
+	if len(steps) == 0 {
+		return
+	}
+	slices.Sort(steps)
+	t.emit(busname.KindStepsCancelled, fmt.Sprintf("%s/steps-cancelled/%s", t.st.ExecutionId, steps[0]), busname.TypeStepsCancelled,
+		&novav1.StepsCancelled{ExecutionId: t.st.ExecutionId, StepIds: steps, Reason: reason, CancelledAt: tsNow(t.now)})
 }
 
 // waiting announces that the current node waits.

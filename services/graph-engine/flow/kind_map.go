@@ -124,12 +124,7 @@ func (t *Transition) moveMap(b *novav1.Branch) bool {
 		t.on(b, func() { t.finishMap(node) })
 		return true
 	}
-	running := int32(0)
-	for _, x := range t.st.Branches {
-		if x.IsItem && x.MapBranch == b.Id {
-			running++
-		}
-	}
+	running := int32(len(t.itemsOf(b)))
 	free := int32(workflow.MapConcurrency(node)) - running
 	if node.Prompt != "" && workflow.CacheEnabled(t.st.Definition, node) && mr.Finished == 0 {
 		// An AI body: the first item alone, so that its code, once it
@@ -284,13 +279,7 @@ func (t *Transition) completeWhen(owner *novav1.Branch) {
 		return
 	}
 	mr.CompletedEarly = true
-	var running []*novav1.Branch
-	for _, x := range t.st.Branches {
-		if x.IsItem && x.MapBranch == owner.Id {
-			running = append(running, x)
-		}
-	}
-	t.cancelLines(running, reason)
+	t.cancelLines(t.itemsOf(owner), reason)
 }
 
 // finishMap ends the visit of map node whose items all finished: their

@@ -40,8 +40,9 @@ func (waitKind) timer(t *Transition, node *novav1.Node, ns *novav1.NodeState, tm
 // it (its payload merged, its edge followed); a running execution none of
 // whose lines waits for it keeps it, when a wait node of its workflow waits
 // for that signal, until one comes (keepSignal). Else, and when the payload
-// does not do, it is rejected with why (SignalRejected).
-func (t *Transition) Signal(cmd *novav1.SignalExecution, eventID string, sent time.Time) error {
+// does not do, it is rejected with why (SignalRejected). graceFrom is when
+// its ControlGrace counts from (its sending, or the engine's start).
+func (t *Transition) Signal(cmd *novav1.SignalExecution, eventID string, graceFrom time.Time) error {
 	if err := execstate.CheckSignalTarget(t.st, cmd.Signal); err != nil {
 		var nw *execstate.NotWaitingError
 		if errors.As(err, &nw) && nw.Keeps {
@@ -52,7 +53,7 @@ func (t *Transition) Signal(cmd *novav1.SignalExecution, eventID string, sent ti
 		// event's signal): the node's events are published before its
 		// state is stored, and a sender that answers them at once can come
 		// in between. Tried again until ControlGrace has passed.
-		if nw != nil && workflow.BoundarySignal(t.st.Definition, cmd.Signal) && t.now.Sub(sent) < ControlGrace {
+		if nw != nil && workflow.BoundarySignal(t.st.Definition, cmd.Signal) && t.now.Sub(graceFrom) < ControlGrace {
 			return fmt.Errorf("%w: %v", errSignalEarly, err)
 		}
 		t.rejectSignal(cmd.Signal, eventID, err.Error())
