@@ -18,6 +18,7 @@ import (
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
+	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 // The workflow of the constructs case: a signal sent at its start is kept
@@ -121,23 +122,25 @@ func runConstructsCase(ctx context.Context, cfg config) report {
 		return r
 	}
 	defer b.Close()
-	deadline := time.Now().Add(cfg.caseLimit)
-	outcomes := map[string]*novav1.WorkflowCompleted{}
-	for len(outcomes) < len(ids) && time.Now().Before(deadline) {
+	var outcomes map[string]loadgen.Outcome
+	for deadline := time.Now().Add(cfg.caseLimit); ; time.Sleep(500 * time.Millisecond) {
+		if outcomes, err = loadgen.Completions(ctx, b.JetStream(), start); err != nil {
+			r.err = err
+			return r
+		}
+		ended := 0
 		for _, id := range ids {
-			if outcomes[id] != nil {
-				continue
-			}
-			var wc novav1.WorkflowCompleted
-			if lastEvent(ctx, b.JetStream(), bus.EventSubject(id, bus.KindWorkflowCompleted), &wc) == nil {
-				outcomes[id] = &wc
+			if _, ok := outcomes[id]; ok {
+				ended++
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		if ended == len(ids) || time.Now().After(deadline) {
+			break
+		}
 	}
 	r.elapsed = time.Since(start)
 	for _, id := range ids {
-		wc := outcomes[id]
+		wc := outcomes[id].Completion
 		switch {
 		case wc == nil:
 			r.lost++
@@ -189,23 +192,6 @@ func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
 		}
 	}
 	return errors.New("the locked node did not take its turns")
-}
-
-// lastEvent reads the last event on subject into m.
-func lastEvent(ctx context.Context, js jetstream.JetStream, subject string, m *novav1.WorkflowCompleted) error {
-	s, err := js.Stream(ctx, bus.StreamEvents)
-	if err != nil {
-		return err
-	}
-	raw, err := s.GetLastMsgForSubject(ctx, subject)
-	if err != nil {
-		return err
-	}
-	ev, err := bus.DecodeNATS(raw.Header, raw.Data)
-	if err != nil {
-		return err
-	}
-	return bus.Decode(*ev, m)
 }
 
 // lockOverlaps counts the visits of the locked node that began before the

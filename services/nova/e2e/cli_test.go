@@ -18,33 +18,43 @@ import (
 	"github.com/google/uuid"
 )
 
-// novaBuild is the nova binary, built once for every test of the package
-// that runs it (TestMain removes it).
-var novaBuild struct {
+// binBuild is a binary built once for every test of the package that runs
+// it, in a directory of its own (TestMain removes it).
+type binBuild struct {
 	once     sync.Once
 	dir, bin string
 	err      error
+}
+
+// novaBuild and sandboxBuild are the nova and sandbox binaries.
+var novaBuild, sandboxBuild binBuild
+
+// get builds the package in pkgDir (relative to this one) as name, the
+// first time a test asks, and gives its path.
+func (b *binBuild) get(t *testing.T, name, pkgDir string) string {
+	t.Helper()
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "nova-e2e-"+name+"-"); b.err != nil {
+			return
+		}
+		b.bin = filepath.Join(b.dir, name)
+		cmd := exec.Command("go", "build", "-o", b.bin, ".")
+		cmd.Dir = pkgDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", name, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
 }
 
 // buildNova builds the nova binary once per test run, so the CLI is tested as
 // a user runs it: its output and its exit code.
 func buildNova(t *testing.T) string {
 	t.Helper()
-	novaBuild.once.Do(func() {
-		if novaBuild.dir, novaBuild.err = os.MkdirTemp("", "nova-e2e-"); novaBuild.err != nil {
-			return
-		}
-		novaBuild.bin = filepath.Join(novaBuild.dir, "nova")
-		cmd := exec.Command("go", "build", "-o", novaBuild.bin, ".")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			novaBuild.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if novaBuild.err != nil {
-		t.Fatal(novaBuild.err)
-	}
-	return novaBuild.bin
+	return novaBuild.get(t, "nova", "..")
 }
 
 type cliResult struct {

@@ -28,6 +28,15 @@ func visitOf(nodes []chainstore.NodeDoc, node string) *chainstore.NodeDoc {
 	return &v[len(v)-1]
 }
 
+// runTimed runs def with an empty context to its end, and says how long
+// that took from before its start.
+func (e *env) runTimed(def *novav1.WorkflowDefinition) (*novav1.WorkflowCompleted, time.Duration) {
+	e.t.Helper()
+	began := time.Now()
+	wc := e.run(def, map[string]any{})
+	return wc, time.Since(began)
+}
+
 // sandboxResults follows the sandbox's results of one execution.
 func (e *env) sandboxResults() *nats.Subscription {
 	e.t.Helper()
@@ -77,9 +86,7 @@ edges:
   - {from: slow_sleep, to: first}
   - {from: first, to: end}
 `)
-	began := time.Now()
-	wc := e.run(def, map[string]any{})
-	took := time.Since(began)
+	wc, took := e.runTimed(def)
 	if wc.Status != "succeeded" || ctxMap(wc.Context)["winner"] != "fast" {
 		t.Fatalf("status %q (%s), context %s; want the fast branch's", wc.Status, wc.Error, wc.Context.GetRaw())
 	}
@@ -126,9 +133,7 @@ edges:
   - {from: long, to: after_long}
   - {from: after_long, to: end}
 `)
-	began := time.Now()
-	wc := e.run(def, map[string]any{})
-	took := time.Since(began)
+	wc, took := e.runTimed(def)
 	got := ctxMap(wc.Context)
 	if wc.Status != "succeeded" || got["quick"] != true || got["long"] != nil {
 		t.Fatalf("status %q (%s), context %v; want succeeded with the terminating line's context", wc.Status, wc.Error, got)
@@ -433,9 +438,7 @@ edges:
   - {from: slow, to: end}
   - {from: too_slow, to: end}
 `)
-		began := time.Now()
-		wc := e.run(def, map[string]any{})
-		took := time.Since(began)
+		wc, took := e.runTimed(def)
 		got := ctxMap(wc.Context)
 		if wc.Status != "succeeded" || got["gave_up"] != true || got["slow"] != nil {
 			t.Fatalf("status %q (%s), context %v; want the boundary's path", wc.Status, wc.Error, got)

@@ -65,12 +65,13 @@ func (e *env) rejection(id, evID string) *novav1.SignalRejected {
 	return &rej
 }
 
-// waitingFor waits until execution id's node waits (NodeWaiting of kind).
+// waitingFor waits until execution id's node waits (NodeWaiting of kind;
+// "": of any kind).
 func (e *env) waitingFor(id, node, kind string) *novav1.NodeWaiting {
 	e.t.Helper()
 	var w novav1.NodeWaiting
 	_, err := e.waitMsg(bus.StreamEvents, bus.EventSubject(id, bus.KindNodeWaiting), func(m jetstream.Msg) bool {
-		return decodeMsg(m, &w) == nil && w.NodeId == node && w.Kind == kind
+		return decodeMsg(m, &w) == nil && w.NodeId == node && (kind == "" || w.Kind == kind)
 	})
 	if err != nil {
 		e.t.Fatalf("node %s of %s does not wait (%s): %v", node, id, kind, err)

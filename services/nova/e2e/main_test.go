@@ -18,8 +18,10 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*diskIO).loop"),
 		goleak.Cleanup(func(int) {
-			if novaBuild.dir != "" {
-				_ = os.RemoveAll(novaBuild.dir)
+			for _, b := range []*binBuild{&novaBuild, &sandboxBuild} {
+				if b.dir != "" {
+					_ = os.RemoveAll(b.dir)
+				}
 			}
 		}),
 	)

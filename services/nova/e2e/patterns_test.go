@@ -10,9 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
@@ -176,7 +173,7 @@ func TestPatterns(t *testing.T) {
 			}
 			for _, s := range ex.signals {
 				if s.node != "" {
-					e.waitingAt(exec.ID, s.node)
+					e.waitingFor(exec.ID, s.node, "")
 				}
 				e.signalExec(exec.ID, s.name, s.payload)
 			}
@@ -213,19 +210,6 @@ func TestPatterns(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// waitingAt waits until a line of execution id is at node and waits there
-// (a node.waiting event of it).
-func (e *env) waitingAt(id, node string) {
-	e.t.Helper()
-	var w novav1.NodeWaiting
-	_, err := e.waitMsg(bus.StreamEvents, bus.EventSubject(id, bus.KindNodeWaiting), func(m jetstream.Msg) bool {
-		return decodeMsg(m, &w) == nil && w.NodeId == node
-	})
-	if err != nil {
-		e.t.Fatalf("node %s of %s does not wait: %v", node, id, err)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,32 +31,10 @@ import (
 // of the sandbox process between the run and the publish leaves it kept, so
 // the sandbox started after it publishes it on the command's next delivery.
 
-var sandboxBuild struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
 // buildSandbox builds the sandbox binary once per test run.
 func buildSandbox(t *testing.T) string {
 	t.Helper()
-	sandboxBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "nova-e2e-sandbox-")
-		if err != nil {
-			sandboxBuild.err = err
-			return
-		}
-		sandboxBuild.bin = filepath.Join(dir, "sandbox")
-		cmd := exec.Command("go", "build", "-o", sandboxBuild.bin, ".")
-		cmd.Dir = filepath.Join("..", "..", "sandbox")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			sandboxBuild.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if sandboxBuild.err != nil {
-		t.Fatal(sandboxBuild.err)
-	}
-	return sandboxBuild.bin
+	return sandboxBuild.get(t, "sandbox", filepath.Join("..", "..", "sandbox"))
 }
 
 func TestKeptResultSurvivesKill9(t *testing.T) {

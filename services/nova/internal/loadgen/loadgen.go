@@ -244,35 +244,27 @@ func WaitServices(ctx context.Context, js jetstream.JetStream) error {
 // service that consumes it runs (after a restart of the server, the pull
 // requests of processes gone are gone too).
 func WaitPulling(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		c, err := js.Consumer(actx, stream, durable)
-		if err == nil {
-			if info, err := c.Info(actx); err == nil && info.NumWaiting > 0 {
-				cancel()
-				return nil
-			}
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nobody pulls from %s: %w", durable, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return waitInfo(ctx, js, stream, durable, time.Minute, 50*time.Millisecond, "nobody pulls from "+durable,
+		func(info *jetstream.ConsumerInfo) bool { return info.NumWaiting > 0 })
 }
 
 // WaitIdle waits until a consumer has nothing pending or unacknowledged.
 func WaitIdle(ctx context.Context, js jetstream.JetStream, stream, durable string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	return waitInfo(ctx, js, stream, durable, 2*time.Minute, 200*time.Millisecond, durable+" did not catch up",
+		func(info *jetstream.ConsumerInfo) bool { return info.NumPending == 0 && info.NumAckPending == 0 })
+}
+
+// waitInfo reads a consumer's info every interval until done says so, or
+// limit passes (then the error says what).
+func waitInfo(ctx context.Context, js jetstream.JetStream, stream, durable string, limit, interval time.Duration, what string,
+	done func(*jetstream.ConsumerInfo) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		c, err := js.Consumer(actx, stream, durable)
 		if err == nil {
-			if info, err := c.Info(actx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			if info, err := c.Info(actx); err == nil && done(info) {
 				cancel()
 				return nil
 			}
@@ -280,8 +272,8 @@ func WaitIdle(ctx context.Context, js jetstream.JetStream, stream, durable strin
 		cancel()
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not catch up: %w", durable, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(interval):
 		}
 	}
 }
