@@ -152,7 +152,37 @@ func StartCluster(ctx context.Context, opts Options, size int) (*Cluster, error)
 			return nil, fmt.Errorf("start nats cluster: %w", err)
 		}
 	}
+	if err := c.waitPeers(ctx); err != nil {
+		c.Shutdown()
+		return nil, fmt.Errorf("start nats cluster: %w", err)
+	}
 	return c, nil
+}
+
+// waitPeers waits until the meta leader counts every server as an online
+// JetStream peer: before it does, a stream with as many replicas as there
+// are servers is refused ("no suitable peers for placement").
+func (c *Cluster) waitPeers(ctx context.Context) error {
+	ctx, cancel := readyDeadline(ctx)
+	defer cancel()
+	for {
+		c.mu.Lock()
+		online := 0
+		for _, n := range c.nodes {
+			if n != nil {
+				online = max(online, len(n.srv.JetStreamClusterPeers()))
+			}
+		}
+		c.mu.Unlock()
+		if online == len(c.nodes) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the meta leader counts %d of %d servers online: %w", online, len(c.nodes), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // clusterPorts returns a client and a route port per server: consecutive
