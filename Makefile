@@ -302,7 +302,7 @@ BENCH_SANDBOX_FLAGS ?=
 CHAOS_FLAGS ?=
 .PHONY: chaos
 chaos: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-chaos ./chaos
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-chaos ./chaos
 	$(BIN)/nova-chaos -bin $(BIN) $(CHAOS_FLAGS)
 
 # Load: a nova dev on a fresh data dir driven over NATS from a separate
@@ -311,7 +311,7 @@ chaos: build
 BENCH_LOAD_FLAGS ?=
 .PHONY: bench-load
 bench-load: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./benchload
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./load
 	$(BIN)/nova-benchload -bin $(BIN) $(BENCH_LOAD_FLAGS)
 
 # The chain of work's bytes per execution (BSON by collection, the embedded
@@ -319,7 +319,7 @@ bench-load: build
 # commit's binaries with BENCH_CHAIN_FLAGS='-baseline-bin DIR'.
 .PHONY: bench-chain
 bench-chain: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchchain ./benchchain
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchchain ./chain
 	$(BIN)/nova-benchchain -bin $(BIN) $(BENCH_CHAIN_FLAGS)
 
 # nova dev restarted after kill -9 with 0, 10000 and 100000 ended
@@ -327,7 +327,7 @@ bench-chain: build
 # completes (BENCH_RESTART_FLAGS="-states 0,600000").
 .PHONY: bench-restart
 bench-restart: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchrestart ./benchrestart
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchrestart ./restart
 	$(BIN)/nova-benchrestart -bin $(BIN) $(BENCH_RESTART_FLAGS)
 
 # Steering executions on nova dev: cancel to the program's process gone,
@@ -340,7 +340,7 @@ bench-restart: build
 BENCH_PARALLEL_BASE ?= 8601b4f
 .PHONY: bench-parallel
 bench-parallel: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchparallel ./benchparallel
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchparallel ./parallel
 	$(call base-nova,$(BENCH_PARALLEL_BASE),$(BIN)/base-parallel)
 	$(BIN)/nova-benchparallel -bin $(BIN) -base-bin $(BIN)/base-parallel $(BENCH_PARALLEL_FLAGS)
 
@@ -352,21 +352,21 @@ bench-parallel: build
 BENCH_SCALE_BASE ?= 89e9ece~1
 .PHONY: bench-scale
 bench-scale: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchscale ./benchscale
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchscale ./scale
 	$(call base-nova,$(BENCH_SCALE_BASE),$(BIN)/base-scale)
 	$(BIN)/nova-benchscale -bin $(BIN) -base-bin $(BIN)/base-scale $(BENCH_SCALE_FLAGS)
 
 # bench-scale-pack writes $(BIN)/bench-scale-pack.tgz for a machine without
 # network or Go (a many-core one): static binaries, bubblewrap and the
 # libraries it links beyond libc, and the script that runs it
-# (services/nova/benchscale/packed.sh TARBALL OUTDIR).
+# (bench/scale/packed.sh TARBALL OUTDIR).
 .PHONY: bench-scale-pack
 bench-scale-pack:
 	rm -rf $(BIN)/bench-scale-pack && mkdir -p $(BIN)/bench-scale-pack/lib
 	for s in nova graph-engine sandbox audit; do \
 		(cd services/$$s && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$(BIN)/bench-scale-pack/$$s .) || exit 1; done
-	cd services/nova && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$(BIN)/bench-scale-pack/nova-benchscale ./benchscale
-	cp "$$(command -v bwrap)" services/nova/benchscale/packed.sh $(BIN)/bench-scale-pack/
+	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$(BIN)/bench-scale-pack/nova-benchscale ./scale
+	cp "$$(command -v bwrap)" bench/scale/packed.sh $(BIN)/bench-scale-pack/
 	ldd "$$(command -v bwrap)" | awk '/=> \// && $$1 !~ /^libc\.so/ {print $$3}' | xargs -I{} cp -L {} $(BIN)/bench-scale-pack/lib/
 	tar -C $(BIN)/bench-scale-pack -czf $(BIN)/bench-scale-pack.tgz .
 	@ls -l $(BIN)/bench-scale-pack.tgz $(BIN)/bench-scale-pack/lib
@@ -382,7 +382,7 @@ endef
 
 .PHONY: bench-control
 bench-control: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcontrol ./benchcontrol
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcontrol ./control
 	$(BIN)/nova-benchcontrol -bin $(BIN) $(BENCH_CONTROL_FLAGS)
 
 # The audit store as its history grows, on the embedded FerretDB: write time
@@ -391,7 +391,7 @@ bench-control: build
 BENCH_STORE_FLAGS ?=
 .PHONY: bench-store
 bench-store:
-	cd services/nova && $(GO) run ./benchstore $(BENCH_STORE_FLAGS)
+	cd bench && $(GO) run ./store $(BENCH_STORE_FLAGS)
 
 # The archive export of the chain of work on the embedded FerretDB: 1000
 # and 100,000 executions exported, side by side: executions/s, the peak Go
@@ -399,7 +399,7 @@ bench-store:
 BENCH_EXPORT_FLAGS ?=
 .PHONY: bench-export
 bench-export:
-	cd services/nova && $(GO) run ./benchexport $(BENCH_EXPORT_FLAGS)
+	cd bench && $(GO) run ./export $(BENCH_EXPORT_FLAGS)
 
 # The console's first paint: the executions list (and its API reads) and
 # the workflows page, in headless Chromium with chromium, with 100 and
@@ -412,11 +412,11 @@ BENCH_CONSOLE_BASELINE ?= 6d5d177
 BENCH_CONSOLE_FLAGS ?=
 .PHONY: bench-console
 bench-console:
-	cd services/nova && $(GO) run ./benchconsole $(if $(BENCH_CONSOLE_BASELINE),-baseline $(BENCH_CONSOLE_BASELINE)) $(BENCH_CONSOLE_FLAGS)
+	cd bench && $(GO) run ./console $(if $(BENCH_CONSOLE_BASELINE),-baseline $(BENCH_CONSOLE_BASELINE)) $(BENCH_CONSOLE_FLAGS)
 
 .PHONY: bench-gateway
 bench-gateway: build
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchgateway ./benchgateway
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchgateway ./gateway
 	$(BIN)/nova-benchgateway -bin $(BIN) $(BENCH_GATEWAY_FLAGS)
 
 # The generated-code cache: examples/ai-orders.yaml run
@@ -426,7 +426,7 @@ bench-gateway: build
 BENCH_CACHE_FLAGS ?=
 .PHONY: bench-cache
 bench-cache:
-	cd services/nova && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcache ./benchcache
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchcache ./cache
 	$(BIN)/nova-benchcache -workflow examples/ai-orders.yaml $(BENCH_CACHE_FLAGS)
 
 .PHONY: bench-sandbox

@@ -135,3 +135,7 @@ replace (
 )
 
 replace github.com/novaflow/nova/services/gateway => ../gateway
+
+require github.com/novaflow/nova/bench v0.0.0
+
+replace github.com/novaflow/nova/bench => ../../bench

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 // Durable timers under kill -9 of the whole `nova dev`: a sleep, a wait's

@@ -10,12 +10,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	"github.com/novaflow/nova/services/nova/client"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 // Composed shapes under kill -9 of the whole `nova dev`: nested forks and

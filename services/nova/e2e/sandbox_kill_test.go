@@ -17,10 +17,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 	sandboxservice "github.com/novaflow/nova/services/sandbox/service"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
+	"github.com/novaflow/nova/bench/loadgen"
 )
 
 // Schedules around a kill -9 of the whole `nova dev`, 1.5 s after a tick

@@ -43,6 +43,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/jsonvalue"
@@ -50,7 +51,6 @@ import (
 	auditservice "github.com/novaflow/nova/services/audit/service"
 	"github.com/novaflow/nova/services/gateway/gateway"
 	"github.com/novaflow/nova/services/nova/client"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 const codeWorkflow = `name: bench-chain-3

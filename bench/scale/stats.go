@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 // streamSeqs is the last sequence of every stream: what each stored since

@@ -21,8 +21,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/devstack"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 // prodShape is the production shape: the NATS server, the store, the audit

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/jsonvalue"
 	"github.com/novaflow/nova/pkg/valueref"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 // resultsDef is a map whose items each return size characters (0: a

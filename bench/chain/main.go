@@ -31,13 +31,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/chainstore"
 	"github.com/novaflow/nova/pkg/execution"
 	"github.com/novaflow/nova/pkg/workflow"
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 	auditservice "github.com/novaflow/nova/services/audit/service"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 )
 
 const threeNodes = `name: chain-3

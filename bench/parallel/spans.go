@@ -11,9 +11,9 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/novaflow/nova/bench/loadgen"
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/services/nova/client"
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
 	"github.com/novaflow/nova/services/nova/stack"
 )
 

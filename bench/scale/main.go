@@ -52,7 +52,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/novaflow/nova/services/nova/internal/loadgen"
+	"github.com/novaflow/nova/bench/loadgen"
 )
 
 type config struct {
