@@ -72,15 +72,21 @@ func heldBy(err error) (*Held, bool) {
 	return h, ok
 }
 
-// ConsumeBatch is Consume for a handler of batches: a free worker takes the
-// events waiting, up to c.Batch (waiting c.BatchWait for more after the
-// first, and none once c.BatchFlush ends the batch), and hands them to h at
-// once. One worker takes a batch at a time, so that events are not spread
-// over batches that all wait; the others meanwhile handle theirs. Each
-// event is then settled on its own as Consume settles it: acked only once h
-// has handled it, retried or dead-lettered alone when it failed. A batch
-// whose handler panics is handled again one event at a time, so that only
-// an event that panics on its own is dead-lettered.
+// ConsumeBatch is Consume for a handler of batches: the events waiting, up
+// to c.Batch (waiting c.BatchWait for more after the first, and none once
+// c.BatchFlush ends the batch), go to h together, up to c.Workers batches
+// at once. Each event is then settled on its own as Consume settles it:
+// acked only once h has handled it, retried or dead-lettered alone when it
+// failed. A batch whose handler panics is handled again one event at a
+// time, so that only an event that panics on its own is dead-lettered.
+//
+// One pull request at a time asks for as many events as the free workers'
+// batches hold (c.Workers × c.Batch, less those being gathered or
+// handled), so that a busy consumer makes one pull request for many events
+// and an idle one a request per pullWait. An event waits in the process
+// only while its batch is gathered (c.BatchWait at most) or waits for a
+// free worker: c.BatchWait and a handler's time must be well below
+// c.AckWait.
 //
 // c.Middleware wraps one event's Handler; ConsumeBatch refuses it.
 func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) error {
@@ -88,95 +94,122 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 	if len(c.Middleware) > 0 {
 		return fmt.Errorf("consume %s in batches: middleware wraps a handler of one event", c.Durable)
 	}
-	var f filler
-	return b.run(ctx, c, f.take, func(hctx context.Context, msgs []jetstream.Msg) {
-		b.handleBatch(hctx, ctx.Done(), c, msgs, h)
-	})
+	cons, err := b.DeclareConsumer(ctx, c)
+	if err != nil {
+		return err
+	}
+	handlerCtx := context.WithoutCancel(ctx)
+	capacity := c.Workers * c.Batch
+	// free holds a token per event the consumer may take now; workers one
+	// per worker not handling a batch.
+	free := make(chan struct{}, capacity)
+	for range capacity {
+		free <- struct{}{}
+	}
+	workers := make(chan struct{}, c.Workers)
+	for range c.Workers {
+		workers <- struct{}{}
+	}
+	incoming := make(chan jetstream.Msg, capacity)
+	var handling sync.WaitGroup
+	gathered := make(chan struct{})
+	go func() {
+		defer close(gathered)
+		for msgs := range gather(c, incoming) {
+			<-workers
+			handling.Go(func() {
+				defer func() {
+					workers <- struct{}{}
+					for range msgs {
+						free <- struct{}{}
+					}
+				}()
+				b.handleBatch(handlerCtx, ctx.Done(), c, msgs, h)
+			})
+		}
+	}()
+	defer func() {
+		close(incoming)
+		<-gathered
+		handling.Wait()
+	}()
+	var r retrier
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-free:
+		}
+		n := 1
+	more:
+		for n < capacity {
+			select {
+			case <-free:
+				n++
+			default:
+				break more
+			}
+		}
+		got, err := b.fetch(ctx, cons, n, func(msg jetstream.Msg) { incoming <- msg })
+		for range n - got {
+			free <- struct{}{}
+		}
+		if again, err := r.after(ctx, b, c, &cons, err); !again {
+			return err
+		}
+	}
 }
 
-// fillSlice is how long one pull request of a filler waits: events come
-// into a batch in slices of it until c.BatchWait has passed.
-const fillSlice = 10 * time.Millisecond
-
-// filler makes the batches of a consumer, one at a time.
-//
-// A batch ends where c.BatchFlush ends it, at once: the pull request that
-// brought its last event may bring more until it ends (it cannot be ended
-// early without losing what it brings), and what it brings begins the
-// next batch. So a batch neither waits on after that event nor takes in
-// the first events of what comes next (one at a time, the next workflow's
-// start, which then comes with the rest of that workflow).
-type filler struct {
-	mu   sync.Mutex
-	rest jetstream.MessageBatch // the pull request a batch ended in, while it brings more
+// gather makes the batches of the events that come in, one at a time, until
+// in is closed: a batch begins with the next event and takes those that
+// follow, up to c.Batch, until c.BatchWait has passed since its first (with
+// none, those that have come in already) or c.BatchFlush ends it, at once.
+// The events after it begin the next.
+func gather(c Consumer, in <-chan jetstream.Msg) <-chan []jetstream.Msg {
+	out := make(chan []jetstream.Msg)
+	go func() {
+		defer close(out)
+		for first := range in {
+			var bt batch
+			if !bt.add(c, first) {
+				bt.fill(c, in)
+			}
+			out <- bt.msgs
+		}
+	}()
+	return out
 }
 
-// take returns the next batch: the deliveries waiting for c, up to c.Batch
-// in all, waiting up to c.BatchWait for them after the first, and no more
-// once c.BatchFlush ends the batch or ctx ends. Until the batch is
-// handled, nothing keeps its events alive: c.BatchWait and a handler's time
-// must be well below c.AckWait.
-func (f *filler) take(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		// The pull's time ran out while another worker took its batch:
-		// an idle renewal, not a failure (nats.go refuses an ended
-		// context as an invalid option).
-		return nil, err
+// fill adds the events of in to bt until it is full, c.BatchWait has
+// passed, c.BatchFlush ends it or in is closed.
+func (bt *batch) fill(c Consumer, in <-chan jetstream.Msg) {
+	var timeout <-chan time.Time
+	if c.BatchWait > 0 {
+		t := time.NewTimer(c.BatchWait)
+		defer t.Stop()
+		timeout = t.C
 	}
-	var bt batch
-	if f.rest != nil {
-		if f.read(c, f.rest, &bt) {
-			return bt.msgs, nil
-		}
-	}
-	if len(bt.msgs) == 0 {
-		first, err := cons.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return nil, err
-		}
-		if bt.add(c, first) {
-			return bt.msgs, nil
-		}
-	}
-	deadline := time.Now().Add(c.BatchWait)
 	for len(bt.msgs) < c.Batch {
-		var (
-			more jetstream.MessageBatch
-			err  error
-			last bool
-		)
-		if wait := min(time.Until(deadline), fillSlice); wait >= time.Millisecond && ctx.Err() == nil {
-			more, err = cons.Fetch(c.Batch-len(bt.msgs), jetstream.FetchMaxWait(wait))
-		} else {
-			more, err = cons.FetchNoWait(c.Batch - len(bt.msgs))
-			last = true
+		if timeout == nil {
+			select {
+			case msg, ok := <-in:
+				if !ok || bt.add(c, msg) {
+					return
+				}
+			default:
+				return
+			}
+			continue
 		}
-		if err != nil {
-			// The batch goes with what it has; the worker meets the error, if
-			// it lasts, when it next takes events.
-			break
-		}
-		if f.read(c, more, &bt) || last {
-			break
-		}
-	}
-	return bt.msgs, nil
-}
-
-// read adds to bt what the pull request more brings, until it ends or
-// c.BatchFlush ends the batch (flushed): more is then kept for the next
-// batch.
-func (f *filler) read(c Consumer, more jetstream.MessageBatch, bt *batch) (flushed bool) {
-	f.rest = nil
-	for msg := range more.Messages() {
-		if bt.add(c, msg) {
-			f.rest = more
-			return true
+		select {
+		case msg, ok := <-in:
+			if !ok || bt.add(c, msg) {
+				return
+			}
+		case <-timeout:
+			return
 		}
 	}
-	return false
 }
 
 // batch is a batch being filled.

@@ -8,11 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -37,6 +41,10 @@ type Bus struct {
 	streamCfg StreamOptions
 	// publishBudget bounds the retries of one publish.
 	publishBudget time.Duration
+	// reconnects is closed, and replaced, when the connection reconnects:
+	// the pull requests the server held are gone with the old connection.
+	reconnectsMu sync.Mutex
+	reconnects   chan struct{}
 }
 
 // StreamOptions are the durability settings of the streams NOVA declares.
@@ -169,7 +177,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 		nc.Close()
 		return nil, err
 	}
-	return &Bus{
+	b := &Bus{
 		nc:            nc,
 		js:            js,
 		log:           o.log,
@@ -179,7 +187,26 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Bus, error) {
 		metrics:       m,
 		streamCfg:     o.streams,
 		publishBudget: o.budget,
-	}, nil
+		reconnects:    make(chan struct{}),
+	}
+	theirs := nc.Opts.ReconnectedCB
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		b.reconnectsMu.Lock()
+		close(b.reconnects)
+		b.reconnects = make(chan struct{})
+		b.reconnectsMu.Unlock()
+		if theirs != nil {
+			theirs(c)
+		}
+	})
+	return b, nil
+}
+
+// reconnected is closed when the connection next reconnects.
+func (b *Bus) reconnected() <-chan struct{} {
+	b.reconnectsMu.Lock()
+	defer b.reconnectsMu.Unlock()
+	return b.reconnects
 }
 
 // Conn is the underlying NATS connection.
@@ -229,6 +256,9 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 			Replicas:    b.streamCfg.Replicas,
 			MaxAge:      b.streamCfg.EventsMaxAge,
 			Duplicates:  b.streamCfg.EventsDuplicateWindow,
+			// The events of one transition are stored together, with one
+			// acknowledgement (PublishAll).
+			AllowAtomicPublish: true,
 		},
 		{
 			Name:        StreamDeadLetters,
@@ -296,10 +326,13 @@ type Outgoing struct {
 
 // PublishAll publishes every event as Publish does, but sends them all at
 // once, in order, and then waits for their acknowledgements together: one
-// round trip to the streams instead of one per event. An event whose
-// acknowledgement fails or does not come in time is published again on its
-// own with Publish's retries (its id keeps it stored once). It returns the
-// first error; like a failed Publish, the caller publishes all again.
+// round trip to the streams instead of one per event. The events among them
+// (subjects of the events stream, no message schedule) go as one atomic
+// batch, stored all or none and acknowledged once. An event whose
+// acknowledgement fails or does not come in time (a batch refused: one of
+// its events was stored before) is published again on its own with
+// Publish's retries (its id keeps it stored once). It returns the first
+// error; like a failed Publish, the caller publishes all again.
 func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 	if len(out) == 1 {
 		return b.publishOne(ctx, out[0])
@@ -309,6 +342,8 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 		ctx  context.Context
 		msg  *nats.Msg
 		fut  jetstream.PubAckFuture
+		// batch is the message's place in the atomic batch (0: not in it).
+		batch int
 	}
 	ps := make([]pending, 0, len(out))
 	defer func() {
@@ -322,24 +357,74 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 		if err != nil {
 			return err
 		}
-		// A message that cannot be sent now is published on its own below.
-		ps[len(ps)-1].fut, _ = b.js.PublishMsgAsync(msg)
+	}
+	var batched []int // of ps
+	for i, o := range out {
+		if strings.HasPrefix(o.Subject, eventsPrefix) && len(o.Headers) == 0 {
+			batched = append(batched, i)
+		}
+	}
+	var commit jetstream.PubAckFuture
+	if len(batched) >= 2 {
+		id := nuid.Next()
+		for n, i := range batched {
+			msg := ps[i].msg
+			ps[i].batch = n + 1
+			msg.Header.Set(batchIDHeader, id)
+			msg.Header.Set(batchSeqHeader, strconv.Itoa(n+1))
+			if n < len(batched)-1 {
+				// Acknowledged with the commit; a message lost on the way
+				// fails the commit.
+				if err := b.nc.PublishMsg(msg); err != nil {
+					break
+				}
+				continue
+			}
+			msg.Header.Set(batchCommitHeader, "1")
+			commit, _ = b.js.PublishMsgAsync(msg)
+		}
+	}
+	for i := range ps {
+		if ps[i].batch == 0 {
+			// A message that cannot be sent now is published on its own below.
+			ps[i].fut, _ = b.js.PublishMsgAsync(ps[i].msg)
+		}
 	}
 	// The acknowledgements are awaited for one attempt's time in all.
 	wait, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 	defer cancel()
+	await := func(fut jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+		if fut == nil {
+			return nil, errNotSent
+		}
+		select {
+		case ack := <-fut.Ok():
+			return ack, nil
+		case err := <-fut.Err():
+			return nil, err
+		case <-wait.Done():
+			return nil, wait.Err()
+		}
+	}
+	var commitAck *jetstream.PubAck
+	commitErr := errNotSent
+	if commit != nil {
+		commitAck, commitErr = await(commit)
+	}
 	var first error
 	for i, p := range ps {
 		var ack *jetstream.PubAck
 		attempts := 1
 		err := errNotSent
-		if p.fut != nil {
-			select {
-			case ack = <-p.fut.Ok():
-				err = nil
-			case err = <-p.fut.Err():
-			case <-wait.Done():
-				err = wait.Err()
+		if p.batch == 0 {
+			ack, err = await(p.fut)
+		} else if err = commitErr; err == nil {
+			// The batch is stored in a row, its commit last.
+			ack = &jetstream.PubAck{Stream: commitAck.Stream, Domain: commitAck.Domain,
+				Sequence: commitAck.Sequence - uint64(len(batched)-p.batch)}
+		} else {
+			for _, h := range []string{batchIDHeader, batchSeqHeader, batchCommitHeader} {
+				p.msg.Header.Del(h)
 			}
 		}
 		if err != nil && ctx.Err() == nil {
@@ -353,6 +438,16 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 	}
 	return first
 }
+
+// The headers of JetStream's atomic batch publish (nats-server 2.12+).
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
+
+// eventsPrefix begins the subjects of the events stream.
+const eventsPrefix = "nova.evt."
 
 // errNotSent marks a message PublishAll could not send at once.
 var errNotSent = errors.New("not sent")

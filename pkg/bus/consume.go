@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,9 +110,10 @@ func (b *Bus) DeclareConsumer(ctx context.Context, c Consumer) (jetstream.Consum
 // cancelled; then it stops pulling, finishes the events already received
 // and returns nil. It returns ErrClosed when the connection is closed.
 //
-// Each worker pulls one event when it is free: no delivery waits in a
-// client-side buffer, where nothing would keep it alive, while others are
-// handled.
+// One pull request at a time asks for as many events as there are free
+// workers, and each event goes to a worker as it arrives: no delivery waits
+// in a client-side buffer, where nothing would keep it alive, while others
+// are handled, and an idle consumer costs one pull request per pullWait.
 func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	c.defaults()
 	handler := h
@@ -121,27 +121,6 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 		handler = c.Middleware[i](handler)
 	}
 	handler = b.instrument(c.Durable, handler)
-	return b.run(ctx, c, takeOne, func(hctx context.Context, msgs []jetstream.Msg) {
-		b.handle(hctx, ctx.Done(), c, msgs[0], handler)
-	})
-}
-
-// A taker takes the next deliveries of cons for a worker, waiting until ctx
-// ends for the first.
-type taker func(ctx context.Context, c Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error)
-
-func takeOne(ctx context.Context, _ Consumer, cons jetstream.Consumer) ([]jetstream.Msg, error) {
-	msg, err := cons.Next(jetstream.FetchContext(ctx))
-	if err != nil {
-		return nil, err
-	}
-	return []jetstream.Msg{msg}, nil
-}
-
-// run declares the durable consumer and runs c.Workers workers, each
-// taking deliveries when it is free and giving them to handle, until ctx is
-// cancelled.
-func (b *Bus) run(ctx context.Context, c Consumer, take taker, handle func(context.Context, []jetstream.Msg)) error {
 	cons, err := b.DeclareConsumer(ctx, c)
 	if err != nil {
 		return err
@@ -149,63 +128,116 @@ func (b *Bus) run(ctx context.Context, c Consumer, take taker, handle func(conte
 	// Handlers finish the event they hold even when ctx ends, so that a
 	// shutdown never leaves half-done work.
 	handlerCtx := context.WithoutCancel(ctx)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
+	free := make(chan struct{}, c.Workers)
 	for range c.Workers {
-		wg.Go(func() {
-			if err := b.pull(ctx, handlerCtx, c, cons, take, handle); err != nil {
-				mu.Lock()
-				firstErr = cmp.Or(firstErr, err)
-				mu.Unlock()
-			}
+		free <- struct{}{}
+	}
+	var handling sync.WaitGroup
+	defer handling.Wait()
+	handOut := func(msg jetstream.Msg) {
+		handling.Go(func() {
+			defer func() { free <- struct{}{} }()
+			b.handle(handlerCtx, ctx.Done(), c, msg, handler)
 		})
 	}
-	wg.Wait()
-	return firstErr
-}
-
-// pullWait bounds one pull request; an idle worker renews it.
-var pullWait = 5 * time.Second
-
-// pull is one worker: it takes events, handles them, and again, until ctx
-// ends. Errors of the connection (a server restarting) are retried.
-func (b *Bus) pull(ctx, handlerCtx context.Context, c Consumer, cons jetstream.Consumer, take taker, handle func(context.Context, []jetstream.Msg)) error {
-	failures := 0
-	for ctx.Err() == nil {
-		pullCtx, cancel := context.WithTimeout(ctx, pullWait)
-		msgs, err := take(pullCtx, c, cons)
-		cancel()
-		switch {
-		case err == nil:
-			failures = 0
-			handle(handlerCtx, msgs)
-			continue
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
-			failures = 0
-			continue
-		case b.nc.IsClosed():
-			return fmt.Errorf("read from %s: %w", c.Durable, ErrClosed)
-		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrConsumerDeleted):
-			if redeclared, derr := b.DeclareConsumer(ctx, c); derr == nil {
-				cons = redeclared
-			}
-		}
-		failures++
-		if failures == 3 {
-			b.log.WarnContext(ctx, "pulling events keeps failing; retrying", "consumer", c.Durable, "err", err)
-		}
+	var r retrier
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(min(50*time.Millisecond<<min(failures, 6), 2*time.Second)):
+		case <-free:
+		}
+		n := 1
+	more:
+		for n < c.Workers {
+			select {
+			case <-free:
+				n++
+			default:
+				break more
+			}
+		}
+		got, err := b.fetch(ctx, cons, n, handOut)
+		for range n - got {
+			free <- struct{}{}
+		}
+		if again, err := r.after(ctx, b, c, &cons, err); !again {
+			return err
 		}
 	}
-	return nil
+}
+
+// fetch makes one pull request for up to n events of cons and gives each
+// to each as it arrives. The request ends when it has brought n, when
+// pullWait has passed, when ctx ends, or when the connection reconnects
+// (the server no longer holds it). It returns how many it brought.
+func (b *Bus) fetch(ctx context.Context, cons jetstream.Consumer, n int, each func(jetstream.Msg)) (int, error) {
+	pullCtx, cancel := b.pullContext(ctx)
+	defer cancel()
+	batch, err := cons.Fetch(n, jetstream.FetchContext(pullCtx))
+	if err != nil {
+		return 0, err
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		got++
+		each(msg)
+	}
+	return got, batch.Error()
+}
+
+// pullWait bounds one pull request; an idle consumer renews it. The
+// server's heartbeats (every 5 s, nats.go's default for a request this
+// long) tell a request it lost sooner.
+var pullWait = 30 * time.Second
+
+// pullContext bounds one pull request: pullWait, ctx, and the connection's
+// next reconnect.
+func (b *Bus) pullContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	pullCtx, cancel := context.WithTimeout(ctx, pullWait)
+	reconnected := b.reconnected()
+	go func() {
+		select {
+		case <-reconnected:
+			cancel()
+		case <-pullCtx.Done():
+		}
+	}()
+	return pullCtx, cancel
+}
+
+// retrier decides, after a pull request, whether to pull again: at once
+// after one that ended as pull requests do (it brought events, it expired,
+// the connection reconnected), after a backoff that grows with the failures
+// in a row otherwise. The consumer is declared again when the server lost
+// it.
+type retrier struct{ failures int }
+
+func (r *retrier) after(ctx context.Context, b *Bus, c Consumer, cons *jetstream.Consumer, err error) (again bool, _ error) {
+	switch {
+	case ctx.Err() != nil:
+		return false, nil
+	case err == nil, errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, context.Canceled), errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, jetstream.ErrNoHeartbeat):
+		r.failures = 0
+		return true, nil
+	case b.nc.IsClosed():
+		return false, fmt.Errorf("read from %s: %w", c.Durable, ErrClosed)
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrConsumerDeleted):
+		if redeclared, derr := b.DeclareConsumer(ctx, c); derr == nil {
+			*cons = redeclared
+		}
+	}
+	r.failures++
+	if r.failures == 3 {
+		b.log.WarnContext(ctx, "pulling events keeps failing; retrying", "consumer", c.Durable, "err", err)
+	}
+	select {
+	case <-ctx.Done():
+		return false, nil
+	case <-time.After(min(50*time.Millisecond<<min(r.failures, 6), 2*time.Second)):
+		return true, nil
+	}
 }
 
 func (b *Bus) handle(ctx context.Context, stop <-chan struct{}, c Consumer, msg jetstream.Msg, h Handler) {
