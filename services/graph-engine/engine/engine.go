@@ -170,6 +170,8 @@ type Engine struct {
 	// parts keeps the context members running states keep apart
 	// (parts.go), read back once.
 	parts *partCache
+	// states keeps the states this replica stored last (statecache.go).
+	states *stateCache
 	// dropped counts results no line waited for (nil in tests that build
 	// an Engine by hand).
 	dropped metric.Int64Counter
@@ -260,7 +262,7 @@ func New(ctx context.Context, deps Deps) (*Engine, error) {
 	}
 	e := &Engine{bus: deps.Bus, execs: execs, defs: defs, values: deps.Values, log: deps.Logger, cfg: cfg, now: time.Now,
 		tracer: tp.Tracer("github.com/novaflow/nova/services/graph-engine/engine"), codeCache: cache, days: days, items: flow.NewItemLists(8), contexts: flow.NewContexts(16),
-		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes), dropped: dropped, began: time.Now()}
+		results: results, resultsStream: resultsStream, parts: newPartCache(partCacheBytes), states: newStateCache(stateCacheBytes), dropped: dropped, began: time.Now()}
 	if err := e.openSchedules(ctx); err != nil {
 		return nil, err
 	}
@@ -537,6 +539,13 @@ func (e *Engine) startCommand(ctx context.Context, cmd *novav1.StartWorkflow, ev
 // stores its state; a state stored already (a redelivered start) is left
 // as it is.
 func (e *Engine) create(ctx context.Context, t *flow.Transition) error {
+	// Under the execution's lock: a result of the work the first
+	// transition sends, which can come back before the state is stored,
+	// waits for it (updateTraced) instead of finding no execution and
+	// trying again after a backoff.
+	mu := e.lock(t.State().ExecutionId)
+	mu.Lock()
+	defer mu.Unlock()
 	if err := e.publish(ctx, t.Out()); err != nil {
 		return err
 	}
@@ -550,7 +559,11 @@ func (e *Engine) create(ctx context.Context, t *flow.Transition) error {
 		return bus.Permanent(err)
 	}
 	id := t.State().ExecutionId
-	if _, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(t.State()))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	revision, err := e.execs.Create(ctx, id, data, jetstream.KeyTTL(e.keep(t.State())))
+	switch {
+	case err == nil && t.State().GetStatus() == statusRunning:
+		e.states.put(id, revision, data)
+	case err != nil && !errors.Is(err, jetstream.ErrKeyExists):
 		return fmt.Errorf("store execution %s: %w", id, err)
 	}
 	return nil
@@ -879,10 +892,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 	defer span.End()
 	memo := embedMemo{}
 	for range 50 {
-		entry, err := first, error(nil)
-		if first == nil {
-			entry, err = e.execs.Get(ctx, id)
-		}
+		value, revision, err := e.readState(ctx, id, first)
 		first = nil
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			// The start that dispatched this may not be stored yet (it
@@ -894,7 +904,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 			return fmt.Errorf("read execution %s: %w", id, err)
 		}
 		st := &novav1.ExecutionState{}
-		if err := proto.Unmarshal(entry.Value(), st); err != nil {
+		if err := proto.Unmarshal(value, st); err != nil {
 			return bus.Permanent(fmt.Errorf("execution %s state unreadable: %w", id, err))
 		}
 		read, err := e.expandParts(ctx, id, st)
@@ -936,8 +946,13 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		err = e.store(ctx, id, data, entry.Revision(), e.keep(st))
+		stored, err := e.store(ctx, id, data, revision, e.keep(st))
 		if err == nil {
+			if st.GetStatus() == statusRunning {
+				e.states.put(id, stored, data)
+			} else {
+				e.states.drop(id)
+			}
 			e.applyCache(ctx, t)
 			e.applyTimers(ctx, t)
 			e.dropResults(ctx, t)
@@ -948,6 +963,7 @@ func (e *Engine) updateTraced(ctx context.Context, id, nodeID string, rejoin boo
 			return fmt.Errorf("store execution %s: %w", id, err)
 		}
 		// Another replica moved this execution on; look again.
+		e.states.drop(id)
 	}
 	return fmt.Errorf("execution %s: too many concurrent updates", id)
 }
@@ -961,18 +977,37 @@ func (e *Engine) keep(st *novav1.ExecutionState) time.Duration {
 	return e.cfg.KeepEnded
 }
 
+// readState returns the state of execution id and its revision: first's
+// when given (a read already made), else the one this replica stored last,
+// else the bucket's.
+func (e *Engine) readState(ctx context.Context, id string, first jetstream.KeyValueEntry) ([]byte, uint64, error) {
+	if first != nil {
+		return first.Value(), first.Revision(), nil
+	}
+	if s, ok := e.states.get(id); ok {
+		return s.data, s.revision, nil
+	}
+	entry, err := e.execs.Get(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return entry.Value(), entry.Revision(), nil
+}
+
 // store replaces the state of execution id at revision with data, which
-// expires after ttl (0: never). It is KeyValue.Update with the message TTL
-// that Update does not take.
-func (e *Engine) store(ctx context.Context, id string, data []byte, revision uint64, ttl time.Duration) error {
+// expires after ttl (0: never), and returns the new revision. It is
+// KeyValue.Update with the message TTL that Update does not take.
+func (e *Engine) store(ctx context.Context, id string, data []byte, revision uint64, ttl time.Duration) (uint64, error) {
 	if ttl <= 0 {
-		_, err := e.execs.Update(ctx, id, data, revision)
-		return err
+		return e.execs.Update(ctx, id, data, revision)
 	}
 	msg := &nats.Msg{Subject: execution.StateSubject(id), Data: data}
-	_, err := e.bus.JetStream().PublishMsg(ctx, msg,
+	ack, err := e.bus.JetStream().PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(revision), jetstream.WithMsgTTL(ttl))
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 func (e *Engine) publish(ctx context.Context, out []flow.OutEvent) error {

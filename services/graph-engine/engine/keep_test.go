@@ -68,11 +68,11 @@ func TestExecutionsBucketGainsExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store(ctx, "before", []byte("ended"), entry.Revision(), time.Second); err != nil {
+	if _, err := e.store(ctx, "before", []byte("ended"), entry.Revision(), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var apiErr *jetstream.APIError
-	err = e.store(ctx, "before", []byte("again"), entry.Revision(), time.Second)
+	_, err = e.store(ctx, "before", []byte("again"), entry.Revision(), time.Second)
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 		t.Errorf("a store at a revision passed: %v; want a wrong-last-sequence error", err)
 	}
