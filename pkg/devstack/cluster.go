@@ -245,6 +245,10 @@ func (c *Cluster) node(i int) *NATS {
 	return c.nodes[i]
 }
 
+// Server is server i's nats-server (its monitoring calls: Varz, Jsz, ...),
+// nil while it is stopped.
+func (c *Cluster) Server(i int) *server.Server { return c.server(i) }
+
 func (c *Cluster) server(i int) *server.Server {
 	if n := c.node(i); n != nil {
 		return n.srv

@@ -54,20 +54,70 @@ func (m *Mongo) IndexIDs(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// watchIDs runs IndexIDs every idIndexEvery until ctx ends.
+// watchIDs indexes, every idIndexEvery until ctx ends, the database files
+// written since it last looked: a collection is created by a write to its
+// file (or to its write-ahead log), so a file whose size and time of change
+// are those of the last look has no new collection. An idle store opens
+// nothing.
 func (m *Mongo) watchIDs(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(idIndexEvery)
 	defer t.Stop()
+	seen := map[string]fileStamp{}
+	var (
+		files  []string
+		listed time.Time // the directory's time of change when files was listed
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := m.IndexIDs(ctx); err != nil && ctx.Err() == nil {
+		}
+		// A file created or removed changes the directory: it is listed
+		// again only then.
+		dir, err := os.Stat(m.dir)
+		if err != nil || !dir.ModTime().Equal(listed) {
+			if files, err = filepath.Glob(filepath.Join(m.dir, "*.sqlite")); err != nil {
 				log.ErrorContext(ctx, "cannot index ids", slog.Any("err", err))
+				listed = time.Time{}
+				continue
+			}
+			if dir != nil {
+				listed = dir.ModTime()
 			}
 		}
+		now := make(map[string]fileStamp, len(files))
+		for _, f := range files {
+			stamp := stampOf(f)
+			now[f] = stamp
+			if last, ok := seen[f]; ok && last == stamp {
+				continue
+			}
+			if err := indexIDs(ctx, f); err != nil && ctx.Err() == nil {
+				log.ErrorContext(ctx, "cannot index ids", slog.String("file", filepath.Base(f)), slog.Any("err", err))
+				delete(now, f) // looked at again next time
+			}
+		}
+		seen = now
 	}
+}
+
+// fileStamp is what changes when a database file is written: the size and
+// time of change of the file and of its write-ahead log.
+type fileStamp struct {
+	size, walSize int64
+	mod, walMod   time.Time
+}
+
+func stampOf(file string) fileStamp {
+	var s fileStamp
+	if fi, err := os.Stat(file); err == nil {
+		s.size, s.mod = fi.Size(), fi.ModTime()
+	}
+	if fi, err := os.Stat(file + "-wal"); err == nil {
+		s.walSize, s.walMod = fi.Size(), fi.ModTime()
+	}
+	return s
 }
 
 // indexIDs indexes the collections of one database file.
