@@ -74,6 +74,7 @@ help:
 	@echo 'make proto   regenerate proto/nova/v1/*.pb.go (protoc $(PROTOC_VERSION))'
 	@echo 'make bench   benchmarks of services/nova and the sandbox runner (BENCH_FLAGS=...)'
 	@echo 'make bench-sandbox  sandbox latency (p50, p99), executions/s and CPU per execution, warm Python and JavaScript, next to plain python3/node (BENCH_SANDBOX_FLAGS="-n 200 -cases a": 200 executions of case (a) only)'
+	@echo 'make bench-messages  messages per 3-node workflow on nova dev by kind (published, deliveries, acks, KV, pull requests, replies), stored per stream, idle messages/s and CPU, beside the commit before; then the servers'"'"' own counts at R1 and R3 (BENCH_MESSAGES_FLAGS="-workflows 200")'
 	@echo 'make bench-load  nova dev driven over NATS from outside at 1, 8 and 32 in flight: wf/s, p50/p90/p99, CPU per workflow (nova dev, sandbox processes), PSS, then the same after 20000 more workflows on the same data dir, beside plain python3 (BENCH_LOAD_FLAGS="-history 0" skips that)'
 	@echo 'make bench-chain  the chain of work per execution: BSON bytes by collection and the disk bytes of the embedded store, for a 3-node code workflow and ai-orders (BENCH_CHAIN_FLAGS="-baseline-bin DIR" measures another build beside)'
 	@echo 'make bench-restart  nova dev restarted after kill -9 with 0, 10000 and 100000 ended executions kept, killed a while after the server wrote its state and before it first did: time until the bucket answers and until a workflow completes, and the TTL scan it logged (BENCH_RESTART_FLAGS=...)'
@@ -313,6 +314,18 @@ BENCH_LOAD_FLAGS ?=
 bench-load: build
 	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchload ./load
 	$(BIN)/nova-benchload -bin $(BIN) $(BENCH_LOAD_FLAGS)
+
+# Messages: what a 3-node workflow costs the bus, counted by kind
+# (published, deliveries, acks, KV, pull requests, replies), the messages
+# stored per stream, idle messages a second and CPU, beside the build of
+# BENCH_MESSAGES_BASE; then the servers' own counts on one server and on
+# three with every stream on three (BENCH_MESSAGES_FLAGS="-r3=false").
+BENCH_MESSAGES_BASE ?= 3497adc
+.PHONY: bench-messages
+bench-messages: build
+	cd bench && $(GO) build -o $(CURDIR)/$(BIN)/nova-benchmessages ./messages
+	$(call base-nova,$(BENCH_MESSAGES_BASE),$(BIN)/base-messages)
+	$(BIN)/nova-benchmessages -bin $(BIN) -base-bin $(BIN)/base-messages $(BENCH_MESSAGES_FLAGS)
 
 # The chain of work's bytes per execution (BSON by collection, the embedded
 # store's disk) for a 3-node code workflow and ai-orders; beside another
