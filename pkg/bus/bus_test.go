@@ -549,6 +549,25 @@ func TestPublishAll(t *testing.T) {
 			t.Errorf("message %d is %s, want ev-%d: the order was not kept", seq, id, seq-1)
 		}
 	}
+	first, err := s.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Header.Get("Nats-Batch-Id") == "" {
+		t.Errorf("the events were not stored as one atomic batch: headers %v", first.Header)
+	}
+	// A batch with an event stored before is refused as a whole; each of
+	// its events is then published on its own, the old one dropped.
+	newer, err := bus.NewEvent("ev-5", bus.TypeSandboxExecuted, "test", &novav1.CodeExecuted{ExecutionId: "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishAll(ctx, []bus.Outgoing{out[0], {Subject: out[0].Subject, Event: newer}}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 6 {
+		t.Fatalf("events stream after a batch with one old event: %v, %+v; want 6 messages", err, info)
+	}
 	cs, err := b.JetStream().Stream(ctx, bus.StreamCommands)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func (b *Bus) deadLetter(ctx context.Context, c Consumer, msg jetstream.Msg, md 
 		DataSize:       uint64(len(msg.Data())),
 	}
 	for k, v := range msg.Headers() {
-		if len(v) == 0 || k == jetstream.MsgIDHeader {
+		if len(v) == 0 || k == jetstream.MsgIDHeader || PublishControl(k) {
 			continue
 		}
 		if len(dl.Headers) == deadLetterMaxHeaders {
@@ -102,7 +102,7 @@ func (b *Bus) deadLetter(ctx context.Context, c Consumer, msg jetstream.Msg, md 
 func (b *Bus) keepOriginal(ctx context.Context, c Consumer, msg jetstream.Msg, id string) (uint64, error) {
 	m := nats.NewMsg(OriginalSubject(c.Durable))
 	for k, v := range msg.Headers() {
-		if k == jetstream.MsgIDHeader || strings.HasPrefix(k, "Nats-Expected-") {
+		if k == jetstream.MsgIDHeader || PublishControl(k) {
 			continue
 		}
 		m.Header[k] = v
@@ -114,6 +114,14 @@ func (b *Bus) keepOriginal(ctx context.Context, c Consumer, msg jetstream.Msg, i
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// PublishControl tells a header that directs how the server stores the
+// publish it comes with (Nats-Expected-..., an atomic batch's
+// Nats-Batch-...): the server keeps it with the message, and a copy of the
+// message published again (a dead letter, its replay) must leave it out.
+func PublishControl(header string) bool {
+	return strings.HasPrefix(header, "Nats-Expected-") || strings.HasPrefix(header, "Nats-Batch-")
 }
 
 // Original is a dead-lettered message as it was published.

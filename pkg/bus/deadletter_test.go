@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/internal/natstest"
@@ -44,6 +45,41 @@ func TestTwoConsumersDeadLetterOneMessage(t *testing.T) {
 	for _, dl := range []*novav1.DeadLetter{audit()[0], results()[0]} {
 		if dl.Stream != bus.StreamEvents || dl.StreamSequence != 1 || dl.Subject != subject || dl.Truncated {
 			t.Errorf("%s: stream %s seq %d subject %s truncated %v", dl.Consumer, dl.Stream, dl.StreamSequence, dl.Subject, dl.Truncated)
+		}
+	}
+}
+
+// Events stored as an atomic batch carry the batch's headers; their dead
+// letters leave them out, so that a replay publishes the event, not a
+// piece of a batch the server would refuse.
+func TestBatchedEventsAreDeadLetteredWithoutTheBatch(t *testing.T) {
+	b := connect(t, natstest.URL(t))
+	dlq := deadLetters(t, b, "audit")
+	consume(t, b, eventConsumer("audit"), refuse)
+	var out []bus.Outgoing
+	for i := range 2 {
+		ev, err := bus.NewEvent(fmt.Sprintf("batched-%d", i), bus.TypeSandboxExecuted, "test", &novav1.CodeExecuted{ExecutionId: "exec-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, bus.Outgoing{Subject: bus.EventSubject("exec-1", bus.KindSandboxResult), Event: ev})
+	}
+	if err := b.PublishAll(t.Context(), out); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two dead letters", func() bool { return len(dlq()) == 2 })
+	for _, dl := range dlq() {
+		for k := range dl.Headers {
+			if bus.PublishControl(k) {
+				t.Errorf("dead letter of %s keeps header %s", dl.Headers["ce-id"], k)
+			}
+		}
+		orig, err := b.DeadLetterOriginal(t.Context(), dl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.JetStream().PublishMsg(t.Context(), &nats.Msg{Subject: orig.Subject, Header: orig.Header, Data: orig.Data}); err != nil {
+			t.Errorf("publishing the dead letter's message again: %v", err)
 		}
 	}
 }

@@ -589,7 +589,7 @@ func (d *dlq) replayOne(ctx context.Context, v *deadLetterView, dl *novav1.DeadL
 	}
 	m := nats.NewMsg(orig.Subject)
 	for k, vals := range orig.Header {
-		if k == jetstream.MsgIDHeader || k == bus.ReplayForHeader || strings.HasPrefix(k, "Nats-Expected-") {
+		if k == jetstream.MsgIDHeader || k == bus.ReplayForHeader || bus.PublishControl(k) {
 			continue
 		}
 		m.Header[k] = vals
