@@ -77,8 +77,8 @@ type count struct {
 	stored map[string]float64
 	// idle are the messages a second by kind with nothing running, and
 	// idleCPU the share of a core nova dev (with its children) used.
-	idle    map[string]float64
-	idleCPU float64
+	idle              map[string]float64
+	idleCPU, idleMain float64
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -192,6 +192,13 @@ func measure(ctx context.Context, cfg config, name, bin, dir string) (count, err
 	if cfg.idle <= 0 {
 		return c, nil
 	}
+	// What the runs left (the store's checkpoints, a collection of the
+	// heap) is theirs, not idle's.
+	select {
+	case <-time.After(idleSettle):
+	case <-running.Done():
+		return c, failed(running.Err())
+	}
 	cpu0, err := loadgen.SampleGroup(proc.Pid())
 	if err != nil {
 		return c, err
@@ -208,8 +215,13 @@ func measure(ctx context.Context, cfg config, name, bin, dir string) (count, err
 		return c, err
 	}
 	c.idleCPU = float64(cpu1.Main+cpu1.Children-cpu0.Main-cpu0.Children) / float64(cfg.idle)
+	c.idleMain = float64(cpu1.Main-cpu0.Main) / float64(cfg.idle)
 	return c, nil
 }
+
+// idleSettle is how long nova dev is left alone after the runs before its
+// idle time is counted.
+const idleSettle = 10 * time.Second
 
 // probeInbox is the inbox prefix of the probe's connection.
 const probeInbox = "_BENCHPROBE"
@@ -414,6 +426,7 @@ func printCounts(cfg config, counts []count) {
 		header(fmt.Sprintf("idle, over %s", cfg.idle))
 		row("messages a second", func(c count) float64 { return total(c.idle) }, "%.1f")
 		row("CPU, % of a core", func(c count) float64 { return 100 * c.idleCPU }, "%.2f")
+		row("of which nova dev's own process", func(c count) float64 { return 100 * c.idleMain }, "%.2f")
 	}
 	fmt.Fprintln(w)
 	header("messages per workflow, in detail")
@@ -436,10 +449,10 @@ func printCounts(cfg config, counts []count) {
 func replicated(ctx context.Context, cfg config, dir string) error {
 	fmt.Printf("\nbenchmessages: the servers' own counters (messages in + out, routes included), in process, %d workflows one at a time\n\n", cfg.workflows)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "servers\tmessages per workflow\tmultiple\t")
+	fmt.Fprintln(w, "servers\tmessages per workflow\tmultiple\tCPU per workflow (the whole process)\t")
 	var one float64
 	for _, size := range []int{1, 3} {
-		per, err := serverMessages(ctx, cfg, filepath.Join(dir, fmt.Sprint(size)), size)
+		per, cpu, err := serverMessages(ctx, cfg, filepath.Join(dir, fmt.Sprint(size)), size)
 		if err != nil {
 			return fmt.Errorf("%d servers: %w", size, err)
 		}
@@ -450,49 +463,54 @@ func replicated(ctx context.Context, cfg config, dir string) error {
 		if size == 3 {
 			name = "3 (R3)"
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%.1fx\t\n", name, per, per/one)
+		fmt.Fprintf(w, "%s\t%.0f\t%.1fx\t%.1f ms\t\n", name, per, per/one, float64(cpu)/float64(time.Millisecond))
 	}
 	return w.Flush()
 }
 
-func serverMessages(ctx context.Context, cfg config, dir string, size int) (float64, error) {
+// serverMessages returns the messages in and out of the servers per
+// workflow, and the CPU this process (servers, services and all) used per
+// workflow.
+func serverMessages(ctx context.Context, cfg config, dir string, size int) (float64, time.Duration, error) {
 	opts := stack.Options{DataDir: dir, Sandbox: stack.SandboxConfig(true)}
 	if size > 1 {
 		opts.NATSCluster = size
 	}
 	s, err := stack.Start(ctx, opts)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.Close()
 	b, err := s.Connect(ctx, "benchmessages-load")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer b.Close()
 	def := loadgen.Workflow(loadgen.Chain(3))
 	warm := loadgen.NewLoad(b, def, 10)
 	warm.Run(ctx, 1)
 	if err := settle(ctx, b.JetStream()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	before, err := serverTotal(s, size)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	cpu0 := processCPU()
 	l := loadgen.NewLoad(b, def, cfg.workflows)
 	l.Run(ctx, 1)
 	if got := l.Completed.Load(); got != int64(cfg.workflows) {
-		return 0, fmt.Errorf("%d of %d workflows completed", got, cfg.workflows)
+		return 0, 0, fmt.Errorf("%d of %d workflows completed", got, cfg.workflows)
 	}
 	if err := settle(ctx, b.JetStream()); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	cpu := processCPU() - cpu0
 	after, err := serverTotal(s, size)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(after-before) / float64(cfg.workflows), nil
+	return float64(after-before) / float64(cfg.workflows), cpu / time.Duration(cfg.workflows), nil
 }
 
 // serverTotal sums the messages in and out of the stack's NATS servers.
@@ -513,4 +531,13 @@ func serverTotal(s *stack.Stack, size int) (int64, error) {
 		t += v.InMsgs + v.OutMsgs
 	}
 	return t, nil
+}
+
+// processCPU is the CPU this process used so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

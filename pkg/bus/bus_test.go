@@ -509,7 +509,13 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 // second PublishAll of the same events (a transition published again)
 // stores nothing more; an event for a subject no stream takes fails it.
 func TestPublishAll(t *testing.T) {
-	b := connect(t, natstest.URL(t))
+	for _, atomic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("atomic batches %v", atomic), func(t *testing.T) { testPublishAll(t, atomic) })
+	}
+}
+
+func testPublishAll(t *testing.T, atomic bool) {
+	b := connect(t, natstest.URL(t), bus.WithAtomicBatches(atomic))
 	ctx := context.Background()
 	var out []bus.Outgoing
 	for i := range 5 {
@@ -553,8 +559,8 @@ func TestPublishAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Header.Get("Nats-Batch-Id") == "" {
-		t.Errorf("the events were not stored as one atomic batch: headers %v", first.Header)
+	if batched := first.Header.Get("Nats-Batch-Id") != ""; batched != atomic {
+		t.Errorf("stored as an atomic batch: %v, want %v (headers %v)", batched, atomic, first.Header)
 	}
 	// A batch with an event stored before is refused as a whole; each of
 	// its events is then published on its own, the old one dropped.

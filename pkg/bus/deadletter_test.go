@@ -53,7 +53,7 @@ func TestTwoConsumersDeadLetterOneMessage(t *testing.T) {
 // letters leave them out, so that a replay publishes the event, not a
 // piece of a batch the server would refuse.
 func TestBatchedEventsAreDeadLetteredWithoutTheBatch(t *testing.T) {
-	b := connect(t, natstest.URL(t))
+	b := connect(t, natstest.URL(t), bus.WithAtomicBatches(true))
 	dlq := deadLetters(t, b, "audit")
 	consume(t, b, eventConsumer("audit"), refuse)
 	var out []bus.Outgoing

@@ -98,15 +98,20 @@ func Run(ctx context.Context, d Deps) error {
 	return err
 }
 
-// ConsumerSpec describes the audit consumer: every execution event, in
-// batches, several at once (writes are idempotent, so order does not
-// matter). A batch is written with one write per collection; under load the
-// events wait in the stream while a batch is written and make the next one.
+// ConsumerSpec describes the audit consumer: the execution events it
+// records (Recorded), in batches, several at once (writes are idempotent,
+// so order does not matter). A batch is written with one write per
+// collection; under load the events wait in the stream while a batch is
+// written and make the next one.
 func ConsumerSpec(workers int) bus.Consumer {
+	filters := make([]string, len(Recorded))
+	for i, kind := range Recorded {
+		filters[i] = bus.EventFilter(kind)
+	}
 	return bus.Consumer{
 		Stream:     bus.StreamEvents,
 		Durable:    Consumer,
-		Filters:    []string{"nova.evt.>"},
+		Filters:    filters,
 		Workers:    max(workers, 2),
 		Batch:      BatchSize,
 		BatchWait:  BatchWait,
@@ -297,6 +302,13 @@ func settleErr(err error) error {
 func NewOutage(st *chainstore.Store) *bus.Outage {
 	return &bus.Outage{Probe: st.Ping, Every: time.Second}
 }
+
+// Recorded are the kinds of events the chain of work is made of: the
+// consumer reads only those. The others (a node's start, the agents'
+// results, the sandbox's among them) are recorded through the steps and
+// completions the engine derives from them; delivering them to the audit
+// and acknowledging them would cost two messages each for nothing.
+var Recorded = []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeCompleted, bus.KindStepCompleted}
 
 // record records the facts among evs; the others (agents' results, the
 // sandbox's among them) are recorded through the steps the engine derives
