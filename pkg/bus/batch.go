@@ -102,14 +102,7 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 	capacity := c.Workers * c.Batch
 	// free holds a token per event the consumer may take now; workers one
 	// per worker not handling a batch.
-	free := make(chan struct{}, capacity)
-	for range capacity {
-		free <- struct{}{}
-	}
-	workers := make(chan struct{}, c.Workers)
-	for range c.Workers {
-		workers <- struct{}{}
-	}
+	free, workers := tokens(capacity), tokens(c.Workers)
 	incoming := make(chan jetstream.Msg, capacity)
 	var handling sync.WaitGroup
 	gathered := make(chan struct{})
@@ -133,31 +126,7 @@ func (b *Bus) ConsumeBatch(ctx context.Context, c Consumer, h BatchHandler) erro
 		<-gathered
 		handling.Wait()
 	}()
-	var r retrier
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-free:
-		}
-		n := 1
-	more:
-		for n < capacity {
-			select {
-			case <-free:
-				n++
-			default:
-				break more
-			}
-		}
-		got, err := b.fetch(ctx, cons, n, func(msg jetstream.Msg) { incoming <- msg })
-		for range n - got {
-			free <- struct{}{}
-		}
-		if again, err := r.after(ctx, b, c, &cons, err); !again {
-			return err
-		}
-	}
+	return b.pullEach(ctx, c, cons, free, func(msg jetstream.Msg) { incoming <- msg })
 }
 
 // gather makes the batches of the events that come in, one at a time, until

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -374,13 +373,15 @@ func (b *Bus) PublishAll(ctx context.Context, out []Outgoing) error {
 		}
 	}
 	var batched []int // of ps
-	for i, o := range out {
-		if strings.HasPrefix(o.Subject, eventsPrefix) && len(o.Headers) == 0 {
-			batched = append(batched, i)
+	if b.atomicBatches {
+		for i, o := range out {
+			if _, _, event := ParseEventSubject(o.Subject); event && len(o.Headers) == 0 {
+				batched = append(batched, i)
+			}
 		}
 	}
 	var commit jetstream.PubAckFuture
-	if len(batched) >= 2 && b.atomicBatches {
+	if len(batched) >= 2 {
 		id := nuid.Next()
 		for n, i := range batched {
 			msg := ps[i].msg
@@ -460,9 +461,6 @@ const (
 	batchSeqHeader    = "Nats-Batch-Sequence"
 	batchCommitHeader = "Nats-Batch-Commit"
 )
-
-// eventsPrefix begins the subjects of the events stream.
-const eventsPrefix = "nova.evt."
 
 // errNotSent marks a message PublishAll could not send at once.
 var errNotSent = errors.New("not sent")

@@ -128,18 +128,22 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	// Handlers finish the event they hold even when ctx ends, so that a
 	// shutdown never leaves half-done work.
 	handlerCtx := context.WithoutCancel(ctx)
-	free := make(chan struct{}, c.Workers)
-	for range c.Workers {
-		free <- struct{}{}
-	}
+	free := tokens(c.Workers)
 	var handling sync.WaitGroup
 	defer handling.Wait()
-	handOut := func(msg jetstream.Msg) {
+	return b.pullEach(ctx, c, cons, free, func(msg jetstream.Msg) {
 		handling.Go(func() {
 			defer func() { free <- struct{}{} }()
 			b.handle(handlerCtx, ctx.Done(), c, msg, handler)
 		})
-	}
+	})
+}
+
+// pullEach keeps one pull request at a time for cons, asking for as many
+// events as free holds tokens (one per event the consumer may take now),
+// and gives each event to each as it arrives, until ctx ends. Whoever
+// takes an event puts its token back into free once done with it.
+func (b *Bus) pullEach(ctx context.Context, c Consumer, cons jetstream.Consumer, free chan struct{}, each func(jetstream.Msg)) error {
 	var r retrier
 	for {
 		select {
@@ -149,7 +153,7 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 		}
 		n := 1
 	more:
-		for n < c.Workers {
+		for n < cap(free) {
 			select {
 			case <-free:
 				n++
@@ -157,7 +161,7 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 				break more
 			}
 		}
-		got, err := b.fetch(ctx, cons, n, handOut)
+		got, err := b.fetch(ctx, cons, n, each)
 		for range n - got {
 			free <- struct{}{}
 		}
@@ -165,6 +169,15 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 			return err
 		}
 	}
+}
+
+// tokens is a channel holding n tokens.
+func tokens(n int) chan struct{} {
+	ch := make(chan struct{}, n)
+	for range n {
+		ch <- struct{}{}
+	}
+	return ch
 }
 
 // fetch makes one pull request for up to n events of cons and gives each

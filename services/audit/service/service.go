@@ -99,14 +99,14 @@ func Run(ctx context.Context, d Deps) error {
 }
 
 // ConsumerSpec describes the audit consumer: the execution events it
-// records (Recorded), in batches, several at once (writes are idempotent,
+// records (recorded), in batches, several at once (writes are idempotent,
 // so order does not matter). A batch is written with one write per
 // collection; under load the events wait in the stream while a batch is
 // written and make the next one.
 func ConsumerSpec(workers int) bus.Consumer {
-	filters := make([]string, len(Recorded))
-	for i, kind := range Recorded {
-		filters[i] = bus.EventFilter(kind)
+	filters := make([]string, len(recorded))
+	for i, r := range recorded {
+		filters[i] = bus.EventFilter(r.kind)
 	}
 	return bus.Consumer{
 		Stream:     bus.StreamEvents,
@@ -303,12 +303,32 @@ func NewOutage(st *chainstore.Store) *bus.Outage {
 	return &bus.Outage{Probe: st.Ping, Every: time.Second}
 }
 
-// Recorded are the kinds of events the chain of work is made of: the
-// consumer reads only those. The others (a node's start, the agents'
-// results, the sandbox's among them) are recorded through the steps and
-// completions the engine derives from them; delivering them to the audit
-// and acknowledging them would cost two messages each for nothing.
-var Recorded = []string{bus.KindWorkflowStarted, bus.KindWorkflowCompleted, bus.KindNodeCompleted, bus.KindStepCompleted}
+// recorded are the events the chain of work is made of, by kind (the
+// consumer reads only those) and type, with the fact each carries. The
+// others (a node's start, the agents' results, the sandbox's among them)
+// are recorded through the steps and completions the engine derives from
+// them; delivering them to the audit and acknowledging them would cost two
+// messages each for nothing.
+var recorded = []struct {
+	kind, typ string
+	fact      func() proto.Message
+}{
+	{bus.KindWorkflowStarted, bus.TypeWorkflowStarted, func() proto.Message { return &novav1.WorkflowStarted{} }},
+	{bus.KindWorkflowCompleted, bus.TypeWorkflowCompleted, func() proto.Message { return &novav1.WorkflowCompleted{} }},
+	{bus.KindNodeCompleted, bus.TypeNodeCompleted, func() proto.Message { return &novav1.NodeCompleted{} }},
+	{bus.KindStepCompleted, bus.TypeStepCompleted, func() proto.Message { return &novav1.StepCompleted{} }},
+}
+
+// factOf is an empty fact of an event of type typ; nil for a type the
+// chain of work does not record.
+func factOf(typ string) proto.Message {
+	for _, r := range recorded {
+		if r.typ == typ {
+			return r.fact()
+		}
+	}
+	return nil
+}
 
 // record records the facts among evs; the others (agents' results, the
 // sandbox's among them) are recorded through the steps the engine derives
@@ -323,17 +343,8 @@ func record(ctx context.Context, s *chainstore.Store, h *holder, evs []event.Eve
 	at := make([]int, 0, len(evs)) // the event of each fact
 	completed := map[string]bool{}
 	for i, ev := range evs {
-		var m proto.Message
-		switch ev.Type() {
-		case bus.TypeWorkflowStarted:
-			m = &novav1.WorkflowStarted{}
-		case bus.TypeWorkflowCompleted:
-			m = &novav1.WorkflowCompleted{}
-		case bus.TypeNodeCompleted:
-			m = &novav1.NodeCompleted{}
-		case bus.TypeStepCompleted:
-			m = &novav1.StepCompleted{}
-		default:
+		m := factOf(ev.Type())
+		if m == nil {
 			continue
 		}
 		if err := bus.Decode(ev, m); err != nil {
