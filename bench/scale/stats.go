@@ -138,9 +138,10 @@ func readHops(ctx context.Context, js jetstream.JetStream, l *loadgen.Load, sinc
 	// A cluster may be moving a stream's leader for a moment: asked again.
 	var oc jetstream.Consumer
 	var err error
+	filters := []string{bus.EventFilter(bus.KindNodeCompleted), bus.EventFilter(bus.KindSandboxResult)}
 	for try := 0; ; try++ {
 		oc, err = js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted), bus.EventFilter(bus.KindSandboxResult)},
+			FilterSubjects: bus.FiltersWithEnvelopes(filters),
 			DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &since})
 		if err == nil {
 			break
@@ -156,26 +157,28 @@ func readHops(ctx context.Context, js jetstream.JetStream, l *loadgen.Load, sinc
 			return hops{}, fmt.Errorf("read node visits: %w", err)
 		}
 		n := 0
-		for m := range batch.Messages() {
+		for msg := range batch.Messages() {
 			n++
-			ev, err := bus.DecodeNATS(m.Headers(), m.Data())
-			if err != nil {
-				continue
-			}
-			if strings.HasSuffix(m.Subject(), "."+bus.KindSandboxResult) {
-				var ce novav1.CodeExecuted
-				if bus.Decode(*ev, &ce) == nil {
-					results[key(ce.ExecutionId, ce.NodeId, ce.Visit)] = result{at: ev.Time(),
-						run: time.Duration(ce.DurationMs * float64(time.Millisecond))}
+			for _, m := range bus.Parts(ctx, msg, filters) {
+				ev, err := bus.EventOf(m)
+				if err != nil {
+					continue
 				}
-				continue
-			}
-			var nc novav1.NodeCompleted
-			if bus.Decode(*ev, &nc) != nil {
-				continue
-			}
-			if i, ok := index[nc.ExecutionId]; ok {
-				visits[i] = append(visits[i], &nc)
+				if strings.HasSuffix(m.Subject(), "."+bus.KindSandboxResult) {
+					var ce novav1.CodeExecuted
+					if bus.Decode(*ev, &ce) == nil {
+						results[key(ce.ExecutionId, ce.NodeId, ce.Visit)] = result{at: ev.Time(),
+							run: time.Duration(ce.DurationMs * float64(time.Millisecond))}
+					}
+					continue
+				}
+				var nc novav1.NodeCompleted
+				if bus.Decode(*ev, &nc) != nil {
+					continue
+				}
+				if i, ok := index[nc.ExecutionId]; ok {
+					visits[i] = append(visits[i], &nc)
+				}
 			}
 		}
 		if err := batch.Error(); err != nil {

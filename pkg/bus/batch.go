@@ -208,9 +208,7 @@ type delivery struct {
 func (b *Bus) handleBatch(ctx context.Context, stop <-chan struct{}, c Consumer, msgs []jetstream.Msg, h BatchHandler) {
 	ds := make([]delivery, 0, len(msgs))
 	for _, msg := range msgs {
-		if dctx, ev, md, ok := b.accept(ctx, c, msg); ok {
-			ds = append(ds, delivery{ctx: dctx, msg: msg, md: md, ev: ev})
-		}
+		ds = append(ds, b.accept(ctx, c, msg)...)
 	}
 	if len(ds) > 0 {
 		b.handleDeliveries(ctx, stop, c, ds, h)

@@ -93,7 +93,7 @@ func (b *Bus) DeclareConsumer(ctx context.Context, c Consumer) (jetstream.Consum
 	c.defaults()
 	cons, err := b.js.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
 		Durable:        c.Durable,
-		FilterSubjects: c.Filters,
+		FilterSubjects: withEnvelopes(c.Filters),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        c.AckWait,
 		MaxDeliver:     -1, // counted by handle, see Consumer.MaxDeliver
@@ -254,11 +254,10 @@ func (r *retrier) after(ctx context.Context, b *Bus, c Consumer, cons *jetstream
 }
 
 func (b *Bus) handle(ctx context.Context, stop <-chan struct{}, c Consumer, msg jetstream.Msg, h Handler) {
-	ctx, ev, md, ok := b.accept(ctx, c, msg)
-	if !ok {
-		return
+	// An envelope's events are handled one after the other, in order.
+	for _, d := range b.accept(ctx, c, msg) {
+		b.handleAccepted(ctx, stop, c, d, h)
 	}
-	b.handleAccepted(ctx, stop, c, delivery{ctx: ctx, msg: msg, md: md, ev: ev}, h)
 }
 
 // handleAccepted runs h on d and settles it, or keeps it through an outage
@@ -276,20 +275,22 @@ func (b *Bus) handleAccepted(ctx context.Context, stop <-chan struct{}, c Consum
 	b.settle(d.ctx, c, d.msg, d.md, d.ev, err)
 }
 
-// accept reads a delivery before its handler runs: its event, and ctx with
-// the producer's trace. It settles a delivery no handler may have (without
-// metadata, beyond MaxDeliver, malformed) and then says not ok.
-func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (context.Context, *event.Event, *jetstream.MsgMetadata, bool) {
+// accept reads a delivery before its handler runs: its event (each event
+// of an envelope that the consumer's filters match, see EnvelopeContentType),
+// and ctx with the producer's trace. It settles a delivery no handler may
+// have (without metadata, beyond MaxDeliver, malformed, an envelope with
+// no event for the consumer) and then returns none.
+func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) []delivery {
 	md, err := msg.Metadata()
 	if err != nil {
 		b.log.Error("message without metadata", "consumer", c.Durable, "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
-		return ctx, nil, nil, false
+		return nil
 	}
 	if to := msg.Headers().Get(ReplayForHeader); to != "" && to != c.Durable {
 		// A dead letter of another consumer, replayed to it alone.
 		_ = msg.Ack()
-		return ctx, nil, nil, false
+		return nil
 	}
 	if md.NumDelivered > 1 {
 		b.metrics.redelivered.Add(ctx, 1, consumerAttr(c.Durable))
@@ -301,18 +302,26 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) (contex
 		b.deadLetter(ctx, c, msg, md, fmt.Errorf(
 			"delivered %d times without being handled (limit %d): the handler failed, the process holding it stopped, or an earlier dead-letter publish failed",
 			md.NumDelivered, c.MaxDeliver))
-		return ctx, nil, nil, false
+		return nil
 	}
-	ev, err := fromNATS(ctx, msg.Headers(), msg.Data())
-	if err != nil {
+	msgs, evs, err := unpacked(ctx, msg, c.Filters)
+	switch {
+	case err != nil:
 		b.deadLetter(ctx, c, msg, md, err)
-		return ctx, nil, nil, false
+		return nil
+	case len(msgs) == 0:
+		_ = msg.Ack() // an envelope of events this consumer does not read
+		return nil
 	}
-	ctx = context.WithValue(ctx, subjectKey{}, msg.Subject())
-	ctx = context.WithValue(ctx, headerKey{}, msg.Headers())
-	ctx = context.WithValue(ctx, deliveredKey{}, md.NumDelivered)
-	ctx = context.WithValue(ctx, storedKey{}, md.Timestamp)
-	return b.prop.Extract(ctx, headerCarrier(msg.Headers())), ev, md, true
+	ds := make([]delivery, len(msgs))
+	for i, m := range msgs {
+		dctx := context.WithValue(ctx, subjectKey{}, m.Subject())
+		dctx = context.WithValue(dctx, headerKey{}, m.Headers())
+		dctx = context.WithValue(dctx, deliveredKey{}, md.NumDelivered)
+		dctx = context.WithValue(dctx, storedKey{}, md.Timestamp)
+		ds[i] = delivery{ctx: b.prop.Extract(dctx, headerCarrier(m.Headers())), msg: m, md: md, ev: evs[i]}
+	}
+	return ds
 }
 
 // ReplayForHeader names the one consumer a replayed dead letter is for

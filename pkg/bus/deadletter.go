@@ -47,6 +47,11 @@ func OriginalSubject(consumer string) string { return DeadLetterSubject(consumer
 // at a later delivery: it never ends nowhere.
 func (b *Bus) deadLetter(ctx context.Context, c Consumer, msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) {
 	id := DeadLetterID(c.Durable, md.Stream, md.Sequence.Stream)
+	if p, ok := msg.(*partMsg); ok {
+		// One event of an envelope, dead-lettered alone: its dead letter is
+		// the event as it would have been published alone.
+		id = fmt.Sprintf("%s#%d", id, p.index)
+	}
 	dl := &novav1.DeadLetter{
 		Consumer:       c.Durable,
 		Subject:        msg.Subject(),

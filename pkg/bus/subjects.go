@@ -65,6 +65,9 @@ const (
 	KindSignalRejected        = busname.KindSignalRejected
 	KindSignalKept            = busname.KindSignalKept
 	KindChildCompleted        = busname.KindChildCompleted
+	KindEvents                = busname.KindEvents
+	KindEventsStart           = busname.KindEventsStart
+	KindEventsRun             = busname.KindEventsRun
 	TimerFiredFilter          = busname.TimerFiredFilter
 	ScheduleTickFilter        = busname.ScheduleTickFilter
 	ExtensionExecutionID      = busname.ExtensionExecutionID

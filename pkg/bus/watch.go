@@ -20,7 +20,8 @@ const watchDeleteWait = 2 * time.Second
 
 // Watch calls each with every message of an ordered consumer of stream
 // made from cfg, decoded as a CloudEvent (messages that are not one are
-// skipped), until stop is called. The consumer is created with bounded
+// skipped; each event of an envelope that cfg's filters match comes as a
+// message of its own, see EventOf and PartOf), until stop is called. The consumer is created with bounded
 // attempts (see Declare): on a cluster whose stream leader just went away,
 // a consumer request can go unanswered. Stop deletes the consumer in the
 // background (one request, at most watchDeleteWait; at once an error when
@@ -40,6 +41,8 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 		// makes a new one where it was.
 		cfg.InactiveThreshold = watchInactive
 	}
+	filters := cfg.FilterSubjects
+	cfg.FilterSubjects = withEnvelopes(filters)
 	var cons jetstream.Consumer
 	err = Declare(ctx, what, func(ctx context.Context) (err error) {
 		cons, err = b.js.OrderedConsumer(ctx, stream, cfg)
@@ -52,8 +55,12 @@ func (b *Bus) Watch(ctx context.Context, what, stream string, cfg jetstream.Orde
 		if m.Headers().Get(ReplayForHeader) != "" {
 			return // the same event again, for the consumer that dead-lettered it
 		}
-		if ev, err := DecodeNATS(m.Headers(), m.Data()); err == nil {
-			each(m, ev)
+		msgs, evs, err := unpacked(ctx, m, filters)
+		if err != nil {
+			return
+		}
+		for i, m := range msgs {
+			each(m, evs[i])
 		}
 	})
 	if err != nil {

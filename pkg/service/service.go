@@ -51,6 +51,12 @@ type Common struct {
 	// StreamReplicas of the streams, buckets and object stores the service
 	// declares (3 on a production cluster).
 	StreamReplicas int `env:"NOVA_STREAM_REPLICAS" default:"1"`
+	// EventEnvelopes puts the events of a workflow's start, a node's start
+	// and completion and a step's completion that one transition publishes
+	// in one message of the events stream (nova.evt.<id>.events.start or
+	// .run, a CloudEvents JSON batch); false publishes each alone, for
+	// readers of the stream that do not unpack envelopes.
+	EventEnvelopes bool `env:"NOVA_EVENT_ENVELOPES" default:"true"`
 	// HealthAddr serves /healthz, /readyz and /metrics.
 	HealthAddr string `env:"HEALTH_ADDR" default:":8080"`
 	// OTLPEndpoint receives traces over OTLP/HTTP; unset: none are exported.
@@ -141,7 +147,8 @@ func connect(ctx context.Context, name string, c *Common, tel *telemetry.Telemet
 		bus.WithTracerProvider(tel.TracerProvider),
 		bus.WithMeterProvider(tel.MeterProvider),
 		bus.WithNATSOptions(natsOpts...),
-		bus.WithStreamOptions(bus.StreamOptions{Replicas: c.StreamReplicas}))
+		bus.WithStreamOptions(bus.StreamOptions{Replicas: c.StreamReplicas}),
+		bus.WithEnvelopes(c.EventEnvelopes))
 }
 
 // serveHealth listens on the health address: /healthz, /readyz (env's

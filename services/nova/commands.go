@@ -86,6 +86,10 @@ type devSettings struct {
 	// Replicas of every stream and bucket (default 1, 3 on an embedded
 	// cluster).
 	Replicas int `env:"NOVA_STREAM_REPLICAS"`
+	// EventEnvelopes puts the events of a workflow's start, a node's start
+	// and completion and a step's completion that one transition publishes
+	// in one message of the events stream; false publishes each alone.
+	EventEnvelopes bool `env:"NOVA_EVENT_ENVELOPES" default:"true"`
 	llm.Settings
 }
 
@@ -113,6 +117,7 @@ func stackOptions(dataDir, rulesFile string, log *slog.Logger) (stack.Options, e
 		opts.Sandbox.NodeModules = stack.FindNodeModules()
 	}
 	opts.NATSURL, opts.MongoURI, opts.OTLPEndpoint, opts.Replicas = env.NATSURL, env.MongoURI, env.OTLPEndpoint, env.Replicas
+	opts.SingleEvents = !env.EventEnvelopes
 	opts.LLM = stack.LLMOptions{APIKey: env.APIKey, BaseURL: env.BaseURL, APIVersion: env.APIVersion}
 	prices, err := llm.ParsePrices(env.Prices, llm.DefaultPrices())
 	if err != nil {

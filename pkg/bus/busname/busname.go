@@ -132,7 +132,45 @@ const (
 	// KindChildCompleted is the graph engine's result for a parent
 	// execution: one of its child executions ended.
 	KindChildCompleted = "result." + AgentGraphEngine
+	// KindEvents begins the kind of an envelope (events.start, events.run):
+	// the events of enveloped kinds (Enveloped) that one transition of an
+	// execution publishes, in one message.
+	KindEvents = "events"
+	// KindEventsStart is the kind of an envelope that holds a workflow's
+	// start (one start per envelope), KindEventsRun that of the others.
+	KindEventsStart = KindEvents + ".start"
+	KindEventsRun   = KindEvents + ".run"
 )
+
+// envelopedTypes are the types of the events that travel in envelopes, by
+// kind: those every transition of a workflow publishes. The rarer kinds,
+// and a workflow's completion (what waits and retention look up by
+// subject), travel alone.
+var envelopedTypes = map[string]string{
+	KindWorkflowStarted: TypeWorkflowStarted,
+	KindNodeStarted:     TypeNodeStarted,
+	KindNodeCompleted:   TypeNodeCompleted,
+	KindStepCompleted:   TypeStepCompleted,
+}
+
+// Enveloped tells whether events of kind travel in envelopes
+// (nova.evt.<execution>.events) when their transition publishes more than
+// one.
+func Enveloped(kind string) bool {
+	_, ok := envelopedTypes[kind]
+	return ok
+}
+
+// EnvelopedKind is the kind of an event of type typ that an envelope
+// carries; false for a type that does not travel in one.
+func EnvelopedKind(typ string) (string, bool) {
+	for kind, t := range envelopedTypes {
+		if t == typ {
+			return kind, true
+		}
+	}
+	return "", false
+}
 
 // TimerSubject is where the schedule of an execution's durable timer is
 // kept; TimerFiredSubject is where it publishes when it comes due, which

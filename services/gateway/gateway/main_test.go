@@ -505,9 +505,11 @@ func (h *harness) startedEvents(t *testing.T, id string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(bus.EventSubject(id, bus.KindWorkflowStarted)))
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(bus.ExecutionFilter(id)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Subjects[bus.EventSubject(id, bus.KindWorkflowStarted)]
+	// Alone, or in an envelope of the start's transition (one start each).
+	return info.State.Subjects[bus.EventSubject(id, bus.KindWorkflowStarted)] +
+		info.State.Subjects[bus.EventSubject(id, bus.KindEventsStart)]
 }

@@ -72,6 +72,12 @@ func eventFrame(seq uint64, kind string, data any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if seq == 0 {
+		// An event of an envelope before its last: the stream resumes after
+		// the envelope once its last event was seen, so only that one names
+		// the envelope's sequence.
+		return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", kind, body), nil
+	}
 	return fmt.Appendf(nil, "id: %d\nevent: %s\ndata: %s\n\n", seq, kind, body), nil
 }
 
@@ -119,6 +125,8 @@ func (g *Gateway) beginStream(r *http.Request) (after uint64, release func(), p 
 // (closed when it stops), so the consumer never waits for a handler's
 // select; stop ends it and waits for it.
 func (g *Gateway) followEvents(ctx context.Context, cfg jetstream.OrderedConsumerConfig) (next <-chan jetstream.Msg, stop func(), err error) {
+	filters := cfg.FilterSubjects
+	cfg.FilterSubjects = bus.FiltersWithEnvelopes(filters)
 	cons, err := g.bus.JetStream().OrderedConsumer(ctx, bus.StreamEvents, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -141,10 +149,12 @@ func (g *Gateway) followEvents(ctx context.Context, cfg jetstream.OrderedConsume
 			if m.Headers().Get(bus.ReplayForHeader) != "" {
 				continue // an event again, for the consumer that dead-lettered it
 			}
-			select {
-			case out <- m:
-			case <-ctx.Done():
-				return
+			for _, m := range bus.Parts(ctx, m, filters) {
+				select {
+				case out <- m:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()

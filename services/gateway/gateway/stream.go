@@ -364,7 +364,11 @@ func sseFrame(id string, m jetstream.Msg) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	frame, err := eventFrame(md.Sequence.Stream, kind, data)
+	seq := md.Sequence.Stream
+	if i, n := bus.PartOf(m); i < n-1 {
+		seq = 0 // not the envelope's last event: no id (see eventFrame)
+	}
+	frame, err := eventFrame(seq, kind, data)
 	if err != nil {
 		return nil, false, err
 	}

@@ -108,6 +108,9 @@ type Options struct {
 	// Replicas of every stream, KV bucket and object store the modules
 	// declare (default 1, or 3 on an embedded cluster).
 	Replicas int
+	// SingleEvents makes the modules publish every event alone, none in an
+	// envelope (NOVA_EVENT_ENVELOPES=false; see bus.EnvelopeContentType).
+	SingleEvents bool
 	// Database is the MongoDB database of the chain of work.
 	Database string
 	// Logger receives every module's logs; nil discards them.
@@ -381,7 +384,8 @@ func (s *Stack) build(ctx context.Context, name string) (func(context.Context) e
 	log := s.opts.Logger.With("service", name)
 	b, err := bus.Connect(ctx, s.natsURL, bus.WithName(name), bus.WithLogger(log),
 		bus.WithTracerProvider(tel.TracerProvider), bus.WithMeterProvider(tel.MeterProvider),
-		bus.WithStreamOptions(bus.StreamOptions{Replicas: s.opts.Replicas}), s.inProcess())
+		bus.WithStreamOptions(bus.StreamOptions{Replicas: s.opts.Replicas}), s.inProcess(),
+		bus.WithEnvelopes(!s.opts.SingleEvents))
 	if err != nil {
 		return nil, err
 	}
