@@ -60,7 +60,7 @@ func Run(ctx context.Context, d Deps) error {
 	if err != nil {
 		return err
 	}
-	h := &holder{started: map[string]*heldStart{}, holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
+	h := &holder{started: map[string]*heldStart{}, held: make(chan struct{}, 1), holdFor: cmp.Or(d.HoldFor, HoldFor), max: cmp.Or(d.MaxHeld, MaxHeld)}
 	stopExpiring := h.expire(ctx, d.Store)
 	// The events stream is purged of what no one needs any more beside the
 	// recording.
@@ -190,6 +190,10 @@ type holder struct {
 
 	mu      sync.Mutex
 	started map[string]*heldStart // by execution id
+	// held is signalled when the holder, empty, takes a started event:
+	// expire ticks only while it holds some, so an idle audit service
+	// wakes for nothing.
+	held chan struct{}
 }
 
 // heldStart is a started event kept, with its delivery.
@@ -214,11 +218,24 @@ func (h *holder) keep(fact *novav1.WorkflowStarted, now time.Time) *bus.Held {
 	}
 	hs := &heldStart{fact: fact, hold: bus.Hold(), until: now.Add(h.holdFor)}
 	h.started[id] = hs
+	if len(h.started) == 1 {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+	}
 	h.mu.Unlock()
 	if old != nil {
 		old.hold.Settle(nil)
 	}
 	return hs.hold
+}
+
+// empty tells whether h holds no started event.
+func (h *holder) empty() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.started) == 0
 }
 
 // take removes and returns the started events held for which release is
@@ -271,6 +288,14 @@ func (h *holder) expire(ctx context.Context, s *chainstore.Store) (stop func()) 
 		t := time.NewTicker(h.holdFor / 4)
 		defer t.Stop()
 		for {
+			if h.empty() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-h.held:
+					t.Reset(h.holdFor / 4)
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return
