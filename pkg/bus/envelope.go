@@ -357,3 +357,41 @@ func Parts(ctx context.Context, m jetstream.Msg, filters []string) []jetstream.M
 	}
 	return msgs
 }
+
+// EventReader reads an ordered consumer of a stream one message at a
+// time, as jetstream.Consumer's Next does, but hands each event of an
+// envelope that its filters match on its own (see Parts): for a reader that
+// pulls the events stream's messages itself.
+type EventReader struct {
+	ctx     context.Context
+	cons    jetstream.Consumer
+	filters []string
+	pending []jetstream.Msg
+}
+
+// NewEventReader makes the ordered consumer of stream from cfg, its
+// filters with the envelopes' they need.
+func NewEventReader(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig) (*EventReader, error) {
+	filters := cfg.FilterSubjects
+	cfg.FilterSubjects = withEnvelopes(filters)
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &EventReader{ctx: ctx, cons: cons, filters: filters}, nil
+}
+
+// Next is the next event, with Next's errors (jetstream.ErrNoMessages or
+// nats.ErrTimeout when none came in time).
+func (r *EventReader) Next(opts ...jetstream.FetchOpt) (jetstream.Msg, error) {
+	for len(r.pending) == 0 {
+		m, err := r.cons.Next(opts...)
+		if err != nil {
+			return nil, err
+		}
+		r.pending = Parts(r.ctx, m, r.filters)
+	}
+	m := r.pending[0]
+	r.pending = r.pending[1:]
+	return m, nil
+}

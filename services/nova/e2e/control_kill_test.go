@@ -26,7 +26,7 @@ import (
 
 // firstEvent reads the first event of subject in the events stream into m.
 func firstEvent(ctx context.Context, js jetstream.JetStream, subject string, m proto.Message) error {
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func TestTimersSurviveKill9(t *testing.T) {
 // start).
 func lastTimerEnd(ctx context.Context, t *testing.T, js jetstream.JetStream, id string) time.Time {
 	t.Helper()
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventSubject(id, bus.KindNodeCompleted), bus.EventSubject(id, bus.KindNodeStarted)}})
 	if err != nil {
 		t.Fatal(err)

@@ -637,8 +637,8 @@ func TestRegisteredWorkflows(t *testing.T) {
 		id := wc.ExecutionId
 		e.busIdle()
 		before, docs := e.subjects(bus.StreamEvents, bus.ExecutionFilter(id)), e.counts(id)
-		if before[bus.EventSubject(id, bus.KindSandboxResult)] == 0 || before[bus.EventSubject(id, bus.KindStepCompleted)] == 0 {
-			t.Fatalf("events of the execution %v, want sandbox results and steps", before)
+		if before[bus.EventSubject(id, bus.KindSandboxResult)] == 0 || before[bus.EventSubject(id, bus.KindEventsRun)] == 0 {
+			t.Fatalf("events of the execution %v, want sandbox results and the envelopes of its steps", before)
 		}
 		e.pastDuplicateWindows()
 		stream, err := e.bus.JetStream().Stream(e.ctx, bus.StreamEvents)

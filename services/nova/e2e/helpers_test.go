@@ -378,7 +378,7 @@ func mustContain(t *testing.T, what, s string, want ...string) {
 // waitMsg reads the first message of a stream's subject that match accepts,
 // from the start of the stream.
 func (e *env) waitMsg(stream, subject string, match func(jetstream.Msg) bool) (jetstream.Msg, error) {
-	cons, err := e.bus.JetStream().OrderedConsumer(e.ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := bus.NewEventReader(e.ctx, e.bus.JetStream(), stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return nil, err
 	}

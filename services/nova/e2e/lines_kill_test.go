@@ -27,7 +27,7 @@ import (
 // openVisits are the visits of execution id whose node.started has no
 // node.completed, and how many workflow.completed events it has.
 func openVisits(ctx context.Context, js jetstream.JetStream, id string) (open []string, completions int, err error) {
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{
 		bus.EventSubject(id, bus.KindNodeStarted), bus.EventSubject(id, bus.KindNodeCompleted), bus.EventSubject(id, bus.KindWorkflowCompleted)}})
 	if err != nil {
 		return nil, 0, err

@@ -34,7 +34,7 @@ edges: [{from: start, to: write}, {from: write, to: end}]
 // nodeEvent waits for the first event of kind (node.started,
 // node.completed or node.waiting) of node in execution id.
 func nodeEvent(ctx context.Context, js jetstream.JetStream, id, kind, node string) (time.Time, *novav1.NodeWaiting, error) {
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventSubject(id, kind)}})
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventSubject(id, kind)}})
 	if err != nil {
 		return time.Time{}, nil, err
 	}

@@ -68,7 +68,7 @@ func startRunLog(t *testing.T) (host string, l *runLog) {
 // itemsCompleted reads the map node's item visits recorded before the
 // time before: their positions, by node.completed event.
 func itemsCompleted(ctx context.Context, js jetstream.JetStream, id string, before time.Time) (map[int32]bool, error) {
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventSubject(id, bus.KindNodeCompleted)}})
 	if err != nil {
 		return nil, err

@@ -143,8 +143,11 @@ func TestRestartMidWorkflow(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitRunning(exec.ID, "slow")
-		if n := e.consumerInfo(bus.StreamEvents, "audit").NumPending; n < 3 {
-			t.Errorf("audit consumer has %d events pending while stopped, want at least 3 (started, two nodes)", n)
+		// The start's transition (started, start's completion, first's
+		// start) and first's (its step and completion, slow's start), each
+		// one envelope.
+		if n := e.consumerInfo(bus.StreamEvents, "audit").NumPending; n < 2 {
+			t.Errorf("audit consumer has %d messages pending while stopped, want at least 2 (the start's and first's transitions)", n)
 		}
 		if err := e.s.StartModule(e.ctx, stack.Audit); err != nil {
 			t.Fatalf("restart audit: %v", err)

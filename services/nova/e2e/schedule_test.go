@@ -38,13 +38,13 @@ edges:
 // workflow wf with a schedule id, as it comes.
 type ticks struct {
 	e    *env
-	cons jetstream.Consumer
+	cons *bus.EventReader
 	wf   string
 }
 
 func (e *env) followTicks(wf string) *ticks {
 	e.t.Helper()
-	cons, err := e.bus.JetStream().OrderedConsumer(e.ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	cons, err := bus.NewEventReader(e.ctx, e.bus.JetStream(), bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowStarted)}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		e.t.Fatal(err)
