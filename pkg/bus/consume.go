@@ -10,6 +10,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Handler handles one event. A nil error acks it; an error marked Permanent
@@ -315,11 +316,18 @@ func (b *Bus) accept(ctx context.Context, c Consumer, msg jetstream.Msg) []deliv
 	}
 	ds := make([]delivery, len(msgs))
 	for i, m := range msgs {
+		// The headers of the message: an envelope's for its events, whose
+		// trace each carries itself.
 		dctx := context.WithValue(ctx, subjectKey{}, m.Subject())
-		dctx = context.WithValue(dctx, headerKey{}, m.Headers())
+		dctx = context.WithValue(dctx, headerKey{}, msg.Headers())
 		dctx = context.WithValue(dctx, deliveredKey{}, md.NumDelivered)
 		dctx = context.WithValue(dctx, storedKey{}, md.Timestamp)
-		ds[i] = delivery{ctx: b.prop.Extract(dctx, headerCarrier(m.Headers())), msg: m, md: md, ev: evs[i]}
+		if p, ok := m.(*partMsg); ok {
+			dctx = b.prop.Extract(dctx, propagation.MapCarrier{"traceparent": p.traceparent()})
+		} else {
+			dctx = b.prop.Extract(dctx, headerCarrier(msg.Headers()))
+		}
+		ds[i] = delivery{ctx: dctx, msg: m, md: md, ev: evs[i]}
 	}
 	return ds
 }

@@ -236,11 +236,7 @@ func unpacked(ctx context.Context, msg jetstream.Msg, filters []string) ([]jetst
 		if ps == nil {
 			ps = &parts{msg: msg}
 		}
-		header, err := partHeader(ctx, c)
-		if err != nil {
-			return nil, nil, err
-		}
-		msgs = append(msgs, &partMsg{Msg: msg, subject: c.Subject, header: header, ev: c.Event, index: i, count: len(carried), parts: ps})
+		msgs = append(msgs, &partMsg{Msg: msg, subject: c.Subject, ev: c.Event, index: i, count: len(carried), parts: ps})
 		evs = append(evs, c.Event)
 	}
 	if ps != nil {
@@ -249,17 +245,32 @@ func unpacked(ctx context.Context, msg jetstream.Msg, filters []string) ([]jetst
 	return msgs, evs, nil
 }
 
-// partHeader is the header the event c has alone (binary mode, its trace).
-func partHeader(ctx context.Context, c Carried) (nats.Header, error) {
-	m, err := toNATS(ctx, c.Subject, *c.Event)
-	if err != nil {
-		return nil, err
+// partHeader is the header the event of p has alone (binary mode, its
+// trace, its id), made when first asked for: a handler that reads the
+// event never needs it.
+func (p *partMsg) partHeader() nats.Header {
+	if p.header != nil {
+		return p.header
 	}
-	if tp, ok := c.Event.Extensions()[TraceParentExtension].(string); ok {
+	m, err := toNATS(context.Background(), p.subject, *p.ev)
+	if err != nil {
+		// Encoded once already (it was decoded from its envelope): only an
+		// extension the SDK cannot format fails, and then the envelope's
+		// headers stand in.
+		return p.Msg.Headers()
+	}
+	if tp := p.traceparent(); tp != "" {
 		m.Header.Set("traceparent", tp)
 	}
-	m.Header.Set(jetstream.MsgIDHeader, c.Event.ID())
-	return m.Header, nil
+	m.Header.Set(jetstream.MsgIDHeader, p.ev.ID())
+	p.header = m.Header
+	return p.header
+}
+
+// traceparent is the W3C trace context the event of p carries.
+func (p *partMsg) traceparent() string {
+	tp, _ := p.ev.Extensions()[TraceParentExtension].(string)
+	return tp
 }
 
 // EventOf is the event of a message a Watch handed on: an envelope's part's
@@ -296,7 +307,7 @@ type partMsg struct {
 }
 
 func (m *partMsg) Subject() string      { return m.subject }
-func (m *partMsg) Headers() nats.Header { return m.header }
+func (m *partMsg) Headers() nats.Header { return m.partHeader() }
 func (m *partMsg) Data() []byte         { return m.ev.Data() }
 func (m *partMsg) Ack() error           { return m.parts.done(false, 0) }
 func (m *partMsg) DoubleAck(context.Context) error {
