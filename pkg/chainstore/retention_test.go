@@ -59,13 +59,17 @@ func TestDeleteEndedTakesWholeExecutions(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Minute)
 			retention := time.Hour
 			runs := map[string][]proto.Message{
-				"old-1":    agedRun(t, "old-1", now.Add(-3*time.Hour), now.Add(-170*time.Minute)),
-				"old-2":    agedRun(t, "old-2", now.Add(-2*time.Hour), now.Add(-90*time.Minute)),
-				"old-3":    agedRun(t, "old-3", now.Add(-2*time.Hour+20*time.Second), now.Add(-80*time.Minute)),
-				"long":     agedRun(t, "long", now.Add(-3*time.Hour+time.Second), now.Add(-10*time.Minute)),
-				"running":  agedRun(t, "running", now.Add(-4*time.Hour), time.Time{}),
-				"young":    agedRun(t, "young", now.Add(-5*time.Minute), now.Add(-4*time.Minute)),
-				"at-bound": agedRun(t, "at-bound", now.Add(-100*time.Minute), now.Add(-retention+time.Minute)),
+				"old-1":   agedRun(t, "old-1", now.Add(-3*time.Hour), now.Add(-170*time.Minute)),
+				"old-2":   agedRun(t, "old-2", now.Add(-2*time.Hour), now.Add(-90*time.Minute)),
+				"old-3":   agedRun(t, "old-3", now.Add(-2*time.Hour+20*time.Second), now.Add(-80*time.Minute)),
+				"long":    agedRun(t, "long", now.Add(-3*time.Hour+time.Second), now.Add(-10*time.Minute)),
+				"running": agedRun(t, "running", now.Add(-4*time.Hour), time.Time{}),
+				"young":   agedRun(t, "young", now.Add(-5*time.Minute), now.Add(-4*time.Minute)),
+				// Ended a minute inside the retention, counted from now
+				// truncated to the minute: two minutes from the minute, so
+				// that a test begun in the last seconds of one still finds
+				// it inside when the next has begun.
+				"at-bound": agedRun(t, "at-bound", now.Add(-100*time.Minute), now.Add(-retention+2*time.Minute)),
 			}
 			for _, id := range slices.Sorted(maps.Keys(runs)) {
 				if errs := s.RecordAll(ctx, runs[id]); errs != nil {

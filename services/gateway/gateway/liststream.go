@@ -87,7 +87,7 @@ func (g *Gateway) executionFrame(ctx context.Context, m jetstream.Msg, workflow 
 	if err != nil {
 		return nil, err
 	}
-	ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+	ev, err := bus.EventOf(m)
 	if err != nil {
 		return nil, err
 	}

@@ -356,7 +356,7 @@ func sseFrame(id string, m jetstream.Msg) ([]byte, bool, error) {
 	if !streamedKinds[kind] {
 		return nil, false, nil
 	}
-	ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+	ev, err := bus.EventOf(m)
 	if err != nil {
 		return nil, false, err
 	}
