@@ -86,6 +86,10 @@ func TestConsumeBatchOutcomes(t *testing.T) {
 			var sizes []int
 			c := eventConsumer(durable)
 			c.Batch = events
+			// The events waiting arrive one by one from the pull request: a
+			// batch waits for the rest (and is handled once full), so that
+			// a slow machine (the race detector) does not split them.
+			c.BatchWait = 500 * time.Millisecond
 			consumeBatch(t, b, c, func(ctx context.Context, evs []event.Event) []error {
 				mu.Lock()
 				defer mu.Unlock()
