@@ -170,8 +170,7 @@ func runConstructsCase(ctx context.Context, cfg config) report {
 // waitTurns waits until the locked node of the constructs workflow has
 // completed n visits.
 func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
-	filters := []string{bus.EventFilter(bus.KindNodeCompleted)}
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: bus.FiltersWithEnvelopes(filters)})
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted)}})
 	if err != nil {
 		return err
 	}
@@ -184,13 +183,11 @@ func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
 		if err != nil {
 			return err
 		}
-		for _, part := range bus.Parts(ctx, msg, filters) {
-			ev, err := bus.EventOf(part)
-			var nc novav1.NodeCompleted
-			if err == nil && bus.Decode(*ev, &nc) == nil && nc.NodeId == "guarded" {
-				if seen++; seen >= n {
-					return nil
-				}
+		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		var nc novav1.NodeCompleted
+		if err == nil && bus.Decode(*ev, &nc) == nil && nc.NodeId == "guarded" {
+			if seen++; seen >= n {
+				return nil
 			}
 		}
 	}
@@ -205,8 +202,7 @@ func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
 func lockOverlaps(ctx context.Context, js jetstream.JetStream) (int, error) {
 	type visit struct{ began, ended time.Time }
 	visits := map[string]visit{}
-	filters := []string{bus.EventFilter(bus.KindNodeCompleted)}
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: bus.FiltersWithEnvelopes(filters)})
+	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted)}})
 	if err != nil {
 		return 0, err
 	}
@@ -218,12 +214,10 @@ func lockOverlaps(ctx context.Context, js jetstream.JetStream) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		for _, part := range bus.Parts(ctx, msg, filters) {
-			ev, err := bus.EventOf(part)
-			var nc novav1.NodeCompleted
-			if err == nil && bus.Decode(*ev, &nc) == nil && nc.NodeId == "guarded" {
-				visits[fmt.Sprintf("%s/%d", nc.ExecutionId, nc.Visit)] = visit{began: nc.StartedAt.AsTime(), ended: nc.CompletedAt.AsTime()}
-			}
+		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		var nc novav1.NodeCompleted
+		if err == nil && bus.Decode(*ev, &nc) == nil && nc.NodeId == "guarded" {
+			visits[fmt.Sprintf("%s/%d", nc.ExecutionId, nc.Visit)] = visit{began: nc.StartedAt.AsTime(), ended: nc.CompletedAt.AsTime()}
 		}
 	}
 	var all []visit

@@ -376,9 +376,8 @@ func benchTimers(ctx context.Context, b *bus.Bus, n int) error {
 	if err != nil {
 		return err
 	}
-	filters := []string{bus.EventFilter(bus.KindNodeWaiting), bus.EventFilter(bus.KindNodeCompleted)}
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: bus.FiltersWithEnvelopes(filters),
+		FilterSubjects: []string{bus.EventFilter(bus.KindNodeWaiting), bus.EventFilter(bus.KindNodeCompleted)},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: info.State.LastSeq + 1})
 	if err != nil {
 		return err
@@ -397,25 +396,23 @@ func benchTimers(ctx context.Context, b *bus.Bus, n int) error {
 		if err != nil {
 			return fmt.Errorf("sleeps: %d of %d ended: %w", len(ended), n, err)
 		}
-		for _, part := range bus.Parts(ctx, msg, filters) {
-			ev, err := bus.EventOf(part)
-			if err != nil {
+		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		if err != nil {
+			return err
+		}
+		switch ev.Type() {
+		case bus.TypeNodeWaiting:
+			var w novav1.NodeWaiting
+			if err := bus.Decode(*ev, &w); err != nil {
 				return err
 			}
-			switch ev.Type() {
-			case bus.TypeNodeWaiting:
-				var w novav1.NodeWaiting
-				if err := bus.Decode(*ev, &w); err != nil {
-					return err
-				}
-				if strings.HasPrefix(w.ExecutionId, prefix) {
-					due[w.ExecutionId] = w.Until.AsTime()
-				}
-			case bus.TypeNodeCompleted:
-				var nc novav1.NodeCompleted
-				if bus.Decode(*ev, &nc) == nil && nc.NodeId == "nap" && strings.HasPrefix(nc.ExecutionId, prefix) {
-					ended[nc.ExecutionId] = nc.CompletedAt.AsTime()
-				}
+			if strings.HasPrefix(w.ExecutionId, prefix) {
+				due[w.ExecutionId] = w.Until.AsTime()
+			}
+		case bus.TypeNodeCompleted:
+			var nc novav1.NodeCompleted
+			if bus.Decode(*ev, &nc) == nil && nc.NodeId == "nap" && strings.HasPrefix(nc.ExecutionId, prefix) {
+				ended[nc.ExecutionId] = nc.CompletedAt.AsTime()
 			}
 		}
 	}

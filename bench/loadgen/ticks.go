@@ -114,23 +114,20 @@ func CheckTicks(runs []time.Time, anchor time.Time, every time.Duration, catchup
 // TickStarts follows the executions the schedules of workflow wf start:
 // the tick of each, by schedule id.
 type TickStarts struct {
-	ctx     context.Context
-	cons    jetstream.Consumer
-	filters []string
-	wf      string
-	Runs    map[string][]time.Time
+	cons jetstream.Consumer
+	wf   string
+	Runs map[string][]time.Time
 }
 
 // FollowTickStarts follows the scheduled starts of wf from the beginning of
 // the events stream.
 func FollowTickStarts(ctx context.Context, js jetstream.JetStream, wf string) (*TickStarts, error) {
-	filters := []string{bus.EventFilter(bus.KindWorkflowStarted)}
 	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: bus.FiltersWithEnvelopes(filters)})
+		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowStarted)}})
 	if err != nil {
 		return nil, err
 	}
-	return &TickStarts{ctx: ctx, cons: cons, filters: filters, wf: wf, Runs: map[string][]time.Time{}}, nil
+	return &TickStarts{cons: cons, wf: wf, Runs: map[string][]time.Time{}}, nil
 }
 
 // Until reads starts until done says so, or d passes.
@@ -147,21 +144,19 @@ func (ts *TickStarts) Until(d time.Duration, done func() bool) error {
 		if err != nil {
 			return err
 		}
-		for _, part := range bus.Parts(ts.ctx, msg, ts.filters) {
-			ev, err := bus.EventOf(part)
-			if err != nil {
-				continue
-			}
-			var ws novav1.WorkflowStarted
-			if bus.Decode(*ev, &ws) != nil || ws.WorkflowName != ts.wf || ws.ScheduleId == "" {
-				continue
-			}
-			at, err := execution.ParseTick(strings.TrimPrefix(ws.ExecutionId, execution.TickPrefix(ts.wf, ws.ScheduleId)))
-			if err != nil {
-				return fmt.Errorf("execution %s: %w", ws.ExecutionId, err)
-			}
-			ts.Runs[ws.ScheduleId] = append(ts.Runs[ws.ScheduleId], at)
+		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		if err != nil {
+			continue
 		}
+		var ws novav1.WorkflowStarted
+		if bus.Decode(*ev, &ws) != nil || ws.WorkflowName != ts.wf || ws.ScheduleId == "" {
+			continue
+		}
+		at, err := execution.ParseTick(strings.TrimPrefix(ws.ExecutionId, execution.TickPrefix(ts.wf, ws.ScheduleId)))
+		if err != nil {
+			return fmt.Errorf("execution %s: %w", ws.ExecutionId, err)
+		}
+		ts.Runs[ws.ScheduleId] = append(ts.Runs[ws.ScheduleId], at)
 	}
 	return nil
 }

@@ -167,11 +167,21 @@ func TestEnvelopeConsumedByKind(t *testing.T) {
 	var mu sync.Mutex
 	var handled []string
 	failOnce := map[string]bool{"exec-c/step/1/started": true}
-	consume(t, b, bus.Consumer{
+	c := bus.Consumer{
 		Stream: bus.StreamEvents, Durable: "kinds",
 		Filters:    []string{bus.EventFilter(bus.KindNodeStarted), bus.EventFilter(bus.KindWorkflowStarted)},
 		MaxDeliver: 5, Backoff: []time.Duration{10 * time.Millisecond},
-	}, func(ctx context.Context, ev event.Event) error {
+	}
+	// Declared before it is consumed in the background, so that it can be
+	// looked at at once.
+	cons, err := b.DeclareConsumer(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := cons.CachedInfo().Config.FilterSubjects; !slices.Contains(fs, "nova.evt.*.events.*") || slices.Contains(fs, "nova.evt.*.events.start") {
+		t.Errorf("consumer's filters %v: want the envelopes' nova.evt.*.events.* alone (filters may not overlap)", fs)
+	}
+	consume(t, b, c, func(ctx context.Context, ev event.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		handled = append(handled, bus.Subject(ctx)+" "+ev.ID())
@@ -183,13 +193,6 @@ func TestEnvelopeConsumedByKind(t *testing.T) {
 	})
 	if err := b.PublishAll(ctx, transition(t, "exec-c")); err != nil {
 		t.Fatal(err)
-	}
-	cons, err := b.JetStream().Consumer(ctx, bus.StreamEvents, "kinds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fs := cons.CachedInfo().Config.FilterSubjects; !slices.Contains(fs, "nova.evt.*.events.*") || slices.Contains(fs, "nova.evt.*.events.start") {
-		t.Errorf("consumer's filters %v: want the envelopes' nova.evt.*.events.* alone (filters may not overlap)", fs)
 	}
 	waitFor(t, "the envelope acknowledged", func() bool {
 		info, err := cons.Info(ctx)
