@@ -170,7 +170,7 @@ func runConstructsCase(ctx context.Context, cfg config) report {
 // waitTurns waits until the locked node of the constructs workflow has
 // completed n visits.
 func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted)}})
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted)}})
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
 		if err != nil {
 			return err
 		}
-		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		ev, err := bus.EventOf(msg)
 		var nc novav1.NodeCompleted
 		if err == nil && bus.Decode(*ev, &nc) == nil && nc.NodeId == "guarded" {
 			if seen++; seen >= n {
@@ -202,7 +202,7 @@ func waitTurns(ctx context.Context, js jetstream.JetStream, n int) error {
 func lockOverlaps(ctx context.Context, js jetstream.JetStream) (int, error) {
 	type visit struct{ began, ended time.Time }
 	visits := map[string]visit{}
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted)}})
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.EventFilter(bus.KindNodeCompleted)}})
 	if err != nil {
 		return 0, err
 	}
@@ -214,7 +214,7 @@ func lockOverlaps(ctx context.Context, js jetstream.JetStream) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		ev, err := bus.EventOf(msg)
 		var nc novav1.NodeCompleted
 		if err == nil && bus.Decode(*ev, &nc) == nil && nc.NodeId == "guarded" {
 			visits[fmt.Sprintf("%s/%d", nc.ExecutionId, nc.Visit)] = visit{began: nc.StartedAt.AsTime(), ended: nc.CompletedAt.AsTime()}

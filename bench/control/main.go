@@ -376,7 +376,7 @@ func benchTimers(ctx context.Context, b *bus.Bus, n int) error {
 	if err != nil {
 		return err
 	}
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventFilter(bus.KindNodeWaiting), bus.EventFilter(bus.KindNodeCompleted)},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: info.State.LastSeq + 1})
 	if err != nil {
@@ -396,7 +396,7 @@ func benchTimers(ctx context.Context, b *bus.Bus, n int) error {
 		if err != nil {
 			return fmt.Errorf("sleeps: %d of %d ended: %w", len(ended), n, err)
 		}
-		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		ev, err := bus.EventOf(msg)
 		if err != nil {
 			return err
 		}

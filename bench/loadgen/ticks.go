@@ -114,7 +114,7 @@ func CheckTicks(runs []time.Time, anchor time.Time, every time.Duration, catchup
 // TickStarts follows the executions the schedules of workflow wf start:
 // the tick of each, by schedule id.
 type TickStarts struct {
-	cons jetstream.Consumer
+	cons *bus.EventReader
 	wf   string
 	Runs map[string][]time.Time
 }
@@ -122,7 +122,7 @@ type TickStarts struct {
 // FollowTickStarts follows the scheduled starts of wf from the beginning of
 // the events stream.
 func FollowTickStarts(ctx context.Context, js jetstream.JetStream, wf string) (*TickStarts, error) {
-	cons, err := js.OrderedConsumer(ctx, bus.StreamEvents, jetstream.OrderedConsumerConfig{
+	cons, err := bus.NewEventReader(ctx, js, bus.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.EventFilter(bus.KindWorkflowStarted)}})
 	if err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func (ts *TickStarts) Until(d time.Duration, done func() bool) error {
 		if err != nil {
 			return err
 		}
-		ev, err := bus.DecodeNATS(msg.Headers(), msg.Data())
+		ev, err := bus.EventOf(msg)
 		if err != nil {
 			continue
 		}

@@ -81,7 +81,7 @@ func Unpack(subject string, header nats.Header, data []byte) ([]Carried, error) 
 		if !ok {
 			return nil, fmt.Errorf("%w: event %d of the envelope on %s: type %q does not travel in envelopes", ErrMalformedEvent, i+1, subject, ev.Type())
 		}
-		out[i] = Carried{Subject: "nova.evt." + execution + "." + kind, Event: ev}
+		out[i] = Carried{Subject: EventSubject(execution, kind), Event: ev}
 	}
 	return out, nil
 }
@@ -98,13 +98,13 @@ func envelopeOf(execution string, evs []event.Event) (*nats.Msg, error) {
 		ids.Write([]byte(ev.ID()))
 		ids.Write([]byte{0})
 	}
-	tag := envelopeRunning
+	kind := KindEventsRun
 	for _, ev := range evs {
 		if ev.Type() == TypeWorkflowStarted {
-			tag = envelopeStart
+			kind = KindEventsStart
 		}
 	}
-	m := nats.NewMsg("nova.evt." + execution + "." + KindEvents + "." + tag)
+	m := nats.NewMsg(EventSubject(execution, kind))
 	m.Header.Set(headerContentType, EnvelopeContentType)
 	m.Header.Set(jetstream.MsgIDHeader, envelopeIDPrefix+hex.EncodeToString(ids.Sum(nil)[:16]))
 	if tp, ok := evs[0].Extensions()[TraceParentExtension].(string); ok {
@@ -131,20 +131,19 @@ func envelopable(o Outgoing) (execution string, ok bool) {
 	return execution, true
 }
 
-// The last token of an envelope's subject: start for one that holds a
-// workflow's start, so that a reader of starts alone (the executions' list,
-// retention) reads no other envelope; run for the others.
-const (
-	envelopeStart   = "start"
-	envelopeRunning = "run"
-)
+// anyEnvelope is the kind of a filter that matches every envelope. One that
+// holds a workflow's start is on events.start, the others on events.run, so
+// that a reader of starts alone (the executions' list, retention) reads no
+// other.
+const anyEnvelope = KindEvents + ".*"
 
 // withEnvelopes is filters with the envelopes' subjects that the filters of
 // enveloped kinds need: nova.evt.X.events.start for nova.evt.X.workflow.started,
 // nova.evt.X.events.* for the others.
 func withEnvelopes(filters []string) []string {
 	// A consumer's filters may not overlap: one execution token gets
-	// events.* when any of its kinds but the start needs it.
+	// events.* when any of its kinds but the start needs it. (The token may
+	// be a wildcard, which EventSubject would not keep.)
 	need := map[string]string{}
 	var order []string
 	for _, f := range filters {
@@ -152,22 +151,22 @@ func withEnvelopes(filters []string) []string {
 		if !ok || !busname.Enveloped(kind) {
 			continue
 		}
-		tag := "*"
+		env := anyEnvelope
 		if kind == KindWorkflowStarted {
-			tag = envelopeStart
+			env = KindEventsStart
 		}
 		switch had, seen := need[execution]; {
 		case !seen:
 			order = append(order, execution)
-			need[execution] = tag
-		case had != tag:
-			need[execution] = "*"
+			need[execution] = env
+		case had != env:
+			need[execution] = anyEnvelope
 		}
 	}
 	out := filters
 	for _, execution := range order {
-		env := "nova.evt." + execution + "." + KindEvents + "." + need[execution]
-		if matchesAny(out, env) || (need[execution] == "*" && matchesAny(out, "nova.evt."+execution+"."+KindEvents+"."+envelopeRunning)) {
+		env := "nova.evt." + execution + "." + need[execution]
+		if matchesAny(out, env) || (need[execution] == anyEnvelope && matchesAny(out, "nova.evt."+execution+"."+KindEventsRun)) {
 			continue
 		}
 		if len(out) == len(filters) {

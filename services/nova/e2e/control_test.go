@@ -81,7 +81,7 @@ func (e *env) waitingFor(id, node, kind string) *novav1.NodeWaiting {
 
 // decodeMsg reads the CloudEvent of a stream message into into.
 func decodeMsg(m jetstream.Msg, into proto.Message) error {
-	ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+	ev, err := bus.EventOf(m)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func TestWaitForSignal(t *testing.T) {
 	evID := e.signalExec(ghost, "approval", map[string]any{"approved": true})
 	var dl novav1.DeadLetter
 	_, err = e.waitMsg(bus.StreamDeadLetters, bus.DeadLetterSubject(bus.ConsumerEngineCommands), func(m jetstream.Msg) bool {
-		ev, err := bus.DecodeNATS(m.Headers(), m.Data())
+		ev, err := bus.EventOf(m)
 		return err == nil && bus.Decode(*ev, &dl) == nil && slices.Contains(slices.Collect(maps.Values(dl.Headers)), evID)
 	})
 	if err != nil {
