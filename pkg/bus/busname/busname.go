@@ -224,9 +224,9 @@ const (
 	// BucketMapResults holds the results of a running map's finished
 	// items under <execution>.<node, base64url>.<visit>.<index>.
 	BucketMapResults = "nova_map_results"
-	// BucketSandboxResults holds each program's result from its run until
-	// a while after it is published, under <execution>.<step, base64url>:
-	// a redelivered command publishes it instead of running again.
+	// BucketSandboxResults holds a program's result whose publish failed,
+	// under <execution>.<step, base64url>: the command's next delivery
+	// publishes it instead of running the program again.
 	BucketSandboxResults = "nova_sandbox_results"
 )
 

@@ -28,8 +28,8 @@ import (
 // from outside (an HTTP counter the program calls), with the sandbox as the
 // process it is in production: while the events stream refuses its result,
 // the result is kept and published again, never run again; and a kill -9
-// of the sandbox process between the run and the publish leaves it kept, so
-// the sandbox started after it publishes it on the command's next delivery.
+// of the sandbox process after a refused publish leaves it kept, so the
+// sandbox started after it publishes it on the command's next delivery.
 
 // buildSandbox builds the sandbox binary once per test run.
 func buildSandbox(t *testing.T) string {
@@ -209,7 +209,7 @@ func TestKeptResultSurvivesKill9(t *testing.T) {
 		check(step)
 	})
 
-	t.Run("kill -9 between the run and the publish", func(t *testing.T) {
+	t.Run("kill -9 after a refused publish", func(t *testing.T) {
 		settled()
 		refuseResults(true)
 		before := redelivered()

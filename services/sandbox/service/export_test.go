@@ -6,9 +6,9 @@ import (
 	novav1 "github.com/novaflow/nova/proto/nova/v1"
 )
 
-// SetAfterKeep runs f between keeping a result and publishing it, until
-// the test ends.
-func SetAfterKeep(f func(context.Context, *novav1.ExecuteCode)) (reset func()) {
-	afterKeep = f
-	return func() { afterKeep = nil }
+// SetRefusePublish runs f before each publish of a run's result, until the
+// test ends; an error f returns fails the publish.
+func SetRefusePublish(f func(context.Context, *novav1.ExecuteCode) error) (reset func()) {
+	refusePublish = f
+	return func() { refusePublish = nil }
 }

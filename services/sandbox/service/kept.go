@@ -5,10 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -21,13 +19,20 @@ import (
 )
 
 // A program runs once per delivery of its command that reaches a sandbox,
-// not once per attempt to publish its result. Each run's result is kept in
-// KV nova_sandbox_results (BucketResults) before it is published; a
-// command delivered again (the publish failed, or the replica stopped
-// between the run and the publish) publishes the kept result instead of
-// running the program again. A result is made to fit one message first:
-// its largest context values go to the value store, and a result that
-// still does not fit is a failed run that says so.
+// not once per attempt to publish its result. A run's result whose publish
+// failed (the events stream refused it, or was out of reach longer than
+// the publish retries) is kept in KV nova_sandbox_results (BucketResults),
+// and the command is given back: its next delivery publishes the kept
+// result instead of running the program again. A result published at once,
+// nearly every one, is not kept: its event is the record. A replica killed
+// after its run and before the command's acknowledgement (the moment of
+// the publish's round trip) leaves the command to run again elsewhere; the
+// result it may have published is the one stored (the publish of the run
+// again carries the same message id, stored once within the events
+// stream's duplicate window), and the graph engine takes a step's first
+// result only. A result is made to fit one message first: its largest
+// context values go to the value store, and a result that still does not
+// fit is a failed run that says so.
 
 // BucketResults keeps each program's result under <execution>.<step id,
 // unpadded base64url> for resultsTTL.
@@ -51,7 +56,7 @@ func openResults(ctx context.Context, js jetstream.JetStream, replicas int) (jet
 	err := bus.Declare(ctx, "KV "+BucketResults, func(ctx context.Context) (err error) {
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      BucketResults,
-			Description: "NOVA programs' results, kept from their run until a while after they are published",
+			Description: "NOVA programs' results whose publish failed, kept for their command's next delivery",
 			History:     1,
 			TTL:         resultsTTL,
 			MaxBytes:    resultsMaxBytes,
@@ -96,42 +101,28 @@ func (s *server) keptResult(ctx context.Context, cmd *novav1.ExecuteCode) (*nova
 	return &res, nil
 }
 
-// keep stores res as it is published: the put goes out on the connection
-// before the result, so the server stores it first, and it is not waited
-// for (the result's own publish is); wait, called after the publish, logs
-// a put that failed. A replica that stops between sending both leaves the
-// result kept, or neither.
-func (s *server) keep(ctx context.Context, cmd *novav1.ExecuteCode, res *novav1.CodeExecuted) (wait func()) {
+// keep stores res, the result of cmd whose publish failed, for the
+// command's next delivery; a result it cannot keep (the server out of
+// reach) is logged, and that delivery runs the program again.
+func (s *server) keep(ctx context.Context, cmd *novav1.ExecuteCode, res *novav1.CodeExecuted) {
 	key := resultKey(cmd)
 	if s.results == nil || key == "" {
-		return func() {}
-	}
-	failed := func(err error) {
-		s.Logger.WarnContext(ctx, "result not kept before its publish; a redelivery would run the program again",
-			"execution_id", cmd.ExecutionId, "step_id", cmd.StepId, "err", err)
+		return
 	}
 	data, err := proto.Marshal(res)
-	if err != nil {
-		failed(err)
-		return func() {}
+	if err == nil {
+		kctx, cancel := context.WithTimeout(ctx, keepTimeout)
+		_, err = s.results.Put(kctx, key, data)
+		cancel()
 	}
-	ack, err := s.Bus.JetStream().PublishMsgAsync(&nats.Msg{Subject: "$KV." + BucketResults + "." + key, Data: data})
 	if err != nil {
-		failed(err)
-		return func() {}
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			select {
-			case <-ack.Ok():
-			case err := <-ack.Err():
-				failed(err)
-			case <-ctx.Done():
-			}
-		})
+		s.Logger.WarnContext(ctx, "result of a failed publish not kept; the command's next delivery runs the program again",
+			"execution_id", cmd.ExecutionId, "step_id", cmd.StepId, "err", err)
 	}
 }
+
+// keepTimeout bounds keeping a result after its publish failed.
+const keepTimeout = 5 * time.Second
 
 // fit makes res fit one message of the bus: the JavaScript value it
 // carries besides its updates goes, then the largest context values go to

@@ -2,7 +2,9 @@ package service_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novaflow/nova/pkg/bus"
 	"github.com/novaflow/nova/pkg/devstack"
@@ -121,15 +124,27 @@ var keptSeq atomic.Int64
 // first, and returns the step id.
 func (k *keptRig) send(code string) string {
 	k.t.Helper()
-	execution := fmt.Sprintf("kept-%d-%d", time.Now().UnixNano(), keptSeq.Add(1))
-	step := execution + "/node/1/1"
+	step := k.nextStep()
+	k.sendStep(step, code)
+	return step
+}
+
+// nextStep is the id of a step of a new execution.
+func (k *keptRig) nextStep() string {
+	return fmt.Sprintf("kept-%d-%d/node/1/1", time.Now().UnixNano(), keptSeq.Add(1))
+}
+
+// sendStep publishes code as the command of step, which calls the counter
+// first.
+func (k *keptRig) sendStep(step, code string) {
+	k.t.Helper()
+	execution, _, _ := strings.Cut(step, "/")
 	code = fmt.Sprintf("import requests\nrequests.get('http://%s/', params={'step': %q}, timeout=10).raise_for_status()\n%s", k.host, step, code)
 	cmd := &novav1.ExecuteCode{ExecutionId: execution, NodeId: "node", StepId: step, Code: code, TimeoutSeconds: 60, Stage: "TASK",
 		Network: true, AllowHosts: []string{k.host}}
 	if err := k.client.PublishProto(k.ctx, bus.CommandSubject(bus.AgentSandbox), step, bus.TypeSandboxExecute, cmd, nil); err != nil {
 		k.t.Fatal(err)
 	}
-	return step
 }
 
 // result waits for the result of step.
@@ -163,39 +178,57 @@ func (k *keptRig) runs(step string) int64 {
 	return c.(*atomic.Int64).Load()
 }
 
-// TestProgramRunsOncePerDelivery: a replica that stops between a program's
-// run and its result's publish leaves the result kept; the command's next
-// delivery publishes it, and the program does not run again.
+// TestProgramRunsOncePerDelivery: a result whose publish fails is kept,
+// and the command's next delivery publishes it without running the program
+// again; a result published at once is not kept.
 func TestProgramRunsOncePerDelivery(t *testing.T) {
 	k := newKeptRig(t)
-	first := k.connect("sandbox-1")
-	var stopped atomic.Bool
-	defer service.SetAfterKeep(func(_ context.Context, cmd *novav1.ExecuteCode) {
-		// The replica stops as a kill -9 stops it: its connection goes, the
-		// command it holds unacknowledged, its result unpublished.
-		if stopped.CompareAndSwap(false, true) {
-			first.Conn().Close()
+	var refused atomic.Value // the step whose first publish is refused
+	refused.Store("")
+	var refusals atomic.Int64
+	defer service.SetRefusePublish(func(_ context.Context, cmd *novav1.ExecuteCode) error {
+		if cmd.StepId == refused.Load().(string) && refusals.Add(1) == 1 {
+			return errors.New("the events stream refused the result (test)")
 		}
+		return nil
 	})()
-	k.replica(first)
-	step := k.send(`context["ran"] = True`)
-	for deadline := time.Now().Add(time.Minute); !stopped.Load(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the program did not run")
-		}
+	k.replica(k.connect("sandbox"))
+
+	plain := k.send(`context["ran"] = True`)
+	if res := k.result(plain); res.Status != "success" {
+		t.Fatalf("result: %s %s", res.Status, res.Error)
 	}
-	if n := k.runs(step); n != 1 {
-		t.Fatalf("the program ran %d times before the replica stopped, want 1", n)
+	kept, err := k.client.JetStream().KeyValue(k.ctx, service.BucketResults)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Another replica gets the command again once its ack wait is over.
-	k.replica(k.connect("sandbox-2"))
+	// A result is kept before its publish returns, or not at all.
+	if _, err := kept.Get(k.ctx, keptKey(plain)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("a result published at once is kept (%v); want none kept", err)
+	}
+
+	step := k.nextStep()
+	refused.Store(step)
+	k.sendStep(step, `context["ran"] = True`)
 	res := k.result(step)
 	if res.Status != "success" || !strings.Contains(string(res.ContextUpdates.GetRaw()), `"ran":true`) {
 		t.Errorf("result: %s %s %s", res.Status, res.Error, res.ContextUpdates.GetRaw())
 	}
+	if n := refusals.Load(); n != 1 {
+		t.Errorf("the result's publish was refused %d times, want once", n)
+	}
 	if n := k.runs(step); n != 1 {
 		t.Errorf("the program ran %d times, want 1: its kept result is published on the command's next delivery", n)
 	}
+	if _, err := kept.Get(k.ctx, keptKey(step)); err != nil {
+		t.Errorf("the result whose publish failed is not kept: %v", err)
+	}
+}
+
+// keptKey is where the sandbox keeps the result of step.
+func keptKey(step string) string {
+	execution, _, _ := strings.Cut(step, "/")
+	return execution + "." + base64.RawURLEncoding.EncodeToString([]byte(step))
 }
 
 // TestResultLargerThanAMessage: a result whose values are each small but

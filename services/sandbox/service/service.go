@@ -139,8 +139,8 @@ func ConsumerSpec(workers int) bus.Consumer {
 type server struct {
 	Deps
 	metrics executionMetrics
-	// results keeps each run's result until a while after its publish
-	// (kept.go).
+	// results keeps the result of a run whose publish failed, for the
+	// command's next delivery (kept.go).
 	results jetstream.KeyValue
 	cancels *bus.Cancels
 	tracer  trace.Tracer
@@ -213,16 +213,24 @@ func (s *server) handle(ctx context.Context, ev event.Event) error {
 	if err != nil {
 		return err // a fault of this replica: redelivered, elsewhere if possible
 	}
-	kept := s.keep(ctx, &cmd, res)
-	if afterKeep != nil {
-		kept()
-		afterKeep(ctx, &cmd)
+	if err := s.publishResult(ctx, subject, &cmd, res); err != nil {
+		// A publish that fails is not a reason to run the program again:
+		// the result is kept, and the command's next delivery publishes it.
+		s.keep(ctx, &cmd, res)
+		return err
 	}
-	// A publish that fails is not a reason to run the program again: the
-	// command's next delivery publishes the result kept above.
-	err = s.publish(ctx, subject, &cmd, res)
-	kept()
-	return err
+	return nil
+}
+
+// publishResult publishes res, the result of a run of cmd, unless a test
+// refuses it first (refusePublish).
+func (s *server) publishResult(ctx context.Context, subject string, cmd *novav1.ExecuteCode, res *novav1.CodeExecuted) error {
+	if refusePublish != nil {
+		if err := refusePublish(ctx, cmd); err != nil {
+			return err
+		}
+	}
+	return s.publish(ctx, subject, cmd, res)
 }
 
 // publish sends res, the result of cmd, on subject; its event id is the
@@ -232,10 +240,10 @@ func (s *server) publish(ctx context.Context, subject string, cmd *novav1.Execut
 	return s.Bus.PublishProto(ctx, subject, cmd.StepId+"/result", bus.TypeSandboxExecuted, res, map[string]string{"executionid": cmd.ExecutionId})
 }
 
-// afterKeep, when set (by tests), runs between keeping a result and
-// publishing it: where a replica that stops leaves a kept, unpublished
-// result.
-var afterKeep func(context.Context, *novav1.ExecuteCode)
+// refusePublish, when set (by tests), runs before the publish of a run's
+// result; an error it returns is the publish's, as when the stream refused
+// the result.
+var refusePublish func(context.Context, *novav1.ExecuteCode) error
 
 // cancelled tells whether ctx ended because its execution was cancelled.
 func cancelled(ctx context.Context) bool {
