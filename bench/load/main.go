@@ -9,10 +9,13 @@
 // -idle, after the runs). With -history N it then runs N more
 // workflows on the same data dir, unmeasured, and measures the 3-node runs
 // again: whether the cost per workflow stays flat as the history grows.
-// Each of those runs follows the same run on a second nova dev, started
-// fresh beside the first (-beside), so that the two are measured minutes
-// apart rather than a quarter of an hour: this machine's speed drifts by
-// more than the history's effect in that time.
+// Each of those runs is paired with the same run on a second nova dev,
+// started fresh beside the first (-beside), so that the two are measured
+// minutes apart rather than a quarter of an hour: this machine's speed
+// drifts by more than the history's effect in that time. -history-rounds
+// repeats the pairs in ABBA order (fresh, after, after, fresh, ...) and
+// prints the ratio of the means, after to fresh, of CPU per workflow and
+// p50: one pair alone has differed by 20% between two runs of one build.
 // Beside it, in the same run, a baseline: three plain `python3 -c`
 // subprocesses per workflow, no engine.
 //
@@ -53,8 +56,11 @@ type config struct {
 	long      int
 	history   int
 	beside    bool
-	limit     time.Duration
-	pprof     string
+	// rounds is how many pairs of runs, fresh beside and after the
+	// history, are measured per number in flight, in ABBA order.
+	rounds int
+	limit  time.Duration
+	pprof  string
 	// idle is how long to wait, nothing running, before the idle PSS is
 	// taken after the runs (0: not taken); zygoteIdle is nova dev's
 	// --zygote-idle (0: its default).
@@ -78,7 +84,8 @@ func main() {
 	inFlight := fs.String("in-flight", "1,8,32", "runs, by workflows in flight")
 	fs.IntVar(&cfg.long, "long", 30, "nodes of the long chain run once at 8 in flight (0: skip)")
 	fs.IntVar(&cfg.history, "history", 20000, "workflows run (unmeasured, 32 in flight) before the 3-node runs are measured again on the same data dir (0: skip)")
-	fs.BoolVar(&cfg.beside, "beside", true, "with -history, measure each run after the history right after the same run on a second nova dev started fresh")
+	fs.BoolVar(&cfg.beside, "beside", true, "with -history, measure each run after the history beside the same run on a second nova dev started fresh")
+	fs.IntVar(&cfg.rounds, "history-rounds", 2, "with -history and -beside, pairs of runs (fresh beside, after the history) per number in flight, in ABBA order, summed up as ratios of the means")
 	fs.DurationVar(&cfg.limit, "run-timeout", 3*time.Minute, "time limit of one run (the history's is scaled to its size)")
 	fs.StringVar(&cfg.pprof, "pprof", "", "serve nova dev's Go profiles at `address` (nova dev --pprof)")
 	fs.DurationVar(&cfg.idle, "idle", 0, "after the runs, wait this long with nothing running and take the PSS of idle nova dev (0: skip)")
@@ -146,6 +153,7 @@ func run(ctx context.Context, cfg config) error {
 	// What was measured is printed even when a later run failed.
 	if len(results) > 0 {
 		err = errors.Join(err, printResults(results))
+		printHistoryRatios(results)
 	}
 	return err
 }
@@ -307,20 +315,84 @@ func afterHistory(ctx context.Context, cfg config, d *dev, three *novav1.Workflo
 	}
 	var results []result
 	for _, n := range cfg.inFlight {
-		if fresh != nil {
-			r, err := measure(ctx, cfg, fresh, fmt.Sprintf("3 nodes, %d in flight, fresh nova dev beside", n), three, 3, cfg.workflows, n)
-			if err != nil {
+		measured := func(on *dev, name string) func() error {
+			return func() error {
+				r, err := measure(ctx, cfg, on, name, three, 3, cfg.workflows, n)
+				if err == nil {
+					results = append(results, r)
+				}
+				return err
+			}
+		}
+		afterRun := measured(d, fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history))
+		if fresh == nil {
+			if err := afterRun(); err != nil {
 				return results, err
 			}
-			results = append(results, r)
+			continue
 		}
-		r, err := measure(ctx, cfg, d, fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history), three, 3, cfg.workflows, n)
-		if err != nil {
-			return results, err
+		freshRun := measured(fresh, fmt.Sprintf("3 nodes, %d in flight, fresh nova dev beside", n))
+		for round := range max(cfg.rounds, 1) {
+			pair := []func() error{freshRun, afterRun}
+			if round%2 == 1 {
+				pair[0], pair[1] = pair[1], pair[0]
+			}
+			for _, run := range pair {
+				if err := run(); err != nil {
+					return results, err
+				}
+			}
 		}
-		results = append(results, r)
 	}
 	return results, nil
+}
+
+// printHistoryRatios prints, per number in flight, the means of the runs
+// fresh beside and after the history, and their ratios.
+func printHistoryRatios(results []result) {
+	type sums struct {
+		runs     int
+		cpu, p50 time.Duration
+	}
+	var order []string
+	fresh, after := map[string]*sums{}, map[string]*sums{}
+	for _, r := range results {
+		var head string
+		var m map[string]*sums
+		isAfter := false
+		if h, ok := strings.CutSuffix(r.name, ", fresh nova dev beside"); ok {
+			head, m = h, fresh
+		} else if i := strings.Index(r.name, ", after "); i > 0 {
+			head, m, isAfter = r.name[:i], after, true
+		} else {
+			continue
+		}
+		if m[head] == nil {
+			m[head] = &sums{}
+			if isAfter {
+				order = append(order, head)
+			}
+		}
+		m[head].runs++
+		m[head].cpu += r.cpuMain
+		m[head].p50 += r.p50
+	}
+	printed := false
+	for _, head := range order {
+		f, a := fresh[head], after[head]
+		if f == nil {
+			continue
+		}
+		if !printed {
+			fmt.Printf("\nafter the history against fresh beside (means of the runs in ABBA order; CPU of the nova dev process)\n")
+			printed = true
+		}
+		fc, ac := f.cpu/time.Duration(f.runs), a.cpu/time.Duration(a.runs)
+		fp, ap := f.p50/time.Duration(f.runs), a.p50/time.Duration(a.runs)
+		fmt.Printf("  %s: CPU/wf %.1f -> %.1f ms (%.2fx), p50 %s -> %s (%.2fx), %d runs each\n", head,
+			ms(fc), ms(ac), float64(ac)/float64(fc), fp.Round(100*time.Microsecond), ap.Round(100*time.Microsecond),
+			float64(ap)/float64(fp), a.runs)
+	}
 }
 
 // idlePSS waits for wait with nothing running and takes the PSS of nova dev
