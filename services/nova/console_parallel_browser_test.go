@@ -389,8 +389,7 @@ func TestConsoleParallelInBrowser(t *testing.T) {
 	b.do("open the parent execution", chromedp.Navigate(base+"/#/executions/"+parent.ExecutionID+"?node=check"))
 	b.until("its child linked", fmt.Sprintf(`document.querySelector('table.nodes tr[data-node="check"] .visit-notes .children a')?.getAttribute("href") === "#/executions/%[1]s" &&
 		document.querySelector('.visits .visit-place .children a')?.getAttribute("href") === "#/executions/%[1]s"`, child))
-	b.click("follow the link", `.visits .visit-place .children a`)
-	b.until("the child's page", fmt.Sprintf(`location.hash === "#/executions/%s" && document.querySelector(".execution-head h1 .badge")?.textContent.includes("succeeded") &&
+	b.follow("follow the link to the child's page", `.visits .visit-place .children a`, fmt.Sprintf(`location.hash === "#/executions/%s" && document.querySelector(".execution-head h1 .badge")?.textContent.includes("succeeded") &&
 		document.querySelector('svg.graph [data-node="score"]')?.dataset.status === "success"`, child))
 
 	// The live model and the timeline, in the browser that runs them: a
