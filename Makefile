@@ -96,7 +96,7 @@ help:
 	@echo 'make kube-test  build Helm and the images, play the chart's pods with podman kube play (helm template, values of a small install), run workflows through its gateway'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
-	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (same value sets)'
+	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (the same value sets, and the default on a cluster with KEDA)'
 	@echo 'make deps    install missing Debian packages ($(DEB_PACKAGES)) and the JavaScript modules, then make deps-check'
 	@echo 'make deps-check  check that every tool and file the build, the checks and the tests use is present and works'
 	@echo 'make clean   remove bin/, .nova/ and .tilt/'
@@ -481,6 +481,9 @@ HELM = $(CURDIR)/$(BIN)/tools/helm-$(HELM_VERSION)/helm
 CHART := helm/nova
 # Value sets that lint and render must accept.
 HELM_VALUE_SETS := default: keda-off:--set=keda.enabled=false external-nats:--set=nats.enabled=false
+# helm template only (helm lint cannot be told the cluster's APIs): the
+# default install on a cluster that serves KEDA's API.
+HELM_TEMPLATE_SETS := keda:--api-versions=keda.sh/v1alpha1/ScaledObject
 
 .PHONY: helm
 helm:
@@ -500,7 +503,7 @@ helm-lint: helm
 .PHONY: helm-template
 helm-template: helm
 	@mkdir -p $(BIN)/helm-template
-	@for set in $(HELM_VALUE_SETS); do \
+	@for set in $(HELM_VALUE_SETS) $(HELM_TEMPLATE_SETS); do \
 		out=$(BIN)/helm-template/$${set%%:*}.yaml; \
 		"$(HELM)" template nova $(CHART) --namespace nova $${set#*:} > "$$out"; \
 		echo "$$out: $$(grep -c '^kind:' "$$out") objects ($$(grep '^kind:' "$$out" | sort | uniq -c | awk '{printf "%s %s, ", $$1, $$3}' | sed 's/, $$//'))"; \

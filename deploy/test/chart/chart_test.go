@@ -90,11 +90,23 @@ type rendered struct {
 	count           int
 }
 
-// render runs what `helm template nova helm/nova -n nova-system` runs, with
-// vals over the chart's values.
+// kedaAPI is what a cluster with KEDA serves, and `helm template` is told
+// with --api-versions.
+var kedaAPI = []string{"keda.sh/v1alpha1", "keda.sh/v1alpha1/ScaledObject"}
+
+// render runs what `helm template nova helm/nova -n nova-system
+// --api-versions keda.sh/v1alpha1/ScaledObject` runs (a cluster with KEDA),
+// with vals over the chart's values.
 func render(t *testing.T, vals map[string]any) *rendered {
 	t.Helper()
-	manifest := renderManifest(t, vals)
+	return renderOn(t, kedaAPI, vals)
+}
+
+// renderOn renders the chart for a cluster that serves apis beside the
+// built-in ones.
+func renderOn(t *testing.T, apis []string, vals map[string]any) *rendered {
+	t.Helper()
+	manifest, _ := renderRelease(t, apis, vals)
 	r := &rendered{
 		deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{},
 		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
@@ -176,7 +188,9 @@ func decodeStrict(doc string, obj any) error {
 	return dec.Decode(obj)
 }
 
-func renderManifest(t *testing.T, vals map[string]any) string {
+// renderRelease renders the chart for a cluster that serves apis beside the
+// built-in ones: its manifests with its hooks', and its notes.
+func renderRelease(t *testing.T, apis []string, vals map[string]any) (manifest, notes string) {
 	t.Helper()
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
@@ -190,6 +204,7 @@ func renderManifest(t *testing.T, vals map[string]any) string {
 	install.ClientOnly, install.Replace = true, true
 	install.ReleaseName, install.Namespace = release, namespace
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	install.APIVersions = apis
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		t.Fatalf("render chart: %v", err)
@@ -199,7 +214,7 @@ func renderManifest(t *testing.T, vals map[string]any) string {
 	for _, h := range rel.Hooks {
 		fmt.Fprintf(&b, "\n---\n%s\n", h.Manifest)
 	}
-	return b.String()
+	return b.String(), rel.Info.Notes
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
@@ -280,6 +295,35 @@ func TestDefaultsKEDAOn(t *testing.T) {
 		if s := r.secrets[release+"-nats-users"]; s != nil && len(s.Data[u]) < 16 {
 			t.Errorf("NATS user %s has no generated password", u)
 		}
+	}
+}
+
+// TestDefaultsWithoutKEDA: the default install on a cluster that does not
+// serve KEDA's API renders no ScaledObject (which the API server would
+// refuse, failing the whole install) and no HPA; the queue consumers keep
+// their values' replicas, and the release notes say why and what to do.
+func TestDefaultsWithoutKEDA(t *testing.T) {
+	manifest, notes := renderRelease(t, nil, nil)
+	if strings.Contains(manifest, "keda.sh/") {
+		t.Error("the chart renders a KEDA object for a cluster without KEDA")
+	}
+	r := renderOn(t, nil, nil)
+	checkEveryService(t, r, services)
+	if len(r.scaledObjects)+len(r.hpas) != 0 {
+		t.Errorf("autoscalers rendered: %v %v", keys(r.scaledObjects), keys(r.hpas))
+	}
+	for _, svc := range queueConsumers {
+		if d := r.deployments[fullname(svc)]; d == nil || d.Spec.Replicas == nil || *d.Spec.Replicas < 1 {
+			t.Errorf("%s: no fixed replicas without KEDA", svc)
+		}
+	}
+	for _, want := range []string{"KEDA is not installed on this cluster", "keda.enabled=false"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("the release notes do not say %q:\n%s", want, notes)
+		}
+	}
+	if _, notes := renderRelease(t, kedaAPI, nil); !strings.Contains(notes, "KEDA on JetStream consumer lag") {
+		t.Errorf("with KEDA, the release notes do not say it scales on lag:\n%s", notes)
 	}
 }
 

@@ -115,10 +115,19 @@ Kubernetes names only under the StatefulSet's headless service. */}}
 {{- if .Values.llm.existingSecret }}{{ .Values.llm.existingSecretKey }}{{ else }}OPENAI_API_KEY{{ end -}}
 {{- end -}}
 
-{{/* Whether KEDA or an HPA sets a service's replicas. Takes dict root, cfg. */}}
+{{/* Whether KEDA scales the queue consumers: keda.enabled, and the
+cluster serves KEDA's ScaledObject API (helm template: --api-versions
+keda.sh/v1alpha1/ScaledObject). "true" or "". */}}
+{{- define "nova.keda" -}}
+{{- if and .Values.keda.enabled (.Capabilities.APIVersions.Has "keda.sh/v1alpha1/ScaledObject") }}true{{ end -}}
+{{- end -}}
+
+{{/* Whether KEDA or an HPA sets a service's replicas. Takes dict root, cfg.
+With keda.enabled on a cluster without KEDA, nothing does: the Deployment
+keeps its replicas (NOTES.txt says so). */}}
 {{- define "nova.autoscaled" -}}
 {{- $a := .cfg.autoscaling | default dict -}}
-{{- if and $a.enabled (or (not .root.Values.keda.enabled) $a.triggers) }}true{{ end -}}
+{{- if and $a.enabled (or (not .root.Values.keda.enabled) (and (include "nova.keda" .root) $a.triggers)) }}true{{ end -}}
 {{- end -}}
 
 {{/* A service's environment (its ConfigMap's data). Takes dict root, service, cfg. */}}
