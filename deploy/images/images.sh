@@ -223,7 +223,9 @@ cmd_base() {
 		EOF
 		$e build --network host -q -f "$work/mongo/Containerfile" -t "$MONGO" "$root" >/dev/null
 	fi
-	$e image prune -f >/dev/null
+	# No prune: the image store holds the operator's images and the build
+	# cache of NOVA's own (a stand-in is built only when its tag is absent,
+	# so none is left dangling here).
 	$e images --format '{{.Repository}}:{{.Tag}} {{.Size}} {{.Labels}}' | grep -E "debian|golang|distroless|nats|mongo" |
 		sed "s/map\[\(.*\)\]/\1/"
 }

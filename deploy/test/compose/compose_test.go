@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,19 +29,39 @@ import (
 	"github.com/novaflow/nova/deploy/test/internal/podmantest"
 )
 
-const (
-	// project names the containers (<project>_<service>_1), the network
-	// and the volumes, apart from a `compose up` of the file's own name.
-	project = "nova-compose-test"
-	// loadRuns is the executions in flight when the sandbox is killed.
-	loadRuns = 40
-)
+// project names the containers (<project>_<service>_1), the network and
+// the volumes, apart from a `compose up` of the file's own name and from
+// another run of this test on the same host (its process id).
+var project = fmt.Sprintf("nova-compose-test-%d", os.Getpid())
+
+// loadRuns is the executions in flight when the sandbox is killed.
+const loadRuns = 40
 
 var required = os.Getenv("NOVA_COMPOSE_TEST") == "1"
 
-// gw is the gateway as compose publishes it, with deploy/gateway-keys.yaml's
-// admin key for this local setup.
-var gw = podmantest.Gateway{URL: "http://127.0.0.1:8000", Key: "nova_gk_compose-dev-only"}
+// gw is the gateway as compose publishes it (on the port hostPorts
+// chose), with deploy/gateway-keys.yaml's admin key for this local setup.
+var gw = podmantest.Gateway{Key: "nova_gk_compose-dev-only"}
+
+// hostPorts gives each host port variable of deploy/compose.yaml a free
+// port of this host, so that the test shares it with anything else: the
+// variables' assignments for compose's environment, and the ports by
+// variable.
+func hostPorts(t *testing.T) (env []string, ports map[string]int) {
+	t.Helper()
+	raw, err := os.ReadFile("../../compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports = map[string]int{}
+	for _, m := range regexp.MustCompile(`\$\{(NOVA_[A-Z_]+_PORT):-[0-9]+\}`).FindAllStringSubmatch(string(raw), -1) {
+		if _, ok := ports[m[1]]; !ok {
+			ports[m[1]] = podmantest.FreePort(t)
+			env = append(env, fmt.Sprintf("%s=%d", m[1], ports[m[1]]))
+		}
+	}
+	return env, ports
+}
 
 // offline derives the file compose-test brings up from deploy/compose.yaml
 // and says each change: NOVA's services run the images `make images`
@@ -158,11 +179,17 @@ func TestCompose(t *testing.T) {
 	// HTTP, at the host's address on the project's network, which exists
 	// once a container is on it: the model listens there after compose up.
 	modelAddr := net.JoinHostPort(podmantest.Network(t, project+"_default"), strconv.Itoa(podmantest.FreePort(t)))
-	c := &compose{t: t, file: file, env: []string{
+	portEnv, ports := hostPorts(t)
+	gw.URL = fmt.Sprintf("http://127.0.0.1:%d", ports["NOVA_GATEWAY_PORT"])
+	ready := func(service string) string {
+		return fmt.Sprintf("http://127.0.0.1:%d/readyz", ports["NOVA_"+strings.ToUpper(strings.ReplaceAll(service, "-", "_"))+"_HEALTH_PORT"])
+	}
+	t.Logf("project %s; host ports %s", project, strings.Join(portEnv, " "))
+	c := &compose{t: t, file: file, env: append([]string{
 		"OPENAI_BASE_URL=http://" + modelAddr + "/v1",
 		"OPENAI_API_KEY=sk-compose-test-scripted",
 		"NOVA_CODE_GENERATOR_MODEL=gpt-4o",
-	}}
+	}, portEnv...)}
 	_, _ = c.run("down", "-v")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -185,9 +212,9 @@ func TestCompose(t *testing.T) {
 	s.Run("the scripted model listening on the project's network", func() {
 		podmantest.ScriptedModel(t, ctx, modelAddr)
 	})
-	s.Run("every service ready (/readyz on 8081-8088)", func() {
-		for port := 8081; port <= 8088; port++ {
-			podmantest.WaitReady(t, ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", port))
+	s.Run("every service ready (/readyz on its health port)", func() {
+		for _, svc := range []string{"graph-engine", "sandbox", "audit", "input-analyzer", "code-generator", "code-validator", "output-validator", "gateway"} {
+			podmantest.WaitReady(t, ctx, ready(svc))
 		}
 	})
 
@@ -295,7 +322,7 @@ func TestCompose(t *testing.T) {
 					t.Fatalf("every execution had ended before the sandbox went: the load is too small to show anything")
 				}
 				what := stop.stop()
-				podmantest.WaitReady(t, ctx, "http://127.0.0.1:8082/readyz")
+				podmantest.WaitReady(t, ctx, ready("sandbox"))
 				t.Logf("%s with %d of %d executions ended: it %s", stop.how, finished, len(ids), what)
 			})
 		}
