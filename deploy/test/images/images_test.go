@@ -187,6 +187,21 @@ func TestServiceImages(t *testing.T) {
 					t.Errorf("%s carries /%s: a build tool in a runtime image", image(s), tool)
 				}
 			}
+			// No setuid or setgid file: nothing in the image can gain a
+			// privilege the container was not given.
+			var special []string
+			_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return nil
+				}
+				if info, err := d.Info(); err == nil && info.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+					special = append(special, strings.TrimPrefix(path, root))
+				}
+				return nil
+			})
+			if len(special) > 0 {
+				t.Errorf("%s has setuid or setgid files: %s", image(s), strings.Join(special, " "))
+			}
 
 			if s == "sandbox" {
 				return // run by TestSandboxImage, in the chart's context
