@@ -83,6 +83,7 @@ type rendered struct {
 	serviceAccounts map[string]*corev1.ServiceAccount
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	netpols         map[string]*networkingv1.NetworkPolicy
+	ingresses       map[string]*networkingv1.Ingress
 	hpas            map[string]*autoscalingv2.HorizontalPodAutoscaler
 	scaledObjects   map[string]*kedav1alpha1.ScaledObject
 	serviceMonitors map[string]*serviceMonitor
@@ -112,7 +113,8 @@ func renderOn(t *testing.T, apis []string, vals map[string]any) *rendered {
 		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
 		secrets: map[string]*corev1.Secret{}, serviceAccounts: map[string]*corev1.ServiceAccount{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, netpols: map[string]*networkingv1.NetworkPolicy{},
-		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{}, scaledObjects: map[string]*kedav1alpha1.ScaledObject{},
+		ingresses: map[string]*networkingv1.Ingress{},
+		hpas:      map[string]*autoscalingv2.HorizontalPodAutoscaler{}, scaledObjects: map[string]*kedav1alpha1.ScaledObject{},
 		serviceMonitors: map[string]*serviceMonitor{}, pods: map[string]*corev1.Pod{},
 	}
 	for _, doc := range splitDocuments(manifest) {
@@ -151,6 +153,9 @@ func renderOn(t *testing.T, apis []string, vals map[string]any) *rendered {
 		case "networking.k8s.io/v1 NetworkPolicy":
 			o := &networkingv1.NetworkPolicy{}
 			obj, name, keep = o, &o.Name, func() { r.netpols[o.Name] = o }
+		case "networking.k8s.io/v1 Ingress":
+			o := &networkingv1.Ingress{}
+			obj, name, keep = o, &o.Name, func() { r.ingresses[o.Name] = o }
 		case "autoscaling/v2 HorizontalPodAutoscaler":
 			o := &autoscalingv2.HorizontalPodAutoscaler{}
 			obj, name, keep = o, &o.Name, func() { r.hpas[o.Name] = o }
@@ -552,6 +557,8 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 			"keys": []any{map[string]any{"name": "ci", "scopes": []any{"admin"}}}}}}}, "each key needs name, sha256 and scopes"},
 		{"the semantic code cache without the LLM API", map[string]any{"services": map[string]any{"graph-engine": map[string]any{
 			"env": map[string]any{"NOVA_CODECACHE_SEMANTIC": "true"}}}}, "NOVA_CODECACHE_SEMANTIC needs llm: true"},
+		{"an Ingress without hosts", map[string]any{"services": map[string]any{"gateway": map[string]any{"ingress": map[string]any{
+			"enabled": true}}}}, "services.gateway.ingress.hosts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			chrt, err := loader.Load(chartDir)

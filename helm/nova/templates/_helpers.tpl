@@ -163,3 +163,15 @@ keeps its replicas (NOTES.txt says so). */}}
 {{- range $k, $val := .cfg.env }}{{ $_ := set $env $k (toString $val) }}{{ end -}}
 {{- toYaml $env -}}
 {{- end -}}
+
+{{/* The /readyz URL of every enabled service's Service, space-separated
+(helm test). */}}
+{{- define "nova.readyzURLs" -}}
+{{- $urls := list -}}
+{{- range $service, $cfg := .Values.services -}}
+{{- if $cfg.enabled -}}
+{{- $urls = append $urls (printf "http://%s:8080/readyz" (include "nova.fullname" (dict "root" $ "service" $service))) -}}
+{{- end -}}
+{{- end -}}
+{{- join " " $urls -}}
+{{- end -}}
