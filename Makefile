@@ -21,7 +21,8 @@ SERVICES := graph-engine sandbox audit gateway input-analyzer code-generator cod
 # -bench flags of `make bench`, e.g. BENCH_FLAGS='-benchtime 200x -count 5'.
 BENCH_FLAGS ?=
 IMAGE_PREFIX ?= nova
-IMAGE_TAG ?= dev
+# The chart's appVersion, the tag the chart's images default to.
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' helm/nova/Chart.yaml)
 
 # Pinned proto toolchain: protoc from Debian 12's protobuf-compiler, and
 # protoc-gen-go from the `tool` directive of proto/go.mod.
@@ -91,9 +92,9 @@ help:
 	@echo 'make deps-images  install $(IMAGE_DEB_PACKAGES) (only for the image targets), and the settings podman needs here'
 	@echo 'make base-images  local stand-ins of the base images the Dockerfiles name (debian:bookworm-slim, golang:1.26-bookworm, distroless static) where the registry cannot be reached'
 	@echo 'make images  build the nine images with podman (or Docker), tagged $(IMAGE_PREFIX)/<service>:$(IMAGE_TAG) as the chart names them'
-	@echo 'make images-test  build the images, then test them with podman: non-root, no toolchain, services up on a read-only root, the sandbox in the chart's context and without each relaxation'
+	@echo 'make images-test  build the images, then test them with podman: non-root, no toolchain, services up on a read-only root, the sandbox in the chart'"'"'s context and without each relaxation'
 	@echo 'make compose-test  build the images, bring deploy/compose.yaml up with podman-compose, run the examples through the gateway with curl, kill the sandbox under load, take it down'
-	@echo 'make kube-test  build Helm and the images, play the chart's pods with podman kube play (helm template, values of a small install), run workflows through its gateway'
+	@echo 'make kube-test  build Helm and the images, play the chart'"'"'s pods with podman kube play (helm template, values of a small install), run workflows through its gateway'
 	@echo 'make helm    build Helm from the Go module proxy (the version deploy/test requires) into $(BIN)/tools/'
 	@echo 'make helm-lint      helm lint --strict helm/nova (defaults, KEDA off, external NATS)'
 	@echo 'make helm-template  helm template helm/nova into $(BIN)/helm-template/ (the same value sets, and the default on a cluster with KEDA)'

@@ -18,7 +18,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 PREFIX=${PREFIX:-nova}
-TAG=${TAG:-dev}
+TAG=${TAG:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$(dirname "$0")/../../helm/nova/Chart.yaml")}
 SERVICES=${SERVICES:-"nova graph-engine sandbox audit gateway input-analyzer code-generator code-validator output-validator"}
 STANDIN_LABEL=io.nova.local-stand-in
 

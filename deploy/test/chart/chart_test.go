@@ -557,6 +557,7 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 			"keys": []any{map[string]any{"name": "ci", "scopes": []any{"admin"}}}}}}}, "each key needs name, sha256 and scopes"},
 		{"the semantic code cache without the LLM API", map[string]any{"services": map[string]any{"graph-engine": map[string]any{
 			"env": map[string]any{"NOVA_CODECACHE_SEMANTIC": "true"}}}}, "NOVA_CODECACHE_SEMANTIC needs llm: true"},
+		{"a digest that is not one", map[string]any{"image": map[string]any{"digests": map[string]any{"sandbox": "latest"}}}, "is not a digest"},
 		{"an Ingress without hosts", map[string]any{"services": map[string]any{"gateway": map[string]any{"ingress": map[string]any{
 			"enabled": true}}}}, "services.gateway.ingress.hosts"},
 	} {

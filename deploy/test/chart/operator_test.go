@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart/loader"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
@@ -140,5 +141,34 @@ func TestHelmTestPod(t *testing.T) {
 	}
 	if off := render(t, map[string]any{"tests": map[string]any{"enabled": false}}); len(off.pods) != 0 {
 		t.Errorf("tests.enabled=false still renders %v", keys(off.pods))
+	}
+}
+
+// TestImageTagAndDigest: the images' tag is the chart's appVersion unless
+// image.tag says otherwise, and a service pinned in image.digests is
+// pulled by digest.
+func TestImageTagAndDigest(t *testing.T) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := chrt.Metadata.AppVersion
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	r := render(t, map[string]any{"image": map[string]any{"digests": map[string]any{"sandbox": digest}}})
+	for _, svc := range services {
+		want := "nova/" + svc + ":" + app
+		if svc == "sandbox" {
+			want += "@" + digest
+		}
+		if got := r.deployments[fullname(svc)].Spec.Template.Spec.Containers[0].Image; got != want {
+			t.Errorf("%s runs %s, want %s", svc, got, want)
+		}
+	}
+	if got, want := r.pods[release+"-install-test"].Spec.Containers[0].Image, "nova/nova:"+app; got != want {
+		t.Errorf("the helm test pod runs %s, want %s", got, want)
+	}
+	tagged := render(t, map[string]any{"image": map[string]any{"registry": "registry.example.com/nova", "tag": "1.2.3"}})
+	if got := tagged.deployments[fullname("gateway")].Spec.Template.Spec.Containers[0].Image; got != "registry.example.com/nova/gateway:1.2.3" {
+		t.Errorf("image.registry and image.tag: %s", got)
 	}
 }

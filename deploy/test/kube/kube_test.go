@@ -108,7 +108,7 @@ func TestKubePlay(t *testing.T) {
 	var rendered []byte
 	s.Run("helm template helm/nova -f deploy/test/kube/values.yaml", func() {
 		cmd := exec.CommandContext(ctx, helm, "template", release, "../../../helm/nova", "--namespace", "nova",
-			"-f", "values.yaml", "--set", "llm.baseURL=http://"+modelAddr+"/v1")
+			"-f", "values.yaml", "--set", "llm.baseURL=http://"+modelAddr+"/v1", "--set", "image.tag="+os.Getenv("IMAGE_TAG"))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

@@ -164,6 +164,20 @@ keeps its replicas (NOTES.txt says so). */}}
 {{- toYaml $env -}}
 {{- end -}}
 
+{{/* A service's image: <registry>/<service>:<tag>, @<digest> when pinned.
+Takes dict root, service. */}}
+{{- define "nova.image" -}}
+{{- $img := .root.Values.image -}}
+{{- $ref := printf "%s/%s:%s" $img.registry .service ($img.tag | default .root.Chart.AppVersion) -}}
+{{- with get ($img.digests | default dict) .service -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}
+{{- fail (printf "image.digests: %q is not a digest (sha256: and 64 hex digits)" .) -}}
+{{- end -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
 {{/* The /readyz URL of every enabled service's Service, space-separated
 (helm test). */}}
 {{- define "nova.readyzURLs" -}}

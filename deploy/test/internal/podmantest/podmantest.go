@@ -33,7 +33,8 @@ func Podman(args ...string) (string, error) {
 }
 
 // Image is the name `make images` gives a service's image
-// (IMAGE_PREFIX/<service>:IMAGE_TAG, nova and dev by default).
+// (IMAGE_PREFIX/<service>:IMAGE_TAG; the make targets set both, nova and
+// the chart's appVersion by default).
 func Image(service string) string {
 	prefix, tag := os.Getenv("IMAGE_PREFIX"), os.Getenv("IMAGE_TAG")
 	if prefix == "" {
