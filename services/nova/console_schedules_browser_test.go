@@ -116,7 +116,9 @@ func TestConsoleSchedulesInBrowser(t *testing.T) {
 	b.shot("32-schedule-ticking")
 
 	// Executions →: the executions it started.
-	b.click("its executions", row+` a.executions-link`)
+	// The list is drawn again every few seconds: a click whose press and
+	// release straddle that is lost, and follow clicks again.
+	b.follow("its executions", row+` a.executions-link`, `location.hash.startsWith("#/executions?")`)
 	b.until("the executions it started", `location.hash === "#/executions?workflow=console-ticks&id=console-ticks-every-2s-" &&
 		document.querySelectorAll("table.executions tbody tr[data-execution]").length > 0 &&
 		[...document.querySelectorAll("table.executions tbody tr[data-execution]")].every(r => r.dataset.execution.startsWith("console-ticks-every-2s-"))`)
@@ -149,7 +151,7 @@ func TestConsoleSchedulesInBrowser(t *testing.T) {
 		document.querySelector("#schedules-workflow").value === "console-ticks"`, row))
 
 	// Pause: the badge, no next tick.
-	b.click("pause", row+` button[data-action="pause"]`)
+	b.follow("pause", row+` button[data-action="pause"]`, fmt.Sprintf(`document.querySelector(%q)?.dataset.paused === "true"`, row))
 	b.until("paused", fmt.Sprintf(`(() => {
 		const r = document.querySelector(%q);
 		return r?.dataset.paused === "true" && r.querySelector("td.state .badge")?.textContent === "‖ paused" &&
@@ -180,12 +182,12 @@ func TestConsoleSchedulesInBrowser(t *testing.T) {
 	// Delete: a definition's schedule says it is declared there.
 	b.do("all schedules", chromedp.Navigate(base+"/#/schedules"))
 	b.until("both listed", `document.querySelectorAll("table.schedules tbody tr[data-schedule]").length === 2`)
-	b.click("delete nightly…", `table.schedules tr[data-schedule="nightly"] button[data-action="delete"]`)
+	b.follow("delete nightly…", `table.schedules tr[data-schedule="nightly"] button[data-action="delete"]`, `!!document.querySelector("dialog.delete-schedule-modal[open]")`)
 	b.until("the delete dialog", `document.querySelector("dialog.delete-schedule-modal[open] .from-definition")?.textContent.includes("registering the workflow again brings it back")`)
 	b.view("36-delete-definition-schedule")
 	b.click("keep it", `dialog.delete-schedule-modal button.secondary`)
 	b.until("the dialog closed", `!document.querySelector("dialog[open]")`)
-	b.click("delete every-2s…", row+` button[data-action="delete"]`)
+	b.follow("delete every-2s…", row+` button[data-action="delete"]`, `!!document.querySelector("dialog.delete-schedule-modal[open]")`)
 	b.until("the delete dialog", `!!document.querySelector("dialog.delete-schedule-modal[open]") && !document.querySelector("dialog.delete-schedule-modal .from-definition")`)
 	b.click("delete", `dialog.delete-schedule-modal button[type=submit]`)
 	b.until("the schedule gone", fmt.Sprintf(`!document.querySelector(%q) && !document.querySelector("dialog[open]") &&
