@@ -230,6 +230,15 @@ cmd_base() {
 		sed "s/map\[\(.*\)\]/\1/"
 }
 
+# revision is the commit the images are built from, -dirty with changes
+# not committed.
+revision() {
+	local r
+	r=$(git -C "$root" rev-parse HEAD 2>/dev/null) || { echo unknown; return; }
+	git -C "$root" diff --quiet HEAD 2>/dev/null || r="$r-dirty"
+	echo "$r"
+}
+
 cmd_build() {
 	local e
 	e=$(engine)
@@ -240,7 +249,8 @@ cmd_build() {
 	for s in $SERVICES; do
 		local start=$SECONDS
 		log "build $PREFIX/$s:$TAG (services/$s/Dockerfile)"
-		$e build --network host --pull=never -q -f "services/$s/Dockerfile" -t "$PREFIX/$s:$TAG" . >/dev/null ||
+		$e build --network host --pull=never -q -f "services/$s/Dockerfile" -t "$PREFIX/$s:$TAG" \
+			--build-arg VERSION="$TAG" --build-arg REVISION="$(revision)" . >/dev/null ||
 			die "building $PREFIX/$s:$TAG failed (rerun without -q to see it: $e build -f services/$s/Dockerfile .)"
 		log "built $PREFIX/$s:$TAG in $((SECONDS - start)) s"
 	done

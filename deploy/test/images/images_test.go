@@ -173,6 +173,21 @@ func TestServiceImages(t *testing.T) {
 			if err != nil || user == "" || user == "root" || user == "0" || strings.HasPrefix(user, "0:") || strings.HasPrefix(user, "root:") {
 				t.Errorf("%s runs as %q (%v); want a non-root user", image(s), user, err)
 			}
+			// OCI labels: what it is and which source made it.
+			labels := map[string]string{}
+			if out, err := podman("image", "inspect", "-f", "{{json .Labels}}", image(s)); err != nil || json.Unmarshal([]byte(out), &labels) != nil {
+				t.Errorf("%s: labels unreadable: %v %s", image(s), err, out)
+			}
+			for key, want := range map[string]string{
+				"org.opencontainers.image.title":    "nova-" + s,
+				"org.opencontainers.image.source":   "https://github.com/novaflow/nova",
+				"org.opencontainers.image.version":  imageTag(),
+				"org.opencontainers.image.revision": revision(t),
+			} {
+				if labels[key] != want {
+					t.Errorf("%s: label %s = %q, want %q", image(s), key, labels[key], want)
+				}
+			}
 			size, _ := podman("image", "inspect", "-f", "{{.Size}}", image(s))
 			var bytes int64
 			fmt.Sscan(size, &bytes)
@@ -370,4 +385,25 @@ print('reached')`
 func hostHasAppArmor() bool {
 	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	return err == nil && strings.TrimSpace(string(b)) == "Y"
+}
+
+// imageTag is the tag `make images` gave the images.
+func imageTag() string {
+	_, tag, _ := strings.Cut(strings.TrimPrefix(podmantest.Image("x"), "localhost/"), ":")
+	return tag
+}
+
+// revision is the commit the images were built from, as images.sh names
+// it: -dirty with changes not committed.
+func revision(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	r := strings.TrimSpace(string(out))
+	if exec.Command("git", "diff", "--quiet", "HEAD").Run() != nil {
+		r += "-dirty"
+	}
+	return r
 }
