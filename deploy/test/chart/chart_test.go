@@ -557,7 +557,10 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 			"keys": []any{map[string]any{"name": "ci", "scopes": []any{"admin"}}}}}}}, "each key needs name, sha256 and scopes"},
 		{"the semantic code cache without the LLM API", map[string]any{"services": map[string]any{"graph-engine": map[string]any{
 			"env": map[string]any{"NOVA_CODECACHE_SEMANTIC": "true"}}}}, "NOVA_CODECACHE_SEMANTIC needs llm: true"},
-		{"a digest that is not one", map[string]any{"image": map[string]any{"digests": map[string]any{"sandbox": "latest"}}}, "is not a digest"},
+		{"a misspelt key", map[string]any{"imgae": map[string]any{"tag": "1.0"}}, "imgae"},
+		{"a misspelt key of a service", map[string]any{"services": map[string]any{"sandbox": map[string]any{"replica": 3}}}, "replica"},
+		{"a tag that is a number", map[string]any{"image": map[string]any{"tag": 1.5}}, "tag"},
+		{"a digest that is not one", map[string]any{"image": map[string]any{"digests": map[string]any{"sandbox": "latest"}}}, "/image/digests/sandbox"},
 		{"an Ingress without hosts", map[string]any{"services": map[string]any{"gateway": map[string]any{"ingress": map[string]any{
 			"enabled": true}}}}, "services.gateway.ingress.hosts"},
 	} {
