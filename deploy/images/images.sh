@@ -249,7 +249,11 @@ cmd_build() {
 	for s in $SERVICES; do
 		local start=$SECONDS
 		log "build $PREFIX/$s:$TAG (services/$s/Dockerfile)"
-		$e build --network host --pull=never -q -f "services/$s/Dockerfile" -t "$PREFIX/$s:$TAG" \
+		# podman builds in Docker's image format: OCI's has no HEALTHCHECK, and
+		# podman would drop it (docker builds in its own format always).
+		local format=()
+		[[ $e == podman* ]] && format=(--format docker)
+		$e build --network host --pull=never -q "${format[@]}" -f "services/$s/Dockerfile" -t "$PREFIX/$s:$TAG" \
 			--build-arg VERSION="$TAG" --build-arg REVISION="$(revision)" . >/dev/null ||
 			die "building $PREFIX/$s:$TAG failed (rerun without -q to see it: $e build -f services/$s/Dockerfile .)"
 		log "built $PREFIX/$s:$TAG in $((SECONDS - start)) s"

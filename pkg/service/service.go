@@ -229,8 +229,12 @@ func (e *Env) AddReadiness(name string, fn func(context.Context) error) {
 
 // Main loads cfg, sets everything up, calls run, and returns the process exit
 // code. setup runs before the health server starts so it can add readiness
-// checks; run blocks until ctx ends.
+// checks; run blocks until ctx ends. With the one argument HealthcheckArg it
+// asks the running service's /healthz instead (a container's HEALTHCHECK).
 func Main(name string, cfg Config, run func(ctx context.Context, env *Env) error) int {
+	if len(os.Args) == 2 && os.Args[1] == HealthcheckArg {
+		return runHealthcheck(name)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := Run(ctx, name, cfg, run); err != nil {

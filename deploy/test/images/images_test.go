@@ -242,6 +242,10 @@ func TestServiceImages(t *testing.T) {
 			}
 			c := run(t, append(append(base, env...), image(s))...)
 			c.ready(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+			// The image's HEALTHCHECK, run by the engine in the container.
+			if out, err := podman("healthcheck", "run", c.name); err != nil {
+				t.Errorf("%s: its HEALTHCHECK failed on a ready service: %v %s", image(s), err, out)
+			}
 		})
 	}
 }
