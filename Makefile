@@ -22,7 +22,7 @@ SERVICES := graph-engine sandbox audit gateway input-analyzer code-generator cod
 BENCH_FLAGS ?=
 IMAGE_PREFIX ?= nova
 # The chart's appVersion, the tag the chart's images default to.
-IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' helm/nova/Chart.yaml)
+IMAGE_TAG ?= $(shell deploy/images/images.sh app-version)
 
 # Pinned proto toolchain: protoc from Debian 12's protobuf-compiler, and
 # protoc-gen-go from the `tool` directive of proto/go.mod.

@@ -122,6 +122,11 @@ type result struct {
 	cpuSandbox    time.Duration // per workflow: its child processes
 	pssMiB        float64       // peak: nova dev and its descendants
 	pssMainMiB    float64       // peak: nova dev alone
+	// pair names the runs after the history that this one is paired with
+	// (the workflow and how many in flight); fresh tells the side: the
+	// nova dev started fresh beside, or the one after the history.
+	pair  string
+	fresh bool
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -315,29 +320,31 @@ func afterHistory(ctx context.Context, cfg config, d *dev, three *novav1.Workflo
 	}
 	var results []result
 	for _, n := range cfg.inFlight {
+		pair := fmt.Sprintf("3 nodes, %d in flight", n)
 		measured := func(on *dev, name string) func() error {
 			return func() error {
-				r, err := measure(ctx, cfg, on, name, three, 3, cfg.workflows, n)
+				r, err := measure(ctx, cfg, on, pair+", "+name, three, 3, cfg.workflows, n)
 				if err == nil {
+					r.pair, r.fresh = pair, on != d
 					results = append(results, r)
 				}
 				return err
 			}
 		}
-		afterRun := measured(d, fmt.Sprintf("3 nodes, %d in flight, after %d more", n, cfg.history))
+		afterRun := measured(d, fmt.Sprintf("after %d more", cfg.history))
 		if fresh == nil {
 			if err := afterRun(); err != nil {
 				return results, err
 			}
 			continue
 		}
-		freshRun := measured(fresh, fmt.Sprintf("3 nodes, %d in flight, fresh nova dev beside", n))
+		freshRun := measured(fresh, "fresh nova dev beside")
 		for round := range max(cfg.rounds, 1) {
-			pair := []func() error{freshRun, afterRun}
+			runs := []func() error{freshRun, afterRun}
 			if round%2 == 1 {
-				pair[0], pair[1] = pair[1], pair[0]
+				runs[0], runs[1] = runs[1], runs[0]
 			}
-			for _, run := range pair {
+			for _, run := range runs {
 				if err := run(); err != nil {
 					return results, err
 				}
@@ -357,25 +364,22 @@ func printHistoryRatios(results []result) {
 	var order []string
 	fresh, after := map[string]*sums{}, map[string]*sums{}
 	for _, r := range results {
-		var head string
-		var m map[string]*sums
-		isAfter := false
-		if h, ok := strings.CutSuffix(r.name, ", fresh nova dev beside"); ok {
-			head, m = h, fresh
-		} else if i := strings.Index(r.name, ", after "); i > 0 {
-			head, m, isAfter = r.name[:i], after, true
-		} else {
+		if r.pair == "" {
 			continue
 		}
-		if m[head] == nil {
-			m[head] = &sums{}
-			if isAfter {
-				order = append(order, head)
+		m := after
+		if r.fresh {
+			m = fresh
+		}
+		if m[r.pair] == nil {
+			m[r.pair] = &sums{}
+			if !r.fresh {
+				order = append(order, r.pair)
 			}
 		}
-		m[head].runs++
-		m[head].cpu += r.cpuMain
-		m[head].p50 += r.p50
+		m[r.pair].runs++
+		m[r.pair].cpu += r.cpuMain
+		m[r.pair].p50 += r.p50
 	}
 	printed := false
 	for _, head := range order {

@@ -10,15 +10,21 @@
 #   images.sh base    make the base images the Dockerfiles name, as local
 #                     stand-ins from Debian packages, where they cannot be pulled
 #   images.sh build   build the nine images, tagged as the chart names them
+#   images.sh app-version  print the chart's appVersion (the default TAG)
 #
-# Run as root (podman's rootful store). PREFIX and TAG (nova, dev) name the
-# images: PREFIX/<service>:TAG.
+# Run as root (podman's rootful store). PREFIX and TAG (nova and the chart's
+# appVersion) name the images: PREFIX/<service>:TAG.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 PREFIX=${PREFIX:-nova}
-TAG=${TAG:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$(dirname "$0")/../../helm/nova/Chart.yaml")}
+# app_version is the chart's appVersion, the tag the chart's images default
+# to (make's IMAGE_TAG asks for it: images.sh app-version).
+app_version() {
+	sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$root/helm/nova/Chart.yaml"
+}
+TAG=${TAG:-$(app_version)}
 SERVICES=${SERVICES:-"nova graph-engine sandbox audit gateway input-analyzer code-generator code-validator output-validator"}
 STANDIN_LABEL=io.nova.local-stand-in
 
@@ -265,5 +271,6 @@ case "${1:-}" in
 deps) cmd_deps ;;
 base) cmd_base ;;
 build) cmd_build ;;
-*) die "usage: images.sh deps|base|build" ;;
+app-version) app_version ;;
+*) die "usage: images.sh deps|base|build|app-version" ;;
 esac

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,15 +48,14 @@ var gw = podmantest.Gateway{Key: "nova_gk_compose-dev-only"}
 // variable.
 func hostPorts(t *testing.T) (env []string, ports map[string]int) {
 	t.Helper()
-	raw, err := os.ReadFile("../../compose.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ports = map[string]int{}
-	for _, m := range regexp.MustCompile(`\$\{(NOVA_[A-Z_]+_PORT):-[0-9]+\}`).FindAllStringSubmatch(string(raw), -1) {
-		if _, ok := ports[m[1]]; !ok {
-			ports[m[1]] = podmantest.FreePort(t)
-			env = append(env, fmt.Sprintf("%s=%d", m[1], ports[m[1]]))
+	for _, svc := range readCompose(t).Services {
+		for _, p := range svc.Ports {
+			s, _ := p.(string)
+			if m := publishedPort.FindStringSubmatch(s); m != nil {
+				ports[m[1]] = podmantest.FreePort(t)
+				env = append(env, fmt.Sprintf("%s=%d", m[1], ports[m[1]]))
+			}
 		}
 	}
 	return env, ports

@@ -13,25 +13,36 @@ import (
 // ${NOVA_BIND:-127.0.0.1}, from a host port of its own variable.
 var publishedPort = regexp.MustCompile(`^\$\{NOVA_BIND:-127\.0\.0\.1\}:\$\{(NOVA_[A-Z_]+_PORT):-([0-9]+)\}:([0-9]+)$`)
 
+// composeFile is what deploy/compose.yaml says of its services' images and
+// published ports.
+type composeFile struct {
+	Services map[string]struct {
+		Image string `yaml:"image"`
+		Ports []any  `yaml:"ports"`
+	} `yaml:"services"`
+}
+
+// readCompose reads deploy/compose.yaml.
+func readCompose(t *testing.T) composeFile {
+	t.Helper()
+	raw, err := os.ReadFile("../../compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file composeFile
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatalf("deploy/compose.yaml: %v", err)
+	}
+	return file
+}
+
 // TestComposePublishesOnLoopback: every port compose publishes is on
 // 127.0.0.1 unless NOVA_BIND says otherwise (MongoDB has no password, NATS's
 // monitoring none), each host port is a variable of its own whose default
 // is a port no other takes, and every image name is fully qualified, so
 // that podman resolves it without an unqualified-search registry.
 func TestComposePublishesOnLoopback(t *testing.T) {
-	raw, err := os.ReadFile("../../compose.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Services map[string]struct {
-			Image string `yaml:"image"`
-			Ports []any  `yaml:"ports"`
-		} `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(raw, &file); err != nil {
-		t.Fatalf("deploy/compose.yaml: %v", err)
-	}
+	file := readCompose(t)
 	variables, defaults := map[string]string{}, map[string]string{}
 	published := 0
 	for name, svc := range file.Services {

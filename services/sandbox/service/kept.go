@@ -34,8 +34,8 @@ import (
 // context values go to the value store, and a result that still does not
 // fit is a failed run that says so.
 
-// BucketResults keeps each program's result under <execution>.<step id,
-// unpadded base64url> for resultsTTL.
+// BucketResults keeps a result whose publish failed under
+// <execution>.<step id, unpadded base64url> for resultsTTL.
 const BucketResults = bus.BucketSandboxResults
 
 // resultsTTL is how long a result is kept: far longer than a command's

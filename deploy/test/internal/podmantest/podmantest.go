@@ -33,8 +33,8 @@ func Podman(args ...string) (string, error) {
 }
 
 // Image is the name `make images` gives a service's image
-// (IMAGE_PREFIX/<service>:IMAGE_TAG; the make targets set both, nova and
-// the chart's appVersion by default).
+// (IMAGE_PREFIX/<service>:IMAGE_TAG, which the make targets set: nova and
+// the chart's appVersion; nova and dev when unset).
 func Image(service string) string {
 	prefix, tag := os.Getenv("IMAGE_PREFIX"), os.Getenv("IMAGE_TAG")
 	if prefix == "" {
